@@ -1,0 +1,70 @@
+"""The `slm-dvfs` command: a thin client of the engine.
+
+Each sub-command lives in its own module exposing `register(subparsers)`, which adds a
+parser whose `func` default takes the parsed args and returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Sequence
+
+from engine import __version__
+from engine.errors import SlmDvfsError
+
+# Sub-command modules, in the order `--help` lists them.
+COMMAND_MODULES = (
+    "engine.cli.device_cmds",
+    "engine.cli.finetune_cmd",
+)
+
+log = logging.getLogger("slm_dvfs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slm-dvfs",
+        description="Energy-optimal DVFS for fine-tuning small language models on Jetson. "
+        "With no sub-command, opens the TUI (on the board, or the digital twin where there is none).",
+    )
+    parser.add_argument("--version", action="version", version=f"slm-dvfs {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a command module not yet present in this checkout
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        from engine.cli.tui_launch import launch_tui
+
+        func = launch_tui
+    try:
+        return int(func(args) or 0)
+    except SlmDvfsError as exc:
+        print(f"slm-dvfs: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("slm-dvfs: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Errors that say what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class SlmDvfsError(Exception):
+    """Base error: every error of the tool carries a remedy for the user."""
+
+    def __init__(self, what: str, remedy: str = "") -> None:
+        super().__init__(what)
+        self.what = what
+        self.remedy = remedy
+
+    def __str__(self) -> str:
+        if self.remedy:
+            return f"{self.what}\n  What to do: {self.remedy}"
+        return self.what
+
+
+class DeviceError(SlmDvfsError):
+    """Something about the board (or its twin) is missing or refused."""
+
+
+class NodeNotFoundError(DeviceError):
+    """A sysfs node the spec promises is not there."""
+
+
+class UnsupportedFrequencyError(DeviceError):
+    """A clock the board does not list was asked for."""
+
+    def __init__(self, domain: str, requested_hz: int, available_hz: tuple[int, ...]) -> None:
+        nearest = sorted(available_hz, key=lambda f: (abs(f - requested_hz), f))[:2]
+        listed = ", ".join(_mhz(f) for f in sorted(nearest))
+        super().__init__(
+            f"{domain.upper()} clock {_mhz(requested_hz)} is not one the board lists",
+            f"use a listed step; the nearest are {listed} "
+            f"(`slm-dvfs device` shows the whole table)",
+        )
+        self.domain = domain
+        self.requested_hz = requested_hz
+        self.nearest_hz = tuple(sorted(nearest))
+
+
+class PermissionDeniedError(DeviceError):
+    """A write to a clock or mode file was refused by the kernel."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            f"no permission to write {path}",
+            "run as root (`sudo slm-dvfs ...`), or give your user write access to the "
+            "clock files (see README, 'Real-board set-up')",
+        )
+        self.path = path
+
+
+class ClockNotAppliedError(DeviceError):
+    """A clock was written but the hardware did not follow."""
+
+
+class ProfileError(SlmDvfsError):
+    """A shipped or user profile is missing or malformed."""
+
+
+class ConfigError(SlmDvfsError):
+    """A user-supplied option or specification is invalid."""
+
+
+def _mhz(hz: int) -> str:
+    mhz = hz / 1e6
+    return f"{mhz:g} MHz"

@@ -1,0 +1,44 @@
+"""Every location the tool reads or writes, in one place (XDG, with env overrides)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ENV_PREFIX = "SLM_DVFS_"
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value else Path.home() / default
+
+
+def state_dir() -> Path:
+    """Journals and the persistent twin tree: things that must survive a crash."""
+    override = os.environ.get(ENV_PREFIX + "STATE_DIR")
+    return Path(override) if override else _xdg("XDG_STATE_HOME", ".local/state") / "slm-dvfs"
+
+
+def data_dir() -> Path:
+    """The results store and trained selectors."""
+    override = os.environ.get(ENV_PREFIX + "DATA_DIR")
+    return Path(override) if override else _xdg("XDG_DATA_HOME", ".local/share") / "slm-dvfs"
+
+
+def cache_dir() -> Path:
+    """Step traces and trained tokenizers: safe to delete."""
+    override = os.environ.get(ENV_PREFIX + "CACHE_DIR")
+    return Path(override) if override else _xdg("XDG_CACHE_HOME", ".cache") / "slm-dvfs"
+
+
+def profiles_dir() -> Path:
+    """Shipped data. `profiles/` sits beside `engine/` both in a checkout and in site-packages."""
+    return Path(__file__).resolve().parent.parent / "profiles"
+
+
+def sysfs_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The root every device path is relative to: `/` on a board."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(ENV_PREFIX + "SYSFS_ROOT")
+    return Path(env) if env else Path("/")
