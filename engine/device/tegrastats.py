@@ -1,0 +1,508 @@
+"""tegrastats: parse its lines (L4T r32 to r36), import its logs, and run it live as a power source.
+
+A line looks like (Orin, r35; r36 is alike with lower-case temperature names):
+    11-21-2023 10:15:01 RAM 2371/62841MB (lfb 14629x4MB) SWAP 0/31421MB (cached 0MB)
+    CPU [1%@729,off,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305,305] VIC_FREQ 729 APE 174
+    CPU@44.812C tj@44.812C ... VDD_GPU_SOC 2399mW/2399mW VDD_CPU_CV 400mW/400mW ...
+Rails are `NAME instant/average` in mW (older boards print no unit); they come last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Callable, Iterable, Mapping, Sequence
+
+from engine.errors import ConfigError, DeviceError, SlmDvfsError
+from engine.power_sources import PowerSample, trapezoid_j
+from engine.provenance import Source
+
+log = logging.getLogger(__name__)
+
+# Rail labels that mean "not connected" (r35 prints `NC 0mW/0mW` for the unused INA channels).
+_NOT_CONNECTED = frozenset({"NC"})
+# Thermal zones that are powered down read -256 C (CV0/CV1/GPU on an idle Orin).
+_TEMP_OFFLINE_C = -256.0
+# Warn about the first few bad lines one by one; the rest only in the summary.
+_WARN_LINES = 5
+
+_DATE_RE = re.compile(
+    r"^\s*(?P<date>\d{1,2}-\d{1,2}-\d{4}|\d{4}-\d{1,2}-\d{1,2})[ T](?P<time>\d{1,2}:\d{2}:\d{2}(?:\.\d+)?)\s+"
+)
+_RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b")
+_CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?")
+# `GR3D_FREQ 0%@[305,305]`, `GR3D_FREQ 0%@305`, `GR3D_FREQ 0%`, `GR3D_FREQ @[1000,1000]` (Thor)
+_ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
+_EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"))
+_GR3D_RE = re.compile(_ENGINE_RE.format(name="GR3D_FREQ"))
+_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?=\s|$)")
+# Both values carry the same unit: `2399mW/2399mW`, `1.2W/1.2W`, or none (`2545/2547`, r32).
+_RAIL_RE = re.compile(r"\b([A-Za-z][\w]*) (\d+(?:\.\d+)?)(mW|W|)/(\d+(?:\.\d+)?)\3(?=\s|$)")
+_UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+
+
+class TegrastatsFormatError(SlmDvfsError):
+    """A line or a log that is not tegrastats output."""
+
+
+@dataclass(frozen=True)
+class CpuCore:
+    index: int  # 0-based, as cpuN in sysfs
+    online: bool
+    load_pct: float | None = None
+    freq_mhz: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """An `X%@Y` field (EMC_FREQ, GR3D_FREQ); either part may be absent."""
+
+    load_pct: float | None
+    freq_mhz: int | None  # the highest of per-GPC frequencies where an array is printed
+    freqs_mhz: tuple[int, ...] = ()  # every frequency printed (one per GPC on Orin r35)
+
+
+@dataclass(frozen=True)
+class RailPower:
+    instant_mw: float
+    average_mw: float  # tegrastats' running average since it started
+
+
+@dataclass(frozen=True)
+class TegrastatsSample:
+    timestamp: datetime | None  # present when tegrastats prefixed the line with a date
+    ram_used_mb: float
+    ram_total_mb: float
+    cpus: tuple[CpuCore, ...] = ()
+    emc: EngineLoad | None = None
+    gr3d: EngineLoad | None = None
+    temperatures_c: Mapping[str, float] = field(default_factory=dict)
+    rails: Mapping[str, RailPower] = field(default_factory=dict)
+
+    def rails_mw(self) -> dict[str, float]:
+        """Instant power per rail, mW."""
+        return {name: r.instant_mw for name, r in self.rails.items()}
+
+
+def parse_line(line: str) -> TegrastatsSample:
+    """Parse one tegrastats line; raises TegrastatsFormatError when it is not one (or is cut short)."""
+    text = line.strip()
+    if not text:
+        raise TegrastatsFormatError("empty line", "skip it")
+    timestamp = None
+    m = _DATE_RE.match(text)
+    if m:
+        timestamp = _parse_date(m.group("date"), m.group("time"))
+        text = text[m.end():]
+    ram = _RAM_RE.search(text)
+    if ram is None:
+        raise TegrastatsFormatError(
+            f"no `RAM used/totalMB` field in {_clip(line)!r}",
+            "this is not a tegrastats line; check that the file is tegrastats output",
+        )
+    rails: dict[str, RailPower] = {}
+    last_rail_end = None
+    units_seen = 0
+    for rm in _RAIL_RE.finditer(text):
+        last_rail_end = rm.end()
+        units_seen += 2 if rm.group(3) == "mW" else 0
+        name = rm.group(1)
+        if name in _NOT_CONNECTED:
+            continue
+        scale = 1000.0 if rm.group(3) == "W" else 1.0
+        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale)
+    # Rails close every known format, so anything after the last one is a torn write.
+    if last_rail_end is not None and text[last_rail_end:].strip():
+        raise TegrastatsFormatError(
+            f"line ends in an unreadable field {_clip(text[last_rail_end:].strip())!r}",
+            "the line was probably cut short (tegrastats killed mid-write); it is skipped",
+        )
+    if text.count("mW") != units_seen:  # an `mW` outside any whole rail: a torn one
+        raise TegrastatsFormatError(
+            f"a power rail in {_clip(line)!r} is incomplete",
+            "the line was probably cut short (tegrastats killed mid-write); it is skipped",
+        )
+    unit = _UNIT_MB[ram.group(3)]
+    return TegrastatsSample(
+        timestamp=timestamp,
+        ram_used_mb=int(ram.group(1)) * unit,
+        ram_total_mb=int(ram.group(2)) * unit,
+        cpus=_parse_cpus(text),
+        emc=_parse_engine(_EMC_RE, text),
+        gr3d=_parse_engine(_GR3D_RE, text),
+        temperatures_c={
+            name: float(val) for name, val in _TEMP_RE.findall(text) if float(val) > _TEMP_OFFLINE_C
+        },
+        rails=rails,
+    )
+
+
+def _parse_date(date: str, clock: str) -> datetime:
+    fmt_date = "%Y-%m-%d" if len(date.split("-")[0]) == 4 else "%m-%d-%Y"
+    fmt_time = "%H:%M:%S.%f" if "." in clock else "%H:%M:%S"
+    try:
+        return datetime.strptime(f"{date} {clock}", f"{fmt_date} {fmt_time}")
+    except ValueError:
+        raise TegrastatsFormatError(f"bad date {date} {clock}", "the line's date prefix is corrupt") from None
+
+
+def _parse_cpus(text: str) -> tuple[CpuCore, ...]:
+    if "CPU [" in text and _CPU_RE.search(text) is None:
+        raise TegrastatsFormatError("unterminated `CPU [` field", "the line was cut short; it is skipped")
+    m = _CPU_RE.search(text)
+    if m is None:
+        return ()
+    shared_mhz = int(m.group(2)) if m.group(2) else None  # r28 style: `CPU [17%,13%]@408`
+    cores = []
+    for idx, entry in enumerate(e.strip() for e in m.group(1).split(",")):
+        if entry == "off":
+            cores.append(CpuCore(idx, online=False))
+            continue
+        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry)
+        if cm is None:
+            raise TegrastatsFormatError(f"CPU entry {entry!r} is not `N%@MHz` or `off`", "the line is skipped")
+        freq = int(cm.group(2)) if cm.group(2) else shared_mhz
+        cores.append(CpuCore(idx, online=True, load_pct=float(cm.group(1)), freq_mhz=freq))
+    return tuple(cores)
+
+
+def _parse_engine(regex: re.Pattern[str], text: str) -> EngineLoad | None:
+    m = regex.search(text)
+    if m is None:
+        return None
+    load, array, single = m.groups()
+    freqs = tuple(int(f) for f in array.split(",") if f) if array else ((int(single),) if single else ())
+    return EngineLoad(
+        load_pct=float(load) if load is not None else None,
+        freq_mhz=max(freqs) if freqs else None,
+        freqs_mhz=freqs,
+    )
+
+
+def _clip(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# --------------------------------------------------------------------------- log import
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    samples: tuple[TegrastatsSample, ...]
+    line_numbers: tuple[int, ...]  # 1-based line of each sample
+    skipped: int  # malformed lines left out (blank lines are not counted)
+
+
+def parse_lines(lines: Iterable[str], origin: str = "<lines>") -> ParseResult:
+    """Parse many lines, skipping malformed ones with a warning (one bad line must not sink a log)."""
+    samples: list[TegrastatsSample] = []
+    numbers: list[int] = []
+    skipped = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            samples.append(parse_line(line))
+            numbers.append(number)
+        except TegrastatsFormatError as exc:
+            skipped += 1
+            if skipped <= _WARN_LINES:
+                log.warning("%s:%d: skipped: %s", origin, number, exc.what)
+    if skipped > _WARN_LINES:
+        log.warning("%s: %d malformed lines skipped in all", origin, skipped)
+    return ParseResult(tuple(samples), tuple(numbers), skipped)
+
+
+@dataclass(frozen=True)
+class TegrastatsLog:
+    """An imported tegrastats log: a measured run's power trace and energy per rail."""
+
+    path: Path
+    samples: tuple[TegrastatsSample, ...]
+    times_s: tuple[float, ...]  # seconds since the first sample
+    rails: tuple[str, ...]
+    energy_j: Mapping[str, float]  # trapezoid over the instant values, per rail
+    skipped: int  # malformed or inconsistent lines left out
+    started_at: datetime | None  # the first line's date, where lines carry one
+    timing: str  # "timestamps", "timestamps+spread" or "interval"
+    source: Source = Source.MEASURED
+
+    @property
+    def duration_s(self) -> float:
+        return self.times_s[-1] - self.times_s[0] if self.times_s else 0.0
+
+    @property
+    def total_energy_j(self) -> float:
+        return float(sum(self.energy_j.values()))
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.total_energy_j / self.duration_s if self.duration_s > 0 else 0.0
+
+    def power_samples(self) -> list[PowerSample]:
+        """The trace as PowerSamples (instant mW), the monitor's currency."""
+        return [PowerSample(t, s.rails_mw()) for t, s in zip(self.times_s, self.samples)]
+
+
+def import_log(path: str | os.PathLike[str], interval_ms: float | None = None) -> TegrastatsLog:
+    """Read a tegrastats log (`tegrastats --interval N --logfile F`) into times and energy per rail.
+
+    Times come from the lines' dates where present. tegrastats prints whole seconds, so when
+    several lines share a second: with `interval_ms` they are index x interval from the first
+    date; without it they are spread evenly over their second. Lines without dates need
+    `interval_ms`.
+    """
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            parsed = parse_lines(fh, origin=str(p))
+    except FileNotFoundError:
+        raise ConfigError(f"tegrastats log {p} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p} is a folder, not a tegrastats log", "pass one log file") from None
+    if not parsed.samples:
+        raise TegrastatsFormatError(
+            f"{p} holds no tegrastats line ({parsed.skipped} malformed lines)",
+            "pass a log written by `tegrastats --logfile FILE` (or its captured stdout)",
+        )
+    samples, numbers, skipped = _consistent_rails(parsed, str(p))
+    rails = tuple(samples[0].rails)
+    if not rails:
+        raise TegrastatsFormatError(
+            f"{p} has no power rails (`NAME XmW/YmW` fields)",
+            "record on a board whose tegrastats prints rails (run it with sudo on older L4T)",
+        )
+    times, timing = _times(samples, interval_ms, p)
+    energy = {r: trapezoid_j(times, [s.rails[r].instant_mw for s in samples]) for r in rails}
+    if skipped:
+        log.info("%s: imported %d samples, skipped %d lines", p, len(samples), skipped)
+    return TegrastatsLog(
+        path=p,
+        samples=tuple(samples),
+        times_s=tuple(times),
+        rails=rails,
+        energy_j=energy,
+        skipped=skipped,
+        started_at=samples[0].timestamp,
+        timing=timing,
+    )
+
+
+def _consistent_rails(parsed: ParseResult, origin: str) -> tuple[list[TegrastatsSample], list[int], int]:
+    """Keep lines with the log's usual set of rails; a line missing one cannot be integrated."""
+    counts = Counter(frozenset(s.rails) for s in parsed.samples)
+    usual = counts.most_common(1)[0][0]
+    kept, numbers, skipped = [], [], parsed.skipped
+    for s, n in zip(parsed.samples, parsed.line_numbers):
+        if frozenset(s.rails) == usual:
+            kept.append(s)
+            numbers.append(n)
+            continue
+        skipped += 1
+        if skipped <= _WARN_LINES:
+            log.warning("%s:%d: skipped: rails %s differ from the log's %s", origin, n, sorted(s.rails), sorted(usual))
+    return kept, numbers, skipped
+
+
+def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Path) -> tuple[list[float], str]:
+    if interval_ms is not None and interval_ms <= 0:
+        raise ConfigError(f"interval_ms must be positive, got {interval_ms}", "pass the log's --interval in ms")
+    stamps = [s.timestamp for s in samples]
+    if all(ts is not None for ts in stamps):
+        t0 = stamps[0]
+        secs = [(ts - t0).total_seconds() for ts in stamps]  # type: ignore[operator]
+        if any(b < a for a, b in zip(secs, secs[1:])):
+            log.warning("%s: dates go backwards (clock change or concatenated logs)", p)
+        if all(b > a for a, b in zip(secs, secs[1:])):
+            return secs, "timestamps"
+        if interval_ms is not None:
+            return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+        return _spread(secs), "timestamps+spread"
+    if interval_ms is None:
+        raise ConfigError(
+            f"{p} has lines without dates, so its sample times are unknown",
+            "pass interval_ms (the --interval the log was recorded with; tegrastats' default is 1000)",
+        )
+    return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+
+
+def _spread(secs: list[float]) -> list[float]:
+    """Spread runs of lines that share a whole-second date evenly over that second."""
+    out: list[float] = []
+    i = 0
+    while i < len(secs):
+        j = i
+        while j < len(secs) and secs[j] == secs[i]:
+            j += 1
+        k = j - i
+        out.extend(secs[i] + n / k for n in range(k))
+        i = j
+    return out
+
+
+# --------------------------------------------------------------------------- live source
+
+
+class TegrastatsSource:
+    """Runs `tegrastats --interval N` and serves its latest line as a PowerSource (measured).
+
+    The child is ours: `close()` terminates it (no `tegrastats --stop` needed). Sample
+    times are when each line arrived (`clock`, monotonic by default).
+    """
+
+    source = Source.MEASURED
+
+    def __init__(
+        self,
+        interval_ms: int = 100,
+        command: str | Sequence[str] = "tegrastats",
+        clock: Callable[[], float] = time.monotonic,
+        first_sample_timeout_s: float = 5.0,
+    ) -> None:
+        if interval_ms <= 0:
+            raise ConfigError(f"tegrastats interval must be positive, got {interval_ms} ms", "use e.g. 100")
+        self.interval_ms = int(interval_ms)
+        self.command = shlex.split(command) if isinstance(command, str) else list(command)
+        self.min_interval_s = self.interval_ms / 1000.0
+        self._clock = clock
+        self._first_timeout_s = first_sample_timeout_s
+        self._cond = threading.Condition()
+        self._latest: tuple[float, TegrastatsSample] | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        self._ended = False
+        self._closing = False
+        self.skipped = 0
+
+    # -- lifecycle
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        exe = shutil.which(self.command[0]) if self.command else None
+        if exe is None:
+            raise DeviceError(
+                f"cannot run {self.command[0] if self.command else '(empty command)'!r}: not found or not executable",
+                "tegrastats ships with L4T (/usr/bin/tegrastats) on a Jetson; pass its path, "
+                "or off-board use the sysfs rails or the twin (--twin)",
+            )
+        argv = [exe, *self.command[1:], "--interval", str(self.interval_ms)]
+        self._latest, self._ended, self._closing, self.skipped = None, False, False, 0
+        self._stderr = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL, text=True, bufsize=1
+            )
+        except OSError as exc:
+            self._stderr.close()
+            raise DeviceError(f"cannot start {exe}: {exc.strerror}", "check that it is a working tegrastats") from None
+        log.info("started %s (pid %d)", " ".join(argv), self._proc.pid)
+        self._reader = threading.Thread(target=self._read_loop, name="tegrastats-reader", daemon=True)
+        self._reader.start()
+
+    def close(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        self._closing = True
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=2.0)
+        if self._reader is not None:
+            self._reader.join(timeout=2.0)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._stderr is not None:
+            self._stderr.close()
+        self._proc = None
+        log.info("stopped tegrastats (%d malformed lines skipped)", self.skipped)
+
+    def __enter__(self) -> "TegrastatsSource":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- PowerSource
+    def now(self) -> float:
+        return self._clock()
+
+    def read(self) -> PowerSample:
+        """The latest line's instant rail powers, stamped with when it arrived."""
+        self.start()
+        latest = self.latest_sample(timeout_s=self._first_timeout_s)
+        t, sample = latest
+        return PowerSample(t, sample.rails_mw())
+
+    def energy_counter(self) -> None:
+        return None
+
+    def latest_sample(self, timeout_s: float = 0.0) -> tuple[float, TegrastatsSample]:
+        """(arrival time, sample) of the newest line; waits up to `timeout_s` for the first one."""
+        with self._cond:
+            if self._latest is None and not self._ended:
+                self._cond.wait_for(lambda: self._latest is not None or self._ended, timeout=timeout_s)
+            if self._ended and not self._closing:
+                raise self._exit_error()
+            if self._latest is None:
+                raise DeviceError(
+                    f"tegrastats printed no readable line within {timeout_s:g} s",
+                    "run `tegrastats` by hand to see its output; a long --interval delays the first line",
+                )
+            return self._latest
+
+    def _read_loop(self) -> None:
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                if not line.strip():
+                    continue
+                try:
+                    sample = parse_line(line)
+                except TegrastatsFormatError as exc:
+                    self.skipped += 1
+                    if self.skipped <= _WARN_LINES:
+                        log.warning("tegrastats: skipped a line: %s", exc.what)
+                    continue
+                arrived = self._clock()
+                with self._cond:
+                    self._latest = (arrived, sample)
+                    self._cond.notify_all()
+        except (ValueError, OSError):
+            pass  # stdout closed under us by close()
+        finally:
+            with self._cond:
+                self._ended = True
+                self._cond.notify_all()
+
+    def _exit_error(self) -> DeviceError:
+        code = self._proc.wait(timeout=2.0) if self._proc is not None else None
+        err = ""
+        if self._stderr is not None:
+            try:
+                self._stderr.seek(0)
+                err = self._stderr.read()[-400:].decode(errors="replace").strip()
+            except (OSError, ValueError):
+                pass
+        detail = f": {err}" if err else ""
+        return DeviceError(
+            f"tegrastats exited (code {code}){detail}",
+            "run `tegrastats --interval 100` by hand to see why; some fields need sudo",
+        )

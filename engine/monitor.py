@@ -1,0 +1,362 @@
+"""The power monitor: samples a PowerSource, integrates energy per rail, measures named windows.
+
+    with PowerMonitor(DeviceRailSource(device), rails="gpu+cpu") as mon:
+        mon.begin_window("step")
+        ...
+        result = mon.end_window("step")   # WindowResult: joules per rail, total, average W
+
+Sources that know energy exactly (the twin) give exact windows from their counter;
+the others are integrated with the trapezoid rule, with window edges interpolated
+between the samples around them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from engine.errors import ConfigError, DeviceError
+from engine.power_sources import DeviceRailSource, PowerSample, PowerSource, TwinSource, trapezoid_j
+from engine.provenance import Source
+
+__all__ = [
+    "RAIL_PRESETS",
+    "DeviceRailSource",
+    "PowerMonitor",
+    "PowerSample",
+    "PowerSource",
+    "TwinSource",
+    "WindowResult",
+    "resolve_rails",
+    "trapezoid_j",
+]
+
+log = logging.getLogger(__name__)
+
+# None = every rail the source reports. gpu+cpu is what published Orin studies report.
+RAIL_PRESETS: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "gpu+cpu": ("VDD_GPU_SOC", "VDD_CPU_CV"),
+}
+
+
+def resolve_rails(preset: str | Sequence[str], available: Iterable[str]) -> tuple[str, ...]:
+    """The rails a preset (`all`, `gpu+cpu`, or `A,B,...`) names, checked against the source's."""
+    have = tuple(available)
+    if isinstance(preset, str):
+        key = preset.strip()
+        if key.lower() in RAIL_PRESETS:
+            wanted = RAIL_PRESETS[key.lower()]
+        else:
+            wanted = tuple(r.strip() for r in key.split(",") if r.strip())
+    else:
+        wanted = tuple(preset)
+    if wanted is None:
+        if not have:
+            raise DeviceError("the power source reports no rails", "check the board's INA3221 driver (`slm-dvfs device`)")
+        return have
+    if not wanted:
+        raise ConfigError(f"empty rail selection {preset!r}", f"use all, gpu+cpu or a comma list of {', '.join(have)}")
+    missing = [r for r in wanted if r not in have]
+    if missing:
+        raise ConfigError(
+            f"rail{'s' if len(missing) > 1 else ''} {', '.join(missing)} not reported by this power source",
+            f"the source has: {', '.join(have) or '(none)'}; pick from those or use --rails all",
+        )
+    return wanted
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    name: str
+    start: float  # in the source's timebase (monotonic s, or the twin's virtual s)
+    end: float
+    duration_s: float
+    energy_j: Mapping[str, float]  # every rail the source reported
+    total_energy_j: float  # over `rails` only
+    avg_power_w: float  # total_energy_j / duration_s
+    rails: tuple[str, ...]  # the preset's rails
+    source: Source
+    exact: bool  # from the source's energy counter, not integrated samples
+    samples: int = 0  # samples taken inside the window (0 for exact windows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "start": self.start,
+            "end": self.end,
+            "duration_s": self.duration_s,
+            "energy_j": dict(self.energy_j),
+            "total_energy_j": self.total_energy_j,
+            "avg_power_w": self.avg_power_w,
+            "rails": list(self.rails),
+            "source": self.source.value,
+            "exact": self.exact,
+            "samples": self.samples,
+        }
+
+
+@dataclass
+class _Window:
+    start: float
+    start_energy: dict[str, float] | None  # None until a sample at or after `start` arrives
+    start_count: int
+    exact: bool
+
+
+class PowerMonitor:
+    """Samples a PowerSource in a thread; energy per rail; named windows that may nest and overlap."""
+
+    def __init__(
+        self,
+        source: PowerSource,
+        rate_hz: float = 20.0,
+        rails: str | Sequence[str] = "all",
+        buffer_seconds: float = 120.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not rate_hz > 0:
+            raise ConfigError(f"sampling rate must be positive, got {rate_hz} Hz", "use e.g. 20")
+        if not buffer_seconds > 0:
+            raise ConfigError(f"buffer must be positive, got {buffer_seconds} s", "use e.g. 120")
+        self.source = source
+        self.rail_preset = rails
+        self.requested_rate_hz = float(rate_hz)
+        # The clock must share the samples' timebase: the source's own clock where it has one.
+        self._clock: Callable[[], float] = clock or getattr(source, "now", None) or time.monotonic
+        sensor_s = float(getattr(source, "min_interval_s", 0.0) or 0.0)
+        self.interval_s = max(1.0 / rate_hz, sensor_s)
+        if self.interval_s > 1.0 / rate_hz:
+            log.info(
+                "sampling at %.3g Hz, not the %.3g Hz asked: the sensor updates only every %.0f ms",
+                1.0 / self.interval_s, rate_hz, sensor_s * 1000.0,
+            )
+        self._buffer: deque[PowerSample] = deque(maxlen=math.ceil(buffer_seconds / self.interval_s) + 1)
+        self._lock = threading.Lock()
+        self._rails: tuple[str, ...] | None = None
+        self._last: PowerSample | None = None
+        self._prev: PowerSample | None = None
+        self._cum: dict[str, float] = {}  # joules per rail up to _last.t
+        self._cum_prev: dict[str, float] = {}  # ... up to _prev.t
+        self._count = 0
+        self._windows: dict[str, _Window] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def rate_hz(self) -> float:
+        """The effective sampling rate, after the clamp to the sensor's interval."""
+        return 1.0 / self.interval_s
+
+    @property
+    def rails(self) -> tuple[str, ...] | None:
+        """The preset's rails, known after the first sample (None before)."""
+        return self._rails
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "PowerMonitor":
+        """Take a first sample here (so a bad rail preset fails now), then sample in a thread."""
+        if self._thread is not None:
+            return self
+        self.sample_once()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="power-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop and join the sampler; raises what it raised, if anything."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._stop.set()
+            thread.join()
+        self._raise_pending()
+
+    def __enter__(self) -> "PowerMonitor":
+        return self.start()
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.stop()
+            return
+        try:  # do not mask the error already on its way out
+            self.stop()
+        except Exception:
+            log.exception("the power sampler failed as well")
+
+    def _run(self) -> None:
+        next_t = time.monotonic() + self.interval_s
+        while not self._stop.wait(max(0.0, next_t - time.monotonic())):
+            try:
+                self.sample_once(raise_pending=False)
+            except BaseException as exc:  # kept for stop()/end_window(), never lost
+                log.error("power sampling stopped: %s", exc)
+                self._error = exc
+                return
+            next_t += self.interval_s
+            now = time.monotonic()
+            if next_t < now:  # fell behind (slow read, suspended process): do not burst
+                next_t = now + self.interval_s
+
+    def _raise_pending(self) -> None:
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    # ------------------------------------------------------------------ sampling
+    def sample_once(self, raise_pending: bool = True) -> PowerSample | None:
+        """Read the source once and take the sample in; None when it brought nothing new."""
+        if raise_pending:
+            self._raise_pending()
+        sample = self.source.read()
+        with self._lock:
+            return sample if self._ingest(sample) else None
+
+    def _ingest(self, sample: PowerSample) -> bool:
+        last = self._last
+        if last is not None and sample.t <= last.t:
+            return False  # stale: the sensor (or tegrastats) has no newer value yet
+        if self._rails is None:
+            self._rails = resolve_rails(self.rail_preset, sample.rails_mw)
+            log.info("power rails: %s (%s)", ", ".join(self._rails), self.source.source)
+        else:
+            lost = [r for r in self._rails if r not in sample.rails_mw]
+            if lost:
+                raise DeviceError(
+                    f"rail{'s' if len(lost) > 1 else ''} {', '.join(lost)} vanished from the power source",
+                    "check the board's INA3221 driver and restart the run",
+                )
+        self._prev, self._cum_prev = last, dict(self._cum)
+        if last is not None:
+            dt = sample.t - last.t
+            for rail, p in sample.rails_mw.items():
+                p0 = last.rails_mw.get(rail)
+                if p0 is not None:
+                    self._cum[rail] = self._cum.get(rail, 0.0) + (p0 + p) * 0.5 * dt / 1000.0
+        for rail in sample.rails_mw:
+            self._cum.setdefault(rail, 0.0)
+        self._last = sample
+        self._count += 1
+        self._buffer.append(sample)
+        for w in self._windows.values():
+            if w.start_energy is None and w.start <= sample.t:
+                w.start_energy = self._energy_at(w.start)
+        return True
+
+    def _energy_at(self, t: float) -> dict[str, float]:
+        """Cumulative joules per rail at time t: interpolated between the last two samples,
+        the last power held where t lies beyond them."""
+        last, prev = self._last, self._prev
+        assert last is not None
+        if t >= last.t or prev is None or t < prev.t:
+            # beyond the samples (or before a lone first one): hold the nearest power
+            return {r: e + last.rails_mw.get(r, 0.0) * (t - last.t) / 1000.0 for r, e in self._cum.items()}
+        f = (t - prev.t) / (last.t - prev.t)
+        out = {}
+        for r, e in self._cum.items():
+            p0 = prev.rails_mw.get(r)
+            p1 = last.rails_mw.get(r, 0.0)
+            if p0 is None:
+                out[r] = e - p1 * (last.t - t) / 1000.0
+                continue
+            pt = p0 + f * (p1 - p0)
+            out[r] = self._cum_prev.get(r, 0.0) + (p0 + pt) * 0.5 * (t - prev.t) / 1000.0
+        return out
+
+    def latest(self) -> PowerSample | None:
+        return self._last
+
+    def recent(self, seconds: float) -> list[PowerSample]:
+        """Samples of the last `seconds` (as far back as the ring buffer reaches), oldest first."""
+        with self._lock:
+            if not self._buffer:
+                return []
+            cutoff = self._buffer[-1].t - seconds
+            return [s for s in self._buffer if s.t >= cutoff]
+
+    def energy_j(self) -> dict[str, float]:
+        """Joules per rail integrated since the first sample."""
+        with self._lock:
+            return dict(self._cum)
+
+    # ------------------------------------------------------------------ windows
+    def open_windows(self) -> tuple[str, ...]:
+        return tuple(self._windows)
+
+    def begin_window(self, name: str) -> None:
+        """Open a named window now; windows may nest and overlap, names must be unique while open."""
+        self._raise_pending()
+        if name in self._windows:
+            raise ConfigError(f"window {name!r} is already open", "end it first, or give the new one another name")
+        counter = self.source.energy_counter()
+        if counter is not None:
+            t, energy = counter
+            with self._lock:
+                if self._rails is None:
+                    self._rails = resolve_rails(self.rail_preset, energy)
+                self._windows[name] = _Window(t, dict(energy), self._count, exact=True)
+            return
+        t = self._clock()
+        self._fresh_sample(t)
+        with self._lock:
+            ready = self._last is not None and self._last.t >= t
+            self._windows[name] = _Window(t, self._energy_at(t) if ready else None, self._count, exact=False)
+
+    def end_window(self, name: str) -> WindowResult:
+        """Close a window: its duration and energy (raises what the sampler raised, if anything)."""
+        self._raise_pending()
+        w = self._windows.get(name)
+        if w is None:
+            opened = ", ".join(repr(n) for n in self._windows) or "none"
+            raise ConfigError(f"no open window named {name!r} (open: {opened})", "call begin_window(name) first")
+        if w.exact:
+            counter = self.source.energy_counter()
+            if counter is None:
+                raise DeviceError("the power source stopped offering its energy counter", "restart the run")
+            end, end_energy = counter
+            samples = 0
+        else:
+            end = self._clock()
+            self._fresh_sample(end)
+            with self._lock:
+                end_energy = self._energy_at(end)
+                if w.start_energy is None:  # no sample after the start yet: hold the last power
+                    w.start_energy = self._energy_at(w.start)
+                samples = self._count - w.start_count
+        with self._lock:
+            del self._windows[name]
+        assert w.start_energy is not None and self._rails is not None
+        energy = {r: end_energy[r] - w.start_energy.get(r, 0.0) for r in end_energy}
+        total = sum(energy.get(r, 0.0) for r in self._rails)
+        duration = end - w.start
+        return WindowResult(
+            name=name,
+            start=w.start,
+            end=end,
+            duration_s=duration,
+            energy_j=energy,
+            total_energy_j=total,
+            avg_power_w=total / duration if duration > 0 else 0.0,
+            rails=self._rails,
+            source=self.source.source,
+            exact=w.exact,
+            samples=samples,
+        )
+
+    def _fresh_sample(self, t: float) -> None:
+        """Sample at a window edge unless the sensor cannot have a newer value yet."""
+        last = self._last
+        sensor_s = float(getattr(self.source, "min_interval_s", 0.0) or 0.0)
+        if last is None or t - last.t >= sensor_s:
+            self.sample_once(raise_pending=False)

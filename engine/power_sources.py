@@ -1,0 +1,101 @@
+"""Where rail power comes from: the PowerSource protocol and the sources over a Device and the twin.
+
+The tegrastats source lives in `engine/device/tegrastats.py`; the jetson-stats one in
+`engine/device/jtop_backend.py`. The monitor (`engine/monitor.py`) samples any of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+from engine.device.base import Device
+from engine.provenance import Source
+
+
+@dataclass(frozen=True)
+class PowerSample:
+    """Instant power of every rail a source reports, at time `t` (seconds, in the source's timebase)."""
+
+    t: float  # monotonic seconds on a board, virtual seconds on the twin
+    rails_mw: Mapping[str, float]
+
+    @property
+    def total_mw(self) -> float:
+        return float(sum(self.rails_mw.values()))
+
+
+@runtime_checkable
+class PowerSource(Protocol):
+    """Anything the power monitor can sample.
+
+    Sources may also offer `now() -> float` (their timebase, used by the monitor as
+    its clock) and `close()`; neither is required.
+    """
+
+    source: Source  # measured on a board, twin when simulated
+    min_interval_s: float  # how often the sensor produces a new value
+
+    def read(self) -> PowerSample: ...
+
+    def energy_counter(self) -> tuple[float, dict[str, float]] | None:
+        """(time, cumulative joules per rail) where the source knows energy exactly, else None."""
+        ...
+
+
+def trapezoid_j(times_s: Sequence[float], powers_mw: Sequence[float]) -> float:
+    """Energy in joules of a power signal (mW) sampled at `times_s`, by the trapezoid rule."""
+    energy_mj = 0.0
+    for i in range(1, len(times_s)):
+        energy_mj += (powers_mw[i] + powers_mw[i - 1]) * 0.5 * (times_s[i] - times_s[i - 1])
+    return energy_mj / 1000.0
+
+
+class DeviceRailSource:
+    """Rail power from any Device (the Jetson sysfs backend, on a board or on the twin's tree)."""
+
+    def __init__(self, device: Device, clock: Callable[[], float] = time.monotonic) -> None:
+        self.device = device
+        self._clock = clock
+        # Read once: the sensor's update interval does not change while we sample.
+        self.min_interval_s = float(device.rail_update_interval_s())
+        self.source = device.identity().source
+
+    def now(self) -> float:
+        return self._clock()
+
+    def read(self) -> PowerSample:
+        readings = self.device.rails()
+        return PowerSample(self._clock(), {r.name: r.power_mw for r in readings})
+
+    def energy_counter(self) -> None:
+        return None  # the INA3221 has no energy counter: the monitor integrates
+
+
+class TwinSource:
+    """Rail power and exact energy straight from the digital twin (`VirtualOrin`).
+
+    Duck-typed on `now()`, `rail_powers_mw()` and `energy_j()` so the engine does not
+    import the twin unless one is used.
+    """
+
+    source = Source.TWIN
+
+    def __init__(self, orin: Any) -> None:
+        for name in ("now", "rail_powers_mw", "energy_j"):
+            if not callable(getattr(orin, name, None)):
+                raise TypeError(f"TwinSource needs an object with {name}(); got {type(orin).__name__}")
+        self.orin = orin
+        interval = getattr(orin, "rail_update_interval_s", None)
+        # The twin's figures are exact at any rate; honour its sensor interval if it models one.
+        self.min_interval_s = float(interval()) if callable(interval) else 0.0
+
+    def now(self) -> float:
+        return float(self.orin.now())
+
+    def read(self) -> PowerSample:
+        return PowerSample(float(self.orin.now()), dict(self.orin.rail_powers_mw()))
+
+    def energy_counter(self) -> tuple[float, dict[str, float]]:
+        return float(self.orin.now()), {k: float(v) for k, v in self.orin.energy_j().items()}
