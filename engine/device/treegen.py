@@ -1,0 +1,412 @@
+"""Render a complete fake Jetson sysfs tree under a root, strictly as the spec describes it.
+
+Used by tests and by the digital twin (which renders once, then keeps the dynamic files
+current through the returned TreeLayout). The backend reads these files exactly as it
+reads a real board's, so everything here follows L4T's names, units and links.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.device.base import PowerMode
+from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
+from engine.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+LAYOUTS = ("r36", "r35", "r32")
+
+# AGX Orin 64GB, from the spec (L4T r35.2+/r36).
+ORIN_64GB_GPU_HZ: tuple[int, ...] = (
+    306000000, 408000000, 510000000, 612000000, 714000000, 816000000,
+    918000000, 1020000000, 1122000000, 1224000000, 1300500000,
+)  # fmt: skip
+ORIN_64GB_CPU_KHZ: tuple[int, ...] = tuple(range(115200, 2188800 + 1, 76800)) + (2201600,)
+ORIN_64GB_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000)
+ORIN_64GB_MODES: tuple[PowerMode, ...] = (
+    PowerMode(0, "MAXN", online_cpus=12),
+    PowerMode(1, "MODE_15W", online_cpus=4, cpu_max_hz=1113600000, gpu_max_hz=408000000, emc_max_hz=2133000000),
+    PowerMode(2, "MODE_30W", online_cpus=8, cpu_max_hz=1728000000, gpu_max_hz=612000000),
+    PowerMode(3, "MODE_50W", online_cpus=12, cpu_max_hz=1497600000, gpu_max_hz=816000000),
+)
+ORIN_64GB_DEFAULT_MODE = 2
+# Thermal zones in the order L4T numbers them on AGX Orin; idle temperatures.
+ORIN_THERMAL_ZONES: tuple[tuple[str, float], ...] = (
+    ("cpu-thermal", 42.5), ("gpu-thermal", 41.0), ("cv0-thermal", 40.5), ("cv1-thermal", 40.5),
+    ("cv2-thermal", 40.5), ("soc0-thermal", 41.5), ("soc1-thermal", 41.0), ("soc2-thermal", 41.0),
+    ("tj-thermal", 42.5),
+)  # fmt: skip
+
+GPU_GOVERNORS = ("nvhost_podgov", "userspace", "performance", "simple_ondemand")
+CPU_GOVERNORS = ("conservative", "ondemand", "userspace", "powersave", "performance", "schedutil")
+SHUNT_MOHM = 2  # 2 mOhm shunts: currents are multiples of 20 mA
+_I2C_BUS = {"r36": "sys/devices/platform/bus@0/c240000.i2c/i2c-1", "r35": "sys/devices/platform/c240000.i2c/i2c-1"}
+_I2C_BUS["r32"] = _I2C_BUS["r35"]
+
+
+@dataclass(frozen=True)
+class RailSpec:
+    label: str  # "VDD_GPU_SOC"
+    chip: str  # "1-0040" or "1-0041"
+    channel: int  # 1..3
+    voltage_mv: int  # initial inK_input
+    current_ma: int  # initial currK_input
+
+
+@dataclass(frozen=True)
+class TreeSpec:
+    layout: str  # "r36" | "r35" | "r32" (r32 = old ina3221x iio rails)
+    gpu_freqs_hz: tuple[int, ...]
+    cpu_freqs_khz: tuple[int, ...]
+    emc_rates_hz: tuple[int, ...]
+    rails: tuple[RailSpec, ...]
+    thermal_zones: tuple[tuple[str, float], ...]  # (type, celsius)
+    nvpmodel_conf: str  # full text of the conf file
+    nvpmodel_conf_name: str = "nvpmodel_p3701_0000.conf"
+    cpu_count: int = 12
+    cpu_policies: tuple[int, ...] = (0, 4, 8)
+    board_model: str = "NVIDIA Jetson AGX Orin Developer Kit"
+    compatible: str = "nvidia,p3737-0000+p3701-0000\0nvidia,p3701-0000\0nvidia,tegra234\0"
+    l4t_release: str = "36.3.0"
+    hwmon_index: int = 3  # differs per board: discovery must glob it (0x41 gets the next one)
+    update_interval_ms: int = 140  # the INA3221's update_interval file (value is estimate-ok)
+    # Optional additions:
+    nvpmodel_id: int = 0  # the active mode; its caps (online CPUs, max clocks) are applied
+    gpu_governors: tuple[str, ...] = GPU_GOVERNORS
+    cpu_governors: tuple[str, ...] = CPU_GOVERNORS
+    gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
+
+
+@dataclass(frozen=True)
+class TreeLayout:  # where treegen put things (root-relative strings), for the twin to update
+    gpu_devfreq: str  # folder with min_freq/max_freq/cur_freq/governor/...
+    gpu_device: str  # folder with load, railgate_enable, tpc_pg_mask
+    cpu_policy_dirs: tuple[str, ...]  # cpuN/cpufreq folders of the policy CPUs
+    cpu_dirs: tuple[str, ...]  # every cpuN folder (with `online`)
+    emc: str  # the debugfs emc folder
+    rails: dict[str, tuple[str, str]]  # label -> (voltage file, current file)
+    thermal_zones: dict[str, str]  # type -> thermal_zoneN folder
+    nvpmodel_conf: str
+    nvpmodel_status: str  # var/lib/nvpmodel/status: "pmode:0000 fmode:quiet" as on L4T
+    # Optional additions:
+    rail_power: dict[str, str] = field(default_factory=dict)  # r32 only: label -> in_powerK_input
+    hwmon_dirs: tuple[str, ...] = ()  # INA3221 hwmon (or r32 iio) folders, 0x40 first
+    emc_possible_rates: str = "sys/kernel/debug/bpmp/debug/emc/possible_rates"  # kHz
+    emc_cap: str = EMC_CAP_FILE.lstrip("/")
+    actmon_mc_all: str = "sys/kernel/actmon_avg_activity/mc_all"
+    online: str = "sys/devices/system/cpu/online"  # "0-11" style summary
+
+
+def default_rails() -> tuple[RailSpec, ...]:
+    """AGX Orin 64GB rails at MAXN idle (spec: 2399 / 400 / 4032 / 301 mW)."""
+    return (
+        RailSpec("VDD_GPU_SOC", "1-0040", 1, 4984, 480),
+        RailSpec("VDD_CPU_CV", "1-0040", 2, 4984, 80),
+        RailSpec("VIN_SYS_5V0", "1-0040", 3, 5040, 800),
+        RailSpec("VDDQ_VDD2_1V8AO", "1-0041", 2, 4984, 60),
+    )
+
+
+def gpu_devfreq_path(layout: str, node: str = "") -> str:
+    """Where L4T puts the GPU's devfreq folder for a layout (root-relative)."""
+    _check_layout(layout)
+    if layout == "r36":
+        node = node or "17000000.gpu"
+        return f"sys/devices/platform/bus@0/{node}/devfreq/{node}"
+    node = node or "17000000.ga10b"
+    return f"sys/devices/{node}/devfreq/{node}"
+
+
+def default_orin_spec(layout: str = "r36") -> TreeSpec:
+    """AGX Orin 64GB developer kit as the spec describes it, for a given L4T layout."""
+    _check_layout(layout)
+    release = {"r36": "36.3.0", "r35": "35.4.1", "r32": "32.7.4"}[layout]
+    return TreeSpec(
+        layout=layout,
+        gpu_freqs_hz=ORIN_64GB_GPU_HZ,
+        cpu_freqs_khz=ORIN_64GB_CPU_KHZ,
+        emc_rates_hz=ORIN_64GB_EMC_HZ,
+        rails=default_rails(),
+        thermal_zones=ORIN_THERMAL_ZONES,
+        nvpmodel_conf=format_conf(ORIN_64GB_MODES, ORIN_64GB_DEFAULT_MODE, gpu_devfreq=gpu_devfreq_path(layout)),
+        l4t_release=release,
+    )
+
+
+def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
+    """Write every file of `spec` under `root` (created if needed; re-rendering overwrites)."""
+    _check_layout(spec.layout)
+    if not (spec.gpu_freqs_hz and spec.cpu_freqs_khz and spec.emc_rates_hz):
+        raise ConfigError(
+            "a tree needs GPU, CPU and EMC clock tables", "fill gpu_freqs_hz, cpu_freqs_khz and emc_rates_hz"
+        )
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    modes, _default = parse_conf(spec.nvpmodel_conf)
+    mode = next((m for m in modes if m.id == spec.nvpmodel_id), None)
+    if mode is None:
+        raise ConfigError(
+            f"nvpmodel_id {spec.nvpmodel_id} is not a mode of the conf",
+            f"use one of {[m.id for m in modes]}",
+        )
+    w = _Writer(root)
+    _identity(w, spec)
+    gpu_devfreq, gpu_device = _gpu(w, spec, mode)
+    policy_dirs, cpu_dirs = _cpu(w, spec, mode)
+    emc = _emc(w, spec, mode)
+    rails, rail_power, hwmon_dirs = _rails(w, spec)
+    zones = _thermal(w, spec)
+    w.file("sys/kernel/actmon_avg_activity/mc_all", 0)
+    conf_rel = f"etc/nvpmodel/{spec.nvpmodel_conf_name}"
+    w.file(conf_rel, spec.nvpmodel_conf.rstrip("\n"))
+    w.link("etc/nvpmodel.conf", conf_rel)
+    status = "var/lib/nvpmodel/status"
+    w.file(status, f"pmode:{mode.id:04d} fmode:quiet")
+    log.debug("rendered a %s Jetson tree under %s", spec.layout, root)
+    return TreeLayout(
+        gpu_devfreq=gpu_devfreq,
+        gpu_device=gpu_device,
+        cpu_policy_dirs=policy_dirs,
+        cpu_dirs=cpu_dirs,
+        emc=emc,
+        rails=rails,
+        thermal_zones=zones,
+        nvpmodel_conf=conf_rel,
+        nvpmodel_status=status,
+        rail_power=rail_power,
+        hwmon_dirs=hwmon_dirs,
+    )
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+class _Writer:
+    """Root-relative file and relative-symlink creation (so a tree can be moved)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def file(self, rel: str, value: object, *, newline: bool = True) -> None:
+        p = self.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_symlink():
+            p.unlink()
+        p.write_text(f"{value}\n" if newline else str(value))
+
+    def link(self, rel: str, target_rel: str) -> None:
+        p = self.root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.is_dir():
+            raise ConfigError(f"{p} is a folder where a link belongs", "render into an empty folder")
+        p.symlink_to(os.path.relpath(self.root / target_rel, p.parent))
+
+    def mkdir(self, rel: str) -> None:
+        (self.root / rel).mkdir(parents=True, exist_ok=True)
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ConfigError(f"unknown tree layout {layout!r}", f"use one of {', '.join(LAYOUTS)}")
+
+
+def _capped(table: tuple[int, ...], cap: int | None) -> int:
+    """The highest table entry at or below `cap` (the lowest entry if none is)."""
+    ordered = sorted(table)
+    if cap is None:
+        return ordered[-1]
+    below = [f for f in ordered if f <= cap]
+    return below[-1] if below else ordered[0]
+
+
+def _identity(w: _Writer, spec: TreeSpec) -> None:
+    dt = "sys/firmware/devicetree/base"
+    # Device-tree strings end in NUL, as on a board; readers must strip it.
+    w.file(f"{dt}/model", spec.board_model + "\0", newline=False)
+    w.file(f"{dt}/compatible", spec.compatible, newline=False)
+    w.link("proc/device-tree", dt)
+    parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
+    board = "generic" if spec.layout == "r36" else "t186ref"
+    w.file(
+        "etc/nv_tegra_release",
+        f"# R{parts[0]} (release), REVISION: {parts[1]}.{parts[2]}, GCID: 00000000, BOARD: {board}, "
+        f"EABI: aarch64, DATE: Mon Jan  1 00:00:00 UTC 2024",
+    )
+
+
+def _devfreq(
+    w: _Writer, device: str, node: str, of_name: str, freqs: tuple[int, ...], max_hz: int, governors: tuple[str, ...]
+) -> str:
+    devfreq = f"{device}/devfreq/{node}"
+    table = sorted(freqs)
+    w.file(f"{devfreq}/available_frequencies", " ".join(str(f) for f in table))
+    w.file(f"{devfreq}/min_freq", table[0])
+    w.file(f"{devfreq}/max_freq", max_hz)
+    w.file(f"{devfreq}/cur_freq", table[0])
+    w.file(f"{devfreq}/target_freq", table[0])
+    w.file(f"{devfreq}/governor", governors[0])
+    w.file(f"{devfreq}/available_governors", " ".join(governors))
+    w.file(f"{devfreq}/polling_interval", 0)
+    w.link(f"{devfreq}/device", device)
+    w.link(f"sys/class/devfreq/{node}", devfreq)
+    unit = node.split(".", 1)[0]
+    fw = f"sys/firmware/devicetree/base/{'bus@0/' if '/bus@0/' in device else ''}{of_name}@{unit}"
+    w.file(f"{fw}/name", of_name + "\0", newline=False)
+    w.link(f"{device}/of_node", fw)
+    return devfreq
+
+
+def _gpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[str, str]:
+    devfreq = gpu_devfreq_path(spec.layout, spec.gpu_node)
+    device = devfreq.split("/devfreq/")[0]
+    node = devfreq.rsplit("/", 1)[1]
+    of_name = "gpu" if spec.layout == "r36" else "ga10b"
+    max_hz = _capped(spec.gpu_freqs_hz, mode.gpu_max_hz)
+    _devfreq(w, device, node, of_name, spec.gpu_freqs_hz, max_hz, spec.gpu_governors)
+    w.file(f"{device}/load", 0)
+    w.file(f"{device}/railgate_enable", 1)
+    w.file(f"{device}/tpc_pg_mask", 0)
+    # A second devfreq node, so discovery has to look at of_node names.
+    vic_dev = "sys/devices/platform/bus@0/15340000.vic" if spec.layout == "r36" else "sys/devices/15340000.vic"
+    vic = (115200000, 345600000, 601600000, 729600000)
+    _devfreq(w, vic_dev, "15340000.vic", "vic", vic, vic[-1], ("nvhost_podgov", "performance"))
+    return devfreq, device
+
+
+def _clusters(spec: TreeSpec) -> list[tuple[int, list[int]]]:
+    starts = sorted(spec.cpu_policies)
+    bounds = starts[1:] + [spec.cpu_count]
+    return [(p, list(range(p, end))) for p, end in zip(starts, bounds)]
+
+
+def _cpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    base = "sys/devices/system/cpu"
+    online_n = spec.cpu_count if mode.online_cpus is None else mode.online_cpus
+    table = sorted(spec.cpu_freqs_khz)
+    cap_khz = None if mode.cpu_max_hz is None else mode.cpu_max_hz // 1000
+    max_khz = _capped(tuple(table), cap_khz)
+    policy_dirs = []
+    for policy, cpus in _clusters(spec):
+        pol = f"{base}/cpufreq/policy{policy}"
+        online = [c for c in cpus if c < online_n]
+        w.file(f"{pol}/related_cpus", " ".join(map(str, cpus)))
+        w.file(f"{pol}/affected_cpus", " ".join(map(str, online)))
+        w.file(f"{pol}/cpuinfo_min_freq", table[0])
+        w.file(f"{pol}/cpuinfo_max_freq", table[-1])
+        w.file(f"{pol}/cpuinfo_cur_freq", table[0])
+        # cpufreq lists frequencies with a trailing space; readers must cope.
+        w.file(f"{pol}/scaling_available_frequencies", " ".join(map(str, table)) + " ")
+        w.file(f"{pol}/scaling_available_governors", " ".join(spec.cpu_governors))
+        w.file(f"{pol}/scaling_governor", "schedutil" if "schedutil" in spec.cpu_governors else spec.cpu_governors[0])
+        w.file(f"{pol}/scaling_driver", "tegra194")
+        w.file(f"{pol}/scaling_min_freq", table[0])
+        w.file(f"{pol}/scaling_max_freq", max_khz)
+        w.file(f"{pol}/scaling_cur_freq", table[0])
+        for cpu in cpus:
+            w.link(f"{base}/cpu{cpu}/cpufreq", pol)
+        policy_dirs.append(f"{base}/cpu{policy}/cpufreq")
+    cpu_dirs = []
+    for cpu in range(spec.cpu_count):
+        w.file(f"{base}/cpu{cpu}/online", 1 if cpu < online_n else 0)
+        cpu_dirs.append(f"{base}/cpu{cpu}")
+    last = spec.cpu_count - 1
+    w.file(f"{base}/possible", f"0-{last}")
+    w.file(f"{base}/present", f"0-{last}")
+    w.file(f"{base}/online", f"0-{online_n - 1}" if online_n > 1 else "0")
+    return tuple(policy_dirs), tuple(cpu_dirs)
+
+
+def _emc(w: _Writer, spec: TreeSpec, mode: PowerMode) -> str:
+    emc = "sys/kernel/debug/bpmp/debug/clk/emc"
+    table = sorted(spec.emc_rates_hz)
+    max_hz = _capped(tuple(table), mode.emc_max_hz)
+    w.file(f"{emc}/rate", max_hz)
+    w.file(f"{emc}/min_rate", table[0])
+    w.file(f"{emc}/max_rate", max_hz)
+    w.file(f"{emc}/mrq_rate_locked", 0)
+    w.file("sys/kernel/debug/bpmp/debug/emc/possible_rates", " ".join(str(r // 1000) for r in table))
+    w.file(EMC_CAP_FILE.lstrip("/"), 0 if mode.emc_max_hz is None else mode.emc_max_hz)
+    return emc
+
+
+def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict[str, str], tuple[str, ...]]:
+    chips = sorted({r.chip for r in spec.rails})
+    rails: dict[str, tuple[str, str]] = {}
+    power: dict[str, str] = {}
+    dirs: list[str] = []
+    bus = _I2C_BUS[spec.layout]
+    for i, chip in enumerate(chips):
+        on_chip = {r.channel: r for r in spec.rails if r.chip == chip}
+        device = f"{bus}/{chip}"
+        w.link(f"sys/bus/i2c/devices/{chip}", device)
+        if spec.layout == "r32":
+            d = f"{device}/iio:device{i}"
+            w.file(f"{device}/name", "ina3221x")
+            w.link(f"sys/bus/i2c/drivers/ina3221x/{chip}", device)
+            for ch, r in sorted(on_chip.items()):
+                k = ch - 1  # the iio driver numbers channels from 0
+                w.file(f"{d}/rail_name_{k}", r.label)
+                w.file(f"{d}/in_voltage{k}_input", r.voltage_mv)
+                w.file(f"{d}/in_current{k}_input", r.current_ma)
+                w.file(f"{d}/in_power{k}_input", r.voltage_mv * r.current_ma // 1000)
+                rails[r.label] = (f"{d}/in_voltage{k}_input", f"{d}/in_current{k}_input")
+                power[r.label] = f"{d}/in_power{k}_input"
+            dirs.append(d)
+            continue
+        n = spec.hwmon_index + i
+        d = f"{device}/hwmon/hwmon{n}"
+        w.link(f"sys/bus/i2c/drivers/ina3221/{chip}", device)
+        w.link(f"sys/class/hwmon/hwmon{n}", d)
+        # Report the path through the driver folder, as the spec names it.
+        dd = f"sys/bus/i2c/drivers/ina3221/{chip}/hwmon/hwmon{n}"
+        w.file(f"{d}/name", "ina3221")
+        shunt_sum = 0
+        curr_sum = 0
+        for ch in (1, 2, 3):
+            r = on_chip.get(ch)
+            if r is None:
+                if spec.layout == "r35":  # disabled channels are labelled NC on r35
+                    w.file(f"{d}/in{ch}_label", "NC")
+                    w.file(f"{d}/in{ch}_input", 0)
+                    w.file(f"{d}/curr{ch}_input", 0)
+                    w.file(f"{d}/in{ch + 3}_input", 0)
+                # r36: no label and no input files (the kernel answers ENODATA)
+                w.file(f"{d}/in{ch}_enable", 0)
+                w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)
+                continue
+            w.file(f"{d}/in{ch}_label", r.label)
+            w.file(f"{d}/in{ch}_input", r.voltage_mv)
+            w.file(f"{d}/curr{ch}_input", r.current_ma)
+            w.file(f"{d}/in{ch}_enable", 1)
+            w.file(f"{d}/in{ch + 3}_input", r.current_ma * SHUNT_MOHM)  # shunt voltage, uV
+            w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)  # micro-ohm
+            w.file(f"{d}/curr{ch}_max_alarm", 0)
+            w.file(f"{d}/curr{ch}_crit_alarm", 0)
+            shunt_sum += r.current_ma * SHUNT_MOHM
+            curr_sum += r.current_ma
+            rails[r.label] = (f"{dd}/in{ch}_input", f"{dd}/curr{ch}_input")
+        w.file(f"{d}/in7_label", "sum of shunt voltages")
+        w.file(f"{d}/in7_input", shunt_sum)
+        w.file(f"{d}/curr4_input", curr_sum)
+        w.file(f"{d}/curr4_crit_alarm", 0)
+        w.file(f"{d}/samples", 512)
+        w.file(f"{d}/update_interval", spec.update_interval_ms)
+        dirs.append(dd)
+    return rails, power, tuple(dirs)
+
+
+def _thermal(w: _Writer, spec: TreeSpec) -> dict[str, str]:
+    zones: dict[str, str] = {}
+    for i, (kind, celsius) in enumerate(spec.thermal_zones):
+        z = f"sys/devices/virtual/thermal/thermal_zone{i}"
+        w.file(f"{z}/type", kind)
+        w.file(f"{z}/temp", int(round(celsius * 1000)))
+        w.link(f"sys/class/thermal/thermal_zone{i}", z)
+        zones[kind] = z
+    return zones
