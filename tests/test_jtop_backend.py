@@ -66,6 +66,21 @@ def test_rails_from_jtop_power() -> None:
     assert src.total_mw() == 6822.0
 
 
+def test_jtop_source_feeds_the_power_monitor() -> None:
+    from engine.monitor import PowerMonitor
+    from engine.power_sources import PowerSource
+
+    src = JtopPowerSource(FakeJtop(), interval_s=0.5)
+    assert isinstance(src, PowerSource)
+    assert src.source.value == "measured" and src.min_interval_s == 0.5
+    sample = src.read()
+    assert sample.rails_mw["VDD_GPU_SOC"] == pytest.approx(4984 * 480 / 1000)
+    mon = PowerMonitor(src, rails="gpu+cpu")
+    mon.sample_once()
+    latest = mon.latest()
+    assert latest is not None and set(latest.rails_mw) == {"VDD_GPU_SOC", "VDD_CPU_CV"}
+
+
 def test_control_through_the_service() -> None:
     fake = FakeJtop()
     ctl = JtopControl(fake)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from engine.device.base import RailReading
 from engine.errors import DeviceError
+from engine.power_sources import PowerSample
+from engine.provenance import Source
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,22 @@ def _service_remedy() -> str:
 
 
 class JtopPowerSource(_JtopSession):
-    """Rail readings from jtop's `power` dict (mV, mA, mW per rail)."""
+    """Rail readings from jtop's `power` dict (mV, mA, mW per rail); a monitor PowerSource.
+
+    jtop refreshes at its own interval, so that is the fastest useful sampling rate.
+    """
+
+    source = Source.MEASURED
+
+    @property
+    def min_interval_s(self) -> float:
+        return self._interval_s
+
+    def read(self) -> PowerSample:
+        return PowerSample(time.monotonic(), {r.name: r.power_mw for r in self.rails()})
+
+    def energy_counter(self) -> None:
+        return None  # jtop has no energy counter either: the monitor integrates
 
     def rails(self) -> tuple[RailReading, ...]:
         power = self._guard("read power", lambda j: j.power) or {}
