@@ -1,0 +1,268 @@
+"""Turn a model spec into a sequence-classification model, offline by default.
+
+A spec is a zoo name, a hub id, a local checkpoint folder, or a config.json alone.
+Weights come from the folder or the local Hugging Face cache when present; otherwise
+the model is built from its configuration with random weights and says so
+(`weights="random"`): time and energy per step stay faithful, accuracy does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping, NamedTuple
+
+import torch
+
+from engine.errors import ConfigError
+from engine.workload import zoo
+from engine.workload.glue import GlueTask, get_task
+
+log = logging.getLogger(__name__)
+
+# Pythia checkpoints have no pad token; id 1 is "<|padding|>" in the GPT-NeoX tokenizer
+# and in the tokenizers we train, and GPTNeoX classification pools the last non-pad token.
+PYTHIA_PAD_TOKEN_ID = 1
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "pytorch_model.bin.index.json")
+# Keys of a saved config.json that are bookkeeping, not architecture.
+_NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
+                     "torch_dtype", "dtype", "id2label", "label2id", "num_labels", "problem_type")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    family: str  # "bert" | "pythia"
+    params: int  # parameters of the built classification model
+    weights: str  # "pretrained" | "random"
+    origin: str  # "zoo:bert-tiny" | "hub:<id>" | "dir:/path" | "config:/path/config.json"
+    config: Mapping[str, Any]  # architecture + pad_token_id, num_labels, problem_type
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    vocab_size: int
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.config.get("max_position_embeddings", 512))
+
+
+class ResolvedModel(NamedTuple):
+    """Where a spec points, before anything is built."""
+
+    origin: str  # as ModelInfo.origin
+    config: Mapping[str, Any]  # config.json contents, including model_type
+    family: str
+    name: str  # short display name
+    weights_from: str | None  # hub id or folder to try for pretrained weights; None: none
+    entry: zoo.ZooEntry | None  # the zoo entry, when the spec is (or matches) one
+
+
+def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
+    """Find a spec's architecture without building it or touching the network
+    (unless allow_download and not HF_HUB_OFFLINE, to fetch a hub id's config.json)."""
+    spec = str(spec).strip()
+    if not spec:
+        raise ConfigError("no model given", "name a zoo model (e.g. bert-tiny), a hub id, "
+                                            "a checkpoint folder or a config.json")
+    path = Path(spec).expanduser()
+    if path.is_file():
+        config = _read_config(path)
+        name = path.stem if path.stem != "config" else (path.resolve().parent.name or "config")
+        return ResolvedModel(f"config:{path.resolve()}", config, _family(config, spec),
+                             name, None, None)
+    if path.is_dir():
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise ConfigError(
+                f"the folder {path} has no config.json",
+                "point at a checkpoint folder (config.json and weights, as save_pretrained "
+                "writes them), or at a config.json file",
+            )
+        config = _read_config(cfg_path)
+        return ResolvedModel(f"dir:{path.resolve()}", config, _family(config, spec),
+                             path.resolve().name, str(path.resolve()), None)
+    if spec.endswith(".json") or spec.startswith((".", "/", "~")):
+        raise ConfigError(f"no such file or folder: {spec}",
+                          "check the path, or give a zoo name or hub id instead")
+    try:
+        entry = zoo.get_entry(spec)
+    except ConfigError as not_in_zoo:
+        entry = zoo.find_by_hub_id(spec)
+        if entry is not None:
+            return ResolvedModel(f"hub:{spec}", entry.config, entry.family, entry.name,
+                                 spec, entry)
+        config = _hub_config(spec, allow_download)
+        if config is None:
+            if "/" not in spec:
+                raise not_in_zoo from None
+            raise ConfigError(
+                f"{spec!r} is neither in the model zoo nor in the local Hugging Face cache",
+                "download it once (`--download`, allow_download=True, network needed), copy "
+                "a checkpoint folder onto the board, or use a zoo model (`slm-dvfs models`)",
+            ) from None
+        return ResolvedModel(f"hub:{spec}", config, _family(config, spec),
+                             spec.rsplit("/", 1)[-1], spec, None)
+    return ResolvedModel(f"zoo:{entry.name}", entry.config, entry.family, entry.name,
+                         entry.hub_id, entry)
+
+
+def load_model(spec: str, task: GlueTask | str, *, allow_download: bool = False,
+               seed: int = 0) -> tuple[torch.nn.Module, ModelInfo]:
+    """A classification model for `task`, with pretrained weights where available."""
+    task = get_task(task)
+    resolved = resolve_model(spec, allow_download=allow_download)
+    model = None
+    weights = "random"
+    if resolved.weights_from is not None:
+        model = _try_pretrained(resolved, task, allow_download, seed)
+        if model is not None:
+            weights = "pretrained"
+    if model is None:
+        model = build_model(resolved.config, task, seed=seed)
+        log.info("%s: no checkpoint available, built with random weights (energy and time "
+                 "stay faithful, accuracy does not)", resolved.name)
+    return model, model_info(resolved, model, weights)
+
+
+def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 0,
+                device: str | torch.device | None = None) -> torch.nn.Module:
+    """A classification model from an architecture alone, with random weights.
+    `device="meta"` builds it without allocating memory (for counting parameters)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    task = get_task(task)
+    arch = {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
+    model_type = arch.pop("model_type")
+    arch.update(head_kwargs(config, task))
+    hf_config = AutoConfig.for_model(model_type, **arch)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if device is not None:
+            with torch.device(device):
+                return AutoModelForSequenceClassification.from_config(hf_config)
+        return AutoModelForSequenceClassification.from_config(hf_config)
+
+
+def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
+    """Config overrides that give a backbone the task's head (and Pythia a pad token)."""
+    kwargs: dict[str, Any] = {}
+    if task.is_regression:
+        kwargs["num_labels"] = 1
+        kwargs["problem_type"] = "regression"
+    else:  # id2label sets num_labels; passing both makes transformers warn of a conflict
+        kwargs["problem_type"] = "single_label_classification"
+        kwargs["id2label"] = dict(enumerate(task.label_names))
+        kwargs["label2id"] = {name: i for i, name in enumerate(task.label_names)}
+    if zoo.MODEL_TYPE_FAMILY.get(config.get("model_type")) == "pythia":
+        pad = config.get("pad_token_id")
+        kwargs["pad_token_id"] = PYTHIA_PAD_TOKEN_ID if pad is None else pad
+    return kwargs
+
+
+def model_info(resolved: ResolvedModel, model: torch.nn.Module, weights: str) -> ModelInfo:
+    cfg = model.config  # type: ignore[attr-defined]
+    config = dict(resolved.config)
+    config.update(pad_token_id=cfg.pad_token_id, num_labels=cfg.num_labels,
+                  problem_type=cfg.problem_type)
+    return ModelInfo(
+        name=resolved.name,
+        family=resolved.family,
+        params=sum(p.numel() for p in model.parameters()),
+        weights=weights,
+        origin=resolved.origin,
+        config=config,
+        num_layers=int(cfg.num_hidden_layers),
+        hidden_size=int(cfg.hidden_size),
+        num_heads=int(cfg.num_attention_heads),
+        vocab_size=int(cfg.vocab_size),
+    )
+
+
+def _try_pretrained(resolved: ResolvedModel, task: GlueTask, allow_download: bool,
+                    seed: int) -> torch.nn.Module | None:
+    from transformers import AutoModelForSequenceClassification
+
+    source = resolved.weights_from
+    assert source is not None
+    if resolved.origin.startswith("dir:") and not any(
+        (Path(source) / name).is_file() for name in WEIGHT_FILES
+    ):
+        log.info("%s has a config.json but no weights file", source)
+        return None
+    online = zoo.downloads_allowed(allow_download)
+    try:
+        with torch.random.fork_rng(devices=[]), _quiet_progress():
+            torch.manual_seed(seed)  # the new head's initial weights
+            # fp32 master weights: mixed precision is the trainer's business.
+            return AutoModelForSequenceClassification.from_pretrained(
+                source, local_files_only=not online, dtype=torch.float32,
+                ignore_mismatched_sizes=True,  # a head fine-tuned for another task
+                **head_kwargs(resolved.config, task),
+            )
+    except (OSError, ValueError) as exc:  # not cached, no network, unreadable checkpoint
+        where = "" if online or resolved.origin.startswith("dir:") else " in the local cache"
+        log.info("no pretrained weights for %s%s (%s)", source, where,
+                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return None
+
+
+@contextlib.contextmanager
+def _quiet_progress() -> Iterator[None]:
+    """No tqdm bars from transformers while loading: they would scribble over a TUI."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
+    """A hub id's config.json from the local cache (or the hub, when allowed)."""
+    try:
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    except ImportError:  # pragma: no cover - a dependency of transformers
+        return None
+    try:
+        cached = try_to_load_from_cache(hub_id, "config.json")
+    except ValueError:  # not a valid repo id
+        return None
+    if isinstance(cached, str):
+        return _read_config(Path(cached))
+    if not zoo.downloads_allowed(allow_download):
+        return None
+    try:
+        return _read_config(Path(hf_hub_download(hub_id, "config.json")))
+    except Exception as exc:  # noqa: BLE001 - any hub failure means "not available"
+        raise ConfigError(f"could not fetch the configuration of {hub_id!r}: {exc}",
+                          "check the hub id and the network, or use a zoo model") from None
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read the model configuration {path}: {exc}",
+                          "give a valid config.json (as save_pretrained writes it)") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ConfigError(f"{path} has no model_type",
+                          "give a Hugging Face config.json (it names its model_type)")
+    return config
+
+
+def _family(config: Mapping[str, Any], spec: str) -> str:
+    family = zoo.MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
+    if family is None:
+        raise ConfigError(
+            f"{spec}: model_type {config.get('model_type')!r} is not supported",
+            "use a BERT (model_type bert) or Pythia (model_type gpt_neox) model",
+        )
+    return family
