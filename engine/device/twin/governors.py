@@ -1,0 +1,215 @@
+"""What the kernel's frequency governors settle on, for a given load and control state.
+
+The twin does not simulate governor ticks: for a steady load (one training step
+repeated, or idle) it resolves each dynamic governor to its fixed point, which is
+what a board shows after the first few steps. Rules (docs/twin.md, "Governors"):
+
+- GPU `nvhost_podgov` / `simple_ondemand`: the lowest allowed clock at which the GPU
+  load stays below `podgov_target_load`; idle parks at `gpu.idle_hz`.
+- CPU `schedutil` / `ondemand`: schedutil asks for headroom x util x f, so its fixed
+  point is the lowest allowed clock with util <= 1/headroom; idle parks at `cpu.idle_hz`.
+- EMC automatic: the lowest rate that covers the traffic at `target_util`, the GPU
+  driver's request (proportional to the GPU clock while the GPU is busy) and the idle floor.
+- `performance` / `powersave` / `userspace`: top / bottom / the current clock of the range.
+Every clock is then held inside [min, min(max, mode cap, thermal cap)].
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from engine.device.base import PowerMode
+from engine.device.twin.model import Clocks, StepEstimate, estimate_step
+from engine.device.twin.profile import TwinProfile
+from engine.workload.trace import StepTrace
+
+log = logging.getLogger(__name__)
+
+_LOAD_FOLLOWING = frozenset({"nvhost_podgov", "simple_ondemand", "schedutil", "ondemand", "conservative"})
+_MAX_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class DomainControl:
+    """The control files of one clock domain, as written by the user or nvpmodel."""
+
+    min_hz: int
+    max_hz: int
+    governor: str | None  # None for EMC
+    cur_hz: int  # for `userspace` (keeps the clock) and the EMC locked rate
+    locked: bool = False  # EMC: mrq_rate_locked
+
+
+@dataclass(frozen=True)
+class ControlState:
+    gpu: DomainControl
+    cpu: DomainControl
+    emc: DomainControl
+    online_cpus: int
+    mode_id: int
+
+
+def default_control(profile: TwinProfile, mode_id: int | None = None) -> ControlState:
+    """The control state after `nvpmodel -m mode_id` on a fresh boot: default governors,
+    full ranges up to the mode's caps. Mode 0 gives the "MAXN Mode 0" baseline."""
+    mode = profile.mode(profile.initial_mode if mode_id is None else mode_id)
+    g, c, e = profile.gpu, profile.cpu, profile.emc
+    gmax = _cap(g.table_hz[-1], mode.gpu_max_hz)
+    cmax = _cap(c.table_hz[-1], mode.cpu_max_hz)
+    emax = _cap(e.table_hz[-1], mode.emc_max_hz)
+    return ControlState(
+        gpu=DomainControl(g.table_hz[0], gmax, g.governor, g.idle_hz),
+        cpu=DomainControl(c.table_hz[0], cmax, c.governor, min(c.idle_hz, cmax)),
+        emc=DomainControl(e.table_hz[0], emax, None, min(e.idle_hz, emax)),
+        online_cpus=mode.online_cpus or c.cores,
+        mode_id=mode.id,
+    )
+
+
+def pin_gpu(control: ControlState, hz: int) -> ControlState:
+    """The control state with the GPU pinned (min = max = hz), the rest unchanged."""
+    return replace(control, gpu=replace(control.gpu, min_hz=hz, max_hz=hz, cur_hz=hz))
+
+
+def resolve(
+    trace: StepTrace | None,
+    control: ControlState,
+    profile: TwinProfile,
+    *,
+    gpu_cap_hz: int | None = None,
+) -> tuple[Clocks, StepEstimate | None]:
+    """The clocks the governors settle on for this load (None = idle), and the step
+    estimate at those clocks. Applies the mode's caps, `gpu_cap_hz` (thermal throttling)
+    and the module power limit (the GPU steps down while the total exceeds it)."""
+    mode = next((m for m in profile.modes if m.id == control.mode_id), None)
+    if mode is None:
+        log.warning("twin: nvpmodel mode %d is not in profile %s; no mode caps applied", control.mode_id, profile.name)
+        mode = PowerMode(control.mode_id, "unknown")
+    cap = gpu_cap_hz
+    while True:
+        clocks, est = _resolve_once(trace, control, profile, mode, cap)
+        if est is None or est.total_power_mw <= profile.module_power_limit_mw:
+            return clocks, est
+        lower = [f for f in profile.gpu.table_hz if f < clocks.gpu_hz]
+        if not lower:
+            return clocks, est
+        log.debug("twin: %.0f mW over the module limit, GPU capped to %d Hz", est.total_power_mw, lower[-1])
+        cap = lower[-1]
+
+
+def _resolve_once(
+    trace: StepTrace | None, control: ControlState, profile: TwinProfile, mode: PowerMode, gpu_cap: int | None
+) -> tuple[Clocks, StepEstimate | None]:
+    g, c, e = profile.gpu, profile.cpu, profile.emc
+    gpu_allowed = _allowed(g.table_hz, control.gpu, _min_cap(mode.gpu_max_hz, gpu_cap))
+    cpu_allowed = _allowed(c.table_hz, control.cpu, mode.cpu_max_hz)
+    emc_allowed = _allowed(e.table_hz, control.emc, mode.emc_max_hz)
+    online = control.online_cpus
+
+    gpu_fixed = _fixed_choice(control.gpu, gpu_allowed)
+    cpu_fixed = _fixed_choice(control.cpu, cpu_allowed)
+    emc_fixed = _pick_at_least(emc_allowed, control.emc.cur_hz) if control.emc.locked else None
+
+    if trace is None:
+        clocks = Clocks(
+            gpu_fixed or _pick_at_least(gpu_allowed, g.idle_hz),
+            cpu_fixed or _pick_at_least(cpu_allowed, c.idle_hz),
+            emc_fixed or _pick_at_least(emc_allowed, e.idle_hz),
+        )
+        return clocks, None
+
+    def est_at(clk: Clocks) -> StepEstimate:
+        return estimate_step(trace, clk, profile, online_cpus=online)
+
+    # Dynamic domains start from the top (a loaded board ramps up first) and settle.
+    clocks = Clocks(gpu_fixed or gpu_allowed[-1], cpu_fixed or cpu_allowed[-1], emc_fixed or emc_allowed[-1])
+    seen: list[Clocks] = [clocks]
+    for _ in range(_MAX_ROUNDS):
+        if gpu_fixed is None:
+            f = _lowest_below(gpu_allowed, g.podgov_target_load, lambda hz: est_at(replace(clocks, gpu_hz=hz)).gpu_util)
+            clocks = replace(clocks, gpu_hz=f)
+        if cpu_fixed is None:
+            target = 1.0 / c.schedutil_headroom
+            floor = [f for f in cpu_allowed if f >= c.idle_hz] or cpu_allowed[-1:]
+            f = _lowest_below(floor, target, lambda hz: est_at(replace(clocks, cpu_hz=hz)).cpu_util)
+            clocks = replace(clocks, cpu_hz=f)
+        if emc_fixed is None:
+            clocks = replace(clocks, emc_hz=_emc_auto(est_at(clocks), clocks, emc_allowed, profile))
+        if clocks == seen[-1]:
+            break
+        if clocks in seen:  # a cycle: settle on the highest clocks it visits
+            loop = seen[seen.index(clocks):]
+            clocks = Clocks(max(k.gpu_hz for k in loop), max(k.cpu_hz for k in loop), max(k.emc_hz for k in loop))
+            break
+        seen.append(clocks)
+    return clocks, est_at(clocks)
+
+
+def _emc_auto(est: StepEstimate, clocks: Clocks, allowed: list[int], profile: TwinProfile) -> int:
+    e, g = profile.emc, profile.gpu
+    need = est.traffic_bps / (e.target_util * e.bytes_per_cycle)
+    if est.gpu_util > e.gpu_busy_threshold:
+        need = max(need, e.gpu_ratio * clocks.gpu_hz / g.table_hz[-1] * e.table_hz[-1])
+    return _pick_at_least(allowed, max(need, e.idle_hz))
+
+
+def _lowest_below(allowed: list[int], target: float, util_at: Callable[[int], float]) -> int:
+    """The lowest clock whose utilisation is at or below target (the governor would not
+    raise it further); the top of the range if none is. Utilisation falls with clock,
+    so a bisection finds it."""
+    lo, hi = 0, len(allowed) - 1
+    if util_at(allowed[hi]) > target:
+        return allowed[hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if util_at(allowed[mid]) <= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return allowed[lo]
+
+
+def _fixed_choice(ctl: DomainControl, allowed: list[int]) -> int | None:
+    """The clock of a domain that no load changes, or None for a load-following governor."""
+    if len(allowed) == 1:
+        return allowed[0]
+    gov = ctl.governor
+    if gov is None or gov in _LOAD_FOLLOWING:
+        return None
+    if gov == "performance":
+        return allowed[-1]
+    if gov == "powersave":
+        return allowed[0]
+    return _pick_at_least(allowed, ctl.cur_hz)  # userspace and unknown ones keep the clock
+
+
+def _allowed(table: tuple[int, ...], ctl: DomainControl, mode_cap: int | None) -> list[int]:
+    """Table entries inside [min, min(max, cap)]. If min exceeds the effective max
+    the max wins, as devfreq and cpufreq resolve it."""
+    hi = _cap(ctl.max_hz, mode_cap)
+    inside = [f for f in table if ctl.min_hz <= f <= hi]
+    if inside:
+        return inside
+    below = [f for f in table if f <= hi]
+    return [below[-1] if below else table[0]]
+
+
+def _pick_at_least(allowed: list[int], hz: float) -> int:
+    for f in allowed:
+        if f >= hz:
+            return f
+    return allowed[-1]
+
+
+def _cap(hz: int, cap: int | None) -> int:
+    return hz if cap is None else min(hz, cap)
+
+
+def _min_cap(a: int | None, b: int | None) -> int | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

@@ -1,0 +1,167 @@
+"""The twin's performance and power model: pure functions of (trace, clocks, profile).
+
+Equations are written out in docs/twin.md; the names here follow that page.
+Kept free of I/O and state so a sweep can call `estimate_step` thousands of times
+and a calibration can fit the profile's parameters against measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from engine.device.twin.profile import TwinProfile
+from engine.provenance import Source
+from engine.workload.trace import StepTrace
+
+# Kinds that may run on tensor cores (fp16/bf16); everything else uses the FP32 CUDA cores.
+MATRIX_KINDS = frozenset({"matmul", "attention"})
+TENSOR_PRECISIONS = frozenset({"fp16", "bf16"})
+
+
+@dataclass(frozen=True)
+class Clocks:
+    gpu_hz: int
+    cpu_hz: int
+    emc_hz: int
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the hardware does, averaged over an interval: the power model's input."""
+
+    gpu_activity: float = 0.0  # time-averaged switching activity above the idle floor, 0..1
+    cpu_busy_cores: float = 0.0  # busy core-equivalents
+    traffic_bps: float = 0.0  # DRAM bytes per second
+    online_cpus: int | None = None  # None: every core of the profile
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    time_s: float
+    gpu_busy_s: float  # GPU executing kernels (including per-kernel overhead)
+    host_s: float  # CPU busy issuing kernels and doing host work
+    power_mw: Mapping[str, float]  # per rail, average over the step
+    energy_j: Mapping[str, float]  # per rail
+    gpu_util: float
+    emc_util: float  # DRAM traffic / peak bandwidth at this EMC clock
+    cpu_util: float  # busy fraction of the core running the training loop
+    traffic_bps: float = 0.0
+    gpu_activity: float = 0.0
+
+    @property
+    def total_energy_j(self) -> float:
+        return sum(self.energy_j.values())
+
+    @property
+    def total_power_mw(self) -> float:
+        return sum(self.power_mw.values())
+
+    @property
+    def source(self) -> Source:
+        return Source.TWIN
+
+    cpu_busy_cores: float = 0.0  # busy core-equivalents for the power model
+
+    def load(self, online_cpus: int | None = None) -> Load:
+        return Load(self.gpu_activity, self.cpu_busy_cores, self.traffic_bps, online_cpus)
+
+
+def estimate_step(
+    trace: StepTrace, clocks: Clocks, profile: TwinProfile, *, online_cpus: int | None = None
+) -> StepEstimate:
+    """Time, utilisations and per-rail power/energy of one training step at fixed clocks."""
+    g, c, e = profile.gpu, profile.cpu, profile.emc
+    fg, fc, fe = float(clocks.gpu_hz), float(clocks.cpu_hz), float(clocks.emc_hz)
+    tensor = trace.precision in TENSOR_PRECISIONS
+    fp32_peak = g.fp32_flops_per_cycle * fg
+    matrix_peak = (g.tensor_flops_per_cycle * fg if tensor else fp32_peak) * g.matmul_efficiency
+    vector_peak = fp32_peak * g.vector_efficiency
+    # Bandwidth: the DRAM's achievable rate, unless the SMs at this clock cannot issue that much.
+    bandwidth = min(e.bytes_per_cycle * fe * e.achievable, g.bytes_per_cycle * fg)
+    k_gpu = g.kernel_cycles / fg + g.kernel_fixed_s
+    k_cpu = c.launch_cycles / fc
+
+    gpu_sum = launch_sum = slower_sum = activity_s = 0.0
+    for op in trace.ops:
+        t_compute = op.flops / (matrix_peak if op.kind in MATRIX_KINDS else vector_peak)
+        t_memory = op.bytes / bandwidth
+        body = max(t_compute, t_memory)
+        overhead = op.kernels * k_gpu
+        g_i = body + overhead
+        l_i = op.kernels * k_cpu
+        gpu_sum += g_i
+        launch_sum += l_i
+        slower_sum += max(g_i, l_i)
+        if body > 0.0:
+            # SMs switch more while compute-bound than while stalled on memory.
+            a_body = g.activity_memory + (g.activity_compute - g.activity_memory) * (t_compute / body)
+            activity_s += body * a_body
+        activity_s += overhead * g.activity_overhead
+
+    # Asynchronous stream: perfect queueing hides the faster side (max of sums); the
+    # per-group slower side (sum of max) is the no-overlap bound; overlap_loss blends them.
+    ideal = max(gpu_sum, launch_sum)
+    stream = ideal + g.overlap_loss * (slower_sum - ideal)
+    host_work = trace.host_cycles / fc
+    time_s = max(stream + (1.0 - c.host_overlap) * host_work, launch_sum + host_work)
+    if time_s <= 0.0:
+        time_s = 1e-9  # an empty trace: avoid dividing by zero, report idle power
+
+    host_s = launch_sum + host_work
+    wait_s = max(time_s - host_s, 0.0)
+    traffic = trace.bytes / time_s
+    gpu_activity = min(activity_s / time_s, 1.0)
+    # CUDA's default scheduling spins while waiting for the GPU when the process has
+    # fewer contexts than cores, so the OS (and schedutil) sees the thread busy.
+    spins = c.wait_spin_activity > 0.0
+    cpu_util = min((host_s + (wait_s if spins else 0.0)) / time_s, 1.0)
+    busy_cores = (host_s + wait_s * c.wait_spin_activity / c.activity_busy) / time_s
+    load = Load(gpu_activity, min(busy_cores, 1.0), traffic, online_cpus)
+    power = rail_powers_mw(clocks, load, profile)
+    energy = {name: mw * time_s / 1000.0 for name, mw in power.items()}
+    return StepEstimate(
+        time_s=time_s,
+        gpu_busy_s=gpu_sum,
+        host_s=host_s,
+        power_mw=power,
+        energy_j=energy,
+        gpu_util=min(gpu_sum / time_s, 1.0),
+        emc_util=min(traffic / (e.bytes_per_cycle * fe), 1.0),
+        cpu_util=cpu_util,
+        traffic_bps=traffic,
+        gpu_activity=gpu_activity,
+        cpu_busy_cores=load.cpu_busy_cores,
+    )
+
+
+def rail_powers_mw(clocks: Clocks, load: Load, profile: TwinProfile) -> dict[str, float]:
+    """Power per rail (mW) at these clocks under this load."""
+    g, c = profile.gpu, profile.cpu
+    fg, fc = float(clocks.gpu_hz), float(clocks.cpu_hz)
+    vg, vc = g.vf.volts(fg), c.vf.volts(fc)
+    online = c.cores if load.online_cpus is None else max(0, min(load.online_cpus, c.cores))
+    busy = max(0.0, min(load.cpu_busy_cores, float(online)))
+
+    # Dynamic power C * V^2 * f * activity (W -> mW); leakage grows with V^2.
+    gpu_dyn = 1000.0 * g.capacitance_f * vg * vg * fg * (g.activity_idle + load.gpu_activity)
+    gpu_leak = g.leak_mw * (vg / g.vf.floor_v) ** 2
+    cpu_act = busy * c.activity_busy + (online - busy) * c.activity_idle
+    cpu_dyn = 1000.0 * c.capacitance_f * vc * vc * fc * cpu_act
+    cpu_leak = c.leak_mw_per_core * online * (vc / c.vf.floor_v) ** 2
+    domain = {"gpu": gpu_dyn + gpu_leak, "cpu": cpu_dyn + cpu_leak}
+
+    emc_ghz = clocks.emc_hz / 1e9
+    gbps = load.traffic_bps / 1e9
+    out: dict[str, float] = {}
+    for r in profile.rails:
+        p = r.static_mw + r.emc_mw_per_ghz * emc_ghz + r.traffic_mw_per_gbps * gbps
+        p += sum(domain[d] for d in r.domains)
+        p += r.conversion_share * (gpu_dyn + cpu_dyn)
+        out[r.name] = p
+    return out
+
+
+def idle_power_mw(clocks: Clocks, profile: TwinProfile, *, online_cpus: int | None = None) -> dict[str, float]:
+    """Power per rail of an idle board at these clocks."""
+    return rail_powers_mw(clocks, Load(online_cpus=online_cpus), profile)

@@ -1,0 +1,293 @@
+"""Device profiles of the digital twin: every parameter of the model, loaded from TOML.
+
+A profile lives in `profiles/devices/<name>.toml`; each value there carries a comment
+saying where it comes from (the spec, a datasheet fact, or an estimate/calibration).
+All parameters sit in one frozen `TwinProfile` so the model stays a pure function of
+(trace, clocks, profile) and a later calibration can fit them with `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from engine.device.base import PowerMode
+from engine.errors import ProfileError
+from engine.paths import profiles_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class VfCurve:
+    """Voltage against frequency: flat at `floor_v` up to `knee_hz`, then rising
+    to `max_v` at `max_hz` as ((f - knee) / (max - knee)) ** exponent."""
+
+    floor_v: float
+    knee_hz: float
+    max_v: float
+    max_hz: float
+    exponent: float = 1.0
+
+    def volts(self, hz: float) -> float:
+        if hz <= self.knee_hz:
+            return self.floor_v
+        x = (hz - self.knee_hz) / (self.max_hz - self.knee_hz)
+        return self.floor_v + (self.max_v - self.floor_v) * x**self.exponent
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    table_hz: tuple[int, ...]
+    sms: int
+    fp32_flops_per_cycle: float  # CUDA cores x 2 (one FMA = 2 FLOPs)
+    tensor_flops_per_cycle: float  # dense FP16/BF16 on tensor cores
+    matmul_efficiency: float  # achieved fraction of peak on matmul/attention
+    vector_efficiency: float  # achieved fraction of the FP32 peak on other kinds
+    bytes_per_cycle: float  # what the SMs can move per GPU cycle (caps bandwidth at low clocks)
+    kernel_cycles: float  # GPU cycles of per-kernel overhead (ramp-up, tail)
+    kernel_fixed_s: float  # clock-independent per-kernel gap on the GPU
+    overlap_loss: float  # 0: queueing hides all issue/execute mismatch; 1: none of it
+    capacitance_f: float  # effective switched capacitance at activity 1, farad
+    activity_compute: float  # switching activity while compute-bound
+    activity_memory: float  # while bandwidth-bound (SMs mostly stalled)
+    activity_overhead: float  # during per-kernel overhead
+    activity_idle: float  # clock tree of an idle, un-gated GPU
+    leak_mw: float  # leakage at the floor voltage
+    vf: VfCurve
+    governor: str  # default devfreq governor
+    available_governors: tuple[str, ...]
+    podgov_target_load: float  # nvhost_podgov settles at the lowest clock whose load is below this
+    idle_hz: int  # where the governor parks an idle GPU
+
+
+@dataclass(frozen=True)
+class CpuParams:
+    table_hz: tuple[int, ...]
+    cores: int
+    cluster_size: int  # cores per cpufreq policy
+    launch_cycles: float  # host CPU cycles to launch one kernel from eager PyTorch
+    host_overlap: float  # fraction of non-launch host work hidden behind the GPU
+    wait_spin_activity: float  # activity of the host thread spinning on the GPU (0: it sleeps)
+    capacitance_f: float  # per core, at activity 1
+    activity_busy: float
+    activity_idle: float  # a core in WFI
+    leak_mw_per_core: float  # at the floor voltage
+    vf: VfCurve
+    governor: str
+    available_governors: tuple[str, ...]
+    schedutil_headroom: float  # schedutil asks for headroom x utilisation x current clock
+    idle_hz: int  # where the governor parks an idle CPU (observed in tegrastats)
+
+
+@dataclass(frozen=True)
+class EmcParams:
+    table_hz: tuple[int, ...]
+    bytes_per_cycle: float  # DRAM bus bytes per EMC clock
+    achievable: float  # achievable fraction of the peak bandwidth
+    target_util: float  # the automatic governor keeps utilisation below this
+    idle_hz: int  # the automatic governor's floor
+    gpu_ratio: float  # EMC floor = ratio x (GPU clock / GPU max) x EMC max while the GPU is busy
+    gpu_busy_threshold: float  # GPU load above which the GPU's EMC request applies
+
+
+@dataclass(frozen=True)
+class RailParams:
+    """One INA3221 rail: a static part, parts following EMC clock and DRAM traffic,
+    the dynamic power of the domains it feeds, and a share of the others' (conversion)."""
+
+    name: str
+    chip: str  # I2C address, "0x40" / "0x41"
+    channel: int
+    bus_mv: float  # bus voltage the sensor reports at no load
+    droop_mv_per_a: float  # how the bus voltage sags with current
+    static_mw: float
+    emc_mw_per_ghz: float
+    traffic_mw_per_gbps: float
+    domains: tuple[str, ...] = ()  # "gpu" and/or "cpu"
+    conversion_share: float = 0.0  # fraction of the GPU+CPU dynamic power also seen here
+
+
+@dataclass(frozen=True)
+class ThermalZoneParams:
+    type: str  # thermal_zoneN/type
+    offset_c: float  # above the modelled junction temperature
+    hotspot_c_per_w: float = 0.0  # extra degrees per W of the zone's own rail (hot spot)
+    rail: str = ""
+
+
+@dataclass(frozen=True)
+class ThermalParams:
+    ambient_c: float
+    r_c_per_w: float  # junction-to-ambient thermal resistance
+    tau_s: float  # time constant (R x C)
+    idle_c: float  # temperature reported when the thermal model is off
+    throttle_c: float  # software throttling starts
+    shutdown_c: float  # the board shuts down
+    throttle_gpu_hz: int  # GPU cap while throttling
+    zones: tuple[ThermalZoneParams, ...]
+
+
+@dataclass(frozen=True)
+class IdentityParams:
+    board: str
+    module: str
+    dt_model: str  # /proc/device-tree/model
+    l4t: str
+    jetpack: str
+    nvpmodel_conf: str  # file name under etc/nvpmodel/
+
+
+@dataclass(frozen=True)
+class TwinProfile:
+    name: str
+    description: str
+    identity: IdentityParams
+    module_power_limit_mw: float
+    gpu: GpuParams
+    cpu: CpuParams
+    emc: EmcParams
+    rails: tuple[RailParams, ...]
+    thermal: ThermalParams
+    modes: tuple[PowerMode, ...]
+    default_mode: int  # PM_CONFIG DEFAULT of the conf file
+    initial_mode: int  # the mode a fresh twin starts in
+    source_path: str = field(default="", compare=False)
+
+    def mode(self, mode_id: int) -> PowerMode:
+        for m in self.modes:
+            if m.id == mode_id:
+                return m
+        raise ProfileError(
+            f"profile {self.name} has no nvpmodel mode {mode_id}",
+            f"use one of {', '.join(str(m.id) for m in self.modes)}",
+        )
+
+    def rail(self, name: str) -> RailParams:
+        for r in self.rails:
+            if r.name == name:
+                return r
+        raise ProfileError(f"profile {self.name} has no rail {name}", "check the rail names in the profile")
+
+    @property
+    def rail_names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.rails)
+
+
+def devices_dir() -> Path:
+    return profiles_dir() / "devices"
+
+
+def available_profiles() -> tuple[str, ...]:
+    """Names of the shipped device profiles."""
+    return tuple(sorted(p.stem for p in devices_dir().glob("*.toml")))
+
+
+def load_profile(name_or_path: str | Path) -> TwinProfile:
+    """Load a profile by shipped name ("agx-orin-64gb") or by path to a TOML file."""
+    text_name = str(name_or_path)
+    path = Path(text_name)
+    if not (path.suffix == ".toml" or path.is_file()):
+        path = devices_dir() / f"{text_name}.toml"
+    if not path.is_file():
+        names = ", ".join(available_profiles()) or "(none found)"
+        raise ProfileError(
+            f"no device profile {text_name!r} (looked for {path})",
+            f"use one of: {names}; or pass the path of a profile TOML file",
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(
+            f"device profile {path} is not valid TOML: {exc}",
+            "fix the syntax there, or restore the shipped file",
+        ) from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read device profile {path}: {exc.strerror}", "check the file's permissions") from None
+    profile = _build(TwinProfile, data, "", path)
+    profile = dataclasses.replace(profile, source_path=str(path))
+    _check(profile, path)
+    return profile
+
+
+# --- generic TOML -> frozen dataclass mapping, with errors naming file and key ---------
+
+
+def _build(cls: type, table: Any, where: str, path: Path) -> Any:
+    if not isinstance(table, Mapping):
+        raise _bad(path, where, f"should be a table, found {type(table).__name__}")
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name == "source_path":
+            continue
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name not in table:
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                continue
+            raise ProfileError(
+                f"device profile {path} lacks key '{key}'",
+                f"add '{f.name}' to the [{where or 'top level'}] table (see profiles/devices/agx-orin-64gb.toml)",
+            )
+        kwargs[f.name] = _convert(hints[f.name], table[f.name], key, path)
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, key: str, path: Path) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(inner[0], value, key, path)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, key, path)
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _bad(path, key, f"should be a list, found {value!r}")
+        return tuple(_convert(args[0], v, f"{key}[{i}]", path) for i, v in enumerate(value))
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _bad(path, key, f"should be true or false, found {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(path, key, f"should be an integer, found {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(path, key, f"should be a number, found {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _bad(path, key, f"should be a string, found {value!r}")
+        return value
+    return value
+
+
+def _bad(path: Path, key: str, why: str) -> ProfileError:
+    return ProfileError(f"device profile {path}: key '{key}' {why}", "correct that value (the shipped profile shows the expected form)")
+
+
+def _check(p: TwinProfile, path: Path) -> None:
+    """Consistency the model relies on."""
+    for key, table in (("gpu.table_hz", p.gpu.table_hz), ("cpu.table_hz", p.cpu.table_hz), ("emc.table_hz", p.emc.table_hz)):
+        if not table or list(table) != sorted(set(table)):
+            raise _bad(path, key, "should be a non-empty ascending list of distinct frequencies")
+    ids = [m.id for m in p.modes]
+    for key, mode_id in (("default_mode", p.default_mode), ("initial_mode", p.initial_mode)):
+        if mode_id not in ids:
+            raise _bad(path, key, f"names mode {mode_id}, but the profile's modes are {ids}")
+    for r in p.rails:
+        for d in r.domains:
+            if d not in ("gpu", "cpu"):
+                raise _bad(path, f"rails.{r.name}.domains", f"holds {d!r}; allowed are 'gpu' and 'cpu'")
