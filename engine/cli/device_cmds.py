@@ -1,0 +1,253 @@
+"""`slm-dvfs device | pin | restore | monitor`: look at the board, pin clocks, undo, watch power."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from engine.device.base import ClockDomain, Device
+from engine.device.snapshot import take_snapshot
+from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
+from engine.errors import ConfigError
+
+
+def add_device_args(parser: argparse.ArgumentParser) -> None:
+    """The options every device-facing command shares."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--twin",
+        metavar="PROFILE",
+        nargs="?",
+        const=DEFAULT_TWIN,
+        help=f"use the digital twin (default profile {DEFAULT_TWIN}) instead of a board",
+    )
+    where.add_argument(
+        "--sysfs-root",
+        metavar="DIR",
+        help="read and write device files below DIR instead of / (also $SLM_DVFS_SYSFS_ROOT)",
+    )
+
+
+def session_from_args(args: argparse.Namespace, *, realtime: bool = True) -> DeviceSession:
+    return open_device(twin=args.twin, sysfs_root=args.sysfs_root, realtime=realtime)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("device", help="identity, clock tables, clocks, rails, temperatures, power mode")
+    add_device_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_device)
+
+    p = sub.add_parser("pin", help="pin clocks (journalled) and exit; `slm-dvfs restore` undoes it")
+    add_device_args(p)
+    p.add_argument("--gpu", type=float, metavar="MHZ", help="GPU clock in MHz, e.g. 816")
+    p.add_argument("--cpu", type=float, metavar="MHZ", help="CPU clock in MHz (all clusters), e.g. 1497.6")
+    p.add_argument("--emc", type=float, metavar="MHZ", help="memory clock in MHz, e.g. 3199")
+    p.set_defaults(func=cmd_pin)
+
+    p = sub.add_parser("restore", help="restore clocks changed by `pin` or by a run that did not exit cleanly")
+    p.set_defaults(func=cmd_restore)
+
+    p = sub.add_parser("monitor", help="live rail power and energy")
+    add_device_args(p)
+    p.add_argument("--seconds", type=float, default=10.0, help="how long to watch (default 10)")
+    p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
+    p.add_argument("--rate", type=float, default=20.0, help="samples per second (default 20)")
+    p.add_argument("--json", action="store_true", help="print the energy window as JSON at the end")
+    p.set_defaults(func=cmd_monitor)
+
+
+# --- device -------------------------------------------------------------------------------
+def device_report(device: Device) -> dict[str, Any]:
+    """Everything `slm-dvfs device` shows, as plain data (JSON-ready)."""
+    snap = take_snapshot(device)
+    ident = snap.identity
+    clocks: dict[str, Any] = {}
+    for domain in ClockDomain:
+        state = snap.clock(domain)
+        if state is None:
+            clocks[domain.value] = {"error": snap.errors.get(domain.value, "unavailable")}
+            continue
+        clocks[domain.value] = {
+            "table_hz": list(device.clock_table(domain)),
+            "cur_hz": state.cur_hz,
+            "min_hz": state.min_hz,
+            "max_hz": state.max_hz,
+            "governor": state.governor,
+            "pinned": state.pinned,
+        }
+    return {
+        "board": ident.board,
+        "module": ident.module,
+        "l4t": ident.l4t,
+        "jetpack": ident.jetpack,
+        "twin": ident.is_twin,
+        "profile": ident.profile,
+        "source": ident.source.value,
+        "nvpmodel": None if snap.mode is None else {"id": snap.mode.id, "name": snap.mode.name},
+        "power_modes": [
+            {"id": m.id, "name": m.name, "gpu_max_hz": m.gpu_max_hz, "cpu_max_hz": m.cpu_max_hz,
+             "emc_max_hz": m.emc_max_hz, "online_cpus": m.online_cpus}
+            for m in device.power_modes()
+        ],
+        "clocks": clocks,
+        "gpu_load": snap.gpu_load,
+        "rails": [
+            {"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw}
+            for r in snap.rails
+        ],
+        "temperatures": {t.zone: t.celsius for t in snap.temperatures},
+        "errors": dict(snap.errors),
+    }
+
+
+def _mhz(hz: int) -> str:
+    return f"{hz / 1e6:g}"
+
+
+def format_device_report(rep: dict[str, Any]) -> str:
+    src = rep["source"]
+    kind = f"digital twin ({rep['profile']})" if rep["twin"] else "real board"
+    lines = [
+        f"{rep['board']} · {rep['module']} · {kind}",
+        f"L4T {rep['l4t'] or '?'} · JetPack {rep['jetpack'] or '?'} · "
+        "nvpmodel " + (f"{rep['nvpmodel']['id']} {rep['nvpmodel']['name']}" if rep["nvpmodel"] else "unknown"),
+        "",
+        f"Clocks [{src}]       min / current / max MHz   governor",
+    ]
+    for name, c in rep["clocks"].items():
+        if "error" in c:
+            lines.append(f"  {name.upper():4} unavailable: {c['error'].splitlines()[0]}")
+            continue
+        gov = c["governor"] or "-"
+        pin = "  (pinned)" if c["pinned"] else ""
+        lines.append(
+            f"  {name.upper():4} {_mhz(c['min_hz']):>8} / {_mhz(c['cur_hz']):>8} / {_mhz(c['max_hz']):>8}"
+            f"   {gov}{pin}"
+        )
+    lines += ["", "Clock tables (MHz)"]
+    for name, c in rep["clocks"].items():
+        if "table_hz" in c:
+            table = " ".join(_mhz(f) for f in c["table_hz"])
+            lines.append(f"  {name.upper():4} {table}  ({len(c['table_hz'])} steps)")
+    lines += ["", f"Rails [{src}]            mV       mA       mW"]
+    total = 0.0
+    for r in rep["rails"]:
+        total += r["power_mw"]
+        lines.append(f"  {r['name']:18} {r['voltage_mv']:7.0f}  {r['current_ma']:7.0f}  {r['power_mw']:7.0f}")
+    lines.append(f"  {'total':18} {'':7}  {'':7}  {total:7.0f}")
+    load = "unknown" if rep["gpu_load"] is None else f"{rep['gpu_load'] * 100:.1f}%"
+    lines += ["", f"GPU load [{src}] {load}", f"Temperatures [{src}] (°C)"]
+    lines += [f"  {zone:18} {c:6.1f}" for zone, c in rep["temperatures"].items()]
+    lines += ["", "Power modes (nvpmodel)"]
+    for m in rep["power_modes"]:
+        caps = []
+        if m["gpu_max_hz"]:
+            caps.append(f"GPU ≤ {_mhz(m['gpu_max_hz'])} MHz")
+        if m["cpu_max_hz"]:
+            caps.append(f"CPU ≤ {_mhz(m['cpu_max_hz'])} MHz")
+        if m["emc_max_hz"]:
+            caps.append(f"EMC ≤ {_mhz(m['emc_max_hz'])} MHz")
+        if m["online_cpus"]:
+            caps.append(f"{m['online_cpus']} cores")
+        lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}")
+    if rep["errors"]:
+        lines += ["", "Not available"] + [f"  {k}: {v}" for k, v in rep["errors"].items()]
+    return "\n".join(lines)
+
+
+def cmd_device(args: argparse.Namespace) -> int:
+    with session_from_args(args) as session:
+        rep = device_report(session.device)
+    if args.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        for note in session.notes:
+            print(note, file=sys.stderr)
+        print(format_device_report(rep))
+    return 0
+
+
+# --- pin / restore ---------------------------------------------------------------------------
+def cmd_pin(args: argparse.Namespace) -> int:
+    from engine.guard import ClockGuard
+
+    wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}
+    wanted = {d: mhz for d, mhz in wanted.items() if mhz is not None}
+    if not wanted:
+        raise ConfigError("nothing to pin", "give at least one of --gpu, --cpu, --emc (in MHz)")
+    with session_from_args(args) as session, ClockGuard(session.device) as guard:
+        device = session.device
+        for domain, mhz in wanted.items():
+            state = device.pin(domain, _listed_hz(device, domain, mhz))
+            print(f"{domain.value.upper()} pinned at {_mhz(state.cur_hz)} MHz")
+        path = guard.keep()
+    print(f"journalled in {path}; `slm-dvfs restore` puts the clocks back")
+    return 0
+
+
+def _listed_hz(device: Device, domain: ClockDomain, mhz: float) -> int:
+    """MHz as typed -> the table's Hz value (1300.5 and 1300.50 both mean 1300500000)."""
+    hz = int(round(mhz * 1e6))
+    for f in device.clock_table(domain):
+        if abs(f - hz) < 500_000 and round(f / 1e5) == round(hz / 1e5):
+            return f
+    return hz  # not listed: pin() refuses it and names the nearest steps
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from engine.guard import describe_journals, restore_all
+
+    restored = restore_all()
+    if not restored:
+        print("nothing to restore: no pinned clocks and no journal left by a dead run")
+        return 0
+    for line in describe_journals(restored):
+        print(f"restored: {line}")
+    return 0
+
+
+# --- monitor ---------------------------------------------------------------------------------
+def cmd_monitor(args: argparse.Namespace) -> int:
+    from engine.monitor import PowerMonitor
+    from engine.power_sources import DeviceRailSource, TwinSource
+
+    if args.seconds <= 0:
+        raise ConfigError(f"--seconds must be positive, not {args.seconds}", "pass e.g. --seconds 10")
+    with session_from_args(args) as session:
+        source = TwinSource(session.twin) if session.is_twin else DeviceRailSource(session.device)
+        label = source.source.value
+        with PowerMonitor(source, rate_hz=args.rate, rails=args.rails) as mon:
+            mon.begin_window("monitor")
+            start = time.monotonic()
+            next_print = start
+            while (now := time.monotonic()) - start < args.seconds:
+                if now >= next_print and not args.json:
+                    recent = mon.recent(1.0)
+                    if recent:
+                        s = recent[-1]
+                        rails = "  ".join(f"{k} {v / 1000:6.2f} W" for k, v in s.rails_mw.items())
+                        print(f"[{label}] t={now - start:5.1f}s  {rails}  total {s.total_mw / 1000:6.2f} W", flush=True)
+                    next_print += 1.0
+                time.sleep(0.05)
+            result = mon.end_window("monitor")
+    if args.json:
+        print(json.dumps({
+            "source": label,
+            "rails": list(result.rails),
+            "duration_s": result.duration_s,
+            "energy_j": dict(result.energy_j),
+            "total_energy_j": result.total_energy_j,
+            "avg_power_w": result.avg_power_w,
+            "exact": result.exact,
+        }, indent=2))
+    else:
+        print(
+            f"[{label}] {result.duration_s:.1f} s, energy {result.total_energy_j:.2f} J over "
+            f"{'+'.join(result.rails)}, average {result.avg_power_w:.2f} W"
+            + (" (exact)" if result.exact else " (integrated from samples)")
+        )
+    return 0

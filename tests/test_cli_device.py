@@ -1,0 +1,95 @@
+"""`slm-dvfs device | pin | restore | monitor` on the twin, as a user types them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+
+ORIN_GPU_MHZ = [306, 408, 510, 612, 714, 816, 918, 1020, 1122, 1224, 1300.5]
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
+def test_device_twin_shows_the_orin_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["device", "--twin", "agx-orin-64gb", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["twin"] is True and rep["source"] == "twin"
+    assert [f / 1e6 for f in rep["clocks"]["gpu"]["table_hz"]] == ORIN_GPU_MHZ
+    cpu = rep["clocks"]["cpu"]["table_hz"]
+    assert len(cpu) == 29 and cpu[0] == 115_200_000 and cpu[-1] == 2_201_600_000
+    assert rep["clocks"]["emc"]["table_hz"] == [204_000_000, 665_600_000, 2_133_000_000, 3_199_000_000]
+    assert {r["name"] for r in rep["rails"]} == {"VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"}
+    assert rep["nvpmodel"] == {"id": 0, "name": "MAXN"}
+    assert rep["temperatures"]
+
+
+def test_device_text_output_labels_its_source(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["device", "--twin"]) == 0
+    out = capsys.readouterr().out
+    assert "digital twin (agx-orin-64gb)" in out
+    assert "Rails [twin]" in out and "Clocks [twin]" in out
+    assert "1300.5" in out and "MAXN" in out
+
+
+def test_pin_persists_on_the_twin_until_restore(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pin", "--twin", "--gpu", "816", "--emc", "2133"]) == 0
+    assert "GPU pinned at 816 MHz" in capsys.readouterr().out
+    main(["device", "--twin", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["clocks"]["gpu"]["min_hz"] == rep["clocks"]["gpu"]["max_hz"] == 816_000_000
+    assert rep["clocks"]["gpu"]["pinned"]
+    assert main(["restore"]) == 0
+    assert "restored: pinned journal" in capsys.readouterr().out
+    main(["device", "--twin", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["clocks"]["gpu"]["max_hz"] == 1_300_500_000 and not rep["clocks"]["gpu"]["pinned"]
+
+
+def test_pin_refuses_an_unlisted_clock_naming_the_nearest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pin", "--twin", "--gpu", "700"]) == 2
+    err = capsys.readouterr().err
+    assert "700 MHz" in err and "612 MHz" in err and "714 MHz" in err
+    assert main(["restore"]) == 0
+    assert "nothing to restore" in capsys.readouterr().out  # a refused pin leaves no journal
+
+
+def test_pin_needs_a_clock(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["pin", "--twin"]) == 2
+    assert "--gpu" in capsys.readouterr().err
+
+
+def test_device_without_a_board_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["device", "--sysfs-root", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert "no Jetson" in err and "--twin" in err
+
+
+def test_monitor_reports_exact_twin_energy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["monitor", "--twin", "--seconds", "1", "--rails", "gpu+cpu", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["source"] == "twin" and rep["exact"] is True
+    assert set(rep["rails"]) == {"VDD_GPU_SOC", "VDD_CPU_CV"}
+    # Idle GPU_SOC + CPU_CV on a 64GB board in MAXN: about 2.8 W.
+    assert 2.0 < rep["avg_power_w"] < 3.6
+    assert rep["total_energy_j"] == pytest.approx(rep["avg_power_w"] * rep["duration_s"], rel=1e-6)
+
+
+def test_monitor_rejects_unknown_rails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["monitor", "--twin", "--seconds", "0.2", "--rails", "VDD_NOPE"]) == 2
+    assert "VDD_GPU_SOC" in capsys.readouterr().err  # names the rails that exist
+
+
+def test_every_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for cmd in ("device", "pin", "restore", "monitor"):
+        with pytest.raises(SystemExit) as info:
+            main([cmd, "--help"])
+        assert info.value.code == 0
+        assert cmd in capsys.readouterr().out
