@@ -19,6 +19,7 @@ from engine.errors import SlmDvfsError
 COMMAND_MODULES = (
     "engine.cli.device_cmds",
     "engine.cli.finetune_cmd",
+    "engine.cli.store_cmds",
 )
 
 log = logging.getLogger("slm_dvfs")

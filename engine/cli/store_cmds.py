@@ -1,0 +1,329 @@
+"""`slm-dvfs runs | show | export | import-tegrastats`: the results store from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from engine.errors import ConfigError, ProfileError
+from engine.provenance import Source
+from engine.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
+
+IMPORTED_POLICY = "imported"
+
+
+def add_db_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="PATH",
+                        help="results database (default $SLM_DVFS_DB, else DATA_DIR/results.sqlite)")
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db else default_db_path()
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list stored runs, newest first")
+    add_db_arg(p)
+    p.add_argument("--model", help="only runs of this model")
+    p.add_argument("--task", help="only runs of this task")
+    p.add_argument("--policy", help="only runs of this policy (maxn, static, oracle, online, ml, imported, ...)")
+    p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
+    p.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="only runs in this state")
+    p.add_argument("--limit", type=int, default=50, help="at most N runs (default 50)")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("show", help="everything about one stored run")
+    add_db_arg(p)
+    p.add_argument("id", type=int, help="run id (`slm-dvfs runs` lists them)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("export", help="a run's power samples and summary as CSV or Parquet")
+    add_db_arg(p)
+    p.add_argument("id", type=int, help="run id")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format (default csv)")
+    p.add_argument("--out", metavar="FILE", help="output file (default run-ID.csv|.parquet; `-` = stdout, csv only)")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import-tegrastats", help="store an existing tegrastats log as a measured run")
+    add_db_arg(p)
+    p.add_argument("log", metavar="LOG", help="a file written by `tegrastats --logfile` (or its captured output)")
+    p.add_argument("--label", required=True, help="free text naming the run")
+    p.add_argument("--interval-ms", type=float, help="the log's --interval, for lines without dates")
+    p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
+    p.add_argument("--model", help="the model fine-tuned while the log ran (zoo name or any name)")
+    p.add_argument("--task", help="its task (needed with --model)")
+    p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
+    p.add_argument("--seq-len", type=int, help="default: the zoo entry's")
+    p.add_argument("--precision", help="default: the zoo entry's")
+    p.add_argument("--mode", choices=["full", "bitfit"], default="full", help="training mode (default full)")
+    p.add_argument("--steps", type=int, help="training steps the log covers")
+    p.add_argument("--samples", type=int, help="training samples the log covers (gives samples/s and J/sample)")
+    p.add_argument("--board", default="unknown board (imported tegrastats log)", help="board name to record")
+    p.add_argument("--module", default="unknown", help="module name to record")
+    p.add_argument("--l4t", help="L4T release of the board, e.g. 36.3.0")
+    p.add_argument("--jetpack", help="JetPack release, e.g. 6.0")
+    p.add_argument("--profile", help="device profile name, e.g. agx-orin-64gb")
+    p.set_defaults(func=cmd_import_tegrastats)
+
+
+# --- formatting -------------------------------------------------------------------------------
+def _mhz(hz: int) -> str:
+    return f"{hz / 1e6:g}"
+
+
+def format_setting(setting: Mapping[str, Any] | None) -> str:
+    """`GPU 816 EMC 3199 MHz m0`; `governor` when nothing is pinned; `-` when not known."""
+    if setting is None:
+        return "-"
+    parts = [f"{d.upper()} {_mhz(setting[d + '_hz'])}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
+    text = " ".join(parts) + (" MHz" if parts else "governor")
+    if setting.get("nvpmodel") is not None:
+        text += f" m{setting['nvpmodel']}"
+    return text
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _when(stamp: str | None) -> str:
+    return "-" if not stamp else stamp.replace("T", " ")[:16]
+
+
+def format_runs(runs: Sequence[RunRecord]) -> str:
+    header = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source", "status")
+    rows = [
+        (str(r.id), _when(r.started_at), r.model or "-", r.task or "-", r.policy, format_setting(r.setting),
+         _num(r.energy_j), _num(r.time_s), r.source.value, r.status)
+        for r in runs
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    right = {0, 6, 7}  # numbers line up on the right
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(header)] + [line(row) for row in rows])
+
+
+def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> str:
+    src = run.source.value
+    lines = [f"Run {run.id}  [{src}]  {run.status}" + (f"  {run.label}" if run.label else "")]
+    lines.append(f"  started      {_when(run.started_at)}" + (f"   finished {_when(run.finished_at)}" if run.finished_at else ""))
+    if run.device:
+        d = run.device
+        release = " ".join(x for x in (f"L4T {d.l4t}" if d.l4t else "", f"JetPack {d.jetpack}" if d.jetpack else "") if x)
+        kind = f"digital twin ({d.profile})" if d.is_twin else (d.profile or "board")
+        lines.append(f"  device       {d.board}, {d.module} [{kind}] {release}".rstrip())
+    if run.workload:
+        w = run.workload
+        lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {w.mode}"
+                     + (f"  ({w.params:,} params)" if w.params else ""))
+    lines.append(f"  policy       {run.policy}" + (f"  objective {run.objective}" if run.objective else ""))
+    lines.append(f"  setting      {format_setting(run.setting)}")
+    extra = [f"seed {run.seed}" if run.seed is not None else "", f"steps {run.steps}" if run.steps else "",
+             f"samples {run.samples}" if run.samples else "", f"weights {run.weights}" if run.weights else "",
+             "synthetic data" if run.synthetic else ""]
+    if any(extra):
+        lines.append("  run          " + ", ".join(x for x in extra if x))
+    lines.append(f"Figures [{src}]")
+    lines.append(f"  time         {_num(run.time_s, '.2f')} s" + (f"   (host wall {run.wall_s:.2f} s)" if run.wall_s is not None else ""))
+    rails = f" over {run.rails}" if run.rails else ""
+    lines.append(f"  energy       {_num(run.energy_j, '.2f')} J{rails}")
+    for rail, joules in sorted(run.rail_energy_j.items()):
+        lines.append(f"    {rail:18} {joules:10.2f} J")
+    lines.append(f"  avg power    {_num(run.avg_power_w, '.2f')} W")
+    if run.samples_per_s is not None:
+        lines.append(f"  throughput   {run.samples_per_s:.2f} samples/s, {_num(run.joules_per_sample, '.3f')} J/sample")
+    for name, value in sorted(run.metrics.items()):
+        lines.append(f"  {name:12} {value}")
+    lines.append(f"  power trace  {n_samples} samples stored")
+    for c in comparisons:
+        other, role = (c.baseline_run_id, "vs baseline") if c.run_id == run.id else (c.run_id, "baseline of")
+        lines.append(f"Comparison [{c.source.value}] {role} run {other}: energy saving {c.saving_pct:+.1f}%, "
+                     f"slowdown {c.slowdown_pct:+.1f}%" + (f" ({c.rails})" if c.rails else ""))
+    if run.notes:
+        lines.append(f"Notes: {run.notes}")
+    if run.error:
+        lines.append(f"Error: {run.error}")
+    return "\n".join(lines)
+
+
+# --- commands ---------------------------------------------------------------------------------
+def cmd_runs(args: argparse.Namespace) -> int:
+    path = _db_path(args)
+    if not path.exists():
+        print(f"no runs stored yet ({path} does not exist)")
+        return 0
+    with Store(path) as store:
+        runs = store.list_runs(model=args.model, task=args.task, policy=args.policy, source=args.source,
+                               status=args.status, limit=args.limit)
+    if args.json:
+        print(json.dumps([r.to_json() for r in runs], indent=2))
+    elif not runs:
+        print(f"no runs match in {path}")
+    else:
+        print(format_runs(runs))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with Store(_db_path(args), create=False) as store:
+        run = store.get_run(args.id)
+        comparisons = store.comparisons_for(run.id)
+        n_samples = len(store.power_samples(run.id))
+    if args.json:
+        out = run.to_json()
+        out["comparisons"] = [c.to_json() for c in comparisons]
+        out["power_samples"] = n_samples
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_run(run, comparisons, n_samples))
+    return 0
+
+
+def _summary(run: RunRecord) -> dict[str, Any]:
+    """Flat key -> scalar summary of a run (nested values as JSON text)."""
+    out: dict[str, Any] = {}
+    for key, value in run.to_json().items():
+        out[key] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
+    return out
+
+
+def _columns(samples: Sequence[Any]) -> list[str]:
+    rails: list[str] = []
+    for s in samples:
+        rails.extend(r for r in s.rails_mw if r not in rails)
+    return rails
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with Store(_db_path(args), create=False) as store:
+        run = store.get_run(args.id)
+        samples = store.power_samples(run.id)
+    rails = _columns(samples)
+    t0 = samples[0].t if samples else 0.0
+    out = args.out or f"run-{run.id}.{args.format}"
+    if args.format == "parquet":
+        if out == "-":
+            raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
+        _write_parquet(Path(out), run, samples, rails, t0)
+    else:
+        text = _csv_text(run, samples, rails, t0)
+        if out == "-":
+            sys.stdout.write(text)
+            return 0
+        Path(out).write_text(text, encoding="utf-8")
+    print(f"wrote run {run.id} ({len(samples)} power samples, {run.source.value}) to {out}")
+    return 0
+
+
+def _csv_text(run: RunRecord, samples: Sequence[Any], rails: list[str], t0: float) -> str:
+    """The summary as leading `# key: value` comment lines, then one row per sample."""
+    buf = io.StringIO()
+    buf.write(f"# slm-dvfs run {run.id}; figures are {run.source.value}; t_s is seconds since the first sample\n")
+    for key, value in _summary(run).items():
+        buf.write(f"# {key}: {'' if value is None else value}\n")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["t_s", *(f"{r}_mw" for r in rails), "total_mw", "source"])
+    for s in samples:
+        writer.writerow([f"{s.t - t0:.6g}", *(f"{s.rails_mw.get(r, ''):.6g}" if r in s.rails_mw else "" for r in rails),
+                         f"{s.total_mw:.6g}", run.source.value])
+    return buf.getvalue()
+
+
+def _write_parquet(path: Path, run: RunRecord, samples: Sequence[Any], rails: list[str], t0: float) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("parquet export needs pyarrow, which is not installed",
+                          "`pip install pyarrow`, or export with --format csv") from None
+    columns: dict[str, Any] = {"t_s": pa.array([s.t - t0 for s in samples], pa.float64())}
+    for r in rails:
+        columns[f"{r}_mw"] = pa.array([s.rails_mw.get(r) for s in samples], pa.float64())
+    columns["total_mw"] = pa.array([s.total_mw for s in samples], pa.float64())
+    columns["source"] = pa.array([run.source.value] * len(samples), pa.string())
+    table = pa.table(columns)
+    # The summary travels in the file's metadata, where pandas and pyarrow readers find it.
+    meta = {b"slm_dvfs.run": json.dumps(run.to_json(), sort_keys=True).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), str(path))
+
+
+def _workload_from_args(args: argparse.Namespace) -> WorkloadRecord | None:
+    if not args.model:
+        if args.task:
+            raise ConfigError("--task was given without --model", "give both, or neither")
+        return None
+    if not args.task:
+        raise ConfigError("--model needs --task", "add --task, e.g. --task sst2")
+    entry = None
+    try:
+        from engine.workload.zoo import get_entry
+
+        entry = get_entry(args.model)
+    except (ConfigError, ProfileError, ImportError):
+        entry = None  # a model outside the zoo: its shape must be given
+    batch = args.batch_size or (entry.batch_size if entry else None)
+    seq = args.seq_len or (entry.seq_len if entry else None)
+    precision = args.precision or (entry.precision if entry else None)
+    if batch is None or seq is None or precision is None:
+        raise ConfigError(f"{args.model!r} is not in the model zoo, so its shape is unknown",
+                          "add --batch-size, --seq-len and --precision")
+    return WorkloadRecord(
+        model=entry.name if entry else args.model, task=args.task, batch_size=batch, seq_len=seq,
+        precision=precision, mode=args.mode, family=entry.family if entry else None,
+        params=entry.params if entry else None,
+    )
+
+
+def cmd_import_tegrastats(args: argparse.Namespace) -> int:
+    from engine.device.tegrastats import import_log
+    from engine.monitor import resolve_rails
+
+    workload = _workload_from_args(args)
+    tlog = import_log(args.log, interval_ms=args.interval_ms)
+    rails = resolve_rails(args.rails, tlog.rails)
+    energy = sum(tlog.energy_j[r] for r in rails)
+    duration = tlog.duration_s
+    if duration <= 0:
+        raise ConfigError(f"{args.log} covers no time (one sample, or every line at one instant)",
+                          "import a longer log, or pass --interval-ms")
+    device = DeviceRecord(board=args.board, module=args.module, l4t=args.l4t, jetpack=args.jetpack,
+                          profile=args.profile, is_twin=False)
+    notes = (f"imported from {Path(args.log).resolve()}: {len(tlog.samples)} samples, {tlog.skipped} lines skipped, "
+             f"times from {tlog.timing}")
+    with Store(_db_path(args)) as store:
+        run_id = store.start_run(
+            policy=IMPORTED_POLICY, source=tlog.source, device=device, workload=workload, steps=args.steps,
+            rails=args.rails, label=args.label, notes=notes,
+            started_at=tlog.started_at.isoformat(timespec="seconds") if tlog.started_at else None,
+        )
+        try:
+            store.finish_run(
+                run_id, time_s=duration, wall_s=duration, energy_j=energy, rail_energy_j=dict(tlog.energy_j),
+                samples=args.samples, finished_at=_finished_at(tlog),
+            )
+            store.add_power_samples(run_id, tlog.power_samples())
+        except BaseException as exc:
+            store.fail_run(run_id, exc)
+            raise
+    print(f"[{tlog.source.value}] {duration:.1f} s, {energy:.1f} J over {'+'.join(rails)}, "
+          f"average {energy / duration:.2f} W: stored as run {run_id} in {store.path}", file=sys.stderr)
+    print(run_id)
+    return 0
+
+
+def _finished_at(tlog: Any) -> str | None:
+    if tlog.started_at is None:
+        return None
+    from datetime import timedelta
+
+    return (tlog.started_at + timedelta(seconds=tlog.duration_s)).isoformat(timespec="seconds")
