@@ -1,0 +1,28 @@
+"""DVFS: the setting space, the objectives that rank settings, the policies that choose
+them, and the controller that applies them at step boundaries."""
+
+from engine.dvfs.controller import DvfsController
+from engine.dvfs.objectives import Measurement, Objective, module_power_limit_w, parse_objective
+from engine.dvfs.online import OnlinePolicy
+from engine.dvfs.policies import Policy, PolicyContext, make_policy, policy_names, register_policy, unregister_policy
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, setting_space
+
+__all__ = [
+    "MAXN",
+    "MAXN_PINNED",
+    "DvfsController",
+    "DvfsSetting",
+    "Measurement",
+    "Objective",
+    "OnlinePolicy",
+    "Policy",
+    "PolicyContext",
+    "check_setting",
+    "make_policy",
+    "module_power_limit_w",
+    "parse_objective",
+    "policy_names",
+    "register_policy",
+    "setting_space",
+    "unregister_policy",
+]

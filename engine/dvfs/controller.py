@@ -1,0 +1,160 @@
+"""The DVFS controller: a trainer callback that applies a policy's settings at step boundaries.
+
+    controller = DvfsController(device, make_policy("online"), PolicyContext(device, objective))
+    with ClockGuard(device):                  # the guard restores; the controller never does
+        Trainer(..., callbacks=[controller, ...]).run()
+
+RunStarted applies the policy's initial setting. Each StepEnd gives the policy that
+step's cost: exact from the twin (`StepEnd.twin`) when the run advances one, else from
+a power-monitor window opened at StepBegin; a setting the policy returns is applied
+before the next step (callbacks run synchronously on the training thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine.device.base import ClockDomain, Device
+from engine.dvfs.objectives import Measurement
+from engine.dvfs.policies import Policy, PolicyContext
+from engine.dvfs.space import DvfsSetting, check_setting
+from engine.errors import DeviceError
+from engine.monitor import PowerMonitor, WindowResult
+from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
+
+log = logging.getLogger(__name__)
+
+_WINDOW = "dvfs-step"
+
+
+class DvfsController:
+    """Applies a policy's settings to a device at step boundaries."""
+
+    def __init__(
+        self, device: Device, policy: Policy, ctx: PolicyContext, *, monitor: PowerMonitor | None = None
+    ) -> None:
+        self.device = device
+        self.policy = policy
+        self.ctx = ctx
+        self.monitor = monitor
+        self.history: list[tuple[int, DvfsSetting]] = []  # (first step it applied to, setting)
+        self.current: DvfsSetting | None = None
+        self.last_cost: Measurement | None = None
+        self._next_step = 1
+        self._expect_twin = False
+        self._window_open = False
+
+    # ------------------------------------------------------------------ the callback
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, RunStarted):
+            self._next_step = event.start_step + 1
+            self._expect_twin = event.twin is not None
+            self.apply(self.policy.initial(self.ctx))
+        elif isinstance(event, StepBegin):
+            self._next_step = event.step
+            self._begin_window()
+        elif isinstance(event, StepEnd):
+            self._next_step = event.step + 1
+            cost = self.measure(event)
+            self.last_cost = cost
+            new = self.policy.on_step_end(event.step, cost)
+            if new is not None and new != self.current:
+                self.apply(new)
+        elif isinstance(event, (RunFinished, RunCancelled)):
+            self._discard_window()
+
+    def measure(self, event: StepEnd) -> Measurement | None:
+        """The step's cost: the twin's exact figures, else the monitor window's, else None."""
+        window = self._end_window()
+        if event.twin is not None:
+            return Measurement(event.twin.time_s, event.twin.total_energy_j, event.samples, source=event.twin.source)
+        if window is None:
+            return None
+        if window.duration_s <= 0 or event.samples <= 0:
+            log.debug("step %d: empty power window, no cost", event.step)
+            return None
+        return Measurement(window.duration_s, window.total_energy_j, event.samples, self._peak_w(window), window.source)
+
+    # ------------------------------------------------------------------ applying a setting
+
+    def apply(self, setting: DvfsSetting) -> None:
+        """Bring the device to `setting`: the nvpmodel mode first (a switch rewrites caps),
+        then jetson_clocks if asked, then pin or unpin each domain. Only what differs from
+        the last applied setting is touched, except on the first apply and after a mode
+        switch or jetson_clocks, when every domain is set."""
+        check_setting(self.device, setting)  # refuse before changing anything
+        prev = self.current
+        full = prev is None or prev.jetson_clocks != setting.jetson_clocks
+        # Ask the board for its mode only when we did not put it there ourselves.
+        if setting.nvpmodel is not None and (prev is None or prev.nvpmodel != setting.nvpmodel):
+            if self.device.power_mode().id != setting.nvpmodel:
+                self.device.set_power_mode(setting.nvpmodel)
+                full = True
+        if setting.jetson_clocks:
+            self.device.jetson_clocks()
+            full = True
+        for domain in ClockDomain:
+            want = setting.clock(domain)
+            if not full and prev is not None and prev.clock(domain) == want:
+                continue
+            if want is not None:
+                self.device.pin(domain, want)
+            elif not setting.jetson_clocks:  # jetson_clocks holds what it pinned
+                self._unpin(domain)
+        self.current = setting
+        self.history.append((self._next_step, setting))
+        log.info("DVFS from step %d: %s", self._next_step, setting.label())
+
+    def _unpin(self, domain: ClockDomain) -> None:
+        try:
+            self.device.unpin(domain)
+        except DeviceError as exc:
+            # A domain the board lacks (no EMC debugfs without root) has no governor to give back.
+            if self.device_has(domain):
+                raise
+            log.warning("cannot hand %s back to its governor: %s", domain, exc.what)
+
+    def device_has(self, domain: ClockDomain) -> bool:
+        try:
+            self.device.clock(domain)
+        except DeviceError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ monitor windows
+
+    def _begin_window(self) -> None:
+        if self.monitor is None or self._expect_twin:
+            return
+        self._discard_window()  # a StepEnd that never came (an exception mid-step)
+        self.monitor.begin_window(_WINDOW)
+        self._window_open = True
+
+    def _end_window(self) -> WindowResult | None:
+        if not self._window_open or self.monitor is None:
+            return None
+        self._window_open = False
+        return self.monitor.end_window(_WINDOW)
+
+    def _discard_window(self) -> None:
+        if self._window_open and self.monitor is not None:
+            self._window_open = False
+            try:
+                self.monitor.end_window(_WINDOW)
+            except DeviceError as exc:
+                log.debug("discarding the step window: %s", exc.what)
+
+    def _peak_w(self, window: WindowResult) -> float | None:
+        assert self.monitor is not None
+        samples = [s for s in self.monitor.recent(window.duration_s) if window.start <= s.t <= window.end]
+        if not samples:
+            return None
+        return max(sum(s.rails_mw.get(r, 0.0) for r in window.rails) for s in samples) / 1000.0
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.describe(),
+            "history": [{"from_step": step, "setting": s.to_json(), "label": s.label()} for step, s in self.history],
+        }

@@ -1,0 +1,255 @@
+"""What "best" means: measurements of a setting, and the objectives that rank them.
+
+Objectives (the text `parse_objective` reads):
+- `energy` (default): joules per sample.
+- `energy@5%`: joules per sample, among settings at most 5% slower than MAXN
+  (time per sample against the MAXN baseline). Any base objective takes the suffix.
+- `edp`: energy-delay product, (J/sample) x (s/sample).
+- `eta:0.5`: Zeus's cost, eta x Energy + (1 - eta) x MaxPower x Time, per sample;
+  MaxPower is the module's power limit (60 W on the 64GB, 40 W on the 32GB).
+
+Costs are per sample so that measurements over different numbers of steps (a short
+online profiling window, a long sweep point) compare fairly; for equal sample counts
+the ranking is the same as for totals.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from engine.device.base import DeviceIdentity
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.provenance import Source
+
+log = logging.getLogger(__name__)
+
+OBJECTIVES = ("energy", "edp", "eta")
+DEFAULT_MAX_POWER_W = 60.0
+MODULE_POWER_LIMIT_W = {"64GB": 60.0, "32GB": 40.0}  # spec: module power limits
+_SLOWDOWN_EPS = 1e-9  # a setting exactly at the limit is feasible despite rounding
+_SYNTAX = "energy, energy@5%, edp, edp@10%, eta:0.5 (0 <= eta <= 1)"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Time and energy of some training samples at one setting.
+
+    `source` says where the figures come from; the twin's costs are `twin`, a board's
+    power monitor `measured`. Callers on a board must pass Source.MEASURED."""
+
+    time_s: float
+    energy_j: float
+    samples: int
+    peak_power_w: float | None = None
+    source: Source = Source.TWIN
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.time_s) and self.time_s > 0):
+            raise ConfigError(f"measurement time must be positive, got {self.time_s!r} s", "measure at least one step")
+        if not (math.isfinite(self.energy_j) and self.energy_j >= 0):
+            raise ConfigError(f"measurement energy must be >= 0, got {self.energy_j!r} J", "check the power source")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, numbers.Integral) or self.samples <= 0:
+            raise ConfigError(
+                f"measurement needs a positive sample count, got {self.samples!r}",
+                "count the samples of the measured steps",
+            )
+        object.__setattr__(self, "samples", int(self.samples))
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s
+
+    @property
+    def joules_per_sample(self) -> float:
+        return self.energy_j / self.samples
+
+    @property
+    def seconds_per_sample(self) -> float:
+        return self.time_s / self.samples
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.time_s
+
+    def slowdown(self, baseline: "Measurement") -> float:
+        """Fractional increase of time per sample over the baseline (0.05 = 5% slower)."""
+        return self.seconds_per_sample / baseline.seconds_per_sample - 1.0
+
+    def __add__(self, other: "Measurement") -> "Measurement":
+        """Two windows at the same setting, taken together."""
+        if other.source != self.source:
+            raise ConfigError(
+                f"cannot add a {other.source} measurement to a {self.source} one",
+                "keep figures of different sources apart",
+            )
+        peaks = [p for p in (self.peak_power_w, other.peak_power_w) if p is not None]
+        return Measurement(
+            self.time_s + other.time_s,
+            self.energy_j + other.energy_j,
+            self.samples + other.samples,
+            max(peaks) if peaks else None,
+            self.source,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "samples": self.samples,
+            "peak_power_w": self.peak_power_w,
+            "source": self.source.value,
+            "avg_power_w": self.avg_power_w,
+            "joules_per_sample": self.joules_per_sample,
+            "samples_per_s": self.samples_per_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
+        try:
+            return cls(
+                time_s=float(d["time_s"]),
+                energy_j=float(d["energy_j"]),
+                samples=int(d["samples"]),
+                peak_power_w=None if d.get("peak_power_w") is None else float(d["peak_power_w"]),
+                source=Source(d.get("source", Source.TWIN.value)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"stored measurement is malformed ({exc})", "re-run the sweep that wrote it") from None
+
+
+@dataclass(frozen=True)
+class Objective:
+    """How to rank measurements; lower cost is better."""
+
+    name: str = "energy"  # one of OBJECTIVES
+    max_slowdown: float | None = None  # fraction (0.05 = 5%) against MAXN; None = no limit
+    eta: float | None = None  # for "eta" only
+    max_power_w: float = DEFAULT_MAX_POWER_W
+
+    def __post_init__(self) -> None:
+        if self.name not in OBJECTIVES:
+            raise ConfigError(f"unknown objective {self.name!r}", f"use one of: {_SYNTAX}")
+        if self.name == "eta" and (self.eta is None or not 0.0 <= self.eta <= 1.0):
+            raise ConfigError(f"eta must lie in [0, 1], got {self.eta!r}", "e.g. eta:0.5")
+        if self.name != "eta" and self.eta is not None:
+            raise ConfigError(
+                f"eta is only meaningful for the eta objective, not {self.name!r}", "drop eta, or use eta:X"
+            )
+        if self.max_slowdown is not None and not (math.isfinite(self.max_slowdown) and self.max_slowdown >= 0):
+            raise ConfigError(f"slowdown limit must be >= 0, got {self.max_slowdown!r}", "e.g. energy@5%")
+        if not (math.isfinite(self.max_power_w) and self.max_power_w > 0):
+            raise ConfigError(
+                f"module power limit must be positive, got {self.max_power_w!r} W", "60 W (64GB) or 40 W (32GB)"
+            )
+
+    @property
+    def spec(self) -> str:
+        """The objective as the user writes it (parse_objective(spec) gives it back)."""
+        base = f"eta:{self.eta:g}" if self.name == "eta" else self.name
+        if self.max_slowdown is not None:
+            base += f"@{self.max_slowdown * 100:g}%"
+        return base
+
+    def __str__(self) -> str:
+        return self.spec
+
+    @property
+    def needs_baseline(self) -> bool:
+        return self.max_slowdown is not None
+
+    def cost(self, m: Measurement) -> float:
+        """Lower is better; per sample (J, J·s, or J-equivalent for eta)."""
+        e, t = m.joules_per_sample, m.seconds_per_sample
+        if self.name == "energy":
+            return e
+        if self.name == "edp":
+            return e * t
+        assert self.eta is not None
+        return self.eta * e + (1.0 - self.eta) * self.max_power_w * t
+
+    def feasible(self, m: Measurement, baseline: Measurement | None) -> bool:
+        """Whether m keeps within the slowdown limit against the MAXN baseline."""
+        if self.max_slowdown is None:
+            return True
+        if baseline is None:
+            raise ConfigError(
+                f"objective {self.spec} limits the slowdown against MAXN, but no MAXN measurement was given",
+                "measure MAXN Mode 0 on this workload first (sweeps include it unless told not to)",
+            )
+        return m.slowdown(baseline) <= self.max_slowdown + _SLOWDOWN_EPS
+
+    def best(
+        self, candidates: Sequence[tuple[DvfsSetting, Measurement]], baseline: Measurement | None
+    ) -> tuple[DvfsSetting, Measurement]:
+        """The feasible candidate of lowest cost (the first on ties). With no baseline given
+        but a MAXN point among the candidates, that point is the baseline. If none is
+        feasible, the baseline setting (MAXN) is returned, and that is logged."""
+        if not candidates:
+            raise ConfigError("no candidate settings to choose from", "measure at least one setting (`slm-dvfs sweep`)")
+        if baseline is None and self.needs_baseline:
+            baseline = baseline_of(candidates)
+        feasible = [(i, s, m) for i, (s, m) in enumerate(candidates) if self.feasible(m, baseline)]
+        if not feasible:
+            assert baseline is not None  # feasible() raised otherwise
+            log.warning(
+                "no setting keeps within %s of MAXN for objective %s; falling back to MAXN",
+                f"{(self.max_slowdown or 0) * 100:g}%", self.spec,
+            )
+            return MAXN, baseline
+        _i, setting, m = min(feasible, key=lambda x: (self.cost(x[2]), x[0]))
+        return setting, m
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": self.spec, "name": self.name, "max_slowdown": self.max_slowdown, "eta": self.eta,
+                "max_power_w": self.max_power_w}
+
+
+def baseline_of(candidates: Sequence[tuple[DvfsSetting, Measurement]]) -> Measurement | None:
+    """The measurement of the MAXN point among candidates, if there is one."""
+    return next((m for s, m in candidates if s == MAXN), None)
+
+
+def parse_objective(text: str, *, max_power_w: float = DEFAULT_MAX_POWER_W) -> Objective:
+    """`energy`, `energy@5%`, `edp`, `eta:0.5`, and `@N%` after any of them."""
+    raw = (text or "").strip().lower().replace(" ", "")
+    if not raw:
+        raise ConfigError("empty objective", f"use one of: {_SYNTAX}")
+    base, sep, limit = raw.partition("@")
+    max_slowdown = None
+    if sep:
+        m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)%", limit)
+        if not m:
+            raise ConfigError(
+                f"slowdown limit {limit!r} in objective {text!r} is not a percentage",
+                "write it with a percent sign, e.g. energy@5% (at most 5% slower than MAXN)",
+            )
+        max_slowdown = float(m.group(1)) / 100.0
+    eta = None
+    name, colon, arg = base.partition(":")
+    if name == "eta":
+        if not colon or not arg:
+            raise ConfigError(f"objective {text!r} needs its weight", "write eta:0.5 (0 = time only, 1 = energy only)")
+        try:
+            eta = float(arg)
+        except ValueError:
+            raise ConfigError(f"eta {arg!r} in objective {text!r} is not a number", "e.g. eta:0.5") from None
+    elif colon:
+        raise ConfigError(f"objective {name!r} takes no argument (got {text!r})", f"use one of: {_SYNTAX}")
+    elif name not in OBJECTIVES:
+        raise ConfigError(f"unknown objective {text!r}", f"use one of: {_SYNTAX}")
+    return Objective(name=name, max_slowdown=max_slowdown, eta=eta, max_power_w=max_power_w)
+
+
+def module_power_limit_w(identity: DeviceIdentity) -> float:
+    """The module's power limit (Zeus's MaxPower) from its identity; 60 W when unknown."""
+    for key, watts in MODULE_POWER_LIMIT_W.items():
+        if key.lower() in identity.module.lower():
+            return watts
+    log.warning("module %r has no known power limit; assuming %g W", identity.module, DEFAULT_MAX_POWER_W)
+    return DEFAULT_MAX_POWER_W

@@ -1,0 +1,335 @@
+"""The online policy: find a good GPU clock during the run itself, with no prior data.
+
+The first steps of the run are spent profiling. Each profiled setting gets a short
+window: `warmup_steps` steps that are not counted (governors, caches and the EMC
+settle after a clock change), then `measure_steps` steps whose time and energy are
+summed. Profiling steps are ordinary training steps, so their cost is part of the
+run's own total; `describe()` also reports it separately.
+
+Candidates: the device's GPU table from 306 MHz up to its maximum (or a given list).
+CPU and EMC stay with their governors, in MAXN mode 0, as published Orin studies do.
+
+Search (`search=`):
+- `coarse-to-fine` (default): first every `coarse_stride`-th candidate (the maximum
+  always included), then the unprofiled candidates within a stride of the best coarse
+  one. Energy per sample against GPU clock is unimodal on Orin (slow clocks pay static
+  power for longer, fast ones pay V^2), so this finds the sweep's optimum with fewer
+  windows: 11 steps, stride 2 -> 6 coarse + 2 fine = 8 windows instead of 11.
+- `sweep`: every candidate, in order.
+`order` is `descending` (default: start near MAXN, where the board already is) or
+`ascending`. With a slowdown limit in the objective (`energy@5%`), MAXN itself is
+profiled first as the reference; it is also a candidate.
+
+After the last window the policy applies the best setting for the objective
+(`Objective.best`) and keeps it for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+from engine.device.base import ClockDomain
+from engine.dvfs.objectives import Measurement, Objective
+from engine.dvfs.space import MAXN, SWEEP_MODE, DvfsSetting, check_setting
+from engine.errors import ConfigError, DeviceError
+
+if TYPE_CHECKING:
+    from engine.dvfs.policies import PolicyContext
+
+log = logging.getLogger(__name__)
+
+SEARCHES = ("coarse-to-fine", "sweep")
+ORDERS = ("descending", "ascending")
+DEFAULT_MIN_HZ = 306_000_000  # the bottom of the r35.2+/r36 table; r35.1's lower steps are not worth a window
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One profiling window."""
+
+    setting: DvfsSetting
+    role: str  # "baseline" | "coarse" | "fine" | "sweep"
+    index: int | None = None  # position in the candidate list (None for the baseline)
+
+
+class OnlinePolicy:
+    name = "online"
+
+    def __init__(
+        self,
+        *,
+        candidates_hz: Sequence[int] | None = None,
+        min_hz: int = DEFAULT_MIN_HZ,
+        warmup_steps: int = 1,
+        measure_steps: int = 2,
+        search: str = "coarse-to-fine",
+        coarse_stride: int = 2,
+        order: str = "descending",
+    ) -> None:
+        _positive_int("warmup_steps", warmup_steps, allow_zero=True)
+        _positive_int("measure_steps", measure_steps)
+        _positive_int("coarse_stride", coarse_stride)
+        if search not in SEARCHES:
+            raise ConfigError(f"unknown online search {search!r}", f"use one of {', '.join(SEARCHES)}")
+        if order not in ORDERS:
+            raise ConfigError(f"unknown candidate order {order!r}", f"use one of {', '.join(ORDERS)}")
+        if candidates_hz is not None and not candidates_hz:
+            raise ConfigError(
+                "the online policy got an empty candidate list", "give at least one GPU clock, or none for the table"
+            )
+        self.given_hz = None if candidates_hz is None else tuple(sorted({int(f) for f in candidates_hz}))
+        self.min_hz = int(min_hz)
+        self.warmup_steps = warmup_steps
+        self.measure_steps = measure_steps
+        self.search = search
+        self.coarse_stride = coarse_stride
+        self.order = order
+        self._reset()
+
+    def _reset(self) -> None:
+        self.candidates_hz: tuple[int, ...] = ()
+        self.objective: Objective | None = None
+        self._plan: list[Phase] = []
+        self._current: Phase | None = None
+        self._step_in_phase = 0
+        self._acc: Measurement | None = None
+        self._results: list[tuple[Phase, Measurement]] = []
+        self._fine_planned = False
+        self._steps = 0
+        self._profiling_cost: Measurement | None = None
+        self._chosen: DvfsSetting | None = None
+        self._chosen_m: Measurement | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ the Policy protocol
+
+    @property
+    def profiling(self) -> bool:
+        return self._started and self._chosen is None
+
+    @property
+    def steps_per_window(self) -> int:
+        return self.warmup_steps + self.measure_steps
+
+    @property
+    def profiling_steps(self) -> int:
+        """Steps spent profiling so far."""
+        return self._steps
+
+    @property
+    def chosen(self) -> DvfsSetting | None:
+        return self._chosen
+
+    def initial(self, ctx: "PolicyContext") -> DvfsSetting:
+        self._reset()
+        self.objective = ctx.objective
+        self.candidates_hz = self._candidates(ctx)
+        n = len(self.candidates_hz)
+        if self.search == "sweep":
+            idx = list(range(n))
+        else:
+            idx = list(range(0, n, self.coarse_stride))
+            if idx[-1] != n - 1:
+                idx.append(n - 1)  # the maximum is always a coarse point
+        role = "sweep" if self.search == "sweep" else "coarse"
+        self._plan = [self._phase(i, role) for i in self._ordered(idx)]
+        if ctx.objective.needs_baseline:
+            self._plan.insert(0, Phase(MAXN, "baseline"))
+        self._started = True
+        self._current = self._plan.pop(0)
+        log.info(
+            "online policy: profiling %d GPU clocks (%s, %d+%d steps each)%s",
+            n, self.search, self.warmup_steps, self.measure_steps,
+            " after MAXN as the reference" if ctx.objective.needs_baseline else "",
+        )
+        return self._current.setting
+
+    def on_step_end(self, step: int, cost: Measurement | None) -> DvfsSetting | None:
+        if not self._started:
+            raise ConfigError("the online policy got a step before its initial setting", "call initial(ctx) first")
+        if self._chosen is not None:
+            return None
+        phase = self._current
+        assert phase is not None and self.objective is not None
+        self._steps += 1
+        self._step_in_phase += 1
+        if cost is not None:
+            self._profiling_cost = cost if self._profiling_cost is None else self._profiling_cost + cost
+        if self._step_in_phase > self.warmup_steps:
+            if cost is None:
+                raise DeviceError(
+                    f"the online policy got no time/energy for step {step}",
+                    "run on the twin, or give the controller a power monitor on a board",
+                )
+            self._acc = cost if self._acc is None else self._acc + cost
+        if self._step_in_phase < self.steps_per_window:
+            return None
+
+        assert self._acc is not None
+        self._results.append((phase, self._acc))
+        log.info("online: %s -> %.4g J/sample, %.4g s/sample", phase.setting.label(),
+                 self._acc.joules_per_sample, self._acc.seconds_per_sample)
+        self._step_in_phase, self._acc = 0, None
+        if not self._plan and self.search == "coarse-to-fine" and not self._fine_planned:
+            self._fine_planned = True
+            self._plan = self._fine_phases()
+        if self._plan:
+            self._current = self._plan.pop(0)
+            return self._current.setting
+        return self._finish(phase.setting)
+
+    def describe(self) -> dict[str, Any]:
+        obj = self.objective
+        baseline = self._baseline()
+        return {
+            "policy": self.name,
+            "spec": self.spec,
+            "objective": None if obj is None else obj.spec,
+            "search": self.search,
+            "order": self.order,
+            "coarse_stride": self.coarse_stride,
+            "warmup_steps": self.warmup_steps,
+            "measure_steps": self.measure_steps,
+            "candidates_hz": list(self.candidates_hz),
+            "profiling": self.profiling,
+            "profiling_steps": self._steps,
+            "max_profiling_steps": self.max_profiling_steps,
+            "profiling_cost": None if self._profiling_cost is None else self._profiling_cost.to_json(),
+            "profiled": [
+                {
+                    "role": ph.role,
+                    "setting": ph.setting.to_json(),
+                    "label": ph.setting.label(),
+                    "measurement": m.to_json(),
+                    "cost": None if obj is None else obj.cost(m),
+                    "feasible": None if obj is None or (obj.needs_baseline and baseline is None)
+                    else obj.feasible(m, baseline),
+                }
+                for ph, m in self._results
+            ],
+            "baseline": None if baseline is None else baseline.to_json(),
+            "setting": None if self._chosen is None else self._chosen.to_json(),
+            "label": None if self._chosen is None else self._chosen.label(),
+            "measurement": None if self._chosen_m is None else self._chosen_m.to_json(),
+            "reason": self._reason(),
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def spec(self) -> str:
+        return (f"online:search={self.search},order={self.order},stride={self.coarse_stride},"
+                f"warmup={self.warmup_steps},measure={self.measure_steps}")
+
+    @property
+    def max_profiling_steps(self) -> int:
+        """An upper bound on the steps profiling takes (exact for `sweep`)."""
+        n = len(self.candidates_hz)
+        if self.search == "sweep":
+            windows = n
+        else:
+            coarse = len(range(0, n, self.coarse_stride)) + (0 if (n - 1) % self.coarse_stride == 0 else 1)
+            windows = min(n, coarse + 2 * (self.coarse_stride - 1))
+        if self.objective is not None and self.objective.needs_baseline:
+            windows += 1
+        return windows * self.steps_per_window
+
+    def _candidates(self, ctx: "PolicyContext") -> tuple[int, ...]:
+        table = ctx.device.clock_table(ClockDomain.GPU)
+        if self.given_hz is not None:
+            for hz in self.given_hz:  # unlisted or above mode 0's cap: refuse before the run
+                check_setting(ctx.device, DvfsSetting(gpu_hz=hz, nvpmodel=SWEEP_MODE))
+            return self.given_hz
+        out = tuple(f for f in table if f >= self.min_hz)
+        if not out:
+            raise ConfigError(
+                f"no GPU clock at or above {self.min_hz / 1e6:g} MHz in the device's table",
+                "lower min_hz, or give the candidates explicitly",
+            )
+        return out
+
+    def _phase(self, index: int, role: str) -> Phase:
+        return Phase(DvfsSetting(gpu_hz=self.candidates_hz[index], nvpmodel=SWEEP_MODE), role, index)
+
+    def _ordered(self, idx: list[int]) -> list[int]:
+        return sorted(idx, reverse=self.order == "descending")
+
+    def _baseline(self) -> Measurement | None:
+        return next((m for ph, m in self._results if ph.role == "baseline"), None)
+
+    def _fine_phases(self) -> list[Phase]:
+        assert self.objective is not None
+        coarse = [(ph.setting, m) for ph, m in self._results if ph.role == "coarse"]
+        best, _m = self.objective.best(coarse, self._baseline())
+        centre = next((ph.index for ph, _m in self._results if ph.role == "coarse" and ph.setting == best), None)
+        if centre is None:  # nothing within the slowdown limit: MAXN it is, no refinement
+            return []
+        done = {ph.index for ph, _m in self._results}
+        s = self.coarse_stride
+        idx = [i for i in range(centre - s + 1, centre + s) if 0 <= i < len(self.candidates_hz) and i not in done]
+        return [self._phase(i, "fine") for i in self._ordered(idx)]
+
+    def _finish(self, current: DvfsSetting) -> DvfsSetting | None:
+        assert self.objective is not None
+        points = [(ph.setting, m) for ph, m in self._results]
+        self._chosen, self._chosen_m = self.objective.best(points, self._baseline())
+        log.info("online policy chose %s after %d profiling steps (%s)",
+                 self._chosen.label(), self._steps, self.objective.spec)
+        return None if self._chosen == current else self._chosen
+
+    def _reason(self) -> str:
+        if not self._started:
+            return "not started"
+        if self._chosen is None:
+            return f"profiling: {len(self._results)} window(s) of {self.steps_per_window} steps done"
+        return (f"lowest {self.objective.spec if self.objective else ''} cost of {len(self._results)} "
+                f"profiled settings ({self.search}, {self._steps} profiling steps)")
+
+
+def parse_online_options(arg: str) -> dict[str, Any]:
+    """`warmup=1,measure=2,search=sweep,stride=2,order=ascending,min=306,candidates=306/612/918`
+    (clocks in MHz) -> OnlinePolicy keyword arguments."""
+    out: dict[str, Any] = {}
+    keys = {"warmup": "warmup_steps", "measure": "measure_steps", "search": "search", "stride": "coarse_stride",
+            "order": "order", "min": "min_hz", "candidates": "candidates_hz"}
+    for item in arg.split(","):
+        if not item.strip():
+            continue
+        key, eq, value = item.strip().partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if key not in keys or not eq or not value:
+            raise ConfigError(
+                f"bad online option {item.strip()!r}",
+                "use key=value with keys " + ", ".join(keys) + " (e.g. online:warmup=1,measure=2,search=sweep)",
+            )
+        name = keys[key]
+        if name in out:
+            raise ConfigError(f"online option {key} given twice", "give each once")
+        if name in ("warmup_steps", "measure_steps", "coarse_stride"):
+            if not re.fullmatch(r"\d+", value):
+                raise ConfigError(f"online option {key}={value} is not a whole number", f"e.g. {key}=2")
+            out[name] = int(value)
+        elif name == "min_hz":
+            out[name] = _mhz_to_hz(key, value)
+        elif name == "candidates_hz":
+            out[name] = tuple(_mhz_to_hz(key, v) for v in value.split("/") if v.strip())
+        else:
+            out[name] = value
+    return out
+
+
+def _mhz_to_hz(key: str, value: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(mhz)?\s*", value)
+    if not m:
+        raise ConfigError(f"online option {key}: {value!r} is not a number of MHz", "e.g. candidates=306/612/918")
+    return int(round(float(m.group(1)) * 1e6))
+
+
+def _positive_int(name: str, value: Any, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value >= 1)
+    if not ok:
+        raise ConfigError(f"online option {name} must be a {'non-negative' if allow_zero else 'positive'} integer, "
+                          f"got {value!r}", f"e.g. {name}=2")

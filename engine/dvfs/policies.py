@@ -1,0 +1,304 @@
+"""Policies: what setting to run a fine-tuning job at, and whether to revise it.
+
+Specs `make_policy` reads:
+- `maxn`: nvpmodel mode 0 with its default dynamic governors (the baseline).
+- `maxn-pinned`: mode 0 plus jetson_clocks (every domain at the mode's maximum).
+- `mode:N`: nvpmodel mode N with its default governors.
+- `static:gpu=816,cpu=2201.6,emc=3199[,mode=N]`: explicit clocks in MHz as typed;
+  domains left out stay with their governors; runs in mode 0 unless `mode=` says.
+- `oracle`: the best point of a recorded sweep of this workload on this device.
+- `ml`: a trained selector; a plug point filled by `register_policy("ml", ...)`.
+- `online`: profiles GPU clocks during the first steps of the run (engine.dvfs.online).
+
+A factory registered with `register_policy(name, factory)` is called as
+`factory(arg, **options)`, `arg` being the text after the colon (None without one).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+from engine.device.base import Device
+from engine.dvfs.objectives import Measurement, Objective, baseline_of
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting
+from engine.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SPEC_HELP = (
+    "maxn, maxn-pinned, mode:N, static:gpu=MHz[,cpu=MHz][,emc=MHz][,mode=N], oracle, ml, online"
+)
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What a policy may look at when it chooses."""
+
+    device: Device
+    objective: Objective
+    sweep_points: Sequence[tuple[DvfsSetting, Measurement]] = ()  # a recorded sweep (oracle)
+    workload: Any = None  # workload features (the ml selector's input)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    def initial(self, ctx: PolicyContext) -> DvfsSetting:
+        """The setting to apply before the first step."""
+        ...
+
+    def on_step_end(self, step: int, cost: Measurement | None) -> DvfsSetting | None:
+        """After step `step` (1-based) with its cost (None when unmeasured): a new setting
+        to apply before the next step, or None to keep the current one."""
+        ...
+
+    @property
+    def profiling(self) -> bool:
+        """True while the policy is still trying settings (online)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What it chose and why, JSON-ready (the store keeps it)."""
+        ...
+
+
+class FixedPolicy:
+    """A policy that chooses once, before the first step, and never revises."""
+
+    def __init__(self, name: str, spec: str, setting: DvfsSetting | None, reason: str) -> None:
+        self.name = name
+        self.spec = spec
+        self.setting = setting
+        self.reason = reason
+
+    def choose(self, ctx: PolicyContext) -> DvfsSetting:
+        assert self.setting is not None
+        return self.setting
+
+    def initial(self, ctx: PolicyContext) -> DvfsSetting:
+        self.setting = self.choose(ctx)
+        check_setting(ctx.device, self.setting)
+        log.info("policy %s: %s", self.spec, self.setting.label())
+        return self.setting
+
+    def on_step_end(self, step: int, cost: Measurement | None) -> DvfsSetting | None:
+        return None
+
+    @property
+    def profiling(self) -> bool:
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policy": self.name,
+            "spec": self.spec,
+            "setting": None if self.setting is None else self.setting.to_json(),
+            "label": None if self.setting is None else self.setting.label(),
+            "reason": self.reason,
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec!r})"
+
+
+class OraclePolicy(FixedPolicy):
+    """The best point, for the objective, of a recorded sweep (given as data)."""
+
+    def __init__(self) -> None:
+        super().__init__("oracle", "oracle", None, "")
+        self.chosen: Measurement | None = None
+        self.baseline: Measurement | None = None
+        self.points = 0
+        self.objective: Objective | None = None
+
+    def choose(self, ctx: PolicyContext) -> DvfsSetting:
+        points = list(ctx.sweep_points)
+        if not points:
+            raise ConfigError(
+                "the oracle policy has no recorded sweep of this workload on this device",
+                "run `slm-dvfs sweep` for this model, task and batch first, then use --policy oracle",
+            )
+        self.points, self.objective = len(points), ctx.objective
+        self.baseline = baseline_of(points)
+        setting, self.chosen = ctx.objective.best(points, self.baseline)
+        self.reason = f"lowest {ctx.objective.spec} cost of {len(points)} recorded sweep points"
+        if ctx.objective.needs_baseline and setting == MAXN and self.chosen is self.baseline:
+            self.reason += " (no point kept within the slowdown limit, so MAXN)"
+        return setting
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["points"] = self.points
+        if self.objective is not None and self.chosen is not None:
+            out["objective"] = self.objective.spec
+            out["measurement"] = self.chosen.to_json()
+            out["cost"] = self.objective.cost(self.chosen)
+        if self.baseline is not None and self.chosen is not None:
+            out["baseline"] = self.baseline.to_json()
+            out["energy_saving_vs_maxn"] = 1.0 - self.chosen.joules_per_sample / self.baseline.joules_per_sample
+            out["slowdown_vs_maxn"] = self.chosen.slowdown(self.baseline)
+        return out
+
+
+# --------------------------------------------------------------------------- spec parsing
+
+
+def parse_static(arg: str) -> DvfsSetting:
+    """`gpu=816,emc=3199[,cpu=2201.6][,mode=N]` (MHz as typed) -> a setting in mode 0 by default."""
+    if not arg or not arg.strip():
+        raise ConfigError("static needs at least one clock", "e.g. static:gpu=816 or static:gpu=816,emc=3199 (MHz)")
+    clocks: dict[str, int] = {}
+    mode = 0
+    for item in arg.split(","):
+        key, eq, value = item.strip().partition("=")
+        key = key.strip().lower()
+        value = value.strip().lower()
+        if not eq or not value:
+            raise ConfigError(f"static clock {item.strip()!r} has no value", "write domain=MHz, e.g. gpu=816")
+        if key in ("mode", "nvpmodel"):
+            if not re.fullmatch(r"\d+", value):
+                raise ConfigError(f"static mode {value!r} is not a mode id", "e.g. mode=0")
+            mode = int(value)
+            continue
+        if key not in ("gpu", "cpu", "emc"):
+            raise ConfigError(f"unknown clock domain {key!r} in static:{arg}", "use gpu, cpu, emc (and mode=N)")
+        if key in clocks:
+            raise ConfigError(f"{key} given twice in static:{arg}", "give each domain once")
+        m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(mhz)?", value)
+        if not m:
+            raise ConfigError(f"{key} clock {value!r} is not a number of MHz", f"e.g. {key}=816")
+        clocks[key] = int(round(float(m.group(1)) * 1e6))
+    if not clocks:
+        raise ConfigError("static needs at least one clock", "e.g. static:gpu=816 (MHz)")
+    return DvfsSetting(gpu_hz=clocks.get("gpu"), cpu_hz=clocks.get("cpu"), emc_hz=clocks.get("emc"), nvpmodel=mode)
+
+
+def _no_options(spec: str, options: dict[str, Any]) -> None:
+    if options:
+        raise ConfigError(
+            f"policy {spec} takes no options (got {', '.join(sorted(options))})",
+            "drop them; only `online` (and registered policies) take options",
+        )
+
+
+def _no_arg(name: str, arg: str | None) -> None:
+    if arg is not None:
+        raise ConfigError(f"policy {name} takes no argument (got {name}:{arg})", f"use one of: {SPEC_HELP}")
+
+
+def _maxn(arg: str | None, **options: Any) -> Policy:
+    _no_arg("maxn", arg)
+    _no_options("maxn", options)
+    return FixedPolicy("maxn", "maxn", MAXN, "nvpmodel mode 0 with its default dynamic governors (the baseline)")
+
+
+def _maxn_pinned(arg: str | None, **options: Any) -> Policy:
+    _no_arg("maxn-pinned", arg)
+    _no_options("maxn-pinned", options)
+    reason = "mode 0 with jetson_clocks: every clock at its maximum"
+    return FixedPolicy("maxn-pinned", "maxn-pinned", MAXN_PINNED, reason)
+
+
+def _mode(arg: str | None, **options: Any) -> Policy:
+    _no_options(f"mode:{arg}", options)
+    if arg is None or not re.fullmatch(r"\s*\d+\s*", arg):
+        raise ConfigError(f"mode needs a mode id (got {arg!r})", "e.g. mode:2 (`slm-dvfs device` lists the modes)")
+    n = int(arg)
+    return FixedPolicy("mode", f"mode:{n}", DvfsSetting(nvpmodel=n), f"nvpmodel mode {n} with its default governors")
+
+
+def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: Any) -> Policy:
+    _no_options("static", options)
+    if setting is None:
+        setting = parse_static(arg or "")
+    elif arg:
+        raise ConfigError("static got both clocks in its spec and a setting", "give one of them")
+    spec = "static:" + ",".join(
+        [f"{d.value}={hz / 1e6:g}" for d, hz in setting.pinned.items()]
+        + ([f"mode={setting.nvpmodel}"] if setting.nvpmodel not in (None, 0) else [])
+    )
+    return FixedPolicy("static", spec, setting, "explicit clocks")
+
+
+def _oracle(arg: str | None, **options: Any) -> Policy:
+    _no_arg("oracle", arg)
+    _no_options("oracle", options)
+    return OraclePolicy()
+
+
+def _ml_missing(arg: str | None, **options: Any) -> Policy:
+    raise ConfigError(
+        "no selector available for the ml policy",
+        "train one with `slm-dvfs train-selector` (or pick another policy: oracle, online, maxn)",
+    )
+
+
+def _online(arg: str | None, **options: Any) -> Policy:
+    from engine.dvfs.online import OnlinePolicy, parse_online_options
+
+    if arg:
+        parsed = parse_online_options(arg)
+        both = set(parsed) & set(options)
+        if both:
+            raise ConfigError(f"online option(s) {', '.join(sorted(both))} given twice", "give each once")
+        options = {**parsed, **options}
+    try:
+        return OnlinePolicy(**options)
+    except TypeError as exc:  # an unknown keyword
+        raise ConfigError(f"bad option for the online policy: {exc}", "see engine.dvfs.online.OnlinePolicy") from None
+
+
+_BUILTIN: dict[str, Callable[..., Policy]] = {
+    "maxn": _maxn,
+    "maxn-pinned": _maxn_pinned,
+    "mode": _mode,
+    "static": _static,
+    "oracle": _oracle,
+    "ml": _ml_missing,
+    "online": _online,
+}
+_REGISTRY: dict[str, Callable[..., Policy]] = dict(_BUILTIN)
+_PLUG_POINTS = frozenset({"ml"})  # built-in names that exist to be replaced
+
+
+def register_policy(name: str, factory: Callable[..., Policy], *, replace: bool = False) -> None:
+    """Make `name` (and `name:arg`) available to make_policy; the factory is called as
+    factory(arg, **options). Replacing a built-in other than `ml` needs replace=True."""
+    key = name.strip().lower()
+    if not re.fullmatch(r"[a-z][a-z0-9_-]*", key):
+        raise ConfigError(f"policy name {name!r} is not a plain name", "use letters, digits, - and _")
+    if key in _REGISTRY and key not in _PLUG_POINTS and _REGISTRY[key] is not factory and not replace:
+        raise ConfigError(f"a policy named {key!r} is already registered", "pick another name, or pass replace=True")
+    _REGISTRY[key] = factory
+    log.info("registered policy %s", key)
+
+
+def unregister_policy(name: str) -> None:
+    """Drop a registered policy; a replaced built-in (such as `ml`) returns to its default."""
+    key = name.strip().lower()
+    if key in _BUILTIN:
+        _REGISTRY[key] = _BUILTIN[key]
+    else:
+        _REGISTRY.pop(key, None)
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def make_policy(spec: str, **options: Any) -> Policy:
+    """A policy from its spec ("maxn", "mode:2", "static:gpu=816", "online", ...)."""
+    text = (spec or "").strip()
+    name, colon, arg = text.partition(":")
+    key = name.strip().lower()
+    factory = _REGISTRY.get(key)
+    if factory is None:
+        extra = sorted(set(_REGISTRY) - set(_BUILTIN))
+        listed = SPEC_HELP + (", " + ", ".join(extra) if extra else "")
+        raise ConfigError(f"unknown policy {spec!r}", f"use one of: {listed}")
+    return factory(arg.strip() if colon else None, **options)
+

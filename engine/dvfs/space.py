@@ -1,0 +1,214 @@
+"""The DVFS setting space: which clock settings a device offers, as values.
+
+A `DvfsSetting` names what to be in: an nvpmodel mode, optionally jetson_clocks, and a
+pinned clock per domain (None = left to that domain's dynamic governor). A setting
+space is a tuple of them built from the device's own clock tables and modes:
+
+- `gpu`: every GPU step, CPU and EMC left to their governors (as published Orin
+  studies sweep), in MAXN mode 0;
+- `gpu+emc`: GPU steps x EMC rates, CPU left to its governor;
+- `full`: GPU x CPU x EMC, the CPU table thinned by `cpu_stride` (counted down from
+  the maximum, so the top step is always in);
+- `modes`: each nvpmodel mode with its default governors.
+
+MAXN (mode 0, every governor dynamic) is the baseline every comparison is made
+against, so it is included unless asked not to be.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from engine.device.base import ClockDomain, Device, PowerMode
+from engine.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+
+log = logging.getLogger(__name__)
+
+SPACES = ("gpu", "gpu+emc", "full", "modes")
+SWEEP_MODE = 0  # sweeps run in MAXN: no caps, so every table entry can be pinned
+
+
+@dataclass(frozen=True)
+class DvfsSetting:
+    """One DVFS setting; frequencies in Hz."""
+
+    gpu_hz: int | None = None  # None: left to the governor
+    cpu_hz: int | None = None
+    emc_hz: int | None = None
+    nvpmodel: int | None = None  # the mode to be in; None: leave as is
+    jetson_clocks: bool = False  # maxn-pinned: every domain at the mode's maximum
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ConfigError(
+                    f"DVFS setting field {name} = {value!r} is not a non-negative integer",
+                    "give frequencies as integers in Hz and the nvpmodel mode as its id",
+                )
+            object.__setattr__(self, name, int(value))  # NumPy integers from a sweep table: plain ints
+        if not isinstance(self.jetson_clocks, bool):
+            raise ConfigError(f"DVFS setting jetson_clocks = {self.jetson_clocks!r} is not a bool", "use True or False")
+
+    def clock(self, domain: ClockDomain) -> int | None:
+        """The pinned frequency of a domain, or None when its governor decides."""
+        return {ClockDomain.GPU: self.gpu_hz, ClockDomain.CPU: self.cpu_hz, ClockDomain.EMC: self.emc_hz}[
+            ClockDomain(domain)
+        ]
+
+    @property
+    def pinned(self) -> dict[ClockDomain, int]:
+        """The domains this setting pins, with their frequencies."""
+        return {d: hz for d in ClockDomain if (hz := self.clock(d)) is not None}
+
+    def label(self) -> str:
+        """Short human form, e.g. "GPU 816 · CPU gov · EMC gov · mode 0" (MHz)."""
+        if self.jetson_clocks and not self.pinned:
+            parts = ["jetson_clocks"]
+        else:
+            parts = [
+                f"{d.value.upper()} {_mhz(hz) if (hz := self.clock(d)) is not None else 'gov'}" for d in ClockDomain
+            ]
+            if self.jetson_clocks:
+                parts.append("jetson_clocks")
+        parts.append("mode as is" if self.nvpmodel is None else f"mode {self.nvpmodel}")
+        return " · ".join(parts)
+
+    def __str__(self) -> str:
+        return self.label()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu_hz": self.gpu_hz,
+            "cpu_hz": self.cpu_hz,
+            "emc_hz": self.emc_hz,
+            "nvpmodel": self.nvpmodel,
+            "jetson_clocks": self.jetson_clocks,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DvfsSetting":
+        unknown = set(d) - {"gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks"}
+        if unknown:
+            raise ConfigError(
+                f"unknown field(s) {', '.join(sorted(unknown))} in a stored DVFS setting",
+                "the record was written by a newer slm-dvfs; read it with that version",
+            )
+
+        def opt_int(key: str) -> int | None:
+            v = d.get(key)
+            if v is None:
+                return None
+            try:
+                return int(v)
+            except (TypeError, ValueError):
+                raise ConfigError(f"stored DVFS setting has {key} = {v!r}", "it must be an integer or null") from None
+
+        return cls(
+            gpu_hz=opt_int("gpu_hz"),
+            cpu_hz=opt_int("cpu_hz"),
+            emc_hz=opt_int("emc_hz"),
+            nvpmodel=opt_int("nvpmodel"),
+            jetson_clocks=d.get("jetson_clocks", False) in (True, 1),
+        )
+
+
+MAXN = DvfsSetting(nvpmodel=0)  # "MAXN Mode 0": no caps, default dynamic governors; the baseline
+MAXN_PINNED = DvfsSetting(nvpmodel=0, jetson_clocks=True)
+
+
+def setting_space(
+    device: Device, space: str = "gpu", *, cpu_stride: int = 4, include_maxn: bool = True
+) -> tuple[DvfsSetting, ...]:
+    """The settings a sweep covers on this device (MAXN first when included)."""
+    key = space.strip().lower()
+    if key not in SPACES:
+        raise ConfigError(f"unknown setting space {space!r}", f"use one of {', '.join(SPACES)}")
+    if isinstance(cpu_stride, bool) or not isinstance(cpu_stride, int) or cpu_stride < 1:
+        raise ConfigError(
+            f"CPU stride must be a positive integer, got {cpu_stride!r}", "use e.g. 4 (every 4th CPU step)"
+        )
+
+    if key == "modes":
+        points = [DvfsSetting(nvpmodel=m.id) for m in sorted(device.power_modes(), key=lambda m: m.id)]
+    else:
+        gpu = device.clock_table(ClockDomain.GPU)
+        cpu: tuple[int | None, ...] = (None,)
+        emc: tuple[int | None, ...] = (None,)
+        if key in ("gpu+emc", "full"):
+            emc = device.clock_table(ClockDomain.EMC)
+        if key == "full":
+            cpu = thin_table(device.clock_table(ClockDomain.CPU), cpu_stride)
+        points = [
+            DvfsSetting(gpu_hz=g, cpu_hz=c, emc_hz=e, nvpmodel=SWEEP_MODE)
+            for g, c, e in itertools.product(gpu, cpu, emc)
+        ]
+    out = [p for p in points if p != MAXN]
+    if include_maxn:
+        out.insert(0, MAXN)
+    log.debug("setting space %s: %d settings", key, len(out))
+    return tuple(out)
+
+
+def check_setting(device: Device, setting: DvfsSetting) -> PowerMode | None:
+    """Refuse, before anything changes, a setting the device cannot take: an undefined
+    mode (ConfigError), an unlisted clock (UnsupportedFrequencyError naming the nearest),
+    a clock above the mode's cap (ConfigError). Returns the mode the setting runs in
+    (None when the device cannot tell its modes and the setting names none)."""
+    mode: PowerMode | None = None
+    try:
+        modes = device.power_modes()
+    except DeviceError:
+        if setting.nvpmodel is not None:
+            raise
+        modes = ()
+    if setting.nvpmodel is not None:
+        mode = next((m for m in modes if m.id == setting.nvpmodel), None)
+        if mode is None:
+            listed = ", ".join(f"{m.id} ({m.name})" for m in sorted(modes, key=lambda m: m.id))
+            raise ConfigError(
+                f"nvpmodel mode {setting.nvpmodel} is not defined on this device",
+                f"use one of: {listed} (`slm-dvfs device` lists them)",
+            )
+    elif modes:
+        try:
+            current = device.power_mode()
+        except DeviceError as exc:
+            log.warning("power mode unknown, clock caps not checked: %s", exc.what)
+        else:
+            mode = next((m for m in modes if m.id == current.id), current)
+    for domain, hz in setting.pinned.items():
+        table = device.clock_table(domain)
+        if hz not in table:
+            raise UnsupportedFrequencyError(domain.value, hz, table)
+        cap = _mode_cap(mode, domain)
+        if cap is not None and hz > cap:
+            raise ConfigError(
+                f"{domain.value.upper()} {_mhz(hz)} MHz is above the {_mhz(cap)} MHz cap of nvpmodel mode "
+                f"{mode.id} ({mode.name})",  # type: ignore[union-attr]
+                "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
+            )
+    return mode
+
+
+def _mode_cap(mode: PowerMode | None, domain: ClockDomain) -> int | None:
+    if mode is None:
+        return None
+    caps = {ClockDomain.GPU: mode.gpu_max_hz, ClockDomain.CPU: mode.cpu_max_hz, ClockDomain.EMC: mode.emc_max_hz}
+    return caps[domain]
+
+
+def thin_table(table: tuple[int, ...], stride: int) -> tuple[int, ...]:
+    """Every `stride`-th entry counted down from the top (the maximum always stays), ascending."""
+    ordered = sorted(table)
+    return tuple(sorted(ordered[::-1][::stride]))
+
+
+def _mhz(hz: int) -> str:
+    return f"{hz / 1e6:g}"

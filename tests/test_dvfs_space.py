@@ -1,0 +1,118 @@
+"""The DVFS setting space: settings as values, spaces built from the device's tables."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.device.base import ClockDomain
+from engine.device.twin.orin import VirtualOrin
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, setting_space, thin_table
+from engine.errors import ConfigError, UnsupportedFrequencyError
+
+MHZ = 1_000_000
+GPU_STEPS, CPU_STEPS, EMC_STEPS = 11, 29, 4  # the spec's 64GB tables
+
+
+@pytest.fixture(scope="module")
+def device():
+    with VirtualOrin() as twin:
+        yield twin.device()
+
+
+def test_tables_are_the_spec_ones(device):
+    assert len(device.clock_table(ClockDomain.GPU)) == GPU_STEPS
+    assert len(device.clock_table(ClockDomain.CPU)) == CPU_STEPS
+    assert len(device.clock_table(ClockDomain.EMC)) == EMC_STEPS
+
+
+def test_gpu_space_is_every_gpu_step_plus_maxn(device):
+    space = setting_space(device, "gpu")
+    assert len(space) == GPU_STEPS + 1
+    assert space[0] == MAXN
+    pinned = space[1:]
+    assert [s.gpu_hz for s in pinned] == list(device.clock_table(ClockDomain.GPU))
+    assert all(s.cpu_hz is None and s.emc_hz is None and s.nvpmodel == 0 and not s.jetson_clocks for s in pinned)
+
+
+def test_gpu_emc_space(device):
+    space = setting_space(device, "gpu+emc")
+    assert len(space) == GPU_STEPS * EMC_STEPS + 1
+    assert len(set(space)) == len(space)
+    assert {s.emc_hz for s in space[1:]} == set(device.clock_table(ClockDomain.EMC))
+    assert all(s.cpu_hz is None for s in space)
+
+
+@pytest.mark.parametrize("stride, cpu_points", [(1, 29), (4, 8), (7, 5), (29, 1), (100, 1)])
+def test_full_space_with_cpu_stride(device, stride, cpu_points):
+    space = setting_space(device, "full", cpu_stride=stride)
+    assert len(space) == GPU_STEPS * cpu_points * EMC_STEPS + 1
+    cpus = {s.cpu_hz for s in space[1:]}
+    assert len(cpus) == cpu_points
+    assert max(device.clock_table(ClockDomain.CPU)) in cpus  # the top step is always kept
+
+
+def test_without_maxn(device):
+    space = setting_space(device, "gpu", include_maxn=False)
+    assert len(space) == GPU_STEPS and MAXN not in space
+
+
+def test_modes_space(device):
+    space = setting_space(device, "modes")
+    assert [s.nvpmodel for s in space] == [0, 1, 2, 3]
+    assert space[0] == MAXN and len(setting_space(device, "modes", include_maxn=False)) == 3
+
+
+@pytest.mark.parametrize("bad", ["cpu", "", "gpu+cpu", "everything"])
+def test_unknown_space_is_a_config_error(device, bad):
+    with pytest.raises(ConfigError) as err:
+        setting_space(device, bad)
+    assert "gpu+emc" in err.value.remedy
+
+
+@pytest.mark.parametrize("stride", [0, -1, 1.5, True])
+def test_bad_cpu_stride(device, stride):
+    with pytest.raises(ConfigError):
+        setting_space(device, "full", cpu_stride=stride)
+
+
+def test_thin_table_counts_down_from_the_top():
+    assert thin_table((1, 2, 3, 4, 5, 6, 7), 3) == (1, 4, 7)
+    assert thin_table((1, 2, 3, 4, 5, 6), 4) == (2, 6)
+
+
+def test_label():
+    assert DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0).label() == "GPU 816 · CPU gov · EMC gov · mode 0"
+    s = DvfsSetting(gpu_hz=1_300_500_000, cpu_hz=2_201_600_000, emc_hz=3199 * MHZ)
+    assert s.label() == "GPU 1300.5 · CPU 2201.6 · EMC 3199 · mode as is"
+    assert MAXN.label() == "GPU gov · CPU gov · EMC gov · mode 0"
+    assert MAXN_PINNED.label() == "jetson_clocks · mode 0"
+
+
+def test_json_round_trip():
+    for s in (MAXN, MAXN_PINNED, DvfsSetting(gpu_hz=612 * MHZ, emc_hz=2133 * MHZ, nvpmodel=0), DvfsSetting()):
+        assert DvfsSetting.from_json(s.to_json()) == s
+    with pytest.raises(ConfigError):
+        DvfsSetting.from_json({"gpu_hz": 1, "fan": 3})
+    with pytest.raises(ConfigError):
+        DvfsSetting.from_json({"gpu_hz": "fast"})
+
+
+def test_setting_fields_are_checked():
+    with pytest.raises(ConfigError):
+        DvfsSetting(gpu_hz=816.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        DvfsSetting(nvpmodel=-1)
+    assert DvfsSetting(gpu_hz=816 * MHZ).pinned == {ClockDomain.GPU: 816 * MHZ}
+
+
+def test_check_setting(device):
+    assert check_setting(device, DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0)).id == 0
+    with pytest.raises(UnsupportedFrequencyError) as err:
+        check_setting(device, DvfsSetting(gpu_hz=800 * MHZ, nvpmodel=0))
+    assert err.value.nearest_hz == (714 * MHZ, 816 * MHZ)
+    with pytest.raises(ConfigError) as err2:
+        check_setting(device, DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=1))  # MODE_15W caps the GPU at 408
+    assert "408 MHz cap" in err2.value.what
+    with pytest.raises(ConfigError) as err3:
+        check_setting(device, DvfsSetting(nvpmodel=9))
+    assert "MODE_15W" in err3.value.remedy
