@@ -1,0 +1,250 @@
+"""One fine-tuning run, from a spec to a result: model, data, tokenizer, loop, twin.
+
+The library call behind `slm-dvfs finetune` and the TUI's runs. Offline by default:
+a zoo model without a cached checkpoint trains from random weights, and synthetic
+GLUE data stands in for the real thing; the result says which (`weights`, `synthetic`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.workload.events import Callback
+from engine.workload.trainer import MODES, PRECISIONS, TrainConfig, TrainControl, Trainer
+
+log = logging.getLogger(__name__)
+
+PADDINGS = ("max_length", "dynamic")
+# When the spec names no learning rate: the usual rate for fine-tuning a pretrained
+# model, and a larger one for a model that starts from random weights.
+LR_PRETRAINED = 5e-5
+LR_RANDOM = 1e-3
+DEFAULT_BATCH_SIZE = 32  # for models outside the zoo
+DEFAULT_SEQ_LEN = 128
+# Dynamic padding: batch lengths are rounded up to this for the twin's step traces,
+# so that a run needs a handful of traces, not one per distinct length.
+TRACE_LENGTH_BUCKET = 16
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    model: str  # zoo name, hub id, checkpoint folder or config.json
+    task: str  # GLUE task, any common spelling
+    data: str = "synthetic"  # "synthetic" | "hub" | a GLUE folder
+    steps: int | None = None  # one of steps and epochs; neither: one epoch
+    epochs: float | None = None
+    batch_size: int | None = None  # None: the zoo entry's
+    max_seq_len: int | None = None  # None: the zoo entry's
+    precision: str | None = None  # None: the zoo entry's; 16-bit falls back to fp32 off CUDA
+    train_samples: int | None = None
+    eval_samples: int | None = None
+    mode: str = "full"  # "full" | "bitfit"
+    seed: int = 0
+    eval_every: int = 0
+    checkpoint_every: int = 0
+    checkpoint_dir: str | None = None
+    resume: str | None = None  # a checkpoint folder to continue from
+    twin: str | None = None  # twin profile, e.g. "agx-orin-64gb"; None: no twin
+    padding: str = "max_length"  # "max_length" | "dynamic"
+    learning_rate: float | None = None  # None: LR_PRETRAINED or LR_RANDOM
+    allow_download: bool = False
+    device: str | None = None  # torch device; None: CUDA when available
+
+    def validate(self) -> None:
+        if self.steps is not None and self.epochs is not None:
+            raise ConfigError("both steps and epochs were given", "give one of --steps and --epochs")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        if self.padding not in PADDINGS:
+            raise ConfigError(f"unknown padding {self.padding!r}", f"use one of {', '.join(PADDINGS)}")
+        for name in ("batch_size", "max_seq_len", "train_samples", "eval_samples", "steps"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name.replace('_', ' ')} must be at least 1, not {value}",
+                                  f"give --{name.replace('_', '-')} 1 or more")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ConfigError("checkpoints were asked for without a folder", "add --checkpoint-dir DIR")
+
+
+@dataclass(frozen=True)
+class FinetuneResult:
+    model: str
+    task: str
+    mode: str
+    precision: str  # actually used on the host
+    device: str
+    batch_size: int
+    max_seq_len: int
+    steps: int
+    samples: int
+    wall_s: float  # host wall time, evaluation included (measured)
+    train_wall_s: float  # host time of the training steps (measured)
+    samples_per_s: float  # training samples per second of train_wall_s (measured)
+    final_loss: float | None
+    losses: tuple[float, ...]
+    eval: Mapping[str, Mapping[str, float]]  # split -> metrics at the end
+    primary_metric: str
+    weights: str  # "pretrained" | "random"
+    synthetic: bool
+    data_source: str
+    trainable_params: int
+    params: int
+    learning_rate: float
+    cancelled: bool = False
+    twin_profile: str | None = None
+    twin_precision: str | None = None  # what the twin simulated (16-bit runs on the Orin)
+    twin_time_s: float | None = None  # training steps on the twin
+    twin_energy_j: Mapping[str, float] | None = None  # per rail
+    host_source: Source = Source.MEASURED
+    twin_source: Source | None = None  # Source.TWIN when on the twin
+
+    @property
+    def twin_total_energy_j(self) -> float | None:
+        return None if self.twin_energy_j is None else float(sum(self.twin_energy_j.values()))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model, "task": self.task, "mode": self.mode, "precision": self.precision,
+            "device": self.device, "batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
+            "steps": self.steps, "samples": self.samples, "learning_rate": self.learning_rate,
+            "weights": self.weights, "synthetic": self.synthetic, "data_source": self.data_source,
+            "trainable_params": self.trainable_params, "params": self.params,
+            "cancelled": self.cancelled, "final_loss": self.final_loss,
+            "eval": {split: dict(m) for split, m in self.eval.items()},
+            "primary_metric": self.primary_metric,
+            "host": {"wall_s": self.wall_s, "train_wall_s": self.train_wall_s,
+                     "samples_per_s": self.samples_per_s, "source": str(self.host_source)},
+            "twin": None,
+        }
+        if self.twin_source is not None:
+            out["twin"] = {
+                "profile": self.twin_profile, "precision": self.twin_precision,
+                "time_s": self.twin_time_s, "energy_j": dict(self.twin_energy_j or {}),
+                "total_energy_j": self.twin_total_energy_j, "source": str(self.twin_source),
+            }
+        return out
+
+
+@dataclass(frozen=True)
+class Defaults:
+    batch_size: int
+    seq_len: int
+    precision: str
+
+
+def defaults_for(model_spec: str) -> Defaults:
+    """Batch, length and precision from the zoo entry the spec names (or matches)."""
+    from engine.workload.models import resolve_model
+
+    try:
+        entry = resolve_model(model_spec).entry
+    except ConfigError:
+        entry = None
+    if entry is None:
+        return Defaults(DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, "fp32")
+    return Defaults(entry.batch_size, entry.seq_len, entry.precision)
+
+
+def open_twin(profile: str) -> Any:
+    """The digital twin for `profile` (imported lazily: the twin is optional)."""
+    try:
+        from engine.device.twin.orin import VirtualOrin
+    except ImportError as exc:
+        raise ConfigError(f"the digital twin is not available ({exc})",
+                          "run without --twin, or install the complete slm-dvfs") from None
+    return VirtualOrin(profile=profile)
+
+
+def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
+                 control: TrainControl | None = None, *, twin: Any | None = None) -> FinetuneResult:
+    """Fine-tune as `spec` says; every event goes to each of `callbacks`.
+
+    `twin` overrides the twin `spec.twin` would open (tests pass a fake one).
+    """
+    from engine.workload.data import encode, load_glue_text
+    from engine.workload.glue import get_task
+    from engine.workload.metrics import compute_metrics
+    from engine.workload.models import load_model
+    from engine.workload.tokenization import load_tokenizer
+
+    spec.validate()
+    task = get_task(spec.task)
+    defaults = defaults_for(spec.model)
+    model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
+    batch_size = spec.batch_size or defaults.batch_size
+    seq_len = spec.max_seq_len or defaults.seq_len
+    if seq_len > info.max_positions:
+        raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
+                          f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")
+    precision = spec.precision or defaults.precision
+    lr = spec.learning_rate or (LR_PRETRAINED if info.weights == "pretrained" else LR_RANDOM)
+
+    text = load_glue_text(task, spec.data, train_samples=spec.train_samples,
+                          eval_samples=spec.eval_samples, seed=spec.seed,
+                          allow_download=spec.allow_download)
+    tokenizer = load_tokenizer(spec.model, info, text.train_texts(),
+                               allow_download=spec.allow_download, task=task)
+    encoded = encode(text, tokenizer, seq_len, padding=spec.padding)
+
+    owned_twin = twin is None and bool(spec.twin)
+    if owned_twin:
+        twin = open_twin(str(spec.twin))
+    twin_name = _twin_name(spec, twin)
+
+    def trace_for(rows: int, length: int):
+        from engine.workload.tracer import step_trace
+
+        if spec.padding == "dynamic":
+            length = min(seq_len, TRACE_LENGTH_BUCKET * math.ceil(length / TRACE_LENGTH_BUCKET))
+        return step_trace(model, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
+
+    config = TrainConfig(
+        steps=spec.steps, epochs=spec.epochs, batch_size=batch_size, learning_rate=lr,
+        precision=precision, mode=spec.mode, seed=spec.seed, eval_every=spec.eval_every,
+        checkpoint_every=spec.checkpoint_every, checkpoint_dir=spec.checkpoint_dir, device=spec.device,
+    )
+    try:
+        trainer = Trainer(
+            model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
+            metric_fn=lambda preds, labels: compute_metrics(task, preds, labels),
+            callbacks=callbacks, control=control, twin=twin,
+            trace_for=trace_for if twin is not None else None,
+            run_name=(info.name, task.name), twin_name=twin_name,
+        )
+        outcome = trainer.run(resume_from=spec.resume)
+    finally:
+        if owned_twin and hasattr(twin, "close"):
+            twin.close()
+    on_twin = outcome.twin is not None
+    return FinetuneResult(
+        model=info.name, task=task.name, mode=spec.mode, precision=outcome.precision,
+        device=outcome.device, batch_size=batch_size, max_seq_len=seq_len, steps=outcome.steps,
+        samples=outcome.samples, wall_s=outcome.wall_s, train_wall_s=outcome.train_wall_s,
+        samples_per_s=outcome.samples_per_s, final_loss=outcome.final_loss, losses=outcome.losses,
+        eval=outcome.eval, primary_metric=task.primary_metric, weights=info.weights,
+        synthetic=text.synthetic, data_source=text.source,
+        trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
+        cancelled=outcome.cancelled,
+        twin_profile=twin_name if on_twin else None,
+        twin_precision=precision if on_twin else None,
+        twin_time_s=outcome.twin.time_s if outcome.twin is not None else None,
+        twin_energy_j=dict(outcome.twin.energy_j) if outcome.twin is not None else None,
+        twin_source=Source.TWIN if on_twin else None,
+    )
+
+
+def _twin_name(spec: FinetuneSpec, twin: Any | None) -> str | None:
+    if twin is None:
+        return None
+    if spec.twin:
+        return spec.twin
+    profile = getattr(twin, "profile", None)
+    return str(getattr(profile, "name", profile or "twin"))
