@@ -173,7 +173,7 @@ def summary(result: FinetuneResult) -> str:
     if result.synthetic:
         notes.append("synthetic data")
     if notes:
-        lines.append(f"  note: {', '.join(notes)}: accuracy is not meaningful, time and energy are")
+        lines.append(f"  note: {', '.join(notes)}: the eval metric is not meaningful; time and energy are faithful")
     for split, metrics in result.eval.items():
         shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
         lines.append(f"  eval {split}: {shown}")
