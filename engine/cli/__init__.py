@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "engine.cli.device_cmds",
     "engine.cli.finetune_cmd",
     "engine.cli.store_cmds",
+    "engine.cli.experiment_cmds",
 )
 
 log = logging.getLogger("slm_dvfs")

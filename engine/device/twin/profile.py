@@ -137,6 +137,16 @@ class ThermalParams:
 
 
 @dataclass(frozen=True)
+class ThermalGuardParams:
+    """When experiments pause or stop for heat (engine.thermal): the hottest zone's limits."""
+
+    wait_c: float = 75.0  # above this before a point/run: idle until cooldown_c
+    abort_c: float = 85.0  # above this at any time: stop the experiment
+    cooldown_c: float = 65.0  # waiting ends at or below this
+    poll_s: float = 5.0  # how often the temperatures are read while waiting
+
+
+@dataclass(frozen=True)
 class IdentityParams:
     board: str
     module: str
@@ -160,6 +170,7 @@ class TwinProfile:
     modes: tuple[PowerMode, ...]
     default_mode: int  # PM_CONFIG DEFAULT of the conf file
     initial_mode: int  # the mode a fresh twin starts in
+    thermal_guard: ThermalGuardParams | None = None  # experiments' heat limits; None: engine.thermal's defaults
     source_path: str = field(default="", compare=False)
 
     def mode(self, mode_id: int) -> PowerMode:

@@ -1,0 +1,367 @@
+"""`slm-dvfs run | sweep | report`: experiments from the command line.
+
+Progress goes to stderr (one `\\r`-redrawn line); the result, or with --json one JSON
+object, goes to stdout. Ctrl-C stops the experiment: the clock guard restores the clocks
+at once, the run is recorded as failed, and a sweep resumes where it stopped when the
+same command runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, TextIO
+
+from engine.cli.device_cmds import add_device_args
+from engine.cli.store_cmds import add_db_arg
+
+REDRAW_S = 0.1
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run", help="fine-tune under a DVFS policy (optionally also under MAXN Mode 0, to compare)",
+        description="Fine-tune a model on a GLUE task under a DVFS policy; with --compare maxn also under "
+        "MAXN Mode 0 with the same seed, data order and steps. Reports energy (total and per rail), time, "
+        "power, samples/s, J/sample, the eval metric, and the saving and slowdown; every figure labelled "
+        "measured (board) or twin. Everything is recorded in the results store.",
+    )
+    _workload_args(p)
+    p.add_argument("--policy", default="maxn",
+                   help="maxn | maxn-pinned | mode:N | static:gpu=MHz[,cpu=..][,emc=..] | oracle | online | ml "
+                   "(default maxn)")
+    p.add_argument("--objective", default="energy", help="energy | energy@5%% | edp | eta:0.5 (default energy)")
+    p.add_argument("--compare", choices=("maxn",), help="also run MAXN Mode 0 and report the saving")
+    p.add_argument("--reuse-baseline", action="store_true",
+                   help="with --compare maxn: reuse a stored MAXN run of the same workload, device, steps and seed")
+    p.add_argument("--steps", type=int, default=100, metavar="N", help="training steps per run (default 100)")
+    p.add_argument("--simulate", action="store_true",
+                   help="twin only: no training, each step just advances the twin (fast; no eval metric)")
+    p.add_argument("--label", help="free text stored with the run")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "sweep", help="measure a workload at every setting of a space (resumable)",
+        description="Each setting runs W unmeasured then S measured steps; repetitions give a mean and a 95%% "
+        "confidence interval. A thermal guard waits before a point on a hot board and aborts on an "
+        "overheating one. Interrupted sweeps resume where they stopped. --fast (twin only) computes every "
+        "point from the step trace without training.",
+    )
+    _workload_args(p)
+    p.add_argument("--space", choices=("gpu", "gpu+emc", "full", "modes"), default="gpu",
+                   help="which settings (default gpu: every GPU step, CPU and EMC on their governors)")
+    p.add_argument("--warmup-steps", type=int, default=1, metavar="W", help="unmeasured steps per point (default 1)")
+    p.add_argument("--steps", type=int, default=5, metavar="S", help="measured steps per point (default 5)")
+    p.add_argument("--repeats", type=int, default=1, metavar="R", help="repetitions of the space (default 1)")
+    p.add_argument("--cpu-stride", type=int, default=4, metavar="K", help="--space full: every K-th CPU step")
+    p.add_argument("--fast", action="store_true", help="twin only: compute points from the step trace, no training")
+    p.add_argument("--objective", default="energy", help="how the optimum is chosen (default energy)")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("report", help="write a Markdown report with PNG figures for a sweep (sN) or run (N)")
+    p.add_argument("id", metavar="ID", help="sweep id as sN (e.g. s3), or run id as N or rN (`slm-dvfs runs`)")
+    p.add_argument("--out", metavar="DIR", default=".", help="folder for the report (default: here)")
+    p.add_argument("--objective", default="energy", help="sweep reports: how the optimum is chosen")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_report)
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, metavar="NAME", help="zoo name (e.g. bert-tiny, pythia-410m), hub id or folder")
+    p.add_argument("--task", required=True, metavar="TASK", help="GLUE task, e.g. sst2, mnli")
+    p.add_argument("--batch-size", type=int, metavar="B", help="default: the zoo entry's")
+    p.add_argument("--max-seq-len", type=int, metavar="L", help="default: the zoo entry's")
+    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default: the zoo entry's")
+    p.add_argument("--mode", choices=("full", "bitfit"), default="full", help="training mode (default full)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of weights, data and order (default 0)")
+    p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
+    p.add_argument("--train-samples", type=int, metavar="N", help="training examples to use")
+    p.add_argument("--eval-samples", type=int, metavar="N", help="evaluation examples per split")
+    p.add_argument("--rails", default="all", help="rails the energy total is over: all | gpu+cpu (default all)")
+    p.add_argument("--thermal", action="store_true", help="twin: model temperatures (heat-up and cool-down)")
+    p.add_argument("--thermal-wait-c", type=float, metavar="C", help="wait before a point above C (default 75)")
+    p.add_argument("--thermal-abort-c", type=float, metavar="C", help="abort above C (default 85)")
+    p.add_argument("--thermal-cooldown-c", type=float, metavar="C", help="waiting ends at C (default 65)")
+    p.add_argument("--thermal-poll-s", type=float, metavar="S", help="temperature poll while waiting (default 5)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_device_args(p)
+    add_db_arg(p)
+
+
+def _thermal_overrides(args: argparse.Namespace) -> tuple[tuple[str, float], ...]:
+    pairs = (("wait_c", args.thermal_wait_c), ("abort_c", args.thermal_abort_c),
+             ("cooldown_c", args.thermal_cooldown_c), ("poll_s", args.thermal_poll_s))
+    return tuple((k, float(v)) for k, v in pairs if v is not None)
+
+
+def _store(args: argparse.Namespace, create: bool = True) -> Any:
+    from engine.store import Store
+
+    return Store(Path(args.db) if args.db else None, create=create)
+
+
+# --- run ----------------------------------------------------------------------------------------
+def experiment_spec(args: argparse.Namespace) -> Any:
+    from engine.experiment import ExperimentSpec
+
+    return ExperimentSpec(
+        model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
+        reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
+        max_seq_len=args.max_seq_len, precision=args.precision, mode=args.mode, seed=args.seed, data=args.data,
+        train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
+        sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
+        thermal_overrides=_thermal_overrides(args), label=args.label,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine.experiment import run_experiment
+    from engine.workload.trainer import TrainControl
+
+    spec = experiment_spec(args)
+    spec.validate()
+    control = TrainControl()
+    progress = Progress(sys.stderr)
+    with _store(args) as store, _cancel_on_sigint(control):
+        result = run_experiment(spec, store=store, callbacks=[progress], control=control)
+    progress.end()
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_experiment(result))
+    return 130 if result.cancelled else 0
+
+
+def format_experiment(result: Any) -> str:
+    """The result as text; every figure carries its source label."""
+    src = result.source.value
+    run, base, cmp_ = result.run, result.baseline, result.comparison
+    w = result.workload
+    ident = result.identity
+    kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {w.mode}) "
+             f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
+             + ("  [cancelled]" if result.cancelled else "")]
+    lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
+    cols = [("", 22), (f"policy {run.policy}", 26)] + ([(f"MAXN Mode 0{' (reused)' if base.reused else ''}", 24)]
+                                                      if base is not None else [])
+
+    def row(name: str, fmt: str, key: str) -> str:
+        cells = [name.ljust(22), _fmt(getattr(run, key), fmt).rjust(26)]
+        if base is not None:
+            cells.append(_fmt(getattr(base, key), fmt).rjust(24))
+        return "".join(cells) + f"  [{src}]"
+
+    lines.append("".join(h.ljust(n) if i == 0 else h.rjust(n) for i, (h, n) in enumerate(cols)))
+    lines.append(row("run id", "d", "run_id").rsplit("  [", 1)[0])
+    lines.append(row("time (s)", ".3f", "time_s"))
+    lines.append(row("energy (J)", ".2f", "energy_j"))
+    for rail in run.rail_energy_j:
+        cells = [f"  {rail}".ljust(22), _fmt(run.rail_energy_j.get(rail), ".2f").rjust(26)]
+        if base is not None:
+            cells.append(_fmt(base.rail_energy_j.get(rail), ".2f").rjust(24))
+        lines.append("".join(cells) + f"  [{src}]")
+    lines.append(row("average power (W)", ".2f", "avg_power_w"))
+    lines.append(row("samples/s", ".2f", "samples_per_s"))
+    lines.append(row("J/sample", ".4f", "joules_per_sample"))
+    if result.simulated:
+        lines.append("eval metric".ljust(22) + "none (simulated)".rjust(26))
+    elif run.metric is not None:
+        cells = [f"{run.metric} (eval)".ljust(22), _fmt(run.metric_value, ".4f").rjust(26)]
+        if base is not None:
+            cells.append(_fmt(base.metric_value, ".4f").rjust(24))
+        lines.append("".join(cells) + "  [measured on the host]")
+    if run.setting is not None:
+        lines.append(f"setting (last applied): {run.setting.label()}")
+    if len(run.history) > 1:
+        lines.append(f"  {len(run.history)} settings applied during the run (profiling included in its figures)")
+    if cmp_ is not None:
+        lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
+                     f"[{cmp_.source.value}]")
+        if cmp_.rail_saving_pct:
+            lines.append("  per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
+    for wait in result.thermal.get("waits", []):
+        lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
+                     f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
+    for note in result.notes:
+        lines.append(f"note: {note}")
+    lines.append(f"recorded: run {run.run_id}" + (f", baseline run {base.run_id}" if base is not None else "")
+                 + (f", comparison {cmp_.record_id}" if cmp_ is not None and cmp_.record_id else "")
+                 + f"  (`slm-dvfs report {run.run_id}`)")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+# --- sweep --------------------------------------------------------------------------------------
+def sweep_spec(args: argparse.Namespace) -> Any:
+    from engine.sweep import SweepSpec
+
+    return SweepSpec(
+        model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
+        repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
+        precision=args.precision, mode=args.mode, seed=args.seed, data=args.data, train_samples=args.train_samples,
+        eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
+        sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
+        thermal=args.thermal, thermal_overrides=_thermal_overrides(args),
+    )
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from engine.sweep import run_sweep
+    from engine.workload.trainer import TrainControl
+
+    spec = sweep_spec(args)
+    spec.validate()
+    control = TrainControl()
+    progress = Progress(sys.stderr)
+    with _store(args) as store, _cancel_on_sigint(control):
+        result = run_sweep(spec, store=store, callbacks=[progress], control=control)
+    progress.end()
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(format_sweep(result))
+    return 0 if result.complete else 130
+
+
+def format_sweep(result: Any) -> str:
+    src = result.source.value
+    w = result.workload
+    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, "
+             f"{w.precision}) on {result.identity.board}"
+             + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
+             + f"  {result.status}"]
+    lines.append(f"{result.settings} settings x {result.spec.repeats} repeat(s): {result.measured} measured now, "
+                 f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
+                 + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
+    lines.append(f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}")
+    for p in result.points:
+        mark = " *" if p is result.optimum else ("  (MAXN)" if p is result.maxn else "")
+        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} "
+                     f"{_ci(p.joules_per_sample.mean, p.joules_per_sample.ci95, '.4g'):>18} "
+                     f"{_ci(p.seconds_per_sample.mean * 1e3, None if p.seconds_per_sample.ci95 is None else p.seconds_per_sample.ci95 * 1e3, '.4g'):>18} "
+                     f"{_ci(p.power_w.mean, p.power_w.ci95, '.3g'):>14}  [{src}]")
+    if result.optimum is not None:
+        lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
+        if result.maxn is not None:
+            saving = 100.0 * (1.0 - result.optimum.joules_per_sample.mean / result.maxn.joules_per_sample.mean)
+            slowdown = 100.0 * (result.optimum.seconds_per_sample.mean / result.maxn.seconds_per_sample.mean - 1.0)
+            lines.append(f"  vs MAXN Mode 0: energy saving {saving:+.1f}%, slowdown {slowdown:+.1f}%  [{src}]")
+    for wait in result.thermal.get("waits", []):
+        lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
+    if not result.complete:
+        lines.append("the sweep stopped early: run the same command again to resume it")
+    lines.append(f"report: slm-dvfs report s{result.sweep_id} --out DIR")
+    return "\n".join(lines) + "\n"
+
+
+def _ci(mean: float, ci: float | None, fmt: str) -> str:
+    return format(mean, fmt) if ci is None else f"{format(mean, fmt)} ± {format(ci, fmt)}"
+
+
+# --- report -------------------------------------------------------------------------------------
+def cmd_report(args: argparse.Namespace) -> int:
+    from engine.report import write_report
+
+    with _store(args, create=False) as store:
+        report = write_report(store, args.id, args.out, objective=args.objective)
+    print(f"wrote {report.markdown}")
+    for fig in report.figures:
+        print(f"  figure {fig}")
+    return 0
+
+
+# --- progress -----------------------------------------------------------------------------------
+class Progress:
+    """Progress on stderr: one redrawn line on a terminal; whole lines, throttled, in a log."""
+
+    LOG_EVERY_S = 5.0
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.total = 0
+        self.phase = ""
+        self._last = -1e9
+        self._open = False
+
+    def __call__(self, event: Any) -> None:
+        from engine.experiment import ExperimentPhase
+        from engine.sweep import SweepPointDone
+        from engine.thermal import ThermalWait
+        from engine.workload.events import RunCancelled, RunStarted, StepEnd
+
+        if isinstance(event, ExperimentPhase):
+            self.phase = f"{event.role} run ({event.policy}) {event.index}/{event.total}: "
+        elif isinstance(event, RunStarted):
+            self.total = event.total_steps
+        elif isinstance(event, StepEnd):
+            cost = f"  {event.twin.total_energy_j:.3g} J/step [twin]" if event.twin is not None else ""
+            self._status(f"{self.phase}step {event.step}/{self.total}{cost}", final=event.step >= self.total)
+        elif isinstance(event, SweepPointDone):
+            m = event.measurement
+            self._status(f"point {event.index}/{event.total}: {event.setting.label()} (repeat {event.repeat + 1}) "
+                         f"{m.joules_per_sample:.4g} J/sample [{m.source.value}]", final=event.index >= event.total)
+        elif isinstance(event, ThermalWait):
+            self.line(f"thermal: {event.zone} {event.start_c:.1f} -> {event.end_c:.1f} degC after "
+                      f"{event.waited_s:.0f} s" + (" of twin time" if event.simulated else ""))
+        elif isinstance(event, RunCancelled):
+            self.line(f"stopped after step {event.step}: {event.reason}")
+
+    def _status(self, text: str, final: bool = False) -> None:
+        now = time.monotonic()
+        if self.tty:
+            if final or now - self._last >= REDRAW_S:
+                self._last = now
+                self.stream.write("\r\x1b[2K" + text)
+                self.stream.flush()
+                self._open = True
+        elif final or now - self._last >= self.LOG_EVERY_S:
+            self._last = now
+            self.line(text)
+
+    def line(self, text: str) -> None:
+        self.end()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+@contextmanager
+def _cancel_on_sigint(control: Any) -> Iterator[None]:
+    """Ctrl-C outside the clock guard (e.g. a --fast sweep) stops at the next point or step;
+    inside it, the guard restores the clocks and interrupts at once (it chains to this)."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+        def handler(signum: int, frame: Any) -> None:
+            if control.cancelled:
+                raise KeyboardInterrupt
+            control.cancel("interrupted (Ctrl-C)")
+            sys.stderr.write("\nstopping at the next step boundary (Ctrl-C again to abort)\n")
+
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+__all__ = ["register", "format_experiment", "format_sweep"]

@@ -1,0 +1,535 @@
+"""Experiments: fine-tune under a DVFS policy and, if asked, under MAXN Mode 0 to compare.
+
+    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="online", compare="maxn",
+                          steps=200, twin="agx-orin-64gb")
+    with Store() as store:
+        result = run_experiment(spec, store=store, callbacks=[progress])
+
+The experiment opens the device (a board, or the twin), snapshots its clocks in the
+clock guard before anything changes, and runs the policy's run and then the baseline
+(same seed, data order and step count), each with a DVFS controller applying the
+policy at step boundaries. Figures come from the twin's exact step costs on the twin and
+from the power monitor's window over the training steps on a board; the energy total
+is over the monitor's rail preset (`all` or `gpu+cpu`), named in the result. Every run,
+its down-sampled power trace and the comparison are recorded in the store. `simulate`
+(twin only) replaces training with `engine.simulate.simulate_run`.
+
+Events of both runs go to `callbacks` (the trainer's events, plus `ExperimentPhase` and
+the thermal guard's `ThermalWait`); a `TrainControl` pauses or cancels at step boundaries.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from engine.device.base import DeviceIdentity
+from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
+from engine.dvfs.space import DvfsSetting
+from engine.errors import ConfigError
+from engine.power_sources import PowerSample
+from engine.provenance import Source
+from engine.sweep import open_session, rail_names, stored_points
+from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepEnd
+
+log = logging.getLogger(__name__)
+
+COMPARE_CHOICES = ("maxn",)
+BASELINE_POLICY = "maxn"
+SIMULATED_NOTE = "simulated: twin only, no training (no loss, no eval metric)"
+_RUN_WINDOW = "experiment-run"
+_FLUSH_S = 10.0  # pull the monitor's ring buffer this often (it holds 120 s)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """Everything one experiment needs; immutable (the TUI's setup screen builds one)."""
+
+    model: str
+    task: str
+    policy: str = "maxn"
+    objective: str = "energy"
+    compare: str | None = None  # "maxn": also run (or reuse) MAXN Mode 0
+    reuse_baseline: bool = False  # use a stored MAXN run of the same workload, device, steps, seed
+    steps: int = 100
+    batch_size: int | None = None  # None: the zoo entry's
+    max_seq_len: int | None = None
+    precision: str | None = None
+    mode: str = "full"  # full | bitfit
+    seed: int = 0
+    data: str = "synthetic"
+    train_samples: int | None = None
+    eval_samples: int | None = None
+    twin: str | None = None  # twin profile; None: the board at sysfs_root
+    sysfs_root: str | None = None
+    fallback_to_twin: bool = False  # no board found: use the default twin (and say so)
+    rails: str = "all"  # the monitor preset the energy total is over
+    simulate: bool = False  # twin only: no training, just the twin's step costs
+    thermal: bool = False  # the twin's thermal model
+    thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
+    policy_options: tuple[tuple[str, Any], ...] = ()  # keyword options of the policy (online)
+    allow_download: bool = False
+    label: str | None = None
+
+    def validate(self) -> None:
+        if self.compare is not None and self.compare not in COMPARE_CHOICES:
+            raise ConfigError(f"cannot compare against {self.compare!r}", f"use --compare {' or '.join(COMPARE_CHOICES)}")
+        if self.reuse_baseline and self.compare is None:
+            raise ConfigError("--reuse-baseline without --compare maxn", "add --compare maxn, or drop --reuse-baseline")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"steps must be at least 1, not {self.steps!r}", "give --steps 1 or more")
+        if self.simulate and self.twin is None and not self.fallback_to_twin:
+            raise ConfigError("--simulate runs on the digital twin only", "add --twin (e.g. --twin agx-orin-64gb)")
+        parse_objective(self.objective)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["thermal_overrides"] = dict(self.thermal_overrides)
+        out["policy_options"] = dict(self.policy_options)
+        return out
+
+
+@dataclass(frozen=True)
+class ExperimentPhase:
+    """Event: one of the experiment's runs is about to start."""
+
+    role: str  # "policy" | "baseline"
+    policy: str
+    index: int  # 1-based
+    total: int
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures; all of them (but host_wall_s) from `source`."""
+
+    run_id: int
+    role: str  # "policy" | "baseline"
+    policy: str  # the spec, e.g. "online" or "maxn"
+    source: Source
+    rails_preset: str
+    rails: tuple[str, ...]  # the rails `energy_j` sums
+    steps: int
+    samples: int
+    time_s: float
+    energy_j: float
+    rail_energy_j: Mapping[str, float]
+    host_wall_s: float | None = None  # measured on the host, whatever the source
+    metric: str | None = None  # the task's primary metric
+    metric_value: float | None = None
+    setting: DvfsSetting | None = None  # the last one applied
+    history: tuple[tuple[int, DvfsSetting], ...] = ()
+    detail: Mapping[str, Any] = field(default_factory=dict)  # the policy's describe()
+    simulated: bool = False
+    reused: bool = False  # a stored baseline, not run now
+    cancelled: bool = False
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.time_s if self.time_s > 0 else 0.0
+
+    @property
+    def joules_per_sample(self) -> float:
+        return self.energy_j / self.samples if self.samples else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "role": self.role, "policy": self.policy, "source": self.source.value,
+            "simulated": self.simulated, "reused": self.reused, "cancelled": self.cancelled,
+            "steps": self.steps, "samples": self.samples, "time_s": self.time_s, "energy_j": self.energy_j,
+            "energy_rails": {"preset": self.rails_preset, "rails": list(self.rails)},
+            "rail_energy_j": dict(self.rail_energy_j), "avg_power_w": self.avg_power_w,
+            "samples_per_s": self.samples_per_s, "joules_per_sample": self.joules_per_sample,
+            "metric": None if self.metric is None else {"name": self.metric, "value": self.metric_value},
+            "setting": None if self.setting is None else {**self.setting.to_json(), "label": self.setting.label()},
+            "history": [{"from_step": s, "label": st.label(), "setting": st.to_json()} for s, st in self.history],
+            "policy_detail": dict(self.detail),
+            "host_wall_s": None if self.host_wall_s is None else {"value": self.host_wall_s,
+                                                                  "source": Source.MEASURED.value},
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A run against its MAXN baseline: positive saving = less energy, positive slowdown = slower."""
+
+    saving_pct: float
+    slowdown_pct: float
+    rail_saving_pct: Mapping[str, float]
+    power_change_pct: float
+    source: Source
+    rails_preset: str
+    record_id: int | None = None  # the store's comparison row
+
+    def to_json(self) -> dict[str, Any]:
+        return {"saving_pct": self.saving_pct, "slowdown_pct": self.slowdown_pct,
+                "rail_saving_pct": dict(self.rail_saving_pct), "power_change_pct": self.power_change_pct,
+                "source": self.source.value, "rails_preset": self.rails_preset, "record_id": self.record_id}
+
+
+def compare(run: RunFigures, baseline: RunFigures) -> Comparison:
+    """Energy saving and slowdown in percent of the baseline (per rail too)."""
+    if run.rails_preset != baseline.rails_preset:
+        raise ConfigError(f"run {run.run_id} totals {run.rails_preset} but baseline {baseline.run_id} totals "
+                          f"{baseline.rails_preset}", "compare runs over the same --rails preset")
+    if baseline.energy_j <= 0 or baseline.time_s <= 0:
+        raise ConfigError(f"baseline run {baseline.run_id} has no energy or time", "run the baseline again")
+    if {run.source, baseline.source} == {Source.MEASURED, Source.TWIN}:
+        raise ConfigError("cannot compare a board's run with a twin's", "compare runs of one kind")
+    rails = {}
+    for rail, base_j in baseline.rail_energy_j.items():
+        if base_j > 0 and rail in run.rail_energy_j:
+            rails[rail] = 100.0 * (base_j - run.rail_energy_j[rail]) / base_j
+    return Comparison(
+        saving_pct=100.0 * (baseline.energy_j - run.energy_j) / baseline.energy_j,
+        slowdown_pct=100.0 * (run.time_s - baseline.time_s) / baseline.time_s,
+        rail_saving_pct=rails,
+        power_change_pct=100.0 * (run.avg_power_w / baseline.avg_power_w - 1.0) if baseline.avg_power_w else 0.0,
+        source=run.source,
+        rails_preset=run.rails_preset,
+    )
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    spec: ExperimentSpec
+    identity: DeviceIdentity
+    source: Source
+    workload: Any  # engine.simulate.Workload
+    objective: Objective
+    run: RunFigures
+    baseline: RunFigures | None = None
+    comparison: Comparison | None = None
+    notes: tuple[str, ...] = ()
+    thermal: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def simulated(self) -> bool:
+        return self.spec.simulate
+
+    @property
+    def cancelled(self) -> bool:
+        return self.run.cancelled
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source.value, "simulated": self.simulated, "cancelled": self.cancelled,
+            "spec": self.spec.to_json(), "objective": self.objective.spec, "workload": self.workload.to_json(),
+            "device": {"board": self.identity.board, "module": self.identity.module, "l4t": self.identity.l4t,
+                       "profile": self.identity.profile, "twin": self.identity.is_twin},
+            "energy_rails": {"preset": self.run.rails_preset, "rails": list(self.run.rails)},
+            "run": self.run.to_json(), "baseline": None if self.baseline is None else self.baseline.to_json(),
+            "comparison": None if self.comparison is None else self.comparison.to_json(),
+            "notes": list(self.notes), "thermal": dict(self.thermal),
+        }
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    *,
+    store: Any,
+    callbacks: Iterable[Callable[[Any], None]] = (),
+    control: Any = None,
+    session: Any = None,
+    workload: Any = None,
+) -> ExperimentResult:
+    """Run the policy (and the MAXN baseline, with `compare`), record all, return the figures.
+
+    `session` (an open DeviceSession) and `workload` (engine.simulate.Workload) may be
+    passed by a caller that has them; otherwise they are opened / resolved here."""
+    from engine.device.session import DEFAULT_TWIN
+    from engine.dvfs.policies import PolicyContext, make_policy
+    from engine.guard import ClockGuard
+    from engine.simulate import resolve_workload
+    from engine.store import DeviceRecord
+    from engine.thermal import ThermalGuard, limits_for
+
+    spec.validate()
+    listeners = list(callbacks)
+
+    def emit(event: Any) -> None:
+        for callback in listeners:
+            callback(event)
+
+    if workload is None:
+        workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
+                                    precision=spec.precision, mode=spec.mode, seed=spec.seed,
+                                    allow_download=spec.allow_download)
+    owned = session is None
+    if owned:
+        twin = spec.twin if spec.twin is not None or not (spec.simulate and spec.fallback_to_twin) else DEFAULT_TWIN
+        session = open_session(twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
+                               thermal=spec.thermal)
+    try:
+        if spec.simulate and session.twin is None:
+            raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
+                              "add --twin, or drop --simulate")
+        device = session.device
+        identity = device.identity()
+        source = identity.source
+        rails = rail_names(session, spec.rails)
+        objective = parse_objective(spec.objective, max_power_w=module_power_limit_w(identity))
+        device_id = store.ensure_device(DeviceRecord.from_identity(identity))
+        workload_id = store.ensure_workload(workload.record(None if spec.simulate else spec.data))
+        policy = make_policy(spec.policy, **dict(spec.policy_options))
+        points = stored_points(store, device_id, workload_id, source=source, rails=spec.rails) \
+            if policy.name == "oracle" else ()
+        if policy.name == "oracle" and not points and stored_points(store, device_id, workload_id, source=source):
+            raise ConfigError(
+                f"the store's sweeps of {workload.model}/{workload.task} on this device total other rails "
+                f"than --rails {spec.rails}",
+                f"sweep again with --rails {spec.rails}, or run with the sweep's --rails",
+            )
+        guard = ThermalGuard(device, limits_for(session.twin, **dict(spec.thermal_overrides)), twin=session.twin,
+                             on_wait=emit)
+        ctx = PolicyContext(device, objective, tuple(points), workload=workload)
+        notes = list(getattr(session, "notes", []))
+        if spec.simulate:
+            notes.append(SIMULATED_NOTE)
+        runner = _Runner(spec, session, workload, store, device_id, workload_id, rails, objective, guard,
+                         listeners, control)
+
+        baseline: RunFigures | None = None
+        with ClockGuard(device):  # the snapshot comes before any change; restored whatever happens
+            runner.start_monitor()
+            try:
+                total = 2 if spec.compare and not spec.reuse_baseline else 1
+                emit(ExperimentPhase("policy", spec.policy, 1, total))
+                run = runner.execute("policy", spec.policy, policy, ctx)
+                if spec.compare and not run.cancelled:
+                    if spec.reuse_baseline:
+                        baseline = _stored_baseline(store, spec, workload, device_id, source, rails,
+                                                    exclude=run.run_id)
+                        if baseline is None:
+                            notes.append("no stored MAXN run of this workload, device, steps and seed: ran one")
+                    if baseline is None:
+                        emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
+                        base_ctx = PolicyContext(device, objective, (), workload=workload)
+                        baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
+                    else:
+                        notes.append(f"MAXN baseline reused from run {baseline.run_id}")
+            finally:
+                runner.stop_monitor()
+        comparison = None
+        if baseline is not None and not baseline.cancelled:
+            comparison = compare(run, baseline)
+            record = store.compare_runs(run.run_id, baseline.run_id)
+            comparison = Comparison(comparison.saving_pct, comparison.slowdown_pct, comparison.rail_saving_pct,
+                                    comparison.power_change_pct, comparison.source, comparison.rails_preset,
+                                    record.id)
+        return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
+                                run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
+                                thermal=guard.describe())
+    finally:
+        if owned:
+            session.close()
+
+
+def _stored_baseline(store: Any, spec: ExperimentSpec, workload: Any, device_id: int, source: Source,
+                     rails: tuple[str, ...], *, exclude: int) -> RunFigures | None:
+    """The newest finished MAXN run of this workload on this device with the same steps,
+    seed, rail preset and kind (simulated or trained)."""
+    from engine.workload.glue import get_task
+
+    primary = get_task(workload.task).primary_metric
+    for rec in store.find_runs(workload.key, device_id, policy=BASELINE_POLICY, steps=spec.steps, seed=spec.seed,
+                               source=source):
+        simulated = (rec.notes or "").startswith("simulated")
+        if rec.id == exclude or rec.rails != spec.rails or simulated != spec.simulate or not rec.energy_j:
+            continue
+        metric_name = next((k for k in rec.metrics if k == primary or k.endswith("/" + primary)), None)
+        setting = None if rec.setting is None else DvfsSetting.from_json(
+            {k: v for k, v in rec.setting.items() if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
+        rail_j = dict(rec.rail_energy_j)
+        return RunFigures(
+            run_id=rec.id, role="baseline", policy=BASELINE_POLICY, source=rec.source, rails_preset=spec.rails,
+            rails=rails,
+            steps=rec.steps or spec.steps, samples=rec.samples or 0, time_s=float(rec.time_s or 0.0),
+            energy_j=float(rec.energy_j), rail_energy_j=rail_j, host_wall_s=rec.wall_s, metric=metric_name,
+            metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]), setting=setting,
+            simulated=simulated, reused=True,
+        )
+    return None
+
+
+def _as_float(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class _Runner:
+    """Executes one run of an experiment: store record, controller, recorder, training."""
+
+    def __init__(self, spec: ExperimentSpec, session: Any, workload: Any, store: Any, device_id: int,
+                 workload_id: int, rails: tuple[str, ...], objective: Objective, guard: Any,
+                 listeners: list[Callable[[Any], None]], control: Any) -> None:
+        self.spec, self.session, self.workload, self.store = spec, session, workload, store
+        self.device_id, self.workload_id, self.rails, self.objective = device_id, workload_id, rails, objective
+        self.guard, self.listeners, self.control = guard, listeners, control
+        self.source = session.device.identity().source
+        self.monitor: Any = None
+
+    def start_monitor(self) -> None:
+        if self.session.twin is None:  # a board: energy from the rails, integrated
+            from engine.monitor import DeviceRailSource, PowerMonitor
+
+            self.monitor = PowerMonitor(DeviceRailSource(self.session.device), rails=self.spec.rails).start()
+
+    def stop_monitor(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+
+    def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
+        from engine.dvfs.controller import DvfsController
+        from engine.simulate import simulate_run
+        from engine.workload.finetune import FinetuneSpec, run_finetune
+
+        spec, device = self.spec, self.session.device
+        self.guard.before_point(f"the {role} run ({policy_spec})")
+        run_id = self.store.start_run(
+            policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
+            objective=self.objective.spec, seed=spec.seed, steps=spec.steps, rails=spec.rails,
+            synthetic=None if spec.simulate else (spec.data == "synthetic" or None), label=spec.label,
+            notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
+        )
+        controller = DvfsController(device, policy, ctx, monitor=self.monitor)
+        recorder = RunRecorder(self.rails, self.monitor)
+        callbacks = [controller, recorder, self._thermal_check, *self.listeners]
+        metric = metric_value = None
+        metrics: dict[str, Any] = {}
+        try:
+            if spec.simulate:
+                sim = simulate_run(self.workload, self.session.twin, steps=spec.steps, seed=spec.seed,
+                                   callbacks=callbacks, control=self.control)
+                cancelled, wall_s = sim.cancelled, sim.wall_s
+                notes = SIMULATED_NOTE
+            else:
+                ft = FinetuneSpec(
+                    model=self.workload.spec or self.workload.model, task=self.workload.task, data=spec.data,
+                    steps=spec.steps, batch_size=self.workload.batch_size, max_seq_len=self.workload.seq_len,
+                    precision=self.workload.precision, train_samples=spec.train_samples,
+                    eval_samples=spec.eval_samples, mode=self.workload.mode, seed=spec.seed,
+                    allow_download=spec.allow_download,
+                )
+                res = run_finetune(ft, callbacks=callbacks, control=self.control, twin=self.session.twin)
+                cancelled, wall_s = res.cancelled, res.wall_s
+                metrics = flatten_metrics(res.eval)
+                first = next(iter(res.eval.values()), {})
+                if res.primary_metric in first:
+                    metric, metric_value = res.primary_metric, float(first[res.primary_metric])
+                notes = (f"policy {policy_spec}; weights {res.weights}"
+                         + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
+            figures = recorder.figures()
+        except BaseException as exc:
+            self.store.fail_run(run_id, exc)
+            raise
+        if figures is None:  # cancelled before the first step
+            self.store.finish_run(run_id, status="cancelled", notes=notes)
+            figures = (0.0, {}, 0, 0)
+        time_s, rail_j, samples, steps = figures
+        energy = sum(rail_j.get(r, 0.0) for r in self.rails)
+        if time_s > 0:
+            self.store.finish_run(
+                run_id, status="cancelled" if cancelled else "finished", time_s=time_s, energy_j=energy,
+                rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s, samples=samples, steps=steps,
+                metrics=metrics, setting=controller.current, notes=notes,
+            )
+            if recorder.samples:
+                self.store.add_power_samples(run_id, recorder.samples)
+        log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, time_s, energy,
+                 spec.rails, self.source)
+        return RunFigures(
+            run_id=run_id, role=role, policy=policy_spec, source=self.source, rails_preset=spec.rails,
+            rails=self.rails, steps=steps, samples=samples, time_s=time_s, energy_j=energy, rail_energy_j=rail_j,
+            host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
+            history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
+            cancelled=cancelled,
+        )
+
+    def _thermal_check(self, event: Any) -> None:
+        if isinstance(event, StepEnd):
+            self.guard.check()
+
+
+class RunRecorder:
+    """A trainer callback that totals one run: the twin's step costs on the twin, one
+    power-monitor window over the training steps on a board; and its power trace."""
+
+    def __init__(self, rails: Sequence[str], monitor: Any = None) -> None:
+        self.rails = tuple(rails)
+        self.monitor = monitor
+        self.samples: list[PowerSample] = []
+        self.total_steps = 0
+        self.steps = 0
+        self.n_samples = 0
+        self._time = 0.0
+        self._rail_j: dict[str, float] = {}
+        self._window: Any = None
+        self._open = False
+        self._last_t = -math.inf
+        self._flushed_at = -math.inf
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, RunStarted):
+            self.total_steps = event.total_steps
+            if self.monitor is not None and event.twin is None:
+                self.monitor.begin_window(_RUN_WINDOW)
+                self._open = True
+        elif isinstance(event, StepEnd):
+            self.steps = event.step
+            self.n_samples += event.samples
+            if event.twin is not None:
+                self._twin_step(event.twin)
+            elif self.monitor is not None:
+                self._pull_samples(force=event.step >= self.total_steps)
+            if event.step >= self.total_steps:
+                self._close()  # the window covers training, not the final evaluation
+        elif isinstance(event, (RunFinished, RunCancelled)):
+            self._close()
+
+    def _twin_step(self, cost: Any) -> None:
+        self._time += cost.time_s
+        for rail, joules in cost.energy_j.items():
+            self._rail_j[rail] = self._rail_j.get(rail, 0.0) + joules
+        if cost.time_s > 0:  # one sample per step: the step's average power (piecewise constant)
+            self.samples.append(PowerSample(self._time, {r: j / cost.time_s * 1000.0 for r, j in cost.energy_j.items()}))
+
+    def _pull_samples(self, force: bool = False) -> None:
+        latest = self.monitor.latest()
+        if latest is None or (not force and latest.t - self._flushed_at < _FLUSH_S):
+            return
+        fresh = [s for s in self.monitor.recent(1e9) if s.t > self._last_t]
+        if fresh:
+            self.samples.extend(fresh)
+            self._last_t = fresh[-1].t
+        self._flushed_at = latest.t
+
+    def _close(self) -> None:
+        if self._open and self.monitor is not None:
+            self._open = False
+            self._pull_samples(force=True)
+            self._window = self.monitor.end_window(_RUN_WINDOW)
+
+    def figures(self) -> tuple[float, dict[str, float], int, int] | None:
+        """(time s, joules per rail, samples, steps) of the training steps; None if none ran."""
+        if self.steps == 0:
+            return None
+        if self._window is not None:
+            return self._window.duration_s, dict(self._window.energy_j), self.n_samples, self.steps
+        return self._time, dict(self._rail_j), self.n_samples, self.steps
+
+
+def flatten_metrics(evals: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """{split: {name: v}} -> {name: v} for one split, {split/name: v} for several."""
+    if len(evals) == 1:
+        return {k: float(v) for k, v in next(iter(evals.values())).items()}
+    return {f"{split}/{k}": float(v) for split, m in evals.items() for k, v in m.items()}

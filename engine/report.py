@@ -1,0 +1,301 @@
+"""Reports: a Markdown file with PNG figures for a stored sweep or run.
+
+IDs: `s12` is sweep 12; `12` (or `r12`) is run 12 (`slm-dvfs runs` lists run ids; a
+sweep's id is printed when it runs).
+
+A sweep report plots energy per sample, time per sample and average power against the
+GPU clock, with 95% confidence bars over the repetitions, the optimum marked and MAXN
+Mode 0's level as a horizontal line; its Markdown names the optimum and tabulates every
+point. A run report gives the run's figures, and for a run compared with MAXN the
+per-rail energy bars of both and their power traces. Every figure's title carries its
+source label (measured / twin). matplotlib draws off-screen (Agg), without pyplot, so
+no global backend state is touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.dvfs.objectives import parse_objective
+from engine.errors import ConfigError
+from engine.sweep import PointSummary, maxn_of, optimum, summarize_points
+
+log = logging.getLogger(__name__)
+
+DPI = 110
+
+
+@dataclass(frozen=True)
+class Report:
+    kind: str  # "sweep" | "run"
+    id: int
+    markdown: Path
+    figures: tuple[Path, ...]
+    title: str
+
+
+def parse_report_id(text: str) -> tuple[str, int]:
+    """`s12` -> ("sweep", 12); `12` or `r12` -> ("run", 12)."""
+    m = re.fullmatch(r"\s*([sSrR]?)(\d+)\s*", str(text))
+    if not m:
+        raise ConfigError(f"{text!r} is not a report id",
+                          "give a run id (e.g. 12 or r12; `slm-dvfs runs` lists them) or a sweep id (e.g. s3)")
+    return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
+
+
+def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: str = "energy") -> Report:
+    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir`."""
+    kind, number = parse_report_id(ident)
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the report folder {out}: {exc.strerror}", "pass a writable --out DIR") from None
+    if kind == "sweep":
+        return sweep_report(store, number, out, objective=objective)
+    return run_report(store, number, out)
+
+
+# --------------------------------------------------------------------------- sweeps
+def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: str = "energy") -> Report:
+    sweep = store.get_sweep(sweep_id)
+    summaries = summarize_points(store.sweep_points(sweep_id))
+    if not summaries:
+        raise ConfigError(f"sweep s{sweep_id} has no measured points yet",
+                          "run (or resume) it with `slm-dvfs sweep` first")
+    device = store.get_device(sweep.device_id)
+    wl = store.get_workload(sweep.workload_id)
+    src = sweep.source.value
+    obj = parse_objective(objective)
+    best = optimum(summaries, obj)
+    maxn = maxn_of(summaries)
+    assert best is not None
+    title = f"Sweep s{sweep_id}: {wl.model} / {wl.task} on {device.board} [{src}]"
+    prefix = f"sweep-s{sweep_id}"
+    figures = [
+        _sweep_figure(summaries, best, maxn, "joules_per_sample", 1.0, "energy per sample (J)",
+                      f"Energy per sample vs GPU clock [{src}]", out / f"{prefix}-energy.png"),
+        _sweep_figure(summaries, best, maxn, "seconds_per_sample", 1000.0, "time per sample (ms)",
+                      f"Time per sample vs GPU clock [{src}]", out / f"{prefix}-time.png"),
+        _sweep_figure(summaries, best, maxn, "power_w", 1.0, "average power (W)",
+                      f"Average power vs GPU clock [{src}]", out / f"{prefix}-power.png"),
+    ]
+    rails = sweep.space.get("rails", "all")
+    lines = [
+        f"# {title}", "",
+        f"Workload: **{wl.model}** on **{wl.task}**, batch {wl.batch_size}, sequence {wl.seq_len}, "
+        f"{wl.precision}, {wl.mode} fine-tuning.  ",
+        f"Device: {device.board}, {device.module}" + (f" (digital twin {device.profile})" if device.is_twin else "")
+        + ".  ",
+        f"Method: {sweep.space.get('method', 'run')} sweep of space `{sweep.space.get('space', 'explicit settings')}`, "
+        f"{sweep.warmup_steps} warm-up + {sweep.steps} measured steps per point, {sweep.repeats} repetition(s); "
+        f"status {sweep.status}.  ",
+        f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
+        + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
+        "## Optimum", "",
+        f"The optimum for objective `{obj.spec}` is **{best.setting.label()}**: "
+        f"{_stat(best.joules_per_sample.mean, best.joules_per_sample.ci95, '.4g')} J/sample, "
+        f"{_stat(best.seconds_per_sample.mean * 1000, _scale(best.seconds_per_sample.ci95, 1000), '.4g')} ms/sample, "
+        f"{_stat(best.power_w.mean, best.power_w.ci95, '.3g')} W [{src}].",
+    ]
+    if maxn is not None:
+        saving = 100.0 * (1.0 - best.joules_per_sample.mean / maxn.joules_per_sample.mean)
+        slowdown = 100.0 * (best.seconds_per_sample.mean / maxn.seconds_per_sample.mean - 1.0)
+        lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
+                      f"**{saving:+.1f}%**, slowdown **{slowdown:+.1f}%** [{src}]."]
+    else:
+        lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
+    lines += ["", "## Figures", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in figures]
+    lines += ["", f"## Points [{src}]", "",
+              "| setting | n | J/sample | ms/sample | W | samples/s |", "|---|---:|---:|---:|---:|---:|"]
+    for s in summaries:
+        mark = " **(optimum)**" if s is best else (" (MAXN)" if s is maxn else "")
+        lines.append(
+            f"| {s.setting.label()}{mark} | {s.n} | {_stat(s.joules_per_sample.mean, s.joules_per_sample.ci95, '.4g')}"
+            f" | {_stat(s.seconds_per_sample.mean * 1000, _scale(s.seconds_per_sample.ci95, 1000), '.4g')}"
+            f" | {_stat(s.power_w.mean, s.power_w.ci95, '.3g')} | {s.samples_per_s.mean:.4g} |")
+    lines += ["", "± is the half-width of the 95% confidence interval (Student's t over the repetitions); "
+                  "a single repetition has none."]
+    md = out / f"{prefix}.md"
+    md.write_text("\n".join(lines) + "\n")
+    log.info("wrote %s", md)
+    return Report("sweep", sweep_id, md, tuple(figures), title)
+
+
+def _series(summaries: Sequence[PointSummary]) -> dict[str, list[PointSummary]]:
+    """Points with a pinned GPU clock, one series per (CPU, EMC, mode, jetson_clocks)."""
+    groups: dict[str, list[PointSummary]] = {}
+    for s in summaries:
+        if s.setting.gpu_hz is None:
+            continue
+        st = s.setting
+        name = " · ".join([f"CPU {st.cpu_hz / 1e6:g}" if st.cpu_hz else "CPU gov",
+                           f"EMC {st.emc_hz / 1e6:g}" if st.emc_hz else "EMC gov",
+                           "mode as is" if st.nvpmodel is None else f"mode {st.nvpmodel}"])
+        groups.setdefault(name, []).append(s)
+    for pts in groups.values():
+        pts.sort(key=lambda p: p.setting.gpu_hz or 0)
+    return groups
+
+
+def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: PointSummary | None, attr: str,
+                  scale: float, ylabel: str, title: str, path: Path) -> Path:
+    fig, ax = _figure()
+    series = _series(summaries)
+    if series:
+        for name, pts in series.items():
+            xs = [p.setting.gpu_hz / 1e6 for p in pts]  # type: ignore[operator]
+            ys = [getattr(p, attr).mean * scale for p in pts]
+            errs = [(getattr(p, attr).ci95 or 0.0) * scale for p in pts]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", ms=4, capsize=3, label=name if len(series) > 1 else None)
+        if best.setting.gpu_hz is not None:
+            ax.plot([best.setting.gpu_hz / 1e6], [getattr(best, attr).mean * scale], marker="*", ms=16,
+                    color="tab:red", linestyle="none", label=f"optimum ({best.setting.gpu_hz / 1e6:g} MHz)")
+        ax.set_xlabel("GPU clock (MHz)")
+    else:  # no pinned GPU clock (e.g. the `modes` space): one bar per setting
+        labels = [s.setting.label() for s in summaries]
+        ys = [getattr(s, attr).mean * scale for s in summaries]
+        errs = [(getattr(s, attr).ci95 or 0.0) * scale for s in summaries]
+        colors = ["tab:red" if s is best else "tab:blue" for s in summaries]
+        ax.bar(range(len(ys)), ys, yerr=errs, color=colors, capsize=3)
+        ax.set_xticks(range(len(ys)), labels, rotation=20, ha="right", fontsize=7)
+    if maxn is not None:
+        ax.axhline(getattr(maxn, attr).mean * scale, color="tab:gray", linestyle="--", label="MAXN Mode 0")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- runs
+def run_report(store: Any, run_id: int, out: Path) -> Report:
+    run = store.get_run(run_id)
+    src = run.source.value
+    comparisons = [c for c in store.comparisons_for(run_id) if c.run_id == run_id]
+    comparison = comparisons[-1] if comparisons else None
+    base = store.get_run(comparison.baseline_run_id) if comparison is not None else None
+    model = run.workload.model if run.workload else "?"
+    task = run.workload.task if run.workload else "?"
+    title = f"Run {run_id}: {model} / {task}, policy {run.policy} [{src}]"
+    prefix = f"run-{run_id}"
+    figures: list[Path] = []
+    if run.rail_energy_j:
+        figures.append(_rail_figure(run, base, f"Energy per rail [{src}]", out / f"{prefix}-rails.png"))
+    samples = store.power_samples(run_id)
+    if samples:
+        base_samples = store.power_samples(base.id) if base is not None else []
+        figures.append(_trace_figure(run, samples, base, base_samples, f"Power over the run [{src}]",
+                                     out / f"{prefix}-power.png"))
+    setting = _setting_label(run.setting)
+    lines = [f"# {title}", ""]
+    if run.notes and run.notes.startswith("simulated"):
+        lines += ["**Simulated**: the twin ran the workload's step trace; nothing was trained, so there is no "
+                  "loss and no evaluation metric.", ""]
+    lines += [f"Setting (last applied): **{setting}**; objective `{run.objective or '-'}`; seed {run.seed}; "
+              f"{run.steps} steps, {run.samples} samples. Energy over the rails preset `{run.rails}`.", "",
+              f"| figure [{src}] | run {run_id}" + (f" | MAXN run {base.id} |" if base else " |"),
+              "|---|---:|" + ("---:|" if base else "")]
+    for name, key, fmt in (("time (s)", "time_s", ".3f"), ("energy (J)", "energy_j", ".2f"),
+                           ("average power (W)", "avg_power_w", ".2f"), ("samples/s", "samples_per_s", ".2f"),
+                           ("J/sample", "joules_per_sample", ".4f")):
+        row = f"| {name} | {_num(getattr(run, key), fmt)} |"
+        if base is not None:
+            row += f" {_num(getattr(base, key), fmt)} |"
+        lines.append(row)
+    for metric, value in sorted(run.metrics.items()):
+        row = f"| {metric} (eval) | {value:.4f} |"
+        if base is not None:
+            other = base.metrics.get(metric)
+            row += f" {'-' if other is None else format(other, '.4f')} |"
+        lines.append(row)
+    if comparison is not None:
+        lines += ["", f"Against MAXN Mode 0 (run {base.id}): energy saving **{comparison.saving_pct:+.1f}%**, "  # type: ignore[union-attr]
+                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}]."]
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
+    md = out / f"{prefix}.md"
+    md.write_text("\n".join(lines) + "\n")
+    return Report("run", run_id, md, tuple(figures), title)
+
+
+def _rail_figure(run: Any, base: Any, title: str, path: Path) -> Path:
+    fig, ax = _figure()
+    rails = list(run.rail_energy_j)
+    width = 0.4 if base is not None else 0.6
+    xs = list(range(len(rails)))
+    ax.bar([x - (width / 2 if base is not None else 0) for x in xs], [run.rail_energy_j[r] for r in rails],
+           width, label=f"run {run.id} ({run.policy})")
+    if base is not None:
+        ax.bar([x + width / 2 for x in xs], [base.rail_energy_j.get(r, 0.0) for r in rails], width,
+               label=f"MAXN Mode 0 (run {base.id})", color="tab:gray")
+    ax.set_xticks(xs, rails, fontsize=8)
+    ax.set_ylabel("energy (J)")
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _trace_figure(run: Any, samples: Sequence[Any], base: Any, base_samples: Sequence[Any], title: str,
+                  path: Path) -> Path:
+    fig, ax = _figure()
+    for rec, pts, color in ((run, samples, "tab:blue"), (base, base_samples, "tab:gray")):
+        if rec is None or not pts:
+            continue
+        t0 = pts[0].t
+        ax.plot([p.t - t0 for p in pts], [p.total_mw / 1000.0 for p in pts], color=color,
+                label=f"run {rec.id} ({rec.policy})")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("power, all stored rails (W)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+# --------------------------------------------------------------------------- helpers
+def _figure() -> tuple[Any, Any]:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.0, 4.2), dpi=DPI)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _stat(mean: float, ci: float | None, fmt: str) -> str:
+    return format(mean, fmt) if ci is None else f"{format(mean, fmt)} ± {format(ci, fmt)}"
+
+
+def _scale(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _setting_label(setting: Any) -> str:
+    if not setting:
+        return "unknown"
+    from engine.dvfs.space import DvfsSetting
+
+    keys = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")
+    try:
+        return DvfsSetting.from_json({k: v for k, v in setting.items() if k in keys}).label()
+    except ConfigError:
+        return str(dict(setting))

@@ -1,0 +1,186 @@
+"""The thermal guard: experiments start on a cool board and stop before it overheats.
+
+Before each sweep point (and each run of an experiment) the guard reads the hottest
+thermal zone. Over `wait_c` it idles until the zone is back at or below `cooldown_c`
+(hysteresis, so a point never starts just under the threshold); over `abort_c`, at
+any step, it stops the experiment with `ThermalAbortError` (the clock guard around the
+experiment then restores the clocks).
+
+Limits come from the device profile's `[thermal_guard]` table on the twin and from
+`DEFAULT_LIMITS` on a board (75 / 85 / 65 degC, poll every 5 s); flags override both.
+On the twin, "waiting" advances the twin's idle time instead of sleeping, so a sweep
+that has to cool down for minutes still finishes in moments.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Callable
+
+from engine.device.base import Device
+from engine.errors import ConfigError, DeviceError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ThermalLimits:
+    """Temperatures in degC of the hottest zone; times in s."""
+
+    wait_c: float = 75.0
+    abort_c: float = 85.0
+    cooldown_c: float = 65.0
+    poll_s: float = 5.0
+    max_wait_s: float = 1800.0  # a board that does not cool within this is reported, not waited on
+    origin: str = "defaults"  # where the limits came from: "defaults" | "profile NAME" | "+ flags"
+
+    def __post_init__(self) -> None:
+        for name in ("wait_c", "abort_c", "cooldown_c", "poll_s", "max_wait_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                raise ConfigError(f"thermal limit {name} = {value!r} is not a number", "give degrees C / seconds")
+        if not self.cooldown_c <= self.wait_c < self.abort_c:
+            raise ConfigError(
+                f"thermal limits must satisfy cooldown <= wait < abort, got cooldown {self.cooldown_c:g}, "
+                f"wait {self.wait_c:g}, abort {self.abort_c:g} degC",
+                "e.g. --thermal-cooldown-c 65 --thermal-wait-c 75 --thermal-abort-c 85",
+            )
+        if self.poll_s <= 0 or self.max_wait_s <= 0:
+            raise ConfigError("thermal poll and maximum wait must be positive", "e.g. --thermal-poll-s 5")
+
+    def with_overrides(self, **overrides: float | None) -> "ThermalLimits":
+        """These limits with the given (non-None) values replaced; names as the fields."""
+        given = {k: float(v) for k, v in overrides.items() if v is not None}
+        unknown = set(given) - {f.name for f in fields(self)}
+        if unknown:
+            raise ConfigError(f"unknown thermal limit(s) {', '.join(sorted(unknown))}",
+                              "use wait_c, abort_c, cooldown_c, poll_s, max_wait_s")
+        if not given:
+            return self
+        return replace(self, **given, origin=f"{self.origin} + flags")  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+DEFAULT_LIMITS = ThermalLimits()
+
+
+def limits_for(twin: Any = None, **overrides: float | None) -> ThermalLimits:
+    """The limits for a device: the twin profile's `[thermal_guard]` (when it has one),
+    else the defaults; then the non-None overrides (wait_c=..., abort_c=..., ...)."""
+    base = DEFAULT_LIMITS
+    params = getattr(getattr(twin, "profile", None), "thermal_guard", None)
+    if params is not None:
+        base = ThermalLimits(params.wait_c, params.abort_c, params.cooldown_c, params.poll_s,
+                             origin=f"profile {twin.profile.name}")
+    return base.with_overrides(**overrides)
+
+
+class ThermalAbortError(DeviceError):
+    """The board got hotter than the abort limit during an experiment."""
+
+
+@dataclass(frozen=True)
+class ThermalWait:
+    """One cool-down: an event for the experiment's listeners and its record."""
+
+    zone: str
+    start_c: float
+    end_c: float
+    waited_s: float  # on the twin: virtual seconds
+    label: str = ""  # what was waiting (e.g. a sweep point)
+    simulated: bool = False  # the twin's idle time, not a sleep
+
+
+class ThermalGuard:
+    """Reads a device's temperatures; waits for a cool board; aborts on a hot one.
+
+    `twin` (a VirtualOrin) makes waiting advance its idle time; without one the guard
+    sleeps (`sleep` is injectable for tests)."""
+
+    def __init__(
+        self,
+        device: Device,
+        limits: ThermalLimits = DEFAULT_LIMITS,
+        *,
+        twin: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        on_wait: Callable[[ThermalWait], None] | None = None,
+    ) -> None:
+        self.device = device
+        self.limits = limits
+        self.twin = twin
+        self._sleep = sleep
+        self.on_wait = on_wait
+        self.waits: list[ThermalWait] = []
+        self.peak_c = -math.inf  # hottest reading seen
+
+    def hottest(self) -> tuple[str, float]:
+        """(zone, degC) of the hottest zone now; ("none", -inf) on a board with no zones."""
+        if self.twin is not None:
+            self.twin.sync()  # the files follow the twin's last step, not a stale tick
+        try:
+            temps = self.device.temperatures()
+        except DeviceError as exc:
+            log.warning("thermal guard cannot read temperatures (%s); not guarding", exc.what)
+            return "none", -math.inf
+        if not temps:
+            return "none", -math.inf
+        top = max(temps, key=lambda t: t.celsius)
+        self.peak_c = max(self.peak_c, top.celsius)
+        return top.zone, top.celsius
+
+    def check(self) -> float:
+        """Raise ThermalAbortError when the hottest zone is over abort_c; returns its degC."""
+        zone, celsius = self.hottest()
+        if celsius > self.limits.abort_c:
+            raise ThermalAbortError(
+                f"{zone} is at {celsius:.1f} degC, over the {self.limits.abort_c:g} degC abort limit "
+                f"({self.limits.origin}); the experiment was stopped and the clocks restored",
+                "let the board cool and improve its cooling (fan mode, airflow), then run again "
+                "(a sweep resumes where it stopped); or raise --thermal-abort-c if the limit is too strict",
+            )
+        return celsius
+
+    def before_point(self, label: str = "") -> ThermalWait | None:
+        """Abort if too hot; wait (idle) while over wait_c, until at or below cooldown_c."""
+        start = self.check()
+        if start <= self.limits.wait_c:
+            return None
+        zone, _ = self.hottest()
+        log.info("%s is at %.1f degC (over %g): waiting to cool to %g degC%s", zone, start,
+                 self.limits.wait_c, self.limits.cooldown_c, f" before {label}" if label else "")
+        waited = 0.0
+        celsius = start
+        while celsius > self.limits.cooldown_c:
+            if waited >= self.limits.max_wait_s:
+                raise ThermalAbortError(
+                    f"the board stayed above {self.limits.cooldown_c:g} degC for {waited:.0f} s "
+                    f"({zone} at {celsius:.1f} degC)",
+                    "check the fan and the air around the board, then run again (a sweep resumes)",
+                )
+            step = min(self.limits.poll_s, self.limits.max_wait_s - waited)
+            if self.twin is not None:
+                self.twin.advance_idle(step)
+            else:
+                self._sleep(step)
+            waited += step
+            celsius = self.check()
+        wait = ThermalWait(zone, start, celsius, waited, label, simulated=self.twin is not None)
+        self.waits.append(wait)
+        log.info("cooled from %.1f to %.1f degC in %.0f s%s", start, celsius, waited,
+                 " (twin idle time)" if wait.simulated else "")
+        if self.on_wait is not None:
+            self.on_wait(wait)
+        return wait
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "limits": self.limits.to_json(),
+            "waits": [asdict(w) for w in self.waits],
+            "peak_c": None if self.peak_c == -math.inf else self.peak_c,
+        }

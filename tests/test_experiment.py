@@ -1,0 +1,235 @@
+"""Experiments on the twin: every policy through run_experiment, MAXN comparisons and reuse,
+the store's records, clocks restored, and the comparison maths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.device.session import DeviceSession
+from engine.device.twin.orin import VirtualOrin
+from engine.device.twin.profile import load_profile
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.errors import ConfigError
+from engine.experiment import (
+    ExperimentPhase,
+    ExperimentSpec,
+    RunFigures,
+    compare,
+    flatten_metrics,
+    run_experiment,
+)
+from engine.provenance import Source
+from engine.simulate import Workload
+from engine.store import Store
+from engine.sweep import SweepSpec, fast_points, run_sweep
+from engine.workload.events import StepEnd
+from engine.workload.trace import OpCost, StepTrace
+from engine.workload.trainer import TrainControl
+
+MHZ = 1_000_000
+PROFILE = load_profile("agx-orin-64gb")
+TRACE = StepTrace(
+    "bert-base-like", 32, 128, "fp32",
+    (OpCost("matmul", 2.1e12, 4.0e9, 222), OpCost("attention", 5.8e10, 3.0e9, 144),
+     OpCost("elementwise", 4.0e10, 2.0e10, 540), OpCost("optimizer", 1.3e9, 4.0e9, 240)),
+    host_cycles=7.6e7, params=110_000_000,
+)  # fmt: skip
+WORKLOAD = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", TRACE, 110_000_000)
+TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8)
+TWIN = "agx-orin-64gb"
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> None:
+    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SLM_DVFS_DB", raising=False)
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def per_step(setting: DvfsSetting, trace: StepTrace = TRACE, rails=None):
+    (p,) = fast_points(trace, PROFILE, [setting], steps=1, rails=rails)
+    return p
+
+
+def gpu_files(root: Path) -> tuple[str, str, str]:
+    g = root / "sys/class/devfreq/17000000.gpu"
+    return tuple((g / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))  # type: ignore[return-value]
+
+
+def sim(policy: str, **kw) -> ExperimentSpec:
+    return ExperimentSpec(model="bert-base-like", task="sst2", policy=policy, twin=TWIN, simulate=True, **kw)
+
+
+# --------------------------------------------------------------------------- the maths
+def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], preset: str = "all") -> RunFigures:
+    return RunFigures(run_id, "policy", "p", Source.TWIN, preset, tuple(rails), 10, 320, time_s, energy, rails)
+
+
+def test_saving_and_slowdown_maths() -> None:
+    run = figures(1, 80.0, 12.0, {"A": 50.0, "B": 30.0})
+    base = figures(2, 100.0, 10.0, {"A": 75.0, "B": 25.0})
+    c = compare(run, base)
+    assert c.saving_pct == pytest.approx(20.0)
+    assert c.slowdown_pct == pytest.approx(20.0)
+    assert c.rail_saving_pct == pytest.approx({"A": 100 / 3, "B": -20.0})
+    assert c.power_change_pct == pytest.approx(100 * ((80 / 12) / (100 / 10) - 1))
+    assert compare(base, base).saving_pct == 0.0 and compare(base, run).slowdown_pct == pytest.approx(-100 / 6)
+    with pytest.raises(ConfigError, match="same --rails"):
+        compare(run, figures(2, 100.0, 10.0, {"A": 75.0}, preset="gpu+cpu"))
+
+
+def test_spec_validation() -> None:
+    with pytest.raises(ConfigError, match="compare"):
+        ExperimentSpec(model="m", task="t", compare="maxn-pinned").validate()
+    with pytest.raises(ConfigError, match="reuse-baseline"):
+        ExperimentSpec(model="m", task="t", reuse_baseline=True).validate()
+    with pytest.raises(ConfigError, match="twin"):
+        ExperimentSpec(model="m", task="t", simulate=True).validate()
+    with pytest.raises(ConfigError):
+        ExperimentSpec(model="m", task="t", objective="speed").validate()
+    assert flatten_metrics({"validation": {"accuracy": 0.5}}) == {"accuracy": 0.5}
+    assert flatten_metrics({"m": {"accuracy": 0.5}, "mm": {"accuracy": 0.6}}) == {"m/accuracy": 0.5,
+                                                                                   "mm/accuracy": 0.6}
+
+
+# --------------------------------------------------------------------------- trained runs
+def test_static_policy_against_maxn_with_training(store: Store, tmp_path: Path) -> None:
+    """Both runs fine-tune bert-tiny for real (same seed, data order, steps); the twin
+    charges each step, so the saving is exactly the per-step one of the two settings."""
+    events: list = []
+    spec = ExperimentSpec(policy="static:gpu=612", compare="maxn", steps=4, twin=TWIN, **TINY)
+    result = run_experiment(spec, store=store, callbacks=[events.append])
+    run, base, c = result.run, result.baseline, result.comparison
+    assert base is not None and c is not None and result.source is Source.TWIN and not result.simulated
+    assert run.setting == DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0) and base.setting == MAXN
+    assert run.metric == "accuracy" and 0.0 <= run.metric_value <= 1.0 and base.metric == "accuracy"
+    assert run.steps == base.steps == 4 and run.samples == base.samples == 16
+    trace = result.workload.trace
+    e612, emax = per_step(run.setting, trace), per_step(MAXN, trace)
+    assert run.energy_j == pytest.approx(4 * e612.measurement.energy_j, rel=1e-9)
+    assert base.time_s == pytest.approx(4 * emax.measurement.time_s, rel=1e-9)
+    assert c.saving_pct == pytest.approx(100 * (1 - e612.measurement.energy_j / emax.measurement.energy_j), rel=1e-6)
+    assert c.slowdown_pct == pytest.approx(100 * (e612.measurement.time_s / emax.measurement.time_s - 1), rel=1e-6)
+    assert [e.role for e in events if isinstance(e, ExperimentPhase)] == ["policy", "baseline"]
+    assert sum(isinstance(e, StepEnd) for e in events) == 8
+    # everything is in the store, labelled twin
+    rec, brec = store.get_run(run.run_id), store.get_run(base.run_id)
+    assert (rec.status, rec.policy, rec.source, rec.rails) == ("finished", "static", Source.TWIN, "all")
+    assert rec.energy_j == pytest.approx(run.energy_j) and rec.metrics["accuracy"] == run.metric_value
+    assert rec.setting["gpu_hz"] == 612 * MHZ and brec.policy == "maxn" and brec.seed == rec.seed == 0
+    assert len(store.power_samples(run.run_id)) == 4
+    (cmp_rec,) = store.comparisons_for(run.run_id)
+    assert cmp_rec.saving_pct == pytest.approx(c.saving_pct) and c.record_id == cmp_rec.id
+    # the guard put the twin's clocks back
+    assert gpu_files(tmp_path / "state/twin" / TWIN) == (str(306 * MHZ), str(1_300_500_000), "nvhost_podgov")
+
+
+def test_board_code_path_measures_with_the_power_monitor(store: Store, tmp_path: Path) -> None:
+    """A session without a twin object is treated as a board: energy comes from monitor
+    windows over the rails (here the twin's tree, kept current in real time)."""
+    orin = VirtualOrin(TWIN, root=tmp_path / "board")
+    orin.start(tick_s=0.01, realtime=True)
+    try:
+        session = DeviceSession(orin.device())  # no twin: the monitor path
+        result = run_experiment(ExperimentSpec(policy="maxn-pinned", steps=3, rails="gpu+cpu", **TINY),
+                                store=store, session=session)
+    finally:
+        orin.close()
+    run = result.run
+    assert run.rails == ("VDD_GPU_SOC", "VDD_CPU_CV") and run.rails_preset == "gpu+cpu"
+    assert run.time_s > 0 and run.energy_j > 0 and run.setting == MAXN_PINNED
+    assert run.energy_j == pytest.approx(run.rail_energy_j["VDD_GPU_SOC"] + run.rail_energy_j["VDD_CPU_CV"])
+    assert store.get_run(run.run_id).rails == "gpu+cpu" and len(store.power_samples(run.run_id)) >= 2
+    assert gpu_files(tmp_path / "board")[:2] == (str(306 * MHZ), str(1_300_500_000))
+
+
+# --------------------------------------------------------------------------- every policy, simulated
+@pytest.mark.parametrize("policy, setting", [
+    ("maxn", MAXN),
+    ("maxn-pinned", MAXN_PINNED),
+    ("mode:2", DvfsSetting(nvpmodel=2)),
+    ("static:gpu=816,emc=3199", DvfsSetting(gpu_hz=816 * MHZ, emc_hz=3_199_000_000, nvpmodel=0)),
+])
+def test_fixed_policies_run_at_their_setting(store: Store, policy: str, setting: DvfsSetting) -> None:
+    result = run_experiment(sim(policy, steps=5), store=store, workload=WORKLOAD)
+    run = result.run
+    assert result.simulated and run.simulated and run.metric is None and run.setting == setting
+    expected = per_step(setting).measurement
+    assert run.energy_j == pytest.approx(5 * expected.energy_j, rel=1e-9)
+    assert run.time_s == pytest.approx(5 * expected.time_s, rel=1e-9)
+    rec = store.get_run(run.run_id)
+    assert rec.status == "finished" and rec.notes.startswith("simulated") and rec.metrics == {}
+
+
+def test_oracle_takes_the_optimum_of_a_fast_sweep(store: Store) -> None:
+    with pytest.raises(ConfigError, match="no recorded sweep"):
+        run_experiment(sim("oracle", steps=5), store=store, workload=WORKLOAD)
+    sweep = run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin=TWIN), store=store,
+                      workload=WORKLOAD)
+    result = run_experiment(sim("oracle", steps=5, compare="maxn"), store=store, workload=WORKLOAD)
+    assert result.run.setting == sweep.optimum.setting != MAXN
+    assert result.run.detail["points"] == 12
+    assert result.run.joules_per_sample == pytest.approx(sweep.optimum.joules_per_sample.mean, rel=1e-9)
+    expected = 100 * (1 - sweep.optimum.joules_per_sample.mean / sweep.maxn.joules_per_sample.mean)
+    assert result.comparison.saving_pct == pytest.approx(expected, rel=1e-9) and expected > 5
+    # a sweep over other rails is not the oracle's data for this preset
+    with pytest.raises(ConfigError, match="other rails"):
+        run_experiment(sim("oracle", steps=5, rails="gpu+cpu"), store=store, workload=WORKLOAD)
+
+
+def test_online_policy_pays_for_its_profiling(store: Store) -> None:
+    result = run_experiment(sim("online", steps=40, compare="maxn"), store=store, workload=WORKLOAD)
+    run = result.run
+    history = list(run.history)
+    assert len(history) > 5 and run.detail["profiling"] is False
+    # the run's energy is every segment at its own setting: profiling steps included
+    bounds = [step for step, _s in history] + [41]
+    expected = sum((bounds[i + 1] - bounds[i]) * per_step(s).measurement.energy_j for i, (_b, s) in enumerate(history))
+    assert run.energy_j == pytest.approx(expected, rel=1e-9)
+    best = min((per_step(DvfsSetting(gpu_hz=f, nvpmodel=0)) for f in PROFILE.gpu.table_hz),
+               key=lambda p: p.measurement.joules_per_sample)
+    assert run.setting == best.setting  # coarse-to-fine found the twin's optimum
+    assert result.comparison.saving_pct > 0
+
+
+def test_maxn_baseline_is_reused_not_rerun(store: Store) -> None:
+    first = run_experiment(sim("static:gpu=816", steps=6, compare="maxn", reuse_baseline=True), store=store,
+                           workload=WORKLOAD)
+    assert not first.baseline.reused and any("ran one" in n for n in first.notes)
+    second = run_experiment(sim("static:gpu=612", steps=6, compare="maxn", reuse_baseline=True), store=store,
+                            workload=WORKLOAD)
+    assert second.baseline.reused and second.baseline.run_id == first.baseline.run_id
+    assert len(store.list_runs(policy="maxn")) == 1
+    assert second.comparison.saving_pct == pytest.approx(
+        100 * (1 - second.run.energy_j / first.baseline.energy_j))
+    # another step count, seed or rail preset is not the same baseline
+    third = run_experiment(sim("static:gpu=612", steps=7, compare="maxn", reuse_baseline=True), store=store,
+                           workload=WORKLOAD)
+    assert not third.baseline.reused and len(store.list_runs(policy="maxn")) == 2
+
+
+def test_cancel_stops_the_run_and_skips_the_baseline(store: Store) -> None:
+    control = TrainControl()
+
+    def stop(event) -> None:
+        if isinstance(event, StepEnd) and event.step == 3:
+            control.cancel("user")
+
+    result = run_experiment(sim("maxn", steps=50, compare="maxn"), store=store, workload=WORKLOAD,
+                            callbacks=[stop], control=control)
+    assert result.cancelled and result.baseline is None and result.comparison is None
+    assert result.run.steps == 3 and store.get_run(result.run.run_id).status == "cancelled"
