@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traces import BERT_BASE_LIKE as BERT
 
 from engine.device.base import ClockDomain
 from engine.device.twin import default_control, pin_gpu, resolve
@@ -18,7 +19,6 @@ from engine.errors import UnsupportedFrequencyError
 from engine.monitor import PowerMonitor, TwinSource
 from engine.provenance import Source
 from engine.workload.events import RunFinished, RunStarted, StepBegin, StepEnd, TwinCost
-from engine.workload.trace import OpCost, StepTrace
 
 MHZ = 1_000_000
 GPU = "sys/class/devfreq/17000000.gpu"
@@ -27,16 +27,6 @@ EMC = "sys/kernel/debug/bpmp/debug/clk/emc"
 STATUS = "var/lib/nvpmodel/status"
 
 # BERT-base-like fine-tuning step (fp32, batch 32, seq 128): about 6 x 85e6 params x 4096 tokens of matmul.
-BERT = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (
-        OpCost("matmul", 6 * 85e6 * 4096, 4.0e9, 222),
-        OpCost("attention", 5.8e10, 3.0e9, 144),
-        OpCost("elementwise", 4.0e10, 2.0e10, 540),
-        OpCost("optimizer", 1.3e9, 4.0e9, 240),
-    ),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip
 
 
 def read(root: Path, rel: str) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traces import BERT_BASE_LIKE as TRACE
+from traces import bert_base_workload
 
 from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
@@ -21,22 +23,15 @@ from engine.experiment import (
     run_experiment,
 )
 from engine.provenance import Source
-from engine.simulate import Workload
 from engine.store import Store
 from engine.sweep import SweepSpec, fast_points, run_sweep
 from engine.workload.events import StepEnd
-from engine.workload.trace import OpCost, StepTrace
+from engine.workload.trace import StepTrace
 from engine.workload.trainer import TrainControl
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
-TRACE = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (OpCost("matmul", 2.1e12, 4.0e9, 222), OpCost("attention", 5.8e10, 3.0e9, 144),
-     OpCost("elementwise", 4.0e10, 2.0e10, 540), OpCost("optimizer", 1.3e9, 4.0e9, 240)),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip
-WORKLOAD = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", TRACE, 110_000_000)
+WORKLOAD = bert_base_workload()
 TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8)
 TWIN = "agx-orin-64gb"
 

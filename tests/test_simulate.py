@@ -5,25 +5,28 @@ from __future__ import annotations
 import math
 
 import pytest
+from traces import BERT_BASE_LIKE as TRACE
+from traces import bert_base_workload
 
 from engine.device.base import ClockDomain
 from engine.device.twin.orin import VirtualOrin
 from engine.dvfs.space import MAXN, DvfsSetting
 from engine.errors import ConfigError
 from engine.provenance import Source
-from engine.simulate import SIMULATED_DEVICE, Workload, resolve_workload, simulate_run
+from engine.simulate import SIMULATED_DEVICE, resolve_workload, simulate_run
 from engine.sweep import fast_sweep
-from engine.workload.events import Paused, Resumed, RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
-from engine.workload.trace import OpCost, StepTrace
+from engine.workload.events import (
+    Paused,
+    Resumed,
+    RunCancelled,
+    RunFinished,
+    RunStarted,
+    StepBegin,
+    StepEnd,
+)
 from engine.workload.trainer import TrainControl
 
-TRACE = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (OpCost("matmul", 2.1e12, 4.0e9, 222), OpCost("attention", 5.8e10, 3.0e9, 144),
-     OpCost("elementwise", 4.0e10, 2.0e10, 540), OpCost("optimizer", 1.3e9, 4.0e9, 240)),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip
-WORKLOAD = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", TRACE, 110_000_000)
+WORKLOAD = bert_base_workload()
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from traces import BERT_BASE_LIKE as TRACE
+from traces import bert_base_workload
 
 from engine.device.twin.governors import default_control, pin_gpu, resolve
 from engine.device.twin.profile import load_profile
@@ -18,7 +20,6 @@ from engine.dvfs.objectives import Measurement
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
 from engine.errors import ConfigError, UnsupportedFrequencyError
 from engine.provenance import Source
-from engine.simulate import Workload
 from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 from engine.sweep import (
     SweepSpec,
@@ -30,17 +31,10 @@ from engine.sweep import (
     stored_points,
     summarize_points,
 )
-from engine.workload.trace import OpCost, StepTrace
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
-TRACE = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (OpCost("matmul", 2.1e12, 4.0e9, 222), OpCost("attention", 5.8e10, 3.0e9, 144),
-     OpCost("elementwise", 4.0e10, 2.0e10, 540), OpCost("optimizer", 1.3e9, 4.0e9, 240)),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip
-WORKLOAD = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", TRACE, 110_000_000)
+WORKLOAD = bert_base_workload()
 GPU_SETTINGS = (MAXN,) + tuple(DvfsSetting(gpu_hz=f, nvpmodel=0) for f in PROFILE.gpu.table_hz)
 TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4)
 FEW = (MAXN, DvfsSetting(gpu_hz=306 * MHZ, nvpmodel=0), DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0),

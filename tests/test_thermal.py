@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from traces import BERT_BASE_LIKE as HOT
+from traces import bert_base_workload
 
 from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
@@ -16,20 +18,20 @@ from engine.dvfs.policies import PolicyContext, make_policy
 from engine.dvfs.space import MAXN, DvfsSetting
 from engine.errors import ConfigError, DeviceError
 from engine.experiment import ExperimentSpec, run_experiment
-from engine.simulate import Workload, simulate_run
+from engine.simulate import simulate_run
 from engine.store import Store
 from engine.sweep import SweepDriver, fast_points
-from engine.thermal import DEFAULT_LIMITS, ThermalAbortError, ThermalGuard, ThermalLimits, ThermalWait, limits_for
-from engine.workload.trace import OpCost, StepTrace
+from engine.thermal import (
+    DEFAULT_LIMITS,
+    ThermalAbortError,
+    ThermalGuard,
+    ThermalLimits,
+    ThermalWait,
+    limits_for,
+)
 
 MHZ = 1_000_000
-HOT = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (OpCost("matmul", 2.1e12, 4.0e9, 222), OpCost("attention", 5.8e10, 3.0e9, 144),
-     OpCost("elementwise", 4.0e10, 2.0e10, 540), OpCost("optimizer", 1.3e9, 4.0e9, 240)),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip  ~30 W at MAXN: the twin's junction climbs from ~40 to ~75 degC with tau = 60 s
-WORKLOAD = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", HOT, 110_000_000)
+WORKLOAD = bert_base_workload()
 
 
 @pytest.fixture(autouse=True)

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from traces import BERT_BASE_LIKE as BUSY
 
 from engine.device.base import ClockDomain
 from engine.device.twin.model import idle_power_mw
 from engine.device.twin.orin import TWIN_MARKER, VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.errors import ConfigError
-from engine.workload.trace import OpCost, StepTrace
 
 MHZ = 1_000_000
 GPU = "sys/class/devfreq/17000000.gpu"
@@ -27,16 +27,6 @@ STATUS = "var/lib/nvpmodel/status"
 SPEC_IDLE_MW = {"VDD_GPU_SOC": 2399, "VDD_CPU_CV": 400, "VIN_SYS_5V0": 4032, "VDDQ_VDD2_1V8AO": 301}
 
 # A GPU-bound step of roughly BERT-base size (fp32, batch 32, seq 128).
-BUSY = StepTrace(
-    "bert-base-like", 32, 128, "fp32",
-    (
-        OpCost("matmul", 2.1e12, 4.0e9, 222),
-        OpCost("attention", 5.8e10, 3.0e9, 144),
-        OpCost("elementwise", 4.0e10, 2.0e10, 540),
-        OpCost("optimizer", 1.3e9, 4.0e9, 240),
-    ),
-    host_cycles=7.6e7, params=110_000_000,
-)  # fmt: skip
 
 
 def read(root: Path, rel: str) -> str:
