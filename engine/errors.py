@@ -29,10 +29,12 @@ class UnsupportedFrequencyError(DeviceError):
     """A clock the board does not list was asked for."""
 
     def __init__(self, domain: str, requested_hz: int, available_hz: tuple[int, ...]) -> None:
+        from engine.device.clocks import format_mhz  # here: engine.device imports this module
+
         nearest = sorted(available_hz, key=lambda f: (abs(f - requested_hz), f))[:2]
-        listed = ", ".join(_mhz(f) for f in sorted(nearest))
+        listed = ", ".join(f"{format_mhz(f)} MHz" for f in sorted(nearest))
         super().__init__(
-            f"{domain.upper()} clock {_mhz(requested_hz)} is not one the board lists",
+            f"{domain.upper()} clock {format_mhz(requested_hz)} MHz is not one the board lists",
             f"use a listed step; the nearest are {listed} "
             f"(`slm-dvfs device` shows the whole table)",
         )
@@ -63,8 +65,3 @@ class ProfileError(SlmDvfsError):
 
 class ConfigError(SlmDvfsError):
     """A user-supplied option or specification is invalid."""
-
-
-def _mhz(hz: int) -> str:
-    mhz = hz / 1e6
-    return f"{mhz:g} MHz"

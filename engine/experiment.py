@@ -8,7 +8,9 @@
 The experiment opens the device (a board, or the twin), snapshots its clocks in the
 clock guard before anything changes, and runs the policy's run and then the baseline
 (same seed, data order and step count), each with a DVFS controller applying the
-policy at step boundaries. Figures come from the twin's exact step costs on the twin and
+policy at step boundaries. On a board the baseline runs second on silicon the policy
+run has warmed, so the thermal guard first idles until the board is back within
+`BASELINE_COOL_MARGIN_C` of the policy run's starting temperature (a note says so). Figures come from the twin's exact step costs on the twin and
 from the power monitor's window over the training steps on a board; the energy total
 is over the monitor's rail preset (`all` or `gpu+cpu`), named in the result. Every run,
 its down-sampled power trace and the comparison are recorded in the store. `simulate`
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.device.base import DeviceIdentity
@@ -41,6 +43,7 @@ BASELINE_POLICY = "maxn"
 SIMULATED_NOTE = "simulated: twin only, no training (no loss, no eval metric)"
 _RUN_WINDOW = "experiment-run"
 _FLUSH_S = 10.0  # pull the monitor's ring buffer this often (it holds 120 s)
+BASELINE_COOL_MARGIN_C = 3.0  # on a board, the baseline starts within this of the policy run's start
 
 
 @dataclass(frozen=True)
@@ -309,6 +312,8 @@ def run_experiment(
                         if baseline is None:
                             notes.append("no stored MAXN run of this workload, device, steps and seed: ran one")
                     if baseline is None:
+                        if session.twin is None:  # a board: the policy run has warmed it
+                            notes.append(cool_before_baseline(guard, runner.policy_start_c))
                         emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
                         base_ctx = PolicyContext(device, objective, (), workload=workload)
                         baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
@@ -376,6 +381,7 @@ class _Runner:
         self.guard, self.listeners, self.control = guard, listeners, control
         self.source = session.device.identity().source
         self.monitor: Any = None
+        self.policy_start_c: float | None = None  # hottest zone as the policy run began
 
     def start_monitor(self) -> None:
         if self.session.twin is None:  # a board: energy from the rails, integrated
@@ -395,6 +401,8 @@ class _Runner:
 
         spec, device = self.spec, self.session.device
         self.guard.before_point(f"the {role} run ({policy_spec})")
+        if role == "policy" and self.session.twin is None:  # what the baseline cools back to on a board
+            self.policy_start_c = self.guard.hottest()[1]
         run_id = self.store.start_run(
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
             objective=self.objective.spec, seed=spec.seed, steps=spec.steps, rails=spec.rails,
@@ -460,6 +468,38 @@ class _Runner:
             self.guard.check()
 
 
+def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BASELINE_COOL_MARGIN_C) -> str:
+    """Before the MAXN baseline on a board: let the thermal guard idle until the hottest
+    zone is back within `margin_c` of where it was when the policy run began (or at the
+    guard's wait limit, if that is lower), so the baseline does not start on a board the
+    policy run has warmed (hotter silicon leaks more and may throttle, biasing the saving).
+    Returns the note that says what was done. Over the abort limit it raises, as on any step;
+    a board that does not cool within the guard's maximum wait runs the baseline anyway."""
+    from engine.thermal import ThermalAbortError
+
+    if start_c is None or not math.isfinite(start_c):
+        return "MAXN baseline ran second without a cool-down: the board reports no temperatures"
+    limits = guard.limits
+    target = min(start_c + margin_c, limits.wait_c)
+    # The guard's own wait, with its threshold and its end both at the target.
+    guard.limits = replace(limits, wait_c=target, cooldown_c=target)
+    try:
+        wait = guard.before_point(f"the baseline run ({BASELINE_POLICY})")
+    except ThermalAbortError:
+        guard.limits = limits
+        guard.check()  # over the abort limit: stop (the clock guard restores the clocks)
+        zone, now = guard.hottest()
+        return (f"MAXN baseline ran second; the board did not cool to {target:.1f} degC (the policy run began "
+                f"at {start_c:.1f}) within {limits.max_wait_s:.0f} s: it began at {now:.1f} degC ({zone})")
+    finally:
+        guard.limits = limits
+    if wait is None:
+        return (f"MAXN baseline ran second, the board within {margin_c:g} degC of the {start_c:.1f} degC "
+                f"the policy run began at (no cool-down needed)")
+    return (f"MAXN baseline ran second, after the board cooled from {wait.start_c:.1f} to {wait.end_c:.1f} degC "
+            f"in {wait.waited_s:.0f} s (within {margin_c:g} degC of the {start_c:.1f} degC the policy run began at)")
+
+
 class RunRecorder:
     """A trainer callback that totals one run: the twin's step costs on the twin, one
     power-monitor window over the training steps on a board; and its power trace."""
@@ -482,8 +522,13 @@ class RunRecorder:
         if isinstance(event, RunStarted):
             self.total_steps = event.total_steps
             if self.monitor is not None and event.twin is None:
+                # The monitor's ring buffer still holds up to 120 s from before this run (in a
+                # comparison, the other run's tail): the trace keeps only samples newer than the
+                # last one taken before the window opened.
+                before = self.monitor.latest()
                 self.monitor.begin_window(_RUN_WINDOW)
                 self._open = True
+                self._last_t = before.t if before is not None else -math.inf
         elif isinstance(event, StepEnd):
             self.steps = event.step
             self.n_samples += event.samples

@@ -27,6 +27,7 @@ from engine.sweep import PointSummary, maxn_of, optimum, summarize_points
 log = logging.getLogger(__name__)
 
 DPI = 110
+HOST_METRIC_LABEL = "measured (host)"  # the eval metric: computed on the host, never by the twin
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,8 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
             row += f" {_num(getattr(base, key), fmt)} |"
         lines.append(row)
     for metric, value in sorted(run.metrics.items()):
-        row = f"| {metric} (eval) | {value:.4f} |"
+        # trained and evaluated on the host, whatever the energy figures' source
+        row = f"| {metric} (eval) [{HOST_METRIC_LABEL}] | {value:.4f} |"
         if base is not None:
             other = base.metrics.get(metric)
             row += f" {'-' if other is None else format(other, '.4f')} |"

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from engine import paths
 from engine.errors import ConfigError
-from engine.power_sources import PowerSample
+from engine.power_sources import PowerSample, cumulative_trapezoid_j
 from engine.provenance import Source
 from engine.store_schema import (
     RUN_STATUSES,
@@ -99,12 +99,8 @@ def downsample(samples: Sequence[PowerSample], max_samples: int = DEFAULT_MAX_SA
     except KeyError as exc:
         raise ConfigError(f"rail {exc.args[0]} is missing from some power samples",
                           "store samples of one rail set per run") from None
-    cum = {}
-    for r in rails:
-        p, c = power[r], [0.0] * n
-        for i in range(1, n):
-            c[i] = c[i - 1] + (p[i] + p[i - 1]) * 0.5 * (ts[i] - ts[i - 1])
-        cum[r] = c
+    # mW·s (= mJ) up to each sample, as the monitor integrates
+    cum = {r: [j * 1000.0 for j in cumulative_trapezoid_j(ts, power[r])] for r in rails}
 
     def energy_at(t: float) -> dict[str, float]:
         i = min(max(bisect_right(ts, t) - 1, 0), n - 2)

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.device.base import ClockDomain, Device, DeviceIdentity
+from engine.device.clocks import highest_at_most
 from engine.dvfs.objectives import Measurement, Objective, parse_objective
-from engine.dvfs.space import MAXN, SPACES, DvfsSetting
-from engine.errors import ConfigError, UnsupportedFrequencyError
+from engine.dvfs.space import MAXN, SPACES, DvfsSetting, check_clocks
+from engine.errors import ConfigError
 from engine.provenance import Source
 from engine.workload.trace import StepTrace
 
@@ -46,7 +47,7 @@ def setting_control(setting: DvfsSetting, profile: Any) -> Any:
     """The twin's control state once `setting` is applied to a freshly booted board:
     the mode's default governors and caps (mode 0 = MAXN), jetson_clocks' pins at the
     mode maximum, then each pinned domain. Refuses unlisted clocks and clocks above the
-    mode's cap, as `check_setting` does on a device."""
+    mode's cap with `check_clocks`, as `check_setting` does on a device."""
     from engine.device.twin.governors import default_control
 
     mode_id = profile.initial_mode if setting.nvpmodel is None else setting.nvpmodel
@@ -58,21 +59,12 @@ def setting_control(setting: DvfsSetting, profile: Any) -> Any:
             control,
             gpu=replace(g, min_hz=g.max_hz, cur_hz=g.max_hz),
             cpu=replace(c, min_hz=c.max_hz, cur_hz=c.max_hz),
-            emc=replace(e, locked=True, cur_hz=_at_most(profile.emc.table_hz, e.max_hz)),
+            emc=replace(e, locked=True, cur_hz=highest_at_most(profile.emc.table_hz, e.max_hz)),
         )
     tables = {ClockDomain.GPU: profile.gpu.table_hz, ClockDomain.CPU: profile.cpu.table_hz,
               ClockDomain.EMC: profile.emc.table_hz}
-    caps = {ClockDomain.GPU: mode.gpu_max_hz, ClockDomain.CPU: mode.cpu_max_hz, ClockDomain.EMC: mode.emc_max_hz}
+    check_clocks(setting, tables, mode)
     for domain, hz in setting.pinned.items():
-        if hz not in tables[domain]:
-            raise UnsupportedFrequencyError(domain.value, hz, tables[domain])
-        cap = caps[domain]
-        if cap is not None and hz > cap:
-            raise ConfigError(
-                f"{domain.value.upper()} {hz / 1e6:g} MHz is above the {cap / 1e6:g} MHz cap of nvpmodel mode "
-                f"{mode.id} ({mode.name})",
-                "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
-            )
         if domain is ClockDomain.GPU:
             control = replace(control, gpu=replace(control.gpu, min_hz=hz, max_hz=hz, cur_hz=hz))
         elif domain is ClockDomain.CPU:
@@ -285,20 +277,13 @@ def open_session(
     fallback_to_twin: bool = False,
     thermal: bool = False,
 ) -> Any:
-    """The device of an experiment (engine.device.session.DeviceSession). The twin runs in
-    virtual time only (no wall-clock idle drift, so results repeat), with its thermal
-    model when `thermal`."""
-    from engine.device.session import DeviceSession, open_device, twin_root
+    """The device of a sweep or experiment (engine.device.session.DeviceSession): the twin
+    runs in virtual time only (no wall-clock idle drift, so results repeat), with its
+    thermal model when `thermal`."""
+    from engine.device.session import open_device
 
-    if twin is not None and thermal:
-        from engine.device.twin.orin import VirtualOrin
-
-        orin = VirtualOrin(twin, root=twin_root(twin), thermal=True)
-        orin.start(realtime=False)
-        return DeviceSession(orin.device(), twin=orin)
-    if thermal and twin is None:
-        log.info("--thermal only affects the twin; a board has real temperatures")
-    return open_device(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, realtime=False)
+    return open_device(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, realtime=False,
+                       thermal=thermal)
 
 
 def rail_names(session: Any, preset: str) -> tuple[str, ...]:
@@ -646,9 +631,5 @@ def _check_counts(warmup: Any, steps: Any, repeats: Any) -> None:
     for name, value, low in (("warm-up steps", warmup, 0), ("measured steps", steps, 1), ("repeats", repeats, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be a whole number of at least {low}, not {value!r}",
-                              f"e.g. --warmup-steps 1 --steps 5 --repeats 3")
+                              "e.g. --warmup-steps 1 --steps 5 --repeats 3")
 
-
-def _at_most(table: Sequence[int], hz: int) -> int:
-    below = [f for f in table if f <= hz]
-    return below[-1] if below else table[0]

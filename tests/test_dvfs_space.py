@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from engine.device.base import ClockDomain
+from engine.device.base import ClockDomain, PowerMode
 from engine.device.twin.orin import VirtualOrin
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, setting_space, thin_table
+from engine.dvfs.space import (
+    MAXN,
+    MAXN_PINNED,
+    DvfsSetting,
+    check_clocks,
+    check_setting,
+    parse_mhz,
+    setting_space,
+    thin_table,
+)
 from engine.errors import ConfigError, UnsupportedFrequencyError
 
 MHZ = 1_000_000
@@ -116,3 +125,41 @@ def test_check_setting(device):
     with pytest.raises(ConfigError) as err3:
         check_setting(device, DvfsSetting(nvpmodel=9))
     assert "MODE_15W" in err3.value.remedy
+
+
+ORIN_GPU_HZ = (306 * MHZ, 612 * MHZ, 816 * MHZ, 1_300_500_000)
+
+
+@pytest.mark.parametrize("text, hz", [
+    ("816", 816 * MHZ), ("1300.5", 1_300_500_000), ("2201.6MHz", 2_201_600_000), (" 612 mhz ", 612 * MHZ),
+    ("612.", 612 * MHZ), (".5", 500_000), ("1300.500001", 1_300_500_001),
+])
+def test_parse_mhz_as_typed(text, hz):
+    assert parse_mhz(text) == hz
+
+
+@pytest.mark.parametrize("text, hz", [
+    ("1300.500001", 1_300_500_000),  # float noise or extra digits: that listed step
+    ("1300.50", 1_300_500_000), ("816", 816 * MHZ),
+    ("1300.4", 1_300_400_000),  # not the step at 0.1 MHz: kept, so the device names the nearest
+    ("1300", 1_300_000_000), ("850", 850 * MHZ),
+])
+def test_parse_mhz_snaps_only_to_the_step_that_was_meant(text, hz):
+    assert parse_mhz(text, ORIN_GPU_HZ) == hz
+
+
+@pytest.mark.parametrize("text", ["", "fast", "8 16", "-5", "1e3", "0x10", "816 GHz"])
+def test_parse_mhz_refuses_what_is_not_mhz(text):
+    with pytest.raises(ConfigError, match="gpu clock .* is not a number of MHz") as err:
+        parse_mhz(text, what="gpu clock")
+    assert "816" in err.value.remedy
+
+
+def test_check_clocks_without_a_device():
+    mode = PowerMode(1, "MODE_15W", gpu_max_hz=408 * MHZ)
+    tables = {ClockDomain.GPU: ORIN_GPU_HZ}
+    check_clocks(DvfsSetting(gpu_hz=306 * MHZ), tables, mode)
+    with pytest.raises(UnsupportedFrequencyError, match="nearest are 816 MHz, 1300.5 MHz"):
+        check_clocks(DvfsSetting(gpu_hz=1_000 * MHZ), tables, None)
+    with pytest.raises(ConfigError, match="GPU 612 MHz is above the 408 MHz cap of nvpmodel mode 1"):
+        check_clocks(DvfsSetting(gpu_hz=612 * MHZ), tables, mode)

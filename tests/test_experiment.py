@@ -9,23 +9,30 @@ import pytest
 from traces import BERT_BASE_LIKE as TRACE
 from traces import bert_base_workload
 
+from engine.device.base import TemperatureReading
 from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
 from engine.errors import ConfigError
 from engine.experiment import (
+    BASELINE_COOL_MARGIN_C,
     ExperimentPhase,
     ExperimentSpec,
     RunFigures,
+    RunRecorder,
     compare,
+    cool_before_baseline,
     flatten_metrics,
     run_experiment,
 )
+from engine.monitor import PowerMonitor
+from engine.power_sources import PowerSample
 from engine.provenance import Source
 from engine.store import Store
 from engine.sweep import SweepSpec, fast_points, run_sweep
-from engine.workload.events import StepEnd
+from engine.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
+from engine.workload.events import RunStarted, StepEnd
 from engine.workload.trace import StepTrace
 from engine.workload.trainer import TrainControl
 
@@ -135,21 +142,117 @@ def test_static_policy_against_maxn_with_training(store: Store, tmp_path: Path) 
 
 def test_board_code_path_measures_with_the_power_monitor(store: Store, tmp_path: Path) -> None:
     """A session without a twin object is treated as a board: energy comes from monitor
-    windows over the rails (here the twin's tree, kept current in real time)."""
+    windows over the rails (here the twin's tree, kept current in real time). The baseline's
+    stored trace starts after the policy run's (the monitor's buffer still holds that), and
+    the baseline waits for the board to be as cool as the policy run found it."""
     orin = VirtualOrin(TWIN, root=tmp_path / "board")
     orin.start(tick_s=0.01, realtime=True)
     try:
         session = DeviceSession(orin.device())  # no twin: the monitor path
-        result = run_experiment(ExperimentSpec(policy="maxn-pinned", steps=3, rails="gpu+cpu", **TINY),
-                                store=store, session=session)
+        result = run_experiment(ExperimentSpec(policy="maxn-pinned", compare="maxn", steps=3, rails="gpu+cpu",
+                                               **TINY), store=store, session=session)
     finally:
         orin.close()
-    run = result.run
+    run, base = result.run, result.baseline
     assert run.rails == ("VDD_GPU_SOC", "VDD_CPU_CV") and run.rails_preset == "gpu+cpu"
     assert run.time_s > 0 and run.energy_j > 0 and run.setting == MAXN_PINNED
     assert run.energy_j == pytest.approx(run.rail_energy_j["VDD_GPU_SOC"] + run.rail_energy_j["VDD_CPU_CV"])
     assert store.get_run(run.run_id).rails == "gpu+cpu" and len(store.power_samples(run.run_id)) >= 2
+    run_trace, base_trace = store.power_samples(run.run_id), store.power_samples(base.run_id)
+    assert base_trace and min(s.t for s in base_trace) > max(s.t for s in run_trace)
+    assert any(n.startswith("MAXN baseline ran second") for n in result.notes)
     assert gpu_files(tmp_path / "board")[:2] == (str(306 * MHZ), str(1_300_500_000))
+
+
+class _Clock:
+    t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class _Rails:
+    """A power source on a hand-driven clock: 1 W on one rail."""
+
+    source = Source.MEASURED
+    min_interval_s = 0.0
+
+    def __init__(self, clock: _Clock) -> None:
+        self.now = clock
+
+    def read(self) -> PowerSample:
+        return PowerSample(self.now(), {"VDD_GPU_SOC": 1000.0})
+
+    def energy_counter(self) -> None:
+        return None
+
+
+def _started(total_steps: int) -> RunStarted:
+    return RunStarted(model="m", task="sst2", mode="full", precision="fp32", device="cpu", batch_size=4,
+                      total_steps=total_steps, steps_per_epoch=total_steps, seed=0, trainable_params=1,
+                      total_params=1)
+
+
+def _step(step: int) -> StepEnd:
+    return StepEnd(step=step, epoch=0, loss=1.0, samples=4, tokens=64, lr=1e-3, wall_s=1.0, elapsed_s=float(step))
+
+
+def test_a_runs_trace_holds_no_samples_from_before_it() -> None:
+    """The monitor's ring buffer holds the previous run's tail; the recorder keeps only the window."""
+    clock = _Clock()
+    monitor = PowerMonitor(_Rails(clock), rails="all", clock=clock)
+    for t in range(51):  # 50 s of an earlier run, still in the buffer
+        clock.t = float(t)
+        monitor.sample_once()
+    recorder = RunRecorder(("VDD_GPU_SOC",), monitor)
+    clock.t = 50.5
+    recorder(_started(2))
+    for step in (1, 2):
+        for k in range(5):
+            clock.t = 50.5 + (step - 1) * 5 + k + 1
+            monitor.sample_once()
+        recorder(_step(step))
+    times = [s.t for s in recorder.samples]
+    assert times[0] >= 50.5 and times == sorted(times) and len(times) >= 10
+    time_s, rail_j, samples, steps = recorder.figures()
+    assert time_s == pytest.approx(10.0) and rail_j["VDD_GPU_SOC"] == pytest.approx(10.0) and steps == 2
+
+
+class _Board:
+    """Temperatures as a list the test drives (the hottest zone only)."""
+
+    def __init__(self, temps: list[float]) -> None:
+        self.temps = temps
+
+    def temperatures(self) -> list[TemperatureReading]:
+        celsius = self.temps.pop(0) if len(self.temps) > 1 else self.temps[0]
+        return [TemperatureReading("gpu-thermal", celsius)] if celsius is not None else []
+
+
+def _guard(temps: list, **limits) -> tuple[ThermalGuard, list[float]]:
+    slept: list[float] = []
+    return ThermalGuard(_Board(temps), ThermalLimits(**limits), sleep=slept.append), slept
+
+
+def test_the_baseline_waits_until_the_board_is_as_cool_as_the_policy_run_found_it() -> None:
+    limits = ThermalLimits(poll_s=5.0)
+    guard, slept = _guard([61.0, 61.0, 58.0, 55.0, 52.5, 50.0], poll_s=5.0)
+    note = cool_before_baseline(guard, 50.0)
+    assert slept == [5.0, 5.0, 5.0] and "cooled from 61.0 to 52.5" in note and "50.0 degC" in note
+    assert guard.limits == limits  # the guard's own limits are back
+    (wait,) = guard.waits
+    assert wait.end_c <= 50.0 + BASELINE_COOL_MARGIN_C and "baseline" in wait.label
+
+    guard, slept = _guard([52.0])  # already within the margin
+    assert "no cool-down needed" in cool_before_baseline(guard, 50.0) and slept == [] and not guard.waits
+    guard, slept = _guard([90.0])  # past the abort limit: stop, as on any step
+    with pytest.raises(ThermalAbortError):
+        cool_before_baseline(guard, 50.0)
+    guard, slept = _guard([70.0], poll_s=5.0, max_wait_s=20.0)  # never cools: run anyway, and say so
+    note = cool_before_baseline(guard, 50.0)
+    assert "did not cool to 53.0 degC" in note and sum(slept) == 20.0 and guard.limits.max_wait_s == 20.0
+    guard, slept = _guard([None])  # no thermal zones
+    assert "no temperatures" in cool_before_baseline(guard, guard.hottest()[1]) and slept == []
 
 
 # --------------------------------------------------------------------------- every policy, simulated

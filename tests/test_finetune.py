@@ -25,6 +25,7 @@ def offline_cache(tmp_path_factory: pytest.TempPathFactory):
     torch.set_num_threads(1)  # tiny models: one thread is as fast, and steadier on a shared host
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))  # the persistent twin's tree
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield
     torch.set_num_threads(threads)
@@ -114,6 +115,30 @@ def test_cli_with_the_real_twin(capsys: pytest.CaptureFixture[str]) -> None:
     twin = out["twin"]
     assert twin["source"] == "twin" and twin["time_s"] > 0 and twin["total_energy_j"] > 0
     assert twin["total_energy_j"] == pytest.approx(sum(twin["energy_j"].values()))
+
+
+def test_the_twin_is_opened_as_every_command_opens_it() -> None:
+    """`finetune --twin` runs on the twin's persistent tree (where `slm-dvfs pin --twin` pins)."""
+    from engine.device.session import twin_root
+
+    twin = finetune.open_twin("agx-orin-64gb")
+    try:
+        assert twin.root == twin_root("agx-orin-64gb").absolute() and not twin.thermal_enabled
+        assert twin.running  # its files answer clock writes
+    finally:
+        twin.close()
+    assert twin_root("agx-orin-64gb").is_dir()  # persistent: kept for the next command
+
+
+def test_cli_refuses_a_device_this_host_lacks_before_loading(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the device was checked")
+
+    monkeypatch.setattr("engine.workload.models.load_model", never)
+    assert main(["finetune", "--model", "bert-tiny", "--task", "sst2", "--device", "nosuchdev"]) == 2
+    err = capsys.readouterr().err
+    assert "--device 'nosuchdev' is not a torch device" in err and "What to do" in err and "Traceback" not in err
 
 
 def test_cli_text_summary_and_progress(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:

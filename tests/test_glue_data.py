@@ -147,7 +147,8 @@ def test_subsetting_is_seeded_and_keeps_file_order(glue_dir):
 def test_missing_folder_files_and_bad_headers_are_clear_errors(tmp_path, glue_dir):
     with pytest.raises(ConfigError, match="does not exist") as err:
         load_glue_text("sst2", tmp_path / "nowhere")
-    assert "synthetic" in str(err.value)
+    assert "--data synthetic" in err.value.remedy
+    assert "slm-dvfs data" not in err.value.remedy and "source=" not in err.value.remedy  # no such command / flag
     with pytest.raises(ConfigError, match="no RTE/train.tsv"):
         load_glue_text("rte", tmp_path)
     broken = tmp_path / "broken"

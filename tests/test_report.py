@@ -100,7 +100,8 @@ def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path) -> None
     for fig in report.figures:
         assert_real_png(fig)
     assert "energy saving **+20.0%**, slowdown **+20.0%** [twin]" in md
-    assert "GPU 816 · CPU gov · EMC gov · mode 0" in md and "| accuracy (eval) | 0.9000 | 0.9000 |" in md
+    assert "GPU 816 · CPU gov · EMC gov · mode 0" in md and "| accuracy (eval) [measured (host)] | 0.9000 | 0.9000 |" in md
+    assert "| figure [twin] |" in md  # the energy figures keep their source
 
 
 def test_cli_sweep_run_and_report_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ import pytest
 from engine import store_schema
 from engine.errors import ConfigError
 from engine.monitor import WindowResult
-from engine.power_sources import PowerSample, trapezoid_j
+from engine.power_sources import PowerSample, cumulative_trapezoid_j, trapezoid_j
 from engine.provenance import Source
 from engine.store import (
     SCHEMA_VERSION,
@@ -530,3 +530,11 @@ def test_damage_found_after_opening_is_a_corrupt_store_error(db: Path) -> None:
         with Store(db) as s:
             s.check()
             [s.power_samples(r.id) for r in s.list_runs()]
+
+
+def test_cumulative_trapezoid_is_the_trapezoid_up_to_each_sample() -> None:
+    times, powers = [0.0, 1.0, 3.0, 3.5], [1000.0, 3000.0, 1000.0, 0.0]
+    cum = cumulative_trapezoid_j(times, powers)
+    assert cum == pytest.approx([0.0, 2.0, 6.0, 6.25])
+    assert all(c == pytest.approx(trapezoid_j(times[:i + 1], powers[:i + 1])) for i, c in enumerate(cum))
+    assert trapezoid_j(times, powers) == cum[-1] and trapezoid_j([], []) == 0.0 and cumulative_trapezoid_j([], []) == []

@@ -234,3 +234,29 @@ def test_export_parquet_without_pyarrow_says_how_to_get_it(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "pip install pyarrow" in err and "--format csv" in err
     assert not Path(f"run-{run}.parquet").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_export_to_a_missing_folder_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path, db: Path,
+                                                     fmt: str) -> None:
+    _, run = _twin_pair(db)
+    missing = tmp_path / "nonexistent" / f"x.{fmt}"
+    assert main(["export", str(run), "--format", fmt, "--out", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {missing.parent} does not exist" in err and "What to do:" in err
+    assert "Traceback" not in err and not missing.parent.exists()
+    assert main(["export", str(run), "--out", str(tmp_path)]) == 2  # a folder, not a file
+    assert f"--out {tmp_path} is a folder" in capsys.readouterr().err
+
+
+def test_export_that_cannot_write_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path, db: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _, run = _twin_pair(db)
+
+    def refuse(self: Path, *args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert main(["export", str(run), "--out", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Permission denied" in err and "Traceback" not in err

@@ -18,7 +18,7 @@ from engine.device.twin.governors import default_control, pin_gpu, resolve
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError, UnsupportedFrequencyError
+from engine.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
 from engine.provenance import Source
 from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 from engine.sweep import (
@@ -26,6 +26,7 @@ from engine.sweep import (
     fast_points,
     fast_sweep,
     mean_ci,
+    open_session,
     run_sweep,
     setting_control,
     stored_points,
@@ -172,6 +173,38 @@ def test_fast_sweep_through_the_store_and_resume_without_redoing(tmp_path: Path)
         again = run_sweep(_fast_spec(repeats=2, steps=3), store=store, workload=WORKLOAD)
         assert again.sweep_id != result.sweep_id  # a finished sweep is not reopened: a new one starts
         assert len(store.list_sweeps()) == 2
+
+
+def test_setting_control_refuses_as_a_device_does(tmp_path: Path) -> None:
+    """The fast sweep and the device share one check: the same setting, the same error."""
+    from engine.dvfs.space import check_setting
+
+    with open_session(twin="agx-orin-64gb") as session:
+        for bad in (DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=2), DvfsSetting(gpu_hz=800 * MHZ, nvpmodel=0)):
+            with pytest.raises(SlmDvfsError) as on_twin_model:
+                setting_control(bad, PROFILE)
+            with pytest.raises(SlmDvfsError) as on_device:
+                check_setting(session.device, bad)
+            assert type(on_twin_model.value) is type(on_device.value)
+            assert str(on_twin_model.value) == str(on_device.value)
+
+
+def test_sessions_open_the_persistent_twin_with_its_thermal_model(tmp_path: Path) -> None:
+    from engine.device.session import twin_root
+
+    with open_session(twin="agx-orin-64gb", thermal=True) as session:
+        assert session.twin.thermal_enabled and session.twin.root == twin_root("agx-orin-64gb").absolute()
+    with open_session(twin="agx-orin-64gb") as session:
+        assert not session.twin.thermal_enabled
+
+
+def test_sweep_help_prints_percent_signs_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "a 95% confidence interval" in out and "%%" not in out
 
 
 def test_fast_needs_the_twin_and_sane_counts() -> None:

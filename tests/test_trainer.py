@@ -34,6 +34,7 @@ from engine.workload.trainer import (
     Trainer,
     apply_mode,
     find_checkpoint,
+    resolve_device,
 )
 
 VOCAB, LENGTH = 50, 12
@@ -354,6 +355,28 @@ def test_config_errors_say_what_to_do() -> None:
         TrainConfig(checkpoint_every=2).validate()
     with pytest.raises(ConfigError, match="precision"):
         TrainConfig(precision="fp8").validate()
+
+
+@pytest.mark.parametrize("requested, match", [
+    ("nosuchdev", "is not a torch device"), ("cuda", "sees no CUDA GPU"), ("cuda:1", "sees no CUDA GPU"),
+    ("mps", "no mps device is available"),
+])
+def test_a_device_this_host_lacks_is_a_config_error(monkeypatch: pytest.MonkeyPatch, requested: str,
+                                                    match: str) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    with pytest.raises(ConfigError, match=match) as err:
+        resolve_device(requested)
+    assert "--device cpu" in err.value.remedy or "use cpu" in err.value.remedy
+    assert resolve_device("cpu") == torch.device("cpu") and resolve_device(None) == torch.device("cpu")
+
+
+def test_a_cuda_index_past_the_last_gpu_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="has 1 CUDA GPU"):
+        resolve_device("cuda:1")
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
 
 
 def test_epochs_set_the_step_count() -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
 from engine.cli.device_cmds import add_device_args
+from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.store_cmds import add_db_arg
 
 REDRAW_S = 0.1
@@ -47,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "sweep", help="measure a workload at every setting of a space (resumable)",
-        description="Each setting runs W unmeasured then S measured steps; repetitions give a mean and a 95%% "
+        description="Each setting runs W unmeasured then S measured steps; repetitions give a mean and a 95% "
         "confidence interval. A thermal guard waits before a point on a hot board and aborts on an "
         "overheating one. Interrupted sweeps resume where they stopped. --fast (twin only) computes every "
         "point from the step trace without training.",
@@ -127,7 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec.validate()
     control = TrainControl()
     progress = Progress(sys.stderr)
-    with _store(args) as store, _cancel_on_sigint(control):
+    with _store(args) as store, cancel_on_sigint(control):
         result = run_experiment(spec, store=store, callbacks=[progress], control=control)
     progress.end()
     if args.json:
@@ -176,7 +175,7 @@ def format_experiment(result: Any) -> str:
         cells = [f"{run.metric} (eval)".ljust(22), _fmt(run.metric_value, ".4f").rjust(26)]
         if base is not None:
             cells.append(_fmt(base.metric_value, ".4f").rjust(24))
-        lines.append("".join(cells) + "  [measured on the host]")
+        lines.append("".join(cells) + "  [measured (host)]")
     if run.setting is not None:
         lines.append(f"setting (last applied): {run.setting.label()}")
     if len(run.history) > 1:
@@ -223,7 +222,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     spec.validate()
     control = TrainControl()
     progress = Progress(sys.stderr)
-    with _store(args) as store, _cancel_on_sigint(control):
+    with _store(args) as store, cancel_on_sigint(control):
         result = run_sweep(spec, store=store, callbacks=[progress], control=control)
     progress.end()
     if args.json:
@@ -340,28 +339,6 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
-
-
-@contextmanager
-def _cancel_on_sigint(control: Any) -> Iterator[None]:
-    """Ctrl-C outside the clock guard (e.g. a --fast sweep) stops at the next point or step;
-    inside it, the guard restores the clocks and interrupts at once (it chains to this)."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-        def handler(signum: int, frame: Any) -> None:
-            if control.cancelled:
-                raise KeyboardInterrupt
-            control.cancel("interrupted (Ctrl-C)")
-            sys.stderr.write("\nstopping at the next step boundary (Ctrl-C again to abort)\n")
-
-        signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 __all__ = ["register", "format_experiment", "format_sweep"]

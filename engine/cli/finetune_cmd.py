@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, TextIO
 
+from engine.cli.interrupt import cancel_on_sigint
 from engine.workload.events import (
     Checkpointed,
     EvalResult,
@@ -96,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     spec.validate()
     control = TrainControl()
     progress = ProgressBar(sys.stderr)
-    with _cancel_on_sigint(control):
+    with cancel_on_sigint(control):
         result = run_finetune(spec, callbacks=[progress], control=control)
     if args.json:
         json.dump(result.to_json(), sys.stdout)
@@ -189,29 +188,3 @@ def summary(result: FinetuneResult) -> str:
         if rails:
             lines.append(f"    per rail: {rails}")
     return "\n".join(lines) + "\n"
-
-
-@contextmanager
-def _cancel_on_sigint(control: TrainControl) -> Iterator[None]:
-    """First Ctrl-C: stop at the next step boundary. Second: the usual KeyboardInterrupt."""
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if control.cancelled:
-            raise KeyboardInterrupt
-        control.cancel("interrupted (Ctrl-C)")
-        sys.stderr.write("\nstopping at the next step boundary (Ctrl-C again to abort)\n")
-
-    try:
-        signal.signal(signal.SIGINT, handler)
-    except ValueError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

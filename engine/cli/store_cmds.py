@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from engine.device.clocks import format_mhz
 from engine.errors import ConfigError, ProfileError
 from engine.provenance import Source
 from engine.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
@@ -74,15 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # --- formatting -------------------------------------------------------------------------------
-def _mhz(hz: int) -> str:
-    return f"{hz / 1e6:g}"
-
-
 def format_setting(setting: Mapping[str, Any] | None) -> str:
     """`GPU 816 EMC 3199 MHz m0`; `governor` when nothing is pinned; `-` when not known."""
     if setting is None:
         return "-"
-    parts = [f"{d.upper()} {_mhz(setting[d + '_hz'])}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
+    parts = [f"{d.upper()} {format_mhz(setting[d + '_hz'])}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
     text = " ".join(parts) + (" MHz" if parts else "governor")
     if setting.get("nvpmodel") is not None:
         text += f" m{setting['nvpmodel']}"
@@ -211,18 +208,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     rails = _columns(samples)
     t0 = samples[0].t if samples else 0.0
     out = args.out or f"run-{run.id}.{args.format}"
-    if args.format == "parquet":
-        if out == "-":
-            raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
-        _write_parquet(Path(out), run, samples, rails, t0)
-    else:
-        text = _csv_text(run, samples, rails, t0)
-        if out == "-":
-            sys.stdout.write(text)
-            return 0
-        Path(out).write_text(text, encoding="utf-8")
+    if args.format == "parquet" and out == "-":
+        raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
+    if out == "-":
+        sys.stdout.write(_csv_text(run, samples, rails, t0))
+        return 0
+    path = _writable(Path(out))
+    try:
+        if args.format == "parquet":
+            _write_parquet(path, run, samples, rails, t0)
+        else:
+            path.write_text(_csv_text(run, samples, rails, t0), encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}",
+                          "pass --out a file in a folder you can write to") from None
     print(f"wrote run {run.id} ({len(samples)} power samples, {run.source.value}) to {out}")
     return 0
+
+
+def _writable(path: Path) -> Path:
+    """Refuse, before anything is written, an --out whose folder is missing or is a folder itself."""
+    if path.is_dir():
+        raise ConfigError(f"--out {path} is a folder", f"name a file in it, e.g. --out {path / 'run.csv'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--out {path}: the folder {path.parent} does not exist",
+                          "create it first, or pass --out a file in an existing folder")
+    return path
 
 
 def _csv_text(run: RunRecord, samples: Sequence[Any], rails: list[str], t0: float) -> str:

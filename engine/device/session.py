@@ -59,16 +59,22 @@ def open_device(
     fallback_to_twin: bool = False,
     realtime: bool = True,
     twin_dir: Path | None = None,
+    thermal: bool = False,
 ) -> DeviceSession:
     """Open a board at `sysfs_root` (default `/` or $SLM_DVFS_SYSFS_ROOT), or the named twin.
 
     With `fallback_to_twin`, a machine with no Jetson opens the default twin and says so.
+    The twin keeps its tree under `twin_dir` (default: its persistent folder, so a pin in
+    one command is seen by the next); `realtime` lets its idle time follow the wall clock
+    (False: virtual time only, so results repeat); `thermal` turns on its thermal model.
     """
     if twin is None:
         root = paths.sysfs_root(sysfs_root)
         if board_present(root):
             from engine.device.jetson import JetsonDevice
 
+            if thermal:
+                log.info("--thermal only affects the twin; a board has real temperatures")
             return DeviceSession(JetsonDevice(root))
         if not fallback_to_twin:
             raise DeviceError(
@@ -84,6 +90,6 @@ def open_device(
         notes = []
     from engine.device.twin.orin import VirtualOrin
 
-    orin = VirtualOrin(twin, root=twin_dir or twin_root(twin))
+    orin = VirtualOrin(twin, root=twin_dir or twin_root(twin), thermal=thermal)
     orin.start(realtime=realtime)
     return DeviceSession(orin.device(), twin=orin, notes=notes)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.device.base import PowerMode
+from engine.device.clocks import highest_at_most
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
 from engine.errors import ConfigError
 
@@ -216,15 +217,6 @@ def _check_layout(layout: str) -> None:
         raise ConfigError(f"unknown tree layout {layout!r}", f"use one of {', '.join(LAYOUTS)}")
 
 
-def _capped(table: tuple[int, ...], cap: int | None) -> int:
-    """The highest table entry at or below `cap` (the lowest entry if none is)."""
-    ordered = sorted(table)
-    if cap is None:
-        return ordered[-1]
-    below = [f for f in ordered if f <= cap]
-    return below[-1] if below else ordered[0]
-
-
 def _identity(w: _Writer, spec: TreeSpec) -> None:
     dt = "sys/firmware/devicetree/base"
     # Device-tree strings end in NUL, as on a board; readers must strip it.
@@ -267,7 +259,7 @@ def _gpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[str, str]:
     device = devfreq.split("/devfreq/")[0]
     node = devfreq.rsplit("/", 1)[1]
     of_name = "gpu" if spec.layout == "r36" else "ga10b"
-    max_hz = _capped(spec.gpu_freqs_hz, mode.gpu_max_hz)
+    max_hz = highest_at_most(spec.gpu_freqs_hz, mode.gpu_max_hz)
     _devfreq(w, device, node, of_name, spec.gpu_freqs_hz, max_hz, spec.gpu_governors)
     w.file(f"{device}/load", 0)
     w.file(f"{device}/railgate_enable", 1)
@@ -290,7 +282,7 @@ def _cpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[tuple[str, ...], 
     online_n = spec.cpu_count if mode.online_cpus is None else mode.online_cpus
     table = sorted(spec.cpu_freqs_khz)
     cap_khz = None if mode.cpu_max_hz is None else mode.cpu_max_hz // 1000
-    max_khz = _capped(tuple(table), cap_khz)
+    max_khz = highest_at_most(tuple(table), cap_khz)
     policy_dirs = []
     for policy, cpus in _clusters(spec):
         pol = f"{base}/cpufreq/policy{policy}"
@@ -325,7 +317,7 @@ def _cpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[tuple[str, ...], 
 def _emc(w: _Writer, spec: TreeSpec, mode: PowerMode) -> str:
     emc = "sys/kernel/debug/bpmp/debug/clk/emc"
     table = sorted(spec.emc_rates_hz)
-    max_hz = _capped(tuple(table), mode.emc_max_hz)
+    max_hz = highest_at_most(tuple(table), mode.emc_max_hz)
     w.file(f"{emc}/rate", max_hz)
     w.file(f"{emc}/min_rate", table[0])
     w.file(f"{emc}/max_rate", max_hz)

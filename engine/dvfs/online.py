@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.device.base import ClockDomain
+from engine.device.clocks import format_mhz
 from engine.dvfs.objectives import Measurement, Objective
-from engine.dvfs.space import MAXN, SWEEP_MODE, DvfsSetting, check_setting
+from engine.dvfs.space import MAXN, SWEEP_MODE, DvfsSetting, check_setting, parse_mhz
 from engine.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ class OnlinePolicy:
         out = tuple(f for f in table if f >= self.min_hz)
         if not out:
             raise ConfigError(
-                f"no GPU clock at or above {self.min_hz / 1e6:g} MHz in the device's table",
+                f"no GPU clock at or above {format_mhz(self.min_hz)} MHz in the device's table",
                 "lower min_hz, or give the candidates explicitly",
             )
         return out
@@ -313,19 +314,12 @@ def parse_online_options(arg: str) -> dict[str, Any]:
                 raise ConfigError(f"online option {key}={value} is not a whole number", f"e.g. {key}=2")
             out[name] = int(value)
         elif name == "min_hz":
-            out[name] = _mhz_to_hz(key, value)
+            out[name] = parse_mhz(value, what=f"online option {key}:")
         elif name == "candidates_hz":
-            out[name] = tuple(_mhz_to_hz(key, v) for v in value.split("/") if v.strip())
+            out[name] = tuple(parse_mhz(v, what=f"online option {key}:") for v in value.split("/") if v.strip())
         else:
             out[name] = value
     return out
-
-
-def _mhz_to_hz(key: str, value: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(mhz)?\s*", value)
-    if not m:
-        raise ConfigError(f"online option {key}: {value!r} is not a number of MHz", "e.g. candidates=306/612/918")
-    return int(round(float(m.group(1)) * 1e6))
 
 
 def _positive_int(name: str, value: Any, *, allow_zero: bool = False) -> None:

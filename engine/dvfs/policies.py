@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
+from engine.device.clocks import format_mhz
 from engine.dvfs.objectives import Measurement, Objective, baseline_of
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, parse_mhz
 from engine.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -168,10 +169,7 @@ def parse_static(arg: str) -> DvfsSetting:
             raise ConfigError(f"unknown clock domain {key!r} in static:{arg}", "use gpu, cpu, emc (and mode=N)")
         if key in clocks:
             raise ConfigError(f"{key} given twice in static:{arg}", "give each domain once")
-        m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(mhz)?", value)
-        if not m:
-            raise ConfigError(f"{key} clock {value!r} is not a number of MHz", f"e.g. {key}=816")
-        clocks[key] = int(round(float(m.group(1)) * 1e6))
+        clocks[key] = parse_mhz(value, what=f"{key} clock")
     if not clocks:
         raise ConfigError("static needs at least one clock", "e.g. static:gpu=816 (MHz)")
     return DvfsSetting(gpu_hz=clocks.get("gpu"), cpu_hz=clocks.get("cpu"), emc_hz=clocks.get("emc"), nvpmodel=mode)
@@ -218,7 +216,7 @@ def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: A
     elif arg:
         raise ConfigError("static got both clocks in its spec and a setting", "give one of them")
     spec = "static:" + ",".join(
-        [f"{d.value}={hz / 1e6:g}" for d, hz in setting.pinned.items()]
+        [f"{d.value}={format_mhz(hz)}" for d, hz in setting.pinned.items()]
         + ([f"mode={setting.nvpmodel}"] if setting.nvpmodel not in (None, 0) else [])
     )
     return FixedPolicy("static", spec, setting, "explicit clocks")

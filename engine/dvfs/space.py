@@ -20,10 +20,12 @@ from __future__ import annotations
 import itertools
 import logging
 import numbers
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from engine.device.base import ClockDomain, Device, PowerMode
+from engine.device.clocks import format_mhz
 from engine.errors import ConfigError, DeviceError, UnsupportedFrequencyError
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,8 @@ class DvfsSetting:
             parts = ["jetson_clocks"]
         else:
             parts = [
-                f"{d.value.upper()} {_mhz(hz) if (hz := self.clock(d)) is not None else 'gov'}" for d in ClockDomain
+                f"{d.value.upper()} {format_mhz(hz) if (hz := self.clock(d)) is not None else 'gov'}"
+                for d in ClockDomain
             ]
             if self.jetson_clocks:
                 parts.append("jetson_clocks")
@@ -183,18 +186,25 @@ def check_setting(device: Device, setting: DvfsSetting) -> PowerMode | None:
             log.warning("power mode unknown, clock caps not checked: %s", exc.what)
         else:
             mode = next((m for m in modes if m.id == current.id), current)
+    check_clocks(setting, {d: device.clock_table(d) for d in setting.pinned}, mode)
+    return mode
+
+
+def check_clocks(setting: DvfsSetting, tables: Mapping[ClockDomain, Sequence[int]], mode: PowerMode | None) -> None:
+    """Refuse a pinned clock its domain's table does not list (UnsupportedFrequencyError
+    naming the nearest) or one above `mode`'s cap (ConfigError). `tables` holds at least
+    the pinned domains; the device check and the twin's fast sweep share this."""
     for domain, hz in setting.pinned.items():
-        table = device.clock_table(domain)
+        table = tuple(tables[domain])
         if hz not in table:
             raise UnsupportedFrequencyError(domain.value, hz, table)
         cap = _mode_cap(mode, domain)
         if cap is not None and hz > cap:
             raise ConfigError(
-                f"{domain.value.upper()} {_mhz(hz)} MHz is above the {_mhz(cap)} MHz cap of nvpmodel mode "
+                f"{domain.value.upper()} {format_mhz(hz)} MHz is above the {format_mhz(cap)} MHz cap of nvpmodel mode "
                 f"{mode.id} ({mode.name})",  # type: ignore[union-attr]
                 "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
             )
-    return mode
 
 
 def _mode_cap(mode: PowerMode | None, domain: ClockDomain) -> int | None:
@@ -210,5 +220,22 @@ def thin_table(table: tuple[int, ...], stride: int) -> tuple[int, ...]:
     return tuple(sorted(ordered[::-1][::stride]))
 
 
-def _mhz(hz: int) -> str:
-    return f"{hz / 1e6:g}"
+_MHZ_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:mhz)?\s*", re.IGNORECASE)
+_SNAP_HZ = 500_000  # a typed MHz this close to a listed step (and equal to 0.1 MHz) means that step
+
+
+def parse_mhz(text: str, table: Sequence[int] | None = None, *, what: str = "clock") -> int:
+    """A clock typed in MHz ("816", "1300.5", "2201.6MHz") -> Hz.
+
+    With `table` (the domain's Hz steps), a value that agrees with a listed step to
+    0.1 MHz and lies within 0.5 MHz of it is that step (so "1300.50" is 1300500000);
+    anything else stays the exact Hz typed, so the device refuses it naming the nearest
+    steps. `what` names the value in the error (e.g. "gpu clock")."""
+    m = _MHZ_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise ConfigError(f"{what} {text!r} is not a number of MHz", "write MHz as a number, e.g. 816 or 1300.5")
+    hz = int(round(float(m.group(1)) * 1e6))
+    for f in table or ():
+        if abs(f - hz) < _SNAP_HZ and round(f / 1e5) == round(hz / 1e5):
+            return int(f)
+    return hz

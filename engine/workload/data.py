@@ -198,7 +198,7 @@ def _task_dir(task: GlueTask, root: Path) -> Path:
         raise ConfigError(
             f"the GLUE folder {root} does not exist",
             "give the folder that holds CoLA/, SST-2/, ... (as GLUE's download_glue_data.py "
-            "writes it), or use source='synthetic' (`slm-dvfs data --generate DIR` makes one)",
+            "writes it), or use --data synthetic (generated GLUE-shaped text, nothing to download)",
         )
     for candidate in (root / task.display, root / "glue_data" / task.display, root):
         if (candidate / "train.tsv").is_file():

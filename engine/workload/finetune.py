@@ -16,7 +16,7 @@ from typing import Any, Iterable, Mapping
 from engine.errors import ConfigError
 from engine.provenance import Source
 from engine.workload.events import Callback
-from engine.workload.trainer import MODES, PRECISIONS, TrainConfig, TrainControl, Trainer
+from engine.workload.trainer import MODES, PRECISIONS, TrainConfig, TrainControl, Trainer, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class FinetuneSpec:
                                   f"give --{name.replace('_', '-')} 1 or more")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoints were asked for without a folder", "add --checkpoint-dir DIR")
+        if self.device:
+            resolve_device(self.device)  # a device this host lacks fails now, not after the model loads
 
 
 @dataclass(frozen=True)
@@ -154,13 +156,16 @@ def defaults_for(model_spec: str) -> Defaults:
 
 
 def open_twin(profile: str) -> Any:
-    """The digital twin for `profile` (imported lazily: the twin is optional)."""
+    """The digital twin for `profile` (a VirtualOrin, in virtual time), opened as every
+    command opens it: its persistent tree, so clocks pinned with `slm-dvfs pin --twin`
+    hold here too. Imported lazily: the twin is optional."""
     try:
-        from engine.device.twin.orin import VirtualOrin
+        from engine.device.session import open_device
+
+        return open_device(twin=profile, realtime=False).twin
     except ImportError as exc:
         raise ConfigError(f"the digital twin is not available ({exc})",
                           "run without --twin, or install the complete slm-dvfs") from None
-    return VirtualOrin(profile=profile)
 
 
 def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),

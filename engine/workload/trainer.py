@@ -227,9 +227,39 @@ class LinearWarmup:
 
 
 def resolve_device(requested: str | None) -> torch.device:
-    if requested:
-        return torch.device(requested)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The torch device to train on: `requested` (e.g. "cpu", "cuda", "cuda:1") once checked
+    to exist on this host, else CUDA when available, else the CPU."""
+    if not requested:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, ValueError, TypeError):
+        raise ConfigError(f"--device {requested!r} is not a torch device",
+                          f"use cpu, or cuda (cuda:N for one GPU){_cuda_hint()}") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {requested} asks for CUDA, but this PyTorch sees no CUDA GPU",
+                              "use --device cpu (or leave --device out), or install a CUDA build of PyTorch "
+                              "(on a Jetson: NVIDIA's JetPack wheel)")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"--device {requested}: this host has {count} CUDA GPU(s)",
+                              f"use cuda:0 to cuda:{count - 1}, or leave --device out")
+        return device
+    backend = getattr(torch, device.type, None)
+    if device.type == "mps":
+        backend = getattr(torch.backends, "mps", None)
+    available = getattr(backend, "is_available", None)
+    if not (callable(available) and available()):
+        raise ConfigError(f"--device {requested}: no {device.type} device is available on this host",
+                          f"use --device cpu (or leave --device out){_cuda_hint()}")
+    return device
+
+
+def _cuda_hint() -> str:
+    return "; CUDA is available here" if torch.cuda.is_available() else ""
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:

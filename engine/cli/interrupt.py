@@ -1,0 +1,37 @@
+"""Ctrl-C for the long-running commands (finetune, run, sweep): stop cleanly, then abort."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+@contextmanager
+def cancel_on_sigint(control: Any) -> Iterator[None]:
+    """First Ctrl-C: `control.cancel(...)`, so the run stops at the next step (or sweep
+    point) boundary. Second: the usual KeyboardInterrupt. Inside the clock guard, the
+    guard's own handler restores the clocks first and chains to this one. Off the main
+    thread signals cannot be set, so they are left alone."""
+    try:
+        previous = signal.getsignal(signal.SIGINT)
+    except ValueError:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if control.cancelled:
+            raise KeyboardInterrupt
+        control.cancel("interrupted (Ctrl-C)")
+        sys.stderr.write("\nstopping at the next step boundary (Ctrl-C again to abort)\n")
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
