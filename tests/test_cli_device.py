@@ -93,3 +93,35 @@ def test_every_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
             main([cmd, "--help"])
         assert info.value.code == 0
         assert cmd in capsys.readouterr().out
+
+
+def _twin_in_mode(mode_id: int) -> None:
+    from engine.device.session import open_device
+
+    with open_device(twin="agx-orin-64gb", realtime=False) as session:
+        session.device.set_power_mode(mode_id)
+
+
+def _gpu_range(capsys: pytest.CaptureFixture[str]) -> tuple[int, int]:
+    main(["device", "--twin", "--json"])
+    gpu = json.loads(capsys.readouterr().out)["clocks"]["gpu"]
+    return gpu["min_hz"], gpu["max_hz"]
+
+
+def test_pin_refuses_a_clock_above_the_modes_cap_before_writing(capsys: pytest.CaptureFixture[str]) -> None:
+    _twin_in_mode(2)  # MODE_30W: GPU capped at 612 MHz
+    before = _gpu_range(capsys)
+    assert main(["pin", "--twin", "--gpu", "1300.5"]) == 2
+    captured = capsys.readouterr()
+    assert "cap" in captured.err and "612 MHz" in captured.err and "MODE_30W" in captured.err
+    assert "another tool" not in captured.err and "pinned" not in captured.out
+    assert _gpu_range(capsys) == before
+    assert main(["restore"]) == 0 and "nothing to restore" in capsys.readouterr().out
+
+
+def test_pin_checks_every_clock_before_the_first_write(capsys: pytest.CaptureFixture[str]) -> None:
+    before = _gpu_range(capsys)
+    assert main(["pin", "--twin", "--gpu", "816", "--cpu", "1500"]) == 2
+    captured = capsys.readouterr()
+    assert "1500 MHz" in captured.err and "GPU pinned" not in captured.out
+    assert _gpu_range(capsys) == before

@@ -3,6 +3,7 @@ files, the online policy finds the twin's best GPU clock during a run."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from engine.device.twin.orin import VirtualOrin
 from engine.dvfs.controller import DvfsController
 from engine.dvfs.objectives import Measurement, parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy
-from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import UnsupportedFrequencyError
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.errors import ConfigError, UnsupportedFrequencyError
 from engine.monitor import PowerMonitor, TwinSource
 from engine.provenance import Source
 from engine.workload.events import RunFinished, RunStarted, StepBegin, StepEnd, TwinCost
@@ -31,6 +32,13 @@ STATUS = "var/lib/nvpmodel/status"
 
 def read(root: Path, rel: str) -> str:
     return (root / rel).read_text().strip()
+
+
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """jetson_clocks' stored state and any journal go to a temporary state directory."""
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
 
 
 @pytest.fixture
@@ -273,3 +281,50 @@ def test_online_with_a_slowdown_limit(twin):
     assert chosen.gpu_hz is not None and abs(table.index(chosen.gpu_hz) - best) <= 1
     assert times[table.index(chosen.gpu_hz)] <= maxn_s * 1.05 + 1e-12
     assert steps == ctl.policy.profiling_steps
+
+
+# --------------------------------------------------------------------------- rails, jetson_clocks state
+
+
+def test_twin_step_cost_sums_only_the_chosen_rails(twin):
+    device = twin.device()
+    rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
+    ctl = DvfsController(device, make_policy("static:gpu=714"), PolicyContext(device, parse_objective("energy")),
+                         rails=rails)
+    ctl(run_started())
+    end = twin_step(twin, ctl, 1)
+    assert ctl.last_cost is not None and ctl.last_cost.source is Source.TWIN
+    assert ctl.last_cost.energy_j == pytest.approx(sum(end.twin.energy_j[r] for r in rails))
+    assert ctl.last_cost.energy_j < 0.95 * end.twin.total_energy_j  # SYS5V0 and VDDQ left out
+    ctl.rails = ("VDD_NOPE",)
+    with pytest.raises(ConfigError, match="VDD_NOPE"):
+        twin_step(twin, ctl, 2)
+
+
+def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_state, monkeypatch):
+    from engine.device.jetson import JetsonDevice
+    from engine.guard import ClockGuard, list_journals
+
+    calls = []
+    real = JetsonDevice.jetson_clocks_restore
+    monkeypatch.setattr(JetsonDevice, "jetson_clocks_restore",
+                        lambda self, store: (calls.append(Path(store)), real(self, store))[1])
+    root = twin.root
+    before = {f: read(root, f) for f in (f"{GPU}/min_freq", f"{CPU0}/scaling_min_freq", f"{EMC}/mrq_rate_locked")}
+    store = isolated_state / f"jetson_clocks-{os.getpid()}.store"
+    ctl = controller(twin, "maxn-pinned")
+    with ClockGuard(ctl.device, handle_signals=False) as guard:
+        ctl(run_started())
+        assert store.is_file() and guard.jetson_clocks_store == str(store)
+        assert list_journals()[0].jetson_clocks_store == str(store)  # known after a SIGKILL too
+        stored = store.read_text()
+        assert "mrq_rate_locked:0" in stored  # the state from before jetson_clocks
+        ctl.apply(DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0))
+        ctl.apply(MAXN_PINNED)  # again: the first store is kept, not overwritten with pinned clocks
+        assert store.read_text() == stored
+        # A second controller in the same guard (e.g. the baseline run) keeps it too.
+        other = DvfsController(ctl.device, make_policy("maxn-pinned"), ctl.ctx)
+        other(run_started())
+        assert store.read_text() == stored
+    assert calls == [store] and not store.exists()
+    assert {f: read(root, f) for f in before} == before

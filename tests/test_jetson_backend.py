@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from engine.device.treegen import (
     default_orin_spec,
     render_tree,
 )
+from engine.device.twin.orin import VirtualOrin
 from engine.errors import (
     ClockNotAppliedError,
     DeviceError,
@@ -416,3 +418,135 @@ def test_a_channel_answering_enodata_is_skipped(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setattr(discovery_mod, "open", enodata_open, raising=False)
     names = [r.name for r in _device(root).rails()]
     assert names == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
+
+
+# ---------------------------------------------------------------- restoring across modes, best effort
+
+
+def _policy_files(root: Path, cpu: int) -> tuple[str, str]:
+    p = root / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+    return (p / "scaling_min_freq").read_text().strip(), (p / "scaling_max_freq").read_text().strip()
+
+
+def _refuse_offline_policies(dev: JetsonDevice, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Make this device's tree answer like the kernel for a cluster whose CPUs are all offline:
+    its cpufreq files refuse reads and writes (EBUSY). The twin's nvpmodel runs in another
+    process, so it is not affected. Returns the refused paths."""
+    tree, refused = dev.tree, []
+    real_write, real_read = tree.write, tree.read_str
+
+    def offline_policy(rel: str) -> bool:
+        m = re.match(r"sys/devices/system/cpu/cpu(\d+)/cpufreq/", tree.rel(tree.path(rel)))
+        if not m:
+            return False
+        first = int(m.group(1)) // 4 * 4
+        online = [tree.path(f"sys/devices/system/cpu/cpu{c}/online") for c in range(first, first + 4)]
+        return all(f.is_file() and f.read_text().strip() == "0" for f in online)
+
+    def write(rel: str, value: int | str) -> None:
+        if offline_policy(rel):
+            refused.append(rel)
+            raise DeviceError(f"cannot write {rel}: Device or resource busy", "bring the cluster online")
+        real_write(rel, value)
+
+    def read_str(rel: str) -> str:
+        if offline_policy(rel):
+            raise DeviceError(f"cannot read {rel}: Device or resource busy", "bring the cluster online")
+        return real_read(rel)
+
+    monkeypatch.setattr(tree, "write", write)
+    monkeypatch.setattr(tree, "read_str", read_str)
+    return refused
+
+
+def test_restore_gives_a_cluster_its_range_before_the_mode_takes_it_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Start in mode 2 (8 cores: cpu8-11 offline), run in mode 0 with the CPU pinned at the top, restore.
+    with VirtualOrin() as twin:
+        dev = twin.device()
+        dev.set_power_mode(2)
+        refused = _refuse_offline_policies(dev, monkeypatch)
+        before = dev.read_settings()
+        assert {d.policy for d in before.domains if d.domain is CPU} == {0, 4}  # cpu8's cluster is offline
+        dev.set_power_mode(0)
+        dev.pin(CPU, 2_201_600_000)
+        assert _policy_files(twin.root, 8) == ("2201600", "2201600")
+        dev.apply_settings(before)
+        assert dev.power_mode().id == 2 and dev.read_settings() == before
+        # written while still online, so it does not come back with a raised minimum
+        assert _policy_files(twin.root, 8) == ("115200", "1728000")
+        assert not any("cpu8" in r for r in refused)
+
+
+def test_each_cpu_policy_gets_its_own_range_back() -> None:
+    with VirtualOrin() as twin:
+        dev = twin.device()
+        (twin.root / "sys/devices/system/cpu/cpu4/cpufreq/scaling_max_freq").write_text("1497600\n")
+        before = dev.read_settings()
+        by_policy = {d.policy: d for d in before.domains if d.domain is CPU}
+        assert by_policy[4].max_hz == 1_497_600_000 and by_policy[0].max_hz == 2_201_600_000
+        assert DeviceSettings.from_json(before.to_json()) == before
+        dev.pin(CPU, 729_600_000)
+        dev.apply_settings(before)
+        assert _policy_files(twin.root, 0) == ("115200", "2201600")
+        assert _policy_files(twin.root, 4) == ("115200", "1497600")
+
+
+def test_a_journal_without_policies_restores_every_cluster(
+    r36_tree: tuple[Path, TreeLayout], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, _ = r36_tree
+    FakeKernel(monkeypatch)
+    dev = _device(root)
+    data = dev.read_settings().to_json()
+    cpu = [d for d in data["domains"] if d["domain"] == "cpu"]
+    data["domains"] = [d for d in data["domains"] if d["domain"] != "cpu"] + [
+        {k: v for k, v in cpu[0].items() if k != "policy"}  # as an older slm-dvfs wrote it
+    ]
+    old = DeviceSettings.from_json(data)
+    assert [d.policy for d in old.domains if d.domain is CPU] == [None]
+    dev.pin(CPU, 1_497_600_000)
+    dev.apply_settings(old)
+    for cpu_n in (0, 4, 8):
+        assert _policy_files(root, cpu_n) == ("115200", "2201600")
+
+
+def test_unpin_reaches_a_cluster_a_mode_switch_took_offline() -> None:
+    with VirtualOrin() as twin:
+        dev = twin.device()
+        dev.pin(CPU, 2_201_600_000)
+        dev.set_power_mode(2)  # nvpmodel caps every cluster at 1728 MHz and takes cpu8-11 offline
+        assert _policy_files(twin.root, 8) == ("1728000", "1728000")
+        dev.unpin(CPU)
+        assert _policy_files(twin.root, 8) == ("115200", "1728000")
+        dev.set_power_mode(0)
+        assert _policy_files(twin.root, 8)[0] == "115200"  # back online without a raised minimum
+
+
+BROKEN_SWITCH = 'status.write_text("pmode:%04d fmode:quiet\\n" % int(args[1]))'
+
+
+def test_a_failed_restore_step_does_not_stop_the_others(
+    r36_tree: tuple[Path, TreeLayout], monkeypatch: pytest.MonkeyPatch, fake_tools
+) -> None:
+    from conftest import FAKE_NVPMODEL, install_tool
+
+    root, lay = r36_tree
+    fake_tools(root)
+    kernel = FakeKernel(monkeypatch)
+    dev = _device(root)
+    before = dev.read_settings()
+    dev.pin(GPU, 408_000_000)
+    dev.pin(CPU, 1_113_600_000)
+    dev.pin(EMC, 665_600_000)
+    (root / lay.nvpmodel_status).write_text("pmode:0001 fmode:quiet\n")
+    assert BROKEN_SWITCH in FAKE_NVPMODEL
+    broken = FAKE_NVPMODEL.replace(BROKEN_SWITCH, 'print("NVPM ERROR: cannot set mode", file=sys.stderr); sys.exit(1)')
+    install_tool(root, "usr/sbin/nvpmodel", broken)
+    with pytest.raises(DeviceError) as err:
+        dev.apply_settings(before)
+    assert "nvpmodel mode 0" in str(err.value) and "1 setting(s)" in str(err.value)
+    after = dev.read_settings()
+    for domain in (GPU, CPU, EMC):  # every pin was still undone
+        assert after.domain(domain) == before.domain(domain)
+    assert [d for d in after.domains if d.domain is CPU] == [d for d in before.domains if d.domain is CPU]
+    assert kernel.violations == []

@@ -9,8 +9,9 @@ import time
 from typing import Any
 
 from engine.device.base import ClockDomain, Device
-from engine.device.snapshot import take_snapshot
+from engine.device.clocks import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
+from engine.device.snapshot import take_snapshot
 from engine.errors import ConfigError
 
 
@@ -43,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("pin", help="pin clocks (journalled) and exit; `slm-dvfs restore` undoes it")
     add_device_args(p)
-    p.add_argument("--gpu", type=float, metavar="MHZ", help="GPU clock in MHz, e.g. 816")
-    p.add_argument("--cpu", type=float, metavar="MHZ", help="CPU clock in MHz (all clusters), e.g. 1497.6")
-    p.add_argument("--emc", type=float, metavar="MHZ", help="memory clock in MHz, e.g. 3199")
+    p.add_argument("--gpu", metavar="MHZ", help="GPU clock in MHz, e.g. 816")
+    p.add_argument("--cpu", metavar="MHZ", help="CPU clock in MHz (all clusters), e.g. 1497.6")
+    p.add_argument("--emc", metavar="MHZ", help="memory clock in MHz, e.g. 3199")
     p.set_defaults(func=cmd_pin)
 
     p = sub.add_parser("restore", help="restore clocks changed by `pin` or by a run that did not exit cleanly")
@@ -104,10 +105,6 @@ def device_report(device: Device) -> dict[str, Any]:
     }
 
 
-def _mhz(hz: int) -> str:
-    return f"{hz / 1e6:g}"
-
-
 def format_device_report(rep: dict[str, Any]) -> str:
     src = rep["source"]
     kind = f"digital twin ({rep['profile']})" if rep["twin"] else "real board"
@@ -125,13 +122,13 @@ def format_device_report(rep: dict[str, Any]) -> str:
         gov = c["governor"] or "-"
         pin = "  (pinned)" if c["pinned"] else ""
         lines.append(
-            f"  {name.upper():4} {_mhz(c['min_hz']):>8} / {_mhz(c['cur_hz']):>8} / {_mhz(c['max_hz']):>8}"
+            f"  {name.upper():4} {format_mhz(c['min_hz']):>8} / {format_mhz(c['cur_hz']):>8} / {format_mhz(c['max_hz']):>8}"
             f"   {gov}{pin}"
         )
     lines += ["", "Clock tables (MHz)"]
     for name, c in rep["clocks"].items():
         if "table_hz" in c:
-            table = " ".join(_mhz(f) for f in c["table_hz"])
+            table = " ".join(format_mhz(f) for f in c["table_hz"])
             lines.append(f"  {name.upper():4} {table}  ({len(c['table_hz'])} steps)")
     lines += ["", f"Rails [{src}]            mV       mA       mW"]
     total = 0.0
@@ -146,11 +143,11 @@ def format_device_report(rep: dict[str, Any]) -> str:
     for m in rep["power_modes"]:
         caps = []
         if m["gpu_max_hz"]:
-            caps.append(f"GPU ≤ {_mhz(m['gpu_max_hz'])} MHz")
+            caps.append(f"GPU ≤ {format_mhz(m['gpu_max_hz'])} MHz")
         if m["cpu_max_hz"]:
-            caps.append(f"CPU ≤ {_mhz(m['cpu_max_hz'])} MHz")
+            caps.append(f"CPU ≤ {format_mhz(m['cpu_max_hz'])} MHz")
         if m["emc_max_hz"]:
-            caps.append(f"EMC ≤ {_mhz(m['emc_max_hz'])} MHz")
+            caps.append(f"EMC ≤ {format_mhz(m['emc_max_hz'])} MHz")
         if m["online_cpus"]:
             caps.append(f"{m['online_cpus']} cores")
         lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}")
@@ -173,40 +170,45 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 # --- pin / restore ---------------------------------------------------------------------------
 def cmd_pin(args: argparse.Namespace) -> int:
+    from engine.dvfs.space import DvfsSetting, check_setting, parse_mhz
     from engine.guard import ClockGuard
 
     wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}
     wanted = {d: mhz for d, mhz in wanted.items() if mhz is not None}
     if not wanted:
         raise ConfigError("nothing to pin", "give at least one of --gpu, --cpu, --emc (in MHz)")
-    with session_from_args(args) as session, ClockGuard(session.device) as guard:
+    with session_from_args(args) as session:
         device = session.device
-        for domain, mhz in wanted.items():
-            state = device.pin(domain, _listed_hz(device, domain, mhz))
-            print(f"{domain.value.upper()} pinned at {_mhz(state.cur_hz)} MHz")
-        path = guard.keep()
+        hz = {
+            domain: parse_mhz(mhz, device.clock_table(domain), what=f"{domain.value} clock")
+            for domain, mhz in wanted.items()
+        }
+        # Every clock is checked (listed, within the current mode's cap) before the first write.
+        check_setting(device, DvfsSetting(gpu_hz=hz.get(ClockDomain.GPU), cpu_hz=hz.get(ClockDomain.CPU),
+                                          emc_hz=hz.get(ClockDomain.EMC)))
+        with ClockGuard(device) as guard:
+            for domain, value in hz.items():
+                state = device.pin(domain, value)
+                print(f"{domain.value.upper()} pinned at {format_mhz(state.cur_hz)} MHz")
+            path = guard.keep()
     print(f"journalled in {path}; `slm-dvfs restore` puts the clocks back")
     return 0
 
 
-def _listed_hz(device: Device, domain: ClockDomain, mhz: float) -> int:
-    """MHz as typed -> the table's Hz value (1300.5 and 1300.50 both mean 1300500000)."""
-    hz = int(round(mhz * 1e6))
-    for f in device.clock_table(domain):
-        if abs(f - hz) < 500_000 and round(f / 1e5) == round(hz / 1e5):
-            return f
-    return hz  # not listed: pin() refuses it and names the nearest steps
-
-
 def cmd_restore(args: argparse.Namespace) -> int:
-    from engine.guard import describe_journals, restore_all
+    from engine.guard import describe_journals, restore_report
 
-    restored = restore_all()
-    if not restored:
+    report = restore_report()
+    if not report.restored and not report.problems:
         print("nothing to restore: no pinned clocks and no journal left by a dead run")
         return 0
-    for line in describe_journals(restored):
+    for line in describe_journals(report.restored):
         print(f"restored: {line}")
+    for problem in report.problems:
+        print(f"not restored: {problem.describe()}", file=sys.stderr)
+    if report.problems:
+        print(f"slm-dvfs: {len(report.problems)} clock journal(s) kept; see 'What to do' above", file=sys.stderr)
+        return 1
     return 0
 
 

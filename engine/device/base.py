@@ -90,9 +90,10 @@ class DomainSettings:
     governor: str | None = None
     locked: bool = False  # EMC only
     rate_hz: int | None = None  # EMC only: the locked rate
+    policy: int | None = None  # CPU only: the cpufreq policy (its first CPU); None = every policy
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "domain": self.domain.value,
             "min_hz": self.min_hz,
             "max_hz": self.max_hz,
@@ -100,6 +101,9 @@ class DomainSettings:
             "locked": self.locked,
             "rate_hz": self.rate_hz,
         }
+        if self.policy is not None:  # older journals have no key: they mean every policy
+            data["policy"] = self.policy
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DomainSettings":
@@ -110,6 +114,7 @@ class DomainSettings:
             governor=data.get("governor"),
             locked=bool(data.get("locked", False)),
             rate_hz=None if data.get("rate_hz") is None else int(data["rate_hz"]),
+            policy=None if data.get("policy") is None else int(data["policy"]),
         )
 
 

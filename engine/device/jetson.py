@@ -26,9 +26,15 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
+from engine.device.clocks import highest_at_most
 from engine.device.discovery import CpuPolicy, JetsonNodes, discover
 from engine.device.sysfs import SysfsTree
-from engine.errors import ClockNotAppliedError, DeviceError, NodeNotFoundError, UnsupportedFrequencyError
+from engine.errors import (
+    ClockNotAppliedError,
+    DeviceError,
+    NodeNotFoundError,
+    UnsupportedFrequencyError,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -253,17 +259,21 @@ class JetsonDevice:
         table = self.clock_table(domain)
         mode = self._mode_or_none()
         cap = None if mode is None else (mode.gpu_max_hz if domain is ClockDomain.GPU else mode.cpu_max_hz)
-        lo, hi = table[0], _capped(table, cap)
+        lo, hi = table[0], highest_at_most(table, cap)
         governor = self._prev_governor.pop(domain, DEFAULT_GOVERNOR[domain])
         if domain is ClockDomain.GPU:
             g = self.nodes.require_gpu()
             self._set_governor(f"{g}/governor", f"{g}/available_governors", governor)
             self._write_range(f"{g}/min_freq", f"{g}/max_freq", lo, hi)
         else:
-            for pol in self._active_policies():
-                p = pol.path
-                self._set_governor(f"{p}/scaling_governor", f"{p}/scaling_available_governors", governor)
-                self._write_range(f"{p}/scaling_min_freq", f"{p}/scaling_max_freq", lo // 1000, hi // 1000)
+            active = self._active_policies()
+            for pol in active:
+                self._set_policy(pol, governor, lo, hi)
+            # A cluster that a mode switch took offline keeps the range it had (a pin's raised
+            # minimum) and would come back online with it: hand it back too, where the kernel lets us.
+            for pol in self.nodes.require_cpu():
+                if pol not in active:
+                    self._try_offline_policy(pol, governor, lo, hi)
         log.info("unpinned %s (%.1f-%.1f MHz, %s)", domain, lo / 1e6, hi / 1e6, governor)
         return self.clock(domain)
 
@@ -366,8 +376,13 @@ class JetsonDevice:
     # ------------------------------------------------------------------ snapshot
 
     def read_settings(self) -> DeviceSettings:
-        domains = []
+        """Every setting we may change; the CPU once per cpufreq policy, since a mode switch
+        hot-plugs whole clusters and each must get its own range back."""
+        domains: list[DomainSettings] = []
         for domain in ClockDomain:
+            if domain is ClockDomain.CPU:
+                domains += self._cpu_settings()
+                continue
             try:
                 s = self.clock(domain)
             except NodeNotFoundError as exc:
@@ -390,37 +405,122 @@ class JetsonDevice:
             online_cpus=self._online_cpus(),
         )
 
+    def _cpu_settings(self) -> list[DomainSettings]:
+        try:
+            policies = self.nodes.require_cpu()
+        except NodeNotFoundError as exc:
+            log.warning("cpu not in the snapshot: %s", exc.what)
+            return []
+        active = self._active_policies()
+        out = []
+        for pol in policies:
+            p = pol.path
+            try:
+                out.append(
+                    DomainSettings(
+                        domain=ClockDomain.CPU,
+                        min_hz=self.tree.read_int(f"{p}/scaling_min_freq") * 1000,
+                        max_hz=self.tree.read_int(f"{p}/scaling_max_freq") * 1000,
+                        governor=self.tree.read_str(f"{p}/scaling_governor"),
+                        policy=pol.cpu,
+                    )
+                )
+            except DeviceError as exc:
+                if pol in active:
+                    raise
+                # The kernel answers EBUSY for a fully offline cluster: restored from another policy.
+                log.debug("offline CPU policy %d not in the snapshot: %s", pol.cpu, exc.what)
+        return out
+
     def apply_settings(self, settings: DeviceSettings) -> None:
-        """Restore a snapshot: mode first (it rewrites caps and hot-plugs CPUs), then the
-        online CPUs, then each domain with min <= max kept at every step."""
+        """Restore a snapshot, best effort per setting, then raise one DeviceError listing
+        what failed (so one refused write does not leave every other pin in place).
+
+        Order: CPU policies that a mode switch or hot-plug may take offline get their range
+        back first, while they still take writes; then the mode (it rewrites caps and
+        hot-plugs CPUs), the online CPUs, and each domain with min <= max at every step."""
+        failed: list[str] = []
+        cpu_failed: dict[int, str] = {}
+        switch = False
         if settings.nvpmodel_id is not None:
             mode = self._mode_or_none()
-            if mode is None or mode.id != settings.nvpmodel_id:
-                self.set_power_mode(settings.nvpmodel_id)
+            switch = mode is None or mode.id != settings.nvpmodel_id
+        hotplug = bool(settings.online_cpus) and set(settings.online_cpus) != set(self._online_cpus())
+        if switch or hotplug:
+            self._restore_cpu(settings, self._policies_or_none(active=True), cpu_failed)
+        if switch:
+            mode_id = settings.nvpmodel_id
+            assert mode_id is not None
+            _attempt(failed, f"nvpmodel mode {mode_id}", lambda: self.set_power_mode(mode_id))
         if settings.online_cpus:
-            self._set_online(settings.online_cpus)
+            _attempt(failed, "online CPUs", lambda: self._set_online(settings.online_cpus))
         for d in settings.domains:
-            if d.domain is ClockDomain.GPU:
-                g = self.nodes.require_gpu()
-                if d.governor:
-                    self._set_governor(f"{g}/governor", f"{g}/available_governors", d.governor)
-                self._write_range(f"{g}/min_freq", f"{g}/max_freq", d.min_hz, d.max_hz)
-            elif d.domain is ClockDomain.CPU:
-                for pol in self._active_policies():
-                    p = pol.path
-                    if d.governor:
-                        self._set_governor(f"{p}/scaling_governor", f"{p}/scaling_available_governors", d.governor)
-                    lo_khz, hi_khz = d.min_hz // 1000, d.max_hz // 1000
-                    self._write_range(f"{p}/scaling_min_freq", f"{p}/scaling_max_freq", lo_khz, hi_khz)
-            else:
-                e = self.nodes.require_emc()
-                if d.locked:
-                    self.tree.write(f"{e}/mrq_rate_locked", 1)
-                    self.tree.write(f"{e}/rate", d.rate_hz if d.rate_hz is not None else d.max_hz)
-                else:
-                    self.tree.write(f"{e}/mrq_rate_locked", 0)
+            if d.domain is not ClockDomain.CPU:
+                _attempt(failed, d.domain.value.upper(), lambda d=d: self._apply_domain(d))
+        active = self._policies_or_none(active=True)
+        self._restore_cpu(settings, active, cpu_failed)
+        # Offline clusters the snapshot knows and the first pass did not reach: the twin takes
+        # the write, a board answers EBUSY (nothing more we can do there, so not a failure).
+        for pol in self._policies_or_none(active=False):
+            d = _policy_entry(settings, pol.cpu, fallback=False)
+            if pol not in active and d is not None and pol.cpu not in cpu_failed:
+                self._try_offline_policy(pol, d.governor, d.min_hz, d.max_hz)
+        failed += [cpu_failed[k] for k in sorted(cpu_failed)]
         self._prev_governor.clear()
+        if failed:
+            raise DeviceError(
+                f"{len(failed)} setting(s) could not be restored: " + "; ".join(failed),
+                "the rest was restored; fix the cause above and run `slm-dvfs restore` again "
+                "(`sudo nvpmodel -m <id>` resets a mode's clocks, a reboot resets everything)",
+            )
         log.info("applied settings %s", settings.to_json())
+
+    def _apply_domain(self, d: DomainSettings) -> None:
+        if d.domain is ClockDomain.GPU:
+            g = self.nodes.require_gpu()
+            if d.governor:
+                self._set_governor(f"{g}/governor", f"{g}/available_governors", d.governor)
+            self._write_range(f"{g}/min_freq", f"{g}/max_freq", d.min_hz, d.max_hz)
+        else:
+            e = self.nodes.require_emc()
+            if d.locked:
+                self.tree.write(f"{e}/mrq_rate_locked", 1)
+                self.tree.write(f"{e}/rate", d.rate_hz if d.rate_hz is not None else d.max_hz)
+            else:
+                self.tree.write(f"{e}/mrq_rate_locked", 0)
+
+    def _restore_cpu(self, settings: DeviceSettings, policies: tuple[CpuPolicy, ...], errors: dict[int, str]) -> None:
+        """Each policy's own snapshot entry (older journals: one entry for all); a later
+        success clears an earlier failure of the same policy."""
+        for pol in policies:
+            d = _policy_entry(settings, pol.cpu, fallback=True)
+            if d is None:
+                continue
+            try:
+                self._set_policy(pol, d.governor, d.min_hz, d.max_hz)
+            except DeviceError as exc:
+                errors[pol.cpu] = f"CPU policy {pol.cpu}: {exc.what}"
+                log.warning("restoring CPU policy %d failed: %s", pol.cpu, exc.what)
+            else:
+                errors.pop(pol.cpu, None)
+
+    def _set_policy(self, pol: CpuPolicy, governor: str | None, lo_hz: int, hi_hz: int) -> None:
+        p = pol.path
+        if governor:
+            self._set_governor(f"{p}/scaling_governor", f"{p}/scaling_available_governors", governor)
+        self._write_range(f"{p}/scaling_min_freq", f"{p}/scaling_max_freq", lo_hz // 1000, hi_hz // 1000)
+
+    def _try_offline_policy(self, pol: CpuPolicy, governor: str | None, lo_hz: int, hi_hz: int) -> None:
+        try:
+            self._set_policy(pol, governor, lo_hz, hi_hz)
+        except DeviceError as exc:
+            log.debug("offline CPU policy %d left as it is: %s", pol.cpu, exc.what)
+
+    def _policies_or_none(self, *, active: bool) -> tuple[CpuPolicy, ...]:
+        try:
+            return self._active_policies() if active else self.nodes.require_cpu()
+        except DeviceError:
+            return ()
 
     # ------------------------------------------------------------------ reopen
 
@@ -521,6 +621,25 @@ class JetsonDevice:
                 self.tree.write(files[cpu], 0)
 
 
+def _attempt(failed: list[str], what: str, action: Any) -> None:
+    """Run one restore step; a DeviceError is noted (and logged) instead of stopping the rest."""
+    try:
+        action()
+    except DeviceError as exc:
+        log.warning("restoring %s failed: %s", what, exc.what)
+        failed.append(f"{what}: {exc.what}")
+
+
+def _policy_entry(settings: DeviceSettings, cpu: int, *, fallback: bool) -> DomainSettings | None:
+    """The snapshot's entry for one CPU policy; with fallback, an entry for every policy
+    (older journals), else the first policy's (a cluster offline at snapshot time)."""
+    entries = [d for d in settings.domains if d.domain is ClockDomain.CPU]
+    own = next((d for d in entries if d.policy == cpu), None)
+    if own is not None or not fallback:
+        return own
+    return next((d for d in entries if d.policy is None), entries[0] if entries else None)
+
+
 def _matches(domain: ClockDomain, read_hz: int, hz: int, table: tuple[int, ...]) -> bool:
     if read_hz == hz:
         return True
@@ -528,11 +647,3 @@ def _matches(domain: ClockDomain, read_hz: int, hz: int, table: tuple[int, ...])
         # tegra194-cpufreq derives scaling_cur_freq from counters: accept the nearest entry.
         return min(table, key=lambda f: abs(f - read_hz)) == hz
     return False
-
-
-def _capped(table: tuple[int, ...], cap: int | None) -> int:
-    """The highest table entry at or below `cap` (the lowest if none is)."""
-    if cap is None:
-        return table[-1]
-    below = [f for f in table if f <= cap]
-    return below[-1] if below else table[0]

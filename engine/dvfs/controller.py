@@ -5,21 +5,29 @@
         Trainer(..., callbacks=[controller, ...]).run()
 
 RunStarted applies the policy's initial setting. Each StepEnd gives the policy that
-step's cost: exact from the twin (`StepEnd.twin`) when the run advances one, else from
-a power-monitor window opened at StepBegin; a setting the policy returns is applied
-before the next step (callbacks run synchronously on the training thread).
+step's cost: exact from the twin (`StepEnd.twin`, summed over `rails` as a board's
+monitor window is) when the run advances one, else from a power-monitor window opened
+at StepBegin; a setting the policy returns is applied before the next step (callbacks
+run synchronously on the training thread).
+
+jetson_clocks is run with `--store` the first time, into the state directory, and the
+guard of the run is told, so that it runs `jetson_clocks --restore` before putting
+its snapshot back (also when it recovers after a SIGKILL).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import os
+from pathlib import Path
+from typing import Any, Sequence
 
+from engine import paths
 from engine.device.base import ClockDomain, Device
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.policies import Policy, PolicyContext
 from engine.dvfs.space import DvfsSetting, check_setting
-from engine.errors import DeviceError
+from engine.errors import ConfigError, DeviceError
 from engine.monitor import PowerMonitor, WindowResult
 from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
 
@@ -32,12 +40,21 @@ class DvfsController:
     """Applies a policy's settings to a device at step boundaries."""
 
     def __init__(
-        self, device: Device, policy: Policy, ctx: PolicyContext, *, monitor: PowerMonitor | None = None
+        self,
+        device: Device,
+        policy: Policy,
+        ctx: PolicyContext,
+        *,
+        monitor: PowerMonitor | None = None,
+        rails: Sequence[str] | None = None,
     ) -> None:
         self.device = device
         self.policy = policy
         self.ctx = ctx
         self.monitor = monitor
+        # The rails a step's energy sums (the resolved --rails names); None = every rail.
+        self.rails: tuple[str, ...] | None = None if rails is None else tuple(rails)
+        self.jetson_clocks_store: Path | None = None  # where jetson_clocks --store wrote, once run
         self.history: list[tuple[int, DvfsSetting]] = []  # (first step it applied to, setting)
         self.current: DvfsSetting | None = None
         self.last_cost: Measurement | None = None
@@ -69,13 +86,27 @@ class DvfsController:
         """The step's cost: the twin's exact figures, else the monitor window's, else None."""
         window = self._end_window()
         if event.twin is not None:
-            return Measurement(event.twin.time_s, event.twin.total_energy_j, event.samples, source=event.twin.source)
+            return Measurement(event.twin.time_s, self._twin_energy_j(event), event.samples, source=event.twin.source)
         if window is None:
             return None
         if window.duration_s <= 0 or event.samples <= 0:
             log.debug("step %d: empty power window, no cost", event.step)
             return None
         return Measurement(window.duration_s, window.total_energy_j, event.samples, self._peak_w(window), window.source)
+
+    def _twin_energy_j(self, event: StepEnd) -> float:
+        """The twin's step energy over the same rails a board's monitor window would total."""
+        assert event.twin is not None
+        if self.rails is None:
+            return event.twin.total_energy_j
+        energy = event.twin.energy_j
+        missing = [r for r in self.rails if r not in energy]
+        if missing:
+            raise ConfigError(
+                f"rail(s) {', '.join(missing)} not in the twin's step energy ({', '.join(energy) or 'none'})",
+                "pass the rail names the device reports (`slm-dvfs device` lists them)",
+            )
+        return float(sum(energy[r] for r in self.rails))
 
     # ------------------------------------------------------------------ applying a setting
 
@@ -93,7 +124,7 @@ class DvfsController:
                 self.device.set_power_mode(setting.nvpmodel)
                 full = True
         if setting.jetson_clocks:
-            self.device.jetson_clocks()
+            self._jetson_clocks()
             full = True
         for domain in ClockDomain:
             want = setting.clock(domain)
@@ -106,6 +137,23 @@ class DvfsController:
         self.current = setting
         self.history.append((self._next_step, setting))
         log.info("DVFS from step %d: %s", self._next_step, setting.label())
+
+    def _jetson_clocks(self) -> None:
+        """jetson_clocks, storing the state first the first time (also the fan, which our
+        snapshot does not hold), with the run's guard told where, so it restores from it."""
+        from engine.guard import active_guard
+
+        guard = active_guard(self.device)
+        if self.jetson_clocks_store is not None or (guard is not None and guard.jetson_clocks_store is not None):
+            self.device.jetson_clocks()  # the first store holds the state from before any of them
+            return
+        store = paths.state_dir() / f"jetson_clocks-{os.getpid()}.store"
+        if guard is not None:
+            guard.note_jetson_clocks_store(store)  # journalled before the store exists: a SIGKILL is covered
+        else:
+            log.warning("jetson_clocks without a clock guard: `jetson_clocks --restore %s` undoes it", store)
+        self.device.jetson_clocks(store=store)
+        self.jetson_clocks_store = store
 
     def _unpin(self, domain: ClockDomain) -> None:
         try:
