@@ -409,7 +409,7 @@ class _Runner:
             synthetic=None if spec.simulate else (spec.data == "synthetic" or None), label=spec.label,
             notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
-        controller = DvfsController(device, policy, ctx, monitor=self.monitor)
+        controller = DvfsController(device, policy, ctx, monitor=self.monitor, rails=self.rails)
         recorder = RunRecorder(self.rails, self.monitor)
         callbacks = [controller, recorder, self._thermal_check, *self.listeners]
         metric = metric_value = None

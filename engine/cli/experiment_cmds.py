@@ -1,9 +1,9 @@
 """`slm-dvfs run | sweep | report`: experiments from the command line.
 
 Progress goes to stderr (one `\\r`-redrawn line); the result, or with --json one JSON
-object, goes to stdout. Ctrl-C stops the experiment: the clock guard restores the clocks
-at once, the run is recorded as failed, and a sweep resumes where it stopped when the
-same command runs again.
+object, goes to stdout. The first Ctrl-C stops at the next step boundary (the run is
+recorded as cancelled), a second one aborts; either way the clock guard restores the
+clocks, and a sweep resumes where it stopped when the same command runs again.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from typing import Any, Iterator
 @contextmanager
 def cancel_on_sigint(control: Any) -> Iterator[None]:
     """First Ctrl-C: `control.cancel(...)`, so the run stops at the next step (or sweep
-    point) boundary. Second: the usual KeyboardInterrupt. Inside the clock guard, the
-    guard's own handler restores the clocks first and chains to this one. Off the main
-    thread signals cannot be set, so they are left alone."""
+    point) boundary. Second: the usual KeyboardInterrupt. Off the main thread signals
+    cannot be set, so they are left alone. Inside the clock guard, the guard chains to
+    this handler and restores when the run has stopped."""
     try:
         previous = signal.getsignal(signal.SIGINT)
     except ValueError:
