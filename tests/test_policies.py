@@ -154,6 +154,16 @@ def test_oracle_without_a_sweep(device):
 
 
 def test_ml_before_and_after_registration(device):
+    import engine.selector  # registers the shipped selector: take it out to see the bare plug point
+
+    unregister_policy("ml")
+    try:
+        _check_ml_plug_point(device)
+    finally:
+        engine.selector.register_ml_policy()
+
+
+def _check_ml_plug_point(device):
     with pytest.raises(ConfigError) as err:
         make_policy("ml")
     assert "no selector available" in err.value.what and "slm-dvfs train-selector" in err.value.remedy

@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "engine.cli.finetune_cmd",
     "engine.cli.store_cmds",
     "engine.cli.experiment_cmds",
+    "engine.cli.selector_cmds",
 )
 
 log = logging.getLogger("slm_dvfs")

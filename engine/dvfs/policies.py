@@ -294,6 +294,9 @@ def make_policy(spec: str, **options: Any) -> Policy:
     name, colon, arg = text.partition(":")
     key = name.strip().lower()
     factory = _REGISTRY.get(key)
+    if factory is _ml_missing:  # the trained selector fills the plug point when its package is imported
+        import engine.selector  # noqa: F401
+        factory = _REGISTRY.get(key)
     if factory is None:
         extra = sorted(set(_REGISTRY) - set(_BUILTIN))
         listed = SPEC_HELP + (", " + ", ".join(extra) if extra else "")

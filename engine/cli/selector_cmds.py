@@ -1,0 +1,242 @@
+"""`slm-dvfs train-selector | select`: train the ML selector, and ask it for a setting.
+
+The selector package (and scikit-learn) is imported inside the commands, not here, so
+the CLI starts fast and merely listing the commands registers no policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from engine.errors import ConfigError
+
+DEFAULT_PROFILE = "agx-orin-64gb"
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return None if not text else [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    items = _csv(text)
+    if items is None:
+        return None
+    try:
+        out = tuple(int(t) for t in items)
+    except ValueError:
+        raise ConfigError(f"--{what} {text!r} is not a comma-separated list of integers", f"e.g. --{what} 16,32") from None
+    if any(v <= 0 for v in out):
+        raise ConfigError(f"--{what} {text!r} holds a value below 1", "give positive integers")
+    return out
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train-selector", help="train the ML selector on sweeps (or the twin zoo) and save the winner")
+    p.add_argument("--source", choices=["measured", "twin", "both"],
+                   help="which sweeps to learn from (default measured; twin with --from-twin-zoo). "
+                        "both: the source becomes a feature")
+    p.add_argument("--db", metavar="PATH", help="results database (default $SLM_DVFS_DB, else DATA_DIR/results.sqlite)")
+    p.add_argument("--out", metavar="FILE",
+                   help="where to save (default DATA_DIR/selectors/default.joblib, which then takes precedence "
+                        "over the shipped selector); a JSON sidecar is written beside it")
+    p.add_argument("--rails", default="all", help="store: learn from sweeps whose energy is over this preset "
+                                                  "(default all)")
+    p.add_argument("--space", choices=["gpu", "gpu+emc"], default="gpu",
+                   help="the settings it chooses among (default gpu: every GPU step, CPU and EMC on governors)")
+    p.add_argument("--from-twin-zoo", action="store_true",
+                   help="generate twin training data now (fast sweeps of zoo x GLUE tasks x batch sizes x lengths) "
+                        "instead of reading the store")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"twin/device profile (default {DEFAULT_PROFILE})")
+    p.add_argument("--models", help="--from-twin-zoo: comma-separated zoo models (default the whole zoo)")
+    p.add_argument("--tasks", help="--from-twin-zoo: comma-separated GLUE tasks (default all nine)")
+    p.add_argument("--batch-sizes", help="--from-twin-zoo: e.g. 8,16,32,64 (the default)")
+    p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,128,256 (the default)")
+    p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (the default)")
+    p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
+    p.add_argument("--splits", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
+    p.add_argument("--quick", action="store_true", help="smaller candidate models (fast; for trying things out)")
+    p.add_argument("--json", action="store_true", help="print the CV table and the saved file as JSON")
+    p.set_defaults(func=cmd_train_selector)
+
+    p = sub.add_parser("select", help="predict the best DVFS setting for a workload (no run, no board needed)")
+    p.add_argument("--model", required=True, help="zoo name, hub id, checkpoint folder or config.json")
+    p.add_argument("--task", required=True, help="GLUE task, e.g. sst2")
+    p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
+    p.add_argument("--max-seq-len", type=int, help="default: the zoo entry's")
+    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], help="default: the zoo entry's")
+    p.add_argument("--mode", choices=["full", "bitfit"], default="full", help="training mode (default full)")
+    p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
+    p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
+    p.add_argument("--probes", type=int, default=0, help="measure K (0-3) short windows first to correct the prediction")
+    p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
+                   help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_select)
+
+
+# --------------------------------------------------------------------------- train-selector
+def _progress(enabled: bool):
+    def report(*args: Any) -> None:
+        if not enabled:
+            return
+        if len(args) == 3:
+            i, n, what = args
+            if i % 25 == 0 or i == n:
+                print(f"  [{i}/{n}] {what}", file=sys.stderr, flush=True)
+        else:
+            print(f"  {args[0]}", file=sys.stderr, flush=True)
+    return report
+
+
+def cmd_train_selector(args: argparse.Namespace) -> int:
+    from engine.dvfs.objectives import parse_objective
+    from engine.selector.candidates import default_candidates
+    from engine.selector.dataset import from_store, from_twin_zoo, profile_settings
+    from engine.selector.persistence import save_selector, sidecar_path
+    from engine.selector.selector import train_selector
+
+    if args.splits < 2:
+        raise ConfigError(f"--splits {args.splits} is too few", "use 2 or more folds")
+    objective = parse_objective(args.objective)
+    progress = _progress(not args.json)
+    if args.from_twin_zoo:
+        if args.source not in (None, "twin"):
+            raise ConfigError(f"--from-twin-zoo makes twin data; --source {args.source} contradicts it",
+                              "drop --source, or train from the store without --from-twin-zoo")
+        zoo_args: dict[str, Any] = {}
+        for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
+                           ("seq_lens", _ints(args.seq_lens, "seq-lens")),
+                           ("precisions", _csv(args.precisions))):
+            if value:
+                zoo_args[key] = tuple(value)
+        progress("generating twin training data (fast sweeps)")
+        ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
+                           progress=progress, **zoo_args)
+    else:
+        for flag in ("models", "tasks", "batch_sizes", "seq_lens", "precisions"):
+            if getattr(args, flag):
+                raise ConfigError(f"--{flag.replace('_', '-')} only applies with --from-twin-zoo",
+                                  "add --from-twin-zoo, or drop the option")
+        from engine.store import Store, default_db_path
+
+        db = Path(args.db) if args.db else default_db_path()
+        with Store(db, create=False) as store:
+            ds = from_store(store, source=args.source or "measured", profile=args.profile, space=args.space,
+                            rails=args.rails)
+        allowed = set(profile_settings(_load_profile(args.profile), args.space))
+        keep = [i for i, s in enumerate(ds.settings) if s in allowed]
+        if not keep:
+            raise ConfigError(f"no recorded sweep point lies in the {args.space} space",
+                              "sweep that space (`slm-dvfs sweep --space ...`), or pick the space you swept")
+        ds = ds.subset(keep)
+    candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
+    command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
+    progress(f"{len(ds)} rows, {ds.summary()['workloads']} workloads; cross-validating {len(candidates)} candidates")
+    selector, report = train_selector(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
+                                      command=command)
+    path = save_selector(selector, args.out)
+    if args.json:
+        print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
+                          "source": selector.source, "training": selector.training, "cv_table": report.table(),
+                          "figures_source": "predicted (CV on held-out workloads)"}, indent=2, default=str))
+        return 0
+    print(format_cv_table(report.table(), ds.source))
+    print(f"\nWinner: {selector.winner}" + (f" (figures from {selector.model.spec.label})"
+                                          if selector.chooser is not None else ""))
+    print(f"Saved: {path}\n       {sidecar_path(path)}  ({selector.source}-trained, {len(ds)} rows)")
+    return 0
+
+
+def _load_profile(name: str) -> Any:
+    from engine.device.twin.profile import load_profile
+
+    return load_profile(name)
+
+
+def _pct(v: Any, digits: int = 2) -> str:
+    return "-" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def format_cv_table(rows: Sequence[dict[str, Any]], source: str) -> str:
+    head = ["#", "candidate", "mean regret", "worst regret", "MAPE time", "MAPE power", "MAPE energy", "fit s"]
+    body = [[str(i + 1), r["label"], _pct(r["mean_regret"]), _pct(r["worst_regret"]), _pct(r["mape_time"], 1),
+             _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"] for i, r in enumerate(rows)]
+    widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 1 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    title = (f"Leave-workloads-out cross-validation on {source} data "
+             f"(regret of each candidate's choice against the oracle; figures predicted)")
+    return "\n".join([title, line(head)] + [line(b) for b in body])
+
+
+# --------------------------------------------------------------------------- select
+def cmd_select(args: argparse.Namespace) -> int:
+    from engine.dvfs.objectives import parse_objective
+    from engine.selector.features import describe_workload
+    from engine.selector.persistence import load_selector
+    from engine.selector.probes import MAX_PROBES
+
+    if not 0 <= args.probes <= MAX_PROBES:
+        raise ConfigError(f"--probes {args.probes} is out of range", f"use 0 to {MAX_PROBES}")
+    if args.probes and not args.twin:
+        raise ConfigError("--probes needs somewhere to measure",
+                          "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
+    selector = load_selector(args.selector)
+    objective = parse_objective(args.objective)
+    workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
+                                        precision=args.precision, mode=args.mode)
+    measure = None
+    if args.probes:
+        from engine.sweep import fast_sweep
+
+        profile = _load_profile(args.twin)
+
+        def measure(setting: Any) -> Any:
+            return fast_sweep(trace, profile, [setting], warmup_steps=1, steps=2)[0][1]
+
+    from engine.provenance import Source
+
+    choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
+                             as_source=Source.TWIN if args.twin else Source.MEASURED)
+    if args.json:
+        out = choice.to_json()
+        out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
+        out["selector"].pop("cv_table", None)
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(format_choice(choice, selector))
+    return 0
+
+
+def format_choice(choice: Any, selector: Any) -> str:
+    w = choice.workload
+    conf = choice.confidence
+    lines = [
+        f"Selector:  {getattr(selector, 'path', '')} ({selector.source}-trained, {choice.chooser})",
+        f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
+        f"Objective: {choice.objective}",
+        f"Chosen:    {choice.setting.label()}",
+        "",
+        f"  {'':<8}{'time/sample':>13}{'power':>10}{'energy/sample':>15}",
+    ]
+    for name, p in (("chosen", choice.predicted), ("MAXN", choice.maxn)):
+        lines.append(f"  {name:<8}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
+                     f"{p.energy_per_sample:>13.4f} J  [{p.source}]")
+    lines.append("")
+    lines.append(f"Expected saving: {choice.saving:.1%} energy against MAXN, "
+                 f"{choice.slowdown:+.1%} time per sample [predicted]")
+    lines.append(f"Confidence: {conf.level} ({conf.reason}); runner-up {conf.runner_up_margin:.2%} behind, "
+                 f"top-3 spread {conf.top_spread:.2%} [predicted]")
+    if choice.probes:
+        lines.append("Probes:")
+        for s, m in choice.probes:
+            lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
+                         f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
+    return "\n".join(lines)

@@ -1,0 +1,22 @@
+"""The ML selector: predicts the energy-optimal DVFS setting for a new fine-tuning workload.
+
+    features     workload and setting -> one row of numbers (the feature schema)
+    dataset      training rows from the store's sweeps, or twin sweeps of the model zoo
+    candidates   scikit-learn pipelines (ridge, kNN, SVR, forests, boosting, MLP, a classifier)
+    selection    leave-workloads-out cross-validation ranked by the regret of the choices
+    selector     the trained Selector: predict, choose (with optional probes)
+    probes       probe planning and the per-workload correction
+    persistence  joblib + JSON sidecar, verified before unpickling
+    policy       the `ml` policy of `slm-dvfs run`
+
+Importing this package registers the `ml` policy with engine.dvfs.policies; scikit-learn
+is imported only when a selector is trained or loaded.
+"""
+
+from __future__ import annotations
+
+from engine.selector.policy import MLPolicy, ml_factory, register_ml_policy
+
+register_ml_policy()
+
+__all__ = ["MLPolicy", "ml_factory", "register_ml_policy"]

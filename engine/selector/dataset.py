@@ -1,0 +1,308 @@
+"""Training data: sweep points as (workload, setting) -> time, power and energy per sample.
+
+Two ways in:
+- `from_store`: the sweeps recorded in the results store (`slm-dvfs sweep`), of one
+  source (measured on a board, or twin) unless both are asked for; then the source is
+  a feature column (`source_measured`) and never mixed silently.
+- `from_twin_zoo`: twin sweeps computed on the spot with `fast_sweep` over the model
+  zoo x GLUE tasks x batch sizes x sequence lengths (x precisions). GLUE tasks change
+  only the classification head, and tasks with the same head (number of labels,
+  regression or not) have identical traces, hence identical rows: one task per head
+  is kept and the others are recorded as covered by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from engine.device.base import ClockDomain, PowerMode
+from engine.dvfs.objectives import Measurement
+from engine.dvfs.space import DvfsSetting, setting_space
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
+
+log = logging.getLogger(__name__)
+
+SOURCE_CHOICES = ("measured", "twin", "both")
+DEFAULT_BATCH_SIZES = (8, 16, 32, 64)
+DEFAULT_SEQ_LENS = (64, 128, 256)
+DEFAULT_PRECISIONS = ("fp32", "fp16")
+SOURCE_COLUMN = "source_measured"
+
+
+@dataclass(frozen=True, eq=False)
+class Dataset:
+    """One row per (workload, setting) with its per-sample targets."""
+
+    workloads: tuple[WorkloadFeatures, ...]
+    settings: tuple[DvfsSetting, ...]
+    time_per_sample: np.ndarray  # s
+    power_w: np.ndarray  # average power over the window, W
+    energy_per_sample: np.ndarray  # J
+    sources: tuple[Source, ...]
+    encoder: SettingEncoder
+    space: str = "gpu"
+    source_column: bool = False  # True when the user asked for both sources
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        n = len(self.workloads)
+        lengths = {len(self.settings), len(self.time_per_sample), len(self.power_w), len(self.energy_per_sample),
+                   len(self.sources)}
+        if lengths != {n}:
+            raise ConfigError("dataset columns differ in length", "build datasets with from_store / from_twin_zoo")
+        if n == 0:
+            raise ConfigError("the training data is empty",
+                              "record sweeps first (`slm-dvfs sweep`), or train with --from-twin-zoo")
+        if not self.source_column and len(set(self.sources)) > 1:
+            raise ConfigError("the training data mixes measured and twin points",
+                              "train on one source, or ask for both (--source both) to make it a feature")
+
+    def __len__(self) -> int:
+        return len(self.workloads)
+
+    @property
+    def source(self) -> str:
+        return "both" if self.source_column else self.sources[0].value
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return FEATURE_COLUMNS + ((SOURCE_COLUMN,) if self.source_column else ())
+
+    def X(self) -> np.ndarray:  # scikit-learn's name for the feature matrix
+        x = feature_matrix(self.workloads, self.settings, self.encoder)
+        if self.source_column:
+            x = np.hstack([x, np.array([[float(s == Source.MEASURED)] for s in self.sources])])
+        return x
+
+    def groups(self) -> np.ndarray:
+        """Cross-validation groups: one per workload shape (its tasks stay together)."""
+        ids: dict[str, int] = {}
+        return np.array([ids.setdefault(w.shape_key, len(ids)) for w in self.workloads])
+
+    def by_workload(self) -> dict[str, np.ndarray]:
+        """Row indices of each workload (and source): the sweep a choice is made from."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for i, (w, s) in enumerate(zip(self.workloads, self.sources)):
+            out[f"{w.key}|{s.value}" if self.source_column else w.key].append(i)
+        return {k: np.array(v) for k, v in out.items()}
+
+    def measurement(self, i: int) -> Measurement:
+        """Row i as a per-sample measurement (one sample), with its source."""
+        t = float(self.time_per_sample[i])
+        return Measurement(t, float(self.energy_per_sample[i]), 1, None, self.sources[i])
+
+    def subset(self, idx: Sequence[int] | np.ndarray) -> "Dataset":
+        idx = np.asarray(idx)
+        return Dataset(
+            tuple(self.workloads[i] for i in idx), tuple(self.settings[i] for i in idx),
+            self.time_per_sample[idx], self.power_w[idx], self.energy_per_sample[idx],
+            tuple(self.sources[i] for i in idx), self.encoder, self.space, self.source_column, self.notes,
+        )
+
+    def digest(self) -> str:
+        """SHA-256 of what a model learns from: features, targets, sources."""
+        h = hashlib.sha256()
+        h.update(",".join(self.columns).encode())
+        h.update(np.ascontiguousarray(np.round(self.X(), 9)).tobytes())
+        for arr in (self.time_per_sample, self.power_w, self.energy_per_sample):
+            h.update(np.ascontiguousarray(np.round(np.log(arr), 9)).tobytes())
+        h.update("".join(s.value[0] for s in self.sources).encode())
+        return h.hexdigest()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rows": len(self),
+            "workloads": len(self.by_workload()),
+            "groups": len(set(self.groups().tolist())),
+            "models": sorted({w.model for w in self.workloads}),
+            "source": self.source,
+            "space": self.space,
+            "settings": len(set(self.settings)),
+            "profile": self.encoder.profile,
+            "digest": self.digest(),
+            "notes": list(self.notes),
+        }
+
+
+def from_points(points: Iterable[tuple[WorkloadFeatures, DvfsSetting, Measurement]], encoder: SettingEncoder, *,
+                space: str = "gpu", source_column: bool = False, notes: Sequence[str] = ()) -> Dataset:
+    """A dataset from (workload, setting, measurement) triples; repeats of one
+    (workload, setting, source) are pooled (times, energies and samples summed)."""
+    pooled: dict[tuple[WorkloadFeatures, DvfsSetting, Source], Measurement] = {}
+    for w, s, m in points:
+        key = (w, s, m.source)
+        pooled[key] = m if key not in pooled else pooled[key] + m
+    rows = list(pooled.items())
+    return Dataset(
+        workloads=tuple(k[0] for k, _ in rows),
+        settings=tuple(k[1] for k, _ in rows),
+        time_per_sample=np.array([m.seconds_per_sample for _, m in rows]),
+        power_w=np.array([m.avg_power_w for _, m in rows]),
+        energy_per_sample=np.array([m.joules_per_sample for _, m in rows]),
+        sources=tuple(k[2] for k, _ in rows),
+        encoder=encoder, space=space, source_column=source_column, notes=tuple(notes),
+    )
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin-64gb",
+               space: str | None = None, rails: str = "all") -> Dataset:
+    """Every recorded sweep point of `source` (measured | twin | both) in `store`, of the
+    sweeps whose energy is over the `rails` preset (energies over other rails do not mix).
+    Workload features are recomputed from the model's architecture and trace, exactly as
+    `select` computes them for a new workload; workloads whose model cannot be resolved
+    offline are skipped with a warning."""
+    from engine.device.twin.profile import load_profile
+    from engine.selector.features import describe_workload
+
+    if source not in SOURCE_CHOICES:
+        raise ConfigError(f"unknown training source {source!r}", f"use one of {', '.join(SOURCE_CHOICES)}")
+    wanted = {Source.MEASURED, Source.TWIN} if source == "both" else {Source(source)}
+    encoder = SettingEncoder.from_profile(load_profile(profile))
+    features: dict[int, WorkloadFeatures | None] = {}
+    points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
+    skipped: set[str] = set()
+    spaces: set[str] = set()
+    for sweep in store.list_sweeps():
+        if sweep.source not in wanted:
+            continue
+        if isinstance(sweep.space, Mapping) and sweep.space.get("rails", "all") != rails:
+            continue
+        if sweep.workload_id not in features:
+            rec = store.get_workload(sweep.workload_id)
+            try:
+                features[sweep.workload_id] = describe_workload(
+                    rec.model, rec.task, batch_size=rec.batch_size, seq_len=rec.seq_len,
+                    precision=rec.precision, mode=rec.mode)[0]
+            except ConfigError as exc:
+                log.warning("skipping sweeps of %s: %s", rec.key, exc.what)
+                skipped.add(rec.key)
+                features[sweep.workload_id] = None
+        w = features[sweep.workload_id]
+        if w is None:
+            continue
+        if isinstance(sweep.space, Mapping) and sweep.space.get("space"):
+            spaces.add(str(sweep.space["space"]))
+        for p in store.sweep_points(sweep.id):
+            setting = DvfsSetting.from_json({k: v for k, v in p.setting.items()
+                                             if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
+            if p.time_s <= 0 or p.samples <= 0:
+                continue
+            points.append((w, setting, Measurement(p.time_s, p.energy_j, p.samples, None, p.source or sweep.source)))
+    if not points:
+        have = sorted({s.source.value for s in store.list_sweeps()})
+        raise ConfigError(
+            f"the results store {getattr(store, 'path', '')} holds no {source} sweep points over rails "
+            f"{rails} to train on"
+            + (f" (it has {', '.join(have)} sweeps)" if have else ""),
+            "record sweeps with `slm-dvfs sweep` (on the board for measured data), pick another --source, "
+            "or train on the twin with --from-twin-zoo",
+        )
+    notes = [f"skipped {k}: model not resolvable offline" for k in sorted(skipped)]
+    chosen_space = space or (spaces.pop() if len(spaces) == 1 else "mixed")
+    return from_points(points, encoder, space=chosen_space, source_column=source == "both", notes=notes)
+
+
+# --------------------------------------------------------------------------- the twin zoo
+
+
+class _ProfileTables:
+    """A Device-shaped view of a twin profile's clock tables and modes, for setting_space."""
+
+    def __init__(self, profile: Any) -> None:
+        self._p = profile
+
+    def clock_table(self, domain: ClockDomain) -> tuple[int, ...]:
+        params = {ClockDomain.GPU: self._p.gpu, ClockDomain.CPU: self._p.cpu, ClockDomain.EMC: self._p.emc}
+        return tuple(sorted(params[ClockDomain(domain)].table_hz))
+
+    def power_modes(self) -> tuple[PowerMode, ...]:
+        return tuple(self._p.modes)
+
+
+def profile_settings(profile: Any, space: str = "gpu") -> tuple[DvfsSetting, ...]:
+    """The setting space of a twin profile's device (MAXN first)."""
+    return setting_space(_ProfileTables(profile), space)  # type: ignore[arg-type]
+
+
+def twin_measure(trace: Any, profile: Any, settings: Sequence[DvfsSetting]) -> list[tuple[DvfsSetting, Measurement]]:
+    """Twin figures of a trace at each setting, without training (engine.sweep.fast_sweep)."""
+    from engine.sweep import fast_sweep
+
+    return list(fast_sweep(trace, profile, list(settings)))
+
+
+def head_representatives(tasks: Sequence[str]) -> dict[str, list[str]]:
+    """One task per classification head (labels, regression): task -> the tasks it stands for."""
+    from engine.workload.glue import get_task
+
+    reps: dict[tuple[int, bool], list[str]] = {}
+    for t in tasks:
+        g = get_task(t)
+        reps.setdefault((g.num_labels, g.is_regression), []).append(g.name)
+    return {names[0]: names for names in reps.values()}
+
+
+def from_twin_zoo(
+    *,
+    profile: str = "agx-orin-64gb",
+    models: Sequence[str] | None = None,
+    configs: Mapping[str, Mapping[str, Any]] | None = None,
+    tasks: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
+    seq_lens: Sequence[int] = DEFAULT_SEQ_LENS,
+    precisions: Sequence[str] = DEFAULT_PRECISIONS,
+    space: str = "gpu",
+    progress: Callable[[int, int, str], None] | None = None,
+) -> Dataset:
+    """Twin training data, computed now: fast_sweep of every workload of the grid over the
+    profile's setting space. `models` defaults to the whole zoo; `configs` adds architectures
+    by name (e.g. shapes outside the zoo). Lengths beyond a model's positions are skipped."""
+    from engine.device.twin.profile import load_profile
+    from engine.selector.features import describe_workload
+    from engine.workload.glue import TASKS
+    from engine.workload.zoo import load_zoo
+
+    prof = load_profile(profile)
+    settings = profile_settings(prof, space)
+    archs: dict[str, Mapping[str, Any] | None] = {}
+    if models is None and configs is None:
+        models = list(load_zoo())
+    for m in models or ():
+        archs[m] = None
+    for name, cfg in (configs or {}).items():
+        archs[name] = cfg
+    reps = head_representatives(list(tasks) if tasks else list(TASKS))
+    grid = [(m, t, b, l, p) for m in archs for t in reps for b in batch_sizes for l in seq_lens for p in precisions]
+    points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
+    skipped = 0
+    for n, (m, t, b, l, p) in enumerate(grid):
+        if progress:
+            progress(n, len(grid), f"{m} {t} b{b} L{l} {p}")
+        try:
+            w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, config=archs[m])
+        except ConfigError as exc:
+            log.info("skipping %s %s b%d L%d %s: %s", m, t, b, l, p, exc.what)
+            skipped += 1
+            continue
+        for s, meas in twin_measure(trace, prof, settings):
+            points.append((w, s, meas))
+    if progress:
+        progress(len(grid), len(grid), "done")
+    covered = "; ".join(f"{k} covers {', '.join(v)}" for k, v in reps.items() if len(v) > 1)
+    notes = [f"twin profile {prof.name}, space {space}, {len(settings)} settings per workload"]
+    if covered:
+        notes.append(f"tasks sharing a head have identical twin rows, one kept: {covered}")
+    if skipped:
+        notes.append(f"{skipped} grid point(s) skipped (sequence longer than the model's positions)")
+    return from_points(points, SettingEncoder.from_profile(prof), space=space, notes=notes)

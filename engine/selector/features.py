@@ -1,0 +1,302 @@
+"""The selector's inputs: what a workload is, what a setting is, as one row of numbers.
+
+A row is a workload (model shape, batch, sequence length, precision, task, and the
+totals of its step trace) joined with a DVFS setting (GPU, CPU and EMC clocks, each
+with a governor flag and a nominal value, the nvpmodel mode and jetson_clocks).
+
+A domain left to its governor has no clock of its own; it is encoded as a flag plus a
+nominal value, the highest clock the mode allows there (what the governor may reach),
+so that a model can still compare it to pinned clocks.
+
+The column list is the feature schema: a saved selector records it, and loading refuses
+a file whose schema differs (FEATURE_SCHEMA_VERSION changes whenever the columns or
+their meaning do).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from engine.dvfs.space import DvfsSetting
+from engine.errors import ConfigError
+from engine.store_schema import workload_key
+from engine.workload.trace import StepTrace
+
+log = logging.getLogger(__name__)
+
+FEATURE_SCHEMA_VERSION = 1
+FAMILIES = ("bert", "pythia")
+PRECISIONS = ("fp32", "fp16", "bf16")
+MODES = ("full", "bitfit")
+
+# Workload columns. `log` marks scale features: pipelines that care about scale take their log.
+WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
+    ("family_pythia", False),
+    ("params", True),
+    ("trainable_params", True),
+    ("layers", True),
+    ("hidden", True),
+    ("heads", True),
+    ("seq_len", True),
+    ("batch_size", True),
+    ("precision_fp16", False),
+    ("precision_bf16", False),
+    ("mode_bitfit", False),
+    ("task_num_labels", False),
+    ("task_regression", False),
+    ("flops", True),
+    ("bytes", True),
+    ("kernels", True),
+    ("arithmetic_intensity", True),
+    ("host_cycles", True),
+    ("flops_per_sample", True),
+    ("bytes_per_sample", True),
+    ("flops_per_kernel", True),  # work per launch: how busy the GPU is against the host issuing it
+    ("bytes_per_kernel", True),
+)
+SETTING_COLUMNS: tuple[tuple[str, bool], ...] = (
+    ("gpu_governor", False),
+    ("gpu_ghz", True),
+    ("cpu_governor", False),
+    ("cpu_ghz", True),
+    ("emc_governor", False),
+    ("emc_ghz", True),
+    ("nvpmodel", False),
+    ("jetson_clocks", False),
+)
+FEATURE_COLUMNS: tuple[str, ...] = tuple(n for n, _ in WORKLOAD_COLUMNS + SETTING_COLUMNS)
+LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(WORKLOAD_COLUMNS + SETTING_COLUMNS) if lg)
+N_WORKLOAD_COLUMNS = len(WORKLOAD_COLUMNS)
+
+
+def feature_schema() -> dict[str, Any]:
+    """What a saved selector records, and what loading compares against."""
+    return {
+        "version": FEATURE_SCHEMA_VERSION,
+        "columns": list(FEATURE_COLUMNS),
+        "log_columns": [FEATURE_COLUMNS[i] for i in LOG_COLUMNS],
+        "workload_columns": N_WORKLOAD_COLUMNS,
+    }
+
+
+@dataclass(frozen=True)
+class WorkloadFeatures:
+    """One fine-tuning workload as the selector sees it (trace totals are twin estimates
+    from a meta-tensor trace, not measurements)."""
+
+    model: str
+    task: str
+    family: str  # "bert" | "pythia"
+    params: int
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    batch_size: int
+    precision: str  # "fp32" | "fp16" | "bf16"
+    flops: float
+    bytes: float
+    kernels: int
+    arithmetic_intensity: float
+    host_cycles: float
+    trainable_params: int = 0  # 0: same as params
+    mode: str = "full"  # "full" | "bitfit"
+    task_num_labels: int = 2
+    task_regression: bool = False
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ConfigError(f"workload family {self.family!r} is not one the selector knows",
+                              f"use a model of family {' or '.join(FAMILIES)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        if self.mode not in MODES:
+            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        for name in ("params", "layers", "hidden", "heads", "seq_len", "batch_size"):
+            if int(getattr(self, name)) <= 0:
+                raise ConfigError(f"workload {self.model}: {name} must be positive, got {getattr(self, name)!r}",
+                                  "describe the workload with describe_workload()")
+        if not self.trainable_params:
+            object.__setattr__(self, "trainable_params", int(self.params))
+
+    @property
+    def key(self) -> str:
+        """The store's workload key."""
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+
+    @property
+    def shape_key(self) -> str:
+        """The workload without its task. GLUE tasks change only the classification head, so
+        tasks of one shape have (nearly) the same costs: cross-validation keeps them together."""
+        return f"{self.model}|{self.batch_size}|{self.seq_len}|{self.precision}|{self.mode}"
+
+    def row(self) -> list[float]:
+        """The workload columns, in WORKLOAD_COLUMNS order."""
+        return [
+            float(self.family == "pythia"),
+            float(self.params),
+            float(self.trainable_params),
+            float(self.layers),
+            float(self.hidden),
+            float(self.heads),
+            float(self.seq_len),
+            float(self.batch_size),
+            float(self.precision == "fp16"),
+            float(self.precision == "bf16"),
+            float(self.mode == "bitfit"),
+            float(self.task_num_labels),
+            float(self.task_regression),
+            float(self.flops),
+            float(self.bytes),
+            float(self.kernels),
+            float(self.arithmetic_intensity),
+            float(self.host_cycles),
+            float(self.flops) / self.batch_size,
+            float(self.bytes) / self.batch_size,
+            float(self.flops) / max(self.kernels, 1),
+            float(self.bytes) / max(self.kernels, 1),
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "WorkloadFeatures":
+        names = set(cls.__dataclass_fields__)
+        unknown = set(data) - names
+        if unknown:
+            raise ConfigError(f"unknown workload feature(s) {', '.join(sorted(unknown))}",
+                              "the record was written by a newer slm-dvfs")
+        return cls(**dict(data))
+
+
+def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers: int, hidden: int,
+               heads: int, mode: str = "full") -> WorkloadFeatures:
+    """Workload features from a step trace and the model's shape."""
+    from engine.workload.glue import get_task
+
+    glue = get_task(task)
+    return WorkloadFeatures(
+        model=trace.model, task=glue.name, family=family, params=int(params), layers=int(layers),
+        hidden=int(hidden), heads=int(heads), seq_len=trace.seq_len, batch_size=trace.batch_size,
+        precision=trace.precision, flops=trace.flops, bytes=trace.bytes, kernels=trace.kernels,
+        arithmetic_intensity=trace.arithmetic_intensity, host_cycles=trace.host_cycles,
+        trainable_params=int(trace.params or params), mode=mode,
+        task_num_labels=glue.num_labels, task_regression=glue.is_regression,
+    )
+
+
+def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
+                      precision: str | None = None, mode: str = "full",
+                      config: Mapping[str, Any] | None = None) -> tuple[WorkloadFeatures, StepTrace]:
+    """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
+    the model is built on meta tensors and traced (traces are cached). `model` is a zoo name,
+    hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
+    Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
+    from engine.workload.glue import get_task
+    from engine.workload.models import build_model, resolve_model
+    from engine.workload.tracer import step_trace
+    from engine.workload.trainer import apply_mode
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    glue = get_task(task)
+    entry = None
+    if config is None:
+        resolved = resolve_model(model)
+        config, name, entry = resolved.config, resolved.name, resolved.entry
+    else:
+        name = model
+    family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
+    if family is None:
+        raise ConfigError(f"{name}: model type {config.get('model_type')!r} is not a BERT or Pythia model",
+                          f"the selector knows the families {', '.join(FAMILIES)}")
+    batch_size = batch_size or (entry.batch_size if entry else 32)
+    seq_len = seq_len or (entry.seq_len if entry else 128)
+    precision = precision or (entry.precision if entry else "fp32")
+    max_pos = int(config.get("max_position_embeddings", seq_len))
+    if seq_len > max_pos:
+        raise ConfigError(f"sequence length {seq_len} exceeds what {name} can take ({max_pos} positions)",
+                          f"give a length of {max_pos} or less")
+    net = build_model(config, glue, device="meta")
+    params = sum(p.numel() for p in net.parameters())
+    apply_mode(net, mode)
+    trace = step_trace(net, name=name, batch_size=batch_size, seq_len=seq_len, precision=precision).trace
+    feats = from_trace(trace, task=glue.name, family=family, params=params,
+                       layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
+                       heads=int(config["num_attention_heads"]), mode=mode)
+    return feats, trace
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class SettingEncoder:
+    """Turns a DvfsSetting into numbers, against one device's clock tables and mode caps."""
+
+    gpu_max_hz: int
+    cpu_max_hz: int
+    emc_max_hz: int
+    mode_caps: Mapping[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)  # gpu, cpu, emc
+    profile: str | None = None
+
+    @classmethod
+    def from_profile(cls, profile: Any) -> "SettingEncoder":
+        """From a twin profile (its tables and nvpmodel modes): the device the data came from."""
+        caps = {int(m.id): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
+        return cls(int(max(profile.gpu.table_hz)), int(max(profile.cpu.table_hz)), int(max(profile.emc.table_hz)),
+                   caps, str(profile.name))
+
+    def nominal(self, setting: DvfsSetting) -> tuple[int, int, int]:
+        """GPU, CPU, EMC clocks: the pinned value, else the highest clock the mode allows."""
+        caps = self.mode_caps.get(setting.nvpmodel if setting.nvpmodel is not None else 0, (None, None, None))
+        tops = (self.gpu_max_hz, self.cpu_max_hz, self.emc_max_hz)
+        out = []
+        for pinned, top, cap in zip((setting.gpu_hz, setting.cpu_hz, setting.emc_hz), tops, caps):
+            out.append(pinned if pinned is not None else (top if cap is None else min(top, cap)))
+        return out[0], out[1], out[2]
+
+    def row(self, setting: DvfsSetting) -> list[float]:
+        gpu, cpu, emc = self.nominal(setting)
+        return [
+            float(setting.gpu_hz is None and not setting.jetson_clocks), gpu / 1e9,
+            float(setting.cpu_hz is None and not setting.jetson_clocks), cpu / 1e9,
+            float(setting.emc_hz is None and not setting.jetson_clocks), emc / 1e9,
+            float(setting.nvpmodel if setting.nvpmodel is not None else 0),
+            float(setting.jetson_clocks),
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpu_max_hz": self.gpu_max_hz, "cpu_max_hz": self.cpu_max_hz, "emc_max_hz": self.emc_max_hz,
+                "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
+
+
+def feature_matrix(workloads: Sequence[WorkloadFeatures], settings: Sequence[DvfsSetting],
+                   encoder: SettingEncoder) -> np.ndarray:
+    """One row per (workload, setting) pair, in FEATURE_COLUMNS order."""
+    if len(workloads) != len(settings):
+        raise ConfigError(f"{len(workloads)} workloads but {len(settings)} settings",
+                          "pair every workload with one setting")
+    wrows: dict[WorkloadFeatures, list[float]] = {}
+    srows: dict[DvfsSetting, list[float]] = {}
+    out = np.empty((len(workloads), len(FEATURE_COLUMNS)), dtype=float)
+    for i, (w, s) in enumerate(zip(workloads, settings)):
+        wr = wrows.get(w)
+        if wr is None:
+            wr = wrows[w] = w.row()
+        sr = srows.get(s)
+        if sr is None:
+            sr = srows[s] = encoder.row(s)
+        out[i, :N_WORKLOAD_COLUMNS] = wr
+        out[i, N_WORKLOAD_COLUMNS:] = sr
+    return out
+
+
+def schema_digest(schema: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,200 @@
+"""Saving and loading selectors: a joblib file and a JSON sidecar beside it.
+
+    default.joblib   the fitted Selector (a pickle: only ever load what we wrote)
+    default.json     format, feature schema, library versions, training-data digest,
+                     the CV table, and the SHA-256 of the joblib file
+
+Loading reads the sidecar first and checks, before anything is unpickled, that the
+joblib file's SHA-256 is the one recorded, and that the feature schema is the one this
+code computes. A file failing either is refused with a SelectorFileError.
+
+Where the selector comes from (`resolve_selector_path`): an explicit path; else the
+user's `data_dir()/selectors/default.joblib` (written by `train-selector`); else the
+twin-trained default shipped in `profiles/selectors/default.joblib`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine import __version__, paths
+from engine.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "slm-dvfs-selector"
+FORMAT_VERSION = 1
+DEFAULT_NAME = "default.joblib"
+COMPRESS = 3
+
+
+class SelectorFileError(ConfigError):
+    """A selector file is missing, tampered with, or made for other features."""
+
+
+def sidecar_path(path: Path) -> Path:
+    return Path(path).with_suffix(".json")
+
+
+def user_selector_dir() -> Path:
+    return paths.data_dir() / "selectors"
+
+
+def shipped_selector_dir() -> Path:
+    return paths.profiles_dir() / "selectors"
+
+
+def resolve_selector_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """An explicit file, else the user's trained selector, else the shipped one."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if path.is_dir():
+            path = path / DEFAULT_NAME
+        if not path.is_file():
+            raise SelectorFileError(f"there is no selector file at {path}",
+                                    "give the .joblib file `slm-dvfs train-selector --out` wrote")
+        return path
+    for folder in (user_selector_dir(), shipped_selector_dir()):
+        candidate = folder / DEFAULT_NAME
+        if candidate.is_file():
+            return candidate
+    raise SelectorFileError(
+        "no selector available: none trained in "
+        f"{user_selector_dir()} and none shipped in {shipped_selector_dir()}",
+        "train one with `slm-dvfs train-selector` (on the twin: `slm-dvfs train-selector --from-twin-zoo`)",
+    )
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def library_versions() -> dict[str, str]:
+    import joblib
+    import numpy
+    import scipy
+    import sklearn
+
+    return {"python": platform.python_version(), "scikit-learn": sklearn.__version__, "numpy": numpy.__version__,
+            "scipy": scipy.__version__, "joblib": joblib.__version__, "slm-dvfs": __version__}
+
+
+def save_selector(selector: Any, path: str | os.PathLike[str] | None = None) -> Path:
+    """Write the joblib file (atomically) and its sidecar; returns the joblib path."""
+    import joblib
+
+    target = Path(path) if path else user_selector_dir() / DEFAULT_NAME
+    if target.suffix != ".joblib":
+        target = target.with_suffix(".joblib")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        joblib.dump(selector, tmp, compress=COMPRESS)
+        digest = sha256_file(tmp)
+        side = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "joblib_file": target.name,
+            "joblib_sha256": digest,
+            "feature_schema": selector.schema,
+            "versions": library_versions(),
+            "source": selector.source,
+            "label": f"{selector.source}-trained",
+            "winner": selector.winner,
+            "objective": selector.objective,
+            "training": selector.training,
+            "cv_table": selector.cv_table,
+            "settings": [s.to_json() for s in selector.candidates],
+            "encoder": selector.encoder.to_json(),
+        }
+        side_tmp = sidecar_path(tmp)
+        side_tmp.write_text(json.dumps(side, indent=1, sort_keys=True, default=str) + "\n")
+        tmp.replace(target)
+        side_tmp.replace(sidecar_path(target))
+    except OSError as exc:
+        raise SelectorFileError(f"cannot write the selector to {target}: {exc.strerror or exc}",
+                                "pass a writable --out path") from None
+    log.info("saved selector %s (%d bytes, sha256 %s)", target, target.stat().st_size, digest[:12])
+    return target
+
+
+def read_sidecar(path: Path) -> dict[str, Any]:
+    side = sidecar_path(path)
+    remedy = f"retrain with `slm-dvfs train-selector --out {path}`, or use another selector"
+    try:
+        data = json.loads(side.read_text())
+    except FileNotFoundError:
+        raise SelectorFileError(f"the selector {path} has no sidecar {side.name}; it cannot be verified",
+                                remedy) from None
+    except (OSError, ValueError) as exc:
+        raise SelectorFileError(f"the sidecar {side} is unreadable ({exc})", remedy) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise SelectorFileError(f"{side} is not an slm-dvfs selector sidecar", remedy)
+    if data.get("format_version") != FORMAT_VERSION:
+        raise SelectorFileError(
+            f"{side} is selector format {data.get('format_version')!r}; this slm-dvfs reads {FORMAT_VERSION}",
+            remedy)
+    return data
+
+
+def verify_selector_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Check a selector file without unpickling it; returns its sidecar."""
+    from engine.selector.selector import selector_schema
+
+    path = Path(path)
+    side = read_sidecar(path)
+    remedy = f"retrain with `slm-dvfs train-selector --out {path}`; never load a selector you did not write"
+    actual = sha256_file(path)
+    if actual != side.get("joblib_sha256"):
+        raise SelectorFileError(
+            f"the selector {path} does not match its sidecar's SHA-256 (file {actual[:12]}..., "
+            f"recorded {str(side.get('joblib_sha256'))[:12]}...): it was changed or damaged, and was not loaded",
+            remedy)
+    schema = side.get("feature_schema")
+    source_column = isinstance(schema, dict) and "source_measured" in schema.get("columns", [])
+    expected = selector_schema(source_column)
+    if schema != expected:
+        raise SelectorFileError(
+            f"the selector {path} was made for other features (schema version "
+            f"{schema.get('version') if isinstance(schema, dict) else schema!r}, this slm-dvfs computes version "
+            f"{expected['version']} with {len(expected['columns'])} columns)", remedy)
+    return side
+
+
+def load_selector(path: str | os.PathLike[str] | None = None) -> Any:
+    """The selector at `path` (default: resolve_selector_path()), verified before unpickling."""
+    import joblib
+
+    from engine.selector.selector import Selector
+
+    path = resolve_selector_path(path)
+    side = verify_selector_file(path)
+    want = side.get("versions", {}).get("scikit-learn", "")
+    import sklearn
+
+    if want.split(".")[:2] != sklearn.__version__.split(".")[:2]:
+        log.warning("selector %s was saved with scikit-learn %s, this is %s; if it misbehaves, retrain it",
+                    path, want, sklearn.__version__)
+    try:
+        obj = joblib.load(path)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure of a verified file
+        raise SelectorFileError(f"the selector {path} could not be loaded ({type(exc).__name__}: {exc})",
+                                "retrain it with `slm-dvfs train-selector` under this Python and scikit-learn"
+                                ) from None
+    if not isinstance(obj, Selector) or obj.schema != side["feature_schema"]:
+        raise SelectorFileError(f"{path} does not hold a selector matching its sidecar",
+                                "retrain it with `slm-dvfs train-selector`")
+    obj.path = path
+    log.info("loaded selector %s (%s-trained, %s; python %s)", path, obj.source, obj.winner, sys.version.split()[0])
+    return obj

@@ -1,0 +1,283 @@
+"""The `ml` policy: the trained selector chooses the setting before the first step.
+
+    --policy ml                      the user's selector, else the shipped twin-trained one
+    --policy ml:/path/sel.joblib     that selector
+    --policy ml:probes=3[,warmup=1][,measure=2][,selector=PATH]
+    (as make_policy keywords: selector=PATH, probes=K (0..3), warmup_steps=1, measure_steps=2)
+
+With probes, the first K x (warmup + measure) steps of the run are the probe windows,
+at the settings the selector picks (its predicted best and GPU-clock neighbours); their
+measured costs correct the predictions, then the final choice holds for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.device.base import Device
+from engine.dvfs.objectives import Measurement, Objective
+from engine.dvfs.space import DvfsSetting, check_setting
+from engine.errors import ConfigError, DeviceError, SlmDvfsError
+from engine.provenance import Source
+
+if TYPE_CHECKING:
+    from engine.dvfs.policies import PolicyContext
+    from engine.selector.features import WorkloadFeatures
+    from engine.selector.selector import Choice, Selector
+
+log = logging.getLogger(__name__)
+
+
+def workload_features(workload: Any) -> "WorkloadFeatures":
+    """The selector's features of whatever the experiment passes as the workload: features
+    themselves, a resolved workload with a trace (engine.simulate.Workload), or anything
+    naming model, task, batch_size, seq_len, precision (a store WorkloadRecord, a mapping)."""
+    from engine.selector.features import WorkloadFeatures, describe_workload, from_trace
+    from engine.workload.models import resolve_model
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    if isinstance(workload, WorkloadFeatures):
+        return workload
+    if workload is None:
+        raise ConfigError("the ml policy was given no workload to choose for",
+                          "pass the workload in the policy context (the experiment does)")
+
+    def get(name: str, default: Any = None) -> Any:
+        if isinstance(workload, dict):
+            return workload.get(name, default)
+        return getattr(workload, name, default)
+
+    model, task = get("spec") or get("model"), get("task")
+    if not model or not task:
+        raise ConfigError(f"the ml policy cannot tell the model and task of {type(workload).__name__}",
+                          "pass selector features, or a workload with model and task")
+    trace = get("trace")
+    if trace is not None:
+        config = resolve_model(str(model)).config
+        family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")), get("family"))
+        return from_trace(trace, task=str(task), family=str(family),
+                          params=int(get("total_params") or get("params") or trace.params),
+                          layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
+                          heads=int(config["num_attention_heads"]), mode=str(get("mode", "full")))
+    return describe_workload(str(model), str(task), batch_size=get("batch_size"), seq_len=get("seq_len"),
+                             precision=get("precision"), mode=str(get("mode", "full") or "full"))[0]
+
+
+def accepts(device: Device, setting: DvfsSetting) -> bool:
+    """Whether the device can take the setting (listed clocks, within the mode's caps)."""
+    try:
+        check_setting(device, setting)
+    except SlmDvfsError:
+        return False
+    return True
+
+
+class MLPolicy:
+    """Chooses with a trained selector; optionally probes first (profiling windows)."""
+
+    name = "ml"
+
+    def __init__(self, selector: "str | Path | Selector | None" = None, *, probes: int = 0, warmup_steps: int = 1,
+                 measure_steps: int = 2) -> None:
+        from engine.selector.persistence import resolve_selector_path
+        from engine.selector.probes import MAX_PROBES
+
+        if isinstance(probes, bool) or not isinstance(probes, int) or not 0 <= probes <= MAX_PROBES:
+            raise ConfigError(f"the ml policy takes 0 to {MAX_PROBES} probes, got {probes!r}", "e.g. probes=1")
+        for key, value, low in (("warmup_steps", warmup_steps, 0), ("measure_steps", measure_steps, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", f"e.g. {key}={max(low, 1)}")
+        self._selector: Selector | None = None
+        self.path: Path | None = None
+        if selector is None or isinstance(selector, (str, Path)):
+            self.path = resolve_selector_path(selector)  # fails now, not at the first step, if there is none
+        else:
+            self._selector = selector
+        self.probes = probes
+        self.warmup_steps = warmup_steps
+        self.measure_steps = measure_steps
+        self._reset()
+
+    def _reset(self) -> None:
+        self.choice: Choice | None = None
+        self.setting: DvfsSetting | None = None
+        self._ctx: PolicyContext | None = None
+        self._features: WorkloadFeatures | None = None
+        self._settings: list[DvfsSetting] = []
+        self._plan: list[DvfsSetting] = []
+        self._windows: dict[DvfsSetting, Measurement] = {}
+        self._step_in_window = 0
+        self._acc: Measurement | None = None
+        self._steps = 0
+
+    @property
+    def selector(self) -> "Selector":
+        if self._selector is None:
+            from engine.selector.persistence import load_selector
+
+            self._selector = load_selector(self.path)
+        return self._selector
+
+    @property
+    def spec(self) -> str:
+        out = "ml" if self.path is None else f"ml:{self.path}"
+        return out + (f" (probes={self.probes})" if self.probes else "")
+
+    # ------------------------------------------------------------------ the Policy protocol
+    def initial(self, ctx: "PolicyContext") -> DvfsSetting:
+        self._reset()
+        self._ctx = ctx
+        sel = self.selector
+        self._features = workload_features(ctx.workload)
+        self._settings = [s for s in sel.candidates if accepts(ctx.device, s)]
+        if not self._settings:
+            raise ConfigError("no setting of the selector's space is available on this device",
+                              "retrain the selector on this device's sweeps (`slm-dvfs train-selector`)")
+        if self.probes:
+            self._plan = self._probe_plan(ctx.objective)
+            log.info("ml policy: probing %d setting(s) first: %s", len(self._plan),
+                     ", ".join(s.label() for s in self._plan))
+            return self._plan[0]
+        return self._decide(ctx.objective, None)
+
+    def on_step_end(self, step: int, cost: Measurement | None) -> DvfsSetting | None:
+        if self._ctx is None:
+            raise ConfigError("the ml policy got a step before its initial setting", "call initial(ctx) first")
+        if self.setting is not None:
+            return None
+        self._steps += 1
+        self._step_in_window += 1
+        if self._step_in_window > self.warmup_steps:
+            if cost is None:
+                raise DeviceError(f"the ml policy got no time/energy for probe step {step}",
+                                  "run on the twin, or give the controller a power monitor on a board")
+            self._acc = cost if self._acc is None else self._acc + cost
+        if self._step_in_window < self.warmup_steps + self.measure_steps:
+            return None
+        assert self._acc is not None
+        current = self._plan[len(self._windows)]
+        self._windows[current] = self._acc
+        self._step_in_window, self._acc = 0, None
+        if len(self._windows) < len(self._plan):
+            return self._plan[len(self._windows)]
+        chosen = self._decide(self._ctx.objective, self._windows)
+        return None if chosen == current else chosen
+
+    @property
+    def profiling(self) -> bool:
+        return self._ctx is not None and self.setting is None
+
+    def describe(self) -> dict[str, Any]:
+        sel = self._selector
+        return {
+            "policy": self.name,
+            "spec": self.spec,
+            "selector": None if self.path is None else str(self.path),
+            "selector_trained_on": None if sel is None else sel.source,
+            "winner": None if sel is None else sel.winner,
+            "probes": self.probes,
+            "probe_steps": self._steps,
+            "setting": None if self.setting is None else self.setting.to_json(),
+            "label": None if self.setting is None else self.setting.label(),
+            "reason": self._reason(),
+            "choice": None if self.choice is None else self.choice.to_json(),
+        }
+
+    # ------------------------------------------------------------------ helpers
+    def _as_source(self) -> Source:
+        assert self._ctx is not None
+        try:
+            return self._ctx.device.identity().source
+        except SlmDvfsError:
+            return Source.MEASURED
+
+    def _probe_plan(self, objective: Objective) -> list[DvfsSetting]:
+        assert self._features is not None
+        return self.selector.probe_plan(self._features, objective, probes=self.probes,
+                                        settings=self._with_maxn(), as_source=self._as_source())
+
+    def _with_maxn(self) -> list[DvfsSetting]:
+        from engine.dvfs.space import MAXN
+
+        return [MAXN] + [s for s in self._settings if s != MAXN]
+
+    def _decide(self, objective: Objective, windows: dict[DvfsSetting, Measurement] | None) -> DvfsSetting:
+        assert self._ctx is not None and self._features is not None
+
+        def measure(setting: DvfsSetting) -> Measurement:
+            if windows is None or setting not in windows:
+                raise ConfigError(f"no probe window was taken at {setting.label()}",
+                                  "this is a bug: the probe plan changed between the windows and the choice")
+            return windows[setting]
+
+        self.choice = self.selector.choose(self._features, objective, settings=self._with_maxn(),
+                                           probes=len(windows or {}), measure=measure, as_source=self._as_source())
+        self.setting = self.choice.setting
+        check_setting(self._ctx.device, self.setting)
+        log.info("ml policy (%s): %s, predicted saving %.1f%% against MAXN", self.selector.winner,
+                 self.setting.label(), 100 * self.choice.saving)
+        return self.setting
+
+    def _reason(self) -> str:
+        if self._ctx is None:
+            return "not started"
+        if self.choice is None:
+            return f"probing: {len(self._windows)} of {len(self._plan)} window(s) done"
+        c = self.choice
+        probed = f" after {len(c.probes)} probe(s)" if c.probes else ""
+        return (f"predicted lowest {c.objective} cost by the {c.trained_on}-trained selector ({c.chooser}){probed}; "
+                f"expected saving {c.saving:.1%} against MAXN (predicted), confidence {c.confidence.level}")
+
+
+_SPEC_KEYS = {"selector": "selector", "probes": "probes", "warmup": "warmup_steps", "measure": "measure_steps"}
+_OPTIONS_HELP = "ml, ml:PATH, ml:probes=K[,warmup=N][,measure=N][,selector=PATH]"
+
+
+def parse_ml_arg(arg: str | None) -> dict[str, Any]:
+    """`PATH`, or `probes=3,warmup=1,measure=2,selector=PATH` -> MLPolicy keyword arguments."""
+    if not arg:
+        return {}
+    if "=" not in arg:
+        return {"selector": arg}
+    out: dict[str, Any] = {}
+    for item in arg.split(","):
+        key, _eq, value = item.strip().partition("=")
+        name = _SPEC_KEYS.get(key.strip().lower())
+        if name is None or not value.strip():
+            raise ConfigError(f"bad ml policy option {item.strip()!r}", f"use {_OPTIONS_HELP}")
+        if name in out:
+            raise ConfigError(f"ml policy option {key.strip()} given twice", "give each once")
+        if name == "selector":
+            out[name] = value.strip()
+            continue
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise ConfigError(f"ml policy option {key.strip()}={value.strip()} is not a whole number",
+                              f"use {_OPTIONS_HELP}") from None
+    return out
+
+
+def ml_factory(arg: str | None = None, **options: Any) -> MLPolicy:
+    """make_policy's factory for `ml`, `ml:PATH` and `ml:probes=K,...` (options may also come as keywords)."""
+    parsed = parse_ml_arg(arg)
+    both = set(parsed) & set(options)
+    if both:
+        raise ConfigError(f"ml policy option(s) {', '.join(sorted(both))} given both in the spec and as options",
+                          "give each once")
+    options = {**parsed, **options}
+    selector = options.pop("selector", None)
+    try:
+        return MLPolicy(selector, **options)
+    except TypeError as exc:  # an unknown keyword
+        raise ConfigError(f"bad option for the ml policy: {exc}",
+                          "use selector=PATH, probes=K, warmup_steps=N, measure_steps=N") from None
+
+
+def register_ml_policy() -> None:
+    """Fill the `ml` plug point of engine.dvfs.policies (idempotent)."""
+    from engine.dvfs.policies import register_policy
+
+    register_policy("ml", ml_factory)

@@ -1,0 +1,178 @@
+"""Probes: a few short measured windows on the target that correct the predictions for it.
+
+With K probes (K <= 3) the selector measures the workload at K settings it picks: its
+predicted best, then the nearest GPU clocks below and above it (with a slowdown limit in
+the objective, MAXN comes second: whether a setting is feasible hangs on MAXN's time). The residuals correct
+every prediction for this workload:
+
+- time:  t'(s) = t(s) * exp(a_t + b_t * x(s))
+- power: P'(s) = F + (P(s) - F) * exp(a_p + b_p * x(s))
+
+with x(s) the log of the setting's nominal GPU clock (relative to the best's), and F the
+power floor (the part of board power no setting removes; 90% of the lowest power in the
+training data). With one probe the slopes b are 0: a constant time factor leaves the
+ranking as it was, but scaling only the dynamic part of power moves the optimum
+(a workload whose dynamic power was under-predicted gains from lower clocks). With two
+or three probes the slopes are fitted by least squares with a ridge penalty (the
+predictions' own slopes are trusted unless the probes disagree). Probed settings take
+their measured figures; the choice is then made again.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import numpy as np
+
+from engine.dvfs.objectives import Measurement, Objective
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.provenance import Source
+
+log = logging.getLogger(__name__)
+
+MAX_PROBES = 3
+SLOPE_PENALTY = 0.005  # ridge penalty on the slopes, in squared log units (3 neighbouring probes: ~10% shrinkage)
+Measure = Callable[[DvfsSetting], Measurement]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The selector's figures for one setting, per sample; labelled `predicted` (or, after
+    a probe, the probe's own source)."""
+
+    setting: DvfsSetting
+    time_per_sample: float  # s
+    power_w: float  # W
+    energy_per_sample: float  # J
+    source: Source = Source.PREDICTED
+
+    def measurement(self) -> Measurement:
+        return Measurement(self.time_per_sample, self.energy_per_sample, 1, None, self.source)
+
+    def to_json(self) -> dict[str, object]:
+        return {"setting": self.setting.to_json(), "label": self.setting.label(),
+                "time_per_sample_s": self.time_per_sample, "power_w": self.power_w,
+                "energy_per_sample_j": self.energy_per_sample, "source": self.source.value}
+
+
+@dataclass(frozen=True)
+class Correction:
+    a_time: float
+    b_time: float
+    a_power: float
+    b_power: float
+    floor_w: float
+    x0: float  # log GHz of the reference setting
+
+    def to_json(self) -> dict[str, float]:
+        return {"time_factor": math.exp(self.a_time), "time_slope": self.b_time,
+                "dynamic_power_factor": math.exp(self.a_power), "dynamic_power_slope": self.b_power,
+                "power_floor_w": self.floor_w}
+
+
+def plan_probes(ranked: Sequence[Prediction], k: int, gpu_ghz: Callable[[DvfsSetting], float], *,
+                baseline: bool = False) -> list[DvfsSetting]:
+    """The settings to probe: the predicted best, then its GPU-clock neighbours (below, above).
+    With `baseline` (an objective with a slowdown limit against MAXN) and two probes or more,
+    MAXN is the second: feasibility hangs on its time. `gpu_ghz` may be any increasing
+    function of the GPU clock (its log, say)."""
+    if k < 0 or k > MAX_PROBES:
+        raise ConfigError(f"{k} probes asked for", f"use 0 to {MAX_PROBES} probes")
+    if k == 0 or not ranked:
+        return []
+    pinned = [p.setting for p in ranked if p.setting != MAXN]
+    if not pinned:
+        return [MAXN]
+    best = pinned[0]
+    f0 = gpu_ghz(best)
+    others = [s for s in pinned[1:] if gpu_ghz(s) != f0]
+    below = sorted((s for s in others if gpu_ghz(s) < f0), key=lambda s: f0 - gpu_ghz(s))
+    above = sorted((s for s in others if gpu_ghz(s) > f0), key=lambda s: gpu_ghz(s) - f0)
+    plan = [best] + ([MAXN] if baseline and k >= 2 and any(p.setting == MAXN for p in ranked) else [])
+    for pool in (below, above):
+        if pool:
+            plan.append(pool[0])
+    # Fewer neighbours than asked (an edge of the table): the next-ranked settings fill in.
+    plan += [s for s in pinned if s not in plan]
+    return plan[:k]
+
+
+def fit_correction(preds: dict[DvfsSetting, Prediction], probed: Sequence[tuple[DvfsSetting, Measurement]],
+                   floor_w: float, x_of: Callable[[DvfsSetting], float]) -> Correction:
+    """Per-workload factors (and, with 2+ probes, slopes) from the probes' residuals."""
+    # MAXN's clocks are its governors', not its nominal ones: its window is the baseline, not a residual.
+    probed = [(s, m) for s, m in probed if s != MAXN] or list(probed)
+    x0 = x_of(probed[0][0])
+    xs, rt, rp = [], [], []
+    for s, m in probed:
+        p = preds[s]
+        xs.append(x_of(s) - x0)
+        rt.append(math.log(m.seconds_per_sample / p.time_per_sample))
+        dyn_m, dyn_p = max(m.avg_power_w - floor_w, 1e-3), max(p.power_w - floor_w, 1e-3)
+        rp.append(math.log(dyn_m / dyn_p))
+    x = np.array(xs)
+    a_t, b_t = _line(x, np.array(rt))
+    a_p, b_p = _line(x, np.array(rp))
+    return Correction(a_t, b_t, a_p, b_p, floor_w, x0)
+
+
+def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Intercept and ridge-penalised slope of y against x (slope 0 with one point)."""
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float(np.mean(y)), 0.0
+    xm, ym = x.mean(), y.mean()
+    b = float(np.sum((x - xm) * (y - ym)) / (np.sum((x - xm) ** 2) + SLOPE_PENALTY))
+    return float(ym - b * xm), b
+
+
+def apply_correction(pred: Prediction, c: Correction, x: float) -> Prediction:
+    dx = x - c.x0
+    t = pred.time_per_sample * math.exp(c.a_time + c.b_time * dx)
+    dyn = max(pred.power_w - c.floor_w, 0.0) * math.exp(c.a_power + c.b_power * dx)
+    p = min(pred.power_w, c.floor_w) + dyn
+    return replace(pred, time_per_sample=t, power_w=p, energy_per_sample=t * p)
+
+
+def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure, floor_w: float,
+               x_of: Callable[[DvfsSetting], float], *,
+               baseline: bool = False) -> tuple[list[Prediction], list[tuple[DvfsSetting, Measurement]],
+                                                Correction | None]:
+    """Probe, correct every prediction, and put the probes' own figures in for the probed settings."""
+    plan = plan_probes(ranked, k, x_of, baseline=baseline)
+    if not plan:
+        return list(ranked), [], None
+    probed = []
+    for s in plan:
+        m = measure(s)
+        if m.source == Source.PREDICTED:
+            raise ConfigError("a probe returned a predicted figure", "probes must measure (on the board or the twin)")
+        probed.append((s, m))
+        log.info("probe %s: %.4g s/sample, %.4g W (%s)", s.label(), m.seconds_per_sample, m.avg_power_w, m.source)
+    by_setting = {p.setting: p for p in ranked}
+    corr = fit_correction(by_setting, probed, floor_w, x_of)
+    measured = {s: m for s, m in probed}
+    out = []
+    for p in ranked:
+        m = measured.get(p.setting)
+        if m is not None:
+            out.append(Prediction(p.setting, m.seconds_per_sample, m.avg_power_w, m.joules_per_sample, m.source))
+        else:
+            out.append(apply_correction(p, corr, x_of(p.setting)))
+    return out, probed, corr
+
+
+def rank(preds: Sequence[Prediction], objective: Objective, baseline: Prediction | None) -> list[Prediction]:
+    """Predictions best first for the objective: the feasible pinned settings, then MAXN (the
+    baseline; see selection.choose), then those beyond the slowdown limit."""
+    base = baseline.measurement() if baseline is not None else None
+
+    def key(p: Prediction) -> tuple[int, int, float]:
+        m = p.measurement()
+        ok = True if not objective.needs_baseline or base is None else objective.feasible(m, base)
+        return (0 if ok else 1, int(p.setting == MAXN), objective.cost(m))
+
+    return sorted(preds, key=key)

@@ -1,0 +1,342 @@
+"""The trained selector: predicts time, power and energy of a workload at every setting of
+its space, and chooses the best for an objective (optionally after a few probes).
+
+    selector, report = train_selector(dataset)             # CV, then the winner refitted
+    choice = selector.choose(workload, parse_objective("energy"))
+    choice.setting, choice.predicted, choice.maxn, choice.saving, choice.confidence
+
+Every figure it returns is labelled `predicted`, except probe figures (`twin` or `measured`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import platform
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from engine.dvfs.objectives import Measurement, Objective
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.selector.candidates import (
+    CandidateSpec,
+    RegressorModel,
+    SettingClassifier,
+    default_candidates,
+    log_columns,
+    workload_part,
+)
+from engine.selector.dataset import SOURCE_COLUMN, Dataset
+from engine.selector.features import (
+    FEATURE_COLUMNS,
+    LOG_COLUMNS,
+    N_WORKLOAD_COLUMNS,
+    SettingEncoder,
+    WorkloadFeatures,
+    feature_matrix,
+    feature_schema,
+)
+from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes
+from engine.selector.selection import DEFAULT_SPLITS, CVReport, Progress, cross_validate, fit_all
+
+log = logging.getLogger(__name__)
+
+POWER_FLOOR_SHARE = 0.9  # the power floor is this share of the lowest power in the training data
+RANGE_SLACK = math.log(1.25)  # a workload scale feature may lie 25% beyond the training range
+
+
+def selector_schema(source_column: bool) -> dict[str, Any]:
+    schema = feature_schema()
+    if source_column:
+        schema["columns"] = schema["columns"] + [SOURCE_COLUMN]
+    return schema
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How far to trust a choice: the selector's cross-validated record, whether this
+    workload lies inside what it was trained on, and the spread of the top candidates."""
+
+    level: str  # "high" | "medium" | "low"
+    cv_mean_regret: float  # on held-out workloads, at training
+    cv_worst_regret: float
+    cv_energy_mape: float | None
+    top_spread: float  # predicted cost of the 3rd best over the best, minus 1
+    runner_up_margin: float  # predicted cost of the 2nd best over the best, minus 1
+    extrapolating: tuple[str, ...]  # workload features outside the training range
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["extrapolating"] = list(self.extrapolating)
+        out["source"] = Source.PREDICTED.value
+        return out
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What the selector chose for one workload, and why."""
+
+    workload: WorkloadFeatures
+    objective: str
+    setting: DvfsSetting
+    predicted: Prediction  # the chosen setting's figures (corrected by probes when there were any)
+    maxn: Prediction
+    confidence: Confidence
+    top: tuple[Prediction, ...]  # best first
+    probes: tuple[tuple[DvfsSetting, Measurement], ...] = ()
+    correction: Correction | None = None
+    chooser: str = ""  # the winning candidate that chose
+    trained_on: str = "twin"  # the selector's training source
+
+    @property
+    def saving(self) -> float:
+        """Expected energy saving against MAXN (fraction, predicted)."""
+        return 1.0 - self.predicted.energy_per_sample / self.maxn.energy_per_sample
+
+    @property
+    def slowdown(self) -> float:
+        return self.predicted.time_per_sample / self.maxn.time_per_sample - 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload.to_json(),
+            "objective": self.objective,
+            "setting": self.setting.to_json(),
+            "label": self.setting.label(),
+            "predicted": self.predicted.to_json(),
+            "maxn": self.maxn.to_json(),
+            "expected_saving": self.saving,
+            "expected_slowdown": self.slowdown,
+            "saving_source": Source.PREDICTED.value,
+            "confidence": self.confidence.to_json(),
+            "top": [p.to_json() for p in self.top],
+            "probes": [{"setting": s.to_json(), "label": s.label(), "measurement": m.to_json()} for s, m in self.probes],
+            "correction": None if self.correction is None else self.correction.to_json(),
+            "chooser": self.chooser,
+            "selector_trained_on": self.trained_on,
+        }
+
+
+class Selector:
+    """A fitted model (or a classifier plus a model for the figures) over a setting space."""
+
+    def __init__(
+        self,
+        *,
+        model: RegressorModel,
+        chooser: SettingClassifier | None,
+        encoder: SettingEncoder,
+        candidates: Sequence[DvfsSetting],
+        source: str,
+        source_column: bool,
+        winner: str,
+        cv_table: Sequence[dict[str, Any]],
+        objective: str,
+        training: dict[str, Any],
+        power_floor_w: float,
+        ranges: dict[str, tuple[float, float]],
+    ) -> None:
+        self.model = model
+        self.chooser = chooser
+        self.encoder = encoder
+        self.candidates = tuple(candidates)
+        self.source = source
+        self.source_column = source_column
+        self.winner = winner
+        self.cv_table = [dict(r) for r in cv_table]
+        self.objective = objective
+        self.training = dict(training)
+        self.power_floor_w = float(power_floor_w)
+        self.ranges = dict(ranges)
+        self.schema = selector_schema(source_column)
+        self.path: Any = None  # set by load_selector to the file it was read from
+
+    # ------------------------------------------------------------------ predictions
+    def _rows(self, workload: WorkloadFeatures, settings: Sequence[DvfsSetting], as_source: Source) -> np.ndarray:
+        x = feature_matrix([workload] * len(settings), list(settings), self.encoder)
+        if self.source_column:
+            x = np.hstack([x, np.full((len(settings), 1), float(as_source == Source.MEASURED))])
+        return x
+
+    def predict(self, workload: WorkloadFeatures, settings: Sequence[DvfsSetting] | None = None, *,
+                as_source: Source = Source.MEASURED) -> list[Prediction]:
+        """Predicted time, power and energy per sample at each setting (default: the whole space).
+        `as_source` matters only for a selector trained on both sources."""
+        settings = list(self.candidates if settings is None else settings)
+        if not settings:
+            raise ConfigError("no settings to predict for", "give at least one DVFS setting")
+        t, p, e = self.model.predict(self._rows(workload, settings, as_source))
+        return [Prediction(s, float(ti), float(pi), float(ei)) for s, ti, pi, ei in zip(settings, t, p, e)]
+
+    def _ranked(self, workload: WorkloadFeatures, objective: Objective, settings: Sequence[DvfsSetting] | None,
+                as_source: Source) -> tuple[list[Prediction], dict[DvfsSetting, Prediction]]:
+        settings = list(self.candidates if settings is None else settings)
+        if MAXN not in settings:
+            settings.insert(0, MAXN)  # the baseline every saving is stated against
+        preds = self.predict(workload, settings, as_source=as_source)
+        by = {p.setting: p for p in preds}
+        return rank(preds, objective, by[MAXN]), by
+
+    def probe_plan(self, workload: WorkloadFeatures, objective: Objective | None = None, *, probes: int = 1,
+                   settings: Sequence[DvfsSetting] | None = None,
+                   as_source: Source = Source.MEASURED) -> list[DvfsSetting]:
+        """The settings `choose(..., probes=K)` measures, in order (for callers that take the windows first)."""
+        objective = objective or Objective()
+        ranked, _by = self._ranked(workload, objective, settings, as_source)
+        return plan_probes(ranked, probes, self._x_of, baseline=objective.needs_baseline)
+
+    def _x_of(self, setting: DvfsSetting) -> float:
+        return math.log(self.encoder.nominal(setting)[0] / 1e9)
+
+    def extrapolating(self, workload: WorkloadFeatures) -> tuple[str, ...]:
+        """Workload features outside the training range (scale features with 25% slack)."""
+        row = log_columns(np.array([workload.row()]), LOG_COLUMNS)[0]
+        out = []
+        for i, name in enumerate(FEATURE_COLUMNS[:N_WORKLOAD_COLUMNS]):
+            lo, hi = self.ranges.get(name, (-math.inf, math.inf))
+            slack = RANGE_SLACK if i in LOG_COLUMNS else 1e-9
+            if not (lo - slack <= row[i] <= hi + slack):
+                out.append(name)
+        return tuple(out)
+
+    def choose(
+        self,
+        workload: WorkloadFeatures,
+        objective: Objective | None = None,
+        *,
+        settings: Sequence[DvfsSetting] | None = None,
+        probes: int = 0,
+        measure: Measure | None = None,
+        as_source: Source = Source.MEASURED,
+        top: int = 3,
+    ) -> Choice:
+        """The best setting for `objective` among `settings` (default: the space it was trained on).
+        With probes > 0, `measure(setting) -> Measurement` takes the probe windows first."""
+        objective = objective or Objective()
+        ranked, by = self._ranked(workload, objective, settings, as_source)
+        probed: list[tuple[DvfsSetting, Measurement]] = []
+        corr = None
+        if probes:
+            if measure is None:
+                raise ConfigError(f"{probes} probe(s) asked for but nothing to measure them with",
+                                  "pass --twin [PROFILE] (or run on the board) to take probe windows")
+            corrected, probed, corr = run_probes(ranked, probes, measure, self.power_floor_w, self._x_of,
+                                                 baseline=objective.needs_baseline)
+            by = {p.setting: p for p in corrected}
+            ranked = rank(corrected, objective, by[MAXN])
+        chosen = ranked[0]
+        chooser = self.winner
+        if self.chooser is not None and not probes and objective.name == "energy" and not objective.needs_baseline:
+            ranked_cls = self.chooser.rank(workload_part(self._rows(workload, [MAXN], as_source),
+                                                         self.source_column))[0]
+            pick = next((s for s, _p in ranked_cls if s in by), None)
+            if pick is not None:
+                chosen = by[pick]
+        elif self.chooser is not None:
+            chooser = f"{self.model.spec.label} (the classifier {self.winner} knows only the energy objective)"
+        costs = [objective.cost(p.measurement()) for p in ranked[:max(top, 3)]]
+        conf = self._confidence(workload, costs)
+        return Choice(
+            workload=workload, objective=objective.spec, setting=chosen.setting, predicted=chosen,
+            maxn=by[MAXN], confidence=conf, top=tuple(ranked[:top]), probes=tuple(probed), correction=corr,
+            chooser=chooser, trained_on=self.source,
+        )
+
+    def _confidence(self, workload: WorkloadFeatures, costs: Sequence[float]) -> Confidence:
+        win = next((r for r in self.cv_table if r.get("label") == self.winner), {})
+        mean_r, worst_r = float(win.get("mean_regret", math.nan)), float(win.get("worst_regret", math.nan))
+        mape = next((r.get("mape_energy") for r in self.cv_table if r.get("label") == self.model.spec.label), None)
+        spread = costs[min(2, len(costs) - 1)] / costs[0] - 1.0
+        margin = costs[min(1, len(costs) - 1)] / costs[0] - 1.0
+        extra = self.extrapolating(workload)
+        if extra:
+            level, reason = "low", f"outside the training range in {', '.join(extra)}; consider --probes"
+        elif worst_r > 0.05:
+            level, reason = "medium", f"in range, but held-out workloads saw up to {worst_r:.1%} regret"
+        else:
+            level, reason = "high", f"in range; held-out workloads saw {mean_r:.2%} mean, {worst_r:.2%} worst regret"
+        return Confidence(level, mean_r, worst_r, mape, spread, margin, extra, reason)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "winner": self.winner,
+            "figures_from": self.model.spec.label,
+            "source": self.source,
+            "objective": self.objective,
+            "settings": len(self.candidates),
+            "space": self.training.get("space"),
+            "profile": self.encoder.profile,
+            "trained_at": self.training.get("created_at"),
+            "rows": self.training.get("rows"),
+            "workloads": self.training.get("workloads"),
+            "cv_table": self.cv_table,
+        }
+
+
+def _ranges(ds: Dataset) -> dict[str, tuple[float, float]]:
+    x = log_columns(ds.X()[:, :N_WORKLOAD_COLUMNS], LOG_COLUMNS)
+    return {name: (float(x[:, i].min()), float(x[:, i].max())) for i, name in enumerate(FEATURE_COLUMNS[:N_WORKLOAD_COLUMNS])}
+
+
+def train_selector(
+    ds: Dataset,
+    objective: Objective | None = None,
+    *,
+    candidates: Sequence[CandidateSpec] | None = None,
+    n_splits: int = DEFAULT_SPLITS,
+    progress: Progress | None = None,
+    command: Any = None,
+) -> tuple[Selector, CVReport]:
+    """Cross-validate the candidates, refit the winner on all of `ds`. A winning classifier
+    chooses; the best regressor then gives the figures."""
+    objective = objective or Objective()
+    specs = list(candidates or default_candidates())
+    report = cross_validate(ds, specs, objective, n_splits=n_splits, progress=progress)
+    by_label = {s.label: s for s in specs}
+    win = by_label[report.winner.label]
+    x = ds.X()
+    if progress:
+        progress(f"refitting {win.label} on all {len(ds)} rows")
+    chooser = None
+    if win.kind == "classifier":
+        clf = fit_all(win, ds, objective, x)
+        assert isinstance(clf, SettingClassifier)
+        chooser = clf
+        best_reg = next((r for r in report.rows if r.kind == "regressor"), None)
+        if best_reg is None:
+            raise ConfigError("a classifier won but no regressor was cross-validated to give the figures",
+                              "include at least one regressor among the candidates")
+        reg_spec = by_label[best_reg.label]
+        if progress:
+            progress(f"refitting {reg_spec.label} for the figures")
+    else:
+        reg_spec = win
+    model = fit_all(reg_spec, ds, objective, x)
+    assert isinstance(model, RegressorModel)
+    settings = list(dict.fromkeys(ds.settings))
+    if MAXN in settings:
+        settings.remove(MAXN)
+        settings.insert(0, MAXN)
+    training = {
+        **ds.summary(),
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "objective": objective.spec,
+        "splits": len(report.folds),
+        "python": platform.python_version(),
+        "command": command,
+    }
+    selector = Selector(
+        model=model, chooser=chooser, encoder=ds.encoder, candidates=settings, source=ds.source,
+        source_column=ds.source_column, winner=win.label, cv_table=report.table(), objective=objective.spec,
+        training=training, power_floor_w=POWER_FLOOR_SHARE * float(ds.power_w.min()), ranges=_ranges(ds),
+    )
+    return selector, report
+
+
+__all__ = ["Choice", "Confidence", "Prediction", "Selector", "selector_schema", "train_selector"]

@@ -1,0 +1,116 @@
+"""Selector features: workload description, setting encoding, the feature schema."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.device.twin.profile import load_profile
+from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.errors import ConfigError
+from engine.selector.candidates import log_columns
+from engine.selector.dataset import head_representatives, profile_settings
+from engine.selector.features import (
+    FEATURE_COLUMNS,
+    LOG_COLUMNS,
+    N_WORKLOAD_COLUMNS,
+    SettingEncoder,
+    WorkloadFeatures,
+    describe_workload,
+    feature_matrix,
+    feature_schema,
+)
+
+MHZ = 1_000_000
+
+
+@pytest.fixture(autouse=True)
+def _trace_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return SettingEncoder.from_profile(load_profile("agx-orin-64gb"))
+
+
+def test_describe_zoo_workload_uses_entry_defaults_and_trace():
+    w, trace = describe_workload("bert-tiny", "SST-2")
+    assert (w.model, w.task, w.family) == ("bert-tiny", "sst2", "bert")
+    assert (w.batch_size, w.seq_len, w.precision) == (32, 128, "fp32")  # the zoo entry's defaults
+    assert (w.layers, w.hidden, w.heads) == (2, 128, 2)
+    assert w.params == 4_386_178  # the zoo's count for a 2-label head
+    assert w.flops == trace.flops > 0 and w.bytes == trace.bytes and w.kernels == trace.kernels
+    assert w.arithmetic_intensity == pytest.approx(trace.flops / trace.bytes)
+    assert w.key == "bert-tiny|sst2|32|128|fp32|full"
+    assert w.shape_key == "bert-tiny|32|128|fp32|full"  # the task is not part of the CV group
+
+
+def test_describe_out_of_zoo_shape_and_tasks():
+    cfg = {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+           "num_attention_heads": 6, "intermediate_size": 1536, "max_position_embeddings": 512, "type_vocab_size": 2}
+    w2, _ = describe_workload("bert-L6-H384", "sst2", batch_size=16, seq_len=64, config=cfg)
+    w3, _ = describe_workload("bert-L6-H384", "mnli", batch_size=16, seq_len=64, config=cfg)
+    wr, _ = describe_workload("bert-L6-H384", "stsb", batch_size=16, seq_len=64, config=cfg)
+    assert (w2.layers, w2.hidden, w2.heads) == (6, 384, 6)
+    assert (w2.task_num_labels, w3.task_num_labels, wr.task_num_labels, wr.task_regression) == (2, 3, 1, True)
+    assert w3.params > w2.params > wr.params  # the head grows with the labels
+    with pytest.raises(ConfigError, match="exceeds"):
+        describe_workload("bert-L6-H384", "sst2", seq_len=1024, config=cfg)
+
+
+def test_bitfit_trains_fewer_parameters():
+    full, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32)
+    bitfit, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32, mode="bitfit")
+    assert bitfit.params == full.params and bitfit.trainable_params < full.trainable_params / 10
+    assert bitfit.mode == "bitfit" and bitfit.row()[FEATURE_COLUMNS.index("mode_bitfit")] == 1.0
+
+
+def test_setting_encoding_flags_governors_with_nominal_clocks(encoder):
+    row = dict(zip(FEATURE_COLUMNS[N_WORKLOAD_COLUMNS:], encoder.row(DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0))))
+    assert row["gpu_governor"] == 0.0 and row["gpu_ghz"] == pytest.approx(0.816)
+    assert row["cpu_governor"] == 1.0 and row["cpu_ghz"] == pytest.approx(2.2016)  # governor: the mode's top
+    assert row["emc_governor"] == 1.0 and row["emc_ghz"] == pytest.approx(3.199)
+    maxn = dict(zip(FEATURE_COLUMNS[N_WORKLOAD_COLUMNS:], encoder.row(MAXN)))
+    assert maxn["gpu_governor"] == 1.0 and maxn["gpu_ghz"] == pytest.approx(1.3005)
+    # A capped mode: the nominal value of a governed domain is the cap (MODE_15W: GPU 408 MHz).
+    assert encoder.nominal(DvfsSetting(nvpmodel=1))[0] == 408 * MHZ
+    pinned = dict(zip(FEATURE_COLUMNS[N_WORKLOAD_COLUMNS:], encoder.row(MAXN_PINNED)))
+    assert pinned["jetson_clocks"] == 1.0 and pinned["gpu_governor"] == 0.0
+
+
+def test_feature_matrix_and_schema(encoder):
+    w, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32)
+    settings = profile_settings(load_profile("agx-orin-64gb"), "gpu")
+    assert settings[0] == MAXN and len(settings) == 12
+    x = feature_matrix([w] * len(settings), list(settings), encoder)
+    assert x.shape == (12, len(FEATURE_COLUMNS))
+    assert np.all(x[:, :N_WORKLOAD_COLUMNS] == x[0, :N_WORKLOAD_COLUMNS])  # one workload
+    assert sorted(x[1:, FEATURE_COLUMNS.index("gpu_ghz")]) == pytest.approx([f / 1e3 for f in
+                                                                              (306, 408, 510, 612, 714, 816, 918,
+                                                                               1020, 1122, 1224, 1300.5)])
+    logged = log_columns(x)
+    assert logged[0, FEATURE_COLUMNS.index("flops")] == pytest.approx(math.log(w.flops))
+    assert logged[0, FEATURE_COLUMNS.index("gpu_governor")] == 1.0  # flags are not logged
+    schema = feature_schema()
+    assert schema["columns"] == list(FEATURE_COLUMNS) and schema["version"] >= 1
+    assert set(schema["log_columns"]) == {FEATURE_COLUMNS[i] for i in LOG_COLUMNS}
+    with pytest.raises(ConfigError):
+        feature_matrix([w], [], encoder)
+
+
+def test_workload_features_validate_and_round_trip():
+    w, _ = describe_workload("pythia-14m", "rte", batch_size=8, seq_len=32)
+    assert w.family == "pythia" and w.row()[0] == 1.0
+    assert WorkloadFeatures.from_json(w.to_json()) == w
+    with pytest.raises(ConfigError):
+        WorkloadFeatures.from_json({**w.to_json(), "family": "t5"})
+    with pytest.raises(ConfigError):
+        WorkloadFeatures.from_json({**w.to_json(), "surprise": 1})
+
+
+def test_tasks_sharing_a_head_are_represented_once():
+    reps = head_representatives(["sst2", "cola", "mnli", "stsb", "rte"])
+    assert reps == {"sst2": ["sst2", "cola", "rte"], "mnli": ["mnli"], "stsb": ["stsb"]}

@@ -1,0 +1,144 @@
+"""Selector files: joblib + sidecar, verified before unpickling; where the selector comes from."""
+
+from __future__ import annotations
+
+import json
+
+import joblib
+import pytest
+
+from engine.dvfs.space import MAXN
+from engine.selector.candidates import CandidateSpec
+from engine.selector.dataset import from_twin_zoo
+from engine.selector.features import FEATURE_SCHEMA_VERSION, describe_workload
+from engine.selector.persistence import (
+    DEFAULT_NAME,
+    SelectorFileError,
+    load_selector,
+    resolve_selector_path,
+    save_selector,
+    sha256_file,
+    shipped_selector_dir,
+    sidecar_path,
+    verify_selector_file,
+)
+from engine.selector.selector import Selector, train_selector
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trace_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def selector():
+    ds = from_twin_zoo(models=["bert-tiny", "pythia-14m"], tasks=["sst2"], batch_sizes=(8, 32), seq_lens=(32,),
+                       precisions=("fp32",))
+    sel, _report = train_selector(ds, candidates=(CandidateSpec("ridge-poly", "time+power", small=True),),
+                                  n_splits=2)
+    return sel
+
+
+@pytest.fixture
+def saved(selector, tmp_path):
+    return save_selector(selector, tmp_path / "mine.joblib")
+
+
+@pytest.fixture
+def no_unpickling(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("joblib.load was called on a file that failed verification")
+
+    monkeypatch.setattr(joblib, "load", refuse)
+
+
+def test_round_trip_with_sidecar(saved, selector):
+    side = json.loads(sidecar_path(saved).read_text())
+    assert side["format"] == "slm-dvfs-selector" and side["joblib_sha256"] == sha256_file(saved)
+    assert side["feature_schema"]["version"] == FEATURE_SCHEMA_VERSION
+    assert side["feature_schema"]["columns"] == selector.schema["columns"]
+    assert {"scikit-learn", "numpy", "joblib", "python", "slm-dvfs"} <= set(side["versions"])
+    assert side["training"]["digest"] and side["training"]["rows"] == 2 * 2 * 12
+    assert side["cv_table"][0]["label"] == "ridge-poly/time+power" and side["label"] == "twin-trained"
+    loaded = load_selector(saved)
+    assert isinstance(loaded, Selector) and loaded.path == saved
+    w, _ = describe_workload("bert-tiny", "sst2", batch_size=16, seq_len=32)
+    assert [p.energy_per_sample for p in loaded.predict(w)] == [p.energy_per_sample for p in selector.predict(w)]
+    assert loaded.choose(w).setting == selector.choose(w).setting
+
+
+def test_a_flipped_byte_is_refused_before_unpickling(saved, no_unpickling):
+    data = bytearray(saved.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    saved.write_bytes(bytes(data))
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(saved)
+    assert "SHA-256" in err.value.what and "not loaded" in err.value.what
+    assert "train-selector" in err.value.remedy
+
+
+def test_a_changed_schema_is_refused(saved, no_unpickling):
+    side_path = sidecar_path(saved)
+    side = json.loads(side_path.read_text())
+    side["feature_schema"]["columns"] = side["feature_schema"]["columns"][:-1]  # a column dropped
+    side_path.write_text(json.dumps(side))
+    with pytest.raises(SelectorFileError, match="other features"):
+        load_selector(saved)
+    side["feature_schema"] = {**json.loads(json.dumps(side["feature_schema"])), "version": FEATURE_SCHEMA_VERSION + 1}
+    side_path.write_text(json.dumps(side))
+    with pytest.raises(SelectorFileError, match="other features"):
+        verify_selector_file(saved)
+
+
+def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):
+    side_path = sidecar_path(saved)
+    side_path.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(SelectorFileError, match="not an slm-dvfs selector sidecar"):
+        load_selector(saved)
+    side_path.unlink()
+    with pytest.raises(SelectorFileError, match="no sidecar"):
+        load_selector(saved)
+
+
+def test_a_verified_file_of_the_wrong_kind_is_refused(saved, selector, tmp_path):
+    # A pickle that is not a Selector, with a sidecar whose digest matches: still refused after loading.
+    other = tmp_path / "other.joblib"
+    joblib.dump({"not": "a selector"}, other)
+    side = json.loads(sidecar_path(saved).read_text())
+    side["joblib_sha256"] = sha256_file(other)
+    sidecar_path(other).write_text(json.dumps(side))
+    with pytest.raises(SelectorFileError, match="does not hold a selector"):
+        load_selector(other)
+
+
+def test_where_the_selector_comes_from(selector, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    shipped = shipped_selector_dir() / DEFAULT_NAME
+    if shipped.is_file():
+        assert resolve_selector_path() == shipped
+    user = save_selector(selector, None)  # train-selector's default: the user's data dir
+    assert user == tmp_path / "data" / "selectors" / DEFAULT_NAME
+    assert resolve_selector_path() == user  # the user's selector takes precedence over the shipped one
+    assert resolve_selector_path(tmp_path / "data" / "selectors") == user  # a folder means its default.joblib
+    with pytest.raises(SelectorFileError, match="no selector file"):
+        resolve_selector_path(tmp_path / "nope.joblib")
+    monkeypatch.setattr("engine.selector.persistence.shipped_selector_dir", lambda: tmp_path / "empty")
+    user.unlink()
+    with pytest.raises(SelectorFileError) as err:
+        resolve_selector_path()
+    assert "no selector available" in err.value.what and "slm-dvfs train-selector" in err.value.remedy
+
+
+def test_the_shipped_selector_is_twin_trained_and_verified():
+    path = shipped_selector_dir() / DEFAULT_NAME
+    side = verify_selector_file(path)
+    assert side["source"] == "twin" and side["label"] == "twin-trained"
+    assert path.stat().st_size < 5 * 1024 * 1024
+    assert {"bert-base-uncased", "pythia-410m"} <= set(side["training"]["models"])
+    sel = load_selector(path)
+    w, _ = describe_workload("bert-base-uncased", "sst2")
+    choice = sel.choose(w)
+    assert choice.setting != MAXN and choice.setting.gpu_hz is not None and choice.saving > 0
+    assert not choice.confidence.extrapolating and choice.confidence.level in ("high", "medium")

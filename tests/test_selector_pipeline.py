@@ -1,0 +1,251 @@
+"""The selector end to end on small twin data: dataset, leak-free CV, training, choosing,
+probes, and training from the results store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.device.twin.profile import load_profile
+from engine.dvfs.objectives import Objective, parse_objective
+from engine.dvfs.space import MAXN
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.selector.candidates import CandidateSpec, default_candidates
+from engine.selector.dataset import from_store, from_twin_zoo, profile_settings
+from engine.selector.features import describe_workload
+from engine.selector.selection import choose, cross_validate, cv_folds
+from engine.selector.selector import train_selector
+from engine.sweep import fast_sweep
+
+SMALL = dict(models=["bert-tiny", "bert-mini", "pythia-14m"], tasks=["sst2", "mnli"], batch_sizes=(8, 32),
+             seq_lens=(32,), precisions=("fp32",))
+FAST = (CandidateSpec("ridge-poly", "time+power", small=True), CandidateSpec("ridge-poly", "time+energy", small=True),
+        CandidateSpec("knn", "time+power", small=True), CandidateSpec("rf-classifier", "setting", small=True))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _trace_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
+        yield
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return from_twin_zoo(**SMALL)
+
+
+@pytest.fixture(scope="module")
+def trained(ds):
+    return train_selector(ds, candidates=FAST, n_splits=3)
+
+
+def truth(workload, trace):
+    settings = profile_settings(load_profile("agx-orin-64gb"), "gpu")
+    return dict(fast_sweep(trace, load_profile("agx-orin-64gb"), settings))
+
+
+def test_twin_zoo_dataset(ds):
+    assert len(ds) == 3 * 2 * 2 * 12  # models x tasks (two heads) x batches x settings
+    assert ds.source == "twin" and set(ds.sources) == {Source.TWIN} and not ds.source_column
+    assert len(ds.by_workload()) == 12 and len(set(ds.groups().tolist())) == 6  # a group holds a shape's tasks
+    assert np.allclose(ds.energy_per_sample, ds.time_per_sample * ds.power_w)
+    # Against fast_sweep itself: the dataset holds exactly the twin's per-sample figures.
+    w, trace = describe_workload("bert-mini", "sst2", batch_size=32, seq_len=32)
+    rows = ds.by_workload()[w.key]
+    direct = truth(w, trace)
+    for i in rows:
+        m = direct[ds.settings[i]]
+        assert ds.time_per_sample[i] == pytest.approx(m.seconds_per_sample)
+        assert ds.energy_per_sample[i] == pytest.approx(m.joules_per_sample)
+    summary = ds.summary()
+    assert summary["digest"] == ds.digest() and len(summary["digest"]) == 64
+    assert ds.subset(rows).digest() != ds.digest()
+
+
+def test_cv_never_leaks_a_workload_across_folds(ds):
+    folds = cv_folds(ds, n_splits=5)
+    assert len(folds) == 5
+    tested = np.concatenate([te for _tr, te in folds])
+    assert sorted(tested.tolist()) == list(range(len(ds)))  # every row held out exactly once
+    for train, test in folds:
+        assert not set(train.tolist()) & set(test.tolist())
+        for keyf in (lambda w: w.key, lambda w: w.shape_key):
+            assert not {keyf(ds.workloads[i]) for i in train} & {keyf(ds.workloads[i]) for i in test}
+    # Too few workloads to hold one out is an error, not a silent leak.
+    one = ds.subset(ds.by_workload()[next(iter(ds.by_workload()))])
+    with pytest.raises(ConfigError, match="at least 2 workloads"):
+        cv_folds(one)
+
+
+def test_cross_validation_ranks_by_regret_of_choices(ds):
+    report = cross_validate(ds, FAST, n_splits=3)
+    assert [r.label for r in report.rows] == sorted([r.label for r in report.rows],
+                                                    key=lambda lbl: next(r for r in report.rows
+                                                                         if r.label == lbl).rank_key())
+    for row in report.rows:
+        outs = report.outcomes[row.label]
+        assert row.workloads == len(outs) == 12
+        assert min(o.regret for o in outs) >= -1e-12  # nothing beats the oracle
+        assert row.mean_regret == pytest.approx(np.mean([o.regret for o in outs]))
+        assert row.worst_regret == pytest.approx(max(o.regret for o in outs))
+        if row.kind == "classifier":
+            assert row.mape_energy is None
+        else:
+            assert all(np.isfinite(v) and v > 0 for v in (row.mape_time, row.mape_power, row.mape_energy))
+    # An outcome's regret, recomputed from the rows by hand.
+    o = report.outcomes[report.winner.label][0]
+    rows = ds.by_workload()[o.workload]
+    e = {ds.settings[i]: ds.energy_per_sample[i] for i in rows}
+    assert o.oracle == min(e, key=e.get)
+    assert o.regret == pytest.approx(e[o.chosen] / e[o.oracle] - 1)
+    assert o.oracle_saving == pytest.approx(1 - e[o.oracle] / e[MAXN])
+
+
+def test_choose_respects_objective(ds):
+    rows = ds.by_workload()[next(iter(ds.by_workload()))]
+    settings = [ds.settings[i] for i in rows]
+    t, e = ds.time_per_sample[rows], ds.energy_per_sample[rows]
+    best_e = choose(settings, t, e, Objective(), Source.TWIN)
+    best_t = choose(settings, t, e, parse_objective("eta:0"), Source.TWIN)
+    assert best_e == settings[int(np.argmin(e))] and best_t == settings[int(np.argmin(t))]
+    within = choose(settings, t, e, parse_objective("energy@0%"), Source.TWIN)
+    assert t[settings.index(within)] <= t[settings.index(MAXN)] * (1 + 1e-9)
+
+
+def test_train_and_choose_for_an_unseen_workload(ds, trained):
+    selector, report = trained
+    assert selector.winner == report.winner.label and selector.source == "twin"
+    assert selector.candidates[0] == MAXN and len(selector.candidates) == 12
+    w, trace = describe_workload("bert-mini", "sst2", batch_size=16, seq_len=32)  # batch 16: not in training
+    assert w.key not in ds.by_workload()
+    choice = selector.choose(w)
+    assert choice.setting in selector.candidates
+    assert choice.predicted.source == Source.PREDICTED and choice.maxn.setting == MAXN
+    assert choice.saving == pytest.approx(1 - choice.predicted.energy_per_sample / choice.maxn.energy_per_sample)
+    assert choice.confidence.level in ("high", "medium") and not choice.confidence.extrapolating
+    real = truth(w, trace)
+    oracle = min(real.values(), key=lambda m: m.joules_per_sample)
+    regret = real[choice.setting].joules_per_sample / oracle.joules_per_sample - 1
+    assert regret < 0.05, f"regret {regret:.3%} on an interpolated workload"
+    # Predicted energies follow the twin within the CV error band.
+    for p in selector.predict(w):
+        assert p.energy_per_sample == pytest.approx(real[p.setting].joules_per_sample, rel=0.35)
+    out = choice.to_json()
+    assert out["predicted"]["source"] == "predicted" and out["saving_source"] == "predicted"
+    # Far outside the training shapes, the selector says so.
+    big, _ = describe_workload("bert-base-uncased", "sst2", batch_size=32, seq_len=32)
+    far = selector.choose(big)
+    assert far.confidence.level == "low" and "hidden" in far.confidence.extrapolating
+
+
+def test_probes_measure_on_the_twin_and_correct(trained):
+    selector, _ = trained
+    w, trace = describe_workload("pythia-14m", "sst2", batch_size=16, seq_len=32)
+    profile = load_profile("agx-orin-64gb")
+    calls = []
+
+    def measure(setting):
+        calls.append(setting)
+        return fast_sweep(trace, profile, [setting], steps=2)[0][1]
+
+    plan = selector.probe_plan(w, probes=3, as_source=Source.TWIN)
+    choice = selector.choose(w, probes=3, measure=measure, as_source=Source.TWIN)
+    assert calls == plan and len(set(plan)) == 3
+    assert [s for s, _ in choice.probes] == plan and all(m.source == Source.TWIN for _, m in choice.probes)
+    # Probed settings carry their measured figures, labelled with the probe's source.
+    by = {p.setting: p for p in choice.top}
+    for s, m in choice.probes:
+        if s in by:
+            assert by[s].source == Source.TWIN and by[s].energy_per_sample == pytest.approx(m.joules_per_sample)
+    assert choice.correction is not None
+    real = truth(w, trace)
+    oracle = min(real.values(), key=lambda m: m.joules_per_sample)
+    assert real[choice.setting].joules_per_sample / oracle.joules_per_sample - 1 < 0.05
+    with pytest.raises(ConfigError, match="nothing to measure"):
+        selector.choose(w, probes=1)
+    with pytest.raises(ConfigError):
+        selector.choose(w, probes=4, measure=measure)
+
+
+def test_train_from_the_store(tmp_path, ds):
+    from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+
+    profile = load_profile("agx-orin-64gb")
+    settings = profile_settings(profile, "gpu")
+    twin_dev = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0000 (AGX Orin 64GB)",
+                            profile="agx-orin-64gb", is_twin=True)
+    board = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0000 (AGX Orin 64GB)", is_twin=False)
+    with Store(tmp_path / "results.sqlite") as store:
+        with pytest.raises(ConfigError, match="no twin sweep points"):
+            from_store(store, source="twin")
+        for model in ("bert-tiny", "pythia-14m"):
+            for batch in (8, 32):
+                w, trace = describe_workload(model, "sst2", batch_size=batch, seq_len=32)
+                rec = WorkloadRecord.from_trace(trace, "sst2", family=w.family)
+                for src, dev, rails in ((Source.TWIN, twin_dev, "all"), (Source.TWIN, twin_dev, "gpu+cpu")):
+                    sweep = store.find_or_create_sweep(device=dev, workload=rec, space={"space": "gpu", "rails": rails},
+                                                       warmup_steps=1, steps=2, repeats=2, source=src)
+                    for repeat in range(2):
+                        for s, m in fast_sweep(trace, profile, settings, steps=2):
+                            scale = 1.0 if rails == "all" else 0.5  # other rails: other energies
+                            store.add_point(SweepPoint(sweep.id, s.to_json(), repeat, m.time_s, m.energy_j * scale,
+                                                       m.samples))
+                    store.finish_sweep(sweep.id)
+        # One measured sweep on a "board" (the same figures, labelled measured).
+        sweep = store.find_or_create_sweep(device=board, workload=rec, space={"space": "gpu", "rails": "all"},
+                                           warmup_steps=1, steps=2, repeats=1, source=Source.MEASURED)
+        for s, m in fast_sweep(trace, profile, settings, steps=2):
+            store.add_point(SweepPoint(sweep.id, s.to_json(), 0, m.time_s, m.energy_j * 1.1, m.samples))
+
+        twin = from_store(store, source="twin")
+        measured = from_store(store, source="measured")
+        both = from_store(store, source="both")
+    assert twin.source == "twin" and len(twin) == 4 * 12 and twin.space == "gpu"  # repeats pooled, rails "all" only
+    reference = {(w.key, s): e for w, s, e in zip(ds.workloads, ds.settings, ds.energy_per_sample)}
+    for w, s, e in zip(twin.workloads, twin.settings, twin.energy_per_sample):
+        if (w.key, s) in reference:
+            assert e == pytest.approx(reference[(w.key, s)])
+    assert measured.source == "measured" and len(measured) == 12
+    assert both.source_column and both.columns[-1] == "source_measured" and len(both) == 5 * 12
+    assert set(both.X()[:, -1]) == {0.0, 1.0}
+    selector, _ = train_selector(both, candidates=FAST[:1], n_splits=2)
+    assert selector.source == "both" and selector.schema["columns"][-1] == "source_measured"
+    w, _trace = describe_workload("pythia-14m", "sst2", batch_size=32, seq_len=32)
+    on_board = selector.predict(w, [MAXN], as_source=Source.MEASURED)[0]
+    on_twin = selector.predict(w, [MAXN], as_source=Source.TWIN)[0]
+    assert on_board.energy_per_sample > on_twin.energy_per_sample  # learnt the board's 10% more energy
+
+
+def test_gpu_and_emc_space(ds):
+    profile = load_profile("agx-orin-64gb")
+    space = profile_settings(profile, "gpu+emc")
+    assert len(space) == 1 + 11 * 4 and space[0] == MAXN  # MAXN, then GPU steps x EMC rates
+    small = from_twin_zoo(models=["bert-tiny", "bert-mini"], tasks=["sst2"], batch_sizes=(8, 32), seq_lens=(32,),
+                          precisions=("fp32",), space="gpu+emc")
+    assert len(small) == 4 * 45 and small.space == "gpu+emc"
+    selector, _ = train_selector(small, candidates=(CandidateSpec("extra-trees", "time+energy", small=True),),
+                                 n_splits=2)
+    w, trace = describe_workload("bert-tiny", "sst2", batch_size=16, seq_len=32)
+    choice = selector.choose(w)
+    assert choice.setting.emc_hz in profile.emc.table_hz and choice.setting.gpu_hz in profile.gpu.table_hz
+    real = dict(fast_sweep(trace, profile, space))
+    oracle = min(real.values(), key=lambda m: m.joules_per_sample)
+    assert real[choice.setting].joules_per_sample / oracle.joules_per_sample - 1 < 0.10
+
+
+def test_default_candidates_cover_the_issue():
+    labels = {c.label for c in default_candidates()}
+    for name in ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-gb", "mlp"):
+        assert {f"{name}/time+power", f"{name}/time+energy"} <= labels
+    assert "rf-classifier" in labels
+    with pytest.raises(ConfigError):
+        default_candidates(names=["xgboost"])
+
+
+@pytest.mark.slow
+def test_every_candidate_fits_and_predicts(ds):
+    report = cross_validate(ds, default_candidates(small=True), n_splits=3)
+    assert len(report.rows) == 17
+    assert all(np.isfinite(r.mean_regret) for r in report.rows)

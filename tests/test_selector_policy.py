@@ -1,0 +1,196 @@
+"""The `ml` policy and the `train-selector` / `select` commands."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from engine.cli import main
+from engine.device.twin.orin import VirtualOrin
+from engine.device.twin.profile import load_profile
+from engine.dvfs.objectives import parse_objective
+from engine.dvfs.policies import PolicyContext, make_policy, unregister_policy
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.selector import register_ml_policy
+from engine.selector.features import describe_workload
+from engine.selector.persistence import sidecar_path
+from engine.selector.policy import MLPolicy, workload_features
+from engine.sweep import fast_sweep
+
+TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
+         "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--quick",
+         "--candidates", "ridge-poly,knn", "--splits", "2"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _env(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
+        mp.setenv("SLM_DVFS_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sel") / "small.joblib"
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        assert main(TRAIN + ["--out", str(out)]) == 0
+    return out, text.getvalue()
+
+
+@pytest.fixture(scope="module")
+def trained(trained_run):
+    return trained_run[0]
+
+
+@pytest.fixture(scope="module")
+def device():
+    with VirtualOrin() as twin:
+        yield twin.device()
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return describe_workload("bert-tiny", "sst2", batch_size=16, seq_len=32)
+
+
+def test_train_selector_command_prints_the_cv_table_and_saves(trained_run):
+    path, out = trained_run
+    side = json.loads(sidecar_path(path).read_text())
+    assert side["source"] == "twin" and len(side["cv_table"]) == 4
+    assert side["training"]["command"]["from_twin_zoo"] is True
+    lines = out.splitlines()
+    assert "cross-validation on twin data" in lines[0] and "mean regret" in lines[1]
+    assert [ln.split()[1] for ln in lines[2:6]] == [r["label"] for r in side["cv_table"]]
+    assert f"Winner: {side['winner']}" in out and str(path) in out and "twin-trained" in out
+
+
+def test_train_selector_json_and_option_errors(tmp_path, capsys):
+    assert main(TRAIN + ["--out", str(tmp_path / "s.joblib"), "--json", "--candidates", "knn"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["winner"].startswith("knn/") and [r["label"] for r in report["cv_table"]] \
+        and report["saved"].endswith("s.joblib")
+    assert main(["train-selector", "--models", "bert-tiny"]) == 2  # zoo options without --from-twin-zoo
+    assert main(["train-selector", "--from-twin-zoo", "--source", "measured"]) == 2
+    assert main(["train-selector", "--db", str(tmp_path / "none.sqlite")]) == 2  # no store there
+    err = capsys.readouterr().err
+    assert "--from-twin-zoo" in err and "What to do" in err
+
+
+def test_select_command(trained, capsys):
+    args = ["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
+            "--selector", str(trained)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "Chosen:" in text and "Expected saving" in text and "[predicted]" in text and "Confidence:" in text
+    assert main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["predicted"]["source"] == "predicted" and data["maxn"]["setting"] == MAXN.to_json()
+    assert data["confidence"]["source"] == "predicted" and data["selector"]["source"] == "twin"
+    assert data["expected_saving"] == pytest.approx(
+        1 - data["predicted"]["energy_per_sample_j"] / data["maxn"]["energy_per_sample_j"])
+    assert main(args + ["--json", "--probes", "2", "--twin"]) == 0
+    probed = json.loads(capsys.readouterr().out)
+    assert len(probed["probes"]) == 2 and all(p["measurement"]["source"] == "twin" for p in probed["probes"])
+    assert main(args + ["--probes", "1"]) == 2  # nowhere to measure
+    assert "--twin" in capsys.readouterr().err
+    assert main(args[:-1] + [str(trained.parent / "missing.joblib")]) == 2
+
+
+def test_ml_policy_registered_on_import(trained, device, workload):
+    register_ml_policy()
+    policy = make_policy(f"ml:{trained}")
+    assert isinstance(policy, MLPolicy) and policy.name == "ml" and not policy.profiling
+    ctx = PolicyContext(device, parse_objective("energy"), workload=workload[0])
+    setting = policy.initial(ctx)
+    expected = policy.selector.choose(workload[0], parse_objective("energy"), as_source=Source.TWIN)
+    assert setting == expected.setting and policy.on_step_end(1, None) is None
+    info = policy.describe()
+    assert info["setting"] == setting.to_json() and info["choice"]["predicted"]["source"] == "predicted"
+    assert info["selector_trained_on"] == "twin" and "expected saving" in info["reason"]
+    json.dumps(info)
+    with pytest.raises(ConfigError):
+        make_policy(f"ml:{trained}", probes=5)
+    with pytest.raises(ConfigError):
+        make_policy(f"ml:{trained}", selector=str(trained))
+    spec = make_policy(f"ml:probes=2,warmup=0,measure=3,selector={trained}")
+    assert (spec.probes, spec.warmup_steps, spec.measure_steps, spec.path) == (2, 0, 3, trained)
+    for bad in ("ml:probes=two", "ml:speed=3", f"ml:probes=1,probes=2,selector={trained}"):
+        with pytest.raises(ConfigError):
+            make_policy(bad)
+    with pytest.raises(ConfigError, match="no selector file"):
+        make_policy("ml:/nonexistent/sel.joblib")
+
+
+def test_ml_policy_probes_in_the_first_steps(trained, device, workload):
+    w, trace = workload
+    profile = load_profile("agx-orin-64gb")
+    policy = make_policy(f"ml:{trained}", probes=2, warmup_steps=1, measure_steps=2)
+    ctx = PolicyContext(device, parse_objective("energy"), workload=w)
+    current = policy.initial(ctx)
+    plan = policy.selector.probe_plan(w, parse_objective("energy"), probes=2, as_source=Source.TWIN)
+    assert current == plan[0] and policy.profiling
+    seen, step, final = [current], 0, None
+    while policy.profiling:
+        step += 1
+        cost = fast_sweep(trace, profile, [current], steps=1)[0][1]
+        nxt = policy.on_step_end(step, cost)
+        if nxt is not None:
+            current = nxt
+            seen.append(nxt)
+        final = current
+    assert step == 2 * 3  # two windows of 1 warm-up + 2 measured steps
+    assert seen[:2] == plan
+    assert final == policy.setting and len(policy.choice.probes) == 2
+    assert all(m.source == Source.TWIN for _s, m in policy.choice.probes)
+    assert policy.choice.probes[0][1].samples == 2 * 16  # the two measured steps, not the warm-up
+    assert policy.describe()["probe_steps"] == 6
+
+
+def test_ml_policy_without_a_cost_on_a_probe_step(trained, device, workload):
+    policy = make_policy(f"ml:{trained}", probes=1, warmup_steps=0, measure_steps=1)
+    policy.initial(PolicyContext(device, parse_objective("energy"), workload=workload[0]))
+    with pytest.raises(Exception, match="no time/energy"):
+        policy.on_step_end(1, None)
+
+
+def test_workload_features_from_what_the_experiment_passes(workload):
+    w, trace = workload
+    from engine.simulate import Workload
+
+    sim = Workload(model="bert-tiny", task="sst2", family="bert", batch_size=16, seq_len=32, precision="fp32",
+                   mode="full", trace=trace, total_params=w.params, spec="bert-tiny")
+    assert workload_features(sim) == w
+    assert workload_features({"model": "bert-tiny", "task": "sst2", "batch_size": 16, "seq_len": 32,
+                              "precision": "fp32"}) == w
+    with pytest.raises(ConfigError):
+        workload_features(None)
+
+
+def test_unregistered_ml_falls_back_to_the_plug_point(trained):
+    unregister_policy("ml")
+    try:
+        with pytest.raises(ConfigError, match="no selector available"):
+            make_policy("ml")
+    finally:
+        register_ml_policy()
+    assert isinstance(make_policy(f"ml:{trained}"), MLPolicy)
+    assert DvfsSetting(gpu_hz=816_000_000, nvpmodel=0) in MLPolicy(trained).selector.candidates
+
+
+def test_make_policy_finds_ml_without_importing_the_selector_first(tmp_path):
+    # A fresh interpreter, as `slm-dvfs run --policy ml` is: make_policy's lazy hook registers it.
+    code = ("import sys; from engine.dvfs.policies import make_policy; p = make_policy('ml'); "
+            "assert 'sklearn' not in sys.modules; print(type(p).__name__, p.path.name)")
+    env = {**os.environ, "SLM_DVFS_DATA_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["MLPolicy", "default.joblib"]

@@ -1,0 +1,123 @@
+"""Probes: which settings are probed, and how their residuals correct the predictions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.dvfs.objectives import Measurement, parse_objective
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.provenance import Source
+from engine.selector.probes import Prediction, apply_correction, fit_correction, plan_probes, rank, run_probes
+
+MHZ = 1_000_000
+CLOCKS = (306, 408, 510, 612, 714, 816, 918, 1020, 1122, 1224, 1300.5)
+FLOOR = 8.0
+
+
+def gpu(mhz: float) -> DvfsSetting:
+    return DvfsSetting(gpu_hz=int(mhz * MHZ), nvpmodel=0)
+
+
+def x_of(s: DvfsSetting) -> float:
+    return math.log((s.gpu_hz or 1_300_500_000) / 1e9)
+
+
+def predictions(best_mhz: float = 714) -> list[Prediction]:
+    """A convex energy curve with its minimum at best_mhz; MAXN as fast as the top clock."""
+    out = []
+    for f in CLOCKS:
+        t = 0.01 * (1300.5 / f) ** 0.6
+        e = 0.2 * (1 + 0.5 * (math.log(f / best_mhz)) ** 2)
+        out.append(Prediction(gpu(f), t, e / t, e))
+    top = out[-1]
+    out.append(Prediction(MAXN, top.time_per_sample, top.power_w * 1.02, top.energy_per_sample * 1.02))
+    return out
+
+
+def ranked(preds, objective="energy"):
+    return rank(preds, parse_objective(objective), next(p for p in preds if p.setting == MAXN))
+
+
+def test_rank_puts_maxn_after_the_feasible_pinned_settings():
+    preds = predictions(714)
+    cheap_maxn = [p if p.setting != MAXN else Prediction(MAXN, p.time_per_sample, 1.0, p.time_per_sample)
+                  for p in preds]  # MAXN predicted cheapest of all
+    r = ranked(cheap_maxn)
+    assert r[11].setting == MAXN and r[0].setting == gpu(714)  # pinned first: MAXN is the baseline
+    limited = ranked(preds, "energy@10%")
+    feasible = [p.setting for p in limited[:limited.index(next(p for p in limited if p.setting == MAXN))]]
+    assert feasible == [gpu(1122), gpu(1224), gpu(1300.5)]  # within 10% of MAXN's time, by cost
+    assert all(p.setting.gpu_hz < 1122 * MHZ for p in limited[4:])  # too slow: after MAXN
+
+
+def test_plan_is_the_best_then_its_neighbours():
+    r = ranked(predictions(714))
+    assert plan_probes(r, 1, x_of) == [gpu(714)]
+    assert plan_probes(r, 3, x_of) == [gpu(714), gpu(612), gpu(816)]
+    assert plan_probes(r, 0, x_of) == []
+    # At the bottom of the table there is no lower neighbour: the next-ranked setting fills in.
+    low = plan_probes(ranked(predictions(306)), 3, x_of)
+    assert low[:2] == [gpu(306), gpu(408)] and len(set(low)) == 3 and MAXN not in low
+    # With a slowdown limit, MAXN's time decides feasibility: it is probed second.
+    limited = ranked(predictions(714), "energy@10%")  # 1122 MHz: the lowest clock within 10% of MAXN
+    assert plan_probes(limited, 3, x_of, baseline=True) == [gpu(1122), MAXN, gpu(1020)]
+    with pytest.raises(ConfigError):
+        plan_probes(r, 4, x_of)
+
+
+def truth_of(p: Prediction, a_t: float, a_p: float, b_t: float = 0.0, b_p: float = 0.0, x0: float = 0.0) -> Measurement:
+    dx = x_of(p.setting) - x0
+    t = p.time_per_sample * math.exp(a_t + b_t * dx)
+    power = FLOOR + (p.power_w - FLOOR) * math.exp(a_p + b_p * dx)
+    return Measurement(t * 10, t * power * 10, 10, None, Source.TWIN)
+
+
+def test_one_probe_recovers_constant_factors_and_moves_the_optimum():
+    preds = predictions(714)
+    by = {p.setting: p for p in preds}
+    # The workload runs 20% slower and its dynamic power is 40% higher than predicted.
+    truth = {p.setting: truth_of(p, math.log(1.2), math.log(1.4)) for p in preds}
+    corr = fit_correction(by, [(gpu(714), truth[gpu(714)])], FLOOR, x_of)
+    assert math.exp(corr.a_time) == pytest.approx(1.2) and math.exp(corr.a_power) == pytest.approx(1.4)
+    assert corr.b_time == 0.0 and corr.b_power == 0.0
+    for p in preds:
+        fixed = apply_correction(p, corr, x_of(p.setting))
+        assert fixed.energy_per_sample == pytest.approx(truth[p.setting].joules_per_sample)
+        assert fixed.power_w == pytest.approx(truth[p.setting].avg_power_w)
+    # More dynamic power than predicted makes lower clocks relatively cheaper: the optimum moves down.
+    out, _probed, _corr = run_probes(ranked(preds), 1, truth.__getitem__, FLOOR, x_of)
+    best_before = min(preds, key=lambda p: p.energy_per_sample).setting
+    best_after = min(out, key=lambda p: p.energy_per_sample).setting
+    assert best_after.gpu_hz <= best_before.gpu_hz
+    assert best_after == min(truth, key=lambda s: truth[s].joules_per_sample)
+
+
+def test_three_probes_fit_slopes():
+    preds = predictions(714)
+    by = {p.setting: p for p in preds}
+    x0 = x_of(gpu(714))
+    truth = {p.setting: truth_of(p, 0.1, 0.2, b_t=0.5, b_p=-0.8, x0=x0) for p in preds}
+    plan = [gpu(714), gpu(612), gpu(816)]
+    corr = fit_correction(by, [(s, truth[s]) for s in plan], FLOOR, x_of)
+    assert corr.b_time == pytest.approx(0.5, rel=0.15) and corr.b_power == pytest.approx(-0.8, rel=0.15)
+    out, probed, _corr = run_probes(ranked(preds), 3, truth.__getitem__, FLOOR, x_of)
+    assert [s for s, _ in probed] == plan
+    fixed = {p.setting: p for p in out}
+    for s in plan:  # probed settings carry the measurement itself, labelled with its source
+        assert fixed[s].source == Source.TWIN and fixed[s].energy_per_sample == truth[s].joules_per_sample
+    for s in (gpu(510), gpu(918)):  # near neighbours: corrected close to the truth
+        assert fixed[s].source == Source.PREDICTED
+        assert fixed[s].energy_per_sample == pytest.approx(truth[s].joules_per_sample, rel=0.03)
+
+
+def test_probes_must_measure():
+    preds = predictions(714)
+
+    def predicted(s):
+        return Measurement(1.0, 1.0, 1, None, Source.PREDICTED)
+
+    with pytest.raises(ConfigError, match="must measure"):
+        run_probes(ranked(preds), 1, predicted, FLOOR, x_of)
