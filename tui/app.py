@@ -1,70 +1,291 @@
-"""The slm-dvfs app. It polls the device in a thread worker and redraws at about 2 Hz,
-so the UI itself does not distort the energy it shows."""
+"""The slm-dvfs app: six pages over one device session and one results store.
+
+Threads: a poll worker reads the device about twice a second; one engine worker at a
+time runs an experiment, a sweep or a selector training. Workers post Messages
+(tui.messages); step events are folded into a tracker and coalesced (tui.bridge), so
+the UI redraws at about 2 Hz and does not distort the energy it measures.
+
+Clocks: run_experiment and run_sweep wrap their runs in a ClockGuard. Every exit path
+(q, ctrl+c, the command palette, SIGHUP from a closed SSH session, SIGTERM) cancels the
+TrainControl, waits a bounded time for the worker to reach a step boundary and leave
+its guard (which restores the clocks), then exits.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import signal
+import threading
 import time
+from pathlib import Path
+from typing import Any
 
 from textual import work
 from textual.app import App
 from textual.binding import Binding
-from textual.worker import get_current_worker
+from textual.screen import ModalScreen, Screen
+from textual.worker import WorkerState, get_current_worker
 
 from engine.device.base import ClockDomain
 from engine.device.session import DeviceSession
 from engine.device.snapshot import take_snapshot
 from engine.errors import SlmDvfsError
+from engine.provenance import Source
+from tui.actions.experiments import ENGINE, ExperimentActions
+from tui.actions.store import StoreActions
+from tui.actions.sweeps import SweepActions
+from tui.bridge import EventBridge
+from tui.commands import SlmDvfsCommands
 from tui.messages import PollFailed, SnapshotTaken
+from tui.polling import SlowModeDevice
+from tui.runstate import RunTracker, RunView
+from tui.screens.compare import CompareScreen
 from tui.screens.device import DeviceScreen
+from tui.screens.history import HistoryScreen
+from tui.screens.run import RunScreen
+from tui.screens.setup import SetupScreen
+from tui.screens.sweep import SweepScreen
+from tui.sweep_model import SweepTracker, SweepView
+
+log = logging.getLogger(__name__)
 
 REFRESH_S = 0.5
+QUIT_WAIT_S = 5.0  # how long quitting waits for the engine to reach a step boundary
+PAGES = ("device", "setup", "run", "compare", "history", "sweep")
 
 
-class SlmDvfsApp(App):
+class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     CSS_PATH = "styles.tcss"
     TITLE = "slm-dvfs"
+    COMMANDS = App.COMMANDS | {SlmDvfsCommands}
     BINDINGS = [
         Binding("1", "page('device')", "Device"),
+        Binding("2", "page('setup')", "Setup"),
+        Binding("3", "page('run')", "Run"),
+        Binding("4", "page('compare')", "Compare"),
+        Binding("5", "page('history')", "History"),
+        Binding("6", "page('sweep')", "Sweep"),
         Binding("q", "quit", "Quit"),
+        Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
-    SCREENS = {"device": DeviceScreen}
+    SCREENS = {
+        "device": DeviceScreen,
+        "setup": SetupScreen,
+        "run": RunScreen,
+        "compare": CompareScreen,
+        "history": HistoryScreen,
+        "sweep": SweepScreen,
+    }
 
-    def __init__(self, session: DeviceSession, refresh_s: float = REFRESH_S) -> None:
+    def __init__(
+        self,
+        session: DeviceSession,
+        refresh_s: float = REFRESH_S,
+        *,
+        store: Any = None,
+        store_path: str | Path | None = None,
+        poll: bool = True,
+        quit_wait_s: float = QUIT_WAIT_S,
+        handle_signals: bool = True,
+    ) -> None:
         super().__init__()
         self.session = session
         self.refresh_s = refresh_s
-        self.pinned_by_us = False  # set by screens that pin clocks under a guard
+        self.poll = poll
+        self.quit_wait_s = quit_wait_s
+        self.handle_signals = handle_signals
+        self._store = store
+        self._own_store = store is None
+        self._store_path = store_path
+        self.identity: Any = None
+        self.pinned_by_us = False  # an engine worker holds a clock guard
         self.last_snapshot = None
         self.clock_tables: dict[ClockDomain, tuple[int, ...]] = {}
+        self.control: Any = None  # TrainControl of the experiment or sweep in progress
+        self.engine_busy: str | None = None  # "experiment" | "sweep" | "selector training"
+        self.run_tracker: RunTracker | None = None
+        self.run_bridge: EventBridge | None = None
+        self.run_view = RunView(status="idle", log=("no run yet: start one on the Setup page (2)",))
+        self.sweep_tracker: SweepTracker | None = None
+        self.sweep_bridge: EventBridge | None = None
+        self.sweep_view: SweepView | None = None
+        self.compare_view: Any = None
+        self.selector_line = ""  # the Setup page's (long) and the Run page's (short) line
+        self.selector_short = ""
+        self.last_result: Any = None
+        self.quit_requested_at: float | None = None  # monotonic times, for the tests' stopwatch
+        self.exited_at: float | None = None
+        self._signals: dict[int, Any] = {}
+        self.polled = SlowModeDevice(session.device)  # what the poll reads: the mode seldom
+        self._quitting = False
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def is_twin(self) -> bool:
+        return bool(self.identity.is_twin) if self.identity is not None else self.session.is_twin
+
+    @property
+    def source(self) -> Source:
+        return Source.TWIN if self.is_twin else Source.MEASURED
+
+    @property
+    def store(self) -> Any:
+        """The results store, opened on first use; None (and said) when it cannot be opened."""
+        if self._store is None:
+            from engine.store import Store
+
+            try:
+                self._store = Store(self._store_path)
+            except SlmDvfsError as exc:
+                self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot open the results store", severity="error")
+                return None
+        return self._store
 
     def on_mount(self) -> None:
+        try:
+            self.identity = self.session.device.identity()
+        except SlmDvfsError as exc:
+            self.notify(str(exc), title="Cannot identify the device", severity="error")
         for domain in ClockDomain:
             try:
                 self.clock_tables[domain] = self.session.device.clock_table(domain)
             except SlmDvfsError:
                 pass  # the pane shows the domain's own error
         self.push_screen("device")
-        self.poll_device()
+        if self.poll:
+            self.poll_device()
+        if self.handle_signals:
+            self._install_signal_handlers()
 
+    def on_unmount(self) -> None:
+        self._remove_signal_handlers()
+        if self.control is not None:
+            self.control.cancel("the app closed")
+        if self._own_store and self._store is not None and self.engine_busy is None:
+            self._store.close()
+
+    def _install_signal_handlers(self) -> None:
+        """SIGHUP (SSH closed) and SIGTERM quit the app the same way q does."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for name in ("SIGHUP", "SIGTERM"):
+            sig = getattr(signal, name, None)
+            if sig is None:
+                continue
+            try:
+                previous = signal.getsignal(sig)
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            self._signals[sig] = previous
+
+    def _remove_signal_handlers(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        for sig, previous in self._signals.items():
+            try:
+                if loop is not None:
+                    loop.remove_signal_handler(sig)
+                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, TypeError, RuntimeError):
+                pass
+        self._signals.clear()
+
+    def _on_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+        log.warning("%s: cancelling the run and quitting (clocks are restored)", name)
+        if self.control is not None:
+            self.control.cancel(f"{name}: the terminal went away" if name == "SIGHUP" else name)
+        self.call_later(self.action_quit)
+
+    async def action_quit(self) -> None:
+        """Cancel whatever runs, wait (bounded) for its guard to restore the clocks, exit."""
+        if self._quitting:
+            return
+        self._quitting = True
+        self.quit_requested_at = time.monotonic()
+        await self.stop_engine("quit", self.quit_wait_s)
+        self.exited_at = time.monotonic()
+        self.exit()
+
+    async def stop_engine(self, reason: str, timeout: float | None) -> bool:
+        """Cancel the engine worker and wait for it; False when it outlived the timeout."""
+        if self.control is not None:
+            self.control.cancel(reason)
+        busy = [w for w in self.workers if w.group == ENGINE and w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
+        if not busy:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.wait() for w in busy), return_exceptions=True), timeout)
+        except asyncio.TimeoutError:
+            log.warning("the %s did not stop within %.0f s; its clock guard restores the clocks when it does "
+                        "(or at exit)", self.engine_busy, timeout or 0)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ pages
     def action_page(self, name: str) -> None:
+        if self._quitting or isinstance(self.screen, ModalScreen) or name not in PAGES:
+            return
+        current = self.screen
+        if getattr(current, "PAGE", None) == name:
+            return
         self.switch_screen(name)
 
+    def sync_page(self, screen: Screen) -> None:
+        """A page became current: give it the state it missed while hidden."""
+        if self.last_snapshot is not None and hasattr(screen, "show_device"):
+            screen.show_device(self.last_snapshot, self.pinned_by_us, self.session.notes, self.clock_tables)
+        if isinstance(screen, SetupScreen):
+            screen.set_simulate_allowed(self.is_twin)
+            if self.selector_line:
+                screen.show_selector(self.selector_line)
+        elif isinstance(screen, RunScreen):
+            screen.show_selector(self.selector_short)
+            screen.show_run(self.run_view)
+        elif isinstance(screen, CompareScreen):
+            if self.compare_view is not None and screen.view is not self.compare_view:
+                screen.show_comparison(self.compare_view)
+        elif isinstance(screen, HistoryScreen):
+            self.reload_history()
+        elif isinstance(screen, SweepScreen):
+            screen.set_fast_allowed(self.is_twin)
+            if self.sweep_view is not None:
+                screen.show_sweep(self.sweep_view)
+
+    def _current(self, cls: type) -> Any:
+        """The current page if it is a `cls` that has been composed (else None: it syncs when shown)."""
+        screen = self.screen
+        return screen if isinstance(screen, cls) and getattr(screen, "composed", False) else None
+
+    def page(self, name: str) -> Screen:
+        """The installed page `name` (for tests and the command palette)."""
+        return self.get_screen(name)
+
+    # ------------------------------------------------------------------ device polling
     @work(thread=True, exclusive=True, exit_on_error=False, group="poll")
     def poll_device(self) -> None:
         worker = get_current_worker()
-        identity = self.session.device.identity()
+        identity = self.identity or self.session.device.identity()
         while not worker.is_cancelled:
             try:
-                self.post_message(SnapshotTaken(take_snapshot(self.session.device, identity)))
+                self.post_message(SnapshotTaken(take_snapshot(self.polled, identity)))
             except Exception as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
                 self.post_message(PollFailed(str(exc)))
             time.sleep(self.refresh_s)
 
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
-        self.last_snapshot = message.snapshot
+        snap = message.snapshot
+        self.last_snapshot = snap
+        if self.run_tracker is not None and self.engine_busy == "experiment":
+            self.run_tracker.add_sample(snap.t, {r.name: r.power_mw for r in snap.rails})
         screen = self.screen
-        if isinstance(screen, DeviceScreen):
-            screen.show(message.snapshot, self.pinned_by_us, self.session.notes, self.clock_tables)
+        if hasattr(screen, "show_device") and getattr(screen, "composed", False):
+            screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")

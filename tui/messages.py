@@ -1,6 +1,13 @@
-"""Messages the app's workers post to the UI thread."""
+"""Messages the app's workers post to the UI thread.
+
+Workers never touch widgets: they post one of these and the app (on the UI thread)
+updates the pages. Step events are coalesced: `RunProgress` carries no payload and is
+posted again only once the UI has taken the last one (see tui.bridge).
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from textual.message import Message
 
@@ -21,3 +28,51 @@ class PollFailed(Message):
     def __init__(self, error: str) -> None:
         super().__init__()
         self.error = error
+
+
+class RunProgress(Message):
+    """The run tracker has news: take a view of it."""
+
+
+class SelectorPreviewed(Message):
+    """What the selector would choose for the spec about to run (figures predicted)."""
+
+    def __init__(self, preview: Any) -> None:
+        super().__init__()
+        self.preview = preview
+
+
+class ExperimentDone(Message):
+    """run_experiment returned (finished or cancelled)."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
+
+
+class EngineFailed(Message):
+    """A worker's engine call raised: shown in the app, never a crash to the shell."""
+
+    def __init__(self, what: str, error: BaseException) -> None:
+        super().__init__()
+        self.what = what  # "experiment" | "sweep" | "selector training" | ...
+        self.error = error
+
+
+class SweepProgress(Message):
+    """The sweep tracker has news: take a view of it."""
+
+
+class SweepDone(Message):
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
+
+
+class SelectorTrained(Message):
+    def __init__(self, path: str, winner: str, rows: int, source: str) -> None:
+        super().__init__()
+        self.path = path
+        self.winner = winner
+        self.rows = rows
+        self.source = source

@@ -1,0 +1,400 @@
+"""The TUI driven by keyboard through Textual's pilot, on the digital twin: setup → run →
+compare, quitting mid-run (q and SIGHUP) with the clocks restored, pause/resume/cancel,
+a board's confirmation, engine errors in the app, history, sweeps and the palette."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import simulate
+from engine.device.session import DeviceSession, open_device
+from engine.simulate import Workload
+from engine.store import Store
+from engine.workload.trace import OpCost, StepTrace
+from tui import demo
+from tui.app import SlmDvfsApp
+from tui.screens.compare import CompareScreen
+from tui.screens.modals import ConfirmScreen
+from tui.screens.run import RunScreen
+from tui.screens.setup import SetupScreen
+from tui.screens.sweep import SweepScreen
+
+TWIN = "agx-orin-64gb"
+GPU = "sys/class/devfreq/17000000.gpu"
+CLOCK_FILES = (f"{GPU}/min_freq", f"{GPU}/max_freq", f"{GPU}/governor",
+               "sys/devices/system/cpu/cpufreq/policy0/scaling_min_freq",
+               "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq",
+               "sys/devices/system/cpu/cpufreq/policy0/scaling_governor")
+REAL_RESOLVE = simulate.resolve_workload
+# bert-tiny/sst2 at its zoo defaults, as engine.simulate.resolve_workload traces it (frozen here so
+# the fast tests need not import torch; the slow test resolves and trains it for real).
+BERT_TINY = Workload(
+    "bert-tiny", "sst2", "bert", 32, 128, "fp32", "full",
+    StepTrace("bert-tiny", 32, 128, "fp32", (
+        OpCost("matmul", 9666871296.0, 231568648.0, 42), OpCost("attention", 1879048192.0, 50462784.0, 4),
+        OpCost("elementwise", 26243073.0, 275075080.0, 46), OpCost("reduction", 5304133.0, 92716313.0, 30),
+        OpCost("embedding", 5037568.0, 28803072.0, 6), OpCost("optimizer", 65792759.0, 280716256.0, 17),
+        OpCost("other", 524288.0, 2113536.0, 1)), host_cycles=10195000.0, params=4386178),
+    4386178, spec="bert-tiny",
+)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(autouse=True)
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> None:
+    from engine.selector import persistence
+
+    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SLM_DVFS_DB", raising=False)
+    monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "no-shipped-selector")
+    def resolve(model: str, task: str, **kw: Any) -> Any:
+        if (model, task) == ("bert-tiny", "sst2") and not any(kw.get(k) for k in ("batch_size", "seq_len", "precision")):
+            return BERT_TINY
+        return REAL_RESOLVE(model, task, **kw)
+
+    monkeypatch.setattr(simulate, "resolve_workload", resolve)
+
+
+@pytest.fixture
+def session(tmp_path: Path):
+    with open_device(twin=TWIN, realtime=False, twin_dir=tmp_path / "twin") as s:
+        yield s
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def clock_files(root: Path) -> dict[str, str]:
+    return {rel: (root / rel).read_text() for rel in CLOCK_FILES}
+
+
+async def until(pilot: Any, condition: Any, timeout: float = 30.0, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {condition}")
+        await pilot.pause(step)
+
+
+_CHARS = {"space": " ", "enter": "\r", "escape": "\x1b", "tab": "\t"}
+
+
+async def press(pilot: Any, *keys: str) -> None:
+    """Keys, as pilot.press sends them, but each followed by a wait for the screen to process it
+    rather than for the process to idle (which a training thread never lets it do)."""
+    from textual import events
+
+    for key in keys:
+        char = _CHARS.get(key, key if len(key) == 1 else None)
+        pilot.app.post_message(events.Key(key, char))
+        await pilot.pause(0.05)
+        await until(pilot, lambda: getattr(pilot.app.screen, "composed", True), timeout=10)  # a new page is built
+
+
+async def type_into(pilot: Any, app: SlmDvfsApp, field: str, text: str) -> None:
+    app.screen.query_one(f"#{field}").focus()
+    await pilot.pause(0.05)
+    await press(pilot, *text)  # focusing selects the old value: typing replaces it
+
+
+def simulated_spec(steps: int, policy: str = "static:gpu=816", compare: str | None = None) -> Any:
+    from engine.experiment import ExperimentSpec
+
+    return ExperimentSpec(model="bert-tiny", task="sst2", policy=policy, compare=compare, steps=steps, twin=TWIN,
+                          simulate=True, label="test")
+
+
+def plain(renderable: Any) -> str:
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=140, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+# --------------------------------------------------------------------------- setup → run → compare
+async def test_setup_run_compare_on_the_twin(session: DeviceSession, store: Store) -> None:
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await press(pilot, "2")
+        assert isinstance(app.screen, SetupScreen)
+        setup = app.screen
+        await type_into(pilot, app, "amount", "0")
+        amount = setup.query_one("#amount")
+        assert amount.has_class("-invalid")  # marked where it is typed
+        assert "length: the number of steps must be" in plain(setup.query_one("#setup-errors").content)
+        await press(pilot, "escape", "s")
+        assert isinstance(app.screen, SetupScreen) and app.engine_busy is None  # refused
+        await type_into(pilot, app, "amount", "40")
+        await type_into(pilot, app, "policy", "static:gpu=612")
+        assert not amount.has_class("-invalid")
+        setup.query_one("#simulate").value = True
+        await press(pilot, "escape", "s")
+        assert isinstance(app.screen, RunScreen)
+        await until(pilot, lambda: app.engine_busy is None)
+        result = app.last_result
+        assert result is not None and not result.cancelled and result.comparison is not None
+        assert result.run.policy == "static:gpu=612" and result.run.steps == 40 and result.baseline.steps == 40
+        assert result.spec.simulate and result.spec.compare == "maxn"
+        assert app.run_view.status == "finished" and app.run_view.step == 40
+        assert "none available" in app.selector_line  # said before the run, even without a selector
+        # the Run page switched to Compare on its own, with the experiment's figures
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, CompareScreen)
+        view = app.screen.view
+        assert view.run.id == result.run.run_id and view.base.id == result.baseline.run_id
+        assert view.saving_pct == pytest.approx(result.comparison.saving_pct)
+        assert view.slowdown_pct == pytest.approx(result.comparison.slowdown_pct)
+        title = plain(app.screen.query_one("#compare-title").content)
+        assert f"saving {abs(result.comparison.saving_pct):.1f}%" in title and "[twin]" in title
+        figures = plain(app.screen.query_one("#compare-figures").content)
+        assert f"{result.run.energy_j:.2f}" in figures and f"{result.baseline.energy_j:.2f}" in figures
+        assert "[twin]" in figures
+        rails = plain(app.screen.query_one("#compare-rails").content)
+        assert "VDD_GPU_SOC" in rails
+        run_chart, base_chart = app.screen.query_one("#chart-run"), app.screen.query_one("#chart-base")
+        assert run_chart._y_max == base_chart._y_max == view.peak_w  # identical axes
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- quitting mid-run
+def pace(event: Any) -> None:
+    """Slows a simulated run to a few hundred steps a second: the pilot waits for the process to
+    idle after every key, which a simulation spinning flat out never lets it do."""
+    if type(event).__name__ == "StepEnd":
+        time.sleep(0.002)
+
+
+async def _start_long_run(pilot: Any, app: SlmDvfsApp, session: DeviceSession) -> None:
+    control = app.start_experiment(simulated_spec(5_000_000, compare="maxn"), callbacks=[pace])
+    assert control is not None
+    root = session.twin.root
+    await until(pilot, lambda: app.run_view.step > 0 and (root / GPU / "max_freq").read_text().strip() == "816000000")
+    assert app.pinned_by_us
+
+
+async def test_quit_mid_run_restores_the_clocks_and_exits_within_a_second(session: DeviceSession,
+                                                                            store: Store) -> None:
+    root = session.twin.root
+    before = clock_files(root)
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _start_long_run(pilot, app, session)
+        assert clock_files(root) != before
+        t0 = time.monotonic()
+        await press(pilot, "q")
+        await until(pilot, lambda: app.exited_at is not None, timeout=5.0, step=0.01)
+        assert app.exited_at - t0 < 1.0
+    assert app.return_code == 0
+    assert clock_files(root) == before
+    runs = store.list_runs()
+    assert [r.status for r in runs] == ["cancelled"]  # the baseline never started
+    assert not list((Path(os.environ["SLM_DVFS_STATE_DIR"]) / "journals").glob("*.json"))
+
+
+async def test_sighup_from_a_closed_ssh_session_cancels_and_restores(session: DeviceSession, store: Store) -> None:
+    root = session.twin.root
+    before = clock_files(root)
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _start_long_run(pilot, app, session)
+        assert signal.SIGHUP in app._signals
+        t0 = time.monotonic()
+        os.kill(os.getpid(), signal.SIGHUP)
+        await until(pilot, lambda: app.exited_at is not None, timeout=5.0, step=0.01)
+        assert app.exited_at - t0 < 1.0
+    assert clock_files(root) == before
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # handed back on exit
+    assert "SIGHUP" in store.list_runs()[0].notes or store.list_runs()[0].status == "cancelled"
+
+
+# --------------------------------------------------------------------------- pause, resume, cancel
+async def test_pause_resume_and_a_confirmed_cancel(session: DeviceSession, store: Store) -> None:
+    root = session.twin.root
+    before = clock_files(root)
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _start_long_run(pilot, app, session)
+        await press(pilot, "3", "space")
+        await until(pilot, lambda: app.run_view.status == "paused")
+        step = app.run_view.step
+        await pilot.pause(0.3)
+        assert app.run_tracker.view().step == step  # nothing moves while paused
+        await press(pilot, "space")
+        await until(pilot, lambda: app.run_tracker.view().step > step)
+        await press(pilot, "x")
+        assert isinstance(app.screen, ConfirmScreen)
+        await press(pilot, "n")
+        assert isinstance(app.screen, RunScreen) and not app.control.cancelled
+        await press(pilot, "x", "y")
+        await until(pilot, lambda: app.engine_busy is None)
+        assert app.run_view.status == "cancelled"
+        assert app.last_result.cancelled and app.last_result.baseline is None
+        assert clock_files(root) == before
+        assert "cancelled from the TUI" in "\n".join(app.run_view.log)
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- a real board
+async def test_a_board_asks_before_changing_clocks(tmp_path: Path, store: Store) -> None:
+    from engine.device.jetson import JetsonDevice
+    from engine.device.treegen import default_orin_spec, render_tree
+
+    root = tmp_path / "board"
+    render_tree(root, default_orin_spec("r36"))
+    app = SlmDvfsApp(DeviceSession(JetsonDevice(root)), refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.last_snapshot is not None)
+        assert not app.is_twin and "BOARD" in plain(app.screen.query_one("IdentityBar").content)
+        await press(pilot, "2")
+        assert app.screen.query_one("#simulate").disabled  # simulation is the twin's alone
+        await press(pilot, "s")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert "Change the board's clocks?" in plain(app.screen.query_one("#confirm-question").content)
+        await press(pilot, "n")
+        assert isinstance(app.screen, SetupScreen) and app.engine_busy is None and store.list_runs() == []
+        await press(pilot, "6", "s")
+        assert isinstance(app.screen, ConfirmScreen)
+        await press(pilot, "escape")
+        assert app.engine_busy is None
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- errors stay in the app
+async def test_engine_errors_are_shown_in_the_app(session: DeviceSession, store: Store) -> None:
+    from engine.experiment import ExperimentSpec
+
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", steps=3, twin=TWIN,
+                                            simulate=True))
+        await until(pilot, lambda: app.engine_busy is None)
+        assert app.run_view.status == "failed"
+        assert "the oracle policy has no recorded sweep of this workload" in app.run_view.log[-1]
+        notes = [n for n in app._notifications]
+        assert any(n.title == "The experiment failed" and n.severity == "error" for n in notes)
+        assert not app.pinned_by_us
+        await press(pilot, "q")
+    assert app.return_code == 0
+
+
+# --------------------------------------------------------------------------- history
+async def test_history_opens_compares_exports_and_deletes(session: DeviceSession, store: Store) -> None:
+    ids = demo.fill_store(store)
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await press(pilot, "5")
+        await pilot.pause(0.1)
+        table = app.screen.query_one("#runs")
+        assert table.row_count == 3 and app.screen.query_one("#sweeps").row_count == 1
+        await press(pilot, "down", "enter")  # newest first: lone, static, maxn
+        assert isinstance(app.screen, CompareScreen)
+        assert app.compare_view.run.id == ids["static"] and app.compare_view.base.id == ids["maxn"]
+        await press(pilot, "5")
+        await pilot.pause(0.1)
+        await press(pilot, "up", "m", "down", "down", "m", "c")  # lone against maxn
+        assert app.compare_view.run.id == ids["lone"] and app.compare_view.base.id == ids["maxn"]
+        await press(pilot, "5")
+        await pilot.pause(0.1)
+        await press(pilot, "up", "up", "e")  # back on the lone run
+        out = Path(os.environ["SLM_DVFS_DATA_DIR"]) / "exports" / f"run-{ids['lone']}.csv"
+        text = out.read_text()
+        assert text.startswith(f"# slm-dvfs run {ids['lone']}; figures are twin")
+        assert "t_s,VDD_GPU_SOC_mw" in text and len(text.splitlines()) > 30
+        await press(pilot, "d")
+        assert isinstance(app.screen, ConfirmScreen)
+        await press(pilot, "n")
+        assert len(store.list_runs()) == 3
+        await press(pilot, "d", "y")
+        await pilot.pause(0.1)
+        assert [r.id for r in store.list_runs()] == [ids["static"], ids["maxn"]]
+        assert app.screen.query_one("#runs").row_count == 2
+        app.screen.query_one("#sweeps").focus()
+        await pilot.pause(0.1)
+        await press(pilot, "enter")
+        assert isinstance(app.screen, SweepScreen)
+        heat = plain(app.screen.query_one("#sweep-heat").content)
+        assert "GPU 816" in heat and "★" in heat and "[twin]" in heat
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- sweeps and the selector
+async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(session: DeviceSession,
+                                                                          store: Store) -> None:
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await press(pilot, "6", "t")  # nothing to learn from yet: said, not raised
+        await until(pilot, lambda: app.engine_busy is None)
+        assert any(n.title == "The selector training failed" and "holds no twin sweep points" in str(n.message)
+                   for n in app._notifications)
+        await type_into(pilot, app, "sw-steps", "2")
+        await press(pilot, "escape", "s")
+        await until(pilot, lambda: app.engine_busy is None and app.sweep_view is not None
+                    and app.sweep_view.status != "running")
+        view = app.sweep_view
+        assert view.status == "finished" and view.done == view.total > 10
+        (sweep,) = store.list_sweeps()
+        assert view.sweep_id == sweep.id and len(store.sweep_points(sweep.id)) == view.total
+        heat = plain(app.screen.query_one("#sweep-heat").content)
+        assert "MAXN" in heat and "★" in heat and "GPU 1300.5" in heat
+        assert "less than MAXN" in plain(app.screen.query_one("#sweep-summary").content)
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- the command palette
+async def test_command_palette_offers_the_actions(session: DeviceSession, store: Store) -> None:
+    from tui.commands import COMMANDS
+
+    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for _title, _help, action, _arg in COMMANDS:
+            assert callable(getattr(app, f"action_{action}"))
+        await press(pilot, "ctrl+p")
+        await pilot.pause(0.2)
+        await press(pilot, *"Page: History")
+        await pilot.pause(0.5)
+        await press(pilot, "enter")
+        await pilot.pause(0.2)
+        assert app.screen.PAGE == "history"
+        await press(pilot, "q")
+
+
+# --------------------------------------------------------------------------- real training
+@pytest.mark.slow
+async def test_real_fine_tuning_of_bert_tiny_against_maxn(session: DeviceSession, store: Store,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.experiment import ExperimentSpec
+
+    monkeypatch.setattr(simulate, "resolve_workload", REAL_RESOLVE)
+    app = SlmDvfsApp(session, refresh_s=0.1, store=store)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=816", compare="maxn",
+                                            steps=6, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8,
+                                            twin=TWIN))
+        await until(pilot, lambda: app.engine_busy is None, timeout=300)
+        result = app.last_result
+        assert result is not None and result.comparison is not None and result.run.metric == "accuracy"
+        assert app.run_view.loss is not None and "accuracy" in app.run_view.metrics
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, CompareScreen)
+        figures = {f.name: f for f in app.screen.view.figures}
+        assert figures["accuracy"].run == pytest.approx(result.run.metric_value)
+        await press(pilot, "q")

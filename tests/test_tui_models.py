@@ -1,0 +1,319 @@
+"""The TUI's pure parts (no app running): run tracking, event coalescing, the setup form,
+comparisons, the sweep heat map, the block chart, the selector preview."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from engine.dvfs.objectives import Measurement
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.errors import ConfigError
+from engine.experiment import ExperimentPhase
+from engine.provenance import Source
+from engine.store import Store
+from engine.workload.events import (
+    Paused,
+    RunCancelled,
+    RunFinished,
+    RunStarted,
+    StepBegin,
+    StepEnd,
+    TwinCost,
+)
+from tui import demo, forms
+from tui.bridge import EventBridge
+from tui.compare_model import build_comparison, find_baseline
+from tui.fmt import nice_ceiling
+from tui.runstate import RunTracker, format_duration
+from tui.selection import preview_choice
+from tui.sweep_model import SweepTracker, heat_map
+from tui.widgets.charts import block_rows, render_chart, resample
+
+RAILS = ("GPU", "CPU")
+
+
+def started(total: int = 10) -> RunStarted:
+    return RunStarted(model="m", task="sst2", mode="full", precision="fp32", device="cpu", batch_size=4,
+                      total_steps=total, steps_per_epoch=total, seed=0, trainable_params=1, total_params=1)
+
+
+def step(i: int, gpu_j: float = 1.0, cpu_j: float = 0.5, dt: float = 0.5, other_j: float = 0.0) -> StepEnd:
+    energy = {"GPU": gpu_j, "CPU": cpu_j}
+    if other_j:
+        energy["SYS"] = other_j
+    return StepEnd(step=i, epoch=0, loss=1.0 / i, samples=4, tokens=64, lr=0.1, wall_s=0.1, elapsed_s=0.1 * i,
+                   twin=TwinCost(dt, energy))
+
+
+# --------------------------------------------------------------------------- the run tracker
+def test_tracker_sums_twin_energy_over_its_rails_and_projects_to_the_end() -> None:
+    t = RunTracker(Source.TWIN, RAILS, window_s=60.0, chart_columns=4)
+    assert t.feed(ExperimentPhase("policy", "static:gpu=816", 1, 2)) is True
+    assert t.feed(started(10)) is True
+    assert t.feed(StepBegin(1, 0)) is False
+    for i in range(1, 5):
+        assert t.feed(step(i, other_j=9.0)) is False  # steps never ask for an immediate redraw
+    v = t.view()
+    assert v.step == 4 and v.total_steps == 10 and v.status == "running"
+    assert v.energy_j == pytest.approx(4 * 1.5)  # SYS is outside the rails the experiment totals
+    assert v.projected_j == pytest.approx(1.5 * 10)
+    assert v.device_time_s == pytest.approx(2.0)
+    assert v.device_samples_per_s == pytest.approx(16 / 2.0)
+    assert v.host_samples_per_s == pytest.approx(16 / 0.4)
+    assert v.eta_s == pytest.approx(0.4 / 4 * 6)
+    assert v.rail_now_w == {"GPU": 2.0, "CPU": 1.0, "SYS": 18.0}
+    assert v.total_now_w == pytest.approx(3.0)
+    assert v.chart_w == pytest.approx((3.0, 3.0, 3.0, 3.0))
+    assert v.loss == pytest.approx(0.25)
+    assert v.log == ("run 1/2: policy static:gpu=816", "started m/sst2: 10 steps of 4 on cpu")
+
+
+def test_tracker_chart_is_energy_weighted_and_keeps_one_window() -> None:
+    t = RunTracker(Source.TWIN, ("GPU",), window_s=4.0, chart_columns=2)
+    t.feed(started(100))
+    for i in range(1, 11):  # 10 steps of 1 s: power 1, 2, ... 10 W
+        t.feed(StepEnd(step=i, epoch=0, loss=1.0, samples=1, tokens=1, lr=0.0, wall_s=0.0, elapsed_s=float(i),
+                       twin=TwinCost(1.0, {"GPU": float(i)})))
+    v = t.view()
+    assert v.chart_span_s == pytest.approx(4.0)  # only the last window's steps are kept
+    assert v.chart_w == pytest.approx((7.5, 9.5))  # steps ending at 7,8 | 9,10 (the 6th ends outside)
+    assert v.rail_avg_w["GPU"] == pytest.approx((7 + 8 + 9 + 10) / 4)  # over the chart's span
+    assert v.energy_j == pytest.approx(sum(range(1, 11)))  # the total is never trimmed
+
+
+def test_tracker_on_a_board_integrates_polled_rails_as_measured() -> None:
+    t = RunTracker(Source.MEASURED, ("GPU",))
+    t.add_sample(0.0, {"GPU": 1000.0})  # before the run: ignored
+    t.feed(started(10))
+    t.add_sample(10.0, {"GPU": 2000.0})
+    t.add_sample(10.5, {"GPU": 4000.0})
+    t.add_sample(11.5, {"GPU": 4000.0})
+    t.feed(StepEnd(step=1, epoch=0, loss=1.0, samples=4, tokens=1, lr=0.0, wall_s=1.5, elapsed_s=1.5))
+    v = t.view()
+    assert v.source is Source.MEASURED
+    assert v.energy_j == pytest.approx(2.0 * 0.5 + 4.0 * 1.0)
+    assert v.rail_now_w == {"GPU": 4.0}
+    assert v.device_time_s == pytest.approx(1.5)
+    twin = RunTracker(Source.TWIN, ("GPU",))
+    twin.feed(started())
+    twin.add_sample(1.0, {"GPU": 5000.0})
+    twin.add_sample(2.0, {"GPU": 5000.0})
+    assert twin.view().energy_j == 0.0  # on the twin the step costs count, polls would count twice
+
+
+def test_tracker_states_and_log_of_two_runs() -> None:
+    t = RunTracker(Source.TWIN, RAILS)
+    t.feed(ExperimentPhase("policy", "online", 1, 2))
+    t.feed(started(3))
+    t.feed(step(1))
+    t.feed(Paused(1))
+    assert t.view().status == "paused"
+    t.feed(RunFinished(step=3, samples=12, wall_s=1.0, final_loss=0.1))
+    assert t.view().status == "finished"
+    t.feed(ExperimentPhase("baseline", "maxn", 2, 2))
+    v = t.view()
+    assert (v.role, v.index, v.step, v.energy_j) == ("baseline", 2, 0, 0.0)  # a fresh run
+    t.feed(RunCancelled(step=0, samples=0, wall_s=0.0, reason="quit"))
+    v = t.view()
+    assert v.status == "cancelled" and v.log[-1] == "cancelled after step 0: quit"
+    assert v.log_count == len(v.log) == 6
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (None, 7.4, 65, 3723)] == ["-", "7 s", "1:05", "1:02:03"]
+
+
+# --------------------------------------------------------------------------- coalescing
+def test_bridge_posts_steps_at_most_every_interval_and_never_while_one_is_pending() -> None:
+    now = [0.0]
+    posts: list[float] = []
+    t = RunTracker(Source.TWIN, RAILS)
+    b = EventBridge(t, lambda: posts.append(now[0]), min_interval_s=0.5, clock=lambda: now[0])
+    b(started(1000))
+    assert posts == [0.0]  # not a step: at once
+    for i in range(1, 200):  # 200 steps in 0.2 s while the UI has not taken the message
+        now[0] = i / 1000
+        b(step(i))
+    assert posts == [0.0]
+    b.taken()
+    now[0] = 0.3
+    b(step(200))
+    assert posts == [0.0]  # taken, but a step within the interval waits
+    now[0] = 0.6
+    b(step(201))
+    assert posts == [0.0, 0.6]
+    b.taken()
+    b(RunFinished(step=201, samples=804, wall_s=1.0, final_loss=None))
+    assert posts == [0.0, 0.6, 0.6]  # the end is never held back
+    assert t.view().step == 201
+
+
+# --------------------------------------------------------------------------- the setup form
+def test_form_checks_name_the_problem() -> None:
+    assert forms.check_model("bert-tiny") is None
+    assert forms.check_model("BERT-TINY") is None
+    assert forms.check_model("prajjwal1/bert-tiny") is None  # a hub id: resolved when the run starts
+    assert "not in the zoo" in forms.check_model("no-such-model")
+    assert "no such file" in forms.check_model("./missing/config.json")
+    assert forms.check_policy("static:gpu=816") is None
+    assert forms.check_policy("ml") is None
+    assert forms.check_policy("bogus") == "unknown policy 'bogus'"
+    assert "no value" in forms.check_policy("static:gpu=")
+    assert forms.check_objective("energy@5%") is None
+    assert "unknown objective" in forms.check_objective("speed")
+    assert forms.check_slowdown("5") is None and forms.check_slowdown("5%") is None
+    assert forms.check_slowdown("-1") and forms.check_slowdown("x")
+    assert forms.check_count("") is None and forms.check_count("0") and forms.check_count("3.5")
+    assert forms.check_amount("2.5", "epochs") is None and forms.check_amount("2.5", "steps")
+    assert forms.check_data("synthetic") is None and "no such folder" in forms.check_data("/nope/glue")
+
+
+def test_form_builds_the_experiment_spec(tmp_path: Path) -> None:
+    values = forms.SetupValues(model="bert-tiny", task="rte", policy="static:gpu=816", objective="energy",
+                               slowdown="5", amount="40", batch_size="8", seq_len="64", precision="fp32",
+                               train_samples="64", compare=True, simulate=True)
+    spec = forms.build_spec(values, twin_profile="agx-orin-64gb", is_twin=True)
+    assert (spec.model, spec.task, spec.policy, spec.objective) == ("bert-tiny", "rte", "static:gpu=816", "energy@5%")
+    assert (spec.steps, spec.batch_size, spec.max_seq_len, spec.precision) == (40, 8, 64, "fp32")
+    assert (spec.compare, spec.simulate, spec.twin, spec.train_samples) == ("maxn", True, "agx-orin-64gb", 64)
+    epochs = forms.build_spec(forms.SetupValues(amount="1.5", unit="epochs", batch_size="8", train_samples="100"),
+                              twin_profile="agx-orin-64gb", is_twin=True)
+    assert epochs.steps == math.ceil(1.5 * 100 / 8)
+    with pytest.raises(ConfigError, match="policy"):
+        forms.build_spec(forms.SetupValues(policy="bogus"), twin_profile=None, is_twin=True)
+    with pytest.raises(ConfigError, match="twin only"):
+        forms.build_spec(forms.SetupValues(simulate=True), twin_profile=None, is_twin=False)
+    with pytest.raises(ConfigError, match="already names a slowdown"):
+        forms.build_spec(forms.SetupValues(objective="energy@5%", slowdown="3"), twin_profile=None, is_twin=True)
+
+
+def test_form_epochs_use_the_engines_defaults() -> None:
+    from engine.workload.data import SYNTHETIC_TRAIN_MAX
+    from engine.workload.finetune import DEFAULT_BATCH_SIZE
+    from engine.workload.glue import get_task
+    from engine.workload.zoo import get_entry
+
+    assert forms.SYNTHETIC_TRAIN_MAX == SYNTHETIC_TRAIN_MAX and forms.DEFAULT_BATCH_SIZE == DEFAULT_BATCH_SIZE
+    spec = forms.build_spec(forms.SetupValues(model="bert-tiny", task="rte", amount="1", unit="epochs"),
+                            twin_profile=None, is_twin=True)
+    assert spec.steps == math.ceil(min(get_task("rte").train_size, SYNTHETIC_TRAIN_MAX) / get_entry("bert-tiny").batch_size)
+
+
+# --------------------------------------------------------------------------- comparisons
+@pytest.fixture
+def store(tmp_path: Path):
+    with Store(tmp_path / "results.sqlite") as s:
+        yield s
+
+
+def test_comparison_side_by_side_from_the_store(store: Store) -> None:
+    ids = demo.fill_store(store)
+    run = store.get_run(ids["static"])
+    base = find_baseline(store, run)
+    assert base is not None and base.id == ids["maxn"]
+    view = build_comparison(run, base, store.power_samples(run.id), store.power_samples(base.id))
+    assert view.saving_pct == pytest.approx(100 * (80.68 - 68.8) / 80.68)
+    assert view.slowdown_pct == pytest.approx(100 * (3.51 - 2.87) / 2.87)
+    assert view.source is Source.TWIN
+    figures = {f.name: f for f in view.figures}
+    assert figures["energy"].run == pytest.approx(68.8) and figures["energy"].base == pytest.approx(80.68)
+    assert figures["mJ/sample"].run == pytest.approx(68.8 / 9600 * 1000)
+    assert figures["accuracy"].run == pytest.approx(0.81) and figures["accuracy"].source is Source.MEASURED
+    rails = {r: (a, b, s) for r, a, b, s in view.rails}
+    assert rails["VDD_GPU_SOC"][2] == pytest.approx(100 * (47.0 - 31.9) / 47.0)
+    # identical axes: the span covers the longer run, the top the higher peak of both
+    assert view.span_s == pytest.approx(3.51)
+    assert view.peak_w >= max(view.run_series.peak_w, view.base_series.peak_w)
+    lone = store.get_run(ids["lone"])
+    assert find_baseline(store, lone) is None
+    alone = build_comparison(lone, None)
+    assert alone.saving_pct is None and alone.base is None
+
+
+def test_comparison_refuses_a_board_run_against_a_twin_run(store: Store) -> None:
+    from dataclasses import replace
+
+    ids = demo.fill_store(store)
+    run = replace(store.get_run(ids["static"]), source=Source.MEASURED)
+    view = build_comparison(run, store.get_run(ids["maxn"]))
+    assert view.base is None and view.saving_pct is None and "not comparable" in view.notes[0]
+
+
+# --------------------------------------------------------------------------- sweeps
+def test_heat_map_averages_repeats_and_marks_the_least_energy() -> None:
+    mhz = 1_000_000
+    points = [
+        (MAXN, 0.010, 0.001), (MAXN, 0.012, 0.001),
+        (DvfsSetting(gpu_hz=816 * mhz, nvpmodel=0), 0.008, 0.002),
+        (DvfsSetting(gpu_hz=816 * mhz, emc_hz=2133 * mhz, nvpmodel=0), 0.009, 0.002),
+        (DvfsSetting(gpu_hz=1300500000, nvpmodel=0), 0.016, 0.001),
+    ]
+    heat = heat_map(points, Source.TWIN)
+    assert heat.rows == ("MAXN", "GPU 816", "GPU 1300.5") and heat.cols == ("gov", "2133")
+    assert heat.cells[("MAXN", "gov")].mj_per_sample == pytest.approx(11.0)
+    assert heat.cells[("GPU 816", "gov")].best and heat.cells[("GPU 816", "gov")].rel == 0.0
+    assert heat.cells[("GPU 1300.5", "gov")].rel == 1.0
+    assert heat.saving_pct == pytest.approx(100 * (1 - 8 / 11))
+    assert heat.slowdown_pct == pytest.approx(100.0)
+    assert heat.points == 5
+
+
+def test_sweep_tracker_collects_points() -> None:
+    from engine.sweep import SweepPointDone
+
+    t = SweepTracker(Source.TWIN)
+    m = Measurement(1.0, 0.8, 100, None, Source.TWIN)
+    assert t.feed(SweepPointDone(1, 2, MAXN, 0, m)) is False
+    assert t.feed(SweepPointDone(2, 2, DvfsSetting(gpu_hz=612_000_000, nvpmodel=0), 0,
+                                 Measurement(1.0, 0.5, 100, None, Source.TWIN))) is True  # the last point
+    v = t.view()
+    assert (v.done, v.total) == (2, 2) and v.heat.best.startswith("GPU 612")
+    assert "5.00 mJ/sample [twin]" in v.last
+
+
+# --------------------------------------------------------------------------- charts
+def test_block_chart_scales_to_its_axis() -> None:
+    assert resample([1.0, 3.0, None, None], 2) == [2.0, None]
+    assert resample([1.0, 2.0], 4) == [1.0, 1.0, 2.0, 2.0]
+    assert block_rows([0.0, 5.0, 10.0, None], 2, 10.0) == ["  █ ", " ██ "]
+    assert block_rows([2.5], 1, 10.0) == ["▂"]
+    assert nice_ceiling(19.6) == 20.0 and nice_ceiling(28.1) == 30.0 and nice_ceiling(0.0) == 1.0
+    text = render_chart([5.0, 10.0], width=8, height=3, y_max=20.0, caption="c").plain.splitlines()
+    assert text[0].startswith("  20W│") and text[1].startswith("    0│▄█") and text[2].strip() == "c"
+
+
+# --------------------------------------------------------------------------- the selector
+def test_selector_preview_says_when_there_is_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from engine.selector import persistence
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "none-shipped")
+    spec = forms.build_spec(forms.SetupValues(), twin_profile="agx-orin-64gb", is_twin=True)
+    preview = preview_choice(spec)
+    assert not preview.available
+    assert "slm-dvfs train-selector" in preview.line() and preview.short() == "selector: none available"
+
+
+@pytest.mark.slow
+def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from engine.dvfs.objectives import parse_objective
+    from engine.errors import SlmDvfsError
+    from engine.selector.features import describe_workload
+    from engine.selector.persistence import load_selector
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))  # no user selector: the shipped one
+    try:
+        selector = load_selector()
+    except SlmDvfsError:
+        pytest.skip("no selector shipped in this checkout")
+    spec = forms.build_spec(forms.SetupValues(model="bert-mini", task="rte", objective="energy"),
+                            twin_profile="agx-orin-64gb", is_twin=True)
+    preview = preview_choice(spec)
+    choice = selector.choose(describe_workload("bert-mini", "rte")[0], parse_objective("energy"))
+    assert preview.available and preview.source is Source.PREDICTED
+    assert preview.setting == choice.setting.label()
+    assert preview.saving_pct == pytest.approx(100 * choice.saving)
+    assert preview.line().endswith("[predicted]") and "saves" in preview.short()

@@ -1,0 +1,118 @@
+"""Snapshot tests of every page at 80x24, fed fixed data (tui.demo): no clock-dependent text.
+
+The SVGs live in tests/snapshots/test_tui_snapshots/. After a deliberate change to a page,
+look at it, then rewrite them with `pytest tests/test_tui_snapshots.py --snapshot-update`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_textual_snapshot
+
+from engine.device.session import open_device
+from engine.store import Store
+from tui import demo
+from tui.app import SlmDvfsApp
+from tui.messages import SnapshotTaken
+
+SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
+
+
+def _dirname(cls: Any, *, test_location: Any) -> str:
+    return str(SNAPSHOT_DIR / test_location.basename)
+
+
+# Keep this project's screenshots under tests/snapshots/ (syrupy's default is __snapshots__).
+pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_dirname)  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    with open_device(twin="agx-orin-64gb", realtime=False, twin_dir=tmp_path / "twin") as session, \
+            Store(tmp_path / "results.sqlite") as store:
+        ids = demo.fill_store(store)
+        app = SlmDvfsApp(session, store=store, poll=False, handle_signals=False)
+        app.demo_ids = ids  # type: ignore[attr-defined]
+        yield app
+
+
+async def _show(pilot: Any, *keys: str) -> None:
+    app = pilot.app
+    app.post_message(SnapshotTaken(demo.snapshot()))
+    await pilot.pause()
+    if keys:
+        await pilot.press(*keys)
+    app.post_message(SnapshotTaken(demo.snapshot()))  # the page shown gets the same reading
+    await pilot.pause()
+
+
+def test_device_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot)
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_setup_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "2")
+        pilot.app.screen.query_one("#policy").value = "static:gpu="  # a bad value, marked where typed
+        pilot.app.screen.mark_errors()
+        await pilot.pause()
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_run_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        pilot.app.run_view = demo.run_view()
+        pilot.app.selector_short = "selector: GPU 816 · CPU gov · EMC gov · mode 0, saves 13.0% [predicted]"
+        pilot.app.pinned_by_us = True
+        await _show(pilot, "3")
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_compare_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot)
+        pilot.app.open_run(pilot.app.demo_ids["static"])
+        await pilot.pause()
+        await _show(pilot)
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_history_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "5", "down", "m")
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_sweep_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot)
+        pilot.app.open_sweep(pilot.app.demo_ids["sweep"])
+        await pilot.pause()
+        await _show(pilot)
+
+    assert snap_compare(app, run_before=run_before)
+
+
+def test_cancel_dialog(app: SlmDvfsApp, snap_compare: Any) -> None:
+    from tui.screens.modals import ConfirmScreen
+
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "3")
+        pilot.app.push_screen(ConfirmScreen("Cancel the experiment?",
+                                            "It stops at the next step boundary and the clocks are restored.",
+                                            yes="Cancel it", no="Keep running"))
+        await pilot.pause()
+
+    assert snap_compare(app, run_before=run_before)

@@ -1,0 +1,253 @@
+"""Experiments from the app: start (asking first on a board), the worker, progress,
+pause/resume, cancel, and the selector's preview before a run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from textual import work
+from textual.screen import ModalScreen
+
+from engine.errors import SlmDvfsError
+from tui.bridge import EventBridge
+from tui.messages import EngineFailed, ExperimentDone, RunProgress, SelectorPreviewed
+from tui.runstate import RunTracker
+from tui.screens.modals import ConfirmScreen
+from tui.screens.run import RunScreen
+from tui.screens.setup import SetupScreen
+from tui.screens.sweep import SweepScreen
+
+log = logging.getLogger(__name__)
+ENGINE = "engine"  # the worker group of experiments, sweeps and selector training
+
+
+class ExperimentActions:
+    """Mixin of SlmDvfsApp."""
+
+    # ------------------------------------------------------------------ experiments
+    def _refuse_if_busy(self) -> bool:
+        if self.engine_busy is not None:
+            self.notify(f"a {self.engine_busy} is in progress: wait for it, or cancel it (x on page 3)",
+                        severity="warning")
+            return True
+        return False
+
+    def request_start(self, values: Any) -> None:
+        """Start what the setup form describes, asking first on a real board."""
+        from tui.forms import build_spec
+
+        if self._refuse_if_busy():
+            return
+        try:
+            spec = build_spec(values, twin_profile=getattr(self.identity, "profile", None), is_twin=self.is_twin)
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot start", severity="error")
+            return
+        if self.is_twin:
+            self.start_experiment(spec)
+            return
+        runs = "this policy and then MAXN Mode 0" if spec.compare else f"policy {spec.policy}"
+        self.push_screen(
+            ConfirmScreen("Change the board's clocks?",
+                          f"{runs} will set the clocks and power mode of this board for {spec.steps} steps; "
+                          "they are restored when the run ends, is cancelled, or on quit.", yes="Start"),
+            lambda ok: self.start_experiment(spec) if ok else None,
+        )
+
+    def start_experiment(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
+        """Run `spec` in the engine worker on this app's device; returns its TrainControl."""
+        from engine.sweep import rail_names
+        from engine.workload.trainer import TrainControl
+
+        if self._refuse_if_busy():
+            return None
+        try:
+            rails = rail_names(self.session, spec.rails)
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot start", severity="error")
+            return None
+        store = self.store
+        if store is None:
+            return None
+        tracker = RunTracker(self.source, rails)
+        tracker.note(f"preparing {spec.model}/{spec.task}: {spec.steps} steps, policy {spec.policy}"
+                     + (", then MAXN Mode 0" if spec.compare else ""))
+        self.run_tracker = tracker
+        self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()))
+        self.control = TrainControl()
+        self.polled.invalidate()
+        self.engine_busy = "experiment"
+        self.pinned_by_us = True
+        self.selector_line = self.selector_short = "selector: asking…"
+        self.run_view = tracker.view()
+        run_page = self.get_screen("run")
+        if getattr(run_page, "composed", False):
+            run_page.new_run()  # type: ignore[attr-defined]
+        if getattr(self.screen, "PAGE", None) != "run" and not isinstance(self.screen, ModalScreen):
+            self.switch_screen("run")  # it syncs when shown
+        elif (page := self._current(RunScreen)) is not None:
+            self.sync_page(page)
+        self.experiment_worker(spec, self.control, self.run_bridge, tuple(callbacks))
+        return self.control
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
+    def experiment_worker(self, spec: Any, control: Any, bridge: EventBridge,
+                          extra: tuple[Callable[[Any], None], ...]) -> None:
+        from engine.experiment import run_experiment
+        from engine.simulate import resolve_workload
+        from tui.selection import SelectorPreview, preview_choice
+
+        try:
+            import engine.selector  # noqa: F401 - registers the `ml` policy
+        except Exception as exc:  # noqa: BLE001 - without it only `ml` is missing; the others run
+            log.warning("the selector package did not load: %s", exc)
+        try:
+            workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
+                                        precision=spec.precision, mode=spec.mode, seed=spec.seed,
+                                        allow_download=spec.allow_download)
+            try:
+                preview = preview_choice(spec, workload)
+            except Exception as exc:  # noqa: BLE001 - a preview never stops the run
+                preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
+            self.post_message(SelectorPreviewed(preview))
+            result = run_experiment(spec, store=self.store, callbacks=[bridge, *extra], control=control,
+                                    session=self.session, workload=workload)
+        except BaseException as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
+            self.post_message(EngineFailed("experiment", exc))
+            return
+        self.post_message(ExperimentDone(result))
+
+    def on_run_progress(self, message: RunProgress) -> None:
+        if self.run_bridge is not None:
+            self.run_bridge.taken()
+        if self.run_tracker is None:
+            return
+        self.run_view = self.run_tracker.view()
+        if (page := self._current(RunScreen)) is not None:
+            page.show_run(self.run_view)
+
+    def on_selector_previewed(self, message: SelectorPreviewed) -> None:
+        self.selector_line = message.preview.line()
+        self.selector_short = message.preview.short()
+        if self.run_tracker is not None and self.engine_busy == "experiment":
+            self.run_tracker.note(self.selector_line)
+            if self.run_bridge is not None:
+                self.run_bridge.poke()
+        if (page := self._current(SetupScreen)) is not None:
+            page.show_selector(self.selector_line)
+        if (page := self._current(RunScreen)) is not None:
+            page.show_selector(self.selector_short)
+
+    def on_experiment_done(self, message: ExperimentDone) -> None:
+        result = message.result
+        self.last_result = result
+        self._engine_idle()
+        status = "cancelled" if result.cancelled else "finished"
+        line = f"experiment {status}: run {result.run.run_id}"
+        if result.comparison is not None:
+            c = result.comparison
+            line += (f", saving {c.saving_pct:.1f}% energy, {c.slowdown_pct:+.1f}% time vs MAXN "
+                     f"[{c.source.value}]")
+        for note in result.notes:
+            line += f"\nnote: {note}"
+        if self.run_tracker is not None:
+            self.run_tracker.end(status, line)
+            self.run_view = self.run_tracker.view()
+        if self._quitting:
+            return  # the clocks are restored; nothing more to show
+        self.notify(line.split("\n")[0], title=f"Experiment {status}")
+        if result.run.steps > 0 and self.store is not None:
+            base = result.baseline.run_id if result.baseline is not None and not result.baseline.cancelled else None
+            self.open_run(result.run.run_id, base, switch=isinstance(self.screen, RunScreen))
+        if (page := self._current(RunScreen)) is not None:
+            page.show_run(self.run_view)
+
+    def on_engine_failed(self, message: EngineFailed) -> None:
+        exc = message.error
+        what = message.what
+        self._engine_idle()
+        if isinstance(exc, SlmDvfsError):
+            text, detail = exc.what, exc.remedy
+        else:
+            text, detail = f"{type(exc).__name__}: {exc}", "this is a bug: please report it with the log"
+            log.error("the %s failed", what, exc_info=exc)
+        line = f"{what} failed: {text}"
+        if what == "experiment" and self.run_tracker is not None:
+            self.run_tracker.end("failed", line)
+            self.run_view = self.run_tracker.view()
+            if (page := self._current(RunScreen)) is not None:
+                page.show_run(self.run_view)
+        if what == "sweep" and self.sweep_tracker is not None:
+            self.sweep_tracker.finish("failed", line=line)
+            self.sweep_view = self.sweep_tracker.view()
+            if (page := self._current(SweepScreen)) is not None:
+                page.show_sweep(self.sweep_view)
+        self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
+
+    def _engine_idle(self) -> None:
+        self.polled.invalidate()  # the guard has put the mode back: show it at the next poll
+        self.engine_busy = None
+        self.control = None
+        self.pinned_by_us = False
+
+    def action_pause_resume(self) -> None:
+        control = self.control
+        if control is None or self.engine_busy != "experiment":
+            self.notify("no run in progress", severity="warning")
+            return
+        if control.paused:
+            control.resume()
+            self.notify("resuming")
+        else:
+            control.pause()
+            self.notify("pausing at the next step boundary")
+
+    def action_cancel_run(self) -> None:
+        if self.control is None:
+            self.notify("nothing to cancel", severity="warning")
+            return
+        control = self.control
+        what = self.engine_busy or "run"
+
+        def answer(ok: bool | None) -> None:
+            if ok:
+                control.cancel(f"{what} cancelled from the TUI")
+                self.notify(f"cancelling the {what} at the next step boundary; clocks will be restored")
+
+        self.push_screen(ConfirmScreen(f"Cancel the {what}?",
+                                       "It stops at the next step boundary and the clocks are restored.",
+                                       yes="Cancel it", no="Keep running"), answer)
+
+    def action_start_from_setup(self) -> None:
+        self.action_page("setup")
+        self.call_after_refresh(lambda: self.get_screen("setup").action_start())  # type: ignore[attr-defined]
+
+    def action_predict_from_setup(self) -> None:
+        self.action_page("setup")
+        self.call_after_refresh(lambda: self.get_screen("setup").action_predict())  # type: ignore[attr-defined]
+
+    # ------------------------------------------------------------------ the selector's preview
+    def request_preview(self, values: Any) -> None:
+        from tui.forms import build_spec
+
+        try:
+            spec = build_spec(values, twin_profile=getattr(self.identity, "profile", None), is_twin=self.is_twin)
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot ask the selector", severity="error")
+            return
+        self.selector_line = "selector: thinking… (tracing the workload)"
+        if (page := self._current(SetupScreen)) is not None:
+            page.show_selector(self.selector_line)
+        self.preview_worker(spec)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
+    def preview_worker(self, spec: Any) -> None:
+        from tui.selection import SelectorPreview, preview_choice
+
+        try:
+            preview = preview_choice(spec)
+        except Exception as exc:  # noqa: BLE001 - said on the page
+            preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
+        self.post_message(SelectorPreviewed(preview))

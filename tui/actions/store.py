@@ -1,0 +1,131 @@
+"""The results store from the app: history, comparisons, export, delete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.errors import SlmDvfsError
+from tui.screens.compare import CompareScreen
+from tui.screens.history import HistoryScreen
+from tui.screens.modals import ConfirmScreen
+
+
+class StoreActions:
+    """Mixin of SlmDvfsApp."""
+
+    def reload_history(self) -> None:
+        store = self.store
+        screen = self.screen
+        if store is None or not isinstance(screen, HistoryScreen):
+            return
+        try:
+            runs = store.list_runs(limit=500)
+            sweeps = []
+            for s in store.list_sweeps():
+                try:
+                    w = store.get_workload(s.workload_id)
+                    workload = f"{w.model}/{w.task}"
+                except SlmDvfsError:
+                    workload = "-"
+                sweeps.append((s, workload, len(store.completed_points(s.id))))
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot read the store", severity="error")
+            return
+        screen.show_records(runs, sweeps)
+
+    def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True) -> None:
+        """Show a run against a baseline (given, recorded, or found) on the Compare page."""
+        from tui.compare_model import build_comparison, find_baseline
+
+        store = self.store
+        if store is None:
+            return
+        try:
+            run = store.get_run(run_id)
+            base = store.get_run(baseline_id) if baseline_id is not None else find_baseline(store, run)
+            view = build_comparison(run, base, store.power_samples(run.id),
+                                    store.power_samples(base.id) if base is not None else ())
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot open the run", severity="error")
+            return
+        self.compare_view = view
+        if switch:
+            self.action_page("compare")
+        if (page := self._current(CompareScreen)) is not None:
+            page.show_comparison(view)
+
+    def open_pair(self, a: int, b: int) -> None:
+        """Compare two stored runs: a MAXN one is the baseline; otherwise the second marked."""
+        store = self.store
+        if store is None:
+            return
+        try:
+            ra = store.get_run(a)
+        except SlmDvfsError as exc:
+            self.notify(exc.what, severity="error")
+            return
+        run, base = (b, a) if ra.policy == "maxn" else (a, b)
+        self.open_run(run, base)
+
+    def export_run(self, run_id: int) -> Path | None:
+        from engine import paths
+        from engine.cli.store_cmds import _columns, _csv_text
+
+        store = self.store
+        if store is None:
+            return None
+        try:
+            run = store.get_run(run_id)
+            samples = store.power_samples(run_id)
+            out_dir = paths.data_dir() / "exports"
+            out_dir.mkdir(parents=True, exist_ok=True)
+            out = out_dir / f"run-{run_id}.csv"
+            out.write_text(_csv_text(run, samples, _columns(samples), samples[0].t if samples else 0.0),
+                           encoding="utf-8")
+        except (SlmDvfsError, OSError) as exc:
+            self.notify(str(exc), title="Export failed", severity="error")
+            return None
+        self.notify(f"run {run_id}: {len(samples)} power samples [{run.source.value}] to {out}", title="Exported")
+        return out
+
+    def delete_run(self, run_id: int) -> None:
+        store = self.store
+        if store is None:
+            return
+
+        def answer(ok: bool | None) -> None:
+            if not ok:
+                return
+            try:
+                store.delete_run(run_id)
+            except SlmDvfsError as exc:
+                self.notify(exc.what, title="Delete failed", severity="error")
+                return
+            if self.compare_view is not None and run_id in (self.compare_view.run.id,
+                                                            getattr(self.compare_view.base, "id", None)):
+                self.compare_view = None
+            self.notify(f"run {run_id} deleted")
+            self.reload_history()
+
+        self.push_screen(ConfirmScreen(f"Delete run {run_id}?",
+                                       "Its figures, power trace and comparisons leave the store for good.",
+                                       yes="Delete"), answer)
+
+    def _history_run(self) -> int | None:
+        screen = self.get_screen("history")
+        run = screen.selected_run() if getattr(screen, "composed", False) else None  # type: ignore[attr-defined]
+        if run is None:
+            self.notify("highlight a run on the History page (5) first", severity="warning")
+            self.action_page("history")
+            return None
+        return run.id
+
+    def action_export_selected(self) -> None:
+        run_id = self._history_run()
+        if run_id is not None:
+            self.export_run(run_id)
+
+    def action_delete_selected(self) -> None:
+        run_id = self._history_run()
+        if run_id is not None:
+            self.delete_run(run_id)

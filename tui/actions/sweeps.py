@@ -1,0 +1,151 @@
+"""Sweeps from the app (start or resume, progress, the heat map) and selector training."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import work
+
+from engine.errors import SlmDvfsError
+from tui.actions.experiments import ENGINE
+from tui.bridge import EventBridge
+from tui.messages import EngineFailed, SelectorTrained, SweepDone, SweepProgress
+from tui.screens.modals import ConfirmScreen
+from tui.screens.sweep import SweepScreen
+from tui.sweep_model import SweepTracker, SweepView
+
+
+class SweepActions:
+    """Mixin of SlmDvfsApp."""
+
+    def action_start_sweep(self) -> None:
+        self.action_page("sweep")
+        self.call_after_refresh(lambda: self.get_screen("sweep").action_start())  # type: ignore[attr-defined]
+
+    def request_sweep(self, values: dict) -> None:
+        from engine.sweep import SweepSpec
+
+        if self._refuse_if_busy():
+            return
+        try:
+            spec = SweepSpec(model=values["model"], task=values["task"], space=values["space"],
+                             warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
+                             repeats=int(values["repeats"]), fast=bool(values["fast"]) and self.is_twin,
+                             twin=getattr(self.identity, "profile", None) if self.is_twin else None)
+            spec.validate()
+        except (SlmDvfsError, ValueError) as exc:
+            self.notify(str(exc), title="Cannot start the sweep", severity="error")
+            return
+        if self.is_twin:
+            self.start_sweep(spec)
+            return
+        self.push_screen(
+            ConfirmScreen("Sweep the board's clocks?",
+                          f"Every setting of the {spec.space} space is applied in turn; the clocks are restored "
+                          "when the sweep ends, is cancelled, or on quit.", yes="Sweep"),
+            lambda ok: self.start_sweep(spec) if ok else None,
+        )
+
+    def start_sweep(self, spec: Any) -> Any:
+        from engine.workload.trainer import TrainControl
+
+        if self._refuse_if_busy() or self.store is None:
+            return None
+        tracker = SweepTracker(self.source)
+        tracker.note(f"sweep of {spec.model}/{spec.task} over {spec.space}"
+                     + (" (fast: the twin's model, no training)" if spec.fast else ""))
+        self.sweep_tracker = tracker
+        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()))
+        self.control = TrainControl()
+        self.engine_busy = "sweep"
+        self.pinned_by_us = not spec.fast
+        self.sweep_view = tracker.view()
+        if (page := self._current(SweepScreen)) is not None:
+            page.show_sweep(self.sweep_view)
+        self.sweep_worker(spec, self.control, self.sweep_bridge)
+        return self.control
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
+    def sweep_worker(self, spec: Any, control: Any, bridge: EventBridge) -> None:
+        from engine.sweep import run_sweep
+
+        try:
+            result = run_sweep(spec, store=self.store, callbacks=[bridge], control=control, session=self.session)
+        except BaseException as exc:  # noqa: BLE001 - shown in the app
+            self.post_message(EngineFailed("sweep", exc))
+            return
+        self.post_message(SweepDone(result))
+
+    def on_sweep_progress(self, message: SweepProgress) -> None:
+        if self.sweep_bridge is not None:
+            self.sweep_bridge.taken()
+        if self.sweep_tracker is None:
+            return
+        self.sweep_view = self.sweep_tracker.view()
+        if (page := self._current(SweepScreen)) is not None:
+            page.show_sweep(self.sweep_view)
+
+    def on_sweep_done(self, message: SweepDone) -> None:
+        from tui.sweep_model import from_summaries
+
+        result = message.result
+        self._engine_idle()
+        line = (f"sweep {result.sweep_id} {result.status}: {result.measured} measured, {result.resumed} resumed "
+                f"of {result.settings * result.spec.repeats} points")
+        if self.sweep_tracker is not None:
+            self.sweep_tracker.finish(result.status, from_summaries(result.points, result.source), result.sweep_id,
+                                      line)
+            self.sweep_view = self.sweep_tracker.view()
+        if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
+            page.show_sweep(self.sweep_view)
+        self.notify(line, title="Sweep " + result.status)
+
+    def open_sweep(self, sweep_id: int) -> None:
+        from tui.sweep_model import from_store
+
+        if self.store is None:
+            return
+        try:
+            heat = from_store(self.store, sweep_id)
+            sweep = self.store.get_sweep(sweep_id)
+        except SlmDvfsError as exc:
+            self.notify(exc.what, title="Cannot open the sweep", severity="error")
+            return
+        self.sweep_view = SweepView(sweep.status, heat.points, heat.points, "", heat,
+                                    (f"sweep {sweep_id} from the store ({sweep.status})",), sweep_id)
+        self.action_page("sweep")
+        if (page := self._current(SweepScreen)) is not None:
+            page.show_sweep(self.sweep_view)
+
+    # ------------------------------------------------------------------ selector training
+    def action_train_selector(self) -> None:
+        self.train_selector()
+
+    def train_selector(self) -> None:
+        if self._refuse_if_busy() or self.store is None:
+            return
+        self.engine_busy = "selector training"
+        self.notify("training the selector on this store's sweeps (quick candidates); this takes a while")
+        self.train_worker(self.source.value, getattr(self.identity, "profile", None) or "agx-orin-64gb")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
+    def train_worker(self, source: str, profile: str) -> None:
+        try:
+            from engine.selector.candidates import default_candidates
+            from engine.selector.dataset import from_store
+            from engine.selector.persistence import save_selector
+            from engine.selector.selector import train_selector
+
+            ds = from_store(self.store, source=source, profile=profile)
+            selector, _report = train_selector(ds, candidates=default_candidates(small=True),
+                                               command={"from": "tui", "source": source})
+            path = save_selector(selector)
+        except BaseException as exc:  # noqa: BLE001 - shown in the app
+            self.post_message(EngineFailed("selector training", exc))
+            return
+        self.post_message(SelectorTrained(str(path), selector.winner, len(ds), source))
+
+    def on_selector_trained(self, message: SelectorTrained) -> None:
+        self._engine_idle()
+        self.notify(f"winner {message.winner}, {message.rows} {message.source} rows; saved to {message.path}",
+                    title="Selector trained")

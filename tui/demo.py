@@ -1,0 +1,119 @@
+"""Fixed demo data: a device reading, a run in progress, a store with a compared pair of
+runs and a sweep. Nothing here depends on the clock, so screenshots of the app fed with it
+repeat exactly (the snapshot tests use it; so can documentation)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.device.base import (
+    ClockDomain,
+    ClockState,
+    DeviceIdentity,
+    PowerMode,
+    RailReading,
+    TemperatureReading,
+)
+from engine.device.snapshot import DeviceSnapshot
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.power_sources import PowerSample
+from engine.provenance import Source
+from engine.workload.events import EvalResult, RunStarted, StepEnd, TwinCost
+from tui.runstate import RunTracker, RunView
+
+MHZ = 1_000_000
+STAMP = "2025-01-02T03:04:05+00:00"
+RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
+IDENTITY = DeviceIdentity(board="NVIDIA Jetson AGX Orin Developer Kit", module="P3701-0000 (AGX Orin 64GB)",
+                          l4t="36.3.0", jetpack="6.0", is_twin=True, profile="agx-orin-64gb")
+GPU_TABLE = tuple(int(f * MHZ) for f in (306, 408, 510, 612, 714, 816, 918, 1020, 1122, 1224, 1300.5))
+CPU_TABLE = tuple(int(f * MHZ) for f in (115.2, 729.6, 1420.8, 2201.6))
+EMC_TABLE = tuple(int(f * MHZ) for f in (204, 665.6, 2133, 3199))
+TABLES = {ClockDomain.GPU: GPU_TABLE, ClockDomain.CPU: CPU_TABLE, ClockDomain.EMC: EMC_TABLE}
+
+
+def snapshot(gpu_hz: int = 816 * MHZ, pinned: bool = True) -> DeviceSnapshot:
+    """A twin reading mid-run: GPU pinned at 816 MHz, CPU and EMC on their governors."""
+    lo, hi = (gpu_hz, gpu_hz) if pinned else (306 * MHZ, int(1300.5 * MHZ))
+    clocks = (
+        ClockState(ClockDomain.GPU, gpu_hz, lo, hi, "nvhost_podgov"),
+        ClockState(ClockDomain.CPU, int(2201.6 * MHZ), int(115.2 * MHZ), int(2201.6 * MHZ), "schedutil"),
+        ClockState(ClockDomain.EMC, 3199 * MHZ, 204 * MHZ, 3199 * MHZ, None),
+    )
+    rails = (RailReading("VDD_GPU_SOC", 5000.0, 1820.0), RailReading("VDD_CPU_CV", 5000.0, 332.0),
+             RailReading("VIN_SYS_5V0", 5000.0, 1108.0), RailReading("VDDQ_VDD2_1V8AO", 5000.0, 666.0))
+    temps = tuple(TemperatureReading(z, c) for z, c in (
+        ("cpu-thermal", 52.5), ("gpu-thermal", 63.0), ("cv0-thermal", 48.0), ("cv1-thermal", 48.5),
+        ("cv2-thermal", 48.0), ("soc0-thermal", 55.0), ("soc1-thermal", 54.5), ("soc2-thermal", 54.0),
+        ("tj-thermal", 77.0)))
+    return DeviceSnapshot(t=100.0, identity=IDENTITY, mode=PowerMode(0, "MAXN"), clocks=clocks, rails=rails,
+                          temperatures=temps, gpu_load=0.93)
+
+
+def run_view(steps_done: int = 120, total: int = 300) -> RunView:
+    """A run 1 of 2 (static:gpu=816 then MAXN), `steps_done` steps in, with a loss and an evaluation."""
+    tracker = RunTracker(Source.TWIN, RAILS, chart_columns=60)
+    from engine.experiment import ExperimentPhase
+
+    tracker.feed(ExperimentPhase("policy", "static:gpu=816", 1, 2))
+    tracker.feed(RunStarted(model="bert-tiny", task="sst2", mode="full", precision="fp32", device="cpu",
+                            batch_size=32, total_steps=total, steps_per_epoch=63, seed=0, trainable_params=4_386_178,
+                            total_params=4_386_178, twin="agx-orin-64gb"))
+    for i in range(1, steps_done + 1):
+        # a slow ramp and a dip, so the chart shows shape
+        scale = 1.0 + 0.2 * ((i % 40) / 40.0) - (0.3 if 60 <= i < 70 else 0.0)
+        energy = {"VDD_GPU_SOC": 0.0455 * scale, "VDD_CPU_CV": 0.0083, "VIN_SYS_5V0": 0.0277, "VDDQ_VDD2_1V8AO": 0.0167}
+        tracker.feed(StepEnd(step=i, epoch=i // 63, loss=0.70 - 0.001 * i, samples=32, tokens=4096, lr=1e-3,
+                             wall_s=0.02, elapsed_s=0.02 * i, twin=TwinCost(0.005, energy)))
+        if i == 100:
+            tracker.feed(EvalResult(step=100, split="validation", metrics={"accuracy": 0.8125}, samples=64, wall_s=0.1))
+    return tracker.view()
+
+
+def fill_store(store: Any) -> dict[str, int]:
+    """A compared pair (static:gpu=816 against MAXN), an unrelated run, and a GPU sweep; returns their ids."""
+    from engine.store import DeviceRecord, SweepPoint, WorkloadRecord
+
+    device = store.ensure_device(DeviceRecord.from_identity(IDENTITY))
+    workload = store.ensure_workload(WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32", "full", family="bert",
+                                                    params=4_386_178))
+    other = store.ensure_workload(WorkloadRecord("pythia-70m", "rte", 16, 128, "fp32", "full", family="pythia"))
+
+    def run(policy: str, notes: str, setting: DvfsSetting, time_s: float, rail_j: dict[str, float],
+            accuracy: float, workload_id: int = workload) -> int:
+        rid = store.start_run(policy=policy.split(":")[0], source=Source.TWIN, device=device, workload=workload_id,
+                              objective="energy", seed=0, steps=300, rails="all", synthetic=True, notes=notes,
+                              started_at=STAMP)
+        store.finish_run(rid, time_s=time_s, rail_energy_j=rail_j, rails="all", wall_s=6.0, samples=9600, steps=300,
+                         metrics={"accuracy": accuracy}, setting=setting, notes=notes, finished_at=STAMP)
+        watts = {r: j / time_s * 1000.0 for r, j in rail_j.items()}
+        store.add_power_samples(rid, [PowerSample(time_s * k / 30, {r: w * (0.9 + 0.2 * ((k * 7) % 5) / 4)
+                                                                    for r, w in watts.items()}) for k in range(1, 31)])
+        return rid
+
+    maxn = run("maxn", "policy maxn", MAXN, 2.87,
+               {"VDD_GPU_SOC": 47.0, "VDD_CPU_CV": 4.98, "VIN_SYS_5V0": 17.3, "VDDQ_VDD2_1V8AO": 11.4}, 0.8125)
+    static = run("static:gpu=816", "policy static:gpu=816", DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), 3.51,
+                 {"VDD_GPU_SOC": 31.9, "VDD_CPU_CV": 5.8, "VIN_SYS_5V0": 19.4, "VDDQ_VDD2_1V8AO": 11.7}, 0.8100)
+    store.compare_runs(static, maxn)
+    lone = run("online", "policy online", DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0), 9.9,
+               {"VDD_GPU_SOC": 60.0, "VDD_CPU_CV": 9.0, "VIN_SYS_5V0": 30.0, "VDDQ_VDD2_1V8AO": 20.0}, 0.55,
+               workload_id=other)
+
+    sweep = store.find_or_create_sweep(device=device, workload=workload, space={"space": "gpu", "method": "fast",
+                                                                                 "rails": "all"},
+                                       warmup_steps=1, steps=5, repeats=1, source=Source.TWIN, label="demo")
+    for gpu in (None,) + GPU_TABLE:
+        setting = MAXN if gpu is None else DvfsSetting(gpu_hz=gpu, nvpmodel=0)
+        f = 816 * MHZ if gpu is None else gpu
+        # energy per sample has its minimum near 816 MHz, MAXN a little above the middle
+        jps = 0.0060 + 0.0025 * ((f / MHZ - 800.0) / 500.0) ** 2 + (0.0009 if gpu is None else 0.0)
+        time_s = 0.5 * (1300.5 * MHZ / f) ** 0.5 if gpu is not None else 0.52
+        store.add_point(SweepPoint(sweep_id=sweep.id, setting=setting.to_json(), repeat=0, time_s=time_s,
+                                   energy_j=jps * 160, samples=160, source=Source.TWIN))
+    store.finish_sweep(sweep.id, "finished")
+    store._query("SELECT 1")
+    with store._tx("demo timestamps") as conn:
+        conn.execute("UPDATE sweeps SET created_at = ?, finished_at = ?", (STAMP, STAMP))
+        conn.execute("UPDATE comparisons SET created_at = ?", (STAMP,))
+    return {"maxn": maxn, "static": static, "lone": lone, "sweep": sweep.id}

@@ -1,0 +1,236 @@
+"""The setup form's checks and the `ExperimentSpec` it becomes (no Textual here).
+
+Each `check_*` returns None for a good value or a short reason for a bad one; the
+setup screen wraps them in Textual validators so a bad value is marked where it is
+typed. The checks are cheap (no torch import): a model that names a hub id or a folder
+is resolved when the run starts, and any error then appears in the app.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import ConfigError, SlmDvfsError
+
+POLICY_CHOICES = ("maxn", "static:gpu=816", "oracle", "ml", "online", "mode:1", "maxn-pinned")
+OBJECTIVE_CHOICES = ("energy", "edp", "eta:0.5")
+PRECISION_CHOICES = ("default", "fp32", "fp16", "bf16")
+DATA_CHOICES = ("synthetic", "hub")
+# As engine.workload.data and .finetune have them (importing those pulls in torch).
+SYNTHETIC_TRAIN_MAX = 2000
+DEFAULT_BATCH_SIZE = 32
+MODE_CHOICES = ("full", "bitfit")
+
+
+# Field name -> the label the setup page shows beside it (errors name the label).
+FIELD_LABELS = {"amount": "length", "slowdown": "slowdown limit", "batch_size": "batch size",
+                "seq_len": "seq length", "train_samples": "train samples"}
+
+
+def label_of(field: str) -> str:
+    return FIELD_LABELS.get(field, field.replace("_", " "))
+
+
+@functools.lru_cache(maxsize=1)
+def zoo_names() -> tuple[str, ...]:
+    from engine.workload.zoo import load_zoo
+
+    try:
+        return tuple(load_zoo())
+    except SlmDvfsError:
+        return ()
+
+
+def task_choices() -> tuple[tuple[str, str], ...]:
+    """(display, key) of the nine GLUE tasks."""
+    from engine.workload.glue import TASKS
+
+    return tuple((t.display, t.name) for t in TASKS.values())
+
+
+def check_model(text: str) -> str | None:
+    spec = text.strip()
+    if not spec:
+        return "name a model: a zoo name, hub id, checkpoint folder or config.json"
+    if spec.lower() in {n.lower() for n in zoo_names()}:
+        return None
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return None if path.suffix == ".json" else f"{spec} is not a config.json"
+    if path.is_dir():
+        return None if (path / "config.json").is_file() else f"{spec} holds no config.json"
+    if spec.startswith((".", "/", "~")) or spec.endswith(".json"):
+        return f"no such file or folder: {spec}"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec):
+        return None  # a hub id: it must be in the local cache, checked when the run starts
+    return f"{spec!r} is not in the zoo ({', '.join(zoo_names()) or 'none'}) nor a hub id or path"
+
+
+def check_data(text: str) -> str | None:
+    value = text.strip()
+    if value in DATA_CHOICES:
+        return None
+    if not value:
+        return "synthetic, hub, or a GLUE folder"
+    return None if Path(value).expanduser().is_dir() else f"no such folder: {value} (or use synthetic / hub)"
+
+
+def check_policy(text: str) -> str | None:
+    from engine.dvfs.policies import make_policy
+
+    spec = text.strip()
+    if not spec:
+        return "name a policy: maxn, static:gpu=MHz, oracle, ml, online, mode:N"
+    if spec.lower().split(":", 1)[0] == "ml":
+        return None  # its selector is loaded when the run starts (and may be missing: said then)
+    try:
+        make_policy(spec)
+    except SlmDvfsError as exc:
+        return exc.what
+    return None
+
+
+def check_objective(text: str) -> str | None:
+    from engine.dvfs.objectives import parse_objective
+
+    try:
+        parse_objective(text)
+    except SlmDvfsError as exc:
+        return exc.what
+    return None
+
+
+def check_slowdown(text: str) -> str | None:
+    value = text.strip().rstrip("%").strip()
+    if not value:
+        return None
+    try:
+        pct = float(value)
+    except ValueError:
+        return f"{text!r} is not a percentage"
+    if not math.isfinite(pct) or pct < 0:
+        return "give a slowdown limit of 0% or more"
+    return None
+
+
+def check_count(text: str, *, blank_ok: bool = True, what: str = "value") -> str | None:
+    value = text.strip()
+    if not value:
+        return None if blank_ok else f"give a {what}"
+    if not re.fullmatch(r"\d+", value) or int(value) < 1:
+        return f"the {what} must be a whole number of at least 1"
+    return None
+
+
+def check_amount(text: str, unit: str) -> str | None:
+    value = text.strip()
+    if unit == "steps":
+        return check_count(value, blank_ok=False, what="number of steps")
+    try:
+        epochs = float(value)
+    except ValueError:
+        return "the number of epochs must be a number, e.g. 1 or 0.5"
+    if not math.isfinite(epochs) or epochs <= 0:
+        return "the number of epochs must be above 0"
+    return None
+
+
+@dataclass(frozen=True)
+class SetupValues:
+    """What the setup form holds, as typed."""
+
+    model: str = "bert-tiny"
+    task: str = "sst2"
+    data: str = "synthetic"
+    policy: str = "static:gpu=816"
+    objective: str = "energy"
+    slowdown: str = ""
+    amount: str = "100"
+    unit: str = "steps"  # steps | epochs
+    batch_size: str = ""
+    seq_len: str = ""
+    precision: str = "default"
+    mode: str = "full"
+    train_samples: str = ""
+    compare: bool = True
+    simulate: bool = False
+
+    def errors(self) -> dict[str, str]:
+        """Field name -> reason, for every field that does not check."""
+        checks: Mapping[str, str | None] = {
+            "model": check_model(self.model),
+            "data": check_data(self.data),
+            "policy": check_policy(self.policy),
+            "objective": check_objective(self.objective),
+            "slowdown": check_slowdown(self.slowdown) or _slowdown_conflict(self.objective, self.slowdown),
+            "amount": check_amount(self.amount, self.unit),
+            "batch_size": check_count(self.batch_size, what="batch size"),
+            "seq_len": check_count(self.seq_len, what="sequence length"),
+            "train_samples": check_count(self.train_samples, what="number of training samples"),
+        }
+        return {k: v for k, v in checks.items() if v}
+
+
+def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
+    if slowdown.strip() and "@" in objective:
+        return "the objective already names a slowdown limit (@N%): clear one of them"
+    return None
+
+
+def objective_text(values: SetupValues) -> str:
+    limit = values.slowdown.strip().rstrip("%").strip()
+    return f"{values.objective.strip()}@{limit}%" if limit else values.objective.strip()
+
+
+def _int_or_none(text: str) -> int | None:
+    return int(text) if text.strip() else None
+
+
+def steps_for(values: SetupValues) -> int:
+    """The step count: as typed, or epochs over the training set at the batch size."""
+    if values.unit == "steps":
+        return int(values.amount)
+    from engine.workload.glue import get_task
+
+    task = get_task(values.task)
+    n_train = _int_or_none(values.train_samples)
+    if n_train is None:
+        n_train = min(task.train_size, SYNTHETIC_TRAIN_MAX) if values.data == "synthetic" else task.train_size
+    batch = _int_or_none(values.batch_size)
+    if batch is None:
+        entry = next((n for n in zoo_names() if n.lower() == values.model.strip().lower()), None)
+        if entry is not None:
+            from engine.workload.zoo import get_entry
+
+            batch = get_entry(entry).batch_size
+        else:
+            batch = DEFAULT_BATCH_SIZE
+    return max(1, math.ceil(float(values.amount) * n_train / batch))
+
+
+def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):  # -> ExperimentSpec
+    """The experiment the form describes, on the open device; ConfigError names the first bad field."""
+    from engine.experiment import ExperimentSpec
+
+    errors = values.errors()
+    if errors:
+        field, why = next(iter(errors.items()))
+        raise ConfigError(f"{label_of(field)}: {why}", "fix the fields marked in red")
+    if values.simulate and not is_twin:
+        raise ConfigError("simulate runs on the digital twin only", "untick simulate on a board")
+    spec = ExperimentSpec(
+        model=values.model.strip(), task=values.task, policy=values.policy.strip(), objective=objective_text(values),
+        compare="maxn" if values.compare else None, steps=steps_for(values),
+        batch_size=_int_or_none(values.batch_size), max_seq_len=_int_or_none(values.seq_len),
+        precision=None if values.precision == "default" else values.precision, mode=values.mode,
+        data=values.data.strip(), train_samples=_int_or_none(values.train_samples),
+        eval_samples=None, twin=twin_profile if is_twin else None, simulate=values.simulate,
+        label="tui",
+    )
+    spec.validate()
+    return spec

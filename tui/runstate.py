@@ -1,0 +1,272 @@
+"""What the Run page draws, folded from an experiment's events (no Textual here).
+
+The engine calls `RunTracker.feed` from its worker thread after every event; the UI
+thread takes a consistent copy (`view`) at most about twice a second. Feeding a step
+costs a few dictionary updates, so the tracker does not slow the training it watches.
+
+Figures keep their source: twin step costs are `twin`; on a board the energy is
+integrated from the UI's rail polls (`measured`, coarse); projections and the ETA are
+extrapolations (`predicted`); throughput on the host is `measured`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.provenance import Source
+
+WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
+LOG_LINES = 200
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One consistent reading of the run in progress."""
+
+    status: str  # idle | starting | running | paused | finished | cancelled | failed
+    role: str = ""  # policy | baseline
+    policy: str = ""
+    index: int = 0  # which run of the experiment (1-based)
+    total_runs: int = 0
+    model: str = ""
+    task: str = ""
+    step: int = 0
+    total_steps: int = 0
+    epoch: int = 0
+    loss: float | None = None
+    samples: int = 0
+    host_elapsed_s: float = 0.0  # host clock (measured)
+    host_samples_per_s: float | None = None  # measured on the host
+    device_samples_per_s: float | None = None  # on the board (measured) or the twin
+    eta_s: float | None = None  # predicted, host clock
+    source: Source = Source.TWIN  # of the energy, power and device time
+    device_time_s: float = 0.0
+    energy_j: float = 0.0  # over `rails`
+    projected_j: float | None = None  # predicted: this run at its last step
+    rails: tuple[str, ...] = ()  # what energy_j totals
+    rail_now_w: Mapping[str, float] = field(default_factory=dict)
+    rail_avg_w: Mapping[str, float] = field(default_factory=dict)  # over the chart's span
+    chart_w: tuple[float | None, ...] = ()  # total power, oldest first, one value per column
+    chart_span_s: float = 0.0
+    metrics: Mapping[str, float] = field(default_factory=dict)  # the last evaluation
+    log: tuple[str, ...] = ()
+    log_count: int = 0  # lines ever logged: the last len(log) of them are in `log`
+
+    @property
+    def total_now_w(self) -> float:
+        return sum(self.rail_now_w.get(r, 0.0) for r in self.rails or tuple(self.rail_now_w))
+
+    @property
+    def total_avg_w(self) -> float:
+        return sum(self.rail_avg_w.get(r, 0.0) for r in self.rails or tuple(self.rail_avg_w))
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("starting", "running", "paused")
+
+
+class RunTracker:
+    """Thread-safe accumulator of one experiment's events (both runs of a comparison)."""
+
+    def __init__(self, source: Source, rails: Sequence[str] = (), *, window_s: float = WINDOW_S,
+                 chart_columns: int = 60) -> None:
+        self.source = source
+        self.rails = tuple(rails)
+        self.window_s = window_s
+        self.chart_columns = chart_columns
+        self._lock = threading.Lock()
+        self._log: deque[str] = deque(maxlen=LOG_LINES)
+        self._logged = 0  # lines ever logged (the deque forgets old ones)
+        self.status = "starting"
+        self._phase = ("", "", 0, 0)
+        self._reset_run()
+
+    def _say(self, line: str) -> None:
+        self._log.append(line)
+        self._logged += 1
+
+    # ------------------------------------------------------------------ feeding (worker thread)
+    def _reset_run(self) -> None:
+        self.model = self.task = ""
+        self.step = self.total_steps = self.epoch = self.samples = 0
+        self.loss: float | None = None
+        self.host_elapsed = 0.0
+        self.device_time = 0.0
+        self.energy: dict[str, float] = {}
+        self.now_w: dict[str, float] = {}
+        # (t_end, dt, joules per rail) per step or poll interval, last `window_s` of device time
+        self._spans: deque[tuple[float, float, Mapping[str, float]]] = deque()
+        self._last_sample: tuple[float, Mapping[str, float]] | None = None
+        self.metrics: dict[str, float] = {}
+
+    def feed(self, event: Any) -> bool:
+        """Fold one engine event in; True when the UI should hear of it at once (not a step)."""
+        name = type(event).__name__
+        if name == "StepBegin":
+            return False
+        with self._lock:
+            if name == "StepEnd":
+                self._step(event)
+                return False
+            if name == "ExperimentPhase":
+                self._reset_run()
+                self._phase = (event.role, event.policy, event.index, event.total)
+                self.status = "starting"
+                what = "MAXN Mode 0 baseline" if event.role == "baseline" else f"policy {event.policy}"
+                self._say(f"run {event.index}/{event.total}: {what}")
+            elif name == "RunStarted":
+                self.model, self.task, self.total_steps = event.model, event.task, event.total_steps
+                self.step = getattr(event, "start_step", 0)
+                self.status = "running"
+                self._say(f"started {event.model}/{event.task}: {event.total_steps} steps of "
+                                 f"{event.batch_size} on {event.device}")
+            elif name == "EvalResult":
+                self.metrics = {k: float(v) for k, v in event.metrics.items()}
+                shown = ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items())
+                self._say(f"eval {event.split} at step {event.step}: {shown}")
+            elif name == "Paused":
+                self.status = "paused"
+                self._say(f"paused after step {event.step}")
+            elif name == "Resumed":
+                self.status = "running"
+                self._say(f"resumed at step {event.step}")
+            elif name == "RunFinished":
+                self.status = "finished"
+                self._say(f"finished: {event.step} steps, {event.samples} samples")
+            elif name == "RunCancelled":
+                self.status = "cancelled"
+                self._say(f"cancelled after step {event.step}: {event.reason}")
+            elif name == "ThermalWait":
+                how = "twin idle" if event.simulated else "waited"
+                self._say(f"thermal: {event.zone} {event.start_c:.0f}→{event.end_c:.0f} °C, "
+                                 f"{how} {event.waited_s:.0f} s before {event.label or 'the next run'}")
+            elif name == "Checkpointed":
+                self._say(f"checkpoint at step {event.step}")
+            else:
+                self._say(name)
+            return True
+
+    def _step(self, event: Any) -> None:
+        self.step, self.epoch = event.step, event.epoch
+        if not math.isnan(event.loss):
+            self.loss = event.loss
+        self.samples += event.samples
+        self.host_elapsed = event.elapsed_s
+        cost = event.twin
+        if cost is not None and cost.time_s > 0:
+            self.device_time += cost.time_s
+            energy = cost.energy_j
+            for rail, joules in energy.items():
+                self.energy[rail] = self.energy.get(rail, 0.0) + joules
+            self.now_w = {rail: joules / cost.time_s for rail, joules in energy.items()}
+            self._push(self.device_time, cost.time_s, energy)
+        elif cost is None and self.source is not Source.TWIN:
+            self.device_time = event.elapsed_s
+
+    def add_sample(self, t: float, rails_mw: Mapping[str, float]) -> None:
+        """A board's rail reading (UI poll) while the run trains: integrated into the energy."""
+        if self.source is Source.TWIN:
+            return  # the twin's step costs are exact; its polls would count twice
+        with self._lock:
+            if self.status != "running":
+                self._last_sample = None
+                return
+            self.now_w = {r: mw / 1000.0 for r, mw in rails_mw.items()}
+            last, self._last_sample = self._last_sample, (t, dict(rails_mw))
+            if last is None or t <= last[0]:
+                return
+            dt = t - last[0]
+            joules = {r: mw / 1000.0 * dt for r, mw in last[1].items()}
+            for rail, j in joules.items():
+                self.energy[rail] = self.energy.get(rail, 0.0) + j
+            self._push(t, dt, joules)
+
+    def _push(self, t_end: float, dt: float, joules: Mapping[str, float]) -> None:
+        spans = self._spans
+        spans.append((t_end, dt, joules))
+        while spans and t_end - spans[0][0] > self.window_s:
+            spans.popleft()
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._say(line)
+
+    def end(self, status: str, line: str | None = None) -> None:
+        with self._lock:
+            self.status = status
+            if line:
+                self._say(line)
+
+    # ------------------------------------------------------------------ reading (UI thread)
+    def view(self) -> RunView:
+        with self._lock:
+            rails = self.rails or tuple(self.energy) or tuple(self.now_w)
+            energy = sum(self.energy.get(r, 0.0) for r in rails)
+            projected = eta = host_sps = dev_sps = None
+            if self.step > 0 and self.total_steps:
+                projected = energy / self.step * self.total_steps if energy else None
+                if self.host_elapsed > 0:
+                    eta = self.host_elapsed / self.step * max(0, self.total_steps - self.step)
+                    host_sps = self.samples / self.host_elapsed
+            if self.device_time > 0 and self.samples:
+                dev_sps = self.samples / self.device_time
+            chart, span, avg = self._chart(rails)
+            role, policy, index, total = self._phase
+            return RunView(
+                status=self.status, role=role, policy=policy, index=index, total_runs=total, model=self.model,
+                task=self.task, step=self.step, total_steps=self.total_steps, epoch=self.epoch, loss=self.loss,
+                samples=self.samples, host_elapsed_s=self.host_elapsed, host_samples_per_s=host_sps,
+                device_samples_per_s=dev_sps, eta_s=eta, source=self.source, device_time_s=self.device_time,
+                energy_j=energy, projected_j=projected, rails=rails, rail_now_w=dict(self.now_w),
+                rail_avg_w=avg, chart_w=chart, chart_span_s=span, metrics=dict(self.metrics),
+                log=tuple(self._log), log_count=self._logged,
+            )
+
+    def _chart(self, rails: Sequence[str]) -> tuple[tuple[float | None, ...], float, dict[str, float]]:
+        """Total power per column over the spans kept (energy-weighted, so exact per column)."""
+        spans = self._spans
+        if not spans:
+            return (), 0.0, {}
+        t_end = spans[-1][0]
+        t_start = spans[0][0] - spans[0][1]
+        span = min(self.window_s, t_end - t_start)
+        n = self.chart_columns
+        width = span / n if span > 0 else 1.0
+        joules = [0.0] * n
+        seconds = [0.0] * n
+        rail_j: dict[str, float] = {}
+        total_dt = 0.0
+        wanted = set(rails)
+        start = t_end - span
+        for t, dt, energy in spans:
+            if t <= start + 1e-12:
+                continue  # ended before the chart begins
+            col = min(n - 1, max(0, int((t - start) / width - 1e-9)))
+            step_j = 0.0
+            for rail, j in energy.items():
+                rail_j[rail] = rail_j.get(rail, 0.0) + j
+                if rail in wanted:
+                    step_j += j
+            joules[col] += step_j
+            seconds[col] += dt
+            total_dt += dt
+        chart = tuple(joules[i] / seconds[i] if seconds[i] > 0 else None for i in range(n))
+        avg = {r: j / total_dt for r, j in rail_j.items()} if total_dt > 0 else {}
+        return chart, span, avg
+
+
+def format_duration(seconds: float | None) -> str:
+    """`1:02:03`, `4:05` or `7 s`; `-` when unknown."""
+    if seconds is None or math.isnan(seconds):
+        return "-"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"

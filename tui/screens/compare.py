@@ -1,0 +1,101 @@
+"""Page 4: a run and its MAXN Mode 0 baseline side by side, every figure labelled by source."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Static
+
+from tui.compare_model import CompareView, describe_run
+from tui.fmt import num, pct, tag
+from tui.screens.base import PageScreen
+from tui.widgets.charts import BlockChart
+
+EMPTY = ("Nothing to compare yet: run an experiment with 'compare with MAXN Mode 0' (page 2), "
+         "or open a run in History (page 5).")
+
+
+class CompareScreen(PageScreen):
+    PAGE = "compare"
+    TITLE_TEXT = "4 Compare"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: CompareView | None = None
+
+    def compose_body(self) -> ComposeResult:
+        yield Static(EMPTY, id="compare-title")
+        yield Static(id="compare-figures", classes="pane")
+        with Horizontal(id="compare-bottom"):
+            yield Static(id="compare-rails", classes="pane")
+            with Vertical(id="compare-charts", classes="pane"):
+                yield BlockChart(id="chart-run", style="green")
+                yield BlockChart(id="chart-base", style="yellow")
+
+    def on_mount(self) -> None:
+        self.query_one("#compare-figures").border_title = "Side by side"
+        self.query_one("#compare-rails").border_title = "Energy per rail"
+        self.query_one("#compare-charts").border_title = "Power (W), same axes"
+
+    def show_comparison(self, view: CompareView) -> None:
+        self.view = view
+        run, base = view.run, view.base
+        title = Text()
+        title.append(f"run {run.id} ", style="bold green")
+        title.append(describe_run(run))
+        if base is not None:
+            title.append("  vs  ")
+            title.append(f"run {base.id} ", style="bold yellow")
+            title.append("MAXN Mode 0")
+        else:
+            title.append("  (no MAXN baseline of this workload in the store)", style="dim")
+        if view.saving_pct is not None:
+            title.append("\nsaving ")
+            title.append(pct(view.saving_pct, signed=False) if view.saving_pct >= 0 else pct(view.saving_pct),
+                         style="bold green" if view.saving_pct >= 0 else "bold red")
+            title.append(" energy · slowdown ")
+            title.append(pct(view.slowdown_pct), style="bold")
+            title.append(" time ")
+            title.append_text(tag(view.source))
+        for note in view.notes:
+            title.append(f"\n{note}", style="yellow")
+        self.query_one("#compare-title", Static).update(title)
+
+        table = Table(box=None, expand=True, padding=(0, 1))
+        table.add_column("")
+        table.add_column(Text(f"run {run.id}", style="green"), justify="right")
+        table.add_column(Text("MAXN" if base else "-", style="yellow"), justify="right")
+        table.add_column("Δ", justify="right")
+        table.add_column("src")
+        for f in view.figures:
+            change = f.change_pct
+            style = ""
+            if change is not None and abs(change) >= 0.05:
+                better = change < 0 if f.lower_is_better else change > 0
+                style = "green" if better else "red"
+            name = f"{f.name} {f.unit}".strip()
+            table.add_row(name, num(f.run, f.fmt), num(f.base, f.fmt), Text(pct(change), style=style), tag(f.source))
+        self.query_one("#compare-figures", Static).update(table)
+
+        rails = Table(box=None, expand=True, padding=(0, 0, 0, 1))
+        rails.add_column(Text.assemble("J ", tag(view.source)), no_wrap=True, overflow="ellipsis")
+        rails.add_column(Text("run", style="green"), justify="right", no_wrap=True)
+        rails.add_column(Text("MAXN", style="yellow"), justify="right", no_wrap=True)
+        rails.add_column("saving", justify="right", no_wrap=True)
+        for rail, rj, bj, saving in view.rails:
+            style = "" if saving is None else ("green" if saving > 0 else "red")
+            rails.add_row(rail, num(rj, ".3g"), num(bj, ".3g"), Text(pct(saving), style=style))
+        self.query_one("#compare-rails", Static).update(rails)
+
+        span = view.span_s
+        charts = self.query_one("#compare-charts")
+        charts.border_title = Text(f"Power W, 0–{span:.3g} s [{view.run_series.source.value}]")
+        self.query_one("#chart-run", BlockChart).plot(view.run_series.resample(120, span), view.peak_w,
+                                                      f"run {run.id}")
+        base_chart = self.query_one("#chart-base", BlockChart)
+        if view.base_series is not None and base is not None:
+            base_chart.plot(view.base_series.resample(120, span), view.peak_w, f"MAXN run {base.id}")
+        else:
+            base_chart.plot((), None, "no MAXN run to chart")

@@ -1,0 +1,157 @@
+"""Page 5: runs and sweeps from the results store: open, compare two, export, delete."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widgets import DataTable, Static
+
+from engine.cli.store_cmds import format_setting
+from tui.fmt import energy, num
+from tui.screens.base import PageScreen
+
+
+def when(stamp: str | None) -> str:
+    return "-" if not stamp else stamp.replace("T", " ")[:16]
+
+
+class HistoryScreen(PageScreen):
+    AUTO_FOCUS = "#runs"  # a table takes arrows and enter, not digits: the pages still switch
+    PAGE = "history"
+    TITLE_TEXT = "5 History"
+    BINDINGS = [
+        Binding("enter", "open", "Open", show=False),
+        Binding("o", "open", "Open"),
+        Binding("m", "mark", "Mark"),
+        Binding("c", "compare_marked", "Compare 2"),
+        Binding("e", "export", "Export"),
+        Binding("d", "delete", "Delete"),
+        Binding("r", "reload", "Reload"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marked: list[int] = []
+        self._runs: list[Any] = []
+        self._sweeps: list[Any] = []
+
+    def compose_body(self) -> ComposeResult:
+        with Vertical(id="history-body"):
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True, classes="pane")
+            yield DataTable(id="sweeps", cursor_type="row", classes="pane")
+            yield Static("", id="history-status")
+
+    def on_mount(self) -> None:
+        runs = self.query_one("#runs", DataTable)
+        runs.border_title = "Runs (m mark two, c compare, e export, d delete)"
+        runs.add_columns("", "id", "workload", "policy", "energy", "time s", "src", "status", "when")
+        sweeps = self.query_one("#sweeps", DataTable)
+        sweeps.border_title = "Sweeps (o open)"
+        sweeps.add_columns("id", "workload", "space", "points", "src", "status", "when")
+
+    # ------------------------------------------------------------------ data
+    def show_records(self, runs: Sequence[Any], sweeps: Sequence[tuple[Any, str, int]]) -> None:
+        """Runs (RunRecord) and sweeps as (SweepRecord, workload text, points)."""
+        self._runs = list(runs)
+        self._sweeps = [s for s, _w, _n in sweeps]
+        self.marked = [i for i in self.marked if any(r.id == i for r in runs)]
+        table = self.query_one("#runs", DataTable)
+        keep = table.cursor_row
+        table.clear()
+        for r in runs:
+            mark = Text("●", style="bold magenta") if r.id in self.marked else ""
+            workload = f"{r.model}/{r.task}" if r.model else "-"
+            table.add_row(mark, str(r.id), workload, _policy(r), energy(r.energy_j), num(r.time_s, ".3g"),
+                          r.source.value, r.status, when(r.started_at), key=str(r.id))
+        if runs:
+            table.move_cursor(row=min(keep, len(runs) - 1))
+        st = self.query_one("#sweeps", DataTable)
+        st.clear()
+        for s, workload, n in sweeps:
+            space = s.space.get("space") or ("explicit" if s.space.get("settings") else "?")
+            method = s.space.get("method", "")
+            st.add_row(str(s.id), workload, f"{space} {method}".strip(), str(n), s.source.value, s.status,
+                       when(s.created_at), key=str(s.id))
+        if not runs and not sweeps:
+            self.say("The store holds no runs or sweeps yet.")
+
+    def say(self, text: str) -> None:
+        self.query_one("#history-status", Static).update(text)
+
+    def selected_run(self) -> Any | None:
+        table = self.query_one("#runs", DataTable)
+        if not self._runs or table.cursor_row < 0 or table.cursor_row >= len(self._runs):
+            return None
+        return self._runs[table.cursor_row]
+
+    def selected_sweep(self) -> Any | None:
+        table = self.query_one("#sweeps", DataTable)
+        if not self._sweeps or table.cursor_row < 0 or table.cursor_row >= len(self._sweeps):
+            return None
+        return self._sweeps[table.cursor_row]
+
+    # ------------------------------------------------------------------ actions
+    def _sweeps_focused(self) -> bool:
+        return self.focused is self.query_one("#sweeps", DataTable)
+
+    def action_reload(self) -> None:
+        self.app.reload_history()  # type: ignore[attr-defined]
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.action_open(sweeps=event.data_table.id == "sweeps")
+
+    def action_open(self, sweeps: bool | None = None) -> None:
+        if self._sweeps_focused() if sweeps is None else sweeps:
+            sweep = self.selected_sweep()
+            if sweep is not None:
+                self.app.open_sweep(sweep.id)  # type: ignore[attr-defined]
+            return
+        run = self.selected_run()
+        if run is not None:
+            self.app.open_run(run.id)  # type: ignore[attr-defined]
+
+    def action_mark(self) -> None:
+        run = self.selected_run()
+        if run is None:
+            return
+        if run.id in self.marked:
+            self.marked.remove(run.id)
+        else:
+            self.marked = (self.marked + [run.id])[-2:]
+        self.say("marked: " + (", ".join(f"run {i}" for i in self.marked) or "none")
+                 + ("  (c compares them)" if len(self.marked) == 2 else ""))
+        self.action_reload()
+
+    def action_compare_marked(self) -> None:
+        if len(self.marked) != 2:
+            self.say("mark two runs with m first (the MAXN one, if any, is the baseline)")
+            return
+        a, b = self.marked
+        self.app.open_pair(a, b)  # type: ignore[attr-defined]
+
+    def action_export(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            self.app.export_run(run.id)  # type: ignore[attr-defined]
+
+    def action_delete(self) -> None:
+        run = self.selected_run()
+        if run is not None:
+            self.app.delete_run(run.id)  # type: ignore[attr-defined]
+
+
+def _policy(run: Any) -> str:
+    notes = run.notes or ""
+    if notes.startswith("policy "):
+        return notes[len("policy "):].split(";")[0]
+    if notes.startswith("simulated"):
+        return f"{run.policy} (sim)"
+    return run.policy if run.setting is None else f"{run.policy} {format_setting(run.setting)}"[:28]

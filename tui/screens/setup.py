@@ -1,0 +1,192 @@
+"""Page 2: what to fine-tune and how; starts an experiment (optionally against MAXN Mode 0).
+
+Every typed field has a validator, so a bad value is marked in the field itself and its
+reason shown below the form. Enter moves to the next field; escape leaves the form so
+the number keys switch pages again.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal, Vertical
+from textual.suggester import SuggestFromList
+from textual.validation import ValidationResult, Validator
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from tui import forms
+from tui.screens.base import PageScreen
+
+
+class CheckValidator(Validator):
+    """A Textual validator over one of tui.forms' checks (None = good, else the reason)."""
+
+    def __init__(self, check, **options) -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.check = check
+        self.options = options
+
+    def validate(self, value: str) -> ValidationResult:
+        reason = self.check(value, **self.options)
+        return self.success() if reason is None else self.failure(reason)
+
+
+class AmountValidator(Validator):
+    """Steps or epochs, depending on the unit chosen beside it."""
+
+    def __init__(self, screen: SetupScreen) -> None:
+        super().__init__()
+        self.screen = screen
+
+    def validate(self, value: str) -> ValidationResult:
+        reason = forms.check_amount(value, self.screen.unit)
+        return self.success() if reason is None else self.failure(reason)
+
+
+def _row(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
+    return Horizontal(Label(label, classes="field-label"), widget, classes="field")
+
+
+class SetupScreen(PageScreen):
+    PAGE = "setup"
+    TITLE_TEXT = "2 Setup"
+    BINDINGS = [
+        Binding("s", "start", "Start"),
+        Binding("p", "predict", "Selector"),
+        Binding("escape", "leave_form", "Leave form", show=False),
+    ]
+
+    def __init__(self, values: forms.SetupValues | None = None) -> None:
+        super().__init__()
+        self.initial = values or forms.SetupValues()
+        self.unit = self.initial.unit
+
+    def compose_body(self) -> ComposeResult:
+        v = self.initial
+        with Vertical(id="setup-form"):
+            with Grid(id="setup-grid"):
+                yield _row("model", Input(v.model, id="model", compact=True,
+                                          suggester=SuggestFromList(forms.zoo_names(), case_sensitive=False),
+                                          validators=[CheckValidator(forms.check_model)]))
+                yield _row("batch size", Input(v.batch_size, id="batch_size", compact=True, placeholder="zoo default",
+                                               validators=[CheckValidator(forms.check_count)], valid_empty=True))
+                yield _row("task", Select([(d, k) for d, k in forms.task_choices()], value=v.task, id="task",
+                                          allow_blank=False, compact=True))
+                yield _row("seq length", Input(v.seq_len, id="seq_len", compact=True, placeholder="zoo default",
+                                               validators=[CheckValidator(forms.check_count)], valid_empty=True))
+                yield _row("data", Input(v.data, id="data", compact=True,
+                                         suggester=SuggestFromList(forms.DATA_CHOICES),
+                                         validators=[CheckValidator(forms.check_data)]))
+                yield _row("precision", Select([(p, p) for p in forms.PRECISION_CHOICES], value=v.precision,
+                                               id="precision", allow_blank=False, compact=True))
+                yield _row("policy", Input(v.policy, id="policy", compact=True,
+                                           suggester=SuggestFromList(forms.POLICY_CHOICES),
+                                           validators=[CheckValidator(forms.check_policy)]))
+                yield _row("mode", Select([(m, m) for m in forms.MODE_CHOICES], value=v.mode, id="mode",
+                                          allow_blank=False, compact=True))
+                yield _row("objective", Input(v.objective, id="objective", compact=True,
+                                              suggester=SuggestFromList(forms.OBJECTIVE_CHOICES),
+                                              validators=[CheckValidator(forms.check_objective)]))
+                yield _row("train samples", Input(v.train_samples, id="train_samples", compact=True,
+                                                  placeholder="all", valid_empty=True,
+                                                  validators=[CheckValidator(forms.check_count)]))
+                yield _row("slowdown ≤", Input(v.slowdown, id="slowdown", compact=True, placeholder="no limit (%)",
+                                               valid_empty=True, validators=[CheckValidator(forms.check_slowdown)]))
+                yield Horizontal(Checkbox("compare with MAXN Mode 0", v.compare, id="compare", compact=True),
+                                 classes="field")
+                yield Horizontal(
+                    Label("length", classes="field-label"),
+                    Input(v.amount, id="amount", compact=True, validators=[AmountValidator(self)]),
+                    Select([("steps", "steps"), ("epochs", "epochs")], value=v.unit, id="unit", allow_blank=False,
+                           compact=True),
+                    classes="field",
+                )
+                yield Horizontal(Checkbox("simulate (twin, no training)", v.simulate, id="simulate", compact=True),
+                                 classes="field")
+            yield Static("", id="setup-errors")
+            yield Static("selector: press p to ask what it would choose (figures predicted)", id="selector")
+            with Horizontal(id="setup-buttons"):
+                yield Button("Start (s)", id="start", variant="success", compact=True)
+                yield Button("Ask selector (p)", id="predict", compact=True)
+
+    # ------------------------------------------------------------------ reading the form
+    def values(self) -> forms.SetupValues:
+        def text(name: str) -> str:
+            return self.query_one(f"#{name}", Input).value
+
+        def choice(name: str) -> str:
+            return str(self.query_one(f"#{name}", Select).value)
+
+        return forms.SetupValues(
+            model=text("model"), task=choice("task"), data=text("data"), policy=text("policy"),
+            objective=text("objective"), slowdown=text("slowdown"), amount=text("amount"), unit=choice("unit"),
+            batch_size=text("batch_size"), seq_len=text("seq_len"), precision=choice("precision"),
+            mode=choice("mode"), train_samples=text("train_samples"),
+            compare=self.query_one("#compare", Checkbox).value, simulate=self.query_one("#simulate", Checkbox).value,
+        )
+
+    def mark_errors(self) -> dict[str, str]:
+        """Validate every field (marking the bad ones) and list the reasons below the form."""
+        values = self.values()
+        errors = values.errors()
+        for inp in self.query(Input):
+            inp.validate(inp.value)
+        if "slowdown" in errors:
+            self.query_one("#slowdown", Input).set_class(True, "-invalid")
+        self.query_one("#setup-errors", Static).update(
+            "\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items()))
+        return errors
+
+    def set_simulate_allowed(self, allowed: bool) -> None:
+        box = self.query_one("#simulate", Checkbox)
+        box.disabled = not allowed
+        if not allowed:
+            box.value = False
+
+    def show_selector(self, line: str) -> None:
+        self.query_one("#selector", Static).update(line)
+
+    # ------------------------------------------------------------------ events
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        result = event.validation_result
+        errors = self.values().errors()
+        if event.input.id == "objective" or event.input.id == "slowdown":
+            self.query_one("#slowdown", Input).set_class("slowdown" in errors, "-invalid")
+        if result is not None or errors:
+            self.query_one("#setup-errors", Static).update(
+                "\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items()))
+
+    @on(Select.Changed, "#unit")
+    def _unit_changed(self, event: Select.Changed) -> None:
+        self.unit = str(event.value)
+        amount = self.query_one("#amount", Input)
+        amount.validate(amount.value)
+        self.mark_errors()
+
+    @on(Input.Submitted)
+    def _next_field(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.focus_next()
+
+    @on(Button.Pressed, "#start")
+    def _start_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_start()
+
+    @on(Button.Pressed, "#predict")
+    def _predict_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_predict()
+
+    def action_start(self) -> None:
+        if not self.mark_errors():
+            self.app.request_start(self.values())  # type: ignore[attr-defined]
+
+    def action_predict(self) -> None:
+        if not self.mark_errors():
+            self.app.request_preview(self.values())  # type: ignore[attr-defined]
+
+    def action_leave_form(self) -> None:
+        self.set_focus(None)

@@ -1,0 +1,186 @@
+"""Page 6: characterisation sweeps (start or resume), their energy heat map, and the selector."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Input,
+    Label,
+    Log,
+    ProgressBar,
+    Select,
+    Static,
+)
+
+from engine.dvfs.space import SPACES
+from tui import forms
+from tui.fmt import pct, tag
+from tui.screens.base import PageScreen
+from tui.screens.setup import CheckValidator
+from tui.sweep_model import HeatMap, SweepView
+
+HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
+               "white on red3")
+
+
+def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
+    """The heat map as a table: rows GPU (or mode), columns EMC; cells mJ per sample."""
+    if not heat.cells:
+        return Text("no points yet", style="dim")
+    table = Table(box=None, padding=(0, 1), expand=False)
+    table.add_column(Text.assemble("mJ/sample ", tag(heat.source)), no_wrap=True)
+    for col in heat.cols:
+        table.add_column(f"EMC {col}", justify="right")
+    for row in heat.rows[:max_rows]:
+        cells = []
+        for col in heat.cols:
+            cell = heat.cells.get((row, col))
+            if cell is None:
+                cells.append("")
+                continue
+            style = HEAT_STYLES[min(len(HEAT_STYLES) - 1, int(cell.rel * len(HEAT_STYLES)))]
+            mark = "★" if cell.best else ("M" if cell.maxn else " ")
+            cells.append(Text(f"{cell.mj_per_sample:8.2f}{mark}", style=style))
+        table.add_row(row, *cells)
+    return table
+
+
+class SweepScreen(PageScreen):
+    PAGE = "sweep"
+    TITLE_TEXT = "6 Sweep"
+    BINDINGS = [
+        Binding("s", "start", "Start/resume"),
+        Binding("t", "train", "Train selector"),
+        Binding("x", "app.cancel_run", "Cancel"),
+        Binding("escape", "leave_form", "Leave form", show=False),
+    ]
+
+    def compose_body(self) -> ComposeResult:
+        def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
+            return Horizontal(Label(label, classes="field-label"), widget, classes="field")
+
+        def count(what: str) -> list[CheckValidator]:
+            return [CheckValidator(forms.check_count, blank_ok=False, what=what)]
+
+        with Horizontal(id="sweep-body"):
+            with Vertical(id="sweep-left"):
+                with Vertical(id="sweep-form", classes="pane"):
+                    yield field("model", Input("bert-tiny", id="sw-model", compact=True,
+                                               validators=[CheckValidator(forms.check_model)]))
+                    yield field("task", Select([(d, k) for d, k in forms.task_choices()], value="sst2",
+                                               id="sw-task", allow_blank=False, compact=True))
+                    yield field("space", Select([(s, s) for s in SPACES], value="gpu", id="sw-space",
+                                                allow_blank=False, compact=True))
+                    yield field("warm-up", Input("1", id="sw-warmup", compact=True))
+                    yield field("steps", Input("5", id="sw-steps", compact=True, validators=count("number of steps")))
+                    yield field("repeats", Input("1", id="sw-repeats", compact=True,
+                                                 validators=count("number of repeats")))
+                    yield Checkbox("fast (twin model, no training)", True, id="sw-fast", compact=True)
+                    with Horizontal(classes="field"):
+                        yield Button("Start (s)", id="sw-start", variant="success", compact=True)
+                        yield Button("Train selector (t)", id="sw-train", compact=True)
+                with Vertical(id="sweep-status", classes="pane"):
+                    yield Static("no sweep yet", id="sweep-summary")
+                    yield ProgressBar(id="sweep-progress", show_eta=False)
+                    yield Log(id="sweep-log", max_lines=200)
+            yield Static(id="sweep-heat", classes="pane")
+
+    def on_mount(self) -> None:
+        self.query_one("#sweep-form").border_title = "Sweep"
+        self.query_one("#sweep-status").border_title = "Progress"
+        self.query_one("#sweep-heat").border_title = "Energy per sample (★ least, M MAXN)"
+        self.query_one("#sweep-heat", Static).update(Text("start a sweep, or open one from History (5)", style="dim"))
+        self._log_lines: tuple[str, ...] = ()
+
+    def values(self) -> dict:
+        def text(name: str) -> str:
+            return self.query_one(f"#sw-{name}", Input).value.strip()
+
+        return {
+            "model": text("model"), "task": str(self.query_one("#sw-task", Select).value),
+            "space": str(self.query_one("#sw-space", Select).value), "warmup": text("warmup"),
+            "steps": text("steps"), "repeats": text("repeats"), "fast": self.query_one("#sw-fast", Checkbox).value,
+        }
+
+    def errors(self) -> dict[str, str]:
+        v = self.values()
+        checks = {
+            "model": forms.check_model(v["model"]),
+            "warm-up": None if v["warmup"].isdigit() else "warm-up steps: a whole number, 0 or more",
+            "steps": forms.check_count(v["steps"], blank_ok=False, what="number of steps"),
+            "repeats": forms.check_count(v["repeats"], blank_ok=False, what="number of repeats"),
+        }
+        for inp in self.query(Input):
+            inp.validate(inp.value)
+        self.query_one("#sw-warmup", Input).set_class(checks["warm-up"] is not None, "-invalid")
+        return {k: r for k, r in checks.items() if r}
+
+    def set_fast_allowed(self, allowed: bool) -> None:
+        box = self.query_one("#sw-fast", Checkbox)
+        box.disabled = not allowed
+        if not allowed:
+            box.value = False
+
+    def show_sweep(self, view: SweepView) -> None:
+        summary = Text()
+        summary.append(view.status.upper(), style="bold")
+        if view.sweep_id is not None:
+            summary.append(f"  sweep {view.sweep_id}")
+        summary.append(f"  {view.done}/{view.total} points")
+        heat = view.heat
+        if heat is not None and heat.best:
+            summary.append(f"\nbest: {heat.best}")
+            if heat.saving_pct is not None:
+                summary.append(f"\n{pct(heat.saving_pct, signed=False)} less than MAXN, {pct(heat.slowdown_pct)} time ")
+                summary.append_text(tag(heat.source))
+        if view.last:
+            summary.append(f"\nlast: {view.last}", style="dim")
+        self.query_one("#sweep-summary", Static).update(summary)
+        bar = self.query_one("#sweep-progress", ProgressBar)
+        bar.update(total=view.total or None, progress=view.done)
+        if heat is not None:
+            self.query_one("#sweep-heat", Static).update(heat_table(heat))
+        if view.log != self._log_lines:  # at most 200 lines, a few times a second: redraw it whole
+            log = self.query_one("#sweep-log", Log)
+            log.clear()
+            log.write_lines(view.log)
+            self._log_lines = view.log
+
+    def say(self, line: str) -> None:
+        self.query_one("#sweep-log", Log).write_line(line)
+
+    @on(Button.Pressed, "#sw-start")
+    def _start(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_start()
+
+    @on(Button.Pressed, "#sw-train")
+    def _train(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_train()
+
+    @on(Input.Submitted)
+    def _next(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.focus_next()
+
+    def action_start(self) -> None:
+        errors = self.errors()
+        if errors:
+            self.notify("; ".join(f"{k}: {v}" for k, v in errors.items()), title="Check the sweep form",
+                        severity="warning")
+            return
+        self.app.request_sweep(self.values())  # type: ignore[attr-defined]
+
+    def action_train(self) -> None:
+        self.app.train_selector()  # type: ignore[attr-defined]
+
+    def action_leave_form(self) -> None:
+        self.set_focus(None)

@@ -1,0 +1,78 @@
+"""What the ML selector would choose for the workload on the setup form (no Textual here).
+
+Asked before a run starts (in a worker: loading a selector and tracing the workload
+takes seconds). Every figure is `predicted`. Where no selector is available the preview
+says so and names the command that trains one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import SlmDvfsError
+from engine.provenance import Source
+
+log = logging.getLogger(__name__)
+
+TRAIN_COMMAND = "slm-dvfs train-selector --from-twin-zoo"
+
+
+@dataclass(frozen=True)
+class SelectorPreview:
+    available: bool
+    setting: str | None = None  # the chosen setting's label
+    saving_pct: float | None = None  # energy saved against MAXN
+    slowdown_pct: float | None = None
+    confidence: str | None = None
+    note: str = ""  # where the selector came from, or why there is none
+    source: Source = Source.PREDICTED
+
+    def short(self) -> str:
+        """One short line (the Run page)."""
+        if not self.available:
+            return "selector: none available" if self.note.startswith("none") else "selector: no choice"
+        setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "")
+        return f"selector: {setting}, saves {self.saving_pct:.1f}% [{self.source.value}]"
+
+    def line(self) -> str:
+        if not self.available:
+            return f"selector: {self.note}"
+        return (f"selector chooses {self.setting}: saving {self.saving_pct:.1f}% energy, "
+                f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]")
+
+
+def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
+    """The selector's choice for an ExperimentSpec's workload and objective.
+
+    `workload` (engine.simulate.Workload) saves resolving it again when the caller has it."""
+    from engine.dvfs.objectives import parse_objective
+    from engine.selector.persistence import load_selector
+
+    try:
+        selector = load_selector()
+    except SlmDvfsError:
+        return SelectorPreview(False, note=f"none available; train one with `{TRAIN_COMMAND}`")
+    try:
+        features = _features(spec, workload)
+        choice = selector.choose(features, parse_objective(spec.objective))
+    except SlmDvfsError as exc:
+        return SelectorPreview(False, note=f"cannot choose for this workload: {exc.what}")
+    conf = getattr(choice, "confidence", None)
+    return SelectorPreview(
+        True, setting=choice.setting.label(), saving_pct=100.0 * choice.saving, slowdown_pct=100.0 * choice.slowdown,
+        confidence=getattr(conf, "level", None), note=f"{getattr(selector, 'source', '?')}-trained selector",
+    )
+
+
+def _features(spec: Any, workload: Any) -> Any:
+    if workload is not None:
+        from engine.selector.policy import workload_features
+
+        return workload_features(workload)
+    from engine.selector.features import describe_workload
+
+    features, _trace = describe_workload(spec.model, spec.task, batch_size=spec.batch_size,
+                                         seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode)
+    return features

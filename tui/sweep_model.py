@@ -1,0 +1,180 @@
+"""The Sweep page's energy heat map over the settings swept (no Textual here).
+
+Rows are the GPU clock (or the mode / the rest of the setting), columns the EMC clock
+("gov" where its governor decides); a cell is the mean energy per training sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.dvfs.space import MAXN, DvfsSetting
+from engine.provenance import Source
+
+
+@dataclass(frozen=True)
+class Cell:
+    mj_per_sample: float  # mean energy per sample, millijoules
+    ms_per_sample: float
+    rel: float  # 0 = the least energy in the map, 1 = the most
+    best: bool = False
+    maxn: bool = False
+
+
+@dataclass(frozen=True)
+class HeatMap:
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    cells: Mapping[tuple[str, str], Cell]
+    source: Source
+    best: str | None = None  # label of the least-energy setting
+    saving_pct: float | None = None  # of the best against MAXN, if MAXN was swept
+    slowdown_pct: float | None = None
+    points: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def short_label(setting: DvfsSetting) -> str:
+    """The setting's label without the domains left to their governors."""
+    return setting.label().replace(" · CPU gov", "").replace(" · EMC gov", "")
+
+
+def _mhz(hz: int | None) -> str:
+    return "gov" if hz is None else f"{hz / 1e6:g}"
+
+
+def row_col(setting: DvfsSetting) -> tuple[str, str]:
+    if setting == MAXN:
+        return "MAXN", "gov"
+    parts = []
+    if setting.gpu_hz is not None or setting.cpu_hz is None:
+        parts.append(f"GPU {_mhz(setting.gpu_hz)}")
+    if setting.cpu_hz is not None:
+        parts.append(f"CPU {_mhz(setting.cpu_hz)}")
+    if setting.jetson_clocks:
+        parts.append("jetson_clocks")
+    if setting.nvpmodel not in (None, 0):
+        parts.append(f"mode {setting.nvpmodel}")
+    return " ".join(parts), _mhz(setting.emc_hz)
+
+
+def _sort_key(label: str) -> tuple[int, float, str]:
+    if label == "MAXN":
+        return (0, 0.0, label)
+    head = label.split()
+    try:
+        return (1, float(head[1]), label)
+    except (IndexError, ValueError):
+        return (2, 0.0, label)
+
+
+def heat_map(points: Iterable[tuple[DvfsSetting, float, float]], source: Source) -> HeatMap:
+    """From (setting, joules per sample, seconds per sample), repeats averaged."""
+    acc: dict[DvfsSetting, list[tuple[float, float]]] = {}
+    n = 0
+    for setting, jps, sps in points:
+        acc.setdefault(setting, []).append((jps, sps))
+        n += 1
+    if not acc:
+        return HeatMap((), (), {}, source)
+    means = {s: (sum(j for j, _ in v) / len(v), sum(t for _, t in v) / len(v)) for s, v in acc.items()}
+    lo = min(j for j, _ in means.values())
+    hi = max(j for j, _ in means.values())
+    best = min(means, key=lambda s: means[s][0])
+    cells: dict[tuple[str, str], Cell] = {}
+    for s, (j, t) in means.items():
+        rel = 0.0 if hi == lo else (j - lo) / (hi - lo)
+        cells[row_col(s)] = Cell(j * 1000.0, t * 1000.0, rel, best=s == best, maxn=s == MAXN)
+    rows = tuple(sorted({r for r, _ in cells}, key=_sort_key))
+    cols = tuple(sorted({c for _, c in cells}, key=lambda c: (c != "gov", float(c) if c != "gov" else 0.0)))
+    saving = slowdown = None
+    if MAXN in means:
+        mj, mt = means[MAXN]
+        saving = 100.0 * (1.0 - means[best][0] / mj) if mj else None
+        slowdown = 100.0 * (means[best][1] / mt - 1.0) if mt else None
+    return HeatMap(rows, cols, cells, source, best=short_label(best), saving_pct=saving, slowdown_pct=slowdown,
+                   points=n)
+
+
+def from_summaries(summaries: Sequence[Any], source: Source) -> HeatMap:
+    """From engine.sweep.PointSummary (a finished or stored sweep)."""
+    return heat_map(((p.setting, p.joules_per_sample.mean, p.seconds_per_sample.mean) for p in summaries), source)
+
+
+def from_store(store: Any, sweep_id: int) -> HeatMap:
+    from engine.sweep import summarize_points
+
+    sweep = store.get_sweep(sweep_id)
+    return from_summaries(summarize_points(store.sweep_points(sweep_id)), sweep.source)
+
+
+@dataclass(frozen=True)
+class SweepView:
+    status: str  # idle | running | finished | cancelled | failed
+    done: int = 0  # points measured by this invocation
+    total: int = 0
+    last: str = ""  # the last point's setting and figures
+    heat: HeatMap | None = None
+    log: tuple[str, ...] = ()
+    sweep_id: int | None = None
+
+
+class SweepTracker:
+    """Thread-safe accumulator of a sweep's events (`SweepPointDone` and the trainer's)."""
+
+    def __init__(self, source: Source) -> None:
+        import threading
+        from collections import deque
+
+        self.source = source
+        self._lock = threading.Lock()
+        self._points: list[tuple[DvfsSetting, float, float]] = []
+        self._log: deque[str] = deque(maxlen=200)
+        self.status = "running"
+        self.done = self.total = 0
+        self.last = ""
+        self.sweep_id: int | None = None
+        self._final: HeatMap | None = None
+
+    def feed(self, event: Any) -> bool:
+        name = type(event).__name__
+        if name in ("StepBegin", "StepEnd"):
+            return False
+        with self._lock:
+            if name == "SweepPointDone":
+                m = event.measurement
+                self._points.append((event.setting, m.joules_per_sample, m.seconds_per_sample))
+                self.done, self.total = event.index, event.total
+                self.last = (f"{short_label(event.setting)} (repeat {event.repeat + 1}): "
+                             f"{m.joules_per_sample * 1000:.2f} mJ/sample [{m.source.value}]")
+                return event.index == event.total
+            if name == "ThermalWait":
+                self._log.append(f"thermal: {event.zone} {event.start_c:.0f}→{event.end_c:.0f} °C before "
+                                 f"{event.label}")
+            elif name == "RunStarted":
+                self._log.append(f"training {event.model}/{event.task}: {event.total_steps} steps")
+            elif name == "RunCancelled":
+                self._log.append(f"cancelled after step {event.step}")
+            elif name != "RunFinished":
+                self._log.append(name)
+            return True
+
+    def note(self, line: str) -> None:
+        with self._lock:
+            self._log.append(line)
+
+    def finish(self, status: str, heat: HeatMap | None = None, sweep_id: int | None = None,
+               line: str | None = None) -> None:
+        with self._lock:
+            self.status = status
+            self._final = heat
+            self.sweep_id = sweep_id
+            if line:
+                self._log.append(line)
+
+    def view(self) -> SweepView:
+        with self._lock:
+            heat = self._final or heat_map(list(self._points), self.source)
+            return SweepView(self.status, self.done, self.total, self.last, heat, tuple(self._log), self.sweep_id)

@@ -1,0 +1,83 @@
+"""Panes of the Run page, each drawing one RunView."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from engine.provenance import Source
+from tui.fmt import energy, num, tag
+from tui.runstate import RunView, format_duration
+from tui.widgets.device_panes import Pane
+
+STATUS_STYLE = {"running": "bold green", "paused": "bold yellow", "finished": "bold cyan",
+                "cancelled": "bold red", "failed": "bold red", "starting": "bold", "idle": "dim"}
+BAR_WIDTH = 20
+
+
+class RunPowerPane(Pane):
+    """Power per rail during the run: instant and average over the chart's span, total in bold."""
+
+    def on_mount(self) -> None:
+        self.border_title = "Power (W)"
+
+    def show(self, view: RunView) -> None:
+        table = Table(box=None, expand=True, padding=(0, 0, 0, 1))
+        table.add_column(Text.assemble("rail ", tag(view.source)), no_wrap=True, overflow="ellipsis")
+        table.add_column("now", justify="right")
+        table.add_column("avg", justify="right")
+        names = list(view.rail_now_w) or list(view.rails)
+        for rail in names:
+            mark = "" if not view.rails or rail in view.rails else " (not in total)"
+            table.add_row(rail + mark, num(view.rail_now_w.get(rail)), num(view.rail_avg_w.get(rail)))
+        table.add_row(Text("total", style="bold"), Text(num(view.total_now_w), style="bold"),
+                      Text(num(view.total_avg_w), style="bold"))
+        self.show_if_changed(None, lambda: (table, table.row_count + 1))
+
+
+class ProgressPane(Pane):
+    """Which run, step of total with a bar, loss, ETA, throughput, energy so far and projected."""
+
+    def on_mount(self) -> None:
+        self.border_title = "Run"
+
+    def show(self, view: RunView, extra_line: str = "") -> None:
+        text = Text()
+        status = view.status
+        text.append(f"{status.upper()}", style=STATUS_STYLE.get(status, "bold"))
+        if view.total_runs:
+            what = "MAXN baseline" if view.role == "baseline" else view.policy
+            text.append(f" {view.index}/{view.total_runs} {what}")
+        if view.model:
+            text.append(f" {view.model}/{view.task}", style="dim")
+        text.append("\n")
+        frac = view.step / view.total_steps if view.total_steps else 0.0
+        filled = round(frac * BAR_WIDTH)
+        text.append("█" * filled, style="green")
+        text.append("░" * (BAR_WIDTH - filled), style="grey50")
+        text.append(f" {view.step}/{view.total_steps or '?'} steps")
+        text.append(f"\nloss {num(view.loss, '.4f')} · ETA {format_duration(view.eta_s)} ")
+        text.append_text(tag(Source.PREDICTED))
+        if view.source is Source.TWIN:
+            text.append(f"\nsamples/s host {num(view.host_samples_per_s, '.0f')} ")
+            text.append_text(tag(Source.MEASURED))
+            text.append(f"\nsamples/s board {num(view.device_samples_per_s, '.0f')} ")
+            text.append_text(tag(view.source))
+        else:
+            text.append(f"\nsamples/s {num(view.host_samples_per_s, '.1f')} ")
+            text.append_text(tag(Source.MEASURED))
+        text.append("\nenergy ")
+        text.append(energy(view.energy_j if view.step else None), style="bold")
+        text.append(" ")
+        text.append_text(tag(view.source))
+        text.append(" → ")
+        text.append(energy(view.projected_j), style="bold")
+        text.append(" ")
+        text.append_text(tag(Source.PREDICTED))
+        if view.metrics:
+            shown = ", ".join(f"{k} {v:.4g}" for k, v in view.metrics.items())
+            text.append(f"\neval {shown} ")
+            text.append_text(tag(Source.MEASURED))
+        elif extra_line:
+            text.append(f"\n{extra_line}", style="magenta")
+        self.show_if_changed(None, lambda: (text, text.plain.count("\n") + 1))
