@@ -149,7 +149,8 @@ def test_board_code_path_measures_with_the_power_monitor(store: Store, tmp_path:
     orin.start(tick_s=0.01, realtime=True)
     try:
         session = DeviceSession(orin.device())  # no twin: the monitor path
-        result = run_experiment(ExperimentSpec(policy="maxn-pinned", compare="maxn", steps=3, rails="gpu+cpu",
+        # 20 steps: enough that the 20 Hz monitor samples inside each run even on an idle host.
+        result = run_experiment(ExperimentSpec(policy="maxn-pinned", compare="maxn", steps=20, rails="gpu+cpu",
                                                **TINY), store=store, session=session)
     finally:
         orin.close()
