@@ -120,21 +120,27 @@ def experiment_spec(args: argparse.Namespace) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from engine.experiment import run_experiment
+
+    result = _execute(args, experiment_spec(args), run_experiment, format_experiment)
+    return 130 if result.cancelled else 0
+
+
+def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -> Any:
+    """Validate, run with progress and a graceful Ctrl-C, print text or JSON; returns the result."""
     from engine.workload.trainer import TrainControl
 
-    spec = experiment_spec(args)
     spec.validate()
     control = TrainControl()
     progress = Progress(sys.stderr)
     with _store(args) as store, cancel_on_sigint(control):
-        result = run_experiment(spec, store=store, callbacks=[progress], control=control)
+        result = runner(spec, store=store, callbacks=[progress], control=control)
     progress.end()
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_experiment(result))
-    return 130 if result.cancelled else 0
+        sys.stdout.write(formatter(result))
+    return result
 
 
 def format_experiment(result: Any) -> str:
@@ -216,20 +222,8 @@ def sweep_spec(args: argparse.Namespace) -> Any:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from engine.sweep import run_sweep
-    from engine.workload.trainer import TrainControl
 
-    spec = sweep_spec(args)
-    spec.validate()
-    control = TrainControl()
-    progress = Progress(sys.stderr)
-    with _store(args) as store, cancel_on_sigint(control):
-        result = run_sweep(spec, store=store, callbacks=[progress], control=control)
-    progress.end()
-    if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(format_sweep(result))
+    result = _execute(args, sweep_spec(args), run_sweep, format_sweep)
     return 0 if result.complete else 130
 
 
