@@ -33,9 +33,9 @@ if str(ROOT) not in sys.path:
 
 
 def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
-    from engine.experiment import ExperimentSpec, run_experiment
-    from engine.simulate import resolve_workload
-    from engine.sweep import SweepSpec, run_sweep
+    from engine.run.experiment import ExperimentSpec, run_experiment
+    from engine.workload.resolve import resolve_workload
+    from engine.run.sweep import SweepSpec, run_sweep
 
     workload = resolve_workload(model, task)
     twin = session.twin.profile.name
@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="slm-dvfs-bench-"))
     os.environ["SLM_DVFS_STATE_DIR"] = str(work / "state")  # a private twin and journal folder
-    from engine.store import Store
-    from engine.sweep import open_session
+    from engine.results.store import Store
+    from engine.run.sweep import open_session
     from engine.workload.zoo import load_zoo
 
     models = args.models.split(",") if args.models else list(load_zoo())

@@ -95,7 +95,7 @@ async def first_frame(session: Any, store: Any, t_imported: float) -> dict[str, 
 
 
 def headless(spec: Any, session: Any, store: Any, warmup: int) -> Stopwatch:
-    from engine.experiment import run_experiment
+    from engine.run.experiment import run_experiment
 
     watch = Stopwatch(warmup)
     result = run_experiment(spec, store=store, callbacks=[watch], session=session)
@@ -143,7 +143,7 @@ def main() -> int:
     os.environ["SLM_DVFS_DATA_DIR"] = str(work / "data")
     import tui.app  # noqa: F401 - timed: what `slm-dvfs` imports before its first frame
     from engine.device.session import open_device
-    from engine.store import Store
+    from engine.results.store import Store
 
     t_imported = time.perf_counter()
     with open_device(twin=TWIN, realtime=True, twin_dir=work / "twin") as session, \
@@ -152,7 +152,7 @@ def main() -> int:
 
         import torch
 
-        from engine.experiment import ExperimentSpec
+        from engine.run.experiment import ExperimentSpec
 
         torch.set_num_threads(args.threads)
         spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=args.steps,

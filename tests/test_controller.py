@@ -16,9 +16,9 @@ from engine.dvfs.controller import DvfsController
 from engine.dvfs.objectives import Measurement, parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError, UnsupportedFrequencyError
-from engine.monitor import PowerMonitor, TwinSource
-from engine.provenance import Source
+from engine.core.errors import ConfigError, UnsupportedFrequencyError
+from engine.device.monitor import PowerMonitor, TwinSource
+from engine.core.provenance import Source
 from engine.workload.events import RunFinished, RunStarted, StepBegin, StepEnd, TwinCost
 
 MHZ = 1_000_000
@@ -303,7 +303,7 @@ def test_twin_step_cost_sums_only_the_chosen_rails(twin):
 
 def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_state, monkeypatch):
     from engine.device.jetson import JetsonDevice
-    from engine.guard import ClockGuard, list_journals
+    from engine.device.guard.guard import ClockGuard, list_journals
 
     calls = []
     real = JetsonDevice.jetson_clocks_restore

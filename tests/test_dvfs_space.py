@@ -16,7 +16,7 @@ from engine.dvfs.space import (
     setting_space,
     thin_table,
 )
-from engine.errors import ConfigError, UnsupportedFrequencyError
+from engine.core.errors import ConfigError, UnsupportedFrequencyError
 
 MHZ = 1_000_000
 GPU_STEPS, CPU_STEPS, EMC_STEPS = 11, 29, 4  # the spec's 64GB tables

@@ -14,8 +14,8 @@ from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError
-from engine.experiment import (
+from engine.core.errors import ConfigError
+from engine.run.experiment import (
     BASELINE_COOL_MARGIN_C,
     ExperimentPhase,
     ExperimentSpec,
@@ -26,14 +26,14 @@ from engine.experiment import (
     flatten_metrics,
     run_experiment,
 )
-from engine.monitor import PowerMonitor
-from engine.power_sources import PowerSample
-from engine.provenance import Source
-from engine.store import Store
-from engine.sweep import SweepSpec, fast_points, run_sweep
-from engine.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
+from engine.device.monitor import PowerMonitor
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
+from engine.results.store import Store
+from engine.run.sweep import SweepSpec, fast_points, run_sweep
+from engine.run.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
 from engine.workload.events import RunStarted, StepEnd
-from engine.workload.trace import StepTrace
+from engine.core.trace import StepTrace
 from engine.workload.trainer import TrainControl
 
 MHZ = 1_000_000

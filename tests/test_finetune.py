@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine.cli import main
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload import finetune
 from engine.workload.events import RunFinished, StepEnd
 from engine.workload.finetune import FinetuneSpec, run_finetune

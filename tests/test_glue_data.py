@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload import data
 from engine.workload.data import Example, encode, generate_glue_folder, load_glue_text
 from engine.workload.glue import TASKS, get_task

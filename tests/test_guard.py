@@ -16,8 +16,8 @@ import pytest
 
 from engine.device.base import ClockDomain
 from engine.device.twin.orin import VirtualOrin
-from engine.errors import DeviceError
-from engine.guard import (
+from engine.core.errors import DeviceError
+from engine.device.guard.guard import (
     PINNED,
     SESSION,
     ClockGuard,
@@ -120,7 +120,7 @@ _CHILD = textwrap.dedent(
     import signal, sys, time
     from engine.device.base import ClockDomain
     from engine.device.twin.orin import VirtualOrin
-    from engine.guard import ClockGuard
+    from engine.device.guard.guard import ClockGuard
 
     orin = VirtualOrin("agx-orin-64gb", root=sys.argv[1])
     orin.start(tick_s=0.01, realtime=False)
@@ -297,7 +297,7 @@ def test_a_journal_whose_root_has_gone_blocks_nothing(
     stale = _write_dead_journal(state_dir / "journals", gone, orin)
     dev = orin.device()
     before = _files(orin.root)
-    with caplog.at_level(logging.WARNING, logger="engine.guard"):
+    with caplog.at_level(logging.WARNING, logger="engine.device.guard.guard"):
         with ClockGuard(dev, handle_signals=False) as guard:  # another device's bad journal: not our problem
             dev.pin(ClockDomain.GPU, 612_000_000)
             assert guard.recovered == []
@@ -318,7 +318,7 @@ def test_corrupt_journal_is_kept_and_reported(
     d = state_dir / "journals"
     d.mkdir(parents=True)
     (d / "bad.json").write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="engine.guard"):
+    with caplog.at_level(logging.WARNING, logger="engine.device.guard.guard"):
         assert list_journals() == []
     assert any("bad.json" in r.getMessage() for r in caplog.records)
     dev = orin.device()
@@ -339,9 +339,9 @@ def test_corrupt_journal_is_kept_and_reported(
 _JC_CHILD = textwrap.dedent(
     """
     import os, sys, time
-    from engine import paths
+    from engine.core import paths
     from engine.device.twin.orin import VirtualOrin
-    from engine.guard import ClockGuard
+    from engine.device.guard.guard import ClockGuard
 
     orin = VirtualOrin("agx-orin-64gb", root=sys.argv[1])
     orin.start(tick_s=0.01, realtime=False)

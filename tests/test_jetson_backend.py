@@ -24,14 +24,14 @@ from engine.device.treegen import (
     render_tree,
 )
 from engine.device.twin.orin import VirtualOrin
-from engine.errors import (
+from engine.core.errors import (
     ClockNotAppliedError,
     DeviceError,
     NodeNotFoundError,
     PermissionDeniedError,
     UnsupportedFrequencyError,
 )
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 GPU, CPU, EMC = ClockDomain.GPU, ClockDomain.CPU, ClockDomain.EMC
 PAIRS = {"min_freq": "max_freq", "scaling_min_freq": "scaling_max_freq"}

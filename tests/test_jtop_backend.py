@@ -11,7 +11,7 @@ import pytest
 
 from engine.device import jtop_backend
 from engine.device.jtop_backend import JtopControl, JtopPowerSource, jtop_available
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 
 class FakeJtop:
@@ -67,8 +67,8 @@ def test_rails_from_jtop_power() -> None:
 
 
 def test_jtop_source_feeds_the_power_monitor() -> None:
-    from engine.monitor import PowerMonitor
-    from engine.power_sources import PowerSource
+    from engine.device.monitor import PowerMonitor
+    from engine.device.power import PowerSource
 
     src = JtopPowerSource(FakeJtop(), interval_s=0.5)
     assert isinstance(src, PowerSource)

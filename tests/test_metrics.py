@@ -8,7 +8,7 @@ import torch
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload.glue import TASKS
 from engine.workload.metrics import compute_metrics
 

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload import models, tokenization, zoo
 from engine.workload.data import encode, load_glue_text
 from engine.workload.glue import get_task

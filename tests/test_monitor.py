@@ -9,8 +9,8 @@ import time
 import pytest
 
 from engine.device.base import DeviceIdentity, RailReading
-from engine.errors import ConfigError, DeviceError
-from engine.monitor import (
+from engine.core.errors import ConfigError, DeviceError
+from engine.device.monitor import (
     DeviceRailSource,
     PowerMonitor,
     PowerSample,
@@ -18,7 +18,7 @@ from engine.monitor import (
     TwinSource,
     resolve_rails,
 )
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 ORIN = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
 
@@ -176,12 +176,12 @@ def test_preset_sums_only_its_rails_and_bad_preset_fails_on_start() -> None:
 
 
 def test_rate_clamped_to_sensor_interval(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="engine.monitor"):
+    with caplog.at_level(logging.INFO, logger="engine.device.monitor"):
         mon = PowerMonitor(SineSource(FakeClock(), min_interval_s=0.1), rate_hz=20)
     assert mon.interval_s == pytest.approx(0.1) and mon.rate_hz == pytest.approx(10)
     assert any("sensor updates only every 100 ms" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="engine.monitor"):
+    with caplog.at_level(logging.INFO, logger="engine.device.monitor"):
         free = PowerMonitor(SineSource(FakeClock(), min_interval_s=0.002), rate_hz=20)
     assert free.interval_s == pytest.approx(0.05)
     assert not any("sensor" in r.getMessage() for r in caplog.records)

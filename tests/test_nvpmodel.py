@@ -9,7 +9,7 @@ import pytest
 from engine.device.base import PowerMode
 from engine.device.nvpmodel import format_conf, parse_conf, parse_query, query, switch
 from engine.device.treegen import ORIN_64GB_MODES, TreeLayout
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 # Excerpt in the layout L4T ships (Nano conf: a 4-core cluster, inline comments, odd spacing).
 NANO_CONF = """

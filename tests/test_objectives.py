@@ -9,8 +9,8 @@ import pytest
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Measurement, Objective, module_power_limit_w, parse_objective
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 
 MHZ = 1_000_000
 

@@ -22,7 +22,7 @@ from engine.dvfs.policies import (
     unregister_policy,
 )
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
 
 MHZ = 1_000_000
 TABLE_MHZ = (306, 408, 510, 612, 714, 816, 918, 1020, 1122, 1224, 1300.5)

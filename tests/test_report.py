@@ -9,11 +9,11 @@ import pytest
 
 from engine.cli import main
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.power_sources import PowerSample
-from engine.provenance import Source
-from engine.report import parse_report_id, write_report
-from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+from engine.core.errors import ConfigError
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
+from engine.results.report import parse_report_id, write_report
+from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 
 MHZ = 1_000_000
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -9,7 +9,7 @@ import pytest
 
 from engine.device.twin.profile import load_profile
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.selector.candidates import log_columns
 from engine.selector.dataset import head_representatives, profile_settings
 from engine.selector.features import (

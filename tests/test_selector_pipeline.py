@@ -9,14 +9,14 @@ import pytest
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.dvfs.space import MAXN
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector.candidates import CandidateSpec, default_candidates
 from engine.selector.dataset import from_store, from_twin_zoo, profile_settings
 from engine.selector.features import describe_workload
 from engine.selector.selection import choose, cross_validate, cv_folds
 from engine.selector.selector import train_selector
-from engine.sweep import fast_sweep
+from engine.run.sweep import fast_sweep
 
 SMALL = dict(models=["bert-tiny", "bert-mini", "pythia-14m"], tasks=["sst2", "mnli"], batch_sizes=(8, 32),
              seq_lens=(32,), precisions=("fp32",))
@@ -170,7 +170,7 @@ def test_probes_measure_on_the_twin_and_correct(trained):
 
 
 def test_train_from_the_store(tmp_path, ds):
-    from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+    from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 
     profile = load_profile("agx-orin-64gb")
     settings = profile_settings(profile, "gpu")

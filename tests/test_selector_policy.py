@@ -17,13 +17,13 @@ from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy, unregister_policy
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector import register_ml_policy
 from engine.selector.features import describe_workload
 from engine.selector.persistence import sidecar_path
 from engine.selector.policy import MLPolicy, workload_features
-from engine.sweep import fast_sweep
+from engine.run.sweep import fast_sweep
 
 TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
          "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--quick",
@@ -165,7 +165,7 @@ def test_ml_policy_without_a_cost_on_a_probe_step(trained, device, workload):
 
 def test_workload_features_from_what_the_experiment_passes(workload):
     w, trace = workload
-    from engine.simulate import Workload
+    from engine.workload.resolve import Workload
 
     sim = Workload(model="bert-tiny", task="sst2", family="bert", batch_size=16, seq_len=32, precision="fp32",
                    mode="full", trace=trace, total_params=w.params, spec="bert-tiny")

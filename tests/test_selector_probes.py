@@ -8,8 +8,8 @@ import pytest
 
 from engine.dvfs.objectives import Measurement, parse_objective
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector.probes import Prediction, apply_correction, fit_correction, plan_probes, rank, run_probes
 
 MHZ = 1_000_000

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from engine import store_schema
-from engine.errors import ConfigError
-from engine.monitor import WindowResult
-from engine.power_sources import PowerSample, cumulative_trapezoid_j, trapezoid_j
-from engine.provenance import Source
-from engine.store import (
+from engine.results import schema as store_schema
+from engine.core.errors import ConfigError
+from engine.device.monitor import WindowResult
+from engine.device.power import PowerSample, cumulative_trapezoid_j, trapezoid_j
+from engine.core.provenance import Source
+from engine.results.store import (
     SCHEMA_VERSION,
     ComparisonRecord,
     CorruptStoreError,
@@ -310,7 +310,7 @@ def test_each_commit_is_visible_to_another_process_at_once(store: Store, db: Pat
 
 CRASHING_SWEEP = textwrap.dedent("""
     import os, sys
-    from engine.store import Store, DeviceRecord, WorkloadRecord, SweepPoint
+    from engine.results.store import Store, DeviceRecord, WorkloadRecord, SweepPoint
     s = Store(sys.argv[1])
     sweep = s.find_or_create_sweep(device=DeviceRecord("Orin", "P3701", is_twin=True),
         workload=WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32"), space={"gpu": [1, 2, 3, 4]},

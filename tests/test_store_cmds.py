@@ -11,9 +11,9 @@ import pytest
 
 from engine.cli import main
 from engine.device.tegrastats import import_log
-from engine.power_sources import PowerSample, trapezoid_j
-from engine.provenance import Source
-from engine.store import DeviceRecord, Store, WorkloadRecord
+from engine.device.power import PowerSample, trapezoid_j
+from engine.core.provenance import Source
+from engine.results.store import DeviceRecord, Store, WorkloadRecord
 
 DATA = Path(__file__).parent / "data"
 R35, R36 = DATA / "tegrastats_r35.log", DATA / "tegrastats_r36.log"

@@ -18,10 +18,10 @@ from engine.device.twin.governors import default_control, pin_gpu, resolve
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
-from engine.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
-from engine.provenance import Source
-from engine.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
-from engine.sweep import (
+from engine.core.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
+from engine.core.provenance import Source
+from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+from engine.run.sweep import (
     SweepSpec,
     fast_points,
     fast_sweep,
@@ -218,10 +218,10 @@ def test_fast_needs_the_twin_and_sane_counts() -> None:
 
 KILL_FAST = """
 import os, signal
-from engine.simulate import Workload
-from engine.store import Store
-from engine.sweep import SweepPointDone, SweepSpec, run_sweep
-from engine.workload.trace import OpCost, StepTrace
+from engine.workload.resolve import Workload
+from engine.results.store import Store
+from engine.run.sweep import SweepPointDone, SweepSpec, run_sweep
+from engine.core.trace import OpCost, StepTrace
 trace = StepTrace.from_json({trace!r})
 workload = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", trace, 110_000_000)
 def die(event):
@@ -259,8 +259,8 @@ def test_fast_sweep_killed_resumes_to_the_same_result(tmp_path: Path) -> None:
 KILL_RUN = """
 import os, signal
 from engine.dvfs.space import DvfsSetting
-from engine.store import Store
-from engine.sweep import SweepSpec, run_sweep
+from engine.results.store import Store
+from engine.run.sweep import SweepSpec, run_sweep
 from engine.workload.events import StepEnd
 def die(event):
     if isinstance(event, StepEnd) and event.step == {kill_at}:

@@ -29,9 +29,9 @@ from engine.device.tegrastats import (
     parse_line,
     parse_lines,
 )
-from engine.errors import ConfigError, DeviceError
-from engine.monitor import PowerMonitor
-from engine.provenance import Source
+from engine.core.errors import ConfigError, DeviceError
+from engine.device.monitor import PowerMonitor
+from engine.core.provenance import Source
 
 DATA = Path(__file__).parent / "data"
 R35 = DATA / "tegrastats_r35.log"

@@ -16,12 +16,12 @@ from engine.dvfs.controller import DvfsController
 from engine.dvfs.objectives import Objective
 from engine.dvfs.policies import PolicyContext, make_policy
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError, DeviceError
-from engine.experiment import ExperimentSpec, run_experiment
-from engine.simulate import simulate_run
-from engine.store import Store
-from engine.sweep import SweepDriver, fast_points
-from engine.thermal import (
+from engine.core.errors import ConfigError, DeviceError
+from engine.run.experiment import ExperimentSpec, run_experiment
+from engine.workload.resolve import simulate_run
+from engine.results.store import Store
+from engine.run.sweep import SweepDriver, fast_points
+from engine.run.thermal import (
     DEFAULT_LIMITS,
     ThermalAbortError,
     ThermalGuard,

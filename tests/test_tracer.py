@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.workload.models import build_model
-from engine.workload.trace import OP_KINDS, StepTrace
+from engine.core.trace import OP_KINDS, StepTrace
 from engine.workload.tracer import capture_step_trace, step_trace, trace_path, model_fingerprint
 from engine.workload.trainer import apply_mode
 from engine.workload.zoo import get_entry
@@ -164,7 +164,7 @@ def test_step_trace_is_cached_as_json(tmp_path, monkeypatch, bert_tiny: torch.nn
 
 
 def test_bad_shapes_are_config_errors(bert_tiny: torch.nn.Module) -> None:
-    from engine.errors import ConfigError
+    from engine.core.errors import ConfigError
 
     with pytest.raises(ConfigError):
         capture_step_trace(bert_tiny, name="t", batch_size=0, seq_len=32)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload.events import (
     Checkpointed,
     EvalResult,
@@ -25,7 +25,7 @@ from engine.workload.events import (
     TwinCost,
     event_to_json,
 )
-from engine.workload.trace import OpCost, StepTrace
+from engine.core.trace import OpCost, StepTrace
 from engine.workload.trainer import (
     BatchSource,
     LinearWarmup,

@@ -16,7 +16,7 @@ from engine.device.treegen import (
     default_orin_spec,
     render_tree,
 )
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 
 def _read(root: Path, rel: str) -> str:

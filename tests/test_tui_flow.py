@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from engine import simulate
+from engine.workload import resolve as simulate
 from engine.device.session import DeviceSession, open_device
-from engine.simulate import Workload
-from engine.store import Store
-from engine.workload.trace import OpCost, StepTrace
+from engine.workload.resolve import Workload
+from engine.results.store import Store
+from engine.core.trace import OpCost, StepTrace
 from tui import demo
 from tui.app import SlmDvfsApp
 from tui.screens.compare import CompareScreen
@@ -32,7 +32,7 @@ CLOCK_FILES = (f"{GPU}/min_freq", f"{GPU}/max_freq", f"{GPU}/governor",
                "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq",
                "sys/devices/system/cpu/cpufreq/policy0/scaling_governor")
 REAL_RESOLVE = simulate.resolve_workload
-# bert-tiny/sst2 at its zoo defaults, as engine.simulate.resolve_workload traces it (frozen here so
+# bert-tiny/sst2 at its zoo defaults, as engine.workload.resolve.resolve_workload traces it (frozen here so
 # the fast tests need not import torch; the slow test resolves and trains it for real).
 BERT_TINY = Workload(
     "bert-tiny", "sst2", "bert", 32, 128, "fp32", "full",
@@ -114,7 +114,7 @@ async def type_into(pilot: Any, app: SlmDvfsApp, field: str, text: str) -> None:
 
 
 def simulated_spec(steps: int, policy: str = "static:gpu=816", compare: str | None = None) -> Any:
-    from engine.experiment import ExperimentSpec
+    from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(model="bert-tiny", task="sst2", policy=policy, compare=compare, steps=steps, twin=TWIN,
                           simulate=True, label="test")
@@ -280,7 +280,7 @@ async def test_a_board_asks_before_changing_clocks(tmp_path: Path, store: Store)
 
 # --------------------------------------------------------------------------- errors stay in the app
 async def test_engine_errors_are_shown_in_the_app(session: DeviceSession, store: Store) -> None:
-    from engine.experiment import ExperimentSpec
+    from engine.run.experiment import ExperimentSpec
 
     app = SlmDvfsApp(session, refresh_s=0.05, store=store)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -381,7 +381,7 @@ async def test_command_palette_offers_the_actions(session: DeviceSession, store:
 @pytest.mark.slow
 async def test_real_fine_tuning_of_bert_tiny_against_maxn(session: DeviceSession, store: Store,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.experiment import ExperimentSpec
+    from engine.run.experiment import ExperimentSpec
 
     monkeypatch.setattr(simulate, "resolve_workload", REAL_RESOLVE)
     app = SlmDvfsApp(session, refresh_s=0.1, store=store)

@@ -10,10 +10,10 @@ import pytest
 
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.experiment import ExperimentPhase
-from engine.provenance import Source
-from engine.store import Store
+from engine.core.errors import ConfigError
+from engine.run.experiment import ExperimentPhase
+from engine.core.provenance import Source
+from engine.results.store import Store
 from engine.workload.events import (
     Paused,
     RunCancelled,
@@ -262,7 +262,7 @@ def test_heat_map_averages_repeats_and_marks_the_least_energy() -> None:
 
 
 def test_sweep_tracker_collects_points() -> None:
-    from engine.sweep import SweepPointDone
+    from engine.run.sweep import SweepPointDone
 
     t = SweepTracker(Source.TWIN)
     m = Measurement(1.0, 0.8, 100, None, Source.TWIN)
@@ -300,7 +300,7 @@ def test_selector_preview_says_when_there_is_none(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.slow
 def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from engine.dvfs.objectives import parse_objective
-    from engine.errors import SlmDvfsError
+    from engine.core.errors import SlmDvfsError
     from engine.selector.features import describe_workload
     from engine.selector.persistence import load_selector
 

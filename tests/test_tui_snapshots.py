@@ -13,7 +13,7 @@ import pytest
 import pytest_textual_snapshot
 
 from engine.device.session import open_device
-from engine.store import Store
+from engine.results.store import Store
 from tui import demo
 from tui.app import SlmDvfsApp
 from tui.messages import SnapshotTaken

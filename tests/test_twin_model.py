@@ -13,8 +13,8 @@ import pytest
 from engine.device.twin.governors import default_control, pin_gpu, resolve
 from engine.device.twin.model import Clocks, Load, estimate_step, idle_power_mw, rail_powers_mw
 from engine.device.twin.profile import available_profiles, devices_dir, load_profile
-from engine.errors import ProfileError
-from engine.workload.trace import OpCost, StepTrace
+from engine.core.errors import ProfileError
+from engine.core.trace import OpCost, StepTrace
 
 MHZ = 1_000_000
 SPEC_IDLE_MW = {"VDD_GPU_SOC": 2399, "VDD_CPU_CV": 400, "VIN_SYS_5V0": 4032, "VDDQ_VDD2_1V8AO": 301}

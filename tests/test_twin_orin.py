@@ -17,7 +17,7 @@ from engine.device.base import ClockDomain
 from engine.device.twin.model import idle_power_mw
 from engine.device.twin.orin import TWIN_MARKER, VirtualOrin
 from engine.device.twin.profile import load_profile
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 MHZ = 1_000_000
 GPU = "sys/class/devfreq/17000000.gpu"

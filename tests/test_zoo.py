@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from engine.errors import ConfigError, ProfileError
+from engine.core.errors import ConfigError, ProfileError
 from engine.workload import zoo
 from engine.workload.glue import TASKS, get_task
 from engine.workload.models import build_model

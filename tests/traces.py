@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.workload.trace import OpCost, StepTrace
+from engine.core.trace import OpCost, StepTrace
 
 # One training step of a BERT-base-sized model (12 layers, hidden 768, 110M parameters)
 # at batch 32 x 128 tokens in fp32: matmul FLOPs = 6 x 85M non-embedding params x 4096
@@ -20,7 +20,7 @@ BERT_BASE_LIKE = StepTrace(
 
 
 def bert_base_workload():  # type: ignore[no-untyped-def]
-    """The trace above as an experiment workload (engine.simulate.Workload)."""
-    from engine.simulate import Workload
+    """The trace above as an experiment workload (engine.workload.resolve.Workload)."""
+    from engine.workload.resolve import Workload
 
     return Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", BERT_BASE_LIKE, 110_000_000)

@@ -30,8 +30,8 @@ from textual.worker import WorkerState, get_current_worker
 from engine.device.base import ClockDomain
 from engine.device.session import DeviceSession
 from engine.device.snapshot import take_snapshot
-from engine.errors import SlmDvfsError
-from engine.provenance import Source
+from engine.core.errors import SlmDvfsError
+from engine.core.provenance import Source
 from tui.actions.experiments import ENGINE, ExperimentActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
@@ -133,7 +133,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     def store(self) -> Any:
         """The results store, opened on first use; None (and said) when it cannot be opened."""
         if self._store is None:
-            from engine.store import Store
+            from engine.results.store import Store
 
             try:
                 self._store = Store(self._store_path)

@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.errors import ConfigError, SlmDvfsError
-from engine.provenance import Source
-from engine.store_schema import RunRecord
+from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.provenance import Source
+from engine.results.schema import RunRecord
 from tui.fmt import nice_ceiling
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ def series_of(samples: Sequence[Any], rails: Sequence[str] | None, source: Sourc
 
 def rails_of(run: RunRecord) -> tuple[str, ...] | None:
     """The rails a run's energy totals (its preset resolved against the rails it recorded)."""
-    from engine.monitor import resolve_rails
+    from engine.device.monitor import resolve_rails
 
     if not run.rail_energy_j:
         return None
@@ -204,7 +204,7 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
                 log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
     if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
         return None
-    from engine.store import workload_key
+    from engine.results.store import workload_key
 
     w = run.workload
     key = workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode)

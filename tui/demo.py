@@ -16,8 +16,8 @@ from engine.device.base import (
 )
 from engine.device.snapshot import DeviceSnapshot
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.power_sources import PowerSample
-from engine.provenance import Source
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
 from engine.workload.events import EvalResult, RunStarted, StepEnd, TwinCost
 from tui.runstate import RunTracker, RunView
 
@@ -53,7 +53,7 @@ def snapshot(gpu_hz: int = 816 * MHZ, pinned: bool = True) -> DeviceSnapshot:
 def run_view(steps_done: int = 120, total: int = 300) -> RunView:
     """A run 1 of 2 (static:gpu=816 then MAXN), `steps_done` steps in, with a loss and an evaluation."""
     tracker = RunTracker(Source.TWIN, RAILS, chart_columns=60)
-    from engine.experiment import ExperimentPhase
+    from engine.run.experiment import ExperimentPhase
 
     tracker.feed(ExperimentPhase("policy", "static:gpu=816", 1, 2))
     tracker.feed(RunStarted(model="bert-tiny", task="sst2", mode="full", precision="fp32", device="cpu",
@@ -72,7 +72,7 @@ def run_view(steps_done: int = 120, total: int = 300) -> RunView:
 
 def fill_store(store: Any) -> dict[str, int]:
     """A compared pair (static:gpu=816 against MAXN), an unrelated run, and a GPU sweep; returns their ids."""
-    from engine.store import DeviceRecord, SweepPoint, WorkloadRecord
+    from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
 
     device = store.ensure_device(DeviceRecord.from_identity(IDENTITY))
     workload = store.ensure_workload(WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32", "full", family="bert",

@@ -6,7 +6,7 @@ import math
 
 from rich.text import Text
 
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 SOURCE_STYLE = {Source.MEASURED: "green", Source.TWIN: "yellow", Source.PREDICTED: "magenta"}
 

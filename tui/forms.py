@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import ConfigError, SlmDvfsError
+from engine.core.errors import ConfigError, SlmDvfsError
 
 POLICY_CHOICES = ("maxn", "static:gpu=816", "oracle", "ml", "online", "mode:1", "maxn-pinned")
 OBJECTIVE_CHOICES = ("energy", "edp", "eta:0.5")
@@ -215,7 +215,7 @@ def steps_for(values: SetupValues) -> int:
 
 def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):  # -> ExperimentSpec
     """The experiment the form describes, on the open device; ConfigError names the first bad field."""
-    from engine.experiment import ExperimentSpec
+    from engine.run.experiment import ExperimentSpec
 
     errors = values.errors()
     if errors:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200

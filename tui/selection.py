@@ -11,8 +11,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import SlmDvfsError
-from engine.provenance import Source
+from engine.core.errors import SlmDvfsError
+from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class SelectorPreview:
 def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     """The selector's choice for an ExperimentSpec's workload and objective.
 
-    `workload` (engine.simulate.Workload) saves resolving it again when the caller has it."""
+    `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it."""
     from engine.dvfs.objectives import parse_objective
     from engine.selector.persistence import load_selector
 

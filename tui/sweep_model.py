@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 
 @dataclass(frozen=True)
@@ -99,12 +99,12 @@ def heat_map(points: Iterable[tuple[DvfsSetting, float, float]], source: Source)
 
 
 def from_summaries(summaries: Sequence[Any], source: Source) -> HeatMap:
-    """From engine.sweep.PointSummary (a finished or stored sweep)."""
+    """From engine.run.sweep.PointSummary (a finished or stored sweep)."""
     return heat_map(((p.setting, p.joules_per_sample.mean, p.seconds_per_sample.mean) for p in summaries), source)
 
 
 def from_store(store: Any, sweep_id: int) -> HeatMap:
-    from engine.sweep import summarize_points
+    from engine.run.sweep import summarize_points
 
     sweep = store.get_sweep(sweep_id)
     return from_summaries(summarize_points(store.sweep_points(sweep_id)), sweep.source)

@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from engine import __version__
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 
 # Sub-command modules, in the order `--help` lists them.
 COMMAND_MODULES = (

@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 from engine.device.base import ClockDomain, Device
-from engine.device.clocks import format_mhz
+from engine.core.clocks import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 
 def add_device_args(parser: argparse.ArgumentParser) -> None:
@@ -171,7 +171,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 # --- pin / restore ---------------------------------------------------------------------------
 def cmd_pin(args: argparse.Namespace) -> int:
     from engine.dvfs.space import DvfsSetting, check_setting, parse_mhz
-    from engine.guard import ClockGuard
+    from engine.device.guard.guard import ClockGuard
 
     wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}
     wanted = {d: mhz for d, mhz in wanted.items() if mhz is not None}
@@ -196,7 +196,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from engine.guard import describe_journals, restore_report
+    from engine.device.guard.guard import describe_journals, restore_report
 
     report = restore_report()
     if not report.restored and not report.problems:
@@ -214,8 +214,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 # --- monitor ---------------------------------------------------------------------------------
 def cmd_monitor(args: argparse.Namespace) -> int:
-    from engine.monitor import PowerMonitor
-    from engine.power_sources import DeviceRailSource, TwinSource
+    from engine.device.monitor import PowerMonitor
+    from engine.device.power import DeviceRailSource, TwinSource
 
     if args.seconds <= 0:
         raise ConfigError(f"--seconds must be positive, not {args.seconds}", "pass e.g. --seconds 10")

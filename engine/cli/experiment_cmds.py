@@ -99,14 +99,14 @@ def _thermal_overrides(args: argparse.Namespace) -> tuple[tuple[str, float], ...
 
 
 def _store(args: argparse.Namespace, create: bool = True) -> Any:
-    from engine.store import Store
+    from engine.results.store import Store
 
     return Store(Path(args.db) if args.db else None, create=create)
 
 
 # --- run ----------------------------------------------------------------------------------------
 def experiment_spec(args: argparse.Namespace) -> Any:
-    from engine.experiment import ExperimentSpec
+    from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
         model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
@@ -119,7 +119,7 @@ def experiment_spec(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine.experiment import run_experiment
+    from engine.run.experiment import run_experiment
 
     result = _execute(args, experiment_spec(args), run_experiment, format_experiment)
     return 130 if result.cancelled else 0
@@ -208,7 +208,7 @@ def _fmt(value: Any, fmt: str) -> str:
 
 # --- sweep --------------------------------------------------------------------------------------
 def sweep_spec(args: argparse.Namespace) -> Any:
-    from engine.sweep import SweepSpec
+    from engine.run.sweep import SweepSpec
 
     return SweepSpec(
         model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
@@ -221,7 +221,7 @@ def sweep_spec(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from engine.sweep import run_sweep
+    from engine.run.sweep import run_sweep
 
     result = _execute(args, sweep_spec(args), run_sweep, format_sweep)
     return 0 if result.complete else 130
@@ -264,7 +264,7 @@ def _ci(mean: float, ci: float | None, fmt: str) -> str:
 
 # --- report -------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from engine.report import write_report
+    from engine.results.report import write_report
 
     with _store(args, create=False) as store:
         report = write_report(store, args.id, args.out, objective=args.objective)
@@ -289,9 +289,9 @@ class Progress:
         self._open = False
 
     def __call__(self, event: Any) -> None:
-        from engine.experiment import ExperimentPhase
-        from engine.sweep import SweepPointDone
-        from engine.thermal import ThermalWait
+        from engine.run.experiment import ExperimentPhase
+        from engine.run.sweep import SweepPointDone
+        from engine.run.thermal import ThermalWait
         from engine.workload.events import RunCancelled, RunStarted, StepEnd
 
         if isinstance(event, ExperimentPhase):

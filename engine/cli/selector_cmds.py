@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 DEFAULT_PROFILE = "agx-orin-64gb"
 
@@ -122,7 +122,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
             if getattr(args, flag):
                 raise ConfigError(f"--{flag.replace('_', '-')} only applies with --from-twin-zoo",
                                   "add --from-twin-zoo, or drop the option")
-        from engine.store import Store, default_db_path
+        from engine.results.store import Store, default_db_path
 
         db = Path(args.db) if args.db else default_db_path()
         with Store(db, create=False) as store:
@@ -194,14 +194,14 @@ def cmd_select(args: argparse.Namespace) -> int:
                                         precision=args.precision, mode=args.mode)
     measure = None
     if args.probes:
-        from engine.sweep import fast_sweep
+        from engine.run.sweep import fast_sweep
 
         profile = _load_profile(args.twin)
 
         def measure(setting: Any) -> Any:
             return fast_sweep(trace, profile, [setting], warmup_steps=1, steps=2)[0][1]
 
-    from engine.provenance import Source
+    from engine.core.provenance import Source
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from engine.device.clocks import format_mhz
-from engine.errors import ConfigError, ProfileError
-from engine.provenance import Source
-from engine.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
+from engine.core.clocks import format_mhz
+from engine.core.errors import ConfigError, ProfileError
+from engine.core.provenance import Source
+from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
 
@@ -297,7 +297,7 @@ def _workload_from_args(args: argparse.Namespace) -> WorkloadRecord | None:
 
 def cmd_import_tegrastats(args: argparse.Namespace) -> int:
     from engine.device.tegrastats import import_log
-    from engine.monitor import resolve_rails
+    from engine.device.monitor import resolve_rails
 
     workload = _workload_from_args(args)
     tlog = import_log(args.log, interval_ms=args.interval_ms)

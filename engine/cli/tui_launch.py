@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 from engine.device.session import open_device
-from engine.guard import recover_stale
+from engine.device.guard.guard import recover_stale
 
 
 def launch_tui(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 
 class ClockDomain(str, Enum):

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from engine.device.sysfs import SysfsTree
-from engine.errors import DeviceError, NodeNotFoundError
+from engine.core.errors import DeviceError, NodeNotFoundError
 
 log = logging.getLogger(__name__)
 

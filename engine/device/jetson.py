@@ -26,10 +26,10 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
-from engine.device.clocks import highest_at_most
+from engine.core.clocks import highest_at_most
 from engine.device.discovery import CpuPolicy, JetsonNodes, discover
 from engine.device.sysfs import SysfsTree
-from engine.errors import (
+from engine.core.errors import (
     ClockNotAppliedError,
     DeviceError,
     NodeNotFoundError,

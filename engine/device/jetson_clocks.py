@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from engine.device.nvpmodel import run_tool
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from engine.device.base import RailReading
-from engine.errors import DeviceError
-from engine.power_sources import PowerSample
-from engine.provenance import Source
+from engine.core.errors import DeviceError
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
 

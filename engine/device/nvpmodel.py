@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from engine.device.base import PowerMode
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 log = logging.getLogger(__name__)
 

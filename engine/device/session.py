@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine import paths
+from engine.core import paths
 from engine.device.base import Device
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 
 
 @dataclass(frozen=True)

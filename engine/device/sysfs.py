@@ -7,7 +7,7 @@ import glob
 import os
 from pathlib import Path
 
-from engine.errors import DeviceError, NodeNotFoundError, PermissionDeniedError
+from engine.core.errors import DeviceError, NodeNotFoundError, PermissionDeniedError
 
 
 class SysfsTree:

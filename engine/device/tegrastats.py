@@ -24,9 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping, Sequence
 
-from engine.errors import ConfigError, DeviceError, SlmDvfsError
-from engine.power_sources import PowerSample, trapezoid_j
-from engine.provenance import Source
+from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
+from engine.device.power import PowerSample, trapezoid_j
+from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.device.base import PowerMode
-from engine.device.clocks import highest_at_most
+from engine.core.clocks import highest_at_most
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

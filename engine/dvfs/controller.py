@@ -22,13 +22,13 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine import paths
+from engine.core import paths
 from engine.device.base import ClockDomain, Device
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.policies import Policy, PolicyContext
 from engine.dvfs.space import DvfsSetting, check_setting
-from engine.errors import ConfigError, DeviceError
-from engine.monitor import PowerMonitor, WindowResult
+from engine.core.errors import ConfigError, DeviceError
+from engine.device.monitor import PowerMonitor, WindowResult
 from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class DvfsController:
     def _jetson_clocks(self) -> None:
         """jetson_clocks, storing the state first the first time (also the fan, which our
         snapshot does not hold), with the run's guard told where, so it restores from it."""
-        from engine.guard import active_guard
+        from engine.device.guard.guard import active_guard
 
         guard = active_guard(self.device)
         if self.jetson_clocks_store is not None or (guard is not None and guard.jetson_clocks_store is not None):

@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 
 from engine.device.base import DeviceIdentity
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.device.base import ClockDomain
-from engine.device.clocks import format_mhz
+from engine.core.clocks import format_mhz
 from engine.dvfs.objectives import Measurement, Objective
 from engine.dvfs.space import MAXN, SWEEP_MODE, DvfsSetting, check_setting, parse_mhz
-from engine.errors import ConfigError, DeviceError
+from engine.core.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:
     from engine.dvfs.policies import PolicyContext

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
-from engine.device.clocks import format_mhz
+from engine.core.clocks import format_mhz
 from engine.dvfs.objectives import Measurement, Objective, baseline_of
 from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, parse_mhz
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

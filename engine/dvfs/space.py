@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from engine.device.base import ClockDomain, Device, PowerMode
-from engine.device.clocks import format_mhz
-from engine.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+from engine.core.clocks import format_mhz
+from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ from sklearn.preprocessing import FunctionTransformer, PolynomialFeatures, Stand
 from sklearn.svm import SVR
 
 from engine.dvfs.space import DvfsSetting
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.selector.features import FEATURE_COLUMNS, LOG_COLUMNS, N_WORKLOAD_COLUMNS
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ import numpy as np
 from engine.device.base import ClockDomain, PowerMode
 from engine.dvfs.objectives import Measurement
 from engine.dvfs.space import DvfsSetting, setting_space
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
 
 log = logging.getLogger(__name__)
@@ -236,8 +236,8 @@ def profile_settings(profile: Any, space: str = "gpu") -> tuple[DvfsSetting, ...
 
 
 def twin_measure(trace: Any, profile: Any, settings: Sequence[DvfsSetting]) -> list[tuple[DvfsSetting, Measurement]]:
-    """Twin figures of a trace at each setting, without training (engine.sweep.fast_sweep)."""
-    from engine.sweep import fast_sweep
+    """Twin figures of a trace at each setting, without training (engine.run.sweep.fast_sweep)."""
+    from engine.run.sweep import fast_sweep
 
     return list(fast_sweep(trace, profile, list(settings)))
 

@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from engine.dvfs.space import DvfsSetting
-from engine.errors import ConfigError
-from engine.store_schema import workload_key
-from engine.workload.trace import StepTrace
+from engine.core.errors import ConfigError
+from engine.results.schema import workload_key
+from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, paths
-from engine.errors import ConfigError
+from engine import __version__
+from engine.core import paths
+from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from engine.device.base import Device
 from engine.dvfs.objectives import Measurement, Objective
 from engine.dvfs.space import DvfsSetting, check_setting
-from engine.errors import ConfigError, DeviceError, SlmDvfsError
-from engine.provenance import Source
+from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
+from engine.core.provenance import Source
 
 if TYPE_CHECKING:
     from engine.dvfs.policies import PolicyContext
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def workload_features(workload: Any) -> "WorkloadFeatures":
     """The selector's features of whatever the experiment passes as the workload: features
-    themselves, a resolved workload with a trace (engine.simulate.Workload), or anything
+    themselves, a resolved workload with a trace (engine.workload.resolve.Workload), or anything
     naming model, task, batch_size, seq_len, precision (a store WorkloadRecord, a mapping)."""
     from engine.selector.features import WorkloadFeatures, describe_workload, from_trace
     from engine.workload.models import resolve_model

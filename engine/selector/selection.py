@@ -24,8 +24,8 @@ from sklearn.model_selection import GroupKFold
 
 from engine.dvfs.objectives import Measurement, Objective
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier, workload_part
 from engine.selector.dataset import Dataset
 

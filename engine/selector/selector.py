@@ -21,8 +21,8 @@ import numpy as np
 
 from engine.dvfs.objectives import Measurement, Objective
 from engine.dvfs.space import MAXN, DvfsSetting
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.selector.candidates import (
     CandidateSpec,
     RegressorModel,

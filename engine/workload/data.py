@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import TASKS, GlueTask, get_task
 

@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Union
 
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 
 @dataclass(frozen=True)

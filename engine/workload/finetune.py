@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.workload.events import Callback
 from engine.workload.trainer import MODES, PRECISIONS, TrainConfig, TrainControl, Trainer, resolve_device
 

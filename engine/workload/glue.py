@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

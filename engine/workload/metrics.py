@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload.glue import GlueTask, get_task
 
 

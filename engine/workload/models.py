@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 
 import torch
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
 

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Sequence
 
-from engine import paths
-from engine.errors import ConfigError
+from engine.core import paths
+from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
 from engine.workload.models import PYTHIA_PAD_TOKEN_ID, ModelInfo

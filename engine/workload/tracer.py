@@ -47,9 +47,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from engine.errors import ConfigError
-from engine.paths import cache_dir
-from engine.workload.trace import OP_KINDS, OpCost, StepTrace
+from engine.core.errors import ConfigError
+from engine.core.paths import cache_dir
+from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
 log = logging.getLogger(__name__)
 

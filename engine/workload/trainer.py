@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from engine.errors import ConfigError
+from engine.core.errors import ConfigError
 from engine.workload.events import (
     Callback,
     Checkpointed,
@@ -39,7 +39,7 @@ from engine.workload.events import (
     StepEnd,
     TwinCost,
 )
-from engine.workload.trace import StepTrace
+from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (JetPack 6)
     import tomli as tomllib
 
-from engine import paths
-from engine.errors import ConfigError, ProfileError
+from engine.core import paths
+from engine.core.errors import ConfigError, ProfileError
 
 FAMILIES = ("bert", "pythia")
 PRECISIONS = ("fp32", "fp16", "bf16")

@@ -10,7 +10,7 @@ from typing import Any
 from textual import work
 from textual.screen import ModalScreen
 
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 from tui.bridge import EventBridge
 from tui.messages import EngineFailed, ExperimentDone, RunProgress, SelectorPreviewed
 from tui.runstate import RunTracker
@@ -58,7 +58,7 @@ class ExperimentActions:
 
     def start_experiment(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
         """Run `spec` in the engine worker on this app's device; returns its TrainControl."""
-        from engine.sweep import rail_names
+        from engine.run.sweep import rail_names
         from engine.workload.trainer import TrainControl
 
         if self._refuse_if_busy():
@@ -95,8 +95,8 @@ class ExperimentActions:
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
     def experiment_worker(self, spec: Any, control: Any, bridge: EventBridge,
                           extra: tuple[Callable[[Any], None], ...]) -> None:
-        from engine.experiment import run_experiment
-        from engine.simulate import resolve_workload
+        from engine.run.experiment import run_experiment
+        from engine.workload.resolve import resolve_workload
         from tui.selection import SelectorPreview, preview_choice
 
         try:

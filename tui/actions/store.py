@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 from tui.screens.compare import CompareScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.modals import ConfirmScreen
@@ -68,7 +68,7 @@ class StoreActions:
         self.open_run(run, base)
 
     def export_run(self, run_id: int) -> Path | None:
-        from engine import paths
+        from engine.core import paths
         from engine.cli.store_cmds import _columns, _csv_text
 
         store = self.store

@@ -6,7 +6,7 @@ from typing import Any
 
 from textual import work
 
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 from tui.actions.experiments import ENGINE
 from tui.bridge import EventBridge
 from tui.messages import EngineFailed, SelectorTrained, SweepDone, SweepProgress
@@ -23,7 +23,7 @@ class SweepActions:
         self.call_after_refresh(lambda: self.get_screen("sweep").action_start())  # type: ignore[attr-defined]
 
     def request_sweep(self, values: dict) -> None:
-        from engine.sweep import SweepSpec
+        from engine.run.sweep import SweepSpec
 
         if self._refuse_if_busy():
             return
@@ -67,7 +67,7 @@ class SweepActions:
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
     def sweep_worker(self, spec: Any, control: Any, bridge: EventBridge) -> None:
-        from engine.sweep import run_sweep
+        from engine.run.sweep import run_sweep
 
         try:
             result = run_sweep(spec, store=self.store, callbacks=[bridge], control=control, session=self.session)

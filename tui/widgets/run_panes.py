@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from engine.provenance import Source
+from engine.core.provenance import Source
 from tui.fmt import energy, num, tag
 from tui.runstate import RunView, format_duration
 from tui.widgets.device_panes import Pane

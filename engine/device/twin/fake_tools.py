@@ -20,7 +20,7 @@ from engine.device.base import PowerMode
 from engine.device.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
 from engine.device.sysfs import SysfsTree
-from engine.errors import SlmDvfsError
+from engine.core.errors import SlmDvfsError
 
 NVPMODEL_PATH = "usr/sbin/nvpmodel"
 JETSON_CLOCKS_PATH = "usr/bin/jetson_clocks"

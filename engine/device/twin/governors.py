@@ -23,7 +23,7 @@ from typing import Callable
 from engine.device.base import PowerMode
 from engine.device.twin.model import Clocks, StepEstimate, estimate_step
 from engine.device.twin.profile import TwinProfile
-from engine.workload.trace import StepTrace
+from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 

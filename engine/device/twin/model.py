@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from engine.device.twin.profile import TwinProfile
-from engine.provenance import Source
-from engine.workload.trace import StepTrace
+from engine.core.provenance import Source
+from engine.core.trace import StepTrace
 
 # Kinds that may run on tensor cores (fp16/bf16); everything else uses the FP32 CUDA cores.
 MATRIX_KINDS = frozenset({"matmul", "attention"})

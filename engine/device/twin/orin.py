@@ -33,9 +33,9 @@ from engine.device.twin.governors import ControlState, DomainControl, resolve
 from engine.device.twin.model import Clocks, StepEstimate, idle_power_mw
 from engine.device.twin.profile import RailParams, TwinProfile, load_profile
 from engine.device.twin.thermal import ThermalState, idle_zone_temps_c, throttling, zone_temps_c
-from engine.errors import ConfigError, DeviceError
-from engine.provenance import Source
-from engine.workload.trace import StepTrace
+from engine.core.errors import ConfigError, DeviceError
+from engine.core.provenance import Source
+from engine.core.trace import StepTrace
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.device.base import PowerMode
-from engine.errors import ProfileError
-from engine.paths import profiles_dir
+from engine.core.errors import ProfileError
+from engine.core.paths import profiles_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -138,7 +138,7 @@ class ThermalParams:
 
 @dataclass(frozen=True)
 class ThermalGuardParams:
-    """When experiments pause or stop for heat (engine.thermal): the hottest zone's limits."""
+    """When experiments pause or stop for heat (engine.run.thermal): the hottest zone's limits."""
 
     wait_c: float = 75.0  # above this before a point/run: idle until cooldown_c
     abort_c: float = 85.0  # above this at any time: stop the experiment
@@ -170,7 +170,7 @@ class TwinProfile:
     modes: tuple[PowerMode, ...]
     default_mode: int  # PM_CONFIG DEFAULT of the conf file
     initial_mode: int  # the mode a fresh twin starts in
-    thermal_guard: ThermalGuardParams | None = None  # experiments' heat limits; None: engine.thermal's defaults
+    thermal_guard: ThermalGuardParams | None = None  # experiments' heat limits; None: engine.run.thermal's defaults
     source_path: str = field(default="", compare=False)
 
     def mode(self, mode_id: int) -> PowerMode:

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.device.base import ClockDomain, Device, DeviceIdentity
-from engine.device.clocks import highest_at_most
+from engine.core.clocks import highest_at_most
 from engine.dvfs.objectives import Measurement, Objective, parse_objective
 from engine.dvfs.space import MAXN, SPACES, DvfsSetting, check_clocks
-from engine.errors import ConfigError
-from engine.provenance import Source
-from engine.workload.trace import StepTrace
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +204,8 @@ class PointSummary:
 
 
 def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
-    """Group stored sweep points (engine.store.SweepPoint) by setting, in order of first appearance."""
-    from engine.store import setting_key
+    """Group stored sweep points (engine.results.store.SweepPoint) by setting, in order of first appearance."""
+    from engine.results.store import setting_key
 
     groups: dict[str, list[Any]] = {}
     for p in points:
@@ -288,7 +288,7 @@ def open_session(
 
 def rail_names(session: Any, preset: str) -> tuple[str, ...]:
     """The rails a preset names on this device (checked: a clear error names the others)."""
-    from engine.monitor import resolve_rails
+    from engine.device.monitor import resolve_rails
 
     if session.twin is not None:
         available: Sequence[str] = session.twin.profile.rail_names
@@ -368,7 +368,7 @@ class SweepResult:
     spec: SweepSpec
     source: Source
     identity: DeviceIdentity
-    workload: Any  # engine.simulate.Workload
+    workload: Any  # engine.workload.resolve.Workload
     rails: tuple[str, ...]
     settings: int
     resumed: int  # points already in the store when this invocation started
@@ -412,13 +412,13 @@ def run_sweep(
 ) -> SweepResult:
     """Run (or resume) a sweep and return its summary. Points are committed one by one.
 
-    `session` (a DeviceSession) and `workload` (engine.simulate.Workload) may be given
-    by a caller that already has them; `limits` (engine.thermal.ThermalLimits) default
+    `session` (a DeviceSession) and `workload` (engine.workload.resolve.Workload) may be given
+    by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.dvfs.space import setting_space
-    from engine.simulate import resolve_workload
-    from engine.store import DeviceRecord, SweepPoint, setting_key
-    from engine.thermal import ThermalGuard, limits_for
+    from engine.workload.resolve import resolve_workload
+    from engine.results.store import DeviceRecord, SweepPoint, setting_key
+    from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
     listeners = list(callbacks)
@@ -505,8 +505,8 @@ def _run_points(spec: SweepSpec, session: Any, workload: Any, plan: list[tuple[D
     """The fine-tuning loop over all planned points, inside the clock guard."""
     from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import PolicyContext, make_policy
-    from engine.guard import ClockGuard
-    from engine.monitor import DeviceRailSource, PowerMonitor
+    from engine.device.guard.guard import ClockGuard
+    from engine.device.monitor import DeviceRailSource, PowerMonitor
     from engine.workload.finetune import FinetuneSpec, run_finetune
 
     device = session.device

@@ -24,11 +24,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from engine import paths
-from engine.errors import ConfigError
-from engine.power_sources import PowerSample, cumulative_trapezoid_j
-from engine.provenance import Source
-from engine.store_schema import (
+from engine.core import paths
+from engine.core.errors import ConfigError
+from engine.device.power import PowerSample, cumulative_trapezoid_j
+from engine.core.provenance import Source
+from engine.results.schema import (
     RUN_STATUSES,
     SCHEMA_VERSION,
     ComparisonRecord,

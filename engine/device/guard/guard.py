@@ -39,9 +39,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator
 
-from engine import paths
+from engine.core import paths
 from engine.device.base import Device, DeviceSettings
-from engine.errors import DeviceError, SlmDvfsError
+from engine.core.errors import DeviceError, SlmDvfsError
 
 log = logging.getLogger(__name__)
 

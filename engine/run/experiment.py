@@ -14,7 +14,7 @@ run has warmed, so the thermal guard first idles until the board is back within
 from the power monitor's window over the training steps on a board; the energy total
 is over the monitor's rail preset (`all` or `gpu+cpu`), named in the result. Every run,
 its down-sampled power trace and the comparison are recorded in the store. `simulate`
-(twin only) replaces training with `engine.simulate.simulate_run`.
+(twin only) replaces training with `engine.workload.resolve.simulate_run`.
 
 Events of both runs go to `callbacks` (the trainer's events, plus `ExperimentPhase` and
 the thermal guard's `ThermalWait`); a `TrainControl` pauses or cancels at step boundaries.
@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.dvfs.space import DvfsSetting
-from engine.errors import ConfigError
-from engine.power_sources import PowerSample
-from engine.provenance import Source
-from engine.sweep import open_session, rail_names, stored_points
+from engine.core.errors import ConfigError
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
+from engine.run.sweep import open_session, rail_names, stored_points
 from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepEnd
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class ExperimentResult:
     spec: ExperimentSpec
     identity: DeviceIdentity
     source: Source
-    workload: Any  # engine.simulate.Workload
+    workload: Any  # engine.workload.resolve.Workload
     objective: Objective
     run: RunFigures
     baseline: RunFigures | None = None
@@ -244,14 +244,14 @@ def run_experiment(
 ) -> ExperimentResult:
     """Run the policy (and the MAXN baseline, with `compare`), record all, return the figures.
 
-    `session` (an open DeviceSession) and `workload` (engine.simulate.Workload) may be
+    `session` (an open DeviceSession) and `workload` (engine.workload.resolve.Workload) may be
     passed by a caller that has them; otherwise they are opened / resolved here."""
     from engine.device.session import DEFAULT_TWIN
     from engine.dvfs.policies import PolicyContext, make_policy
-    from engine.guard import ClockGuard
-    from engine.simulate import resolve_workload
-    from engine.store import DeviceRecord
-    from engine.thermal import ThermalGuard, limits_for
+    from engine.device.guard.guard import ClockGuard
+    from engine.workload.resolve import resolve_workload
+    from engine.results.store import DeviceRecord
+    from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
     listeners = list(callbacks)
@@ -385,7 +385,7 @@ class _Runner:
 
     def start_monitor(self) -> None:
         if self.session.twin is None:  # a board: energy from the rails, integrated
-            from engine.monitor import DeviceRailSource, PowerMonitor
+            from engine.device.monitor import DeviceRailSource, PowerMonitor
 
             self.monitor = PowerMonitor(DeviceRailSource(self.session.device), rails=self.spec.rails).start()
 
@@ -396,7 +396,7 @@ class _Runner:
 
     def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
         from engine.dvfs.controller import DvfsController
-        from engine.simulate import simulate_run
+        from engine.workload.resolve import simulate_run
         from engine.workload.finetune import FinetuneSpec, run_finetune
 
         spec, device = self.spec, self.session.device
@@ -475,7 +475,7 @@ def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BA
     policy run has warmed (hotter silicon leaks more and may throttle, biasing the saving).
     Returns the note that says what was done. Over the abort limit it raises, as on any step;
     a board that does not cool within the guard's maximum wait runs the baseline anyway."""
-    from engine.thermal import ThermalAbortError
+    from engine.run.thermal import ThermalAbortError
 
     if start_c is None or not math.isfinite(start_c):
         return "MAXN baseline ran second without a cool-down: the board reports no temperatures"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from engine.errors import DeviceError
+from engine.core.errors import DeviceError
 
 
 def highest_at_most(table: Sequence[int], cap: int | None) -> int:

@@ -29,7 +29,7 @@ class UnsupportedFrequencyError(DeviceError):
     """A clock the board does not list was asked for."""
 
     def __init__(self, domain: str, requested_hz: int, available_hz: tuple[int, ...]) -> None:
-        from engine.device.clocks import format_mhz  # here: engine.device imports this module
+        from engine.core.clocks import format_mhz  # here: engine.device imports this module
 
         nearest = sorted(available_hz, key=lambda f: (abs(f - requested_hz), f))[:2]
         listed = ", ".join(f"{format_mhz(f)} MHz" for f in sorted(nearest))

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 from engine.device.base import Device
-from engine.errors import ConfigError, DeviceError
+from engine.core.errors import ConfigError, DeviceError
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from engine.device.base import DeviceIdentity
-from engine.errors import ConfigError, SlmDvfsError
-from engine.power_sources import PowerSample
-from engine.provenance import Source
+from engine.core.errors import ConfigError, SlmDvfsError
+from engine.device.power import PowerSample
+from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
 

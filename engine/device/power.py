@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
-from engine.provenance import Source
+from engine.core.provenance import Source
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from engine.errors import ConfigError
-from engine.provenance import Source
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
 from engine.workload.events import (
     Callback,
     Event,
@@ -33,7 +33,7 @@ from engine.workload.events import (
     StepEnd,
     TwinCost,
 )
-from engine.workload.trace import StepTrace
+from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +57,14 @@ class Workload:
 
     def record(self, data_source: str | None = None) -> Any:
         """The store's WorkloadRecord (trace totals as features, labelled predicted)."""
-        from engine.store import WorkloadRecord
+        from engine.results.store import WorkloadRecord
 
         return WorkloadRecord.from_trace(self.trace, self.task, mode=self.mode, family=self.family,
                                          data_source=data_source)
 
     @property
     def key(self) -> str:
-        from engine.store import workload_key
+        from engine.results.store import workload_key
 
         return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.dvfs.objectives import parse_objective
-from engine.errors import ConfigError
-from engine.sweep import PointSummary, maxn_of, optimum, summarize_points
+from engine.core.errors import ConfigError
+from engine.run.sweep import PointSummary, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ def cache_dir() -> Path:
 
 def profiles_dir() -> Path:
     """Shipped data. `profiles/` sits beside `engine/` both in a checkout and in site-packages."""
-    return Path(__file__).resolve().parent.parent / "profiles"
+    return Path(__file__).resolve().parents[2] / "profiles"
 
 
 def sysfs_root(explicit: str | os.PathLike[str] | None = None) -> Path:

@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from engine.errors import ConfigError, DeviceError
-from engine.power_sources import DeviceRailSource, PowerSample, PowerSource, TwinSource, trapezoid_j
-from engine.provenance import Source
+from engine.core.errors import ConfigError, DeviceError
+from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource, trapezoid_j
+from engine.core.provenance import Source
 
 __all__ = [
     "RAIL_PRESETS",

@@ -1,0 +1,1 @@
+"""Neutral values and helpers every layer uses: errors, provenance, paths, units, statistics, step traces."""

@@ -1,0 +1,1 @@
+"""The clock guard: a journalled snapshot of every clock, restored whatever happens."""

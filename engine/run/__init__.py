@@ -1,0 +1,1 @@
+"""The harness every run and sweep goes through: device, guards, monitor, policy, trainer."""
