@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective
-from engine.dvfs.space import MAXN
+from engine.device.setting import MAXN
 from engine.core.provenance import Source
 from engine.selector.features import describe_workload
 from engine.selector.persistence import load_selector
-from engine.run.sweep import fast_sweep
+from engine.device.twin.fast import fast_sweep
 
 OUT_OF_ZOO = {
     "bert-L6-H384": {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,

@@ -13,9 +13,10 @@ from engine.device.base import ClockDomain
 from engine.device.twin import default_control, pin_gpu, resolve
 from engine.device.twin.orin import VirtualOrin
 from engine.dvfs.controller import DvfsController
-from engine.dvfs.objectives import Measurement, parse_objective
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, UnsupportedFrequencyError
 from engine.device.monitor import PowerMonitor, TwinSource
 from engine.core.provenance import Source

@@ -6,16 +6,9 @@ import pytest
 
 from engine.device.base import ClockDomain, PowerMode
 from engine.device.twin.orin import VirtualOrin
-from engine.dvfs.space import (
-    MAXN,
-    MAXN_PINNED,
-    DvfsSetting,
-    check_clocks,
-    check_setting,
-    parse_mhz,
-    setting_space,
-    thin_table,
-)
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_clocks, check_setting
+from engine.core.clocks import parse_mhz
+from engine.dvfs.space import setting_space, thin_table
 from engine.core.errors import ConfigError, UnsupportedFrequencyError
 
 MHZ = 1_000_000

@@ -13,24 +13,23 @@ from engine.device.base import TemperatureReading
 from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.run.experiment import (
     BASELINE_COOL_MARGIN_C,
     ExperimentPhase,
     ExperimentSpec,
-    RunFigures,
     RunRecorder,
-    compare,
     cool_before_baseline,
-    flatten_metrics,
     run_experiment,
 )
+from engine.results.compare import RunFigures, compare, flatten_metrics
 from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.results.store import Store
-from engine.run.sweep import SweepSpec, fast_points, run_sweep
+from engine.run.sweep import SweepSpec, run_sweep
+from engine.device.twin.fast import fast_points
 from engine.run.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
 from engine.workload.events import RunStarted, StepEnd
 from engine.core.trace import StepTrace

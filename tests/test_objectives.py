@@ -7,8 +7,9 @@ import logging
 import pytest
 
 from engine.device.base import DeviceIdentity
-from engine.dvfs.objectives import Measurement, Objective, module_power_limit_w, parse_objective
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 

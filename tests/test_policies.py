@@ -10,7 +10,8 @@ import pytest
 
 from engine.device.base import ClockDomain
 from engine.device.twin.orin import VirtualOrin
-from engine.dvfs.objectives import Measurement, parse_objective
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import parse_objective
 from engine.dvfs.online import OnlinePolicy, parse_online_options
 from engine.dvfs.policies import (
     FixedPolicy,
@@ -21,7 +22,7 @@ from engine.dvfs.policies import (
     register_policy,
     unregister_policy,
 )
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
 
 MHZ = 1_000_000

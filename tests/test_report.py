@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.device.power import PowerSample
 from engine.core.provenance import Source

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.device.twin.profile import load_profile
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.selector.candidates import log_columns
 from engine.selector.dataset import head_representatives, profile_settings

@@ -7,7 +7,7 @@ import json
 import joblib
 import pytest
 
-from engine.dvfs.space import MAXN
+from engine.device.setting import MAXN
 from engine.selector.candidates import CandidateSpec
 from engine.selector.dataset import from_twin_zoo
 from engine.selector.features import FEATURE_SCHEMA_VERSION, describe_workload

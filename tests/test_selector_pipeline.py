@@ -8,7 +8,7 @@ import pytest
 
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective, parse_objective
-from engine.dvfs.space import MAXN
+from engine.device.setting import MAXN
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.candidates import CandidateSpec, default_candidates
@@ -16,7 +16,7 @@ from engine.selector.dataset import from_store, from_twin_zoo, profile_settings
 from engine.selector.features import describe_workload
 from engine.selector.selection import choose, cross_validate, cv_folds
 from engine.selector.selector import train_selector
-from engine.run.sweep import fast_sweep
+from engine.device.twin.fast import fast_sweep
 
 SMALL = dict(models=["bert-tiny", "bert-mini", "pythia-14m"], tasks=["sst2", "mnli"], batch_sizes=(8, 32),
              seq_lens=(32,), precisions=("fp32",))

@@ -16,14 +16,14 @@ from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy, unregister_policy
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector import register_ml_policy
 from engine.selector.features import describe_workload
 from engine.selector.persistence import sidecar_path
 from engine.selector.policy import MLPolicy, workload_features
-from engine.run.sweep import fast_sweep
+from engine.device.twin.fast import fast_sweep
 
 TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
          "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--quick",

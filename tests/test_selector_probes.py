@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from engine.dvfs.objectives import Measurement, parse_objective
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import parse_objective
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.probes import Prediction, apply_correction, fit_correction, plan_probes, rank, run_probes

@@ -10,11 +10,11 @@ from traces import bert_base_workload
 
 from engine.device.base import ClockDomain
 from engine.device.twin.orin import VirtualOrin
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.workload.resolve import SIMULATED_DEVICE, resolve_workload, simulate_run
-from engine.run.sweep import fast_sweep
+from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (
     Paused,
     Resumed,

@@ -16,7 +16,8 @@ import pytest
 from engine.results import schema as store_schema
 from engine.core.errors import ConfigError
 from engine.device.monitor import WindowResult
-from engine.device.power import PowerSample, cumulative_trapezoid_j, trapezoid_j
+from engine.device.power import PowerSample
+from engine.core.stats import cumulative_trapezoid_j, trapezoid_j
 from engine.core.provenance import Source
 from engine.results.store import (
     SCHEMA_VERSION,

@@ -11,7 +11,8 @@ import pytest
 
 from engine.cli import main
 from engine.device.tegrastats import import_log
-from engine.device.power import PowerSample, trapezoid_j
+from engine.device.power import PowerSample
+from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, Store, WorkloadRecord
 

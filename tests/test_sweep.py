@@ -16,22 +16,15 @@ from traces import bert_base_workload
 
 from engine.device.twin.governors import default_control, pin_gpu, resolve
 from engine.device.twin.profile import load_profile
-from engine.dvfs.objectives import Measurement
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting
+from engine.core.measurement import Measurement
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
-from engine.run.sweep import (
-    SweepSpec,
-    fast_points,
-    fast_sweep,
-    mean_ci,
-    open_session,
-    run_sweep,
-    setting_control,
-    stored_points,
-    summarize_points,
-)
+from engine.run.sweep import SweepSpec, open_session, run_sweep
+from engine.device.twin.fast import fast_points, fast_sweep, setting_control
+from engine.results.sweeps import stored_points, summarize_points
+from engine.core.stats import mean_ci
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
@@ -177,7 +170,7 @@ def test_fast_sweep_through_the_store_and_resume_without_redoing(tmp_path: Path)
 
 def test_setting_control_refuses_as_a_device_does(tmp_path: Path) -> None:
     """The fast sweep and the device share one check: the same setting, the same error."""
-    from engine.dvfs.space import check_setting
+    from engine.device.setting import check_setting
 
     with open_session(twin="agx-orin-64gb") as session:
         for bad in (DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=2), DvfsSetting(gpu_hz=800 * MHZ, nvpmodel=0)):
@@ -258,7 +251,7 @@ def test_fast_sweep_killed_resumes_to_the_same_result(tmp_path: Path) -> None:
 
 KILL_RUN = """
 import os, signal
-from engine.dvfs.space import DvfsSetting
+from engine.device.setting import DvfsSetting
 from engine.results.store import Store
 from engine.run.sweep import SweepSpec, run_sweep
 from engine.workload.events import StepEnd

@@ -15,12 +15,13 @@ from engine.device.twin.profile import load_profile
 from engine.dvfs.controller import DvfsController
 from engine.dvfs.objectives import Objective
 from engine.dvfs.policies import PolicyContext, make_policy
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError, DeviceError
 from engine.run.experiment import ExperimentSpec, run_experiment
 from engine.workload.resolve import simulate_run
 from engine.results.store import Store
-from engine.run.sweep import SweepDriver, fast_points
+from engine.run.sweep import SweepDriver
+from engine.device.twin.fast import fast_points
 from engine.run.thermal import (
     DEFAULT_LIMITS,
     ThermalAbortError,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.dvfs.objectives import Measurement
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.core.measurement import Measurement
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.run.experiment import ExperimentPhase
 from engine.core.provenance import Source

@@ -15,7 +15,7 @@ from engine.device.base import (
     TemperatureReading,
 )
 from engine.device.snapshot import DeviceSnapshot
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.workload.events import EvalResult, RunStarted, StepEnd, TwinCost

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.provenance import Source
 
 
@@ -104,7 +104,7 @@ def from_summaries(summaries: Sequence[Any], source: Source) -> HeatMap:
 
 
 def from_store(store: Any, sweep_id: int) -> HeatMap:
-    from engine.run.sweep import summarize_points
+    from engine.results.sweeps import summarize_points
 
     sweep = store.get_sweep(sweep_id)
     return from_summaries(summarize_points(store.sweep_points(sweep_id)), sweep.source)

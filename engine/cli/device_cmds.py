@@ -170,7 +170,8 @@ def cmd_device(args: argparse.Namespace) -> int:
 
 # --- pin / restore ---------------------------------------------------------------------------
 def cmd_pin(args: argparse.Namespace) -> int:
-    from engine.dvfs.space import DvfsSetting, check_setting, parse_mhz
+    from engine.device.setting import DvfsSetting, check_setting
+    from engine.core.clocks import parse_mhz
     from engine.device.guard.guard import ClockGuard
 
     wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}

@@ -194,7 +194,7 @@ def cmd_select(args: argparse.Namespace) -> int:
                                         precision=args.precision, mode=args.mode)
     measure = None
     if args.probes:
-        from engine.run.sweep import fast_sweep
+        from engine.device.twin.fast import fast_sweep
 
         profile = _load_profile(args.twin)
 

@@ -6,9 +6,11 @@ importing anything above the device layer.
 
 from __future__ import annotations
 
+import re
+
 from typing import Sequence
 
-from engine.core.errors import DeviceError
+from engine.core.errors import ConfigError, DeviceError
 
 
 def highest_at_most(table: Sequence[int], cap: int | None) -> int:
@@ -27,3 +29,26 @@ def highest_at_most(table: Sequence[int], cap: int | None) -> int:
 def format_mhz(hz: float) -> str:
     """Hz as MHz in the shortest exact form: 1300500000 -> "1300.5", 816000000 -> "816"."""
     return f"{hz / 1e6:g}"
+
+
+_MHZ_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:mhz)?\s*", re.IGNORECASE)
+
+
+_SNAP_HZ = 500_000  # a typed MHz this close to a listed step (and equal to 0.1 MHz) means that step
+
+
+def parse_mhz(text: str, table: Sequence[int] | None = None, *, what: str = "clock") -> int:
+    """A clock typed in MHz ("816", "1300.5", "2201.6MHz") -> Hz.
+
+    With `table` (the domain's Hz steps), a value that agrees with a listed step to
+    0.1 MHz and lies within 0.5 MHz of it is that step (so "1300.50" is 1300500000);
+    anything else stays the exact Hz typed, so the device refuses it naming the nearest
+    steps. `what` names the value in the error (e.g. "gpu clock")."""
+    m = _MHZ_TEXT.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        raise ConfigError(f"{what} {text!r} is not a number of MHz", "write MHz as a number, e.g. 816 or 1300.5")
+    hz = int(round(float(m.group(1)) * 1e6))
+    for f in table or ():
+        if abs(f - hz) < _SNAP_HZ and round(f / 1e5) == round(hz / 1e5):
+            return int(f)
+    return hz

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, DeviceError
-from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource, trapezoid_j
+from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource
+from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
 
 __all__ = [

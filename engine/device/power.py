@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from engine.device.base import Device
 from engine.core.provenance import Source
@@ -42,21 +42,6 @@ class PowerSource(Protocol):
     def energy_counter(self) -> tuple[float, dict[str, float]] | None:
         """(time, cumulative joules per rail) where the source knows energy exactly, else None."""
         ...
-
-
-def trapezoid_j(times_s: Sequence[float], powers_mw: Sequence[float]) -> float:
-    """Energy in joules of a power signal (mW) sampled at `times_s`, by the trapezoid rule."""
-    return cumulative_trapezoid_j(times_s, powers_mw)[-1] if len(times_s) else 0.0
-
-
-def cumulative_trapezoid_j(times_s: Sequence[float], powers_mw: Sequence[float]) -> list[float]:
-    """Energy in joules from the first sample up to each sample (trapezoid rule; 0.0 at the first)."""
-    out = [0.0] * len(times_s)
-    energy_mj = 0.0
-    for i in range(1, len(times_s)):
-        energy_mj += (powers_mw[i] + powers_mw[i - 1]) * 0.5 * (times_s[i] - times_s[i - 1])
-        out[i] = energy_mj / 1000.0
-    return out
 
 
 class DeviceRailSource:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, Callable, Iterable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
-from engine.device.power import PowerSample, trapezoid_j
+from engine.device.power import PowerSample
+from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)

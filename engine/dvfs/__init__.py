@@ -2,10 +2,12 @@
 them, and the controller that applies them at step boundaries."""
 
 from engine.dvfs.controller import DvfsController
-from engine.dvfs.objectives import Measurement, Objective, module_power_limit_w, parse_objective
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.dvfs.online import OnlinePolicy
 from engine.dvfs.policies import Policy, PolicyContext, make_policy, policy_names, register_policy, unregister_policy
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, setting_space
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
+from engine.dvfs.space import setting_space
 
 __all__ = [
     "MAXN",

@@ -24,9 +24,9 @@ from typing import Any, Sequence
 
 from engine.core import paths
 from engine.device.base import ClockDomain, Device
-from engine.dvfs.objectives import Measurement
+from engine.core.measurement import Measurement
 from engine.dvfs.policies import Policy, PolicyContext
-from engine.dvfs.space import DvfsSetting, check_setting
+from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import ConfigError, DeviceError
 from engine.device.monitor import PowerMonitor, WindowResult
 from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd

@@ -33,8 +33,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.device.base import ClockDomain
 from engine.core.clocks import format_mhz
-from engine.dvfs.objectives import Measurement, Objective
-from engine.dvfs.space import MAXN, SWEEP_MODE, DvfsSetting, check_setting, parse_mhz
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective
+from engine.device.setting import MAXN, DvfsSetting, check_setting
+from engine.dvfs.space import SWEEP_MODE
+from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, DeviceError
 
 if TYPE_CHECKING:

@@ -23,8 +23,10 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
 from engine.core.clocks import format_mhz
-from engine.dvfs.objectives import Measurement, Objective, baseline_of
-from engine.dvfs.space import MAXN, MAXN_PINNED, DvfsSetting, check_setting, parse_mhz
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective, baseline_of
+from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
+from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)

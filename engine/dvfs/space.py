@@ -19,111 +19,15 @@ from __future__ import annotations
 
 import itertools
 import logging
-import numbers
-import re
-from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
 
-from engine.device.base import ClockDomain, Device, PowerMode
-from engine.core.clocks import format_mhz
-from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+from engine.device.base import ClockDomain, Device
+from engine.device.setting import MAXN, DvfsSetting
+from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 SPACES = ("gpu", "gpu+emc", "full", "modes")
 SWEEP_MODE = 0  # sweeps run in MAXN: no caps, so every table entry can be pinned
-
-
-@dataclass(frozen=True)
-class DvfsSetting:
-    """One DVFS setting; frequencies in Hz."""
-
-    gpu_hz: int | None = None  # None: left to the governor
-    cpu_hz: int | None = None
-    emc_hz: int | None = None
-    nvpmodel: int | None = None  # the mode to be in; None: leave as is
-    jetson_clocks: bool = False  # maxn-pinned: every domain at the mode's maximum
-
-    def __post_init__(self) -> None:
-        for name in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-                raise ConfigError(
-                    f"DVFS setting field {name} = {value!r} is not a non-negative integer",
-                    "give frequencies as integers in Hz and the nvpmodel mode as its id",
-                )
-            object.__setattr__(self, name, int(value))  # NumPy integers from a sweep table: plain ints
-        if not isinstance(self.jetson_clocks, bool):
-            raise ConfigError(f"DVFS setting jetson_clocks = {self.jetson_clocks!r} is not a bool", "use True or False")
-
-    def clock(self, domain: ClockDomain) -> int | None:
-        """The pinned frequency of a domain, or None when its governor decides."""
-        return {ClockDomain.GPU: self.gpu_hz, ClockDomain.CPU: self.cpu_hz, ClockDomain.EMC: self.emc_hz}[
-            ClockDomain(domain)
-        ]
-
-    @property
-    def pinned(self) -> dict[ClockDomain, int]:
-        """The domains this setting pins, with their frequencies."""
-        return {d: hz for d in ClockDomain if (hz := self.clock(d)) is not None}
-
-    def label(self) -> str:
-        """Short human form, e.g. "GPU 816 · CPU gov · EMC gov · mode 0" (MHz)."""
-        if self.jetson_clocks and not self.pinned:
-            parts = ["jetson_clocks"]
-        else:
-            parts = [
-                f"{d.value.upper()} {format_mhz(hz) if (hz := self.clock(d)) is not None else 'gov'}"
-                for d in ClockDomain
-            ]
-            if self.jetson_clocks:
-                parts.append("jetson_clocks")
-        parts.append("mode as is" if self.nvpmodel is None else f"mode {self.nvpmodel}")
-        return " · ".join(parts)
-
-    def __str__(self) -> str:
-        return self.label()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "gpu_hz": self.gpu_hz,
-            "cpu_hz": self.cpu_hz,
-            "emc_hz": self.emc_hz,
-            "nvpmodel": self.nvpmodel,
-            "jetson_clocks": self.jetson_clocks,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "DvfsSetting":
-        unknown = set(d) - {"gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks"}
-        if unknown:
-            raise ConfigError(
-                f"unknown field(s) {', '.join(sorted(unknown))} in a stored DVFS setting",
-                "the record was written by a newer slm-dvfs; read it with that version",
-            )
-
-        def opt_int(key: str) -> int | None:
-            v = d.get(key)
-            if v is None:
-                return None
-            try:
-                return int(v)
-            except (TypeError, ValueError):
-                raise ConfigError(f"stored DVFS setting has {key} = {v!r}", "it must be an integer or null") from None
-
-        return cls(
-            gpu_hz=opt_int("gpu_hz"),
-            cpu_hz=opt_int("cpu_hz"),
-            emc_hz=opt_int("emc_hz"),
-            nvpmodel=opt_int("nvpmodel"),
-            jetson_clocks=d.get("jetson_clocks", False) in (True, 1),
-        )
-
-
-MAXN = DvfsSetting(nvpmodel=0)  # "MAXN Mode 0": no caps, default dynamic governors; the baseline
-MAXN_PINNED = DvfsSetting(nvpmodel=0, jetson_clocks=True)
 
 
 def setting_space(
@@ -159,83 +63,9 @@ def setting_space(
     return tuple(out)
 
 
-def check_setting(device: Device, setting: DvfsSetting) -> PowerMode | None:
-    """Refuse, before anything changes, a setting the device cannot take: an undefined
-    mode (ConfigError), an unlisted clock (UnsupportedFrequencyError naming the nearest),
-    a clock above the mode's cap (ConfigError). Returns the mode the setting runs in
-    (None when the device cannot tell its modes and the setting names none)."""
-    mode: PowerMode | None = None
-    try:
-        modes = device.power_modes()
-    except DeviceError:
-        if setting.nvpmodel is not None:
-            raise
-        modes = ()
-    if setting.nvpmodel is not None:
-        mode = next((m for m in modes if m.id == setting.nvpmodel), None)
-        if mode is None:
-            listed = ", ".join(f"{m.id} ({m.name})" for m in sorted(modes, key=lambda m: m.id))
-            raise ConfigError(
-                f"nvpmodel mode {setting.nvpmodel} is not defined on this device",
-                f"use one of: {listed} (`slm-dvfs device` lists them)",
-            )
-    elif modes:
-        try:
-            current = device.power_mode()
-        except DeviceError as exc:
-            log.warning("power mode unknown, clock caps not checked: %s", exc.what)
-        else:
-            mode = next((m for m in modes if m.id == current.id), current)
-    check_clocks(setting, {d: device.clock_table(d) for d in setting.pinned}, mode)
-    return mode
-
-
-def check_clocks(setting: DvfsSetting, tables: Mapping[ClockDomain, Sequence[int]], mode: PowerMode | None) -> None:
-    """Refuse a pinned clock its domain's table does not list (UnsupportedFrequencyError
-    naming the nearest) or one above `mode`'s cap (ConfigError). `tables` holds at least
-    the pinned domains; the device check and the twin's fast sweep share this."""
-    for domain, hz in setting.pinned.items():
-        table = tuple(tables[domain])
-        if hz not in table:
-            raise UnsupportedFrequencyError(domain.value, hz, table)
-        cap = _mode_cap(mode, domain)
-        if cap is not None and hz > cap:
-            raise ConfigError(
-                f"{domain.value.upper()} {format_mhz(hz)} MHz is above the {format_mhz(cap)} MHz cap of nvpmodel mode "
-                f"{mode.id} ({mode.name})",  # type: ignore[union-attr]
-                "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
-            )
-
-
-def _mode_cap(mode: PowerMode | None, domain: ClockDomain) -> int | None:
-    if mode is None:
-        return None
-    caps = {ClockDomain.GPU: mode.gpu_max_hz, ClockDomain.CPU: mode.cpu_max_hz, ClockDomain.EMC: mode.emc_max_hz}
-    return caps[domain]
-
-
 def thin_table(table: tuple[int, ...], stride: int) -> tuple[int, ...]:
     """Every `stride`-th entry counted down from the top (the maximum always stays), ascending."""
     ordered = sorted(table)
     return tuple(sorted(ordered[::-1][::stride]))
 
 
-_MHZ_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:mhz)?\s*", re.IGNORECASE)
-_SNAP_HZ = 500_000  # a typed MHz this close to a listed step (and equal to 0.1 MHz) means that step
-
-
-def parse_mhz(text: str, table: Sequence[int] | None = None, *, what: str = "clock") -> int:
-    """A clock typed in MHz ("816", "1300.5", "2201.6MHz") -> Hz.
-
-    With `table` (the domain's Hz steps), a value that agrees with a listed step to
-    0.1 MHz and lies within 0.5 MHz of it is that step (so "1300.50" is 1300500000);
-    anything else stays the exact Hz typed, so the device refuses it naming the nearest
-    steps. `what` names the value in the error (e.g. "gpu clock")."""
-    m = _MHZ_TEXT.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
-        raise ConfigError(f"{what} {text!r} is not a number of MHz", "write MHz as a number, e.g. 816 or 1300.5")
-    hz = int(round(float(m.group(1)) * 1e6))
-    for f in table or ():
-        if abs(f - hz) < _SNAP_HZ and round(f / 1e5) == round(hz / 1e5):
-            return int(f)
-    return hz

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from engine.dvfs.objectives import parse_objective
 from engine.core.errors import ConfigError
-from engine.run.sweep import PointSummary, maxn_of, optimum, summarize_points
+from engine.results.sweeps import PointSummary, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +294,7 @@ def _num(value: float | None, fmt: str) -> str:
 def _setting_label(setting: Any) -> str:
     if not setting:
         return "unknown"
-    from engine.dvfs.space import DvfsSetting
+    from engine.device.setting import DvfsSetting
 
     keys = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")
     try:

@@ -26,7 +26,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from engine.core import paths
 from engine.core.errors import ConfigError
-from engine.device.power import PowerSample, cumulative_trapezoid_j
+from engine.device.power import PowerSample
+from engine.core.stats import cumulative_trapezoid_j
 from engine.core.provenance import Source
 from engine.results.schema import (
     RUN_STATUSES,

@@ -22,251 +22,22 @@ A thermal guard waits before a point on a hot board and aborts on an overheating
 from __future__ import annotations
 
 import logging
-import math
-import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from engine.device.base import ClockDomain, Device, DeviceIdentity
-from engine.core.clocks import highest_at_most
-from engine.dvfs.objectives import Measurement, Objective, parse_objective
-from engine.dvfs.space import MAXN, SPACES, DvfsSetting, check_clocks
+from engine.device.base import Device, DeviceIdentity
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective, parse_objective
+from engine.device.setting import DvfsSetting
+from engine.dvfs.space import SPACES
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.core.trace import StepTrace
+from engine.device.twin.fast import check_counts, fast_points
+from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
 
-CONFIDENCE = 0.95
-RAILS_ALL = "all"
 _POINT_WINDOW = "sweep-point"
-
-
-# --------------------------------------------------------------------------- fast mode
-def setting_control(setting: DvfsSetting, profile: Any) -> Any:
-    """The twin's control state once `setting` is applied to a freshly booted board:
-    the mode's default governors and caps (mode 0 = MAXN), jetson_clocks' pins at the
-    mode maximum, then each pinned domain. Refuses unlisted clocks and clocks above the
-    mode's cap with `check_clocks`, as `check_setting` does on a device."""
-    from engine.device.twin.governors import default_control
-
-    mode_id = profile.initial_mode if setting.nvpmodel is None else setting.nvpmodel
-    mode = profile.mode(mode_id)
-    control = default_control(profile, mode_id)
-    if setting.jetson_clocks:
-        g, c, e = control.gpu, control.cpu, control.emc
-        control = replace(
-            control,
-            gpu=replace(g, min_hz=g.max_hz, cur_hz=g.max_hz),
-            cpu=replace(c, min_hz=c.max_hz, cur_hz=c.max_hz),
-            emc=replace(e, locked=True, cur_hz=highest_at_most(profile.emc.table_hz, e.max_hz)),
-        )
-    tables = {ClockDomain.GPU: profile.gpu.table_hz, ClockDomain.CPU: profile.cpu.table_hz,
-              ClockDomain.EMC: profile.emc.table_hz}
-    check_clocks(setting, tables, mode)
-    for domain, hz in setting.pinned.items():
-        if domain is ClockDomain.GPU:
-            control = replace(control, gpu=replace(control.gpu, min_hz=hz, max_hz=hz, cur_hz=hz))
-        elif domain is ClockDomain.CPU:
-            control = replace(control, cpu=replace(control.cpu, min_hz=hz, max_hz=hz, cur_hz=hz))
-        else:
-            control = replace(control, emc=replace(control.emc, locked=True, cur_hz=hz))
-    return control
-
-
-@dataclass(frozen=True)
-class FastPoint:
-    """One fast-sweep point: the measurement and what it is made of."""
-
-    setting: DvfsSetting
-    measurement: Measurement  # over the rails asked for
-    rail_energy_j: Mapping[str, float]  # every rail, over the measured steps
-    gpu_hz: int  # where the governors settled
-    cpu_hz: int
-    emc_hz: int
-
-
-def fast_points(
-    trace: StepTrace,
-    profile: Any,
-    settings: Sequence[DvfsSetting],
-    *,
-    warmup_steps: int = 1,
-    steps: int = 5,
-    rails: Sequence[str] | None = None,
-) -> list[FastPoint]:
-    """`fast_sweep` with each point's per-rail energy and settled clocks."""
-    from engine.device.twin.governors import resolve
-
-    _check_counts(warmup_steps, steps, 1)
-    names = tuple(profile.rail_names) if rails is None else tuple(rails)
-    unknown = [r for r in names if r not in profile.rail_names]
-    if unknown:
-        raise ConfigError(f"rail(s) {', '.join(unknown)} not in profile {profile.name}",
-                          f"use some of {', '.join(profile.rail_names)}")
-    # The twin is deterministic and (in this mode) has no thermal state, so warm-up steps
-    # cost what measured ones do: they are validated, not computed.
-    memo: dict[Any, tuple[Any, Any]] = {}
-    out: list[FastPoint] = []
-    for setting in settings:
-        control = setting_control(setting, profile)
-        hit = memo.get(control)
-        if hit is None:
-            hit = memo[control] = resolve(trace, control, profile)
-        clocks, est = hit
-        assert est is not None
-        rail_j = {name: joules * steps for name, joules in est.energy_j.items()}
-        power_w = sum(est.power_mw[r] for r in names) / 1000.0
-        m = Measurement(
-            time_s=est.time_s * steps,
-            energy_j=sum(rail_j[r] for r in names),
-            samples=trace.batch_size * steps,
-            peak_power_w=power_w,  # the twin's power is constant over a steady step
-            source=Source.TWIN,
-        )
-        out.append(FastPoint(setting, m, rail_j, clocks.gpu_hz, clocks.cpu_hz, clocks.emc_hz))
-    return out
-
-
-def fast_sweep(
-    trace: StepTrace,
-    profile: Any,
-    settings: Sequence[DvfsSetting],
-    *,
-    warmup_steps: int = 1,
-    steps: int = 5,
-    rails: Sequence[str] | None = None,
-) -> list[tuple[DvfsSetting, Measurement]]:
-    """Every setting's measurement computed from the step trace on the twin's model:
-    `steps` measured steps at the clocks the governors settle on under the setting's mode
-    caps and pins (MAXN = mode 0, dynamic governors). Pure: no tree, no store, no torch.
-    Energy is over `rails` (default: every rail of the profile); figures are `twin`."""
-    return [(p.setting, p.measurement) for p in
-            fast_points(trace, profile, settings, warmup_steps=warmup_steps, steps=steps, rails=rails)]
-
-
-# --------------------------------------------------------------------------- statistics
-@dataclass(frozen=True)
-class Stat:
-    """A mean over repetitions and its 95% confidence half-width (None with one value)."""
-
-    mean: float
-    ci95: float | None
-    n: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mean": self.mean, "ci95": self.ci95, "n": self.n}
-
-
-def mean_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Stat:
-    """Mean and the half-width of its confidence interval from Student's t distribution."""
-    vals = [float(v) for v in values]
-    if not vals:
-        raise ConfigError("no values to average", "measure at least one repetition")
-    mean = statistics.fmean(vals)
-    if len(vals) < 2:
-        return Stat(mean, None, 1)
-    from scipy.stats import t
-
-    sd = statistics.stdev(vals)
-    half = float(t.ppf(0.5 + confidence / 2.0, len(vals) - 1)) * sd / math.sqrt(len(vals))
-    return Stat(mean, half, len(vals))
-
-
-@dataclass(frozen=True)
-class PointSummary:
-    """One setting of a sweep over its repetitions."""
-
-    setting: DvfsSetting
-    n: int  # repetitions
-    samples: int  # training samples per repetition
-    time_s: Stat
-    energy_j: Stat
-    power_w: Stat
-    joules_per_sample: Stat
-    samples_per_s: Stat
-    seconds_per_sample: Stat
-    rail_energy_j: Mapping[str, float]  # mean per rail
-    source: Source
-
-    def measurement(self) -> Measurement:
-        """The means as one Measurement (what the oracle ranks)."""
-        return Measurement(self.time_s.mean, self.energy_j.mean, self.samples, source=self.source)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "setting": self.setting.to_json(), "label": self.setting.label(), "n": self.n, "samples": self.samples,
-            "time_s": self.time_s.to_json(), "energy_j": self.energy_j.to_json(), "power_w": self.power_w.to_json(),
-            "joules_per_sample": self.joules_per_sample.to_json(), "samples_per_s": self.samples_per_s.to_json(),
-            "seconds_per_sample": self.seconds_per_sample.to_json(),
-            "rail_energy_j": dict(self.rail_energy_j), "source": self.source.value,
-        }
-
-
-def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
-    """Group stored sweep points (engine.results.store.SweepPoint) by setting, in order of first appearance."""
-    from engine.results.store import setting_key
-
-    groups: dict[str, list[Any]] = {}
-    for p in points:
-        groups.setdefault(setting_key(p.setting), []).append(p)
-    out = []
-    for pts in groups.values():
-        setting = DvfsSetting.from_json(dict(pts[0].setting))
-        rails = sorted({r for p in pts for r in p.rail_energy_j})
-        samples = [int(p.samples) for p in pts]
-        source = pts[0].source or Source.TWIN
-        out.append(PointSummary(
-            setting=setting,
-            n=len(pts),
-            samples=round(statistics.fmean(samples)),
-            time_s=mean_ci([p.time_s for p in pts]),
-            energy_j=mean_ci([p.energy_j for p in pts]),
-            power_w=mean_ci([p.energy_j / p.time_s for p in pts]),
-            joules_per_sample=mean_ci([p.energy_j / p.samples for p in pts]),
-            samples_per_s=mean_ci([p.samples / p.time_s for p in pts]),
-            seconds_per_sample=mean_ci([p.time_s / p.samples for p in pts]),
-            rail_energy_j={r: statistics.fmean(p.rail_energy_j.get(r, 0.0) for p in pts) for r in rails},
-            source=Source(source),
-        ))
-    return out
-
-
-def optimum(summaries: Sequence[PointSummary], objective: Objective | None = None) -> PointSummary | None:
-    """The summary the objective ranks best (energy per sample by default)."""
-    if not summaries:
-        return None
-    objective = objective or Objective()
-    candidates = [(s.setting, s.measurement()) for s in summaries]
-    best, _m = objective.best(candidates, None)
-    return next(s for s in summaries if s.setting == best)
-
-
-def maxn_of(summaries: Sequence[PointSummary]) -> PointSummary | None:
-    return next((s for s in summaries if s.setting == MAXN), None)
-
-
-def stored_points(
-    store: Any,
-    device_id: int,
-    workload_id: int,
-    *,
-    source: Source | None = None,
-    rails: str | None = None,
-) -> list[tuple[DvfsSetting, Measurement]]:
-    """(setting, mean measurement) of every setting the store's sweeps of this workload on
-    this device measured (all their repetitions together): the oracle's data. With
-    `rails`, only sweeps whose energy is over that preset."""
-    points: list[Any] = []
-    for sweep in store.list_sweeps():
-        if sweep.device_id != device_id or sweep.workload_id != workload_id:
-            continue
-        if source is not None and sweep.source != source:
-            continue
-        if rails is not None and sweep.space.get("rails", RAILS_ALL) != rails:
-            continue
-        points.extend(store.sweep_points(sweep.id))
-    return [(s.setting, s.measurement()) for s in summarize_points(points)]
 
 
 # --------------------------------------------------------------------------- sessions and rails
@@ -328,7 +99,7 @@ class SweepSpec:
     def validate(self) -> None:
         if self.space not in SPACES:
             raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
-        _check_counts(self.warmup_steps, self.steps, self.repeats)
+        check_counts(self.warmup_steps, self.steps, self.repeats)
         if self.fast and self.twin is None:
             raise ConfigError("--fast computes points on the digital twin's model",
                               "add --twin (e.g. --twin agx-orin-64gb), or drop --fast on a board")
@@ -436,7 +207,7 @@ def run_sweep(
         source = identity.source
         rails = rail_names(session, spec.rails)
         if spec.settings:
-            from engine.dvfs.space import check_setting
+            from engine.device.setting import check_setting
 
             for s in spec.settings:
                 check_setting(device, s)
@@ -626,10 +397,4 @@ class SweepDriver:
         if self.done < len(self.plan):
             self._begin_point()
 
-
-def _check_counts(warmup: Any, steps: Any, repeats: Any) -> None:
-    for name, value, low in (("warm-up steps", warmup, 0), ("measured steps", steps, 1), ("repeats", repeats, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigError(f"{name} must be a whole number of at least {low}, not {value!r}",
-                              "e.g. --warmup-steps 1 --steps 5 --repeats 3")
 

@@ -43,7 +43,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer, PolynomialFeatures, StandardScaler
 from sklearn.svm import SVR
 
-from engine.dvfs.space import DvfsSetting
+from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.selector.features import FEATURE_COLUMNS, LOG_COLUMNS, N_WORKLOAD_COLUMNS
 

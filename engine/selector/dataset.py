@@ -22,8 +22,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from engine.device.base import ClockDomain, PowerMode
-from engine.dvfs.objectives import Measurement
-from engine.dvfs.space import DvfsSetting, setting_space
+from engine.core.measurement import Measurement
+from engine.device.setting import DvfsSetting
+from engine.dvfs.space import setting_space
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
@@ -237,7 +238,7 @@ def profile_settings(profile: Any, space: str = "gpu") -> tuple[DvfsSetting, ...
 
 def twin_measure(trace: Any, profile: Any, settings: Sequence[DvfsSetting]) -> list[tuple[DvfsSetting, Measurement]]:
     """Twin figures of a trace at each setting, without training (engine.run.sweep.fast_sweep)."""
-    from engine.run.sweep import fast_sweep
+    from engine.device.twin.fast import fast_sweep
 
     return list(fast_sweep(trace, profile, list(settings)))
 

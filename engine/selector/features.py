@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from engine.dvfs.space import DvfsSetting
+from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.results.schema import workload_key
 from engine.core.trace import StepTrace

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.device.base import Device
-from engine.dvfs.objectives import Measurement, Objective
-from engine.dvfs.space import DvfsSetting, check_setting
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective
+from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
 from engine.core.provenance import Source
 
@@ -199,7 +200,7 @@ class MLPolicy:
                                         settings=self._with_maxn(), as_source=self._as_source())
 
     def _with_maxn(self) -> list[DvfsSetting]:
-        from engine.dvfs.space import MAXN
+        from engine.device.setting import MAXN
 
         return [MAXN] + [s for s in self._settings if s != MAXN]
 

@@ -22,8 +22,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from sklearn.model_selection import GroupKFold
 
-from engine.dvfs.objectives import Measurement, Objective
-from engine.dvfs.space import MAXN, DvfsSetting
+from engine.core.measurement import Measurement
+from engine.dvfs.objectives import Objective
+from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier, workload_part

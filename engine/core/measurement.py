@@ -1,0 +1,98 @@
+"""A measurement: the time and energy of some training samples at one setting, with its source."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Time and energy of some training samples at one setting.
+
+    `source` says where the figures come from; the twin's costs are `twin`, a board's
+    power monitor `measured`. Callers on a board must pass Source.MEASURED."""
+
+    time_s: float
+    energy_j: float
+    samples: int
+    peak_power_w: float | None = None
+    source: Source = Source.TWIN
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.time_s) and self.time_s > 0):
+            raise ConfigError(f"measurement time must be positive, got {self.time_s!r} s", "measure at least one step")
+        if not (math.isfinite(self.energy_j) and self.energy_j >= 0):
+            raise ConfigError(f"measurement energy must be >= 0, got {self.energy_j!r} J", "check the power source")
+        if isinstance(self.samples, bool) or not isinstance(self.samples, numbers.Integral) or self.samples <= 0:
+            raise ConfigError(
+                f"measurement needs a positive sample count, got {self.samples!r}",
+                "count the samples of the measured steps",
+            )
+        object.__setattr__(self, "samples", int(self.samples))
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s
+
+    @property
+    def joules_per_sample(self) -> float:
+        return self.energy_j / self.samples
+
+    @property
+    def seconds_per_sample(self) -> float:
+        return self.time_s / self.samples
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.time_s
+
+    def slowdown(self, baseline: "Measurement") -> float:
+        """Fractional increase of time per sample over the baseline (0.05 = 5% slower)."""
+        return self.seconds_per_sample / baseline.seconds_per_sample - 1.0
+
+    def __add__(self, other: "Measurement") -> "Measurement":
+        """Two windows at the same setting, taken together."""
+        if other.source != self.source:
+            raise ConfigError(
+                f"cannot add a {other.source} measurement to a {self.source} one",
+                "keep figures of different sources apart",
+            )
+        peaks = [p for p in (self.peak_power_w, other.peak_power_w) if p is not None]
+        return Measurement(
+            self.time_s + other.time_s,
+            self.energy_j + other.energy_j,
+            self.samples + other.samples,
+            max(peaks) if peaks else None,
+            self.source,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "time_s": self.time_s,
+            "energy_j": self.energy_j,
+            "samples": self.samples,
+            "peak_power_w": self.peak_power_w,
+            "source": self.source.value,
+            "avg_power_w": self.avg_power_w,
+            "joules_per_sample": self.joules_per_sample,
+            "samples_per_s": self.samples_per_s,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
+        try:
+            return cls(
+                time_s=float(d["time_s"]),
+                energy_j=float(d["energy_j"]),
+                samples=int(d["samples"]),
+                peak_power_w=None if d.get("peak_power_w") is None else float(d["peak_power_w"]),
+                source=Source(d.get("source", Source.TWIN.value)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"stored measurement is malformed ({exc})", "re-run the sweep that wrote it") from None
