@@ -167,7 +167,7 @@ def test_ml_before_and_after_registration(device):
 def _check_ml_plug_point(device):
     with pytest.raises(ConfigError) as err:
         make_policy("ml")
-    assert "no selector available" in err.value.what and "slm-dvfs train-selector" in err.value.remedy
+    assert "not registered" in err.value.what and "register_ml_policy()" in err.value.remedy
 
     seen = {}
 

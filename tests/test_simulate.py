@@ -13,6 +13,7 @@ from engine.device.twin.orin import VirtualOrin
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+from engine.results.schema import WorkloadRecord
 from engine.workload.resolve import SIMULATED_DEVICE, resolve_workload, simulate_run
 from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (
@@ -119,7 +120,7 @@ def test_resolve_workload_traces_a_big_model_on_meta_tensors() -> None:
         ("pythia-410m", "sst2", "pythia", 4, 128, "fp16")
     assert w.trace.flops > 5e11 and w.trace.params > 3e8
     assert w.key == "pythia-410m|sst2|4|128|fp16|full"
-    assert w.record().key == w.key
+    assert WorkloadRecord.from_workload(w).key == w.key
     bitfit = resolve_workload("bert-tiny", "sst2", mode="bitfit", batch_size=8, seq_len=32)
     assert bitfit.trace.params < resolve_workload("bert-tiny", "sst2", batch_size=8, seq_len=32).trace.params
     with pytest.raises(ConfigError, match="exceeds"):

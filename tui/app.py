@@ -32,6 +32,7 @@ from engine.device.session import DeviceSession
 from engine.device.snapshot import take_snapshot
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
+from engine.selector import register_ml_policy
 from tui.actions.experiments import ENGINE, ExperimentActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
@@ -90,6 +91,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         handle_signals: bool = True,
     ) -> None:
         super().__init__()
+        register_ml_policy()  # the dvfs layer's `ml` plug point: filled by the client
         self.session = session
         self.refresh_s = refresh_s
         self.poll = poll

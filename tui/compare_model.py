@@ -204,7 +204,7 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
                 log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
     if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
         return None
-    from engine.results.store import workload_key
+    from engine.workload.resolve import workload_key
 
     w = run.workload
     key = workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode)

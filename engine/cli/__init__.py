@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from engine.selector import register_ml_policy
+
+    register_ml_policy()  # the dvfs layer's `ml` plug point, filled by the client (cheap: lazy imports)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

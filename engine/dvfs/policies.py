@@ -231,9 +231,12 @@ def _oracle(arg: str | None, **options: Any) -> Policy:
 
 
 def _ml_missing(arg: str | None, **options: Any) -> Policy:
+    # The dvfs layer does not import the selector above it: the clients (CLI, TUI) register
+    # the ml policy with `engine.selector.register_ml_policy()` at start.
     raise ConfigError(
-        "no selector available for the ml policy",
-        "train one with `slm-dvfs train-selector` (or pick another policy: oracle, online, maxn)",
+        "the ml policy is not registered in this process",
+        "call engine.selector.register_ml_policy() first (the slm-dvfs CLI and TUI do), "
+        "or pick another policy: oracle, online, maxn",
     )
 
 
@@ -296,9 +299,6 @@ def make_policy(spec: str, **options: Any) -> Policy:
     name, colon, arg = text.partition(":")
     key = name.strip().lower()
     factory = _REGISTRY.get(key)
-    if factory is _ml_missing:  # the trained selector fills the plug point when its package is imported
-        import engine.selector  # noqa: F401
-        factory = _REGISTRY.get(key)
     if factory is None:
         extra = sorted(set(_REGISTRY) - set(_BUILTIN))
         listed = SPEC_HELP + (", " + ", ".join(extra) if extra else "")

@@ -22,6 +22,7 @@ from engine.device.base import DeviceIdentity
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
+from engine.workload.resolve import workload_key
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +124,6 @@ def setting_key(setting: Any) -> str:
     return json.dumps(normalize_setting(setting), sort_keys=True, separators=(",", ":"))
 
 
-def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str) -> str:
-    return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
-
-
 @dataclass(frozen=True)
 class DeviceRecord:
     board: str
@@ -182,6 +179,12 @@ class WorkloadRecord:
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
             data_source=data_source, features=trace_features(trace),
         )
+
+    @classmethod
+    def from_workload(cls, workload: Any, data_source: str | None = None) -> "WorkloadRecord":
+        """From a resolved engine.workload.resolve.Workload (trace totals as features, labelled predicted)."""
+        return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
+                              data_source=data_source)
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

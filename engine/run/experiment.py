@@ -155,7 +155,7 @@ def run_experiment(
     from engine.dvfs.policies import PolicyContext, make_policy
     from engine.device.guard.guard import ClockGuard
     from engine.workload.resolve import resolve_workload
-    from engine.results.store import DeviceRecord
+    from engine.results.store import DeviceRecord, WorkloadRecord
     from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
@@ -184,7 +184,7 @@ def run_experiment(
         rails = rail_names(session, spec.rails)
         objective = parse_objective(spec.objective, max_power_w=module_power_limit_w(identity))
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
-        workload_id = store.ensure_workload(workload.record(None if spec.simulate else spec.data))
+        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate else spec.data))
         policy = make_policy(spec.policy, **dict(spec.policy_options))
         points = stored_points(store, device_id, workload_id, source=source, rails=spec.rails) \
             if policy.name == "oracle" else ()

@@ -188,7 +188,7 @@ def run_sweep(
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.dvfs.space import setting_space
     from engine.workload.resolve import resolve_workload
-    from engine.results.store import DeviceRecord, SweepPoint, setting_key
+    from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
     from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
@@ -215,7 +215,7 @@ def run_sweep(
         else:
             settings = setting_space(device, spec.space, cpu_stride=spec.cpu_stride, include_maxn=spec.include_maxn)
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
-        workload_id = store.ensure_workload(workload.record(spec.data))
+        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, spec.data))
         sweep = store.find_or_create_sweep(
             device=device_id, workload=workload_id, space=spec.space_key(spec.rails),
             warmup_steps=spec.warmup_steps, steps=spec.steps, repeats=spec.repeats, source=source,

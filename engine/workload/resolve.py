@@ -40,6 +40,10 @@ log = logging.getLogger(__name__)
 SIMULATED_DEVICE = "twin (simulated, no training)"  # RunStarted.device of a simulated run
 
 
+def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str) -> str:
+    return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
+
+
 @dataclass(frozen=True)
 class Workload:
     """One fine-tuning workload, resolved: names as the store keys them, and its step trace."""
@@ -55,17 +59,9 @@ class Workload:
     total_params: int
     spec: str = ""  # what the user typed for the model
 
-    def record(self, data_source: str | None = None) -> Any:
-        """The store's WorkloadRecord (trace totals as features, labelled predicted)."""
-        from engine.results.store import WorkloadRecord
-
-        return WorkloadRecord.from_trace(self.trace, self.task, mode=self.mode, family=self.family,
-                                         data_source=data_source)
-
     @property
     def key(self) -> str:
-        from engine.results.store import workload_key
-
+        """What the store keys this workload by."""
         return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
 
     def to_json(self) -> dict[str, Any]:
