@@ -179,7 +179,7 @@ def test_workload_features_from_what_the_experiment_passes(workload):
 def test_unregistered_ml_falls_back_to_the_plug_point(trained):
     unregister_policy("ml")
     try:
-        with pytest.raises(ConfigError, match="no selector available"):
+        with pytest.raises(ConfigError, match="not registered"):
             make_policy("ml")
     finally:
         register_ml_policy()
@@ -187,9 +187,11 @@ def test_unregistered_ml_falls_back_to_the_plug_point(trained):
     assert DvfsSetting(gpu_hz=816_000_000, nvpmodel=0) in MLPolicy(trained).selector.candidates
 
 
-def test_make_policy_finds_ml_without_importing_the_selector_first(tmp_path):
-    # A fresh interpreter, as `slm-dvfs run --policy ml` is: make_policy's lazy hook registers it.
-    code = ("import sys; from engine.dvfs.policies import make_policy; p = make_policy('ml'); "
+def test_a_client_registers_ml_without_loading_sklearn(tmp_path):
+    # A fresh interpreter, as `slm-dvfs run --policy ml` is: the client registers the plug point
+    # (dvfs never imports the selector), and that costs no scikit-learn import.
+    code = ("import sys; from engine.selector import register_ml_policy; register_ml_policy(); "
+            "from engine.dvfs.policies import make_policy; p = make_policy('ml'); "
             "assert 'sklearn' not in sys.modules; print(type(p).__name__, p.path.name)")
     env = {**os.environ, "SLM_DVFS_DATA_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
