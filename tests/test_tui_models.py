@@ -191,8 +191,7 @@ def test_form_builds_the_experiment_spec(tmp_path: Path) -> None:
 
 
 def test_form_epochs_use_the_engines_defaults() -> None:
-    from engine.workload.data import SYNTHETIC_TRAIN_MAX
-    from engine.workload.finetune import DEFAULT_BATCH_SIZE
+    from engine.core.constants import DEFAULT_BATCH_SIZE, SYNTHETIC_TRAIN_MAX
     from engine.workload.glue import get_task
     from engine.workload.zoo import get_entry
 

@@ -15,16 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core.constants import DEFAULT_BATCH_SIZE, MODES, SYNTHETIC_TRAIN_MAX
 from engine.core.errors import ConfigError, SlmDvfsError
 
 POLICY_CHOICES = ("maxn", "static:gpu=816", "oracle", "ml", "online", "mode:1", "maxn-pinned")
 OBJECTIVE_CHOICES = ("energy", "edp", "eta:0.5")
 PRECISION_CHOICES = ("default", "fp32", "fp16", "bf16")
 DATA_CHOICES = ("synthetic", "hub")
-# As engine.workload.data and .finetune have them (importing those pulls in torch).
-SYNTHETIC_TRAIN_MAX = 2000
-DEFAULT_BATCH_SIZE = 32
-MODE_CHOICES = ("full", "bitfit")
+MODE_CHOICES = MODES
 
 
 # Field name -> the label the setup page shows beside it (errors name the label).

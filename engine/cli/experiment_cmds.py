@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.core.constants import MODES, PRECISIONS
 from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.store_cmds import add_db_arg
@@ -75,8 +76,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, metavar="TASK", help="GLUE task, e.g. sst2, mnli")
     p.add_argument("--batch-size", type=int, metavar="B", help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=int, metavar="L", help="default: the zoo entry's")
-    p.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="default: the zoo entry's")
-    p.add_argument("--mode", choices=("full", "bitfit"), default="full", help="training mode (default full)")
+    p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
+    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=int, metavar="N", help="training examples to use")

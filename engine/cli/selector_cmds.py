@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
 
 DEFAULT_PROFILE = "agx-orin-64gb"
@@ -68,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", required=True, help="GLUE task, e.g. sst2")
     p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=int, help="default: the zoo entry's")
-    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], help="default: the zoo entry's")
-    p.add_argument("--mode", choices=["full", "bitfit"], default="full", help="training mode (default full)")
+    p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
+    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--probes", type=int, default=0, help="measure K (0-3) short windows first to correct the prediction")

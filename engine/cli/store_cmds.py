@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from engine.core.constants import MODES
 from engine.core.clocks import format_mhz
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
@@ -63,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
     p.add_argument("--seq-len", type=int, help="default: the zoo entry's")
     p.add_argument("--precision", help="default: the zoo entry's")
-    p.add_argument("--mode", choices=["full", "bitfit"], default="full", help="training mode (default full)")
+    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
     p.add_argument("--steps", type=int, help="training steps the log covers")
     p.add_argument("--samples", type=int, help="training samples the log covers (gives samples/s and J/sample)")
     p.add_argument("--board", default="unknown board (imported tegrastats log)", help="board name to record")

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, Union
 
+from engine.core.constants import MODES
 from engine.device.base import DeviceIdentity
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.device.power import PowerSample
@@ -28,7 +29,6 @@ log = logging.getLogger(__name__)
 
 APPLICATION_ID = 0x534C4D44  # "SLMD"
 RUN_STATUSES = ("running", "finished", "failed", "cancelled")
-MODES = ("full", "bitfit")
 SETTING_KEYS = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel")
 _SETTING_ALIASES = {"nvpmodel_id": "nvpmodel", "mode": "nvpmodel"}
 _MAGIC = b"SQLite format 3\x00"

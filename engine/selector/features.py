@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.results.schema import workload_key
@@ -32,8 +33,6 @@ log = logging.getLogger(__name__)
 
 FEATURE_SCHEMA_VERSION = 1
 FAMILIES = ("bert", "pythia")
-PRECISIONS = ("fp32", "fp16", "bf16")
-MODES = ("full", "bitfit")
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
 WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from engine.core.constants import PADDINGS, SYNTHETIC_EVAL_MAX, SYNTHETIC_TRAIN_MAX
 from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import TASKS, GlueTask, get_task
@@ -30,10 +31,7 @@ from engine.workload.glue import TASKS, GlueTask, get_task
 log = logging.getLogger(__name__)
 
 HUB_REPOS = ("nyu-mll/glue", "glue")
-SYNTHETIC_TRAIN_MAX = 2000  # synthetic train size when none is asked for (or the real size)
-SYNTHETIC_EVAL_MAX = 500
 SYNTHETIC_MARKER = "SYNTHETIC.txt"  # generate_glue_folder leaves this, so loads stay labelled
-PADDINGS = ("max_length", "dynamic")
 
 
 @dataclass(frozen=True)

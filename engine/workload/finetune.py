@@ -13,20 +13,19 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 
+from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, PADDINGS
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.workload.events import Callback
-from engine.workload.trainer import MODES, PRECISIONS, TrainConfig, TrainControl, Trainer, resolve_device
+from engine.core.constants import MODES, PRECISIONS
+from engine.workload.trainer import TrainConfig, TrainControl, Trainer, resolve_device
 
 log = logging.getLogger(__name__)
 
-PADDINGS = ("max_length", "dynamic")
 # When the spec names no learning rate: the usual rate for fine-tuning a pretrained
 # model, and a larger one for a model that starts from random weights.
 LR_PRETRAINED = 5e-5
 LR_RANDOM = 1e-3
-DEFAULT_BATCH_SIZE = 32  # for models outside the zoo
-DEFAULT_SEQ_LEN = 128
 # Dynamic padding: batch lengths are rounded up to this for the twin's step traces,
 # so that a run needs a handful of traces, not one per distinct length.
 TRACE_LENGTH_BUCKET = 16

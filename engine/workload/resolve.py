@@ -88,7 +88,8 @@ def resolve_workload(
     from engine.workload.finetune import defaults_for
     from engine.workload.glue import get_task
     from engine.workload.models import build_model, resolve_model
-    from engine.workload.trainer import MODES, PRECISIONS, apply_mode
+    from engine.core.constants import MODES, PRECISIONS
+    from engine.workload.trainer import apply_mode
     from engine.workload.tracer import step_trace
 
     if mode not in MODES:

@@ -47,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from engine.core.constants import PRECISIONS
 from engine.core.errors import ConfigError
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
@@ -90,7 +91,6 @@ _ELEMENTWISE_EXTRA = {"bernoulli_", "bernoulli", "native_dropout", "native_dropo
                       "_to_copy", "clone", "normal_", "uniform_", "zeros", "ones", "full",
                       "arange", "masked_fill", "masked_fill_"}
 
-_PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 @dataclass(frozen=True)
@@ -504,8 +504,8 @@ def _check_shape(batch_size: int, seq_len: int, precision: str) -> None:
     if batch_size < 1 or seq_len < 1:
         raise ConfigError(f"cannot trace batch {batch_size} x length {seq_len}",
                           "use a batch size and sequence length of at least 1")
-    if precision not in _PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(_PRECISIONS)}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
 
 
 # ---------------------------------------------------------------- cache

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
+from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
 from engine.workload.events import (
     Callback,
@@ -43,8 +44,6 @@ from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "fp16", "bf16")
-MODES = ("full", "bitfit")
 # Modules that form the task head: trained in BitFit as well (transformers' names).
 HEAD_NAMES = ("classifier", "score", "pre_classifier", "qa_outputs", "head")
 CHECKPOINT_FILE = "state.pt"

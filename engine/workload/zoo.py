@@ -17,11 +17,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (JetPack 6)
     import tomli as tomllib
 
+from engine.core.constants import PRECISIONS
 from engine.core import paths
 from engine.core.errors import ConfigError, ProfileError
 
 FAMILIES = ("bert", "pythia")
-PRECISIONS = ("fp32", "fp16", "bf16")
 # model_type in a config.json -> our family
 MODEL_TYPE_FAMILY = {"bert": "bert", "gpt_neox": "pythia"}
 
