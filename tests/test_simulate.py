@@ -13,7 +13,7 @@ from engine.device.twin.orin import VirtualOrin
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.results.schema import WorkloadRecord
+from engine.results.records import WorkloadRecord
 from engine.workload.resolve import SIMULATED_DEVICE, resolve_workload, simulate_run
 from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (

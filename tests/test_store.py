@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.results import schema as store_schema
+from engine.results import migrations as store_schema
 from engine.core.errors import ConfigError
 from engine.device.monitor import WindowResult
 from engine.device.power import PowerSample
@@ -84,7 +84,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 2
+    assert store.schema_version() == SCHEMA_VERSION == 3
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -155,6 +155,7 @@ def test_a_version_1_database_is_migrated_keeping_its_runs(db: Path) -> None:
         run = s.get_run(7)
         assert (run.label, run.energy_j, run.source, run.workload.key) == (
             "from v1", 900.0, Source.MEASURED, "bert-tiny|sst2|32|128|fp32|full")
+        assert run.simulated is False
         assert s.power_samples(7) == [PowerSample(0.0, {"VDD_GPU_SOC": 15000})]
         # the tables version 2 added work on the old rows
         sweep = s.find_or_create_sweep(device=1, workload=1, space={"gpu": [612e6]}, warmup_steps=2, steps=5,
@@ -166,6 +167,37 @@ def test_a_version_1_database_is_migrated_keeping_its_runs(db: Path) -> None:
         assert s.compare_runs(other, 7).saving_pct == pytest.approx(20.0)
 
 
+def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) -> None:
+    """Version 3 made "simulated" a column; runs stored before say it only in their notes."""
+    conn = sqlite3.connect(db)
+    for step in store_schema.MIGRATIONS[:2]:
+        for statement in step:
+            conn.execute(statement)
+    conn.executescript("""
+        INSERT INTO devices VALUES (1, 'Orin', 'P3701', NULL, NULL, 'agx-orin-64gb', 1, 'twin', '2025-01-01');
+        INSERT INTO workloads (id, key, model, task, batch_size, seq_len, precision, mode, source, created_at)
+            VALUES (1, 'bert-tiny|sst2|32|128|fp32|full', 'bert-tiny', 'sst2', 32, 128, 'fp32', 'full', 'predicted',
+                    '2025-01-01');
+        INSERT INTO runs (id, device_id, workload_id, policy, status, started_at, source, notes) VALUES
+            (1, 1, 1, 'maxn', 'finished', '2025-01-01', 'twin',
+             'simulated: twin only, no training (no loss, no eval metric)'),
+            (2, 1, 1, 'static', 'finished', '2025-01-01', 'twin', 'policy static:gpu=816; weights random'),
+            (3, 1, 1, 'maxn', 'finished', '2025-01-01', 'twin', NULL),
+            (4, 1, 1, 'maxn', 'finished', '2025-01-01', 'twin', 'Simulated? no: a note that only mentions it');
+        PRAGMA user_version = 2;
+    """)
+    conn.close()
+    with Store(db) as s:
+        assert s.schema_version() == SCHEMA_VERSION == 3
+        assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
+        assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
+        assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged
+        new = s.start_run(policy="maxn", source="twin", device=1, workload=1, simulated=True)
+        assert s.get_run(new).simulated and not s.get_run(s.start_run(policy="maxn", source="twin")).simulated
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT id FROM runs WHERE simulated = 1 ORDER BY id").fetchall() == [(1,), (new,)]
+
+
 def test_a_failed_migration_leaves_the_file_as_it_was(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     Store(db).close()
 
@@ -174,11 +206,11 @@ def test_a_failed_migration_leaves_the_file_as_it_was(db: Path, monkeypatch: pyt
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(store_schema, "MIGRATIONS", store_schema.MIGRATIONS + (broken,))
-    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", 3)
-    with pytest.raises(StoreError, match="from schema version 2 to 3 failed: disk on fire"):
+    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", 4)
+    with pytest.raises(StoreError, match="from schema version 3 to 4 failed: disk on fire"):
         Store(db)
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
 
 

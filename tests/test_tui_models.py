@@ -25,7 +25,8 @@ from engine.workload.events import (
 )
 from tui import demo, forms
 from tui.bridge import EventBridge
-from tui.compare_model import build_comparison, find_baseline
+from engine.results.baseline import find_baseline
+from tui.compare_model import build_comparison
 from tui.fmt import nice_ceiling
 from tui.runstate import RunTracker, format_duration
 from tui.selection import preview_choice

@@ -6,19 +6,15 @@ rows of labelled figures and two power series on shared axes.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.results.schema import RunRecord
+from engine.results.compare import Side, comparison, mismatch, rail_saving_pct
+from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
-
-log = logging.getLogger(__name__)
-
-BASELINE_POLICY = "maxn"
 
 
 @dataclass(frozen=True)
@@ -143,23 +139,25 @@ def rails_of(run: RunRecord) -> tuple[str, ...] | None:
 
 def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequence[Any] = (),
                      base_samples: Sequence[Any] = ()) -> CompareView:
-    """Side-by-side figures of `run` and its baseline (None: the run alone)."""
+    """Side-by-side figures of `run` and its baseline (None: the run alone). The saving and
+    slowdown are engine.results.compare's, given only when the two runs compare."""
     notes: list[str] = []
     src = run.source
-    if base is not None and Source.PREDICTED in (run.source, base.source):
-        src = Source.PREDICTED
-    if base is not None and {run.source, base.source} == {Source.MEASURED, Source.TWIN}:
-        notes.append(f"run {run.id} is {run.source.value} and run {base.id} is {base.source.value}: "
-                     "not comparable")
-        base = None
-    if base is not None and run.rails != base.rails:
-        notes.append(f"run {run.id} totals rails {run.rails}, run {base.id} {base.rails}: energy not comparable")
+    saving = slowdown = None
+    if base is not None:
+        problem = mismatch(Side.of(run), Side.of(base))
+        if problem is not None:
+            notes.append(f"{problem.what}: not comparable")
+            if problem.kind == "hardware":  # a board's figures beside the twin's would mislead
+                base = None
+        elif run.energy_j is not None and run.time_s is not None:
+            c = comparison(Side.of(run), Side.of(base))
+            saving, slowdown, src = c.saving_pct, c.slowdown_pct, c.source
     b = base
     m_name, m_run = primary_metric(run)
     b_name, m_base = primary_metric(b) if b is not None else (None, None)
     metric_label = m_name or b_name or "eval metric"
-    simulated = (run.notes or "").startswith("simulated")
-    if m_run is None and simulated:
+    if m_run is None and run.simulated:
         notes.append(f"run {run.id} is simulated: no training, so no eval metric")
     figures = (
         Figure("energy", "J", run.energy_j, b.energy_j if b else None, src),
@@ -171,18 +169,12 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                lower_is_better=False),
         Figure(metric_label, "", m_run, m_base, Source.MEASURED, fmt=".4f", lower_is_better=False),
     )
-    saving = slowdown = None
-    if b is not None and b.energy_j and run.energy_j is not None:
-        saving = 100.0 * (b.energy_j - run.energy_j) / b.energy_j
-    if b is not None and b.time_s and run.time_s is not None:
-        slowdown = 100.0 * (run.time_s - b.time_s) / b.time_s
     rails: list[tuple[str, float | None, float | None, float | None]] = []
     names = list(run.rail_energy_j) + [r for r in (b.rail_energy_j if b else {}) if r not in run.rail_energy_j]
+    per_rail = rail_saving_pct(run.rail_energy_j, b.rail_energy_j) if b is not None else {}
     for rail in names:
-        rj = run.rail_energy_j.get(rail)
-        bj = b.rail_energy_j.get(rail) if b else None
-        pct = 100.0 * (bj - rj) / bj if rj is not None and bj else None
-        rails.append((rail, rj, bj, pct))
+        rails.append((rail, run.rail_energy_j.get(rail), b.rail_energy_j.get(rail) if b else None,
+                      per_rail.get(rail)))
     wanted = rails_of(run)
     rs = series_of(run_samples, wanted, run.source)
     bs = series_of(base_samples, rails_of(b) or wanted, b.source) if b is not None else None
@@ -193,29 +185,6 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                        peak_w=nice_ceiling(peak), notes=tuple(notes))
 
 
-def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
-    """The MAXN run this one was compared with, else a finished MAXN run of the same workload,
-    device, steps and seed (newest first); None when there is none or it is MAXN itself."""
-    for c in reversed(store.comparisons_for(run.id)):
-        if c.run_id == run.id:
-            try:
-                return store.get_run(c.baseline_run_id)
-            except SlmDvfsError:  # deleted since: look further
-                log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
-    if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
-        return None
-    from engine.workload.resolve import workload_key
-
-    w = run.workload
-    key = workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode)
-    simulated = (run.notes or "").startswith("simulated")
-    for rec in store.find_runs(key, run.device_id, policy=BASELINE_POLICY, steps=run.steps, seed=run.seed,
-                               source=run.source):
-        if rec.id != run.id and rec.rails == run.rails and (rec.notes or "").startswith("simulated") == simulated:
-            return rec
-    return None
-
-
 def _milli(value: float | None) -> float | None:
     return None if value is None else value * 1000.0
 
@@ -224,9 +193,3 @@ def describe_run(run: RunRecord) -> str:
     """`bert-tiny/sst2 · static:gpu=816 · twin` style one-liner."""
     what = f"{run.model}/{run.task}" if run.model else "unknown workload"
     return f"{what} · {run.policy} · {run.status} · {run.source.value}"
-
-
-def format_setting(setting: Mapping[str, Any] | None) -> str:
-    from engine.cli.store_cmds import format_setting as fmt
-
-    return fmt(setting)

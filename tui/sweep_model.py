@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.device.setting import MAXN, DvfsSetting
 from engine.core.provenance import Source
+from engine.device.setting import MAXN, DvfsSetting
+from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pct
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ def heat_map(points: Iterable[tuple[DvfsSetting, float, float]], source: Source)
     saving = slowdown = None
     if MAXN in means:
         mj, mt = means[MAXN]
-        saving = 100.0 * (1.0 - means[best][0] / mj) if mj else None
-        slowdown = 100.0 * (means[best][1] / mt - 1.0) if mt else None
+        saving = per_sample_saving_pct(means[best][0], mj) if mj else None
+        slowdown = per_sample_slowdown_pct(means[best][1], mt) if mt else None
     return HeatMap(rows, cols, cells, source, best=short_label(best), saving_pct=saving, slowdown_pct=slowdown,
                    points=n)
 

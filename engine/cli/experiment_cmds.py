@@ -229,6 +229,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def format_sweep(result: Any) -> str:
+    from engine.results.compare import optimum_vs_maxn
+
     src = result.source.value
     w = result.workload
     lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, "
@@ -247,10 +249,10 @@ def format_sweep(result: Any) -> str:
                      f"{_ci(p.power_w.mean, p.power_w.ci95, '.3g'):>14}  [{src}]")
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
-        if result.maxn is not None:
-            saving = 100.0 * (1.0 - result.optimum.joules_per_sample.mean / result.maxn.joules_per_sample.mean)
-            slowdown = 100.0 * (result.optimum.seconds_per_sample.mean / result.maxn.seconds_per_sample.mean - 1.0)
-            lines.append(f"  vs MAXN Mode 0: energy saving {saving:+.1f}%, slowdown {slowdown:+.1f}%  [{src}]")
+        vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
+        if vs_maxn is not None:
+            lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
+                         f"slowdown {vs_maxn.slowdown_pct:+.1f}%  [{src}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
@@ -265,10 +267,11 @@ def _ci(mean: float, ci: float | None, fmt: str) -> str:
 
 # --- report -------------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
+    from engine.dvfs.objectives import parse_objective
     from engine.results.report import write_report
 
     with _store(args, create=False) as store:
-        report = write_report(store, args.id, args.out, objective=args.objective)
+        report = write_report(store, args.id, args.out, objective=parse_objective(args.objective))
     print(f"wrote {report.markdown}")
     for fig in report.figures:
         print(f"  figure {fig}")

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from engine.core.constants import MODES
-from engine.core.clocks import format_mhz
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
+from engine.results.export import csv_text, write_export
+from engine.results.format import format_setting, format_when
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
@@ -76,29 +75,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # --- formatting -------------------------------------------------------------------------------
-def format_setting(setting: Mapping[str, Any] | None) -> str:
-    """`GPU 816 EMC 3199 MHz m0`; `governor` when nothing is pinned; `-` when not known."""
-    if setting is None:
-        return "-"
-    parts = [f"{d.upper()} {format_mhz(setting[d + '_hz'])}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
-    text = " ".join(parts) + (" MHz" if parts else "governor")
-    if setting.get("nvpmodel") is not None:
-        text += f" m{setting['nvpmodel']}"
-    return text
-
-
 def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
-
-
-def _when(stamp: str | None) -> str:
-    return "-" if not stamp else stamp.replace("T", " ")[:16]
 
 
 def format_runs(runs: Sequence[RunRecord]) -> str:
     header = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source", "status")
     rows = [
-        (str(r.id), _when(r.started_at), r.model or "-", r.task or "-", r.policy, format_setting(r.setting),
+        (str(r.id), format_when(r.started_at), r.model or "-", r.task or "-", r.policy, format_setting(r.setting),
          _num(r.energy_j), _num(r.time_s), r.source.value, r.status)
         for r in runs
     ]
@@ -114,7 +98,7 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
 def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> str:
     src = run.source.value
     lines = [f"Run {run.id}  [{src}]  {run.status}" + (f"  {run.label}" if run.label else "")]
-    lines.append(f"  started      {_when(run.started_at)}" + (f"   finished {_when(run.finished_at)}" if run.finished_at else ""))
+    lines.append(f"  started      {format_when(run.started_at)}" + (f"   finished {format_when(run.finished_at)}" if run.finished_at else ""))
     if run.device:
         d = run.device
         release = " ".join(x for x in (f"L4T {d.l4t}" if d.l4t else "", f"JetPack {d.jetpack}" if d.jetpack else "") if x)
@@ -187,39 +171,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(run: RunRecord) -> dict[str, Any]:
-    """Flat key -> scalar summary of a run (nested values as JSON text)."""
-    out: dict[str, Any] = {}
-    for key, value in run.to_json().items():
-        out[key] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
-    return out
-
-
-def _columns(samples: Sequence[Any]) -> list[str]:
-    rails: list[str] = []
-    for s in samples:
-        rails.extend(r for r in s.rails_mw if r not in rails)
-    return rails
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     with Store(_db_path(args), create=False) as store:
         run = store.get_run(args.id)
         samples = store.power_samples(run.id)
-    rails = _columns(samples)
-    t0 = samples[0].t if samples else 0.0
     out = args.out or f"run-{run.id}.{args.format}"
     if args.format == "parquet" and out == "-":
         raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
     if out == "-":
-        sys.stdout.write(_csv_text(run, samples, rails, t0))
+        sys.stdout.write(csv_text(run, samples))
         return 0
     path = _writable(Path(out))
     try:
-        if args.format == "parquet":
-            _write_parquet(path, run, samples, rails, t0)
-        else:
-            path.write_text(_csv_text(run, samples, rails, t0), encoding="utf-8")
+        write_export(path, run, samples, args.format)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}",
                           "pass --out a file in a folder you can write to") from None
@@ -235,38 +199,6 @@ def _writable(path: Path) -> Path:
         raise ConfigError(f"--out {path}: the folder {path.parent} does not exist",
                           "create it first, or pass --out a file in an existing folder")
     return path
-
-
-def _csv_text(run: RunRecord, samples: Sequence[Any], rails: list[str], t0: float) -> str:
-    """The summary as leading `# key: value` comment lines, then one row per sample."""
-    buf = io.StringIO()
-    buf.write(f"# slm-dvfs run {run.id}; figures are {run.source.value}; t_s is seconds since the first sample\n")
-    for key, value in _summary(run).items():
-        buf.write(f"# {key}: {'' if value is None else value}\n")
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["t_s", *(f"{r}_mw" for r in rails), "total_mw", "source"])
-    for s in samples:
-        writer.writerow([f"{s.t - t0:.6g}", *(f"{s.rails_mw.get(r, ''):.6g}" if r in s.rails_mw else "" for r in rails),
-                         f"{s.total_mw:.6g}", run.source.value])
-    return buf.getvalue()
-
-
-def _write_parquet(path: Path, run: RunRecord, samples: Sequence[Any], rails: list[str], t0: float) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError("parquet export needs pyarrow, which is not installed",
-                          "`pip install pyarrow`, or export with --format csv") from None
-    columns: dict[str, Any] = {"t_s": pa.array([s.t - t0 for s in samples], pa.float64())}
-    for r in rails:
-        columns[f"{r}_mw"] = pa.array([s.rails_mw.get(r) for s in samples], pa.float64())
-    columns["total_mw"] = pa.array([s.total_mw for s in samples], pa.float64())
-    columns["source"] = pa.array([run.source.value] * len(samples), pa.string())
-    table = pa.table(columns)
-    # The summary travels in the file's metadata, where pandas and pyarrow readers find it.
-    meta = {b"slm_dvfs.run": json.dumps(run.to_json(), sort_keys=True).encode()}
-    pq.write_table(table.replace_schema_metadata(meta), str(path))
 
 
 def _workload_from_args(args: argparse.Namespace) -> WorkloadRecord | None:

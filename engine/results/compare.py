@@ -1,5 +1,7 @@
-"""Comparisons: a run against its MAXN Mode 0 baseline, computed once for every client; and the
-stored-baseline lookup."""
+"""Comparisons, computed once for every client: a run against its MAXN Mode 0 baseline
+(energy saving, slowdown, per rail, power), when two runs are comparable at all, and a
+sweep's optimum against MAXN. The experiment (RunFigures), the store (RunRecords), the
+TUI's Compare page, the sweep result and the report all call these."""
 
 from __future__ import annotations
 
@@ -9,9 +11,15 @@ from typing import Any, Mapping
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.setting import DvfsSetting
+from engine.results.baseline import BASELINE_POLICY, matching_baseline
+from engine.results.records import RunRecord, dvfs_setting
+from engine.results.sweeps import PointSummary
 
-
-BASELINE_POLICY = "maxn"
+__all__ = [
+    "BASELINE_POLICY", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
+    "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
+    "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
+]
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ class Comparison:
     rail_saving_pct: Mapping[str, float]
     power_change_pct: float
     source: Source
-    rails_preset: str
+    rails_preset: str | None
     record_id: int | None = None  # the store's comparison row
 
     def to_json(self) -> dict[str, Any]:
@@ -86,55 +94,163 @@ class Comparison:
                 "source": self.source.value, "rails_preset": self.rails_preset, "record_id": self.record_id}
 
 
-def compare(run: RunFigures, baseline: RunFigures) -> Comparison:
-    """Energy saving and slowdown in percent of the baseline (per rail too)."""
-    if run.rails_preset != baseline.rails_preset:
-        raise ConfigError(f"run {run.run_id} totals {run.rails_preset} but baseline {baseline.run_id} totals "
-                          f"{baseline.rails_preset}", "compare runs over the same --rails preset")
-    if baseline.energy_j <= 0 or baseline.time_s <= 0:
-        raise ConfigError(f"baseline run {baseline.run_id} has no energy or time", "run the baseline again")
-    if {run.source, baseline.source} == {Source.MEASURED, Source.TWIN}:
-        raise ConfigError("cannot compare a board's run with a twin's", "compare runs of one kind")
-    rails = {}
-    for rail, base_j in baseline.rail_energy_j.items():
-        if base_j > 0 and rail in run.rail_energy_j:
-            rails[rail] = 100.0 * (base_j - run.rail_energy_j[rail]) / base_j
+# --------------------------------------------------------------------------- the arithmetic
+def saving_pct(energy_j: float, base_energy_j: float) -> float:
+    """Energy saved against the baseline, in percent of it (negative: it cost more)."""
+    return 100.0 * (base_energy_j - energy_j) / base_energy_j
+
+
+def slowdown_pct(time_s: float, base_time_s: float) -> float:
+    """Time added against the baseline, in percent of it (negative: faster)."""
+    return 100.0 * (time_s - base_time_s) / base_time_s
+
+
+def rail_saving_pct(rail_j: Mapping[str, float], base_rail_j: Mapping[str, float]) -> dict[str, float]:
+    """saving_pct per rail, for the rails both runs have and the baseline used energy on."""
+    return {rail: saving_pct(rail_j[rail], base_j) for rail, base_j in base_rail_j.items()
+            if base_j > 0 and rail in rail_j}
+
+
+def per_sample_saving_pct(joules_per_sample: float, base_joules_per_sample: float) -> float:
+    """A sweep point's energy per sample saved against MAXN's, in percent."""
+    return 100.0 * (1.0 - joules_per_sample / base_joules_per_sample)
+
+
+def per_sample_slowdown_pct(seconds_per_sample: float, base_seconds_per_sample: float) -> float:
+    return 100.0 * (seconds_per_sample / base_seconds_per_sample - 1.0)
+
+
+# --------------------------------------------------------------------------- two runs
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: what decides whether two runs compare, and the figures compared."""
+
+    run_id: int
+    source: Source
+    rails_preset: str | None  # the preset `energy_j` totals
+    simulated: bool
+    energy_j: float | None
+    time_s: float | None
+    rail_energy_j: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.energy_j / self.time_s if self.energy_j is not None and self.time_s else 0.0
+
+    @classmethod
+    def of(cls, run: "RunFigures | RunRecord") -> "Side":
+        if isinstance(run, RunFigures):
+            return cls(run.run_id, run.source, run.rails_preset, run.simulated, run.energy_j, run.time_s,
+                       run.rail_energy_j)
+        return cls(run.id, run.source, run.rails, run.simulated, run.energy_j, run.time_s, run.rail_energy_j)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why two runs do not compare. kind: hardware (board vs twin), kind (simulated vs trained),
+    rails (energy over other rails), baseline (it has no energy or time)."""
+
+    kind: str
+    what: str
+    remedy: str
+
+    def error(self) -> ConfigError:
+        return ConfigError(self.what, self.remedy)
+
+
+def mismatch(run: Side, base: Side) -> Mismatch | None:
+    """None when `run` compares with `base`: same kind of hardware (not a board against the twin),
+    both simulated or both trained, energy over the same rails preset, a baseline with energy and time."""
+    if {run.source, base.source} == {Source.MEASURED, Source.TWIN}:
+        return Mismatch("hardware", f"run {run.run_id} is {run.source.value} but run {base.run_id} is "
+                        f"{base.source.value}", "compare runs of one kind: both on the board, or both on the twin")
+    if run.simulated != base.simulated:
+        sim, trained = (run, base) if run.simulated else (base, run)
+        return Mismatch("kind", f"run {sim.run_id} is simulated but run {trained.run_id} was trained",
+                        "compare runs of one kind: both simulated, or both trained")
+    if run.rails_preset != base.rails_preset:
+        return Mismatch("rails", f"run {run.run_id} totals rails {run.rails_preset} but baseline run "
+                        f"{base.run_id} totals {base.rails_preset}",
+                        "compare runs whose energy is over the same rails (the same --rails preset)")
+    if not base.energy_j or base.energy_j <= 0 or not base.time_s or base.time_s <= 0:
+        return Mismatch("baseline", f"baseline run {base.run_id} has no energy or time figures",
+                        "pick a finished baseline with figures, or run it again")
+    return None
+
+
+def comparison(run: Side, base: Side) -> Comparison:
+    """Energy saving and slowdown in percent of the baseline (per rail too); raises ConfigError
+    when the two do not compare."""
+    problem = mismatch(run, base)
+    if problem is not None:
+        raise problem.error()
+    if run.energy_j is None or run.time_s is None:
+        raise ConfigError(f"run {run.run_id} has no energy or time figures", "compare a run that finished")
     return Comparison(
-        saving_pct=100.0 * (baseline.energy_j - run.energy_j) / baseline.energy_j,
-        slowdown_pct=100.0 * (run.time_s - baseline.time_s) / baseline.time_s,
-        rail_saving_pct=rails,
-        power_change_pct=100.0 * (run.avg_power_w / baseline.avg_power_w - 1.0) if baseline.avg_power_w else 0.0,
-        source=run.source,
+        saving_pct=saving_pct(run.energy_j, base.energy_j),  # type: ignore[arg-type]
+        slowdown_pct=slowdown_pct(run.time_s, base.time_s),  # type: ignore[arg-type]
+        rail_saving_pct=rail_saving_pct(run.rail_energy_j, base.rail_energy_j),
+        power_change_pct=100.0 * (run.avg_power_w / base.avg_power_w - 1.0) if base.avg_power_w else 0.0,
+        source=Source.PREDICTED if Source.PREDICTED in (run.source, base.source) else run.source,
         rails_preset=run.rails_preset,
     )
 
 
+def compare(run: RunFigures, baseline: RunFigures) -> Comparison:
+    """A run of an experiment against its baseline."""
+    return comparison(Side.of(run), Side.of(baseline))
+
+
+def compare_records(run: RunRecord, baseline: RunRecord) -> Comparison:
+    """Two stored runs, both finished with energy and time figures."""
+    for r in (run, baseline):
+        if r.status != "finished" or r.energy_j is None or not r.time_s:
+            raise ConfigError(f"run {r.id} has no finished energy and time figures ({r.status})",
+                              "compare two finished runs")
+    return comparison(Side.of(run), Side.of(baseline))
+
+
+# --------------------------------------------------------------------------- a sweep's optimum
+@dataclass(frozen=True)
+class SweepSaving:
+    """A sweep's optimum against its MAXN Mode 0 point, per training sample."""
+
+    saving_pct: float
+    slowdown_pct: float
+    source: Source
+
+
+def optimum_vs_maxn(optimum: PointSummary | None, maxn: PointSummary | None) -> SweepSaving | None:
+    """None when the sweep has no optimum or did not measure MAXN."""
+    if optimum is None or maxn is None:
+        return None
+    return SweepSaving(
+        per_sample_saving_pct(optimum.joules_per_sample.mean, maxn.joules_per_sample.mean),
+        per_sample_slowdown_pct(optimum.seconds_per_sample.mean, maxn.seconds_per_sample.mean),
+        optimum.source,
+    )
+
+
+# --------------------------------------------------------------------------- stored baselines
 def stored_baseline(store: Any, *, workload_key: str, task: str, device_id: int, source: Source, steps: int,
                     seed: int, rails_preset: str, rails: tuple[str, ...], simulated: bool,
                     exclude: int | None = None) -> RunFigures | None:
-    """The newest finished MAXN run of this workload on this device with the same steps,
-    seed, rail preset and kind (simulated or trained)."""
+    """matching_baseline as the experiment's RunFigures (reused, with the task's primary metric)."""
     from engine.workload.glue import get_task
 
+    rec = matching_baseline(store, workload_key=workload_key, device_id=device_id, source=source, steps=steps,
+                            seed=seed, rails_preset=rails_preset, simulated=simulated, exclude=exclude)
+    if rec is None:
+        return None
     primary = get_task(task).primary_metric
-    for rec in store.find_runs(workload_key, device_id, policy=BASELINE_POLICY, steps=steps, seed=seed,
-                               source=source):
-        rec_simulated = (rec.notes or "").startswith("simulated")
-        if rec.id == exclude or rec.rails != rails_preset or rec_simulated != simulated or not rec.energy_j:
-            continue
-        metric_name = next((k for k in rec.metrics if k == primary or k.endswith("/" + primary)), None)
-        setting = None if rec.setting is None else DvfsSetting.from_json(
-            {k: v for k, v in rec.setting.items() if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
-        rail_j = dict(rec.rail_energy_j)
-        return RunFigures(
-            run_id=rec.id, role="baseline", policy=BASELINE_POLICY, source=rec.source, rails_preset=rails_preset,
-            rails=rails,
-            steps=rec.steps or steps, samples=rec.samples or 0, time_s=float(rec.time_s or 0.0),
-            energy_j=float(rec.energy_j), rail_energy_j=rail_j, host_wall_s=rec.wall_s, metric=metric_name,
-            metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]), setting=setting,
-            simulated=rec_simulated, reused=True,
-        )
-    return None
+    metric_name = next((k for k in rec.metrics if k == primary or k.endswith("/" + primary)), None)
+    return RunFigures(
+        run_id=rec.id, role="baseline", policy=BASELINE_POLICY, source=rec.source, rails_preset=rails_preset,
+        rails=rails, steps=rec.steps or steps, samples=rec.samples or 0, time_s=float(rec.time_s or 0.0),
+        energy_j=float(rec.energy_j or 0.0), rail_energy_j=dict(rec.rail_energy_j), host_wall_s=rec.wall_s,
+        metric=metric_name, metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]),
+        setting=None if rec.setting is None else dvfs_setting(rec.setting), simulated=rec.simulated, reused=True,
+    )
 
 
 def _as_float(value: Any) -> float | None:

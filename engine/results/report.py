@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.dvfs.objectives import parse_objective
 from engine.core.errors import ConfigError
-from engine.results.sweeps import PointSummary, maxn_of, optimum, summarize_points
+from engine.results.compare import optimum_vs_maxn
+from engine.results.format import setting_label
+from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,10 @@ def parse_report_id(text: str) -> tuple[str, int]:
     return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
 
 
-def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: str = "energy") -> Report:
-    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir`."""
+def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: Ranking | None = None) -> Report:
+    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir`. A sweep's optimum is the
+    one `objective` ranks best (an engine.dvfs Objective, parsed by the caller); without one,
+    the least energy per sample."""
     kind, number = parse_report_id(ident)
     out = Path(out_dir)
     try:
@@ -62,7 +65,7 @@ def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: str 
 
 
 # --------------------------------------------------------------------------- sweeps
-def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: str = "energy") -> Report:
+def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | None = None) -> Report:
     sweep = store.get_sweep(sweep_id)
     summaries = summarize_points(store.sweep_points(sweep_id))
     if not summaries:
@@ -71,8 +74,7 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: str = "ener
     device = store.get_device(sweep.device_id)
     wl = store.get_workload(sweep.workload_id)
     src = sweep.source.value
-    obj = parse_objective(objective)
-    best = optimum(summaries, obj)
+    best = optimum(summaries, objective)
     maxn = maxn_of(summaries)
     assert best is not None
     title = f"Sweep s{sweep_id}: {wl.model} / {wl.task} on {device.board} [{src}]"
@@ -98,16 +100,15 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: str = "ener
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
         + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
         "## Optimum", "",
-        f"The optimum for objective `{obj.spec}` is **{best.setting.label()}**: "
+        f"The optimum for objective `{objective.spec if objective is not None else 'energy'}` is **{best.setting.label()}**: "
         f"{_stat(best.joules_per_sample.mean, best.joules_per_sample.ci95, '.4g')} J/sample, "
         f"{_stat(best.seconds_per_sample.mean * 1000, _scale(best.seconds_per_sample.ci95, 1000), '.4g')} ms/sample, "
         f"{_stat(best.power_w.mean, best.power_w.ci95, '.3g')} W [{src}].",
     ]
-    if maxn is not None:
-        saving = 100.0 * (1.0 - best.joules_per_sample.mean / maxn.joules_per_sample.mean)
-        slowdown = 100.0 * (best.seconds_per_sample.mean / maxn.seconds_per_sample.mean - 1.0)
+    vs_maxn = optimum_vs_maxn(best, maxn)
+    if maxn is not None and vs_maxn is not None:
         lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
-                      f"**{saving:+.1f}%**, slowdown **{slowdown:+.1f}%** [{src}]."]
+                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}]."]
     else:
         lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
     lines += ["", "## Figures", ""]
@@ -194,9 +195,9 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         base_samples = store.power_samples(base.id) if base is not None else []
         figures.append(_trace_figure(run, samples, base, base_samples, f"Power over the run [{src}]",
                                      out / f"{prefix}-power.png"))
-    setting = _setting_label(run.setting)
+    setting = setting_label(run.setting)
     lines = [f"# {title}", ""]
-    if run.notes and run.notes.startswith("simulated"):
+    if run.simulated:
         lines += ["**Simulated**: the twin ran the workload's step trace; nothing was trained, so there is no "
                   "loss and no evaluation metric.", ""]
     lines += [f"Setting (last applied): **{setting}**; objective `{run.objective or '-'}`; seed {run.seed}; "
@@ -289,15 +290,3 @@ def _scale(value: float | None, factor: float) -> float | None:
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
-
-
-def _setting_label(setting: Any) -> str:
-    if not setting:
-        return "unknown"
-    from engine.device.setting import DvfsSetting
-
-    keys = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")
-    try:
-        return DvfsSetting.from_json({k: v for k, v in setting.items() if k in keys}).label()
-    except ConfigError:
-        return str(dict(setting))

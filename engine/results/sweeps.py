@@ -10,6 +10,7 @@ from engine.core.measurement import Measurement
 from engine.core.provenance import Source
 from engine.core.stats import Stat, mean_ci
 from engine.device.setting import MAXN, DvfsSetting
+from engine.results.records import setting_key
 
 
 RAILS_ALL = "all"
@@ -46,9 +47,7 @@ class PointSummary:
 
 
 def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
-    """Group stored sweep points (engine.results.store.SweepPoint) by setting, in order of first appearance."""
-    from engine.results.store import setting_key
-
+    """Group stored sweep points (engine.results.records.SweepPoint) by setting, in order of first appearance."""
     groups: dict[str, list[Any]] = {}
     for p in points:
         groups.setdefault(setting_key(p.setting), []).append(p)
@@ -77,6 +76,11 @@ def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
 class Ranking(Protocol):
     """What ranks settings (engine.dvfs.objectives.Objective): given by the caller, so the
     results layer does not depend on the dvfs layer above it."""
+
+    @property
+    def spec(self) -> str:
+        """How the user writes it, e.g. `energy` or `energy@5%`."""
+        ...
 
     def best(self, candidates: Sequence[tuple[DvfsSetting, Measurement]],
              baseline: Measurement | None) -> tuple[DvfsSetting, Measurement]: ...

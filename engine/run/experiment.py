@@ -279,8 +279,8 @@ class _Runner:
         run_id = self.store.start_run(
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
             objective=self.objective.spec, seed=spec.seed, steps=spec.steps, rails=spec.rails,
-            synthetic=None if spec.simulate else (spec.data == "synthetic" or None), label=spec.label,
-            notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
+            synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
+            label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
         controller = DvfsController(device, policy, ctx, monitor=self.monitor, rails=self.rails)
         recorder = RunRecorder(self.rails, self.monitor)

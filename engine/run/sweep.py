@@ -33,6 +33,7 @@ from engine.dvfs.space import SPACES
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
+from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,8 @@ class SweepResult:
         return self.status == "finished"
 
     def to_json(self) -> dict[str, Any]:
-        saving = None
-        if self.optimum is not None and self.maxn is not None:
-            saving = 100.0 * (1.0 - self.optimum.joules_per_sample.mean / self.maxn.joules_per_sample.mean)
+        vs_maxn = optimum_vs_maxn(self.optimum, self.maxn)
+        saving = None if vs_maxn is None else vs_maxn.saving_pct
         return {
             "sweep_id": self.sweep_id, "source": self.source.value, "status": self.status,
             "spec": self.spec.to_json(), "workload": self.workload.to_json(),

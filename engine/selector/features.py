@@ -26,7 +26,7 @@ import numpy as np
 from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.results.schema import workload_key
+from engine.workload.resolve import workload_key
 from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)

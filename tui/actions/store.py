@@ -35,7 +35,8 @@ class StoreActions:
 
     def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True) -> None:
         """Show a run against a baseline (given, recorded, or found) on the Compare page."""
-        from tui.compare_model import build_comparison, find_baseline
+        from engine.results.baseline import find_baseline
+        from tui.compare_model import build_comparison
 
         store = self.store
         if store is None:
@@ -69,23 +70,20 @@ class StoreActions:
 
     def export_run(self, run_id: int) -> Path | None:
         from engine.core import paths
-        from engine.cli.store_cmds import _columns, _csv_text
+        from engine.results.export import export_run
 
         store = self.store
         if store is None:
             return None
         try:
-            run = store.get_run(run_id)
-            samples = store.power_samples(run_id)
             out_dir = paths.data_dir() / "exports"
             out_dir.mkdir(parents=True, exist_ok=True)
             out = out_dir / f"run-{run_id}.csv"
-            out.write_text(_csv_text(run, samples, _columns(samples), samples[0].t if samples else 0.0),
-                           encoding="utf-8")
+            run, n_samples = export_run(store, run_id, out, "csv")
         except (SlmDvfsError, OSError) as exc:
             self.notify(str(exc), title="Export failed", severity="error")
             return None
-        self.notify(f"run {run_id}: {len(samples)} power samples [{run.source.value}] to {out}", title="Exported")
+        self.notify(f"run {run_id}: {n_samples} power samples [{run.source.value}] to {out}", title="Exported")
         return out
 
     def delete_run(self, run_id: int) -> None:

@@ -12,13 +12,9 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from engine.cli.store_cmds import format_setting
+from engine.results.format import format_setting, format_when
 from tui.fmt import energy, num
 from tui.screens.base import PageScreen
-
-
-def when(stamp: str | None) -> str:
-    return "-" if not stamp else stamp.replace("T", " ")[:16]
 
 
 class HistoryScreen(PageScreen):
@@ -68,7 +64,7 @@ class HistoryScreen(PageScreen):
             mark = Text("●", style="bold magenta") if r.id in self.marked else ""
             workload = f"{r.model}/{r.task}" if r.model else "-"
             table.add_row(mark, str(r.id), workload, _policy(r), energy(r.energy_j), num(r.time_s, ".3g"),
-                          r.source.value, r.status, when(r.started_at), key=str(r.id))
+                          r.source.value, r.status, format_when(r.started_at), key=str(r.id))
         if runs:
             table.move_cursor(row=min(keep, len(runs) - 1))
         st = self.query_one("#sweeps", DataTable)
@@ -77,7 +73,7 @@ class HistoryScreen(PageScreen):
             space = s.space.get("space") or ("explicit" if s.space.get("settings") else "?")
             method = s.space.get("method", "")
             st.add_row(str(s.id), workload, f"{space} {method}".strip(), str(n), s.source.value, s.status,
-                       when(s.created_at), key=str(s.id))
+                       format_when(s.created_at), key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
 
@@ -152,6 +148,6 @@ def _policy(run: Any) -> str:
     notes = run.notes or ""
     if notes.startswith("policy "):
         return notes[len("policy "):].split(";")[0]
-    if notes.startswith("simulated"):
+    if run.simulated:
         return f"{run.policy} (sim)"
     return run.policy if run.setting is None else f"{run.policy} {format_setting(run.setting)}"[:28]

@@ -1,63 +1,31 @@
-"""The results store's data model: its records, how they map to rows, the DDL, migrations, file checks.
-
-Records are frozen dataclasses; every one carries its Source (measured, twin, predicted).
-The schema version lives in `PRAGMA user_version`; `PRAGMA application_id` marks the file
-as ours. Migration N takes a database from version N-1 to N; they run in order, all in
-one exclusive transaction, so a failed upgrade leaves the file as it was.
-A file newer than this code, a file that is not SQLite, a truncated one and somebody
-else's SQLite database are all refused: the store never recreates or rewrites such a file.
-"""
+"""The results store's records: frozen values, one per row kind, each carrying its Source
+(measured, twin, predicted); the canonical form of a stored setting; rows -> records."""
 
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Mapping
 
 from engine.core.constants import MODES
-from engine.device.base import DeviceIdentity
-from engine.core.errors import ConfigError, SlmDvfsError
-from engine.device.power import PowerSample
+from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+from engine.device.base import DeviceIdentity
+from engine.device.power import PowerSample
+from engine.device.setting import DvfsSetting
 from engine.workload.resolve import workload_key
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
+    "WorkloadRecord", "as_source", "dvfs_setting", "normalize_setting", "setting_key", "trace_features",
+    "workload_key",
+]
 
-APPLICATION_ID = 0x534C4D44  # "SLMD"
 RUN_STATUSES = ("running", "finished", "failed", "cancelled")
 SETTING_KEYS = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel")
 _SETTING_ALIASES = {"nvpmodel_id": "nvpmodel", "mode": "nvpmodel"}
-_MAGIC = b"SQLite format 3\x00"
-_SOURCES = "('measured', 'twin', 'predicted')"
-_STATUSES = "('running', 'finished', 'failed', 'cancelled')"
-
-
-class StoreError(SlmDvfsError):
-    """The results database cannot be used as asked."""
-
-
-class CorruptStoreError(StoreError):
-    """The database file is damaged or is not a database at all."""
-
-    def __init__(self, path: Path, detail: str) -> None:
-        super().__init__(
-            f"the results database {path} is unreadable: {detail}",
-            f"move it aside (e.g. `mv {path} {path}.broken`) and slm-dvfs starts a new one there; "
-            "nothing was deleted. Or point --db / $SLM_DVFS_DB at another file",
-        )
-        self.path = path
-
-
-class StoreVersionError(StoreError):
-    """The database was written by a newer slm-dvfs."""
-
-
-class UnknownRecordError(StoreError):
-    """An id that the database does not hold."""
 
 
 # --------------------------------------------------------------------------- values
@@ -122,6 +90,14 @@ def normalize_setting(setting: Any) -> dict[str, Any]:
 def setting_key(setting: Any) -> str:
     """The canonical text of a setting: equal settings have equal keys (how sweeps resume)."""
     return json.dumps(normalize_setting(setting), sort_keys=True, separators=(",", ":"))
+
+
+
+
+def dvfs_setting(stored: Mapping[str, Any]) -> DvfsSetting:
+    """A stored setting (a run's or a sweep point's JSON) as a DvfsSetting; extra keys are ignored."""
+    return DvfsSetting.from_json({k: v for k, v in stored.items()
+                                  if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
 
 
 @dataclass(frozen=True)
@@ -234,6 +210,7 @@ class RunRecord:
     error: str | None = None
     device: DeviceRecord | None = None
     workload: WorkloadRecord | None = None
+    simulated: bool = False  # the twin ran the step trace: nothing was trained (no loss, no eval metric)
 
     @property
     def model(self) -> str | None:
@@ -244,7 +221,8 @@ class RunRecord:
         return self.workload.task if self.workload else None
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        # Without `simulated`: the notes say it, and what `runs`, `show` and `export` print stays as it was.
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "simulated"}
         out.update(
             source=self.source.value,
             setting=None if self.setting is None else dict(self.setting),
@@ -343,239 +321,5 @@ def run_from_row(r: sqlite3.Row) -> RunRecord:
         error=r["error"],
         device=device_from_row(r, "d_") if r["device_id"] is not None else None,
         workload=workload_from_row(r, "w_") if r["workload_id"] is not None else None,
+        simulated=bool(r["simulated"]),
     )
-
-
-# --------------------------------------------------------------------------- migrations
-# v1: devices, workloads, runs and their power samples.
-_V1 = (
-    f"PRAGMA application_id = {APPLICATION_ID}",
-    f"""CREATE TABLE devices (
-        id INTEGER PRIMARY KEY,
-        board TEXT NOT NULL,
-        module TEXT NOT NULL,
-        l4t TEXT,
-        jetpack TEXT,
-        profile TEXT,
-        is_twin INTEGER NOT NULL,
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        created_at TEXT NOT NULL
-    )""",
-    # NULLs are distinct in a plain UNIQUE: compare them as '' so one board is one row.
-    """CREATE UNIQUE INDEX devices_identity ON devices
-        (board, module, IFNULL(l4t, ''), IFNULL(jetpack, ''), IFNULL(profile, ''), is_twin)""",
-    f"""CREATE TABLE workloads (
-        id INTEGER PRIMARY KEY,
-        key TEXT NOT NULL UNIQUE,
-        model TEXT NOT NULL,
-        family TEXT,
-        params INTEGER,
-        task TEXT NOT NULL,
-        batch_size INTEGER NOT NULL,
-        seq_len INTEGER NOT NULL,
-        precision TEXT NOT NULL,
-        mode TEXT NOT NULL,
-        data_source TEXT,
-        features TEXT NOT NULL DEFAULT '{{}}',
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        created_at TEXT NOT NULL
-    )""",
-    f"""CREATE TABLE runs (
-        id INTEGER PRIMARY KEY,
-        device_id INTEGER REFERENCES devices(id),
-        workload_id INTEGER REFERENCES workloads(id),
-        policy TEXT NOT NULL,
-        objective TEXT,
-        setting TEXT,
-        seed INTEGER,
-        steps INTEGER,
-        samples INTEGER,
-        status TEXT NOT NULL CHECK (status IN {_STATUSES}),
-        started_at TEXT NOT NULL,
-        finished_at TEXT,
-        wall_s REAL,
-        time_s REAL,
-        energy_j REAL,
-        rail_energy_j TEXT,
-        rails TEXT,
-        avg_power_w REAL,
-        samples_per_s REAL,
-        joules_per_sample REAL,
-        metrics TEXT,
-        weights TEXT,
-        synthetic INTEGER,
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        label TEXT,
-        notes TEXT,
-        error TEXT
-    )""",
-    "CREATE INDEX runs_reuse ON runs (workload_id, device_id, policy, status)",
-    f"""CREATE TABLE power_samples (
-        id INTEGER PRIMARY KEY,
-        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        t REAL NOT NULL,
-        total_mw REAL NOT NULL,
-        rails_mw TEXT NOT NULL,
-        source TEXT NOT NULL CHECK (source IN {_SOURCES})
-    )""",
-    "CREATE INDEX power_samples_run ON power_samples (run_id, t)",
-)
-
-# v2: sweeps (resumable point by point) and comparisons of a run against its baseline.
-_V2 = (
-    f"""CREATE TABLE sweeps (
-        id INTEGER PRIMARY KEY,
-        device_id INTEGER NOT NULL REFERENCES devices(id),
-        workload_id INTEGER NOT NULL REFERENCES workloads(id),
-        space TEXT NOT NULL,
-        warmup_steps INTEGER NOT NULL,
-        steps INTEGER NOT NULL,
-        repeats INTEGER NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {_STATUSES}),
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        label TEXT,
-        created_at TEXT NOT NULL,
-        finished_at TEXT
-    )""",
-    "CREATE INDEX sweeps_resume ON sweeps (device_id, workload_id, status)",
-    f"""CREATE TABLE sweep_points (
-        id INTEGER PRIMARY KEY,
-        sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
-        setting TEXT NOT NULL,
-        gpu_hz INTEGER,
-        cpu_hz INTEGER,
-        emc_hz INTEGER,
-        nvpmodel INTEGER,
-        repeat INTEGER NOT NULL,
-        time_s REAL NOT NULL,
-        energy_j REAL NOT NULL,
-        rail_energy_j TEXT NOT NULL,
-        avg_power_w REAL,
-        samples INTEGER NOT NULL,
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        created_at TEXT NOT NULL,
-        UNIQUE (sweep_id, setting, repeat)
-    )""",
-    "CREATE INDEX sweep_points_clocks ON sweep_points (sweep_id, gpu_hz, cpu_hz, emc_hz, nvpmodel)",
-    f"""CREATE TABLE comparisons (
-        id INTEGER PRIMARY KEY,
-        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        baseline_run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-        saving_pct REAL NOT NULL,
-        slowdown_pct REAL NOT NULL,
-        rails TEXT,
-        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
-        created_at TEXT NOT NULL
-    )""",
-    "CREATE INDEX comparisons_run ON comparisons (run_id)",
-    "CREATE INDEX comparisons_baseline ON comparisons (baseline_run_id)",
-)
-
-Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2)
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-# --------------------------------------------------------------------------- file checks
-def check_file(path: Path) -> None:
-    """Refuse a file that is not an SQLite database, or one cut short (header vs size).
-
-    An empty file is an empty database to SQLite, so it is accepted (it holds nothing to lose).
-    """
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if path.is_dir():
-        raise StoreError(f"{path} is a folder, not a results database", "pass a file path with --db")
-    if size == 0:
-        return
-    try:
-        with open(path, "rb") as fh:
-            header = fh.read(100)
-    except OSError as exc:
-        raise StoreError(f"cannot read the results database {path}: {exc.strerror}",
-                         "check the file's permissions") from None
-    if len(header) < 100 or not header.startswith(_MAGIC):
-        raise CorruptStoreError(path, "it is not an SQLite database (no SQLite header)")
-    wal = path.with_name(path.name + "-wal")
-    if wal.exists() and wal.stat().st_size > 0:
-        # Another connection is live: a checkpoint writes page 1 (with the new page count) before
-        # the pages after it, so the size check could misfire. SQLite's own checks still apply.
-        return
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    change_counter = header[24:28]
-    page_count = int.from_bytes(header[28:32], "big")
-    # The in-header page count is trustworthy only when "version-valid-for" matches the counter.
-    if header[92:96] == change_counter and page_count and size < page_count * page_size:
-        raise CorruptStoreError(
-            path, f"the file is truncated ({size} bytes, its header says {page_count * page_size})"
-        )
-    if page_size and size % page_size:
-        raise CorruptStoreError(path, f"the file is truncated ({size} bytes, not whole {page_size}-byte pages)")
-
-
-def user_version(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
-def check_ownership(conn: sqlite3.Connection, path: Path) -> int:
-    """The file's schema version, after checking it is ours and not newer than this code."""
-    version = user_version(conn)
-    app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
-    if app_id not in (0, APPLICATION_ID):
-        raise StoreError(
-            f"{path} is an SQLite database of another application (application_id {app_id:#x})",
-            "point --db / $SLM_DVFS_DB at an slm-dvfs results file, or a new path",
-        )
-    if version == 0:
-        tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
-        if tables:
-            raise StoreError(
-                f"{path} is an SQLite database with {tables} tables but no slm-dvfs schema version",
-                "it is not a results database; point --db / $SLM_DVFS_DB at another path",
-            )
-    if version > SCHEMA_VERSION:
-        raise StoreVersionError(
-            f"the results database {path} has schema version {version}; this slm-dvfs knows up to {SCHEMA_VERSION}",
-            "upgrade slm-dvfs (`pip install -U slm-dvfs`) to read it, or point --db / $SLM_DVFS_DB "
-            "at another file; the file was left untouched",
-        )
-    return version
-
-
-def migrate(conn: sqlite3.Connection, path: Path) -> int:
-    """Bring the database up to SCHEMA_VERSION in one exclusive transaction; returns the old version.
-
-    `conn` must be in autocommit mode (isolation_level None) so the transaction is ours.
-    """
-    version = check_ownership(conn, path)
-    if version == SCHEMA_VERSION:
-        return version
-    conn.execute("BEGIN EXCLUSIVE")
-    try:
-        version = check_ownership(conn, path)  # another process may have migrated meanwhile
-        start = version
-        for number in range(version + 1, SCHEMA_VERSION + 1):
-            step = MIGRATIONS[number - 1]
-            if callable(step):
-                step(conn)
-            else:
-                for statement in step:
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {number}")
-        conn.execute("COMMIT")
-    except BaseException as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if isinstance(exc, (StoreError, KeyboardInterrupt, SystemExit)):
-            raise
-        raise StoreError(
-            f"upgrading the results database {path} from schema version {version} to {SCHEMA_VERSION} "
-            f"failed: {exc}",
-            "the file was left as it was; keep a copy of it and report this as a bug",
-        ) from exc
-    if start != SCHEMA_VERSION:
-        log.info("results database %s: schema %d -> %d", path, start, SCHEMA_VERSION)
-    return start

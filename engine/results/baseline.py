@@ -1,0 +1,47 @@
+"""The MAXN Mode 0 baseline of a run, from the store: one lookup for the experiment's
+--reuse-baseline and the TUI's Compare page."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine.core.errors import SlmDvfsError
+from engine.core.provenance import Source
+from engine.results.records import RunRecord
+from engine.workload.resolve import workload_key as make_workload_key
+
+log = logging.getLogger(__name__)
+
+BASELINE_POLICY = "maxn"
+
+
+def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: Source | str | None,
+                      steps: int | None, seed: int | None, rails_preset: str | None, simulated: bool,
+                      exclude: int | None = None) -> RunRecord | None:
+    """The newest finished MAXN run of this workload on this device with energy figures, the
+    same steps, seed (None: any), rail preset and kind (simulated or trained); `exclude` is
+    never it."""
+    for rec in store.find_runs(workload_key, device_id, policy=BASELINE_POLICY, steps=steps, seed=seed,
+                               source=source):
+        if rec.id != exclude and rec.rails == rails_preset and rec.simulated == simulated and rec.energy_j:
+            return rec
+    return None
+
+
+def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
+    """The MAXN run this one was compared with, else matching_baseline for the run; None when
+    there is none or the run is a MAXN run itself."""
+    for c in reversed(store.comparisons_for(run.id)):
+        if c.run_id == run.id:
+            try:
+                return store.get_run(c.baseline_run_id)
+            except SlmDvfsError:  # deleted since: look further
+                log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
+    if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
+        return None
+    w = run.workload
+    return matching_baseline(
+        store, workload_key=make_workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode),
+        device_id=run.device_id, source=run.source, steps=run.steps, seed=run.seed, rails_preset=run.rails,
+        simulated=run.simulated, exclude=run.id)

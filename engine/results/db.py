@@ -1,0 +1,221 @@
+"""The SQLite file under the results store: opening it (checks, migrations, WAL), transactions
+and queries, and the devices and workloads that every run and sweep refers to.
+
+Every recorded item is its own committed transaction, so a crash loses at most the item
+in progress. The file is in WAL mode: the TUI may read while a run writes, from another
+thread or process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from engine.core import paths
+from engine.results import migrations
+from engine.results.errors import CorruptStoreError, StoreError, UnknownRecordError
+from engine.results.records import (
+    DeviceRecord,
+    WorkloadRecord,
+    device_from_row,
+    json_text,
+    utc_now,
+    workload_from_row,
+)
+
+log = logging.getLogger(__name__)
+
+
+def default_db_path() -> Path:
+    """$SLM_DVFS_DB, else data_dir()/results.sqlite."""
+    env = os.environ.get(paths.ENV_PREFIX + "DB")
+    return Path(env) if env else paths.data_dir() / "results.sqlite"
+
+
+
+class Database:
+    """One results database file. Thread-safe (one connection behind a lock); use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self._lock = threading.RLock()
+        if not self.path.exists():
+            if not create:
+                raise StoreError(f"there is no results database at {self.path}",
+                                 "run an experiment or `slm-dvfs import-tegrastats` first, or pass --db")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"cannot create the folder {self.path.parent}: {exc.strerror}",
+                                 "pass a writable --db path or set $SLM_DVFS_DB") from None
+        migrations.check_file(self.path)
+        try:
+            # Autocommit mode: every transaction is an explicit BEGIN ... COMMIT of ours.
+            self._conn = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None,
+                                         check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open the results database {self.path}: {exc}",
+                             "check that the path is a writable file, or pass another --db") from None
+        try:
+            self._conn.row_factory = sqlite3.Row
+            self._setup()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _setup(self) -> None:
+        conn = self._conn
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            # No integrity scan here (seconds on a large file): migrations.check_file() caught foreign and
+            # truncated files, and damage found later is reported as CorruptStoreError; see check().
+            migrations.migrate(conn, self.path)
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                log.warning("%s: WAL mode refused by the file system (%s); readers may wait on writers",
+                            self.path, mode)
+            # FULL: a committed point survives a power cut too, at one fsync per item.
+            conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error as exc:
+            raise self._wrap(exc, "open") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ plumbing
+    def _wrap(self, exc: sqlite3.Error, what: str) -> StoreError:
+        text = str(exc)
+        if isinstance(exc, sqlite3.DatabaseError) and any(
+            s in text for s in ("malformed", "not a database", "corrupt")
+        ):
+            return CorruptStoreError(self.path, text)
+        if "locked" in text or "busy" in text:
+            return StoreError(f"the results database {self.path} is busy ({what}): {text}",
+                              "another slm-dvfs process holds it; wait for it to finish, or use another --db")
+        return StoreError(f"results database {self.path}: {what} failed: {text}",
+                          "check the disk (space, permissions); the file itself was not changed")
+
+    @contextmanager
+    def _tx(self, what: str) -> Iterator[sqlite3.Connection]:
+        """One committed transaction: all of it or none of it reaches the file."""
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, what) from None
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise self._wrap(exc, what) from None
+                raise
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as exc:
+                raise self._wrap(exc, "a query") from None
+
+    def check(self) -> None:
+        """SQLite's full integrity scan (takes seconds on a large file); raises CorruptStoreError."""
+        rows = self._query("PRAGMA integrity_check")
+        problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        if problems:
+            raise CorruptStoreError(self.path, "; ".join(problems[:3]))
+
+    def schema_version(self) -> int:
+        return int(self._query("PRAGMA user_version")[0][0])
+
+    def journal_mode(self) -> str:
+        return str(self._query("PRAGMA journal_mode")[0][0])
+
+    # ------------------------------------------------------------------ devices and workloads
+    def ensure_device(self, device: DeviceRecord) -> int:
+        """The id of this device's row, created (and committed) on first sight."""
+        with self._tx("recording a device") as conn:
+            return self._device_id(conn, device)
+
+    def _device_id(self, conn: sqlite3.Connection, d: DeviceRecord) -> int:
+        row = conn.execute(
+            "SELECT id FROM devices WHERE board = ? AND module = ? AND l4t IS ? AND jetpack IS ? "
+            "AND profile IS ? AND is_twin = ?",
+            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin)),
+        ).fetchone()
+        if row:
+            return int(row[0])
+        cur = conn.execute(
+            "INSERT INTO devices (board, module, l4t, jetpack, profile, is_twin, source, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin), d.source.value, utc_now()),
+        )
+        return int(cur.lastrowid)
+
+    def get_device(self, device_id: int) -> DeviceRecord:
+        rows = self._query("SELECT * FROM devices WHERE id = ?", (device_id,))
+        if not rows:
+            raise UnknownRecordError(f"no device with id {device_id} in {self.path}", "check the id")
+        return device_from_row(rows[0])
+
+    def ensure_workload(self, workload: WorkloadRecord) -> int:
+        """The id of the workload with this key; fills in descriptive fields a first record lacked."""
+        with self._tx("recording a workload") as conn:
+            return self._workload_id(conn, workload)
+
+    def _workload_id(self, conn: sqlite3.Connection, w: WorkloadRecord) -> int:
+        row = conn.execute("SELECT id, family, params, data_source, features FROM workloads WHERE key = ?",
+                           (w.key,)).fetchone()
+        if row is None:
+            cur = conn.execute(
+                "INSERT INTO workloads (key, model, family, params, task, batch_size, seq_len, precision, mode, "
+                "data_source, features, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (w.key, w.model, w.family, w.params, w.task, w.batch_size, w.seq_len, w.precision, w.mode,
+                 w.data_source, json_text(dict(w.features)), w.source.value, utc_now()),
+            )
+            return int(cur.lastrowid)
+        conn.execute(
+            "UPDATE workloads SET family = IFNULL(family, ?), params = IFNULL(params, ?), "
+            "data_source = IFNULL(data_source, ?), features = CASE WHEN features = '{}' THEN ? ELSE features END "
+            "WHERE id = ?",
+            (w.family, w.params, w.data_source, json_text(dict(w.features)), row["id"]),
+        )
+        return int(row["id"])
+
+    def get_workload(self, workload_id: int) -> WorkloadRecord:
+        rows = self._query("SELECT * FROM workloads WHERE id = ?", (workload_id,))
+        if not rows:
+            raise UnknownRecordError(f"no workload with id {workload_id} in {self.path}", "check the id")
+        return workload_from_row(rows[0])
+
+    def find_workload(self, key: str) -> tuple[int, WorkloadRecord] | None:
+        rows = self._query("SELECT * FROM workloads WHERE key = ?", (key,))
+        return (int(rows[0]["id"]), workload_from_row(rows[0])) if rows else None
+
+    def _ref(self, conn: sqlite3.Connection, value: Any, kind: str) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, DeviceRecord):
+            return self._device_id(conn, value)
+        if isinstance(value, WorkloadRecord):
+            return self._workload_id(conn, value)
+        table = "devices" if kind == "device" else "workloads"
+        if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (int(value),)).fetchone() is None:
+            raise UnknownRecordError(f"no {kind} with id {value} in {self.path}",
+                                     f"pass a {kind} record, or the id ensure_{kind}() returned")
+        return int(value)

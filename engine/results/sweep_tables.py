@@ -1,0 +1,136 @@
+"""The sweep half of the results store: sweeps (resumable point by point) and their points."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import Any, Mapping
+
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+from engine.results.db import Database
+from engine.results.errors import StoreError, UnknownRecordError
+from engine.results.records import (
+    RUN_STATUSES,
+    DeviceRecord,
+    SweepPoint,
+    SweepRecord,
+    WorkloadRecord,
+    as_source,
+    json_default,
+    json_text,
+    normalize_setting,
+    setting_key,
+    utc_now,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SweepTables(Database):
+    """Sweeps and their points, over the database's devices and workloads."""
+
+    def find_or_create_sweep(
+        self,
+        *,
+        device: DeviceRecord | int,
+        workload: WorkloadRecord | int,
+        space: Mapping[str, Any],
+        warmup_steps: int,
+        steps: int,
+        repeats: int,
+        source: Source | str,
+        label: str | None = None,
+    ) -> SweepRecord:
+        """The newest unfinished sweep with these parameters (marked running again), or a new one."""
+        src = as_source(source)
+        space_text = json.dumps(space, sort_keys=True, separators=(",", ":"), default=json_default)
+        with self._tx("starting a sweep") as conn:
+            device_id = self._ref(conn, device, "device")
+            workload_id = self._ref(conn, workload, "workload")
+            row = conn.execute(
+                "SELECT id FROM sweeps WHERE device_id = ? AND workload_id = ? AND space = ? AND warmup_steps = ? "
+                "AND steps = ? AND repeats = ? AND source = ? AND status != 'finished' ORDER BY id DESC LIMIT 1",
+                (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value),
+            ).fetchone()
+            if row is not None:
+                sweep_id = int(row[0])
+                conn.execute("UPDATE sweeps SET status = 'running', finished_at = NULL WHERE id = ?", (sweep_id,))
+                log.info("resuming sweep %d", sweep_id)
+            else:
+                sweep_id = int(conn.execute(
+                    "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
+                    "source, label, created_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+                    (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value, label, utc_now()),
+                ).lastrowid)
+        return self.get_sweep(sweep_id)
+
+    def get_sweep(self, sweep_id: int) -> SweepRecord:
+        rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
+        if not rows:
+            raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+        r = rows[0]
+        return SweepRecord(
+            id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
+            warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"], status=r["status"],
+            source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
+        )
+
+    def list_sweeps(self, status: str | None = None) -> list[SweepRecord]:
+        sql, params = "SELECT id FROM sweeps", []
+        if status is not None:
+            sql, params = sql + " WHERE status = ?", [status]
+        return [self.get_sweep(r[0]) for r in self._query(sql + " ORDER BY id DESC", params)]
+
+    def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
+        if status not in RUN_STATUSES[1:]:
+            raise ConfigError(f"a sweep cannot end as {status!r}", "use finished, failed or cancelled")
+        with self._tx("finishing a sweep") as conn:
+            if conn.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE id = ?",
+                            (status, utc_now(), sweep_id)).rowcount == 0:
+                raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+
+    def add_point(self, point: SweepPoint) -> int:
+        """Record one measured sweep point, committed on its own; returns its id."""
+        sweep = self.get_sweep(point.sweep_id)
+        src = sweep.source if point.source is None else as_source(point.source)
+        if src != sweep.source:
+            raise ConfigError(f"sweep {sweep.id} is a {sweep.source.value} sweep; this point is {src.value}",
+                              "record points with the sweep's source")
+        setting = normalize_setting(point.setting)
+        avg = point.avg_power_w
+        if avg is None and point.time_s > 0:
+            avg = point.energy_j / point.time_s
+        key = setting_key(setting)
+        with self._tx("recording a sweep point") as conn:
+            try:
+                cur = conn.execute(
+                    "INSERT INTO sweep_points (sweep_id, setting, gpu_hz, cpu_hz, emc_hz, nvpmodel, repeat, time_s, "
+                    "energy_j, rail_energy_j, avg_power_w, samples, source, created_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (point.sweep_id, key, setting["gpu_hz"], setting["cpu_hz"], setting["emc_hz"],
+                     setting["nvpmodel"], point.repeat, point.time_s, point.energy_j,
+                     json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now()),
+                )
+            except sqlite3.IntegrityError:
+                raise StoreError(f"sweep {point.sweep_id} already holds repeat {point.repeat} of {key}",
+                                 "skip the points completed_points() lists when resuming") from None
+            return int(cur.lastrowid)
+
+    def sweep_points(self, sweep_id: int) -> list[SweepPoint]:
+        rows = self._query("SELECT * FROM sweep_points WHERE sweep_id = ? ORDER BY id", (sweep_id,))
+        return [
+            SweepPoint(
+                sweep_id=r["sweep_id"], setting=json.loads(r["setting"]), repeat=r["repeat"], time_s=r["time_s"],
+                energy_j=r["energy_j"], samples=r["samples"], rail_energy_j=json.loads(r["rail_energy_j"]),
+                avg_power_w=r["avg_power_w"], source=Source(r["source"]), id=r["id"], created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+
+    def completed_points(self, sweep_id: int) -> frozenset[tuple[str, int]]:
+        """(setting_key(setting), repeat) of every recorded point: what a resumed sweep skips."""
+        self.get_sweep(sweep_id)
+        rows = self._query("SELECT setting, repeat FROM sweep_points WHERE sweep_id = ?", (sweep_id,))
+        return frozenset((r[0], int(r[1])) for r in rows)
