@@ -218,6 +218,49 @@ def test_train_from_the_store(tmp_path, ds):
     assert on_board.energy_per_sample > on_twin.energy_per_sample  # learnt the board's 10% more energy
 
 
+def test_the_cli_and_the_tui_train_on_the_same_rows(tmp_path, monkeypatch, capsys):
+    """One training path: the same store gives `train-selector` and the TUI's train key the same
+    dataset (points outside the setting space dropped by both) and the same selector."""
+    import json
+
+    from engine.cli import main
+    from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+    from engine.selector.training import store_dataset
+    from tui.actions.sweeps import train_for_app
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    profile = load_profile("agx-orin-64gb")
+    twin_dev = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0000 (AGX Orin 64GB)",
+                            profile="agx-orin-64gb", is_twin=True)
+    db = tmp_path / "results.sqlite"
+    with Store(db) as store:
+        for model, batch, space in (("bert-tiny", 8, "gpu"), ("bert-tiny", 32, "gpu"), ("pythia-14m", 8, "gpu"),
+                                    ("pythia-14m", 32, "gpu+emc")):
+            w, trace = describe_workload(model, "sst2", batch_size=batch, seq_len=32)
+            rec = WorkloadRecord.from_trace(trace, "sst2", family=w.family)
+            sweep = store.find_or_create_sweep(device=twin_dev, workload=rec, space={"space": space, "rails": "all"},
+                                               warmup_steps=1, steps=2, repeats=1, source=Source.TWIN)
+            for s, m in fast_sweep(trace, profile, profile_settings(profile, space)[:14], steps=2):
+                store.add_point(SweepPoint(sweep.id, s.to_json(), 0, m.time_s, m.energy_j, m.samples))
+            store.finish_sweep(sweep.id)
+        everything = from_store(store, source="twin")
+        rows = store_dataset(store, source="twin")
+    assert len(rows) < len(everything)  # the gpu+emc points outside the gpu space are left out
+    assert set(rows.settings) <= set(profile_settings(profile, "gpu"))
+
+    quick = default_candidates(small=True, names=["ridge-poly"])
+    assert main(["train-selector", "--db", str(db), "--source", "twin", "--quick", "--candidates", "ridge-poly",
+                 "--out", str(tmp_path / "cli.joblib"), "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    with Store(db) as store:
+        path, tui = train_for_app(store, "twin", "agx-orin-64gb", candidates=quick)
+    assert path.exists()
+    assert tui.dataset.digest() == rows.digest() == cli["training"]["digest"]
+    assert tui.selector.training["rows"] == cli["training"]["rows"] == len(rows)
+    regrets = [(r["label"], r["mean_regret"]) for r in tui.report.table()]
+    assert tui.selector.winner == cli["winner"] and regrets == [(r["label"], r["mean_regret"]) for r in cli["cv_table"]]
+
+
 def test_gpu_and_emc_space(ds):
     profile = load_profile("agx-orin-64gb")
     space = profile_settings(profile, "gpu+emc")

@@ -97,14 +97,16 @@ def _progress(enabled: bool):
 def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.selector.candidates import default_candidates
-    from engine.selector.dataset import from_store, from_twin_zoo, profile_settings
+    from engine.selector.dataset import from_twin_zoo
     from engine.selector.persistence import save_selector, sidecar_path
-    from engine.selector.selector import train_selector
+    from engine.selector.training import train_from_store, train_on
 
     if args.splits < 2:
         raise ConfigError(f"--splits {args.splits} is too few", "use 2 or more folds")
     objective = parse_objective(args.objective)
     progress = _progress(not args.json)
+    candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
+    command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
     if args.from_twin_zoo:
         if args.source not in (None, "twin"):
             raise ConfigError(f"--from-twin-zoo makes twin data; --source {args.source} contradicts it",
@@ -118,6 +120,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         progress("generating twin training data (fast sweeps)")
         ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
                            progress=progress, **zoo_args)
+        trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
+                           command=command)
     else:
         for flag in ("models", "tasks", "batch_sizes", "seq_lens", "precisions"):
             if getattr(args, flag):
@@ -127,19 +131,10 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
 
         db = Path(args.db) if args.db else default_db_path()
         with Store(db, create=False) as store:
-            ds = from_store(store, source=args.source or "measured", profile=args.profile, space=args.space,
-                            rails=args.rails)
-        allowed = set(profile_settings(_load_profile(args.profile), args.space))
-        keep = [i for i, s in enumerate(ds.settings) if s in allowed]
-        if not keep:
-            raise ConfigError(f"no recorded sweep point lies in the {args.space} space",
-                              "sweep that space (`slm-dvfs sweep --space ...`), or pick the space you swept")
-        ds = ds.subset(keep)
-    candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
-    command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
-    progress(f"{len(ds)} rows, {ds.summary()['workloads']} workloads; cross-validating {len(candidates)} candidates")
-    selector, report = train_selector(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
-                                      command=command)
+            trained = train_from_store(store, objective, source=args.source or "measured", profile=args.profile,
+                                       space=args.space, rails=args.rails, candidates=candidates,
+                                       n_splits=args.splits, progress=progress, command=command)
+    selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
     if args.json:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from textual import work
@@ -131,21 +132,27 @@ class SweepActions:
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
     def train_worker(self, source: str, profile: str) -> None:
         try:
-            from engine.selector.candidates import default_candidates
-            from engine.selector.dataset import from_store
-            from engine.selector.persistence import save_selector
-            from engine.selector.selector import train_selector
-
-            ds = from_store(self.store, source=source, profile=profile)
-            selector, _report = train_selector(ds, candidates=default_candidates(small=True),
-                                               command={"from": "tui", "source": source})
-            path = save_selector(selector)
+            path, trained = train_for_app(self.store, source, profile)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("selector training", exc))
             return
-        self.post_message(SelectorTrained(str(path), selector.winner, len(ds), source))
+        self.post_message(SelectorTrained(str(path), trained.selector.winner, len(trained.dataset), source))
 
     def on_selector_trained(self, message: SelectorTrained) -> None:
         self._engine_idle()
         self.notify(f"winner {message.winner}, {message.rows} {message.source} rows; saved to {message.path}",
                     title="Selector trained")
+
+
+def train_for_app(store: Any, source: str, profile: str, candidates: Any = None) -> tuple[Path, Any]:
+    """The train key's work, off the UI thread: the CLI's training path and defaults (space,
+    rails), with quick candidates, so the same store trains the same selector; saved where
+    `train-selector` saves. Returns the file and the engine.selector.training.Trained."""
+    from engine.selector.candidates import default_candidates
+    from engine.selector.persistence import save_selector
+    from engine.selector.training import train_from_store
+
+    trained = train_from_store(store, source=source, profile=profile,
+                               candidates=candidates or default_candidates(small=True),
+                               command={"from": "tui", "source": source})
+    return save_selector(trained.selector), trained
