@@ -33,6 +33,7 @@ if str(ROOT) not in sys.path:
 
 
 def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
+    from engine.results.compare import optimum_vs_maxn
     from engine.run.experiment import ExperimentSpec, run_experiment
     from engine.workload.resolve import resolve_workload
     from engine.run.sweep import SweepSpec, run_sweep
@@ -46,7 +47,7 @@ def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
     online = run_experiment(ExperimentSpec(policy="online", **common), store=store, session=session, workload=workload)
     assert oracle.baseline is not None and online.baseline is not None
     assert online.baseline.run_id == oracle.baseline.run_id  # one MAXN run per workload
-    sweep_saving = 100.0 * (1.0 - sweep.optimum.joules_per_sample.mean / sweep.maxn.joules_per_sample.mean)
+    sweep_saving = optimum_vs_maxn(sweep.optimum, sweep.maxn).saving_pct  # type: ignore[union-attr]
     return {
         "model": workload.model, "task": workload.task, "batch_size": workload.batch_size,
         "seq_len": workload.seq_len, "precision": workload.precision,

@@ -128,3 +128,29 @@ def test_cli_sweep_run_and_report_end_to_end(tmp_path: Path, capsys: pytest.Capt
     assert (out / f"sweep-s{sweep['sweep_id']}.md").is_file() and (out / f"run-{run['run']['run_id']}-rails.png").is_file()
     assert main(["report", "s99", "--out", str(out), "--db", db]) == 2  # unknown sweep: a clear error
     assert "no sweep with id 99" in capsys.readouterr().err
+
+
+def test_the_sweep_report_ranks_by_the_callers_objective(tmp_path: Path) -> None:
+    """results sits below dvfs: the caller parses the objective; the optimum and its saving
+    against MAXN are engine.results' (the sweep result and the TUI's heat map use the same)."""
+    import ast
+
+    import engine.results.report as report_module
+    from engine.dvfs.objectives import parse_objective
+    from engine.results.compare import optimum_vs_maxn
+    from engine.results.sweeps import maxn_of, optimum, summarize_points
+
+    objective = parse_objective("energy@5%")
+    with Store(tmp_path / "db.sqlite") as store:
+        sid = fill_sweep(store)
+        summaries = summarize_points(store.sweep_points(sid))
+        report = write_report(store, f"s{sid}", tmp_path / "out", objective=objective)
+    best = optimum(summaries, objective)
+    assert best is not None and best.setting != optimum(summaries).setting  # the slowdown cap moved it
+    vs = optimum_vs_maxn(best, maxn_of(summaries))
+    md = report.markdown.read_text()
+    assert f"The optimum for objective `energy@5%` is **{best.setting.label()}**" in md
+    assert f"energy saving **{vs.saving_pct:+.1f}%**, slowdown **{vs.slowdown_pct:+.1f}%** [twin]" in md
+    imported = {n.module for n in ast.walk(ast.parse(Path(report_module.__file__).read_text()))
+                if isinstance(n, ast.ImportFrom)}
+    assert not any(m and m.startswith("engine.dvfs") for m in imported)

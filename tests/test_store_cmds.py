@@ -261,3 +261,35 @@ def test_export_that_cannot_write_is_a_clear_error(capsys: pytest.CaptureFixture
     assert main(["export", str(run), "--out", str(tmp_path / "x.csv")]) == 2
     err = capsys.readouterr().err
     assert "cannot write" in err and "Permission denied" in err and "Traceback" not in err
+
+
+def test_the_cli_and_the_app_export_through_the_results_api(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                            db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One export: `export --out -` prints what engine.results.export writes, and the TUI's
+    export key (tui.actions.store) writes the same file through it, never through the CLI."""
+    import ast
+
+    import tui.actions.store as tui_store
+    from engine.results.export import export_run
+
+    _, run = _twin_pair(db)
+    assert main(["export", str(run), "--out", "-"]) == 0
+    printed = capsys.readouterr().out
+    with Store(db) as s:
+        rec, n = export_run(s, run, tmp_path / "api.csv")
+    assert (rec.id, n) == (run, 5) and (tmp_path / "api.csv").read_text(encoding="utf-8") == printed
+
+    class App(tui_store.StoreActions):  # the mixin alone, as the app uses it
+        def __init__(self, store: Store) -> None:
+            self.store, self.said = store, []
+
+        def notify(self, message: str, **_kw: object) -> None:
+            self.said.append(message)
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    with Store(db) as s:
+        out = App(s).export_run(run)
+    assert out is not None and out.read_text(encoding="utf-8") == printed
+    imported = {n.module for n in ast.walk(ast.parse(Path(tui_store.__file__).read_text()))
+                if isinstance(n, ast.ImportFrom)}
+    assert "engine.results.export" in imported and not any(m and m.startswith("engine.cli") for m in imported)

@@ -242,6 +242,41 @@ def test_comparison_refuses_a_board_run_against_a_twin_run(store: Store) -> None
     assert view.base is None and view.saving_pct is None and "not comparable" in view.notes[0]
 
 
+def test_the_store_and_the_compare_page_give_the_same_comparison(store: Store) -> None:
+    """One computation: the Compare page's saving, slowdown and per-rail savings are exactly the
+    store's and engine.results.compare's, and the page refuses what the store refuses."""
+    from dataclasses import replace
+
+    from engine.results.compare import compare_records
+
+    ids = demo.fill_store(store)
+    run, base = store.get_run(ids["static"]), store.get_run(ids["maxn"])
+    view = build_comparison(run, base)
+    record = store.compare_runs(run.id, base.id, record=False)
+    c = compare_records(run, base)
+    assert view.saving_pct == record.saving_pct == c.saving_pct
+    assert view.slowdown_pct == record.slowdown_pct == c.slowdown_pct
+    assert view.source == record.source == c.source
+    assert {r: s for r, _a, _b, s in view.rails if s is not None} == c.rail_saving_pct
+    # a simulated run against a trained baseline: the store refuses, the page says why and gives no saving
+    sim = replace(run, simulated=True)
+    with pytest.raises(ConfigError, match="simulated"):
+        compare_records(sim, base)
+    view = build_comparison(sim, base)
+    assert view.saving_pct is None and "not comparable" in view.notes[0] and "simulated" in view.notes[0]
+
+
+def test_a_simulated_run_finds_only_a_simulated_baseline(store: Store) -> None:
+    ids = demo.fill_store(store)
+    run, base = store.get_run(ids["static"]), store.get_run(ids["maxn"])
+    for rid, simulated in ((run.id, True), (base.id, False)):
+        store._conn.execute("UPDATE runs SET simulated = ? WHERE id = ?", (int(simulated), rid))
+    store._conn.execute("DELETE FROM comparisons")
+    assert find_baseline(store, store.get_run(run.id)) is None  # the only MAXN run was trained
+    store._conn.execute("UPDATE runs SET simulated = 1 WHERE id = ?", (base.id,))
+    assert find_baseline(store, store.get_run(run.id)).id == base.id
+
+
 # --------------------------------------------------------------------------- sweeps
 def test_heat_map_averages_repeats_and_marks_the_least_energy() -> None:
     mhz = 1_000_000
