@@ -14,7 +14,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TypeVar
 
 from engine.core import paths
 from engine.results import migrations
@@ -30,12 +30,13 @@ from engine.results.records import (
 
 log = logging.getLogger(__name__)
 
+_D = TypeVar("_D", bound="Database")
+
 
 def default_db_path() -> Path:
     """$SLM_DVFS_DB, else data_dir()/results.sqlite."""
     env = os.environ.get(paths.ENV_PREFIX + "DB")
     return Path(env) if env else paths.data_dir() / "results.sqlite"
-
 
 
 class Database:
@@ -88,7 +89,7 @@ class Database:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> "Database":
+    def __enter__(self: _D) -> _D:
         return self
 
     def __exit__(self, *exc: object) -> None:
