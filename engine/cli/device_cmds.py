@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from engine.device.base import ClockDomain, Device
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
 from engine.core.errors import ConfigError

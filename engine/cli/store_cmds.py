@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.core.constants import MODES
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
