@@ -197,7 +197,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from engine.device.guard.guard import describe_journals, restore_report
+    from engine.device.guard.guard import restore_report
+    from engine.device.guard.journal import describe_journals
 
     report = restore_report()
     if not report.restored and not report.problems:
