@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.core.clocks import format_mhz, highest_at_most
+from engine.core.units import format_mhz
+from engine.core.clocks import highest_at_most
 from engine.core.errors import DeviceError
 
 GPU = (306_000_000, 612_000_000, 816_000_000, 1_300_500_000)

@@ -11,8 +11,9 @@ from torch.utils.data import DataLoader
 
 from engine.core.errors import ConfigError
 from engine.workload import data
-from engine.workload.data import Example, encode, generate_glue_folder, load_glue_text
-from engine.workload.glue import TASKS, get_task
+from engine.workload.data import encode, load_glue_text
+from engine.workload.glue import TASKS, Example, get_task
+from engine.workload.glue_folder import generate_glue_folder
 from engine.workload.tokenization import train_tokenizer
 
 TRAIN, DEV = 24, 12

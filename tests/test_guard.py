@@ -17,17 +17,9 @@ import pytest
 from engine.device.base import ClockDomain
 from engine.device.twin.orin import VirtualOrin
 from engine.core.errors import DeviceError
-from engine.device.guard.guard import (
-    PINNED,
-    SESSION,
-    ClockGuard,
-    DeviceBusyError,
-    Journal,
-    device_key,
-    list_journals,
-    recover_stale,
-    restore_all,
-)
+from engine.device.guard.guard import ClockGuard, recover_stale, restore_all
+from engine.device.guard.journal import PINNED, SESSION, Journal, device_key, list_journals
+from engine.device.guard.lock import DeviceBusyError
 
 GPU_DEVFREQ = "sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu"
 CPU0 = "sys/devices/system/cpu/cpu0/cpufreq"
@@ -318,7 +310,7 @@ def test_corrupt_journal_is_kept_and_reported(
     d = state_dir / "journals"
     d.mkdir(parents=True)
     (d / "bad.json").write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="engine.device.guard.guard"):
+    with caplog.at_level(logging.WARNING, logger="engine.device.guard.journal"):
         assert list_journals() == []
     assert any("bad.json" in r.getMessage() for r in caplog.records)
     dev = orin.device()

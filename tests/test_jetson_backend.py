@@ -13,7 +13,8 @@ import pytest
 
 import engine.device.sysfs as sysfs_mod
 from engine.device.base import ClockDomain, Device, DeviceSettings
-from engine.device.jetson import JetsonDevice, jetpack_for, module_for
+from engine.device.jetson import JetsonDevice
+from engine.device.jetson_identity import jetpack_for, module_for
 from engine.device.sysfs import SysfsTree
 from engine.device.treegen import (
     ORIN_64GB_CPU_KHZ,

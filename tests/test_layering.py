@@ -1,9 +1,11 @@
-"""The engine is a library first: importing any of it must not pull in the TUI or textual."""
+"""The layers: the engine is a library first (no TUI, no textual), imports point down, one code path."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 _CHECK = """
 import importlib, pkgutil, sys
@@ -24,3 +26,34 @@ def test_engine_never_imports_textual() -> None:
     count, bad = out.strip().split("\n") if "\n" in out.strip() else (out.strip(), "")
     assert int(count) > 30  # really walked the package
     assert bad == "", f"engine imported {bad}"
+
+
+def test_import_contracts_hold() -> None:
+    # The contracts live in pyproject.toml: engine never imports tui, tui never imports engine.cli,
+    # the layers only point down (dvfs never imports selector, device and workload never import each
+    # other), and no two sibling packages or modules import each other.
+    root = Path(__file__).resolve().parent.parent
+    lint = Path(sys.executable).with_name("lint-imports")
+    proc = subprocess.run([str(lint) if lint.exists() else "lint-imports"], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "BROKEN" not in proc.stdout and proc.stdout.count("KEPT") >= 4
+
+
+_TWIN_BRANCH = re.compile(r"twin (is|is not) None|session\.twin\b")
+
+
+def test_nothing_outside_the_device_layer_asks_whether_the_board_is_a_twin() -> None:
+    # One code path for board and twin: only engine/device/ (and UI policy in tui/) may branch on it.
+    engine = Path(__file__).resolve().parent.parent / "engine"
+    found = [f"{path.relative_to(engine.parent)}:{n}: {line.strip()}"
+             for path in sorted(engine.rglob("*.py")) if "device" not in path.relative_to(engine).parts[:1]
+             for n, line in enumerate(path.read_text().splitlines(), 1) if _TWIN_BRANCH.search(line)]
+    assert found == [], "\n".join(found)
+
+
+def test_no_module_is_over_about_450_lines() -> None:
+    root = Path(__file__).resolve().parent.parent
+    sizes = {str(p.relative_to(root)): len(p.read_text().splitlines())
+             for folder in ("engine", "tui") for p in (root / folder).rglob("*.py")}
+    assert len(sizes) > 60
+    assert {p: n for p, n in sizes.items() if n > 470} == {}

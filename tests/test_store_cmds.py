@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.device.tegrastats import import_log
+from engine.device.tegra_parse import import_log
 from engine.device.power import PowerSample
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source

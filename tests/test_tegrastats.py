@@ -22,13 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.device.tegrastats import (
-    TegrastatsFormatError,
-    TegrastatsSource,
-    import_log,
-    parse_line,
-    parse_lines,
-)
+from engine.device.tegra_parse import TegrastatsFormatError, import_log, parse_line, parse_lines
+from engine.device.tegrastats import TegrastatsSource
 from engine.core.errors import ConfigError, DeviceError
 from engine.device.monitor import PowerMonitor
 from engine.core.provenance import Source
@@ -130,7 +125,7 @@ def test_malformed_lines_rejected(line: str) -> None:
 def test_parse_lines_skips_and_counts(caplog: pytest.LogCaptureFixture) -> None:
     good = R35.read_text().splitlines()[:3]
     lines = [good[0], "garbage", "", good[1], good[2][:150], good[2]]
-    with caplog.at_level(logging.WARNING, logger="engine.device.tegrastats"):
+    with caplog.at_level(logging.WARNING, logger="engine.device.tegra_parse"):
         res = parse_lines(lines, origin="x.log")
     assert res.skipped == 2  # the blank line is not a malformed one
     assert len(res.samples) == 3

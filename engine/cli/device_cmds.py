@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from engine.device.base import ClockDomain, Device
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
 from engine.core.errors import ConfigError
@@ -197,7 +197,8 @@ def cmd_pin(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from engine.device.guard.guard import describe_journals, restore_report
+    from engine.device.guard.guard import restore_report
+    from engine.device.guard.journal import describe_journals
 
     report = restore_report()
     if not report.restored and not report.problems:

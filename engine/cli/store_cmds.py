@@ -229,7 +229,7 @@ def _workload_from_args(args: argparse.Namespace) -> WorkloadRecord | None:
 
 
 def cmd_import_tegrastats(args: argparse.Namespace) -> int:
-    from engine.device.tegrastats import import_log
+    from engine.device.tegra_parse import import_log
     from engine.device.monitor import resolve_rails
 
     workload = _workload_from_args(args)

@@ -26,11 +26,6 @@ def highest_at_most(table: Sequence[int], cap: int | None) -> int:
     return below[-1] if below else ordered[0]
 
 
-def format_mhz(hz: float) -> str:
-    """Hz as MHz in the shortest exact form: 1300500000 -> "1300.5", 816000000 -> "816"."""
-    return f"{hz / 1e6:g}"
-
-
 _MHZ_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:mhz)?\s*", re.IGNORECASE)
 
 

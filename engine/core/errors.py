@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine.core.units import format_mhz
+
 
 class SlmDvfsError(Exception):
     """Base error: every error of the tool carries a remedy for the user."""
@@ -29,8 +31,6 @@ class UnsupportedFrequencyError(DeviceError):
     """A clock the board does not list was asked for."""
 
     def __init__(self, domain: str, requested_hz: int, available_hz: tuple[int, ...]) -> None:
-        from engine.core.clocks import format_mhz  # here: engine.device imports this module
-
         nearest = sorted(available_hz, key=lambda f: (abs(f - requested_hz), f))[:2]
         listed = ", ".join(f"{format_mhz(f)} MHz" for f in sorted(nearest))
         super().__init__(

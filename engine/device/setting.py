@@ -13,7 +13,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
 from engine.device.base import ClockDomain, Device, PowerMode
 

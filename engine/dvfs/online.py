@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.device.base import ClockDomain
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting, check_setting

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, baseline_of
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting

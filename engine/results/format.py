@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from engine.core.clocks import format_mhz
+from engine.core.units import format_mhz
 from engine.core.errors import ConfigError
 from engine.results.records import dvfs_setting
 

@@ -1,4 +1,4 @@
-"""The nine GLUE tasks: their text fields, label sets and official metrics.
+"""The nine GLUE tasks: their text fields, label sets and official metrics; and one example.
 
 Field and label names follow the hub dataset (`nyu-mll/glue`), so an example means the
 same thing whichever source (hub, local GLUE folder, synthetic) it came from.
@@ -29,6 +29,14 @@ class GlueTask:
     @property
     def is_pair(self) -> bool:
         return len(self.text_fields) == 2
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled example, whichever source it came from."""
+
+    texts: tuple[str, ...]  # in the order of task.text_fields
+    label: float | int  # class index, or the score for regression
 
 
 _ACC = ("accuracy",)

@@ -1,1 +1,1 @@
-"""The clock guard: a journalled snapshot of every clock, restored whatever happens."""
+"""The clock guard: journals (journal.py), the per-device lock (lock.py), and the guard that restores (guard.py)."""

@@ -1,145 +1,54 @@
 """The clock guard: whatever we change on the board, we put back, however we stop.
 
 Before the first change the guard snapshots every setting it may touch
-(`Device.read_settings`) and writes a journal to the state directory. It restores
-on normal exit, on an exception, on SIGINT/SIGTERM/SIGHUP and at interpreter exit.
-A SIGKILL cannot be caught, so the journal stays behind: the next start of the
-tool finds journals whose process is gone and restores them (`recover_stale`),
-and `slm-dvfs restore` does it by hand.
+(`Device.read_settings`) and writes a journal to the state directory (`journal.py`).
+It restores on normal exit, on an exception, on SIGINT/SIGTERM/SIGHUP and at
+interpreter exit. A SIGKILL cannot be caught, so the journal stays behind: the next
+start of the tool finds journals whose process is gone and restores them
+(`recover_stale`), and `slm-dvfs restore` does it by hand.
 
-One session at a time per device: the guard holds an exclusive lock
-(`journals/<device key>.lock`, flock) for its life, so two runs cannot pin the same
-board's clocks over each other; the kernel drops the lock of a process that dies.
+One session at a time per device: the guard holds the device's lock (`lock.py`) for
+its life, so two runs cannot pin the same board's clocks over each other.
 
 A journal that cannot be used (corrupt, or naming a device root that has gone) never
 blocks other work: it is logged, kept, and reported by `slm-dvfs restore`.
-
-Two kinds of journal:
-- `session`: owned by a live process; stale once that process is gone.
-- `pinned`: left on purpose by `slm-dvfs pin`; only `slm-dvfs restore` undoes it.
 """
 
 from __future__ import annotations
 
 import atexit
-import errno
-import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator
 
-from engine.core import paths
-from engine.device.base import Device, DeviceSettings
 from engine.core.errors import DeviceError, SlmDvfsError
+from engine.device.base import Device, DeviceSettings
+from engine.device.guard.journal import (
+    PINNED,
+    SESSION,
+    Journal,
+    JournalProblem,
+    atomic_write,
+    device_key,
+    journal_dir,
+    list_journals,
+    process_start,
+    reopen_device,
+    scan_journals,
+)
+from engine.device.guard.lock import DeviceBusyError, DeviceLock, device_locked
 
 log = logging.getLogger(__name__)
 
-SESSION = "session"
-PINNED = "pinned"
 _SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
-
-
-@dataclass(frozen=True)
-class Journal:
-    """What the guard writes before touching a clock."""
-
-    kind: str  # SESSION | PINNED
-    pid: int
-    pid_start: str | None  # the process's start time, so a reused pid is not mistaken for ours
-    host: str
-    created: float
-    device: dict[str, Any]  # Device.describe(): how to reopen it from another process
-    settings: DeviceSettings
-    path: Path
-    jetson_clocks_store: str | None = None  # `jetson_clocks --store` file to restore from first
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "kind": self.kind,
-            "pid": self.pid,
-            "pid_start": self.pid_start,
-            "host": self.host,
-            "created": self.created,
-            "device": self.device,
-            "settings": self.settings.to_json(),
-            "jetson_clocks_store": self.jetson_clocks_store,
-        }
-
-    @classmethod
-    def read(cls, path: Path) -> "Journal":
-        try:
-            data = json.loads(path.read_text())
-            return cls(
-                kind=str(data["kind"]),
-                pid=int(data["pid"]),
-                pid_start=data.get("pid_start"),
-                host=str(data.get("host", "")),
-                created=float(data.get("created", 0.0)),
-                device=dict(data["device"]),
-                settings=DeviceSettings.from_json(data["settings"]),
-                path=path,
-                jetson_clocks_store=None if data.get("jetson_clocks_store") is None
-                else str(data["jetson_clocks_store"]),
-            )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SlmDvfsError(
-                f"clock journal {path} is unreadable ({exc})",
-                "restore the clocks by hand (`sudo nvpmodel -m 0` resets the mode's clocks; or "
-                "reboot), then delete the file",
-            ) from None
-
-    def owner_alive(self) -> bool:
-        if self.host != socket.gethostname():
-            return True  # a shared state dir: never steal another machine's journal
-        return _process_alive(self.pid, self.pid_start)
-
-
-def journal_dir() -> Path:
-    return paths.state_dir() / "journals"
-
-
-def device_key(description: dict[str, Any]) -> str:
-    """A short stable name for one device (a board root or a twin root)."""
-    raw = json.dumps(description, sort_keys=True).encode()
-    return hashlib.sha256(raw).hexdigest()[:12]
-
-
-def reopen_device(description: dict[str, Any]) -> Device:
-    """Open the device a journal names, in this process."""
-    kind = description.get("kind")
-    if kind == "jetson":
-        from engine.device.jetson import JetsonDevice
-
-        return JetsonDevice.from_description(description)
-    raise DeviceError(
-        f"journal names a device of unknown kind {kind!r}",
-        "this journal was written by a newer slm-dvfs; restore with that version",
-    )
-
-
-@dataclass(frozen=True)
-class JournalProblem:
-    """A journal that was kept because it could not be used now, and what to do about it."""
-
-    path: Path
-    root: str | None  # the device root the journal names, when that could be read
-    what: str
-    remedy: str
-
-    def describe(self) -> str:
-        return f"{self.path} (device {self.root or 'unknown'}): {self.what}\n  What to do: {self.remedy}"
 
 
 @dataclass(frozen=True)
@@ -150,106 +59,10 @@ class RestoreReport:
     problems: tuple[JournalProblem, ...] = field(default=())
 
 
-class DeviceBusyError(DeviceError):
-    """Another live session is changing the same device's clocks."""
 
-    def __init__(self, what: str, remedy: str, pid: int | None) -> None:
-        super().__init__(what, remedy)
-        self.pid = pid
-
-
-def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[JournalProblem]]:
-    """Every journal, oldest first, and the files that could not be read as one."""
-    directory = directory or journal_dir()
-    if not directory.is_dir():
-        return [], []
-    found: list[Journal] = []
-    bad: list[JournalProblem] = []
-    for p in sorted(directory.glob("*.json")):
-        try:
-            found.append(Journal.read(p))
-        except SlmDvfsError as exc:
-            bad.append(JournalProblem(p, _root_hint(p), exc.what, exc.remedy))
-    return sorted(found, key=lambda j: j.created), bad
-
-
-def list_journals(directory: Path | None = None) -> list[Journal]:
-    """The readable journals, oldest first; an unreadable one is logged and left in place."""
-    journals, bad = scan_journals(directory)
-    for b in bad:
-        log.warning("skipping clock journal %s (device %s): %s", b.path, b.root or "unknown", b.what)
-    return journals
-
-
-# --- one session per device ----------------------------------------------------------------
-_HELD_LOCK = threading.Lock()
-_HELD: dict[Path, "DeviceLock"] = {}  # device locks this process holds, by lock file
+# --- the active guards of this process ---------------------------------------------------
+_ACTIVE_LOCK = threading.Lock()
 _ACTIVE: dict[str, "ClockGuard"] = {}  # started guards of this process, by device key
-
-
-class DeviceLock:
-    """An exclusive flock on `<journal dir>/<device key>.lock`, with the owner's pid written in
-    it for the refusal message. The kernel drops it when the owning process dies."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self._fd: int | None = fd
-
-    @classmethod
-    def acquire(cls, directory: Path, key: str, root: str | None = None) -> "DeviceLock":
-        directory.mkdir(parents=True, exist_ok=True)
-        path = Path(os.path.abspath(directory / f"{key}.lock"))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the tools we run
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DeviceError(
-                    f"cannot lock {path} ({exc.strerror})", "check that the state directory is writable"
-                ) from None
-            pid, cmd = _lock_owner(path)
-            who = f"pid {pid}" + (f": {cmd}" if cmd else "") if pid is not None else "pid unknown"
-            stop = f"`kill {pid}` restores its clocks as it stops" if pid is not None else "`ps aux | grep slm-dvfs`"
-            raise DeviceBusyError(
-                f"another slm-dvfs session ({who}) is changing the clocks of {root or 'this device'}",
-                f"wait for it to finish, or stop it ({stop}), then try again",
-                pid,
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
-        lock = cls(path, fd)
-        with _HELD_LOCK:
-            _HELD[path] = lock
-        return lock
-
-    def release(self) -> None:
-        with _HELD_LOCK:
-            if _HELD.get(self.path) is self:
-                del _HELD[self.path]
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-
-@contextmanager
-def _device_locked(directory: Path, key: str, root: str | None) -> Iterator[None]:
-    """Hold the device's lock while restoring it, unless this process already does (a guard
-    recovering its own device's dead sessions before it starts)."""
-    path = Path(os.path.abspath(directory / f"{key}.lock"))
-    with _HELD_LOCK:
-        ours = path in _HELD
-    if ours:
-        yield
-        return
-    lock = DeviceLock.acquire(directory, key, root)
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def active_guard(device: Device) -> "ClockGuard | None":
@@ -258,9 +71,10 @@ def active_guard(device: Device) -> "ClockGuard | None":
         key = device_key(device.describe())
     except (AttributeError, TypeError):
         return None
-    with _HELD_LOCK:
+    with _ACTIVE_LOCK:
         guard = _ACTIVE.get(key)
     return guard if guard is not None and guard.active else None
+
 
 
 # --- restoring -----------------------------------------------------------------------------
@@ -321,7 +135,7 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
         oldest, *newer = journals  # list_journals sorts by creation time
         root = oldest.device.get("root")
         try:
-            with _device_locked(directory, key, root):
+            with device_locked(directory, key, root):
                 restore_journal(oldest)
         except DeviceBusyError as exc:
             log.info("left %s for later: %s", oldest.path.name, exc.what)
@@ -367,7 +181,7 @@ def restore_report(directory: Path | None = None) -> RestoreReport:
             ))
             continue
         try:
-            with _device_locked(directory, key, root):
+            with device_locked(directory, key, root):
                 restore_journal(oldest)
         except DeviceBusyError as exc:
             problems.append(JournalProblem(oldest.path, root, exc.what, exc.remedy))
@@ -451,21 +265,21 @@ class ClockGuard:
             journal = Journal(
                 kind=SESSION,
                 pid=os.getpid(),
-                pid_start=_process_start(os.getpid()),
+                pid_start=process_start(os.getpid()),
                 host=socket.gethostname(),
                 created=time.time(),
                 device=description,
                 settings=self.snapshot,
                 path=path,
             )
-            _atomic_write(path, journal.to_json())
+            atomic_write(path, journal.to_json())
         except BaseException:
             self.snapshot = None
             self._release()
             raise
         self._journal_path = path
         self._key = key
-        with _HELD_LOCK:
+        with _ACTIVE_LOCK:
             _ACTIVE[key] = self
         atexit.register(self.restore)
         if self.handle_signals:
@@ -496,7 +310,7 @@ class ClockGuard:
             else:
                 data = json.loads(self._journal_path.read_text())
                 data["kind"] = PINNED
-                _atomic_write(pinned, data)
+                atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
             self._journal_path = pinned
             self._kept = True
@@ -529,10 +343,10 @@ class ClockGuard:
             self._jetson_clocks_store = os.fspath(path)
             data = json.loads(self._journal_path.read_text())
             data["jetson_clocks_store"] = self._jetson_clocks_store
-            _atomic_write(self._journal_path, data)
+            atomic_write(self._journal_path, data)
 
     def _release(self) -> None:
-        with _HELD_LOCK:
+        with _ACTIVE_LOCK:
             if self._key is not None and _ACTIVE.get(self._key) is self:
                 del _ACTIVE[self._key]
         lock, self._device_lock = self._device_lock, None
@@ -577,79 +391,4 @@ class ClockGuard:
 def guarded(device: Device, **kwargs: Any) -> ClockGuard:
     """Shorthand: `with guarded(device): ...`."""
     return ClockGuard(device, **kwargs)
-
-
-def describe_journals(journals: list[Journal] | tuple[Journal, ...]) -> Iterator[str]:
-    for j in journals:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(j.created))
-        yield f"{j.kind} journal from pid {j.pid} at {when} for {j.device.get('root', '?')}"
-
-
-# --- helpers -----------------------------------------------------------------------------
-def _root_hint(path: Path) -> str | None:
-    """The device root a damaged journal names, if its text still shows it."""
-    try:
-        m = re.search(r'"root"\s*:\s*"([^"]*)"', path.read_text(errors="replace"))
-    except OSError:
-        return None
-    return m.group(1) if m else None
-
-
-def _lock_owner(path: Path) -> tuple[int | None, str]:
-    try:
-        lines = path.read_text().splitlines()
-        return int(lines[0]), (lines[1] if len(lines) > 1 else "")
-    except (OSError, ValueError, IndexError):
-        return None, ""
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return " ".join(a.decode(errors="replace") for a in raw.split(b"\0") if a)[:200]
-
-
-def _atomic_write(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _process_start(pid: int) -> str | None:
-    """Start time of a process in clock ticks since boot (Linux), None elsewhere."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return fields[19] if len(fields) > 19 else None
-
-
-def _process_alive(pid: int, start: str | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    if start is not None:
-        now = _process_start(pid)
-        if now is not None and now != start:
-            return False  # the pid was reused by another process
-        if now is None:
-            return False
-    # A zombie (killed, not yet reaped) is gone for our purposes.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state == "Z":
-            return False
-    except (OSError, IndexError):
-        pass
-    return True
 

@@ -4,7 +4,8 @@
 - `model`: step time and per-rail power/energy of a StepTrace at given clocks (pure).
 - `governors`: where the dynamic governors and nvpmodel caps settle for a load.
 - `thermal`: a first-order temperature model, off unless asked for.
-- `orin`: `VirtualOrin`, the sysfs tree plus fake `nvpmodel`/`jetson_clocks`, kept current.
+- `orin`: `VirtualOrin`, the sysfs tree plus fake `nvpmodel`/`jetson_clocks`, kept current
+  (`tree`: the spec it renders and the folder's file helpers; `files`: its reads and writes while it runs).
 Equations and sources: docs/twin.md.
 """
 

@@ -1,0 +1,190 @@
+"""Snapshot and restore of every setting the Jetson backend may change (what the guard journals).
+
+The CPU is read once per cpufreq policy, since a mode switch hot-plugs whole clusters and
+each must get its own range back. Restoring is best effort per setting, in the order a
+board accepts: see `restore_steps`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Protocol
+
+from engine.core.errors import DeviceError, NodeNotFoundError
+from engine.device import jetson_write as w
+from engine.device.base import ClockDomain, ClockState, DeviceSettings, DomainSettings, PowerMode
+from engine.device.discovery import CpuPolicy, JetsonNodes
+from engine.device.sysfs import SysfsTree
+
+log = logging.getLogger(__name__)
+
+
+class JetsonBoard(Protocol):
+    """What the snapshot needs of a JetsonDevice."""
+
+    tree: SysfsTree
+
+    @property
+    def nodes(self) -> JetsonNodes: ...
+
+    def clock(self, domain: ClockDomain) -> ClockState: ...
+
+    def mode_or_none(self) -> PowerMode | None: ...
+
+    def set_power_mode(self, mode_id: int) -> None: ...
+
+
+def read_settings(dev: JetsonBoard) -> DeviceSettings:
+    """Every setting we may change: the mode, each domain's range and governor, the EMC
+    lock, each CPU policy, and the online CPUs."""
+    domains: list[DomainSettings] = []
+    for domain in ClockDomain:
+        if domain is ClockDomain.CPU:
+            domains += _cpu_settings(dev)
+            continue
+        try:
+            s = dev.clock(domain)
+        except NodeNotFoundError as exc:
+            log.warning("%s not in the snapshot: %s", domain, exc.what)
+            continue
+        domains.append(
+            DomainSettings(
+                domain=domain,
+                min_hz=s.min_hz,
+                max_hz=s.max_hz,
+                governor=s.governor,
+                locked=s.locked,
+                rate_hz=s.cur_hz if (domain is ClockDomain.EMC and s.locked) else None,
+            )
+        )
+    mode = dev.mode_or_none()
+    return DeviceSettings(
+        nvpmodel_id=None if mode is None else mode.id,
+        domains=tuple(domains),
+        online_cpus=w.online_cpus(dev.tree, dev.nodes),
+    )
+
+
+def _cpu_settings(dev: JetsonBoard) -> list[DomainSettings]:
+    try:
+        policies = dev.nodes.require_cpu()
+    except NodeNotFoundError as exc:
+        log.warning("cpu not in the snapshot: %s", exc.what)
+        return []
+    active = w.active_policies(dev.tree, dev.nodes)
+    out = []
+    for pol in policies:
+        p = pol.path
+        try:
+            out.append(
+                DomainSettings(
+                    domain=ClockDomain.CPU,
+                    min_hz=dev.tree.read_int(f"{p}/scaling_min_freq") * 1000,
+                    max_hz=dev.tree.read_int(f"{p}/scaling_max_freq") * 1000,
+                    governor=dev.tree.read_str(f"{p}/scaling_governor"),
+                    policy=pol.cpu,
+                )
+            )
+        except DeviceError as exc:
+            if pol in active:
+                raise
+            # The kernel answers EBUSY for a fully offline cluster: restored from another policy.
+            log.debug("offline CPU policy %d not in the snapshot: %s", pol.cpu, exc.what)
+    return out
+
+
+def restore_steps(dev: JetsonBoard, settings: DeviceSettings) -> list[str]:
+    """Restore a snapshot, best effort per setting; returns what failed (one line each),
+    so one refused write does not leave every other pin in place.
+
+    Order: CPU policies that a mode switch or hot-plug may take offline get their range
+    back first, while they still take writes; then the mode (it rewrites caps and
+    hot-plugs CPUs), the online CPUs, and each domain with min <= max at every step."""
+    tree = dev.tree
+    failed: list[str] = []
+    cpu_failed: dict[int, str] = {}
+    switch = False
+    if settings.nvpmodel_id is not None:
+        mode = dev.mode_or_none()
+        switch = mode is None or mode.id != settings.nvpmodel_id
+    hotplug = bool(settings.online_cpus) and set(settings.online_cpus) != set(w.online_cpus(tree, dev.nodes))
+    if switch or hotplug:
+        _restore_cpu(tree, settings, _policies_or_none(dev, active=True), cpu_failed)
+    if switch:
+        mode_id = settings.nvpmodel_id
+        assert mode_id is not None
+        _attempt(failed, f"nvpmodel mode {mode_id}", lambda: dev.set_power_mode(mode_id))
+    if settings.online_cpus:
+        _attempt(failed, "online CPUs", lambda: w.set_online(tree, dev.nodes, settings.online_cpus))
+    for d in settings.domains:
+        if d.domain is not ClockDomain.CPU:
+            _attempt(failed, d.domain.value.upper(), lambda d=d: _apply_domain(dev, d))
+    active = _policies_or_none(dev, active=True)
+    _restore_cpu(tree, settings, active, cpu_failed)
+    # Offline clusters the snapshot knows and the first pass did not reach: the twin takes
+    # the write, a board answers EBUSY (nothing more we can do there, so not a failure).
+    for pol in _policies_or_none(dev, active=False):
+        d = _policy_entry(settings, pol.cpu, fallback=False)
+        if pol not in active and d is not None and pol.cpu not in cpu_failed:
+            w.try_offline_policy(tree, pol, d.governor, d.min_hz, d.max_hz)
+    return failed + [cpu_failed[k] for k in sorted(cpu_failed)]
+
+
+def _apply_domain(dev: JetsonBoard, d: DomainSettings) -> None:
+    tree = dev.tree
+    if d.domain is ClockDomain.GPU:
+        g = dev.nodes.require_gpu()
+        if d.governor:
+            w.set_governor(tree, f"{g}/governor", f"{g}/available_governors", d.governor)
+        w.write_range(tree, f"{g}/min_freq", f"{g}/max_freq", d.min_hz, d.max_hz)
+    else:
+        e = dev.nodes.require_emc()
+        if d.locked:
+            tree.write(f"{e}/mrq_rate_locked", 1)
+            tree.write(f"{e}/rate", d.rate_hz if d.rate_hz is not None else d.max_hz)
+        else:
+            tree.write(f"{e}/mrq_rate_locked", 0)
+
+
+def _restore_cpu(
+    tree: SysfsTree, settings: DeviceSettings, policies: tuple[CpuPolicy, ...], errors: dict[int, str]
+) -> None:
+    """Each policy's own snapshot entry (older journals: one entry for all); a later
+    success clears an earlier failure of the same policy."""
+    for pol in policies:
+        d = _policy_entry(settings, pol.cpu, fallback=True)
+        if d is None:
+            continue
+        try:
+            w.set_policy(tree, pol, d.governor, d.min_hz, d.max_hz)
+        except DeviceError as exc:
+            errors[pol.cpu] = f"CPU policy {pol.cpu}: {exc.what}"
+            log.warning("restoring CPU policy %d failed: %s", pol.cpu, exc.what)
+        else:
+            errors.pop(pol.cpu, None)
+
+
+def _policies_or_none(dev: JetsonBoard, *, active: bool) -> tuple[CpuPolicy, ...]:
+    try:
+        return w.active_policies(dev.tree, dev.nodes) if active else dev.nodes.require_cpu()
+    except DeviceError:
+        return ()
+
+
+def _attempt(failed: list[str], what: str, action: Callable[[], object]) -> None:
+    """Run one restore step; a DeviceError is noted (and logged) instead of stopping the rest."""
+    try:
+        action()
+    except DeviceError as exc:
+        log.warning("restoring %s failed: %s", what, exc.what)
+        failed.append(f"{what}: {exc.what}")
+
+
+def _policy_entry(settings: DeviceSettings, cpu: int, *, fallback: bool) -> DomainSettings | None:
+    """The snapshot's entry for one CPU policy; with fallback, an entry for every policy
+    (older journals), else the first policy's (a cluster offline at snapshot time)."""
+    entries = [d for d in settings.domains if d.domain is ClockDomain.CPU]
+    own = next((d for d in entries if d.policy == cpu), None)
+    if own is not None or not fallback:
+        return own
+    return next((d for d in entries if d.policy is None), entries[0] if entries else None)

@@ -1,0 +1,349 @@
+"""tegrastats output, parsed: its lines (L4T r32 to r36) and saved logs, with energy per rail.
+
+Pure parsing, no process: the live runner is `engine/device/tegrastats.py` (as jetson-stats
+splits tegra_parse.py from tegrastats.py).
+
+A line looks like (Orin, r35; r36 is alike with lower-case temperature names):
+    11-21-2023 10:15:01 RAM 2371/62841MB (lfb 14629x4MB) SWAP 0/31421MB (cached 0MB)
+    CPU [1%@729,off,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305,305] VIC_FREQ 729 APE 174
+    CPU@44.812C tj@44.812C ... VDD_GPU_SOC 2399mW/2399mW VDD_CPU_CV 400mW/400mW ...
+Rails are `NAME instant/average` in mW (older boards print no unit); they come last.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.provenance import Source
+from engine.core.stats import trapezoid_j
+from engine.device.power import PowerSample
+
+log = logging.getLogger(__name__)
+
+# Rail labels that mean "not connected" (r35 prints `NC 0mW/0mW` for the unused INA channels).
+_NOT_CONNECTED = frozenset({"NC"})
+# Thermal zones that are powered down read -256 C (CV0/CV1/GPU on an idle Orin).
+_TEMP_OFFLINE_C = -256.0
+# Warn about the first few bad lines one by one; the rest only in the summary.
+WARN_LINES = 5
+
+_DATE_RE = re.compile(
+    r"^\s*(?P<date>\d{1,2}-\d{1,2}-\d{4}|\d{4}-\d{1,2}-\d{1,2})[ T](?P<time>\d{1,2}:\d{2}:\d{2}(?:\.\d+)?)\s+"
+)
+_RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b")
+_CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?")
+# `GR3D_FREQ 0%@[305,305]`, `GR3D_FREQ 0%@305`, `GR3D_FREQ 0%`, `GR3D_FREQ @[1000,1000]` (Thor)
+_ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
+_EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"))
+_GR3D_RE = re.compile(_ENGINE_RE.format(name="GR3D_FREQ"))
+_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?=\s|$)")
+# Both values carry the same unit: `2399mW/2399mW`, `1.2W/1.2W`, or none (`2545/2547`, r32).
+_RAIL_RE = re.compile(r"\b([A-Za-z][\w]*) (\d+(?:\.\d+)?)(mW|W|)/(\d+(?:\.\d+)?)\3(?=\s|$)")
+_UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+
+
+class TegrastatsFormatError(SlmDvfsError):
+    """A line or a log that is not tegrastats output."""
+
+
+@dataclass(frozen=True)
+class CpuCore:
+    index: int  # 0-based, as cpuN in sysfs
+    online: bool
+    load_pct: float | None = None
+    freq_mhz: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """An `X%@Y` field (EMC_FREQ, GR3D_FREQ); either part may be absent."""
+
+    load_pct: float | None
+    freq_mhz: int | None  # the highest of per-GPC frequencies where an array is printed
+    freqs_mhz: tuple[int, ...] = ()  # every frequency printed (one per GPC on Orin r35)
+
+
+@dataclass(frozen=True)
+class RailPower:
+    instant_mw: float
+    average_mw: float  # tegrastats' running average since it started
+
+
+@dataclass(frozen=True)
+class TegrastatsSample:
+    timestamp: datetime | None  # present when tegrastats prefixed the line with a date
+    ram_used_mb: float
+    ram_total_mb: float
+    cpus: tuple[CpuCore, ...] = ()
+    emc: EngineLoad | None = None
+    gr3d: EngineLoad | None = None
+    temperatures_c: Mapping[str, float] = field(default_factory=dict)
+    rails: Mapping[str, RailPower] = field(default_factory=dict)
+
+    def rails_mw(self) -> dict[str, float]:
+        """Instant power per rail, mW."""
+        return {name: r.instant_mw for name, r in self.rails.items()}
+
+
+def parse_line(line: str) -> TegrastatsSample:
+    """Parse one tegrastats line; raises TegrastatsFormatError when it is not one (or is cut short)."""
+    text = line.strip()
+    if not text:
+        raise TegrastatsFormatError("empty line", "skip it")
+    timestamp = None
+    m = _DATE_RE.match(text)
+    if m:
+        timestamp = _parse_date(m.group("date"), m.group("time"))
+        text = text[m.end():]
+    ram = _RAM_RE.search(text)
+    if ram is None:
+        raise TegrastatsFormatError(
+            f"no `RAM used/totalMB` field in {_clip(line)!r}",
+            "this is not a tegrastats line; check that the file is tegrastats output",
+        )
+    rails: dict[str, RailPower] = {}
+    last_rail_end = None
+    units_seen = 0
+    for rm in _RAIL_RE.finditer(text):
+        last_rail_end = rm.end()
+        units_seen += 2 if rm.group(3) == "mW" else 0
+        name = rm.group(1)
+        if name in _NOT_CONNECTED:
+            continue
+        scale = 1000.0 if rm.group(3) == "W" else 1.0
+        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale)
+    # Rails close every known format, so anything after the last one is a torn write.
+    if last_rail_end is not None and text[last_rail_end:].strip():
+        raise TegrastatsFormatError(
+            f"line ends in an unreadable field {_clip(text[last_rail_end:].strip())!r}",
+            "the line was probably cut short (tegrastats killed mid-write); it is skipped",
+        )
+    if text.count("mW") != units_seen:  # an `mW` outside any whole rail: a torn one
+        raise TegrastatsFormatError(
+            f"a power rail in {_clip(line)!r} is incomplete",
+            "the line was probably cut short (tegrastats killed mid-write); it is skipped",
+        )
+    unit = _UNIT_MB[ram.group(3)]
+    return TegrastatsSample(
+        timestamp=timestamp,
+        ram_used_mb=int(ram.group(1)) * unit,
+        ram_total_mb=int(ram.group(2)) * unit,
+        cpus=_parse_cpus(text),
+        emc=_parse_engine(_EMC_RE, text),
+        gr3d=_parse_engine(_GR3D_RE, text),
+        temperatures_c={
+            name: float(val) for name, val in _TEMP_RE.findall(text) if float(val) > _TEMP_OFFLINE_C
+        },
+        rails=rails,
+    )
+
+
+def _parse_date(date: str, clock: str) -> datetime:
+    fmt_date = "%Y-%m-%d" if len(date.split("-")[0]) == 4 else "%m-%d-%Y"
+    fmt_time = "%H:%M:%S.%f" if "." in clock else "%H:%M:%S"
+    try:
+        return datetime.strptime(f"{date} {clock}", f"{fmt_date} {fmt_time}")
+    except ValueError:
+        raise TegrastatsFormatError(f"bad date {date} {clock}", "the line's date prefix is corrupt") from None
+
+
+def _parse_cpus(text: str) -> tuple[CpuCore, ...]:
+    if "CPU [" in text and _CPU_RE.search(text) is None:
+        raise TegrastatsFormatError("unterminated `CPU [` field", "the line was cut short; it is skipped")
+    m = _CPU_RE.search(text)
+    if m is None:
+        return ()
+    shared_mhz = int(m.group(2)) if m.group(2) else None  # r28 style: `CPU [17%,13%]@408`
+    cores = []
+    for idx, entry in enumerate(e.strip() for e in m.group(1).split(",")):
+        if entry == "off":
+            cores.append(CpuCore(idx, online=False))
+            continue
+        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry)
+        if cm is None:
+            raise TegrastatsFormatError(f"CPU entry {entry!r} is not `N%@MHz` or `off`", "the line is skipped")
+        freq = int(cm.group(2)) if cm.group(2) else shared_mhz
+        cores.append(CpuCore(idx, online=True, load_pct=float(cm.group(1)), freq_mhz=freq))
+    return tuple(cores)
+
+
+def _parse_engine(regex: re.Pattern[str], text: str) -> EngineLoad | None:
+    m = regex.search(text)
+    if m is None:
+        return None
+    load, array, single = m.groups()
+    freqs = tuple(int(f) for f in array.split(",") if f) if array else ((int(single),) if single else ())
+    return EngineLoad(
+        load_pct=float(load) if load is not None else None,
+        freq_mhz=max(freqs) if freqs else None,
+        freqs_mhz=freqs,
+    )
+
+
+def _clip(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+# --------------------------------------------------------------------------- log import
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    samples: tuple[TegrastatsSample, ...]
+    line_numbers: tuple[int, ...]  # 1-based line of each sample
+    skipped: int  # malformed lines left out (blank lines are not counted)
+
+
+def parse_lines(lines: Iterable[str], origin: str = "<lines>") -> ParseResult:
+    """Parse many lines, skipping malformed ones with a warning (one bad line must not sink a log)."""
+    samples: list[TegrastatsSample] = []
+    numbers: list[int] = []
+    skipped = 0
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            samples.append(parse_line(line))
+            numbers.append(number)
+        except TegrastatsFormatError as exc:
+            skipped += 1
+            if skipped <= WARN_LINES:
+                log.warning("%s:%d: skipped: %s", origin, number, exc.what)
+    if skipped > WARN_LINES:
+        log.warning("%s: %d malformed lines skipped in all", origin, skipped)
+    return ParseResult(tuple(samples), tuple(numbers), skipped)
+
+
+@dataclass(frozen=True)
+class TegrastatsLog:
+    """An imported tegrastats log: a measured run's power trace and energy per rail."""
+
+    path: Path
+    samples: tuple[TegrastatsSample, ...]
+    times_s: tuple[float, ...]  # seconds since the first sample
+    rails: tuple[str, ...]
+    energy_j: Mapping[str, float]  # trapezoid over the instant values, per rail
+    skipped: int  # malformed or inconsistent lines left out
+    started_at: datetime | None  # the first line's date, where lines carry one
+    timing: str  # "timestamps", "timestamps+spread" or "interval"
+    source: Source = Source.MEASURED
+
+    @property
+    def duration_s(self) -> float:
+        return self.times_s[-1] - self.times_s[0] if self.times_s else 0.0
+
+    @property
+    def total_energy_j(self) -> float:
+        return float(sum(self.energy_j.values()))
+
+    @property
+    def avg_power_w(self) -> float:
+        return self.total_energy_j / self.duration_s if self.duration_s > 0 else 0.0
+
+    def power_samples(self) -> list[PowerSample]:
+        """The trace as PowerSamples (instant mW), the monitor's currency."""
+        return [PowerSample(t, s.rails_mw()) for t, s in zip(self.times_s, self.samples)]
+
+
+def import_log(path: str | os.PathLike[str], interval_ms: float | None = None) -> TegrastatsLog:
+    """Read a tegrastats log (`tegrastats --interval N --logfile F`) into times and energy per rail.
+
+    Times come from the lines' dates where present. tegrastats prints whole seconds, so when
+    several lines share a second: with `interval_ms` they are index x interval from the first
+    date; without it they are spread evenly over their second. Lines without dates need
+    `interval_ms`.
+    """
+    p = Path(path)
+    try:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            parsed = parse_lines(fh, origin=str(p))
+    except FileNotFoundError:
+        raise ConfigError(f"tegrastats log {p} does not exist", "check the path") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p} is a folder, not a tegrastats log", "pass one log file") from None
+    if not parsed.samples:
+        raise TegrastatsFormatError(
+            f"{p} holds no tegrastats line ({parsed.skipped} malformed lines)",
+            "pass a log written by `tegrastats --logfile FILE` (or its captured stdout)",
+        )
+    samples, numbers, skipped = _consistent_rails(parsed, str(p))
+    rails = tuple(samples[0].rails)
+    if not rails:
+        raise TegrastatsFormatError(
+            f"{p} has no power rails (`NAME XmW/YmW` fields)",
+            "record on a board whose tegrastats prints rails (run it with sudo on older L4T)",
+        )
+    times, timing = _times(samples, interval_ms, p)
+    energy = {r: trapezoid_j(times, [s.rails[r].instant_mw for s in samples]) for r in rails}
+    if skipped:
+        log.info("%s: imported %d samples, skipped %d lines", p, len(samples), skipped)
+    return TegrastatsLog(
+        path=p,
+        samples=tuple(samples),
+        times_s=tuple(times),
+        rails=rails,
+        energy_j=energy,
+        skipped=skipped,
+        started_at=samples[0].timestamp,
+        timing=timing,
+    )
+
+
+def _consistent_rails(parsed: ParseResult, origin: str) -> tuple[list[TegrastatsSample], list[int], int]:
+    """Keep lines with the log's usual set of rails; a line missing one cannot be integrated."""
+    counts = Counter(frozenset(s.rails) for s in parsed.samples)
+    usual = counts.most_common(1)[0][0]
+    kept, numbers, skipped = [], [], parsed.skipped
+    for s, n in zip(parsed.samples, parsed.line_numbers):
+        if frozenset(s.rails) == usual:
+            kept.append(s)
+            numbers.append(n)
+            continue
+        skipped += 1
+        if skipped <= WARN_LINES:
+            log.warning("%s:%d: skipped: rails %s differ from the log's %s", origin, n, sorted(s.rails), sorted(usual))
+    return kept, numbers, skipped
+
+
+def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Path) -> tuple[list[float], str]:
+    if interval_ms is not None and interval_ms <= 0:
+        raise ConfigError(f"interval_ms must be positive, got {interval_ms}", "pass the log's --interval in ms")
+    stamps = [s.timestamp for s in samples]
+    if all(ts is not None for ts in stamps):
+        t0 = stamps[0]
+        secs = [(ts - t0).total_seconds() for ts in stamps]  # type: ignore[operator]
+        if any(b < a for a, b in zip(secs, secs[1:])):
+            log.warning("%s: dates go backwards (clock change or concatenated logs)", p)
+        if all(b > a for a, b in zip(secs, secs[1:])):
+            return secs, "timestamps"
+        if interval_ms is not None:
+            return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+        return _spread(secs), "timestamps+spread"
+    if interval_ms is None:
+        raise ConfigError(
+            f"{p} has lines without dates, so its sample times are unknown",
+            "pass interval_ms (the --interval the log was recorded with; tegrastats' default is 1000)",
+        )
+    return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+
+
+def _spread(secs: list[float]) -> list[float]:
+    """Spread runs of lines that share a whole-second date evenly over that second."""
+    out: list[float] = []
+    i = 0
+    while i < len(secs):
+        j = i
+        while j < len(secs) and secs[j] == secs[i]:
+            j += 1
+        k = j - i
+        out.extend(secs[i] + n / k for n in range(k))
+        i = j
+    return out

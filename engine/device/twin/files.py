@@ -1,0 +1,134 @@
+"""The twin's own reads and writes of its tree while it runs.
+
+The sync thread reads a few dozen control files per tick and rewrites the state files
+(current clocks, GPU load, INA3221 rails, temperatures); `TwinFiles` does both fast:
+reads through cached real paths, writes only when a file's text changes, each write an
+atomic replace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Mapping
+
+from engine.core.errors import DeviceError
+from engine.device.treegen import TreeLayout
+from engine.device.twin.governors import ControlState, DomainControl
+from engine.device.twin.profile import TwinProfile
+from engine.device.twin.tree import SHUNT_MOHM, ina_reading, put_text
+
+
+class TwinFiles:
+    """Fast access to a rendered twin tree (`layout` under `root`) for a profile's board."""
+
+    def __init__(self, root: Path, layout: TreeLayout, profile: TwinProfile) -> None:
+        self.root = root
+        self.layout = layout
+        self.profile = profile
+        self._abs: dict[str, str] = {}
+        self._written: dict[str, str] = {}
+
+    def read_control(self) -> tuple[ControlState, list[DomainControl], int]:
+        """The control state the files hold, every CPU policy's control, and the index of
+        the policy that runs the work (the first with an online CPU)."""
+        rd, ri, lay = self.read, self.read_int, self.layout
+        g = lay.gpu_devfreq
+        gpu = DomainControl(ri(f"{g}/min_freq"), ri(f"{g}/max_freq"), rd(f"{g}/governor"), ri(f"{g}/cur_freq"))
+        online = [i for i, d in enumerate(lay.cpu_dirs) if ri(f"{d}/online") == 1]
+        policies = [
+            DomainControl(
+                ri(f"{p}/scaling_min_freq") * 1000,
+                ri(f"{p}/scaling_max_freq") * 1000,
+                rd(f"{p}/scaling_governor"),
+                ri(f"{p}/scaling_cur_freq") * 1000,
+            )
+            for p in lay.cpu_policy_dirs
+        ]
+        main = self._first_online_policy(online)
+        e = lay.emc
+        emc = DomainControl(
+            ri(f"{e}/min_rate"), ri(f"{e}/max_rate"), None, ri(f"{e}/rate"), locked=ri(f"{e}/mrq_rate_locked") != 0
+        )
+        m = re.search(r"pmode:(\d+)", rd(lay.nvpmodel_status))
+        mode_id = int(m.group(1)) if m else self.profile.initial_mode
+        control = ControlState(gpu=gpu, cpu=policies[main], emc=emc, online_cpus=max(len(online), 1), mode_id=mode_id)
+        return control, policies, main
+
+    def read(self, rel: str) -> str:
+        """A fast read of a tree file (the sync thread reads a few dozen per tick)."""
+        path = self._abs.get(rel)
+        if path is None:
+            path = self._abs[rel] = os.path.realpath(os.path.join(self.root, rel))
+        try:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.read(fd, 65536).decode().strip()
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise DeviceError(f"cannot read {path}: {exc.strerror}", "re-create the twin") from None
+
+    def read_int(self, rel: str) -> int:
+        text = self.read(rel)
+        try:
+            return int(text.split()[0])
+        except (ValueError, IndexError):
+            raise DeviceError(f"{rel} holds {text!r}, not a number", "write an integer there") from None
+
+    def _first_online_policy(self, online: list[int]) -> int:
+        size = self.profile.cpu.cluster_size
+        for i, p in enumerate(self.layout.cpu_policy_dirs):
+            first = int(re.search(r"cpu(\d+)/cpufreq", p).group(1))  # type: ignore[union-attr]
+            if any(first <= c < first + size for c in online):
+                return i
+        return 0
+
+    def put_emc_rate(self, hz: int) -> None:
+        """The EMC rate file is both control and state: the automatic scaling rewrites it
+        while unlocked; a rate someone locked since our last write stands."""
+        rel = f"{self.layout.emc}/rate"
+        try:
+            current = self.read(rel)
+            locked = self.read_int(f"{self.layout.emc}/mrq_rate_locked") != 0
+        except DeviceError:
+            return
+        if current == str(hz):
+            self._written[rel] = current
+            return
+        if locked and self._written.get(rel) != current:
+            return
+        self.put(rel, hz, force=True)
+
+    def write_rails(self, power: Mapping[str, float]) -> None:
+        sums: dict[str, list[int]] = {}
+        for rail in self.profile.rails:
+            files = self.layout.rails.get(rail.name)
+            if files is None:
+                continue
+            mv, ma = ina_reading(power.get(rail.name, 0.0), rail)
+            volt, curr = files
+            self.put(volt, mv)
+            self.put(curr, ma)
+            if rail.name in self.layout.rail_power:
+                self.put(self.layout.rail_power[rail.name], mv * ma // 1000)
+            m = re.match(r"(.*)/in(\d)_input$", volt)
+            if m:  # hwmon: shunt voltage (uV) and the per-chip sums
+                self.put(f"{m.group(1)}/in{int(m.group(2)) + 3}_input", ma * SHUNT_MOHM)
+                sums.setdefault(m.group(1), []).append(ma)
+        for d, currents in sums.items():
+            self.put(f"{d}/in7_input", sum(currents) * SHUNT_MOHM)
+            self.put(f"{d}/curr4_input", sum(currents))
+
+    def write_temps(self, temps_c: Mapping[str, float]) -> None:
+        for kind, zone in self.layout.thermal_zones.items():
+            if kind in temps_c:  # Orin's sensors report in steps of 0.5 C
+                self.put(f"{zone}/temp", int(round(temps_c[kind] * 2)) * 500)
+
+    def put(self, rel: str, value: object, *, force: bool = False) -> None:
+        text = f"{value}"
+        if not force and self._written.get(rel) == text:
+            return
+        put_text(self.root / rel, text)
+        self._written[rel] = text
