@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import io
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -58,8 +59,10 @@ class MessageLog:
     therefore drains the app's queue behind it before it returns, so the handler has run.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, app: SlmDvfsApp) -> None:
+        self.app = app
         self.messages: list[Message] = []
+        self.pages: list[str] = []  # the screens made current, in order (a repeat only after another)
         self.news = 0  # messages that are not BACKGROUND (nor our own sentinels)
         self.exiting = asyncio.Event()
         self._ids: set[int] = set()
@@ -75,9 +78,13 @@ class MessageLog:
             self.news += 1
         if isinstance(message, textual_messages.ExitApp):
             self.exiting.set()
+        elif isinstance(message, events.ScreenResume):  # handled by the screen that is now current
+            page = _page(self.app.screen)
+            if not self.pages or self.pages[-1] != page:
+                self.pages.append(page)
         self._arrived.set()
 
-    def _next(self, types: tuple[type, ...], fail_on: tuple[type, ...]) -> tuple[int, Message] | None:
+    def next_match(self, types: tuple[type, ...], fail_on: tuple[type, ...]) -> tuple[int, Message] | None:
         start = min((self._cursor.get(t, 0) for t in (*types, *fail_on)), default=0)
         for i in range(start, len(self.messages)):
             m = self.messages[i]
@@ -96,7 +103,9 @@ class MessageLog:
         await self._arrived.wait()
 
     def recent(self, n: int = 12) -> str:
-        names = [type(m).__name__ for m in self.messages if not isinstance(m, BACKGROUND)]
+        """The latest of the app's own messages and of the keys, for a failure message."""
+        names = [f"Key({m.key})" if isinstance(m, events.Key) else type(m).__name__ for m in self.messages
+                 if isinstance(m, events.Key) or type(m).__module__.startswith("tui.")]
         return ", ".join(names[-n:]) or "none"
 
 
@@ -107,8 +116,11 @@ class Ui:
         self.app = app
         self.pilot = pilot
         self.log = log
-        self.pages: list[str] = [_page(app.screen)]  # every screen made current, in order
-        app.screen_change_signal.subscribe(app, lambda screen: self.pages.append(_page(screen)), immediate=True)
+
+    @property
+    def pages(self) -> list[str]:
+        """The pages (and dialogs) made current so far, in order."""
+        return self.log.pages
 
     # ------------------------------------------------------------------ waits
     async def wait_for(self, *types: type[Message], until: Callable[[], bool] | None = None,
@@ -118,13 +130,13 @@ class Ui:
         (None when it held at once). An EngineFailed that the test does not wait for fails it at
         once, with the engine's error."""
         fail_on = () if any(issubclass(EngineFailed, t) for t in types) else (EngineFailed,)
-        wanted = " or ".join(t.__name__ for t in types) + (f" after which {_name(until)}" if until else "")
+        wanted = " or ".join(t.__name__ for t in types) + (f" (until: {_name(until)})" if until else "")
 
         async def wait() -> Message | None:
             if until is not None and until():
                 return None
             while True:
-                found = self.log._next(types, fail_on)
+                found = self.log.next_match(types, fail_on)
                 if found is None:
                     await self.log.arrival()
                     continue
@@ -140,7 +152,7 @@ class Ui:
         try:
             return await asyncio.wait_for(wait(), timeout)
         except asyncio.TimeoutError:
-            raise AssertionError(f"no {wanted} within {timeout:.0f} s; the app's latest messages: "
+            raise AssertionError(f"no {wanted} within {timeout:g} s; the app's latest messages: "
                                  f"{self.log.recent()}") from None
 
     async def workers_done(self, timeout: float = WAIT_S) -> None:
@@ -154,7 +166,7 @@ class Ui:
         try:
             await asyncio.wait_for(wait(), timeout)
         except asyncio.TimeoutError:
-            raise AssertionError(f"workers still running after {timeout:.0f} s: "
+            raise AssertionError(f"workers still running after {timeout:g} s: "
                                  f"{[w.name for w in self._busy_workers()]}") from None
         await self.settle()
 
@@ -199,7 +211,7 @@ class Ui:
         finally:
             exiting.cancel()
         if not finished:
-            raise AssertionError(f"the app's queues did not drain within {timeout:.0f} s; its latest messages: "
+            raise AssertionError(f"the app's queues did not drain within {timeout:g} s; its latest messages: "
                                  f"{self.log.recent()}")
 
     # ------------------------------------------------------------------ input
@@ -225,13 +237,17 @@ def _page(screen: Any) -> str:
 
 
 def _name(fn: Callable[[], bool]) -> str:
-    return (fn.__doc__ or getattr(fn, "__name__", repr(fn))).strip()
+    """The condition as the test wrote it (a lambda's source line), for the failure message."""
+    try:
+        return inspect.getsource(fn).strip()
+    except (OSError, TypeError):
+        return getattr(fn, "__name__", repr(fn))
 
 
 @contextlib.asynccontextmanager
 async def drive(app: SlmDvfsApp, size: tuple[int, int] = (80, 24)) -> AsyncIterator[Ui]:
     """Run `app` headless with a message log; the page it opens on is mounted before the test starts."""
-    log = MessageLog()
+    log = MessageLog(app)
     async with app.run_test(size=size, message_hook=log) as pilot:
         ui = Ui(app, pilot, log)
         await ui.settle()
