@@ -1,13 +1,69 @@
-"""Shared fixtures: fake Jetson trees rendered by engine.device.treegen."""
+"""Shared fixtures: an isolated environment (every location of engine.core.paths under the
+test's tmp_path, the hub offline), and fake Jetson trees rendered by engine.device.treegen."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from engine.device.treegen import TreeLayout, default_orin_spec, render_tree
+
+if TYPE_CHECKING:
+    from engine.device.session import DeviceSession
+    from engine.results.store import Store
+
+
+@dataclass(frozen=True)
+class IsolatedEnv:
+    """Where the engine reads and writes during one test."""
+
+    state_dir: Path  # journals, locks, the persistent twin tree
+    data_dir: Path  # the default results store, user selectors, exports
+    cache_dir: Path  # step traces
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A step-trace cache shared by one module's tests: traces are deterministic, so sharing them
+    only saves tracing the same workload again."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> IsolatedEnv:
+    """Keeps a test off the user's state, data and cache directories and off the network:
+    SLM_DVFS_STATE_DIR and SLM_DVFS_DATA_DIR under tmp_path, SLM_DVFS_CACHE_DIR the module's
+    cache, HF_HUB_OFFLINE set, no SLM_DVFS_DB (the store is the data dir's)."""
+    env = IsolatedEnv(tmp_path / "state", tmp_path / "data", cache_dir)
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(env.state_dir))
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(env.data_dir))
+    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(env.cache_dir))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("SLM_DVFS_DB", raising=False)
+    return env
+
+
+@pytest.fixture
+def twin_session(isolated_env: IsolatedEnv, tmp_path: Path) -> Iterator[DeviceSession]:
+    """A session on the AGX Orin 64GB twin (not paced in real time), its tree under tmp_path."""
+    from engine.device.session import open_device
+
+    with open_device(twin="agx-orin-64gb", realtime=False, twin_dir=tmp_path / "twin") as session:
+        yield session
+
+
+@pytest.fixture
+def results_store(tmp_path: Path) -> Iterator[Store]:
+    """An empty results store under tmp_path."""
+    from engine.results.store import Store
+
+    with Store(tmp_path / "results.sqlite") as store:
+        yield store
 
 
 @pytest.fixture(params=["r36", "r35", "r32"])

@@ -12,10 +12,7 @@ from engine.cli import main
 ORIN_GPU_MHZ = [306, 408, 510, 612, 714, 816, 918, 1020, 1122, 1224, 1300.5]
 
 
-@pytest.fixture(autouse=True)
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path
+pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest: state, data and a module's trace cache in tmp
 
 
 def test_device_twin_shows_the_orin_tables(capsys: pytest.CaptureFixture[str]) -> None:

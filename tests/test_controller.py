@@ -36,10 +36,9 @@ def read(root: Path, rel: str) -> str:
 
 
 @pytest.fixture(autouse=True)
-def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """jetson_clocks' stored state and any journal go to a temporary state directory."""
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
+def isolated_state(isolated_env) -> Path:
+    """jetson_clocks' stored state and any journal go to conftest's temporary state directory."""
+    return isolated_env.state_dir
 
 
 @pytest.fixture

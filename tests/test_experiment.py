@@ -42,17 +42,7 @@ TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_
 TWIN = "agx-orin-64gb"
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> None:
-    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("SLM_DVFS_DB", raising=False)
+pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest: state, data and a module's trace cache in tmp
 
 
 @pytest.fixture

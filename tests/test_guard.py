@@ -26,10 +26,8 @@ CPU0 = "sys/devices/system/cpu/cpu0/cpufreq"
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "state"
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(d))
-    return d
+def state_dir(isolated_env) -> Path:
+    return isolated_env.state_dir
 
 
 @pytest.fixture

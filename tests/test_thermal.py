@@ -35,10 +35,7 @@ MHZ = 1_000_000
 WORKLOAD = bert_base_workload()
 
 
-@pytest.fixture(autouse=True)
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest: state, data and a module's trace cache in tmp
 
 
 @pytest.fixture

@@ -2,45 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-
-from engine.device.session import open_device
-from tui.app import SlmDvfsApp
+from engine.device.session import DeviceSession
+from tui.messages import SnapshotTaken
 from tui.widgets.device_panes import ClocksPane, IdentityBar, RailsPane
+from tui_helpers import drive, make_app, plain
 
 
-@pytest.fixture
-def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    with open_device(twin="agx-orin-64gb", realtime=False) as s:
-        yield s
-
-
-async def test_device_page_shows_twin_identity_rails_and_clocks(session) -> None:
-    app = SlmDvfsApp(session, refresh_s=0.05)
-    async with app.run_test(size=(80, 24)) as pilot:
-        for _ in range(40):
-            await pilot.pause(0.05)
-            if app.last_snapshot is not None:
-                break
-        await pilot.pause(0.1)
+async def test_device_page_shows_twin_identity_rails_and_clocks(twin_session: DeviceSession) -> None:
+    app = make_app(twin_session)
+    async with drive(app) as ui:
+        await ui.wait_for(SnapshotTaken)
         assert app.last_snapshot is not None
-        ident = _plain(app.screen.query_one(IdentityBar))
+        ident = plain(app.screen.query_one(IdentityBar).content, width=120)
         assert "TWIN agx-orin-64gb" in ident and "MAXN" in ident
-        rails = app.screen.query_one(RailsPane)
-        text = _plain(rails)
+        text = plain(app.screen.query_one(RailsPane).content, width=120)
         assert "VDD_GPU_SOC" in text and "total" in text and "[twin]" in text
-        clocks = _plain(app.screen.query_one(ClocksPane))
+        clocks = plain(app.screen.query_one(ClocksPane).content, width=120)
         assert "1300.5" in clocks and "nvhost_podgov" in clocks
-        await pilot.press("q")
+        await ui.press("q")
     assert app.return_code in (0, None)
-
-
-def _plain(widget) -> str:
-    from rich.console import Console
-
-    console = Console(width=120, record=True)
-    console.print(widget.content)
-    return console.export_text()

@@ -4,6 +4,7 @@ a board's confirmation, engine errors in the app, history, sweeps and the palett
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -11,21 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.messages import ExitApp
 
 from engine.workload import resolve as simulate
-from engine.device.session import DeviceSession, open_device
+from engine.device.session import DeviceSession
 from engine.workload.resolve import Workload
 from engine.results.store import Store
 from engine.core.trace import OpCost, StepTrace
+from tui_helpers import TWIN, Ui, drive, make_app, plain
 from tui import demo
-from tui.app import SlmDvfsApp
+from tui.messages import EngineFailed, ExperimentDone, RunProgress, SnapshotTaken, SweepDone
 from tui.screens.compare import CompareScreen
 from tui.screens.modals import ConfirmScreen
 from tui.screens.run import RunScreen
 from tui.screens.setup import SetupScreen
 from tui.screens.sweep import SweepScreen
 
-TWIN = "agx-orin-64gb"
 GPU = "sys/class/devfreq/17000000.gpu"
 CLOCK_FILES = (f"{GPU}/min_freq", f"{GPU}/max_freq", f"{GPU}/governor",
                "sys/devices/system/cpu/cpufreq/policy0/scaling_min_freq",
@@ -45,21 +47,13 @@ BERT_TINY = Workload(
 )
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture(autouse=True)
-def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> None:
+def env(isolated_env: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The shared isolation (conftest), no shipped selector, and bert-tiny/sst2 from the frozen trace."""
     from engine.selector import persistence
 
-    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(cache_dir))
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("SLM_DVFS_DB", raising=False)
     monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "no-shipped-selector")
+
     def resolve(model: str, task: str, **kw: Any) -> Any:
         if (model, task) == ("bert-tiny", "sst2") and not any(kw.get(k) for k in ("batch_size", "seq_len", "precision")):
             return BERT_TINY
@@ -68,49 +62,8 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> Non
     monkeypatch.setattr(simulate, "resolve_workload", resolve)
 
 
-@pytest.fixture
-def session(tmp_path: Path):
-    with open_device(twin=TWIN, realtime=False, twin_dir=tmp_path / "twin") as s:
-        yield s
-
-
-@pytest.fixture
-def store(tmp_path: Path):
-    with Store(tmp_path / "results.sqlite") as s:
-        yield s
-
-
 def clock_files(root: Path) -> dict[str, str]:
     return {rel: (root / rel).read_text() for rel in CLOCK_FILES}
-
-
-async def until(pilot: Any, condition: Any, timeout: float = 30.0, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {condition}")
-        await pilot.pause(step)
-
-
-_CHARS = {"space": " ", "enter": "\r", "escape": "\x1b", "tab": "\t"}
-
-
-async def press(pilot: Any, *keys: str) -> None:
-    """Keys, as pilot.press sends them, but each followed by a wait for the screen to process it
-    rather than for the process to idle (which a training thread never lets it do)."""
-    from textual import events
-
-    for key in keys:
-        char = _CHARS.get(key, key if len(key) == 1 else None)
-        pilot.app.post_message(events.Key(key, char))
-        await pilot.pause(0.05)
-        await until(pilot, lambda: getattr(pilot.app.screen, "composed", True), timeout=10)  # a new page is built
-
-
-async def type_into(pilot: Any, app: SlmDvfsApp, field: str, text: str) -> None:
-    app.screen.query_one(f"#{field}").focus()
-    await pilot.pause(0.05)
-    await press(pilot, *text)  # focusing selects the old value: typing replaces it
 
 
 def simulated_spec(steps: int, policy: str = "static:gpu=816", compare: str | None = None) -> Any:
@@ -120,44 +73,35 @@ def simulated_spec(steps: int, policy: str = "static:gpu=816", compare: str | No
                           simulate=True, label="test")
 
 
-def plain(renderable: Any) -> str:
-    import io
-
-    from rich.console import Console
-
-    console = Console(width=140, record=True, file=io.StringIO())
-    console.print(renderable)
-    return console.export_text()
-
-
 # --------------------------------------------------------------------------- setup → run → compare
-async def test_setup_run_compare_on_the_twin(session: DeviceSession, store: Store) -> None:
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await press(pilot, "2")
+async def test_setup_run_compare_on_the_twin(twin_session: DeviceSession, results_store: Store) -> None:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await ui.press("2")
         assert isinstance(app.screen, SetupScreen)
         setup = app.screen
-        await type_into(pilot, app, "amount", "0")
+        await ui.type_into("amount", "0")
         amount = setup.query_one("#amount")
         assert amount.has_class("-invalid")  # marked where it is typed
         assert "length: the number of steps must be" in plain(setup.query_one("#setup-errors").content)
-        await press(pilot, "escape", "s")
+        await ui.press("escape", "s")
         assert isinstance(app.screen, SetupScreen) and app.engine_busy is None  # refused
-        await type_into(pilot, app, "amount", "40")
-        await type_into(pilot, app, "policy", "static:gpu=612")
+        await ui.type_into("amount", "40")
+        await ui.type_into("policy", "static:gpu=612")
         assert not amount.has_class("-invalid")
         setup.query_one("#simulate").value = True
-        await press(pilot, "escape", "s")
-        assert isinstance(app.screen, RunScreen)
-        await until(pilot, lambda: app.engine_busy is None)
+        started = len(ui.pages)
+        await ui.press("escape", "s")
+        await ui.wait_for(ExperimentDone)
+        await ui.workers_done()
         result = app.last_result
         assert result is not None and not result.cancelled and result.comparison is not None
         assert result.run.policy == "static:gpu=612" and result.run.steps == 40 and result.baseline.steps == 40
         assert result.spec.simulate and result.spec.compare == "maxn"
         assert app.run_view.status == "finished" and app.run_view.step == 40
         assert "none available" in app.selector_line  # said before the run, even without a selector
-        # the Run page switched to Compare on its own, with the experiment's figures
-        await pilot.pause(0.1)
+        # the Run page while it ran, then Compare on its own, with the experiment's figures
+        assert ui.pages[started:] == ["run", "compare"]
         assert isinstance(app.screen, CompareScreen)
         view = app.screen.view
         assert view.run.id == result.run.run_id and view.base.id == result.baseline.run_id
@@ -172,229 +116,233 @@ async def test_setup_run_compare_on_the_twin(session: DeviceSession, store: Stor
         assert "VDD_GPU_SOC" in rails
         run_chart, base_chart = app.screen.query_one("#chart-run"), app.screen.query_one("#chart-base")
         assert run_chart._y_max == base_chart._y_max == view.peak_w  # identical axes
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- quitting mid-run
 def pace(event: Any) -> None:
-    """Slows a simulated run to a few hundred steps a second: the pilot waits for the process to
-    idle after every key, which a simulation spinning flat out never lets it do."""
+    """Slows a simulated run to a few hundred steps a second, so that a run of millions of steps
+    lasts the whole test without its thread crowding out the UI's."""
     if type(event).__name__ == "StepEnd":
         time.sleep(0.002)
 
 
-async def _start_long_run(pilot: Any, app: SlmDvfsApp, session: DeviceSession) -> None:
+async def _start_long_run(ui: Ui, session: DeviceSession) -> None:
+    app = ui.app
     control = app.start_experiment(simulated_spec(5_000_000, compare="maxn"), callbacks=[pace])
     assert control is not None
-    root = session.twin.root
-    await until(pilot, lambda: app.run_view.step > 0 and (root / GPU / "max_freq").read_text().strip() == "816000000")
+    await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 0)
+    assert (session.twin.root / GPU / "max_freq").read_text().strip() == "816000000"  # pinned before step 1
     assert app.pinned_by_us
 
 
-async def test_quit_mid_run_restores_the_clocks_and_exits_within_a_second(session: DeviceSession,
-                                                                            store: Store) -> None:
-    root = session.twin.root
+async def test_quit_mid_run_restores_the_clocks_and_exits_within_a_second(twin_session: DeviceSession,
+                                                                            results_store: Store) -> None:
+    root = twin_session.twin.root
     before = clock_files(root)
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await _start_long_run(pilot, app, session)
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await _start_long_run(ui, twin_session)
         assert clock_files(root) != before
         t0 = time.monotonic()
-        await press(pilot, "q")
-        await until(pilot, lambda: app.exited_at is not None, timeout=5.0, step=0.01)
+        await ui.press("q")
+        await ui.wait_for(ExitApp)
         assert app.exited_at - t0 < 1.0
     assert app.return_code == 0
     assert clock_files(root) == before
-    runs = store.list_runs()
+    runs = results_store.list_runs()
     assert [r.status for r in runs] == ["cancelled"]  # the baseline never started
     assert not list((Path(os.environ["SLM_DVFS_STATE_DIR"]) / "journals").glob("*.json"))
 
 
-async def test_sighup_from_a_closed_ssh_session_cancels_and_restores(session: DeviceSession, store: Store) -> None:
-    root = session.twin.root
+async def test_sighup_from_a_closed_ssh_session_cancels_and_restores(twin_session: DeviceSession,
+                                                                      results_store: Store) -> None:
+    root = twin_session.twin.root
     before = clock_files(root)
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await _start_long_run(pilot, app, session)
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await _start_long_run(ui, twin_session)
         assert signal.SIGHUP in app._signals
         t0 = time.monotonic()
         os.kill(os.getpid(), signal.SIGHUP)
-        await until(pilot, lambda: app.exited_at is not None, timeout=5.0, step=0.01)
+        await ui.wait_for(ExitApp)
         assert app.exited_at - t0 < 1.0
     assert clock_files(root) == before
     assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL  # handed back on exit
-    assert "SIGHUP" in store.list_runs()[0].notes or store.list_runs()[0].status == "cancelled"
+    assert "SIGHUP" in results_store.list_runs()[0].notes or results_store.list_runs()[0].status == "cancelled"
 
 
 # --------------------------------------------------------------------------- pause, resume, cancel
-async def test_pause_resume_and_a_confirmed_cancel(session: DeviceSession, store: Store) -> None:
-    root = session.twin.root
+async def test_pause_resume_and_a_confirmed_cancel(twin_session: DeviceSession, results_store: Store) -> None:
+    root = twin_session.twin.root
     before = clock_files(root)
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await _start_long_run(pilot, app, session)
-        await press(pilot, "3", "space")
-        await until(pilot, lambda: app.run_view.status == "paused")
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await _start_long_run(ui, twin_session)
+        await ui.press("3", "space")
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.status == "paused")
         step = app.run_view.step
-        await pilot.pause(0.3)
+        await asyncio.sleep(0.3)  # not a wait for anything: the window in which nothing may move
         assert app.run_tracker.view().step == step  # nothing moves while paused
-        await press(pilot, "space")
-        await until(pilot, lambda: app.run_tracker.view().step > step)
-        await press(pilot, "x")
+        await ui.press("space")
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.step > step)
+        await ui.press("x")
         assert isinstance(app.screen, ConfirmScreen)
-        await press(pilot, "n")
+        await ui.press("n")
         assert isinstance(app.screen, RunScreen) and not app.control.cancelled
-        await press(pilot, "x", "y")
-        await until(pilot, lambda: app.engine_busy is None)
+        await ui.press("x", "y")
+        await ui.wait_for(ExperimentDone)
+        await ui.workers_done()
+        assert app.engine_busy is None
         assert app.run_view.status == "cancelled"
         assert app.last_result.cancelled and app.last_result.baseline is None
         assert clock_files(root) == before
         assert "cancelled from the TUI" in "\n".join(app.run_view.log)
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- a real board
-async def test_a_board_asks_before_changing_clocks(tmp_path: Path, store: Store) -> None:
+async def test_a_board_asks_before_changing_clocks(tmp_path: Path, results_store: Store) -> None:
     from engine.device.jetson import JetsonDevice
     from engine.device.treegen import default_orin_spec, render_tree
 
     root = tmp_path / "board"
     render_tree(root, default_orin_spec("r36"))
-    app = SlmDvfsApp(DeviceSession(JetsonDevice(root)), refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await until(pilot, lambda: app.last_snapshot is not None)
+    app = make_app(DeviceSession(JetsonDevice(root)), store=results_store)
+    async with drive(app) as ui:
+        await ui.wait_for(SnapshotTaken)
         assert not app.is_twin and "BOARD" in plain(app.screen.query_one("IdentityBar").content)
-        await press(pilot, "2")
+        await ui.press("2")
         assert app.screen.query_one("#simulate").disabled  # simulation is the twin's alone
-        await press(pilot, "s")
+        await ui.press("s")
         assert isinstance(app.screen, ConfirmScreen)
         assert "Change the board's clocks?" in plain(app.screen.query_one("#confirm-question").content)
-        await press(pilot, "n")
-        assert isinstance(app.screen, SetupScreen) and app.engine_busy is None and store.list_runs() == []
-        await press(pilot, "6", "s")
+        await ui.press("n")
+        assert isinstance(app.screen, SetupScreen) and app.engine_busy is None and results_store.list_runs() == []
+        await ui.press("6", "s")
         assert isinstance(app.screen, ConfirmScreen)
-        await press(pilot, "escape")
+        await ui.press("escape")
         assert app.engine_busy is None
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- errors stay in the app
-async def test_engine_errors_are_shown_in_the_app(session: DeviceSession, store: Store) -> None:
+async def test_engine_errors_are_shown_in_the_app(twin_session: DeviceSession, results_store: Store) -> None:
     from engine.run.experiment import ExperimentSpec
 
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
         app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", steps=3, twin=TWIN,
                                             simulate=True))
-        await until(pilot, lambda: app.engine_busy is None)
+        failed = await ui.wait_for(EngineFailed)
+        await ui.workers_done()
+        assert failed.what == "experiment" and app.engine_busy is None
         assert app.run_view.status == "failed"
         assert "the oracle policy has no recorded sweep of this workload" in app.run_view.log[-1]
         notes = [n for n in app._notifications]
         assert any(n.title == "The experiment failed" and n.severity == "error" for n in notes)
         assert not app.pinned_by_us
-        await press(pilot, "q")
+        await ui.press("q")
     assert app.return_code == 0
 
 
 # --------------------------------------------------------------------------- history
-async def test_history_opens_compares_exports_and_deletes(session: DeviceSession, store: Store) -> None:
+async def test_history_opens_compares_exports_and_deletes(twin_session: DeviceSession, results_store: Store) -> None:
+    store = results_store
     ids = demo.fill_store(store)
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await press(pilot, "5")
-        await pilot.pause(0.1)
+    app = make_app(twin_session, store=store)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("5")
         table = app.screen.query_one("#runs")
         assert table.row_count == 3 and app.screen.query_one("#sweeps").row_count == 1
-        await press(pilot, "down", "enter")  # newest first: lone, static, maxn
+        await ui.press("down", "enter")  # newest first: lone, static, maxn
         assert isinstance(app.screen, CompareScreen)
         assert app.compare_view.run.id == ids["static"] and app.compare_view.base.id == ids["maxn"]
-        await press(pilot, "5")
-        await pilot.pause(0.1)
-        await press(pilot, "up", "m", "down", "down", "m", "c")  # lone against maxn
+        await ui.press("5")
+        await ui.press("up", "m", "down", "down", "m", "c")  # lone against maxn
         assert app.compare_view.run.id == ids["lone"] and app.compare_view.base.id == ids["maxn"]
-        await press(pilot, "5")
-        await pilot.pause(0.1)
-        await press(pilot, "up", "up", "e")  # back on the lone run
+        await ui.press("5")
+        await ui.press("up", "up", "e")  # back on the lone run
         out = Path(os.environ["SLM_DVFS_DATA_DIR"]) / "exports" / f"run-{ids['lone']}.csv"
         text = out.read_text()
         assert text.startswith(f"# slm-dvfs run {ids['lone']}; figures are twin")
         assert "t_s,VDD_GPU_SOC_mw" in text and len(text.splitlines()) > 30
-        await press(pilot, "d")
+        await ui.press("d")
         assert isinstance(app.screen, ConfirmScreen)
-        await press(pilot, "n")
+        await ui.press("n")
         assert len(store.list_runs()) == 3
-        await press(pilot, "d", "y")
-        await pilot.pause(0.1)
+        await ui.press("d", "y")
         assert [r.id for r in store.list_runs()] == [ids["static"], ids["maxn"]]
         assert app.screen.query_one("#runs").row_count == 2
         app.screen.query_one("#sweeps").focus()
-        await pilot.pause(0.1)
-        await press(pilot, "enter")
+        await ui.settle()
+        await ui.press("enter")
         assert isinstance(app.screen, SweepScreen)
         heat = plain(app.screen.query_one("#sweep-heat").content)
         assert "GPU 816" in heat and "★" in heat and "[twin]" in heat
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- sweeps and the selector
-async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(session: DeviceSession,
-                                                                          store: Store) -> None:
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(100, 40)) as pilot:
-        await press(pilot, "6", "t")  # nothing to learn from yet: said, not raised
-        await until(pilot, lambda: app.engine_busy is None)
+async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(twin_session: DeviceSession,
+                                                                          results_store: Store) -> None:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 40)) as ui:
+        await ui.press("6", "t")  # nothing to learn from yet: said, not raised
+        failed = await ui.wait_for(EngineFailed)
+        await ui.workers_done()
+        assert failed.what == "selector training" and app.engine_busy is None
         assert any(n.title == "The selector training failed" and "holds no twin sweep points" in str(n.message)
                    for n in app._notifications)
-        await type_into(pilot, app, "sw-steps", "2")
-        await press(pilot, "escape", "s")
-        await until(pilot, lambda: app.engine_busy is None and app.sweep_view is not None
-                    and app.sweep_view.status != "running")
+        await ui.type_into("sw-steps", "2")
+        await ui.press("escape", "s")
+        await ui.wait_for(SweepDone)
+        await ui.workers_done()
+        assert app.engine_busy is None
         view = app.sweep_view
         assert view.status == "finished" and view.done == view.total > 10
-        (sweep,) = store.list_sweeps()
-        assert view.sweep_id == sweep.id and len(store.sweep_points(sweep.id)) == view.total
+        (sweep,) = results_store.list_sweeps()
+        assert view.sweep_id == sweep.id and len(results_store.sweep_points(sweep.id)) == view.total
         heat = plain(app.screen.query_one("#sweep-heat").content)
         assert "MAXN" in heat and "★" in heat and "GPU 1300.5" in heat
         assert "less than MAXN" in plain(app.screen.query_one("#sweep-summary").content)
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- the command palette
-async def test_command_palette_offers_the_actions(session: DeviceSession, store: Store) -> None:
+async def test_command_palette_offers_the_actions(twin_session: DeviceSession, results_store: Store) -> None:
     from tui.commands import COMMANDS
 
-    app = SlmDvfsApp(session, refresh_s=0.05, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
         for _title, _help, action, _arg in COMMANDS:
             assert callable(getattr(app, f"action_{action}"))
-        await press(pilot, "ctrl+p")
-        await pilot.pause(0.2)
-        await press(pilot, *"Page: History")
-        await pilot.pause(0.5)
-        await press(pilot, "enter")
-        await pilot.pause(0.2)
+        await ui.press("ctrl+p")
+        await ui.press(*"Page: History")
+        await ui.workers_done()  # the palette's search has listed its hits
+        await ui.press("enter")
         assert app.screen.PAGE == "history"
-        await press(pilot, "q")
+        await ui.press("q")
 
 
 # --------------------------------------------------------------------------- real training
 @pytest.mark.slow
-async def test_real_fine_tuning_of_bert_tiny_against_maxn(session: DeviceSession, store: Store,
+async def test_real_fine_tuning_of_bert_tiny_against_maxn(twin_session: DeviceSession, results_store: Store,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.run.experiment import ExperimentSpec
 
     monkeypatch.setattr(simulate, "resolve_workload", REAL_RESOLVE)
-    app = SlmDvfsApp(session, refresh_s=0.1, store=store)
-    async with app.run_test(size=(80, 24)) as pilot:
+    app = make_app(twin_session, store=results_store, refresh_s=0.1)
+    async with drive(app) as ui:
         app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=816", compare="maxn",
                                             steps=6, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8,
                                             twin=TWIN))
-        await until(pilot, lambda: app.engine_busy is None, timeout=300)
+        await ui.wait_for(ExperimentDone, timeout=300)
+        await ui.workers_done()
         result = app.last_result
         assert result is not None and result.comparison is not None and result.run.metric == "accuracy"
         assert app.run_view.loss is not None and "accuracy" in app.run_view.metrics
-        await pilot.pause(0.1)
         assert isinstance(app.screen, CompareScreen)
         figures = {f.name: f for f in app.screen.view.figures}
         assert figures["accuracy"].run == pytest.approx(result.run.metric_value)
-        await press(pilot, "q")
+        await ui.press("q")

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 import pytest_textual_snapshot
 
-from engine.device.session import open_device
+from engine.device.session import DeviceSession
 from engine.results.store import Store
 from tui import demo
 from tui.app import SlmDvfsApp
 from tui.messages import SnapshotTaken
+from tui_helpers import make_app
 
 SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
 
@@ -30,15 +31,11 @@ pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_dirname)  # typ
 
 
 @pytest.fixture
-def app(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
-    with open_device(twin="agx-orin-64gb", realtime=False, twin_dir=tmp_path / "twin") as session, \
-            Store(tmp_path / "results.sqlite") as store:
-        ids = demo.fill_store(store)
-        app = SlmDvfsApp(session, store=store, poll=False, handle_signals=False)
-        app.demo_ids = ids  # type: ignore[attr-defined]
-        yield app
+def app(twin_session: DeviceSession, results_store: Store) -> SlmDvfsApp:
+    ids = demo.fill_store(results_store)
+    app = make_app(twin_session, store=results_store, poll=False, handle_signals=False)
+    app.demo_ids = ids  # type: ignore[attr-defined]
+    return app
 
 
 async def _show(pilot: Any, *keys: str) -> None:
