@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="slm-dvfs-bench-"))
     os.environ["SLM_DVFS_STATE_DIR"] = str(work / "state")  # a private twin and journal folder
     from engine.results.store import Store
-    from engine.run.sweep import open_session
+    from engine.run.harness import open_session
     from engine.workload.zoo import load_zoo
 
     models = args.models.split(",") if args.models else list(load_zoo())
