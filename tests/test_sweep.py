@@ -21,7 +21,8 @@ from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
-from engine.run.sweep import SweepSpec, open_session, run_sweep
+from engine.run.harness import open_session
+from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points, fast_sweep, setting_control
 from engine.results.sweeps import stored_points, summarize_points
 from engine.core.stats import mean_ci
