@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
