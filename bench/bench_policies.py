@@ -38,7 +38,7 @@ def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
     from engine.run.sweep import SweepSpec, run_sweep
 
     workload = resolve_workload(model, task)
-    twin = session.twin.profile.name
+    twin = session.profile_name
     sweep = run_sweep(SweepSpec(model=model, task=task, fast=True, twin=twin), store=store, session=session,
                       workload=workload)
     common = dict(model=model, task=task, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True)
