@@ -77,7 +77,9 @@ class StepMeter:
                 return
             self._open = False
             w = self.monitor.end_window(STEP_WINDOW)
-            inside = [s for s in self.monitor.since(w.start) if s.t <= w.end]
+            # The peak of the samples the window integrated; an exact window (from the source's
+            # energy counter) integrated none, so it states no peak.
+            inside = [] if w.exact else [s for s in self.monitor.since(w.start) if s.t <= w.end]
             peak = max((sum(s.rails_mw.get(r, 0.0) for r in w.rails) for s in inside), default=None)
             self.emit(StepEnergy(step=event.step, time_s=w.duration_s, energy_j=dict(w.energy_j),
                                  total_energy_j=w.total_energy_j, avg_power_w=w.avg_power_w, rails=w.rails,
