@@ -144,9 +144,16 @@ class RunHarness:
     def _callbacks(self, callbacks: Iterable[Callable[[Any], None]]) -> list[Callable[[Any], None]]:
         if self.monitor is None:
             raise ConfigError("a run needs the harness's power monitor", "run it inside `with harness.guarded():`")
-        meter = StepMeter(self.monitor, lambda e: [cb(e) for cb in all_cbs])
-        all_cbs = [meter, *callbacks, *self.listeners]
-        return all_cbs
+        everyone: list[Callable[[Any], None]] = []
+
+        def emit(event: Any) -> None:  # the meter's StepEnergy goes to every callback of the run
+            for callback in everyone:
+                callback(event)
+
+        # The meter first: a step's window closes before anyone acts on its StepEnd (e.g. a
+        # sweep driver idling the twin to cool it before its next point).
+        everyone.extend([StepMeter(self.monitor, emit), *callbacks, *self.listeners])
+        return everyone
 
     def train(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
         """Fine-tune (engine.workload.finetune.FinetuneSpec) with the per-step hook; returns its result."""
