@@ -39,7 +39,7 @@ def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
     from engine.run.sweep import SweepSpec, run_sweep
 
     workload = resolve_workload(model, task)
-    twin = session.twin.profile.name
+    twin = session.profile_name
     sweep = run_sweep(SweepSpec(model=model, task=task, fast=True, twin=twin), store=store, session=session,
                       workload=workload)
     common = dict(model=model, task=task, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True)
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="slm-dvfs-bench-"))
     os.environ["SLM_DVFS_STATE_DIR"] = str(work / "state")  # a private twin and journal folder
     from engine.results.store import Store
-    from engine.run.sweep import open_session
+    from engine.run.harness import open_session
     from engine.workload.zoo import load_zoo
 
     models = args.models.split(",") if args.models else list(load_zoo())

@@ -3,6 +3,8 @@ files, the online policy finds the twin's best GPU clock during a run."""
 
 from __future__ import annotations
 
+import weakref
+
 import os
 from pathlib import Path
 
@@ -18,9 +20,10 @@ from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import PolicyContext, make_policy
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, UnsupportedFrequencyError
-from engine.device.monitor import PowerMonitor, TwinSource
+from engine.device.monitor import DeviceRailSource, PowerMonitor, TwinSource
 from engine.core.provenance import Source
-from engine.workload.events import RunFinished, RunStarted, StepBegin, StepEnd, TwinCost
+from engine.run.harness import StepMeter
+from engine.workload.events import RunFinished, RunStarted, StepBegin, StepEnd, StepEnergy
 
 MHZ = 1_000_000
 GPU = "sys/class/devfreq/17000000.gpu"
@@ -47,9 +50,19 @@ def twin():
         yield t
 
 
-def run_started(twin_name: str | None = "agx-orin-64gb") -> RunStarted:
-    return RunStarted("bert-base", "sst2", "full", "fp32", "cpu", 32, 1000, 100, 0, 110_000_000, 110_000_000,
-                      twin=twin_name)
+def run_started() -> RunStarted:
+    return RunStarted("bert-base", "sst2", "full", "fp32", "cpu", 32, 1000, 100, 0, 110_000_000, 110_000_000)
+
+
+_METERS: "weakref.WeakKeyDictionary[DvfsController, StepMeter]" = weakref.WeakKeyDictionary()
+
+
+def meter_for(twin, ctl, rails: str = "all") -> StepMeter:
+    """The run harness's step meter over the twin's power source, feeding `ctl` (one per controller)."""
+    meter = _METERS.get(ctl)
+    if meter is None:
+        meter = _METERS[ctl] = StepMeter(PowerMonitor(TwinSource(twin), rails=rails), ctl)
+    return meter
 
 
 def controller(twin, spec: str, objective: str = "energy", points=(), **options) -> DvfsController:
@@ -58,14 +71,18 @@ def controller(twin, spec: str, objective: str = "energy", points=(), **options)
     return DvfsController(device, make_policy(spec, **options), ctx)
 
 
-def twin_step(twin, ctl, step: int) -> StepEnd:
-    """One training step on the twin, as the trainer reports it."""
-    ctl(StepBegin(step, 0))
+def twin_step(twin, ctl, step: int):
+    """One training step on the twin, as the harness reports it: the trainer's StepBegin and
+    StepEnd, and the meter's StepEnergy from a monitor window in between. Returns the twin's step."""
+    meter = meter_for(twin, ctl)
+    begin = StepBegin(step, 0)
+    meter(begin)
+    ctl(begin)
     s = twin.run_step(BERT)
-    event = StepEnd(step, 0, 1.0, BERT.batch_size, BERT.tokens, 1e-5, 0.01, 0.01 * step,
-                    twin=TwinCost(s.time_s, dict(s.energy_j)))
-    ctl(event)
-    return event
+    end = StepEnd(step, 0, 1.0, BERT.batch_size, BERT.tokens, 1e-5, 0.01, 0.01 * step)
+    meter(end)  # emits StepEnergy to the controller
+    ctl(end)
+    return s
 
 
 def disturb(device) -> None:
@@ -172,25 +189,51 @@ def test_controller_never_restores(twin):
 def test_step_cost_from_the_twin(twin):
     ctl = controller(twin, "static:gpu=714")
     ctl(run_started())
-    end = twin_step(twin, ctl, 1)
+    s = twin_step(twin, ctl, 1)
     cost = ctl.last_cost
     assert cost is not None and cost.source is Source.TWIN
-    assert cost.energy_j == pytest.approx(end.twin.total_energy_j) and cost.samples == 32
+    assert cost.energy_j == pytest.approx(s.total_energy_j, rel=1e-12) and cost.samples == 32
+    assert cost.time_s == pytest.approx(s.time_s, rel=1e-12)
 
 
-def test_step_cost_from_a_monitor_window(twin):
+def test_the_policy_gets_its_costs_from_energy_windows_only(twin):
+    """The controller reads no power itself: a StepEnd alone costs nothing; the StepEnergy of
+    the step's window is what the policy's on_step_end sees."""
+    ctl = controller(twin, "static:gpu=714")
+    seen: list = []
+    ctl.policy.on_step_end = lambda step, cost: seen.append((step, cost))  # type: ignore[method-assign]
+    ctl(run_started())
+    ctl(StepBegin(1, 0))
+    twin.run_step(BERT)
+    ctl(StepEnd(1, 0, 1.0, 32, 4096, 1e-5, 0.01, 0.01))
+    assert seen == [] and ctl.last_cost is None
+    window = StepEnergy(step=1, time_s=0.5, energy_j={"A": 4.0, "B": 1.0}, total_energy_j=4.0, avg_power_w=8.0,
+                        rails=("A",), source=Source.MEASURED, samples=32, peak_power_w=9.5)
+    ctl(window)
+    ((step, cost),) = seen
+    assert step == 1 and cost == ctl.last_cost
+    assert (cost.time_s, cost.energy_j, cost.samples, cost.peak_power_w, cost.source) == \
+        (0.5, 4.0, 32, 9.5, Source.MEASURED)
+    ctl(StepEnergy(step=2, time_s=0.0, energy_j={}, total_energy_j=0.0, avg_power_w=0.0, rails=("A",),
+                   source=Source.MEASURED, samples=32))
+    assert seen[-1] == (2, None)  # an empty window is no cost
+
+
+def test_step_cost_from_a_monitor_window_on_a_board_source(twin):
+    """The same meter over a board's rails (here the twin's tree, read as a board): integrated."""
     device = twin.device()
-    with PowerMonitor(TwinSource(twin), rate_hz=50) as mon:
-        ctl = DvfsController(device, make_policy("static:gpu=714"), PolicyContext(device, parse_objective("energy")),
-                             monitor=mon)
-        ctl(run_started(twin_name=None))  # no twin cost expected: windows are opened
+    ctl = DvfsController(device, make_policy("static:gpu=714"), PolicyContext(device, parse_objective("energy")))
+    with PowerMonitor(DeviceRailSource(device, clock=twin.now), rate_hz=50) as mon:
+        meter = StepMeter(mon, ctl)
+        ctl(run_started())
         with twin.driven():
-            ctl(StepBegin(1, 0))
+            meter(StepBegin(1, 0))
             s = twin.run_step(BERT)
-            ctl(StepEnd(1, 0, 1.0, 32, 4096, 1e-5, 0.01, 0.01))
+            twin.sync()
+            meter(StepEnd(1, 0, 1.0, 32, 4096, 1e-5, 0.01, 0.01))
     cost = ctl.last_cost
-    assert cost is not None and cost.source is Source.TWIN
-    assert cost.time_s == pytest.approx(s.time_s) and cost.energy_j == pytest.approx(s.total_energy_j)
+    assert cost is not None and cost.source is Source.TWIN  # the tree says twin; the path is the board's
+    assert cost.time_s == pytest.approx(s.time_s)
 
 
 class Recording:
@@ -287,18 +330,16 @@ def test_online_with_a_slowdown_limit(twin):
 
 
 def test_twin_step_cost_sums_only_the_chosen_rails(twin):
-    device = twin.device()
-    rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
-    ctl = DvfsController(device, make_policy("static:gpu=714"), PolicyContext(device, parse_objective("energy")),
-                         rails=rails)
+    ctl = controller(twin, "static:gpu=714")
+    meter_for(twin, ctl, rails="gpu+cpu")
     ctl(run_started())
-    end = twin_step(twin, ctl, 1)
+    s = twin_step(twin, ctl, 1)
+    rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
     assert ctl.last_cost is not None and ctl.last_cost.source is Source.TWIN
-    assert ctl.last_cost.energy_j == pytest.approx(sum(end.twin.energy_j[r] for r in rails))
-    assert ctl.last_cost.energy_j < 0.95 * end.twin.total_energy_j  # SYS5V0 and VDDQ left out
-    ctl.rails = ("VDD_NOPE",)
+    assert ctl.last_cost.energy_j == pytest.approx(sum(s.energy_j[r] for r in rails))
+    assert ctl.last_cost.energy_j < 0.95 * s.total_energy_j  # SYS5V0 and VDDQ left out
     with pytest.raises(ConfigError, match="VDD_NOPE"):
-        twin_step(twin, ctl, 2)
+        PowerMonitor(TwinSource(twin), rails="VDD_NOPE").begin_window("step")
 
 
 def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_state, monkeypatch):

@@ -19,7 +19,6 @@ from engine.run.experiment import (
     BASELINE_COOL_MARGIN_C,
     ExperimentPhase,
     ExperimentSpec,
-    RunRecorder,
     cool_before_baseline,
     run_experiment,
 )
@@ -28,12 +27,13 @@ from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.results.store import Store
+from engine.run.recorder import RunRecorder
 from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points
 from engine.run.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
 from engine.workload.events import RunStarted, StepEnd
 from engine.core.trace import StepTrace
-from engine.workload.trainer import TrainControl
+from engine.workload.loop import TrainControl
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
@@ -194,7 +194,7 @@ def test_a_runs_trace_holds_no_samples_from_before_it() -> None:
     for t in range(51):  # 50 s of an earlier run, still in the buffer
         clock.t = float(t)
         monitor.sample_once()
-    recorder = RunRecorder(("VDD_GPU_SOC",), monitor)
+    recorder = RunRecorder(monitor)
     clock.t = 50.5
     recorder(_started(2))
     for step in (1, 2):
@@ -321,3 +321,51 @@ def test_cancel_stops_the_run_and_skips_the_baseline(store: Store) -> None:
                             callbacks=[stop], control=control)
     assert result.cancelled and result.baseline is None and result.comparison is None
     assert result.run.steps == 3 and store.get_run(result.run.run_id).status == "cancelled"
+
+
+# --------------------------------------------------------------------------- one energy path
+def test_twin_run_energy_is_the_sum_of_its_step_windows_and_the_run_window(store: Store) -> None:
+    """On the twin the run's figures, its StepEnergy events and the controller's costs all come
+    from the same monitor windows over the twin's exact counter."""
+    from engine.workload.events import StepEnergy
+
+    events: list = []
+    result = run_experiment(sim("online", steps=12, compare="maxn"), store=store, workload=WORKLOAD,
+                            callbacks=[events.append])
+    phases = [i for i, e in enumerate(events) if isinstance(e, ExperimentPhase)]
+    policy_events, base_events = events[phases[0]:phases[1]], events[phases[1]:]
+    for run, evs in ((result.run, policy_events), (result.baseline, base_events)):
+        steps = [e for e in evs if isinstance(e, StepEnergy)]
+        assert [e.step for e in steps] == list(range(1, 13))
+        assert all(e.source is Source.TWIN and e.rails == run.rails and e.samples == TRACE.batch_size for e in steps)
+        assert sum(e.total_energy_j for e in steps) == pytest.approx(run.energy_j, rel=1e-12)
+        assert sum(e.time_s for e in steps) == pytest.approx(run.time_s, rel=1e-12)
+        for rail, joules in run.rail_energy_j.items():
+            assert sum(e.energy_j[rail] for e in steps) == pytest.approx(joules, rel=1e-12)
+        # each step window is that step at the setting in force (the twin's per-step cost)
+        settings = dict(run.history)
+        current = None
+        for e in steps:
+            current = settings.get(e.step, current)
+            assert e.total_energy_j == pytest.approx(per_step(current).measurement.energy_j, rel=1e-9)
+        # the stored trace has a sample per step, at the step's average power
+        trace = store.power_samples(run.run_id)
+        assert len(trace) == 12
+        assert [s.total_mw / 1000.0 for s in trace] == pytest.approx([e.avg_power_w for e in steps], rel=1e-9)
+
+
+def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(store: Store) -> None:
+    """`run --compare maxn --simulate` of bert-tiny under the online policy, 40 steps: the
+    numbers recorded from the engine before energy moved to monitor windows (TwinCost sums)."""
+    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="online", compare="maxn", steps=40, simulate=True,
+                          twin=TWIN)
+    result = run_experiment(spec, store=store)
+    assert result.run.time_s == pytest.approx(0.5177943081372983, rel=1e-9)
+    assert result.run.energy_j == pytest.approx(9.75213591609545, rel=1e-9)
+    assert result.baseline.time_s == pytest.approx(0.3829423402973166, rel=1e-9)
+    assert result.baseline.energy_j == pytest.approx(10.757735025557723, rel=1e-9)
+    assert result.comparison.saving_pct == pytest.approx(9.347684313410014, rel=1e-9)
+    assert result.run.rail_energy_j == pytest.approx({
+        "VDD_GPU_SOC": 4.569382984664584, "VDD_CPU_CV": 0.8388816758406648,
+        "VIN_SYS_5V0": 2.7814102506837006, "VDDQ_VDD2_1V8AO": 1.5624610049065006}, rel=1e-9)
+    assert list(result.run.rail_energy_j) == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]

@@ -11,7 +11,6 @@ import torch
 
 from engine.cli import main
 from engine.core.errors import ConfigError
-from engine.workload import finetune
 from engine.workload.events import RunFinished, StepEnd
 from engine.workload.finetune import FinetuneSpec, run_finetune
 
@@ -59,16 +58,46 @@ def test_bitfit_on_pythia_trains_a_fraction() -> None:
 
 
 class FakeTwin:
+    """Charges 2 ms, 0.05 J (GPU) and 0.01 J (CPU) per step; exact counters as the twin has."""
+
     def __init__(self) -> None:
-        self.profile = SimpleNamespace(name="fake-orin")
+        self.profile = SimpleNamespace(name="fake-orin", rail_names=("VDD_GPU_SOC", "VDD_CPU_CV"), thermal_guard=None)
         self.closed = False
+        self.t = 0.0
+        self.energy = {"VDD_GPU_SOC": 0.0, "VDD_CPU_CV": 0.0}
 
     def run_step(self, trace):
         assert trace.model == "bert-tiny" and trace.flops > 0
-        return SimpleNamespace(time_s=0.002, energy_j={"VDD_GPU_SOC": 0.05, "VDD_CPU_CV": 0.01})
+        self.t += 0.002
+        self.energy = {"VDD_GPU_SOC": self.energy["VDD_GPU_SOC"] + 0.05, "VDD_CPU_CV": self.energy["VDD_CPU_CV"] + 0.01}
+
+    def now(self) -> float:
+        return self.t
+
+    def energy_j(self) -> dict:
+        return dict(self.energy)
+
+    def rail_powers_mw(self) -> dict:
+        return {"VDD_GPU_SOC": 25_000.0, "VDD_CPU_CV": 5_000.0}
 
     def close(self) -> None:
         self.closed = True
+
+
+def fake_twin_session(monkeypatch: pytest.MonkeyPatch) -> list[FakeTwin]:
+    """`finetune --twin` opens its twin through the run harness: give it a fake one."""
+    from engine.core.provenance import Source
+    from engine.device.session import DeviceSession
+
+    twins: list[FakeTwin] = []
+
+    def open_session(**kw):
+        twins.append(FakeTwin())
+        device = SimpleNamespace(identity=lambda: SimpleNamespace(source=Source.TWIN))
+        return DeviceSession(device, twin=twins[-1])  # type: ignore[arg-type]
+
+    monkeypatch.setattr("engine.run.harness.open_session", open_session)
+    return twins
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -94,8 +123,7 @@ def test_cli_defaults_come_from_the_zoo(capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_cli_with_a_fake_twin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    twins: list[FakeTwin] = []
-    monkeypatch.setattr(finetune, "open_twin", lambda profile: twins.append(FakeTwin()) or twins[-1])
+    twins = fake_twin_session(monkeypatch)
     out = _cli_json(capsys, "--model", "bert-tiny", "--task", "sst2", "--steps", "4", "--batch-size", "4",
                     "--max-seq-len", "16", "--train-samples", "16", "--eval-samples", "8",
                     "--twin", "agx-orin-64gb")
@@ -121,12 +149,15 @@ def test_the_twin_is_opened_as_every_command_opens_it() -> None:
     """`finetune --twin` runs on the twin's persistent tree (where `slm-dvfs pin --twin` pins)."""
     from engine.device.session import twin_root
 
-    twin = finetune.open_twin("agx-orin-64gb")
+    from engine.run.harness import open_session
+
+    session = open_session(twin="agx-orin-64gb")
+    twin = session.twin
     try:
         assert twin.root == twin_root("agx-orin-64gb").absolute() and not twin.thermal_enabled
         assert twin.running  # its files answer clock writes
     finally:
-        twin.close()
+        session.close()
     assert twin_root("agx-orin-64gb").is_dir()  # persistent: kept for the next command
 
 
@@ -142,7 +173,7 @@ def test_cli_refuses_a_device_this_host_lacks_before_loading(capsys: pytest.Capt
 
 
 def test_cli_text_summary_and_progress(capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
-    monkeypatch.setattr(finetune, "open_twin", lambda profile: FakeTwin())
+    fake_twin_session(monkeypatch)
     code = main(["finetune", "--model", "bert-tiny", "--task", "sst2", "--steps", "2", "--batch-size", "4",
                  "--max-seq-len", "16", "--train-samples", "8", "--eval-samples", "8", "--twin", "x"])
     captured = capsys.readouterr()
@@ -150,6 +181,7 @@ def test_cli_text_summary_and_progress(capsys: pytest.CaptureFixture[str], monke
     assert "\r[" in captured.err and "2/2" in captured.err  # the progress bar, on stderr
     assert "eval validation: loss" in captured.out and "[measured]" in captured.out
     assert "J [twin]" in captured.out and "random weights" in captured.out
+    assert "; twin x" in captured.err and "twin 0.06 J/step" in captured.err  # the step windows, as printed
 
 
 def test_cli_rejects_bad_input(capsys: pytest.CaptureFixture[str]) -> None:

@@ -258,6 +258,21 @@ def test_twin_source_exact_on_virtual_time() -> None:
         TwinSource(object())
 
 
+def test_exact_windows_sample_at_their_edges_so_each_step_has_a_sample() -> None:
+    """On the twin the monitor's thread may see nothing new between two steps: the window
+    edges take the samples, one per step, at the step's power; `since` gives the new ones."""
+    orin = FakeOrin()
+    mon = PowerMonitor(TwinSource(orin))
+    mon.sample_once()
+    for k in range(1, 4):
+        mon.begin_window("step")
+        orin.t += 0.5
+        mon.end_window("step")
+    times = [s.t for s in mon.since(100.0)]
+    assert times == [100.5, 101.0, 101.5]
+    assert mon.since(101.0) == [mon.latest()] and mon.since(101.5) == []
+
+
 class FakeDevice:
     def __init__(self, is_twin: bool) -> None:
         self.is_twin = is_twin

@@ -1,20 +1,26 @@
-"""Twin-only execution: the trainer's event stream without training, costed by the twin."""
+"""Twin-only execution: the trainer's event stream without training, through the trainer's
+step loop; the run harness's hook advances the twin and its monitor costs each step."""
 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 from traces import BERT_BASE_LIKE as TRACE
 from traces import bert_base_workload
 
 from engine.device.base import ClockDomain
+from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.records import WorkloadRecord
-from engine.workload.resolve import SIMULATED_DEVICE, resolve_workload, simulate_run
+from engine.run.harness import RunHarness
+from engine.workload.resolve import resolve_workload
+from engine.workload.simulate import SIMULATED_DEVICE, simulate_run
 from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (
     Paused,
@@ -24,8 +30,9 @@ from engine.workload.events import (
     RunStarted,
     StepBegin,
     StepEnd,
+    StepEnergy,
 )
-from engine.workload.trainer import TrainControl
+from engine.workload.loop import TrainControl
 
 WORKLOAD = bert_base_workload()
 
@@ -46,53 +53,69 @@ def twin():
         yield t
 
 
-def test_event_stream_matches_the_trainers(twin) -> None:
+@pytest.fixture
+def session(twin):
+    return DeviceSession(twin.device(), twin=twin)
+
+
+def test_event_stream_matches_the_trainers(twin, session) -> None:
     events: list = []
-    result = simulate_run(WORKLOAD, twin, steps=4, seed=3, callbacks=[events.append])
+    calls: list = []
+    advance = session.step_hook(lambda rows, seq_len: calls.append((rows, seq_len)) or TRACE)
+    result = simulate_run(WORKLOAD, steps=4, seed=3, step_hook=advance, callbacks=[events.append])
     kinds = [type(e).__name__ for e in events]
     assert kinds == ["RunStarted"] + ["StepBegin", "StepEnd"] * 4 + ["RunFinished"]
     started = events[0]
-    assert isinstance(started, RunStarted)
-    assert started.device == SIMULATED_DEVICE and started.twin == "agx-orin-64gb"
+    assert isinstance(started, RunStarted) and not hasattr(started, "twin")
+    assert started.device == SIMULATED_DEVICE
     assert started.total_steps == 4 and started.seed == 3 and started.batch_size == 32
     ends = [e for e in events if isinstance(e, StepEnd)]
     assert [e.step for e in ends] == [1, 2, 3, 4]
-    assert all(math.isnan(e.loss) and e.samples == 32 and e.twin is not None for e in ends)
+    assert all(math.isnan(e.loss) and e.samples == 32 for e in ends)
     assert [e.step for e in events if isinstance(e, StepBegin)] == [1, 2, 3, 4]
     finished = events[-1]
     assert isinstance(finished, RunFinished) and finished.final_loss is None
-    total_j = sum(e.twin.total_energy_j for e in ends)
-    assert finished.twin.total_energy_j == pytest.approx(total_j)
-    assert result.simulated and result.source is Source.TWIN and result.samples == 128 and not result.cancelled
-    assert result.twin.time_s == pytest.approx(sum(e.twin.time_s for e in ends))
-    assert twin.now() == pytest.approx(result.twin.time_s)  # the twin advanced by exactly the steps
+    assert result.simulated and result.samples == 128 and not result.cancelled
+    assert calls == [(TRACE.batch_size, TRACE.seq_len)] * 4
+    (_s, m), = fast_sweep(TRACE, twin.profile, [MAXN], steps=4)
+    assert twin.now() == pytest.approx(m.time_s, rel=1e-12)  # the hook advanced the twin by exactly the steps
 
 
-def test_step_costs_are_the_twins_model_at_the_current_clocks(twin) -> None:
-    """MAXN on a fresh twin: every step costs what the fast sweep computes for MAXN."""
-    result = simulate_run(WORKLOAD, twin, steps=3)
-    (_s, m), = fast_sweep(TRACE, twin.profile, [MAXN], steps=3)
-    assert result.twin.total_energy_j == pytest.approx(m.energy_j, rel=1e-12)
-    assert result.twin.time_s == pytest.approx(m.time_s, rel=1e-12)
-    # a pinned GPU changes the cost of the next steps, as on a board
-    twin.device().pin(ClockDomain.GPU, 612_000_000)
-    slow = simulate_run(WORKLOAD, twin, steps=3)
+def test_step_costs_are_the_twins_model_at_the_current_clocks(twin, session) -> None:
+    """MAXN on a fresh twin: every step window costs what the fast sweep computes for MAXN."""
+    energy: list = []
+    harness = RunHarness(session, listeners=[energy.append])
+    with harness.monitored():
+        harness.simulate(WORKLOAD, steps=3)
+        (_s, m), = fast_sweep(TRACE, twin.profile, [MAXN], steps=3)
+        steps = [e for e in energy if isinstance(e, StepEnergy)]
+        assert len(steps) == 3 and all(e.source is Source.TWIN for e in steps)
+        assert sum(e.total_energy_j for e in steps) == pytest.approx(m.energy_j, rel=1e-12)
+        assert sum(e.time_s for e in steps) == pytest.approx(m.time_s, rel=1e-12)
+        # a pinned GPU changes the cost of the next steps, as on a board
+        twin.device().pin(ClockDomain.GPU, 612_000_000)
+        energy.clear()
+        harness.simulate(WORKLOAD, steps=3)
     (_s, m612), = fast_sweep(TRACE, twin.profile, [DvfsSetting(gpu_hz=612_000_000, nvpmodel=0)], steps=3)
-    assert slow.twin.total_energy_j == pytest.approx(m612.energy_j, rel=1e-12)
-    assert slow.twin.time_s > result.twin.time_s
+    slow = [e for e in energy if isinstance(e, StepEnergy)]
+    assert sum(e.total_energy_j for e in slow) == pytest.approx(m612.energy_j, rel=1e-12)
+    assert sum(e.time_s for e in slow) > m.time_s
 
 
-def test_cancel_and_pause_at_step_boundaries(twin) -> None:
+def test_cancel_and_pause_at_step_boundaries(session) -> None:
+    """The shared step loop: a cancel takes effect at the next boundary, a pause waits there."""
     control = TrainControl()
     events: list = []
+    hook_calls: list = []
 
     def listener(event) -> None:
         events.append(event)
         if isinstance(event, StepEnd) and event.step == 2:
             control.cancel("enough")
 
-    result = simulate_run(WORKLOAD, twin, steps=10, callbacks=[listener], control=control)
-    assert result.cancelled and result.steps == 2
+    result = simulate_run(WORKLOAD, steps=10, step_hook=lambda r, s: hook_calls.append(r), callbacks=[listener],
+                          control=control)
+    assert result.cancelled and result.steps == 2 and len(hook_calls) == 2
     assert isinstance(events[-1], RunCancelled) and events[-1].reason == "enough" and events[-1].step == 2
 
     control = TrainControl()
@@ -104,13 +127,27 @@ def test_cancel_and_pause_at_step_boundaries(twin) -> None:
         if isinstance(event, Paused):
             control.resume()
 
-    assert simulate_run(WORKLOAD, twin, steps=1, callbacks=[resume_on_pause], control=control).steps == 1
-    assert [type(e) for e in seen[:3]] == [RunStarted, Paused, Resumed]
+    assert simulate_run(WORKLOAD, steps=1, step_hook=None, callbacks=[resume_on_pause], control=control).steps == 1
+    assert [type(e) for e in seen[:4]] == [RunStarted, Paused, Resumed, StepBegin]
+
+    # through the harness: a cancelled simulation leaves no step window open
+    control = TrainControl()
+    harness = RunHarness(session, control=control)
+    with harness.monitored():
+        assert harness.monitor is not None
+        out = harness.simulate(WORKLOAD, steps=10, callbacks=[listener])
+        assert out.cancelled and harness.monitor.open_windows() == ()
 
 
-def test_bad_step_count_is_refused(twin) -> None:
+def test_the_simulate_path_does_not_import_torch() -> None:
+    code = ("import sys, engine.workload.simulate, engine.workload.loop, engine.run.harness; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bad_step_count_is_refused() -> None:
     with pytest.raises(ConfigError, match="at least one step"):
-        simulate_run(WORKLOAD, twin, steps=0)
+        simulate_run(WORKLOAD, steps=0, step_hook=None)
 
 
 def test_resolve_workload_traces_a_big_model_on_meta_tensors() -> None:

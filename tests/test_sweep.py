@@ -21,7 +21,8 @@ from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, SlmDvfsError, UnsupportedFrequencyError
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
-from engine.run.sweep import SweepSpec, open_session, run_sweep
+from engine.run.harness import open_session
+from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points, fast_sweep, setting_control
 from engine.results.sweeps import stored_points, summarize_points
 from engine.core.stats import mean_ci
@@ -197,6 +198,31 @@ def test_fast_needs_the_twin_and_sane_counts() -> None:
         SweepSpec(model="bert-tiny", task="sst2", steps=0, twin="agx-orin-64gb").validate()
     with pytest.raises(ConfigError, match="space"):
         SweepSpec(model="bert-tiny", task="sst2", space="cpu").validate()
+
+
+def test_the_session_says_what_the_device_can_do() -> None:
+    """Capabilities, not "is this a twin": a board has no model to compute fast points from,
+    cannot simulate, warms up between runs and idles by waiting."""
+    from engine.device.session import DeviceSession
+
+    board = DeviceSession(device=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="--fast") as err:
+        board.fast_model()
+    assert "--twin" in err.value.remedy
+    assert (board.can_simulate, board.warms_up, board.virtual_time, board.profile_name) == (False, True, False, None)
+    slept: list[float] = []
+    board.idle(3.0, sleep=slept.append)
+    board.refresh()  # a board is live: nothing to do
+    assert slept == [3.0] and board.thermal_guard_params() is None
+    with open_session(twin="agx-orin-64gb") as twin:
+        assert twin.fast_model().name == "agx-orin-64gb"
+        assert (twin.can_simulate, twin.warms_up, twin.virtual_time, twin.profile_name) == \
+            (True, False, True, "agx-orin-64gb")
+        before = twin.twin.now()
+        twin.idle(7.0, sleep=slept.append)
+        assert twin.twin.now() == pytest.approx(before + 7.0) and slept == [3.0]  # twin time, no sleep
+        assert twin.rail_names() == PROFILE.rail_names and twin.power_source().source is Source.TWIN
+        assert twin.thermal_guard_params()[1] == "profile agx-orin-64gb"
 
 
 KILL_FAST = """

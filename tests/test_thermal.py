@@ -9,6 +9,7 @@ import pytest
 from traces import BERT_BASE_LIKE as HOT
 from traces import bert_base_workload
 
+from engine.device.base import TemperatureReading
 from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
@@ -18,9 +19,9 @@ from engine.dvfs.policies import PolicyContext, make_policy
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError, DeviceError
 from engine.run.experiment import ExperimentSpec, run_experiment
-from engine.workload.resolve import simulate_run
+from engine.run.harness import RunHarness
 from engine.results.store import Store
-from engine.run.sweep import SweepDriver
+from engine.run.sweep_driver import SweepDriver
 from engine.device.twin.fast import fast_points
 from engine.run.thermal import (
     DEFAULT_LIMITS,
@@ -59,11 +60,12 @@ def heat(orin: VirtualOrin, above_c: float, limit_steps: int = 2000) -> float:
 
 def test_limits_come_from_the_profile_and_flags() -> None:
     assert (DEFAULT_LIMITS.wait_c, DEFAULT_LIMITS.abort_c) == (75.0, 85.0)
-    orin = type("T", (), {"profile": load_profile("agx-orin-64gb")})()
+    orin = DeviceSession(device=None, twin=type("T", (), {"profile": load_profile("agx-orin-64gb")})())  # type: ignore[arg-type]
     limits = limits_for(orin)
     assert (limits.wait_c, limits.abort_c, limits.cooldown_c, limits.poll_s) == (75.0, 85.0, 65.0, 5.0)
     assert limits.origin == "profile agx-orin-64gb"
-    assert limits_for(None).origin == "defaults"  # a board: the defaults
+    assert limits_for(None).origin == "defaults"  # no session: the defaults
+    assert limits_for(DeviceSession(device=None)).origin == "defaults"  # a board: the defaults  # type: ignore[arg-type]
     tuned = limits_for(orin, wait_c=70.0, abort_c=None)
     assert tuned.wait_c == 70.0 and tuned.abort_c == 85.0 and tuned.origin.endswith("+ flags")
     with pytest.raises(ConfigError, match="cooldown <= wait < abort"):
@@ -75,7 +77,8 @@ def test_limits_come_from_the_profile_and_flags() -> None:
 def test_guard_waits_in_twin_time_until_cool(hot_twin: VirtualOrin) -> None:
     limits = ThermalLimits(wait_c=60.0, abort_c=90.0, cooldown_c=50.0, poll_s=5.0)
     waits: list[ThermalWait] = []
-    guard = ThermalGuard(hot_twin.device(), limits, twin=hot_twin, sleep=no_sleep, on_wait=waits.append)
+    session = DeviceSession(hot_twin.device(), twin=hot_twin)
+    guard = ThermalGuard(hot_twin.device(), limits, session=session, sleep=no_sleep, on_wait=waits.append)
     assert guard.before_point("cold start") is None  # ~42 degC: no wait
     hot = heat(hot_twin, 61.0)  # the sensors read in 0.5 degC steps
     before = hot_twin.now()
@@ -93,10 +96,40 @@ def test_guard_on_a_board_sleeps_and_gives_up_on_a_board_that_never_cools(tmp_pa
         device = orin.device()  # idle twin without the thermal model: a constant ~42 degC
         slept: list[float] = []
         limits = ThermalLimits(wait_c=40.0, abort_c=90.0, cooldown_c=30.0, poll_s=2.0, max_wait_s=7.0)
-        guard = ThermalGuard(device, limits, sleep=slept.append)  # no twin given: it sleeps
+        guard = ThermalGuard(device, limits, session=DeviceSession(device), sleep=slept.append)  # a board: it sleeps
         with pytest.raises(ThermalAbortError, match="stayed above 30 degC") as err:
             guard.before_point()
         assert slept == [2.0, 2.0, 2.0, 1.0] and "fan" in err.value.remedy
+
+
+def test_the_guard_waits_through_the_sessions_idle() -> None:
+    """The guard never asks what the device is: it refreshes and idles through the session."""
+
+    class Session:
+        virtual_time = True
+
+        def __init__(self) -> None:
+            self.calls: list = []
+
+        def refresh(self) -> None:
+            self.calls.append("refresh")
+
+        def idle(self, seconds: float, sleep=None) -> None:
+            self.calls.append(("idle", seconds))
+            temps[:] = [t - 10.0 for t in temps]
+
+    class Board:
+        def temperatures(self):
+            return [TemperatureReading("gpu-thermal", temps[0])]
+
+    temps = [80.0]
+    session = Session()
+    guard = ThermalGuard(Board(), ThermalLimits(wait_c=75.0, abort_c=90.0, cooldown_c=65.0, poll_s=3.0),
+                         session=session, sleep=no_sleep)
+    wait = guard.before_point("p")
+    assert wait is not None and wait.simulated and wait.waited_s == 6.0
+    assert [c for c in session.calls if c != "refresh"] == [("idle", 3.0), ("idle", 3.0)]
+    assert session.calls[0] == "refresh"  # read after a refresh
 
 
 def test_sweep_points_wait_for_a_cool_board(hot_twin: VirtualOrin) -> None:
@@ -105,13 +138,16 @@ def test_sweep_points_wait_for_a_cool_board(hot_twin: VirtualOrin) -> None:
     device = hot_twin.device()
     settings = [MAXN, DvfsSetting(gpu_hz=1_300_500_000, nvpmodel=0), DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0)]
     plan = [(s, 0) for s in settings]
-    guard = ThermalGuard(device, ThermalLimits(wait_c=55.0, abort_c=90.0, cooldown_c=48.0), twin=hot_twin,
+    session = DeviceSession(device, twin=hot_twin)
+    guard = ThermalGuard(device, ThermalLimits(wait_c=55.0, abort_c=90.0, cooldown_c=48.0), session=session,
                          sleep=no_sleep)
     applier = DvfsController(device, make_policy("maxn"), PolicyContext(device, Objective()))
     recorded: list = []
-    driver = SweepDriver(plan, warmup_steps=0, steps=80, apply=applier.apply, rails=hot_twin.profile.rail_names,
-                         record=lambda s, r, m, rails, i: recorded.append((s, m)), guard=guard)
-    simulate_run(WORKLOAD, hot_twin, steps=240, callbacks=[driver])
+    harness = RunHarness(session)
+    with harness.monitored():
+        driver = SweepDriver(plan, warmup_steps=0, steps=80, apply=applier.apply, monitor=harness.monitor,
+                             record=lambda s, r, m, rails, i: recorded.append((s, m)), guard=guard)
+        harness.simulate(WORKLOAD, steps=240, callbacks=[driver])
     assert [s for s, _m in recorded] == settings
     assert len(guard.waits) >= 1 and all(w.end_c <= 48.0 for w in guard.waits)
     expected = {p.setting: p.measurement for p in fast_points(HOT, hot_twin.profile, settings, steps=80)}

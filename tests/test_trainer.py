@@ -22,20 +22,14 @@ from engine.workload.events import (
     RunStarted,
     StepBegin,
     StepEnd,
-    TwinCost,
     event_to_json,
 )
 from engine.core.trace import OpCost, StepTrace
-from engine.workload.trainer import (
-    BatchSource,
-    LinearWarmup,
-    TrainConfig,
-    TrainControl,
-    Trainer,
-    apply_mode,
-    find_checkpoint,
-    resolve_device,
-)
+from engine.workload.batching import BatchSource
+from engine.workload.checkpoint import find_checkpoint
+from engine.workload.loop import TrainControl
+from engine.workload.optim import LinearWarmup, apply_mode, resolve_device
+from engine.workload.trainer import TrainConfig, Trainer, TrainOutcome
 
 VOCAB, LENGTH = 50, 12
 
@@ -198,7 +192,7 @@ def test_events_arrive_in_order() -> None:
     assert isinstance(started, RunStarted) and started.total_steps == 6 and started.steps_per_epoch == 8
     ends = [e for e in events if isinstance(e, StepEnd)]
     assert [e.step for e in ends] == [1, 2, 3, 4, 5, 6]
-    assert all(e.samples == 8 and e.tokens == 8 * LENGTH and e.wall_s > 0 and e.twin is None for e in ends)
+    assert all(e.samples == 8 and e.tokens == 8 * LENGTH and e.wall_s > 0 for e in ends)
     evals = [e for e in events if isinstance(e, EvalResult)]
     assert [(e.step, e.split) for e in evals] == [(3, "validation"), (6, "validation")]
     assert "accuracy" in evals[0].metrics and evals[0].samples == 24
@@ -293,7 +287,7 @@ def test_fp16_on_cpu_falls_back_to_fp32_with_a_warning(caplog: pytest.LogCapture
 
 
 class FakeTwin:
-    """Charges 10 ms and 0.1 J per GFLOP on two rails; records that it was driven."""
+    """Charges 10 ms per step; records its traces and whether it was driven."""
 
     def __init__(self) -> None:
         self.steps: list[StepTrace] = []
@@ -303,9 +297,7 @@ class FakeTwin:
     def run_step(self, trace: StepTrace):
         self.steps.append(trace)
         self.was_driven |= self.driven_depth > 0
-        gflop = trace.flops / 1e9
-        return SimpleNamespace(time_s=0.01, energy_j={"VDD_GPU_SOC": 0.1 * gflop, "VDD_CPU_CV": 0.01},
-                               gpu_hz=1_300_500_000, cpu_hz=2_201_600_000, emc_hz=3_199_000_000)
+        return SimpleNamespace(time_s=0.01, energy_j={"VDD_GPU_SOC": 0.1 * trace.flops / 1e9})
 
     def driven(self):
         twin = self
@@ -320,31 +312,47 @@ class FakeTwin:
         return _Ctx()
 
 
-def test_twin_charges_every_step_once_traced() -> None:
+def test_the_trainer_knows_no_twin_and_calls_its_step_hook_before_each_step_end() -> None:
+    """The hook runs after every step with the batch's shape, before that step's StepEnd;
+    the trainer takes no twin, and neither its events nor its outcome carry twin costs."""
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(Trainer.__init__).parameters
+    assert "twin" not in params and "trace_for" not in params and "step_hook" in params
+    assert not any("twin" in f.name for cls in (TrainOutcome, StepEnd, RunStarted, RunFinished, RunCancelled)
+                   for f in dataclasses.fields(cls))
+    events: list = []
+    hooked: list[tuple[int, int, int]] = []
+    cfg = TrainConfig(steps=10, batch_size=24, learning_rate=1e-2, device="cpu")
+    trainer = Trainer(TinyClassifier(), toy_data(64), cfg, callbacks=[events.append],
+                      step_hook=lambda rows, seq: hooked.append((rows, seq, len(events))))
+    trainer.run()
+    # 64 samples in batches of 24: two full batches and one of 16 per epoch.
+    assert [(r, q) for r, q, _n in hooked] == [(24, LENGTH), (24, LENGTH), (16, LENGTH)] * 3 + [(24, LENGTH)]
+    ends = [i for i, e in enumerate(events) if isinstance(e, StepEnd)]
+    begins = [i for i, e in enumerate(events) if isinstance(e, StepBegin)]
+    assert all(b < n <= e for b, (_r, _q, n), e in zip(begins, hooked, ends))  # after StepBegin, before StepEnd
+
+
+def test_the_sessions_step_hook_advances_the_twin_while_driven() -> None:
+    """Where a run is assembled: the session's hook runs each step on the twin, by its trace."""
+    from engine.device.session import DeviceSession
+
     twin = FakeTwin()
+    session = DeviceSession(device=None, twin=twin)  # type: ignore[arg-type]
     calls: list[tuple[int, int]] = []
 
     def trace_for(rows: int, length: int) -> StepTrace:
         calls.append((rows, length))
         return StepTrace("tiny", rows, length, "fp32", (OpCost("matmul", 1e9 * rows, 1e6, 10),), 1e6)
 
-    events: list = []
     cfg = TrainConfig(steps=10, batch_size=24, learning_rate=1e-2, device="cpu")
-    trainer = Trainer(TinyClassifier(), toy_data(64), cfg, callbacks=[events.append], twin=twin,
-                      trace_for=trace_for, twin_name="fake")
-    outcome = trainer.run()
-    # 64 samples in batches of 24: two full batches and one of 16 per epoch; one trace per shape.
-    assert sorted(calls) == [(16, LENGTH), (24, LENGTH)]
+    with session.driven():
+        Trainer(TinyClassifier(), toy_data(64), cfg, step_hook=session.step_hook(trace_for)).run()
     assert len(twin.steps) == 10 and twin.was_driven and twin.driven_depth == 0
-    ends = [e for e in events if isinstance(e, StepEnd)]
-    assert all(isinstance(e.twin, TwinCost) and str(e.twin.source) == "twin" for e in ends)
-    assert outcome.twin is not None and outcome.twin.time_s == pytest.approx(0.1)
-    expected = sum(e.twin.total_energy_j for e in ends)
-    assert outcome.twin.total_energy_j == pytest.approx(expected) and expected > 0
-    assert outcome.twin.energy_j["VDD_CPU_CV"] == pytest.approx(0.1)
-    assert events[0].twin == "fake" and events[-1].twin == outcome.twin
-    with pytest.raises(ConfigError, match="trace"):
-        Trainer(TinyClassifier(), toy_data(8), cfg, twin=twin)
+    assert [t.batch_size for t in twin.steps] == [24, 24, 16] * 3 + [24] and len(calls) == 10
+    assert DeviceSession(device=None).step_hook(trace_for) is None  # a board: nothing to advance  # type: ignore[arg-type]
 
 
 def test_config_errors_say_what_to_do() -> None:

@@ -21,7 +21,7 @@ from engine.workload.events import (
     RunStarted,
     StepBegin,
     StepEnd,
-    TwinCost,
+    StepEnergy,
 )
 from tui import demo, forms
 from tui.bridge import EventBridge
@@ -41,12 +41,24 @@ def started(total: int = 10) -> RunStarted:
                       total_steps=total, steps_per_epoch=total, seed=0, trainable_params=1, total_params=1)
 
 
-def step(i: int, gpu_j: float = 1.0, cpu_j: float = 0.5, dt: float = 0.5, other_j: float = 0.0) -> StepEnd:
+def step(i: int) -> StepEnd:
+    return StepEnd(step=i, epoch=0, loss=1.0 / i, samples=4, tokens=64, lr=0.1, wall_s=0.1, elapsed_s=0.1 * i)
+
+
+def window(i: int, energy: dict[str, float], dt: float, source: Source = Source.TWIN,
+           rails: tuple[str, ...] = RAILS) -> StepEnergy:
+    """The run harness's energy window of step i (it comes just before the step's StepEnd)."""
+    total = sum(energy.get(r, 0.0) for r in rails)
+    return StepEnergy(step=i, time_s=dt, energy_j=energy, total_energy_j=total, avg_power_w=total / dt,
+                      rails=rails, source=source, samples=4)
+
+
+def metered_step(i: int, gpu_j: float = 1.0, cpu_j: float = 0.5, dt: float = 0.5,
+                 other_j: float = 0.0) -> tuple[StepEnergy, StepEnd]:
     energy = {"GPU": gpu_j, "CPU": cpu_j}
     if other_j:
         energy["SYS"] = other_j
-    return StepEnd(step=i, epoch=0, loss=1.0 / i, samples=4, tokens=64, lr=0.1, wall_s=0.1, elapsed_s=0.1 * i,
-                   twin=TwinCost(dt, energy))
+    return window(i, energy, dt), step(i)
 
 
 # --------------------------------------------------------------------------- the run tracker
@@ -56,7 +68,8 @@ def test_tracker_sums_twin_energy_over_its_rails_and_projects_to_the_end() -> No
     assert t.feed(started(10)) is True
     assert t.feed(StepBegin(1, 0)) is False
     for i in range(1, 5):
-        assert t.feed(step(i, other_j=9.0)) is False  # steps never ask for an immediate redraw
+        for event in metered_step(i, other_j=9.0):
+            assert t.feed(event) is False  # steps never ask for an immediate redraw
     v = t.view()
     assert v.step == 4 and v.total_steps == 10 and v.status == "running"
     assert v.energy_j == pytest.approx(4 * 1.5)  # SYS is outside the rails the experiment totals
@@ -76,8 +89,8 @@ def test_tracker_chart_is_energy_weighted_and_keeps_one_window() -> None:
     t = RunTracker(Source.TWIN, ("GPU",), window_s=4.0, chart_columns=2)
     t.feed(started(100))
     for i in range(1, 11):  # 10 steps of 1 s: power 1, 2, ... 10 W
-        t.feed(StepEnd(step=i, epoch=0, loss=1.0, samples=1, tokens=1, lr=0.0, wall_s=0.0, elapsed_s=float(i),
-                       twin=TwinCost(1.0, {"GPU": float(i)})))
+        t.feed(window(i, {"GPU": float(i)}, 1.0, rails=("GPU",)))
+        t.feed(StepEnd(step=i, epoch=0, loss=1.0, samples=1, tokens=1, lr=0.0, wall_s=0.0, elapsed_s=float(i)))
     v = t.view()
     assert v.chart_span_s == pytest.approx(4.0)  # only the last window's steps are kept
     assert v.chart_w == pytest.approx((7.5, 9.5))  # steps ending at 7,8 | 9,10 (the 6th ends outside)
@@ -85,31 +98,30 @@ def test_tracker_chart_is_energy_weighted_and_keeps_one_window() -> None:
     assert v.energy_j == pytest.approx(sum(range(1, 11)))  # the total is never trimmed
 
 
-def test_tracker_on_a_board_integrates_polled_rails_as_measured() -> None:
+def test_tracker_shows_the_engines_step_windows_on_a_board_as_measured() -> None:
+    """The tracker integrates nothing itself: energy, power and device time are the engine's
+    StepEnergy windows (here a board's), the figures the run is recorded with."""
     t = RunTracker(Source.MEASURED, ("GPU",))
-    t.add_sample(0.0, {"GPU": 1000.0})  # before the run: ignored
+    assert not hasattr(t, "add_sample")
     t.feed(started(10))
-    t.add_sample(10.0, {"GPU": 2000.0})
-    t.add_sample(10.5, {"GPU": 4000.0})
-    t.add_sample(11.5, {"GPU": 4000.0})
     t.feed(StepEnd(step=1, epoch=0, loss=1.0, samples=4, tokens=1, lr=0.0, wall_s=1.5, elapsed_s=1.5))
+    assert t.view().energy_j == 0.0 and t.view().device_time_s == 0.0  # a step alone carries no energy
+    t.feed(window(2, {"GPU": 5.0, "CPU": 1.0}, 1.25, source=Source.MEASURED, rails=("GPU",)))
+    t.feed(StepEnd(step=2, epoch=0, loss=1.0, samples=4, tokens=1, lr=0.0, wall_s=1.5, elapsed_s=3.0))
     v = t.view()
     assert v.source is Source.MEASURED
-    assert v.energy_j == pytest.approx(2.0 * 0.5 + 4.0 * 1.0)
-    assert v.rail_now_w == {"GPU": 4.0}
-    assert v.device_time_s == pytest.approx(1.5)
-    twin = RunTracker(Source.TWIN, ("GPU",))
-    twin.feed(started())
-    twin.add_sample(1.0, {"GPU": 5000.0})
-    twin.add_sample(2.0, {"GPU": 5000.0})
-    assert twin.view().energy_j == 0.0  # on the twin the step costs count, polls would count twice
+    assert v.energy_j == pytest.approx(5.0)
+    assert v.rail_now_w == {"GPU": 4.0, "CPU": 0.8}
+    assert v.device_time_s == pytest.approx(1.25)
+    assert v.device_samples_per_s == pytest.approx(8 / 1.25)
 
 
 def test_tracker_states_and_log_of_two_runs() -> None:
     t = RunTracker(Source.TWIN, RAILS)
     t.feed(ExperimentPhase("policy", "online", 1, 2))
     t.feed(started(3))
-    t.feed(step(1))
+    for event in metered_step(1):
+        t.feed(event)
     t.feed(Paused(1))
     assert t.view().status == "paused"
     t.feed(RunFinished(step=3, samples=12, wall_s=1.0, final_loss=0.1))

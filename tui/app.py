@@ -283,8 +283,6 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
         snap = message.snapshot
         self.last_snapshot = snap
-        if self.run_tracker is not None and self.engine_busy == "experiment":
-            self.run_tracker.add_sample(snap.t, {r.name: r.power_mw for r in snap.rails})
         screen = self.screen
         if hasattr(screen, "show_device") and getattr(screen, "composed", False):
             screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)

@@ -18,7 +18,7 @@ from engine.device.snapshot import DeviceSnapshot
 from engine.device.setting import MAXN, DvfsSetting
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
-from engine.workload.events import EvalResult, RunStarted, StepEnd, TwinCost
+from engine.workload.events import EvalResult, RunStarted, StepEnd, StepEnergy
 from tui.runstate import RunTracker, RunView
 
 MHZ = 1_000_000
@@ -58,13 +58,16 @@ def run_view(steps_done: int = 120, total: int = 300) -> RunView:
     tracker.feed(ExperimentPhase("policy", "static:gpu=816", 1, 2))
     tracker.feed(RunStarted(model="bert-tiny", task="sst2", mode="full", precision="fp32", device="cpu",
                             batch_size=32, total_steps=total, steps_per_epoch=63, seed=0, trainable_params=4_386_178,
-                            total_params=4_386_178, twin="agx-orin-64gb"))
+                            total_params=4_386_178))
     for i in range(1, steps_done + 1):
         # a slow ramp and a dip, so the chart shows shape
         scale = 1.0 + 0.2 * ((i % 40) / 40.0) - (0.3 if 60 <= i < 70 else 0.0)
         energy = {"VDD_GPU_SOC": 0.0455 * scale, "VDD_CPU_CV": 0.0083, "VIN_SYS_5V0": 0.0277, "VDDQ_VDD2_1V8AO": 0.0167}
+        total = sum(energy.values())
+        tracker.feed(StepEnergy(step=i, time_s=0.005, energy_j=energy, total_energy_j=total, avg_power_w=total / 0.005,
+                                rails=RAILS, source=Source.TWIN, samples=32))
         tracker.feed(StepEnd(step=i, epoch=i // 63, loss=0.70 - 0.001 * i, samples=32, tokens=4096, lr=1e-3,
-                             wall_s=0.02, elapsed_s=0.02 * i, twin=TwinCost(0.005, energy)))
+                             wall_s=0.02, elapsed_s=0.02 * i))
         if i == 100:
             tracker.feed(EvalResult(step=100, split="validation", metrics={"accuracy": 0.8125}, samples=64, wall_s=0.1))
     return tracker.view()

@@ -4,8 +4,9 @@ The engine calls `RunTracker.feed` from its worker thread after every event; the
 thread takes a consistent copy (`view`) at most about twice a second. Feeding a step
 costs a few dictionary updates, so the tracker does not slow the training it watches.
 
-Figures keep their source: twin step costs are `twin`; on a board the energy is
-integrated from the UI's rail polls (`measured`, coarse); projections and the ETA are
+Energy, power and device time come from the engine's `StepEnergy` events (the run
+harness's power-monitor window over each step: `measured` on a board, `twin` on the
+twin), the same figures the run is recorded with; projections and the ETA are
 extrapolations (`predicted`); throughput on the host is `measured`.
 """
 
@@ -99,9 +100,8 @@ class RunTracker:
         self.device_time = 0.0
         self.energy: dict[str, float] = {}
         self.now_w: dict[str, float] = {}
-        # (t_end, dt, joules per rail) per step or poll interval, last `window_s` of device time
+        # (t_end, dt, joules per rail) per step, last `window_s` of device time
         self._spans: deque[tuple[float, float, Mapping[str, float]]] = deque()
-        self._last_sample: tuple[float, Mapping[str, float]] | None = None
         self.metrics: dict[str, float] = {}
 
     def feed(self, event: Any) -> bool:
@@ -112,6 +112,9 @@ class RunTracker:
         with self._lock:
             if name == "StepEnd":
                 self._step(event)
+                return False
+            if name == "StepEnergy":
+                self._energy(event)
                 return False
             if name == "ExperimentPhase":
                 self._reset_run()
@@ -157,34 +160,17 @@ class RunTracker:
             self.loss = event.loss
         self.samples += event.samples
         self.host_elapsed = event.elapsed_s
-        cost = event.twin
-        if cost is not None and cost.time_s > 0:
-            self.device_time += cost.time_s
-            energy = cost.energy_j
-            for rail, joules in energy.items():
-                self.energy[rail] = self.energy.get(rail, 0.0) + joules
-            self.now_w = {rail: joules / cost.time_s for rail, joules in energy.items()}
-            self._push(self.device_time, cost.time_s, energy)
-        elif cost is None and self.source is not Source.TWIN:
-            self.device_time = event.elapsed_s
 
-    def add_sample(self, t: float, rails_mw: Mapping[str, float]) -> None:
-        """A board's rail reading (UI poll) while the run trains: integrated into the energy."""
-        if self.source is Source.TWIN:
-            return  # the twin's step costs are exact; its polls would count twice
-        with self._lock:
-            if self.status != "running":
-                self._last_sample = None
-                return
-            self.now_w = {r: mw / 1000.0 for r, mw in rails_mw.items()}
-            last, self._last_sample = self._last_sample, (t, dict(rails_mw))
-            if last is None or t <= last[0]:
-                return
-            dt = t - last[0]
-            joules = {r: mw / 1000.0 * dt for r, mw in last[1].items()}
-            for rail, j in joules.items():
-                self.energy[rail] = self.energy.get(rail, 0.0) + j
-            self._push(t, dt, joules)
+    def _energy(self, event: Any) -> None:
+        """One step's energy window: device time, energy per rail, the rails' power now."""
+        if event.time_s <= 0:
+            return
+        self.device_time += event.time_s
+        energy = event.energy_j
+        for rail, joules in energy.items():
+            self.energy[rail] = self.energy.get(rail, 0.0) + joules
+        self.now_w = {rail: joules / event.time_s for rail, joules in energy.items()}
+        self._push(self.device_time, event.time_s, energy)
 
     def _push(self, t_end: float, dt: float, joules: Mapping[str, float]) -> None:
         spans = self._spans

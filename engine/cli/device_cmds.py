@@ -217,12 +217,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
 # --- monitor ---------------------------------------------------------------------------------
 def cmd_monitor(args: argparse.Namespace) -> int:
     from engine.device.monitor import PowerMonitor
-    from engine.device.power import DeviceRailSource, TwinSource
 
     if args.seconds <= 0:
         raise ConfigError(f"--seconds must be positive, not {args.seconds}", "pass e.g. --seconds 10")
     with session_from_args(args) as session:
-        source = TwinSource(session.twin) if session.is_twin else DeviceRailSource(session.device)
+        source = session.power_source()
         label = source.source.value
         with PowerMonitor(source, rate_hz=args.rate, rails=args.rails) as mon:
             mon.begin_window("monitor")

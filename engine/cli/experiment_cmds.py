@@ -128,7 +128,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -> Any:
     """Validate, run with progress and a graceful Ctrl-C, print text or JSON; returns the result."""
-    from engine.workload.trainer import TrainControl
+    from engine.workload.loop import TrainControl
 
     spec.validate()
     control = TrainControl()
@@ -291,19 +291,24 @@ class Progress:
         self.phase = ""
         self._last = -1e9
         self._open = False
+        self._energy: Any = None  # the last StepEnergy (it comes just before its StepEnd)
 
     def __call__(self, event: Any) -> None:
         from engine.run.experiment import ExperimentPhase
         from engine.run.sweep import SweepPointDone
         from engine.run.thermal import ThermalWait
-        from engine.workload.events import RunCancelled, RunStarted, StepEnd
+        from engine.workload.events import RunCancelled, RunStarted, StepEnd, StepEnergy
 
         if isinstance(event, ExperimentPhase):
             self.phase = f"{event.role} run ({event.policy}) {event.index}/{event.total}: "
         elif isinstance(event, RunStarted):
             self.total = event.total_steps
+            self._energy = None
+        elif isinstance(event, StepEnergy):
+            self._energy = event
         elif isinstance(event, StepEnd):
-            cost = f"  {event.twin.total_energy_j:.3g} J/step [twin]" if event.twin is not None else ""
+            e = self._energy
+            cost = f"  {e.total_energy_j:.3g} J/step [{e.source.value}]" if e is not None and e.step == event.step else ""
             self._status(f"{self.phase}step {event.step}/{self.total}{cost}", final=event.step >= self.total)
         elif isinstance(event, SweepPointDone):
             m = event.measurement

@@ -25,9 +25,11 @@ from engine.workload.events import (
     RunFinished,
     RunStarted,
     StepEnd,
+    StepEnergy,
 )
+from engine.workload.checkpoint import CHECKPOINT_FILE
 from engine.workload.finetune import FinetuneResult, FinetuneSpec, run_finetune
-from engine.workload.trainer import CHECKPOINT_FILE, TrainControl
+from engine.workload.loop import TrainControl
 
 BAR_WIDTH = 24
 REDRAW_S = 0.1  # at most ten progress redraws a second
@@ -86,7 +88,7 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
         batch_size=args.batch_size, max_seq_len=args.max_seq_len, precision=args.precision,
         train_samples=args.train_samples, eval_samples=args.eval_samples, mode=args.mode,
         seed=args.seed, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=checkpoint_dir, resume=args.resume, twin=args.twin, padding=args.padding,
+        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=args.padding,
         learning_rate=args.lr, allow_download=args.download, device=args.device,
     )
 
@@ -95,9 +97,14 @@ def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     spec.validate()
     control = TrainControl()
-    progress = ProgressBar(sys.stderr)
+    progress = ProgressBar(sys.stderr, twin=args.twin)
     with cancel_on_sigint(control):
-        result = run_finetune(spec, callbacks=[progress], control=control)
+        if args.twin:  # every step also runs on the twin; its figures come from the run harness's monitor
+            from engine.run.harness import finetune_measured
+
+            result = finetune_measured(spec, twin=args.twin, callbacks=[progress], control=control)
+        else:
+            result = run_finetune(spec, callbacks=[progress], control=control)
     if args.json:
         json.dump(result.to_json(), sys.stdout)
         sys.stdout.write("\n")
@@ -109,8 +116,10 @@ def run(args: argparse.Namespace) -> int:
 class ProgressBar:
     """A one-line progress display for a terminal or a log: `\\r`-redrawn, throttled."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, twin: str | None = None) -> None:
         self.stream = stream
+        self.twin = twin  # the twin profile the run also advances, named in the first line
+        self._energy: StepEnergy | None = None
         self.total = 0
         self.model = ""
         self._last_draw = 0.0
@@ -123,7 +132,9 @@ class ProgressBar:
             resumed = f", resumed at step {event.start_step}" if event.start_step else ""
             self._line(f"{self.model}: {event.total_steps} steps of {event.batch_size}, "
                        f"{event.precision} on {event.device}, {event.trainable_params:,} trainable "
-                       f"parameters{resumed}" + (f"; twin {event.twin}" if event.twin else ""))
+                       f"parameters{resumed}" + (f"; twin {self.twin}" if self.twin else ""))
+        elif isinstance(event, StepEnergy):
+            self._energy = event
         elif isinstance(event, StepEnd):
             now = time.monotonic()
             if now - self._last_draw >= REDRAW_S or event.step >= self.total:
@@ -145,7 +156,9 @@ class ProgressBar:
         frac = e.step / self.total if self.total else 0.0
         filled = int(round(frac * BAR_WIDTH))
         rate = e.samples / e.wall_s if e.wall_s > 0 else 0.0
-        twin = f"  twin {e.twin.total_energy_j:.2f} J/step" if e.twin is not None else ""
+        energy = self._energy
+        twin = f"  twin {sum(energy.energy_j.values()):.2f} J/step" \
+            if energy is not None and energy.step == e.step else ""
         text = (f"\r[{'#' * filled}{'.' * (BAR_WIDTH - filled)}] {e.step}/{self.total}  "
                 f"loss {e.loss:.4f}  lr {e.lr:.2e}  {rate:.0f} samples/s{twin}")
         self.stream.write(text)

@@ -7,7 +7,8 @@
 
 Sources that know energy exactly (the twin) give exact windows from their counter;
 the others are integrated with the trapezoid rule, with window edges interpolated
-between the samples around them.
+between the samples around them. Either way the monitor samples at a window's edges
+when the sensor can have a newer value, so a run's trace has a sample per step.
 """
 
 from __future__ import annotations
@@ -286,6 +287,17 @@ class PowerMonitor:
             cutoff = self._buffer[-1].t - seconds
             return [s for s in self._buffer if s.t >= cutoff]
 
+    def since(self, t: float) -> list[PowerSample]:
+        """Samples newer than `t` still in the ring buffer, oldest first (cheap when few are)."""
+        with self._lock:
+            out = []
+            for s in reversed(self._buffer):
+                if s.t <= t:
+                    break
+                out.append(s)
+        out.reverse()
+        return out
+
     def energy_j(self) -> dict[str, float]:
         """Joules per rail integrated since the first sample."""
         with self._lock:
@@ -303,6 +315,7 @@ class PowerMonitor:
         counter = self.source.energy_counter()
         if counter is not None:
             t, energy = counter
+            self._fresh_sample(t)
             with self._lock:
                 if self._rails is None:
                     self._rails = resolve_rails(self.rail_preset, energy)
@@ -326,6 +339,7 @@ class PowerMonitor:
             if counter is None:
                 raise DeviceError("the power source stopped offering its energy counter", "restart the run")
             end, end_energy = counter
+            self._fresh_sample(end)
             samples = 0
         else:
             end = self._clock()

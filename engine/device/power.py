@@ -87,7 +87,13 @@ class TwinSource:
         return float(self.orin.now())
 
     def read(self) -> PowerSample:
-        return PowerSample(float(self.orin.now()), dict(self.orin.rail_powers_mw()))
+        # Time and power are two reads: retry if a step landed between them, so a sample
+        # never pairs one step's end with the next step's power.
+        while True:
+            t = float(self.orin.now())
+            rails = dict(self.orin.rail_powers_mw())
+            if float(self.orin.now()) == t:
+                return PowerSample(t, rails)
 
     def energy_counter(self) -> tuple[float, dict[str, float]]:
         return float(self.orin.now()), {k: float(v) for k, v in self.orin.energy_j().items()}

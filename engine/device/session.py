@@ -1,15 +1,25 @@
-"""Open the device a command asked for: a real board under a root, or the digital twin."""
+"""Open the device a command asked for: a real board under a root, or the digital twin.
+
+The session is also what a run needs from the device, so that nothing outside
+engine/device/ asks whether the board is a twin: its power source, how to idle and
+refresh, the hook that advances the twin after each training step, its rails and
+thermal limits, and what it can do (simulate, fast sweeps, warm up between runs).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 from engine.core import paths
+from engine.core.errors import ConfigError, DeviceError
+from engine.core.trace import StepTrace
 from engine.device.base import Device
-from engine.core.errors import DeviceError
+from engine.device.power import DeviceRailSource, PowerSource, TwinSource
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +37,81 @@ class DeviceSession:
     @property
     def is_twin(self) -> bool:
         return self.twin is not None
+
+    # ------------------------------------------------------------------ what a run needs
+    @property
+    def profile_name(self) -> str | None:
+        """The twin profile simulated, None on a board."""
+        return None if self.twin is None else str(self.twin.profile.name)
+
+    @property
+    def can_simulate(self) -> bool:
+        """Whether a run may skip training and only advance the device's model (the twin)."""
+        return self.twin is not None
+
+    @property
+    def warms_up(self) -> bool:
+        """Whether one run leaves heat that biases the next (real silicon; the twin's runs
+        start from its model, so a baseline needs no cool-down there)."""
+        return self.twin is None
+
+    def power_source(self) -> PowerSource:
+        """Where the power monitor reads rails: the twin's exact counter, or the board's rails."""
+        return TwinSource(self.twin) if self.twin is not None else DeviceRailSource(self.device)
+
+    def rail_names(self) -> tuple[str, ...]:
+        """The rails this device reports."""
+        if self.twin is not None:
+            return tuple(self.twin.profile.rail_names)
+        return tuple(r.name for r in self.device.rails())
+
+    @property
+    def virtual_time(self) -> bool:
+        """Whether `idle` advances a model's clock (the twin) rather than waiting."""
+        return self.twin is not None
+
+    def idle(self, seconds: float, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Let the device sit idle: the twin advances its virtual time, a board waits."""
+        if self.twin is not None:
+            self.twin.advance_idle(seconds)
+        else:
+            sleep(seconds)
+
+    def refresh(self) -> None:
+        """Make the device's files follow its last step (the twin syncs; a board is live)."""
+        if self.twin is not None:
+            self.twin.sync()
+
+    def step_hook(self, trace_for: Callable[[int, int], StepTrace]) -> Callable[[int, int], None] | None:
+        """What a run calls after each training step with (rows, seq_len): on the twin,
+        advance it by that step's trace (`trace_for`); on a board nothing (None)."""
+        twin = self.twin
+        if twin is None:
+            return None
+
+        def advance(rows: int, seq_len: int) -> None:
+            twin.run_step(trace_for(rows, seq_len))
+
+        return advance
+
+    def driven(self) -> ContextManager[Any]:
+        """While a run steps: the twin's time moves only with its steps (no wall-clock idle)."""
+        if self.twin is not None and hasattr(self.twin, "driven"):
+            return self.twin.driven()
+        return contextlib.nullcontext()
+
+    def thermal_guard_params(self) -> tuple[Any, str] | None:
+        """(the profile's [thermal_guard] table, its origin) on a twin that has one; None: defaults."""
+        profile = getattr(self.twin, "profile", None)
+        params = getattr(profile, "thermal_guard", None)
+        return None if params is None else (params, f"profile {profile.name}")
+
+    def fast_model(self) -> Any:
+        """The twin profile fast sweeps compute points from; a board has none."""
+        if self.twin is None:
+            raise ConfigError("--fast computes points from the digital twin's model; a board has to be measured",
+                              "add --twin (e.g. --twin agx-orin-64gb), or drop --fast on a board")
+        return self.twin.profile
 
     def close(self) -> None:
         if self.twin is not None:

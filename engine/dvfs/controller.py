@@ -4,11 +4,11 @@
     with ClockGuard(device):                  # the guard restores; the controller never does
         Trainer(..., callbacks=[controller, ...]).run()
 
-RunStarted applies the policy's initial setting. Each StepEnd gives the policy that
-step's cost: exact from the twin (`StepEnd.twin`, summed over `rails` as a board's
-monitor window is) when the run advances one, else from a power-monitor window opened
-at StepBegin; a setting the policy returns is applied before the next step (callbacks
-run synchronously on the training thread).
+RunStarted applies the policy's initial setting. Each `StepEnergy` (the run harness's
+power-monitor window over one step, summed over the run's rails; exact on the twin,
+measured on a board) gives the policy that step's cost; a setting the policy returns is
+applied before the next step (callbacks run synchronously on the training thread).
+The controller reads no power itself: a run without a monitor gives the policy no costs.
 
 jetson_clocks is run with `--store` the first time, into the state directory, and the
 guard of the run is told, so that it runs `jetson_clocks --restore` before putting
@@ -20,20 +20,17 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from engine.core import paths
 from engine.device.base import ClockDomain, Device
 from engine.core.measurement import Measurement
 from engine.dvfs.policies import Policy, PolicyContext
 from engine.device.setting import DvfsSetting, check_setting
-from engine.core.errors import ConfigError, DeviceError
-from engine.device.monitor import PowerMonitor, WindowResult
-from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
+from engine.core.errors import DeviceError
+from engine.workload.events import RunStarted, StepBegin, StepEnd, StepEnergy
 
 log = logging.getLogger(__name__)
-
-_WINDOW = "dvfs-step"
 
 
 class DvfsController:
@@ -44,69 +41,41 @@ class DvfsController:
         device: Device,
         policy: Policy,
         ctx: PolicyContext,
-        *,
-        monitor: PowerMonitor | None = None,
-        rails: Sequence[str] | None = None,
     ) -> None:
         self.device = device
         self.policy = policy
         self.ctx = ctx
-        self.monitor = monitor
-        # The rails a step's energy sums (the resolved --rails names); None = every rail.
-        self.rails: tuple[str, ...] | None = None if rails is None else tuple(rails)
         self.jetson_clocks_store: Path | None = None  # where jetson_clocks --store wrote, once run
         self.history: list[tuple[int, DvfsSetting]] = []  # (first step it applied to, setting)
         self.current: DvfsSetting | None = None
         self.last_cost: Measurement | None = None
         self._next_step = 1
-        self._expect_twin = False
-        self._window_open = False
 
     # ------------------------------------------------------------------ the callback
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, RunStarted):
             self._next_step = event.start_step + 1
-            self._expect_twin = event.twin is not None
             self.apply(self.policy.initial(self.ctx))
         elif isinstance(event, StepBegin):
             self._next_step = event.step
-            self._begin_window()
         elif isinstance(event, StepEnd):
+            self._next_step = event.step + 1
+        elif isinstance(event, StepEnergy):
             self._next_step = event.step + 1
             cost = self.measure(event)
             self.last_cost = cost
             new = self.policy.on_step_end(event.step, cost)
             if new is not None and new != self.current:
                 self.apply(new)
-        elif isinstance(event, (RunFinished, RunCancelled)):
-            self._discard_window()
 
-    def measure(self, event: StepEnd) -> Measurement | None:
-        """The step's cost: the twin's exact figures, else the monitor window's, else None."""
-        window = self._end_window()
-        if event.twin is not None:
-            return Measurement(event.twin.time_s, self._twin_energy_j(event), event.samples, source=event.twin.source)
-        if window is None:
-            return None
-        if window.duration_s <= 0 or event.samples <= 0:
+    @staticmethod
+    def measure(event: StepEnergy) -> Measurement | None:
+        """The step's cost from its energy window; None for an empty one."""
+        if event.time_s <= 0 or event.samples <= 0:
             log.debug("step %d: empty power window, no cost", event.step)
             return None
-        return Measurement(window.duration_s, window.total_energy_j, event.samples, self._peak_w(window), window.source)
-
-    def _twin_energy_j(self, event: StepEnd) -> float:
-        """The twin's step energy over the same rails a board's monitor window would total."""
-        assert event.twin is not None
-        if self.rails is None:
-            return event.twin.total_energy_j
-        energy = event.twin.energy_j
-        missing = [r for r in self.rails if r not in energy]
-        if missing:
-            raise ConfigError(
-                f"rail(s) {', '.join(missing)} not in the twin's step energy ({', '.join(energy) or 'none'})",
-                "pass the rail names the device reports (`slm-dvfs device` lists them)",
-            )
-        return float(sum(energy[r] for r in self.rails))
+        return Measurement(event.time_s, event.total_energy_j, event.samples, event.peak_power_w, event.source)
 
     # ------------------------------------------------------------------ applying a setting
 
@@ -170,36 +139,6 @@ class DvfsController:
         except DeviceError:
             return False
         return True
-
-    # ------------------------------------------------------------------ monitor windows
-
-    def _begin_window(self) -> None:
-        if self.monitor is None or self._expect_twin:
-            return
-        self._discard_window()  # a StepEnd that never came (an exception mid-step)
-        self.monitor.begin_window(_WINDOW)
-        self._window_open = True
-
-    def _end_window(self) -> WindowResult | None:
-        if not self._window_open or self.monitor is None:
-            return None
-        self._window_open = False
-        return self.monitor.end_window(_WINDOW)
-
-    def _discard_window(self) -> None:
-        if self._window_open and self.monitor is not None:
-            self._window_open = False
-            try:
-                self.monitor.end_window(_WINDOW)
-            except DeviceError as exc:
-                log.debug("discarding the step window: %s", exc.what)
-
-    def _peak_w(self, window: WindowResult) -> float | None:
-        assert self.monitor is not None
-        samples = [s for s in self.monitor.recent(window.duration_s) if window.start <= s.t <= window.end]
-        if not samples:
-            return None
-        return max(sum(s.rails_mw.get(r, 0.0) for r in window.rails) for s in samples) / 1000.0
 
     def describe(self) -> dict[str, Any]:
         return {

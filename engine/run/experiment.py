@@ -5,19 +5,22 @@
     with Store() as store:
         result = run_experiment(spec, store=store, callbacks=[progress])
 
-The experiment opens the device (a board, or the twin), snapshots its clocks in the
-clock guard before anything changes, and runs the policy's run and then the baseline
-(same seed, data order and step count), each with a DVFS controller applying the
-policy at step boundaries. On a board the baseline runs second on silicon the policy
-run has warmed, so the thermal guard first idles until the board is back within
-`BASELINE_COOL_MARGIN_C` of the policy run's starting temperature (a note says so). Figures come from the twin's exact step costs on the twin and
-from the power monitor's window over the training steps on a board; the energy total
-is over the monitor's rail preset (`all` or `gpu+cpu`), named in the result. Every run,
-its down-sampled power trace and the comparison are recorded in the store. `simulate`
-(twin only) replaces training with `engine.workload.resolve.simulate_run`.
+The experiment goes through the run harness (engine.run.harness): it opens the device
+(a board, or the twin), snapshots its clocks in the clock guard before anything changes,
+starts the power monitor, and runs the policy's run and then the baseline (same seed,
+data order and step count), each with a DVFS controller applying the policy at step
+boundaries. Where runs warm the device (a board), the baseline would start on silicon
+the policy run has warmed, so the thermal guard first idles until it is back within
+`BASELINE_COOL_MARGIN_C` of the policy run's starting temperature (a note says so).
+Figures come from the power monitor's window over the training steps (exact on the
+twin, integrated on a board); the energy total is over the monitor's rail preset (`all`
+or `gpu+cpu`), named in the result. Every run, its down-sampled power trace and the
+comparison are recorded in the store. `simulate` (twin only) replaces training with
+`engine.workload.simulate.simulate_run`.
 
-Events of both runs go to `callbacks` (the trainer's events, plus `ExperimentPhase` and
-the thermal guard's `ThermalWait`); a `TrainControl` pauses or cancels at step boundaries.
+Events of both runs go to `callbacks` (the trainer's events, `StepEnergy` per step,
+`ExperimentPhase` and the thermal guard's `ThermalWait`); a `TrainControl` pauses or
+cancels at step boundaries.
 """
 
 from __future__ import annotations
@@ -25,24 +28,22 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
-from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
-from engine.run.sweep import open_session, rail_names
+from engine.run.harness import RunHarness, open_harness, resolve_for
+from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
-from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.workload.events import StepEnd
 
 log = logging.getLogger(__name__)
 
 COMPARE_CHOICES = ("maxn",)
 SIMULATED_NOTE = "simulated: twin only, no training (no loss, no eval metric)"
-_RUN_WINDOW = "experiment-run"
-_FLUSH_S = 10.0  # pull the monitor's ring buffer this often (it holds 120 s)
 BASELINE_COOL_MARGIN_C = 3.0  # on a board, the baseline starts within this of the policy run's start
 
 
@@ -83,7 +84,7 @@ class ExperimentSpec:
             raise ConfigError("--reuse-baseline without --compare maxn", "add --compare maxn, or drop --reuse-baseline")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError(f"steps must be at least 1, not {self.steps!r}", "give --steps 1 or more")
-        if self.simulate and self.twin is None and not self.fallback_to_twin:
+        if self.simulate and not self.twin and not self.fallback_to_twin:
             raise ConfigError("--simulate runs on the digital twin only", "add --twin (e.g. --twin agx-orin-64gb)")
         parse_objective(self.objective)
 
@@ -153,35 +154,18 @@ def run_experiment(
     passed by a caller that has them; otherwise they are opened / resolved here."""
     from engine.device.session import DEFAULT_TWIN
     from engine.dvfs.policies import PolicyContext, make_policy
-    from engine.device.guard.guard import ClockGuard
-    from engine.workload.resolve import resolve_workload
     from engine.results.store import DeviceRecord, WorkloadRecord
-    from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
-    listeners = list(callbacks)
-
-    def emit(event: Any) -> None:
-        for callback in listeners:
-            callback(event)
-
     if workload is None:
-        workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
-                                    precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                                    allow_download=spec.allow_download)
-    owned = session is None
-    if owned:
-        twin = spec.twin if spec.twin is not None or not (spec.simulate and spec.fallback_to_twin) else DEFAULT_TWIN
-        session = open_session(twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
-                               thermal=spec.thermal)
-    try:
-        if spec.simulate and session.twin is None:
+        workload = resolve_for(spec)
+    twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
+    with open_harness(session=session, twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
+                      thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control) as harness:
+        if spec.simulate and not harness.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
-        device = session.device
-        identity = device.identity()
-        source = identity.source
-        rails = rail_names(session, spec.rails)
+        device, identity, source, emit = harness.device, harness.identity, harness.source, harness.emit
         objective = parse_objective(spec.objective, max_power_w=module_power_limit_w(identity))
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
         workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate else spec.data))
@@ -194,40 +178,34 @@ def run_experiment(
                 f"than --rails {spec.rails}",
                 f"sweep again with --rails {spec.rails}, or run with the sweep's --rails",
             )
-        guard = ThermalGuard(device, limits_for(session.twin, **dict(spec.thermal_overrides)), twin=session.twin,
-                             on_wait=emit)
+        guard = harness.thermal_guard(spec.thermal_overrides)
         ctx = PolicyContext(device, objective, tuple(points), workload=workload)
-        notes = list(getattr(session, "notes", []))
+        notes = list(getattr(harness.session, "notes", []))
         if spec.simulate:
             notes.append(SIMULATED_NOTE)
-        runner = _Runner(spec, session, workload, store, device_id, workload_id, rails, objective, guard,
-                         listeners, control)
+        runner = _Runner(spec, harness, workload, store, device_id, workload_id, objective, guard)
 
         baseline: RunFigures | None = None
-        with ClockGuard(device):  # the snapshot comes before any change; restored whatever happens
-            runner.start_monitor()
-            try:
-                total = 2 if spec.compare and not spec.reuse_baseline else 1
-                emit(ExperimentPhase("policy", spec.policy, 1, total))
-                run = runner.execute("policy", spec.policy, policy, ctx)
-                if spec.compare and not run.cancelled:
-                    if spec.reuse_baseline:
-                        baseline = stored_baseline(
-                            store, workload_key=workload.key, task=workload.task, device_id=device_id, source=source,
-                            steps=spec.steps, seed=spec.seed, rails_preset=spec.rails, rails=rails,
-                            simulated=spec.simulate, exclude=run.run_id)
-                        if baseline is None:
-                            notes.append("no stored MAXN run of this workload, device, steps and seed: ran one")
+        with harness.guarded():  # the clock snapshot comes before any change; restored whatever happens
+            total = 2 if spec.compare and not spec.reuse_baseline else 1
+            emit(ExperimentPhase("policy", spec.policy, 1, total))
+            run = runner.execute("policy", spec.policy, policy, ctx)
+            if spec.compare and not run.cancelled:
+                if spec.reuse_baseline:
+                    baseline = stored_baseline(
+                        store, workload_key=workload.key, task=workload.task, device_id=device_id, source=source,
+                        steps=spec.steps, seed=spec.seed, rails_preset=spec.rails, rails=harness.rails,
+                        simulated=spec.simulate, exclude=run.run_id)
                     if baseline is None:
-                        if session.twin is None:  # a board: the policy run has warmed it
-                            notes.append(cool_before_baseline(guard, runner.policy_start_c))
-                        emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
-                        base_ctx = PolicyContext(device, objective, (), workload=workload)
-                        baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
-                    else:
-                        notes.append(f"MAXN baseline reused from run {baseline.run_id}")
-            finally:
-                runner.stop_monitor()
+                        notes.append("no stored MAXN run of this workload, device, steps and seed: ran one")
+                if baseline is None:
+                    if harness.session.warms_up:  # the policy run has warmed the silicon
+                        notes.append(cool_before_baseline(guard, runner.policy_start_c))
+                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
+                    base_ctx = PolicyContext(device, objective, (), workload=workload)
+                    baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
+                else:
+                    notes.append(f"MAXN baseline reused from run {baseline.run_id}")
         comparison = None
         if baseline is not None and not baseline.cancelled:
             comparison = compare(run, baseline)
@@ -238,43 +216,26 @@ def run_experiment(
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
-    finally:
-        if owned:
-            session.close()
 
 
 class _Runner:
     """Executes one run of an experiment: store record, controller, recorder, training."""
 
-    def __init__(self, spec: ExperimentSpec, session: Any, workload: Any, store: Any, device_id: int,
-                 workload_id: int, rails: tuple[str, ...], objective: Objective, guard: Any,
-                 listeners: list[Callable[[Any], None]], control: Any) -> None:
-        self.spec, self.session, self.workload, self.store = spec, session, workload, store
-        self.device_id, self.workload_id, self.rails, self.objective = device_id, workload_id, rails, objective
-        self.guard, self.listeners, self.control = guard, listeners, control
-        self.source = session.device.identity().source
-        self.monitor: Any = None
+    def __init__(self, spec: ExperimentSpec, harness: RunHarness, workload: Any, store: Any, device_id: int,
+                 workload_id: int, objective: Objective, guard: Any) -> None:
+        self.spec, self.harness, self.workload, self.store = spec, harness, workload, store
+        self.device_id, self.workload_id, self.objective, self.guard = device_id, workload_id, objective, guard
+        self.rails = harness.rails
+        self.source = harness.source
         self.policy_start_c: float | None = None  # hottest zone as the policy run began
-
-    def start_monitor(self) -> None:
-        if self.session.twin is None:  # a board: energy from the rails, integrated
-            from engine.device.monitor import DeviceRailSource, PowerMonitor
-
-            self.monitor = PowerMonitor(DeviceRailSource(self.session.device), rails=self.spec.rails).start()
-
-    def stop_monitor(self) -> None:
-        if self.monitor is not None:
-            self.monitor.stop()
-            self.monitor = None
 
     def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
         from engine.dvfs.controller import DvfsController
-        from engine.workload.resolve import simulate_run
-        from engine.workload.finetune import FinetuneSpec, run_finetune
+        from engine.workload.finetune import FinetuneSpec
 
-        spec, device = self.spec, self.session.device
+        spec, harness = self.spec, self.harness
         self.guard.before_point(f"the {role} run ({policy_spec})")
-        if role == "policy" and self.session.twin is None:  # what the baseline cools back to on a board
+        if role == "policy" and harness.session.warms_up:  # what the baseline cools back to
             self.policy_start_c = self.guard.hottest()[1]
         run_id = self.store.start_run(
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
@@ -282,15 +243,15 @@ class _Runner:
             synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
             label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
-        controller = DvfsController(device, policy, ctx, monitor=self.monitor, rails=self.rails)
-        recorder = RunRecorder(self.rails, self.monitor)
-        callbacks = [controller, recorder, self._thermal_check, *self.listeners]
+        controller = DvfsController(harness.device, policy, ctx)
+        assert harness.monitor is not None
+        recorder = RunRecorder(harness.monitor)
+        callbacks = [controller, recorder, self._thermal_check]
         metric = metric_value = None
         metrics: dict[str, Any] = {}
         try:
             if spec.simulate:
-                sim = simulate_run(self.workload, self.session.twin, steps=spec.steps, seed=spec.seed,
-                                   callbacks=callbacks, control=self.control)
+                sim = harness.simulate(self.workload, steps=spec.steps, seed=spec.seed, callbacks=callbacks)
                 cancelled, wall_s = sim.cancelled, sim.wall_s
                 notes = SIMULATED_NOTE
             else:
@@ -301,7 +262,7 @@ class _Runner:
                     eval_samples=spec.eval_samples, mode=self.workload.mode, seed=spec.seed,
                     allow_download=spec.allow_download,
                 )
-                res = run_finetune(ft, callbacks=callbacks, control=self.control, twin=self.session.twin)
+                res = harness.train(ft, callbacks=callbacks)
                 cancelled, wall_s = res.cancelled, res.wall_s
                 metrics = flatten_metrics(res.eval)
                 first = next(iter(res.eval.values()), {})
@@ -371,78 +332,3 @@ def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BA
                 f"the policy run began at (no cool-down needed)")
     return (f"MAXN baseline ran second, after the board cooled from {wait.start_c:.1f} to {wait.end_c:.1f} degC "
             f"in {wait.waited_s:.0f} s (within {margin_c:g} degC of the {start_c:.1f} degC the policy run began at)")
-
-
-class RunRecorder:
-    """A trainer callback that totals one run: the twin's step costs on the twin, one
-    power-monitor window over the training steps on a board; and its power trace."""
-
-    def __init__(self, rails: Sequence[str], monitor: Any = None) -> None:
-        self.rails = tuple(rails)
-        self.monitor = monitor
-        self.samples: list[PowerSample] = []
-        self.total_steps = 0
-        self.steps = 0
-        self.n_samples = 0
-        self._time = 0.0
-        self._rail_j: dict[str, float] = {}
-        self._window: Any = None
-        self._open = False
-        self._last_t = -math.inf
-        self._flushed_at = -math.inf
-
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, RunStarted):
-            self.total_steps = event.total_steps
-            if self.monitor is not None and event.twin is None:
-                # The monitor's ring buffer still holds up to 120 s from before this run (in a
-                # comparison, the other run's tail): the trace keeps only samples newer than the
-                # last one taken before the window opened.
-                before = self.monitor.latest()
-                self.monitor.begin_window(_RUN_WINDOW)
-                self._open = True
-                self._last_t = before.t if before is not None else -math.inf
-        elif isinstance(event, StepEnd):
-            self.steps = event.step
-            self.n_samples += event.samples
-            if event.twin is not None:
-                self._twin_step(event.twin)
-            elif self.monitor is not None:
-                self._pull_samples(force=event.step >= self.total_steps)
-            if event.step >= self.total_steps:
-                self._close()  # the window covers training, not the final evaluation
-        elif isinstance(event, (RunFinished, RunCancelled)):
-            self._close()
-
-    def _twin_step(self, cost: Any) -> None:
-        self._time += cost.time_s
-        for rail, joules in cost.energy_j.items():
-            self._rail_j[rail] = self._rail_j.get(rail, 0.0) + joules
-        if cost.time_s > 0:  # one sample per step: the step's average power (piecewise constant)
-            self.samples.append(PowerSample(self._time, {r: j / cost.time_s * 1000.0 for r, j in cost.energy_j.items()}))
-
-    def _pull_samples(self, force: bool = False) -> None:
-        latest = self.monitor.latest()
-        if latest is None or (not force and latest.t - self._flushed_at < _FLUSH_S):
-            return
-        fresh = [s for s in self.monitor.recent(1e9) if s.t > self._last_t]
-        if fresh:
-            self.samples.extend(fresh)
-            self._last_t = fresh[-1].t
-        self._flushed_at = latest.t
-
-    def _close(self) -> None:
-        if self._open and self.monitor is not None:
-            self._open = False
-            self._pull_samples(force=True)
-            self._window = self.monitor.end_window(_RUN_WINDOW)
-
-    def figures(self) -> tuple[float, dict[str, float], int, int] | None:
-        """(time s, joules per rail, samples, steps) of the training steps; None if none ran."""
-        if self.steps == 0:
-            return None
-        if self._window is not None:
-            return self._window.duration_s, dict(self._window.energy_j), self.n_samples, self.steps
-        return self._time, dict(self._rail_j), self.n_samples, self.steps
-
-

@@ -6,10 +6,10 @@ t). The points run in repetition-major order (all settings once, then again), so
 drift (heat, background load) spreads over the settings instead of biasing one.
 
 Two ways to run one:
-- the real fine-tuning loop (`run_sweep`): one continuous run whose steps a
-  `SweepDriver` callback splits into points, applying each point's setting at a step
-  boundary (through the DVFS controller's `apply`) and measuring its S steps: the
-  twin's exact step costs on the twin, one power-monitor window on a board;
+- the real fine-tuning loop (`run_sweep`), through the run harness: one continuous run
+  whose steps a `SweepDriver` callback splits into points, applying each point's setting
+  at a step boundary (through the DVFS controller's `apply`) and measuring its S steps
+  in one power-monitor window (exact on the twin, integrated on a board);
 - `--fast`, twin only (`fast_sweep`): every point computed straight from the step
   trace with the twin's governors and model; pure and fast (thousands of points a
   second), the selector's training-data generator. No thermal dynamics in this mode.
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
-from engine.device.base import Device, DeviceIdentity
+from engine.device.base import DeviceIdentity
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.device.setting import DvfsSetting
@@ -35,38 +35,10 @@ from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
 from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
+from engine.run.harness import RunHarness, open_harness, resolve_for
+from engine.run.sweep_driver import SweepDriver
 
 log = logging.getLogger(__name__)
-
-_POINT_WINDOW = "sweep-point"
-
-
-# --------------------------------------------------------------------------- sessions and rails
-def open_session(
-    *,
-    twin: str | None = None,
-    sysfs_root: str | None = None,
-    fallback_to_twin: bool = False,
-    thermal: bool = False,
-) -> Any:
-    """The device of a sweep or experiment (engine.device.session.DeviceSession): the twin
-    runs in virtual time only (no wall-clock idle drift, so results repeat), with its
-    thermal model when `thermal`."""
-    from engine.device.session import open_device
-
-    return open_device(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, realtime=False,
-                       thermal=thermal)
-
-
-def rail_names(session: Any, preset: str) -> tuple[str, ...]:
-    """The rails a preset names on this device (checked: a clear error names the others)."""
-    from engine.device.monitor import resolve_rails
-
-    if session.twin is not None:
-        available: Sequence[str] = session.twin.profile.rail_names
-    else:
-        available = [r.name for r in session.device.rails()]
-    return resolve_rails(preset, available)
 
 
 # --------------------------------------------------------------------------- the sweep
@@ -101,7 +73,7 @@ class SweepSpec:
         if self.space not in SPACES:
             raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
         check_counts(self.warmup_steps, self.steps, self.repeats)
-        if self.fast and self.twin is None:
+        if self.fast and not self.twin:
             raise ConfigError("--fast computes points on the digital twin's model",
                               "add --twin (e.g. --twin agx-orin-64gb), or drop --fast on a board")
         parse_objective(self.objective)
@@ -111,10 +83,10 @@ class SweepSpec:
         if self.settings:
             return {"settings": [s.to_json() for s in self.settings], "rails": rails,
                     "method": "fast" if self.fast else "run", "seed": self.seed,
-                    "thermal": bool(self.thermal and self.twin is not None)}
+                    "thermal": bool(self.thermal and self.twin)}
         return {"space": self.space, "cpu_stride": self.cpu_stride, "include_maxn": self.include_maxn,
                 "rails": rails, "method": "fast" if self.fast else "run", "seed": self.seed,
-                "thermal": bool(self.thermal and self.twin is not None)}
+                "thermal": bool(self.thermal and self.twin)}
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -187,25 +159,16 @@ def run_sweep(
     by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.dvfs.space import setting_space
-    from engine.workload.resolve import resolve_workload
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
-    from engine.run.thermal import ThermalGuard, limits_for
 
     spec.validate()
     listeners = list(callbacks)
     if workload is None:
-        workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
-                                    precision=spec.precision, mode=spec.mode, seed=spec.seed)
-    owned = session is None
-    if owned:
-        session = open_session(twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal)
-    try:
-        device: Device = session.device
-        if spec.fast and session.twin is None:
-            raise ConfigError("--fast needs the digital twin", "add --twin, or drop --fast on a board")
-        identity = device.identity()
-        source = identity.source
-        rails = rail_names(session, spec.rails)
+        workload = resolve_for(spec)
+    with open_harness(session=session, twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal,
+                      rails=spec.rails, listeners=listeners, control=control) as harness:
+        device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
+        model = harness.session.fast_model() if spec.fast else None
         if spec.settings:
             from engine.device.setting import check_setting
 
@@ -231,15 +194,13 @@ def run_sweep(
             store.add_point(SweepPoint(sweep_id=sweep.id, setting=setting.to_json(), repeat=repeat, time_s=m.time_s,
                                        energy_j=m.energy_j, samples=m.samples, rail_energy_j=dict(rail_j),
                                        avg_power_w=m.avg_power_w, source=source))
-            event = SweepPointDone(i, len(plan), setting, repeat, m)
-            for callback in listeners:
-                callback(event)
+            harness.emit(SweepPointDone(i, len(plan), setting, repeat, m))
 
         status = "finished"
         thermal: dict[str, Any] = {}
         try:
             if spec.fast:
-                pts = fast_points(workload.trace, session.twin.profile, [s for s, _r in plan],
+                pts = fast_points(workload.trace, model, [s for s, _r in plan],
                                   warmup_steps=spec.warmup_steps, steps=spec.steps, rails=rails)
                 for i, ((setting, repeat), p) in enumerate(zip(plan, pts), start=1):
                     if control is not None and control.cancelled:
@@ -248,10 +209,8 @@ def run_sweep(
                     record(setting, repeat, p.measurement, p.rail_energy_j, i)
                 thermal = {"note": "fast mode computes points without heating the twin: no thermal guard"}
             elif plan:
-                limits = limits or limits_for(session.twin, **dict(spec.thermal_overrides))
-                guard = ThermalGuard(device, limits, twin=session.twin,
-                                     on_wait=lambda w: [cb(w) for cb in listeners])
-                status = _run_points(spec, session, workload, plan, rails, guard, record, listeners, control)
+                guard = harness.thermal_guard(spec.thermal_overrides, limits=limits)
+                status = _run_points(spec, harness, workload, plan, guard, record)
                 thermal = guard.describe()
         except BaseException:
             store.finish_sweep(sweep.id, "failed")  # resumable: find_or_create_sweep picks it up again
@@ -265,22 +224,16 @@ def run_sweep(
             points=tuple(summaries), optimum=optimum(summaries, objective), maxn=maxn_of(summaries),
             status=status, thermal=thermal,
         )
-    finally:
-        if owned:
-            session.close()
 
 
-def _run_points(spec: SweepSpec, session: Any, workload: Any, plan: list[tuple[DvfsSetting, int]],
-                rails: tuple[str, ...], guard: Any, record: Callable[..., None], listeners: list[Any],
-                control: Any) -> str:
-    """The fine-tuning loop over all planned points, inside the clock guard."""
+def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[tuple[DvfsSetting, int]],
+                guard: Any, record: Callable[..., None]) -> str:
+    """The fine-tuning loop over all planned points, inside the harness's clock guard and monitor."""
     from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import PolicyContext, make_policy
-    from engine.device.guard.guard import ClockGuard
-    from engine.device.monitor import DeviceRailSource, PowerMonitor
-    from engine.workload.finetune import FinetuneSpec, run_finetune
+    from engine.workload.finetune import FinetuneSpec
 
-    device = session.device
+    device = harness.device
     applier = DvfsController(device, make_policy("maxn"), PolicyContext(device, Objective()))
     total_steps = len(plan) * (spec.warmup_steps + spec.steps)
     ft = FinetuneSpec(
@@ -288,113 +241,11 @@ def _run_points(spec: SweepSpec, session: Any, workload: Any, plan: list[tuple[D
         batch_size=workload.batch_size, max_seq_len=workload.seq_len, precision=workload.precision,
         train_samples=spec.train_samples, eval_samples=spec.eval_samples, mode=workload.mode, seed=spec.seed,
     )
-    with ClockGuard(device):
-        monitor = None if session.twin is not None else PowerMonitor(DeviceRailSource(device), rails=spec.rails)
-        if monitor is not None:
-            monitor.start()
-        try:
-            driver = SweepDriver(plan, warmup_steps=spec.warmup_steps, steps=spec.steps, apply=applier.apply,
-                                 record=record, rails=rails, guard=guard, monitor=monitor)
-            result = run_finetune(ft, callbacks=[driver, *listeners], control=control, twin=session.twin)
-        finally:
-            if monitor is not None:
-                monitor.stop()
+    with harness.guarded():
+        assert harness.monitor is not None
+        driver = SweepDriver(plan, warmup_steps=spec.warmup_steps, steps=spec.steps, apply=applier.apply,
+                             record=record, monitor=harness.monitor, guard=guard)
+        result = harness.train(ft, callbacks=[driver])
     if result.cancelled or driver.done < len(plan):
         return "cancelled"
     return "finished"
-
-
-class SweepDriver:
-    """A trainer callback that splits one run into sweep points: before each point it
-    lets the thermal guard cool the board and applies the point's setting; it measures
-    the point's last `steps` steps and records them."""
-
-    def __init__(
-        self,
-        plan: Sequence[tuple[DvfsSetting, int]],
-        *,
-        warmup_steps: int,
-        steps: int,
-        apply: Callable[[DvfsSetting], None],
-        record: Callable[[DvfsSetting, int, Measurement, Mapping[str, float], int], None],
-        rails: Sequence[str],
-        guard: Any = None,
-        monitor: Any = None,
-    ) -> None:
-        self.plan = list(plan)
-        self.warmup_steps = warmup_steps
-        self.steps = steps
-        self.apply = apply
-        self.record = record
-        self.rails = tuple(rails)
-        self.guard = guard
-        self.monitor = monitor
-        self.done = 0
-        self._in_point = 0
-        self._time = 0.0
-        self._rail_j: dict[str, float] = {}
-        self._samples = 0
-        self._peak_w = 0.0
-        self._window = False
-
-    def __call__(self, event: Any) -> None:
-        from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepBegin, StepEnd
-
-        if isinstance(event, RunStarted):
-            if self.plan:
-                self._begin_point()
-        elif isinstance(event, StepBegin):
-            if self.done < len(self.plan) and self._in_point == self.warmup_steps and self.monitor is not None:
-                self.monitor.begin_window(_POINT_WINDOW)
-                self._window = True
-        elif isinstance(event, StepEnd):
-            self._step_end(event)
-        elif isinstance(event, (RunFinished, RunCancelled)):
-            if self._window and self.monitor is not None:
-                self._window = False
-                self.monitor.end_window(_POINT_WINDOW)
-
-    def _begin_point(self) -> None:
-        setting, repeat = self.plan[self.done]
-        if self.guard is not None:
-            self.guard.before_point(f"{setting.label()} (repeat {repeat + 1})")
-        self.apply(setting)
-        self._in_point = 0
-        self._time, self._rail_j, self._samples, self._peak_w = 0.0, {}, 0, 0.0
-
-    def _step_end(self, event: Any) -> None:
-        if self.done >= len(self.plan):
-            return
-        if self.guard is not None:
-            self.guard.check()
-        self._in_point += 1
-        if self._in_point <= self.warmup_steps:
-            return
-        self._samples += event.samples
-        if event.twin is not None:
-            self._time += event.twin.time_s
-            for rail, joules in event.twin.energy_j.items():
-                self._rail_j[rail] = self._rail_j.get(rail, 0.0) + joules
-            if event.twin.time_s > 0:
-                watts = sum(event.twin.energy_j.get(r, 0.0) for r in self.rails) / event.twin.time_s
-                self._peak_w = max(self._peak_w, watts)
-        if self._in_point < self.warmup_steps + self.steps:
-            return
-        setting, repeat = self.plan[self.done]
-        if event.twin is not None:
-            m = Measurement(self._time, sum(self._rail_j.get(r, 0.0) for r in self.rails), self._samples,
-                            self._peak_w or None, Source.TWIN)
-            rail_j = dict(self._rail_j)
-        else:
-            if self.monitor is None:
-                raise ConfigError("a sweep on a board needs a power monitor", "this is a bug: please report it")
-            window = self.monitor.end_window(_POINT_WINDOW)
-            self._window = False
-            m = Measurement(window.duration_s, window.total_energy_j, self._samples, None, window.source)
-            rail_j = dict(window.energy_j)
-        self.done += 1
-        self.record(setting, repeat, m, rail_j, self.done)
-        if self.done < len(self.plan):
-            self._begin_point()
-
-

@@ -6,10 +6,10 @@ thermal zone. Over `wait_c` it idles until the zone is back at or below `cooldow
 any step, it stops the experiment with `ThermalAbortError` (the clock guard around the
 experiment then restores the clocks).
 
-Limits come from the device profile's `[thermal_guard]` table on the twin and from
-`DEFAULT_LIMITS` on a board (75 / 85 / 65 degC, poll every 5 s); flags override both.
-On the twin, "waiting" advances the twin's idle time instead of sleeping, so a sweep
-that has to cool down for minutes still finishes in moments.
+Limits come from the device session (the twin profile's `[thermal_guard]` table) or
+`DEFAULT_LIMITS` (75 / 85 / 65 degC, poll every 5 s); flags override both. The guard
+waits through `session.idle`: on the twin that advances its idle time instead of
+sleeping, so a sweep that has to cool down for minutes still finishes in moments.
 """
 
 from __future__ import annotations
@@ -69,14 +69,15 @@ class ThermalLimits:
 DEFAULT_LIMITS = ThermalLimits()
 
 
-def limits_for(twin: Any = None, **overrides: float | None) -> ThermalLimits:
-    """The limits for a device: the twin profile's `[thermal_guard]` (when it has one),
-    else the defaults; then the non-None overrides (wait_c=..., abort_c=..., ...)."""
+def limits_for(session: Any = None, **overrides: float | None) -> ThermalLimits:
+    """The limits for a device session: its own (`session.thermal_guard_params()`, e.g. a
+    twin profile's `[thermal_guard]`) when it has some, else the defaults; then the
+    non-None overrides (wait_c=..., abort_c=..., ...)."""
     base = DEFAULT_LIMITS
-    params = getattr(getattr(twin, "profile", None), "thermal_guard", None)
-    if params is not None:
-        base = ThermalLimits(params.wait_c, params.abort_c, params.cooldown_c, params.poll_s,
-                             origin=f"profile {twin.profile.name}")
+    found = session.thermal_guard_params() if session is not None else None
+    if found is not None:
+        params, origin = found
+        base = ThermalLimits(params.wait_c, params.abort_c, params.cooldown_c, params.poll_s, origin=origin)
     return base.with_overrides(**overrides)
 
 
@@ -99,21 +100,22 @@ class ThermalWait:
 class ThermalGuard:
     """Reads a device's temperatures; waits for a cool board; aborts on a hot one.
 
-    `twin` (a VirtualOrin) makes waiting advance its idle time; without one the guard
-    sleeps (`sleep` is injectable for tests)."""
+    With a `session` (engine.device.session.DeviceSession) the guard refreshes the
+    device before reading and waits through `session.idle`; without one it sleeps
+    (`sleep` is injectable for tests, and passed on to `session.idle`)."""
 
     def __init__(
         self,
         device: Device,
         limits: ThermalLimits = DEFAULT_LIMITS,
         *,
-        twin: Any = None,
+        session: Any = None,
         sleep: Callable[[float], None] = time.sleep,
         on_wait: Callable[[ThermalWait], None] | None = None,
     ) -> None:
         self.device = device
         self.limits = limits
-        self.twin = twin
+        self.session = session
         self._sleep = sleep
         self.on_wait = on_wait
         self.waits: list[ThermalWait] = []
@@ -121,8 +123,8 @@ class ThermalGuard:
 
     def hottest(self) -> tuple[str, float]:
         """(zone, degC) of the hottest zone now; ("none", -inf) on a board with no zones."""
-        if self.twin is not None:
-            self.twin.sync()  # the files follow the twin's last step, not a stale tick
+        if self.session is not None:
+            self.session.refresh()  # the files follow the last step, not a stale tick
         try:
             temps = self.device.temperatures()
         except DeviceError as exc:
@@ -164,13 +166,14 @@ class ThermalGuard:
                     "check the fan and the air around the board, then run again (a sweep resumes)",
                 )
             step = min(self.limits.poll_s, self.limits.max_wait_s - waited)
-            if self.twin is not None:
-                self.twin.advance_idle(step)
+            if self.session is not None:
+                self.session.idle(step, sleep=self._sleep)
             else:
                 self._sleep(step)
             waited += step
             celsius = self.check()
-        wait = ThermalWait(zone, start, celsius, waited, label, simulated=self.twin is not None)
+        wait = ThermalWait(zone, start, celsius, waited, label,
+                           simulated=bool(getattr(self.session, "virtual_time", False)))
         self.waits.append(wait)
         log.info("cooled from %.1f to %.1f degC in %.0f s%s", start, celsius, waited,
                  " (twin idle time)" if wait.simulated else "")

@@ -201,7 +201,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     from engine.workload.glue import get_task
     from engine.workload.models import build_model, resolve_model
     from engine.workload.tracer import step_trace
-    from engine.workload.trainer import apply_mode
+    from engine.workload.optim import apply_mode
     from engine.workload.zoo import MODEL_TYPE_FAMILY
 
     glue = get_task(task)

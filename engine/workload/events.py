@@ -2,45 +2,19 @@
 
 Every event is a frozen dataclass. A listener is any callable taking an event; the
 trainer calls each listener, in order, with every event, from the training thread.
-The store, the progress bar, the TUI and the power monitor all hang off this hook.
-Times named `wall_s` are measured on the host's clock; twin figures travel in a
-`TwinCost`, which carries its `twin` source label.
+The store, the progress bar, the TUI and the DVFS controller all hang off this hook.
+Times named `wall_s` are measured on the host's clock. The trainer knows nothing of
+power: `StepEnergy` comes from the run harness's power-monitor window over each step
+(measured on a board, exact on the twin), and carries its source label.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
 from engine.core.provenance import Source
-
-
-@dataclass(frozen=True)
-class TwinCost:
-    """Time and energy the digital twin charged, per rail (J)."""
-
-    time_s: float
-    energy_j: Mapping[str, float] = field(default_factory=dict)
-    source: Source = Source.TWIN
-
-    @property
-    def total_energy_j(self) -> float:
-        return float(sum(self.energy_j.values()))
-
-    def __add__(self, other: "TwinCost") -> "TwinCost":
-        rails = dict(self.energy_j)
-        for rail, joules in other.energy_j.items():
-            rails[rail] = rails.get(rail, 0.0) + float(joules)
-        return TwinCost(self.time_s + other.time_s, rails, self.source)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "time_s": self.time_s,
-            "energy_j": dict(self.energy_j),
-            "total_energy_j": self.total_energy_j,
-            "source": str(self.source),
-        }
 
 
 @dataclass(frozen=True)
@@ -57,7 +31,6 @@ class RunStarted:
     trainable_params: int
     total_params: int
     start_step: int = 0  # > 0 when resumed from a checkpoint
-    twin: str | None = None  # twin profile when the run advances a digital twin
 
 
 @dataclass(frozen=True)
@@ -77,7 +50,25 @@ class StepEnd:
     wall_s: float  # host time of this step
     elapsed_s: float  # host time since the run (or the resumed part) began
     grad_norm: float | None = None  # before clipping
-    twin: TwinCost | None = None  # this step on the twin
+
+
+@dataclass(frozen=True)
+class StepEnergy:
+    """A step's energy: the power monitor's window from StepBegin to StepEnd (after StepEnd)."""
+
+    step: int
+    time_s: float  # device time of the window (the source's timebase)
+    energy_j: Mapping[str, float]  # every rail the source reports
+    total_energy_j: float  # over `rails` (the run's preset)
+    avg_power_w: float
+    rails: tuple[str, ...]
+    source: Source  # measured on a board, twin when simulated
+    samples: int = 0  # training samples of the step
+    peak_power_w: float | None = None  # highest total over `rails` of the monitor's samples in the window
+
+    @property
+    def rail_power_w(self) -> dict[str, float]:
+        return {r: j / self.time_s for r, j in self.energy_j.items()} if self.time_s > 0 else {}
 
 
 @dataclass(frozen=True)
@@ -111,7 +102,6 @@ class RunFinished:
     samples: int
     wall_s: float
     final_loss: float | None
-    twin: TwinCost | None = None  # the whole run on the twin
 
 
 @dataclass(frozen=True)
@@ -120,10 +110,9 @@ class RunCancelled:
     samples: int
     wall_s: float
     reason: str
-    twin: TwinCost | None = None
 
 
-Event = Union[RunStarted, StepBegin, StepEnd, EvalResult, Checkpointed, Paused, Resumed,
+Event = Union[RunStarted, StepBegin, StepEnd, StepEnergy, EvalResult, Checkpointed, Paused, Resumed,
               RunFinished, RunCancelled]
 Callback = Callable[[Event], None]
 
@@ -133,8 +122,10 @@ def event_to_json(event: Event) -> dict[str, Any]:
     out: dict[str, Any] = {"event": type(event).__name__}
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
-        if isinstance(value, TwinCost):
-            value = value.to_json()
+        if isinstance(value, Source):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
         elif isinstance(value, Mapping):
             value = dict(value)
         out[f.name] = value

@@ -1,8 +1,12 @@
-"""One fine-tuning run, from a spec to a result: model, data, tokenizer, loop, twin.
+"""One fine-tuning run, from a spec to a result: model, data, tokenizer, loop.
 
 The library call behind `slm-dvfs finetune` and the TUI's runs. Offline by default:
 a zoo model without a cached checkpoint trains from random weights, and synthetic
 GLUE data stands in for the real thing; the result says which (`weights`, `synthetic`).
+The run knows nothing of power or twins: whoever assembles it may pass `step_hook`, a
+factory that gets the run's `trace_for(rows, seq_len)` and returns what runs after each
+step (the run harness advances the digital twin with it); the harness also fills the
+result's twin figures, from its power monitor.
 """
 
 from __future__ import annotations
@@ -10,15 +14,16 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
-
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping
 
 from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, PADDINGS
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.workload.events import Callback
 from engine.core.constants import MODES, PRECISIONS
-from engine.workload.trainer import TrainConfig, TrainControl, Trainer, resolve_device
+from engine.core.trace import StepTrace
+from engine.workload.events import Callback
+from engine.workload.loop import StepHook, TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,6 @@ class FinetuneSpec:
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
     resume: str | None = None  # a checkpoint folder to continue from
-    twin: str | None = None  # twin profile, e.g. "agx-orin-64gb"; None: no twin
     padding: str = "max_length"  # "max_length" | "dynamic"
     learning_rate: float | None = None  # None: LR_PRETRAINED or LR_RANDOM
     allow_download: bool = False
@@ -72,6 +76,8 @@ class FinetuneSpec:
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoints were asked for without a folder", "add --checkpoint-dir DIR")
         if self.device:
+            from engine.workload.optim import resolve_device
+
             resolve_device(self.device)  # a device this host lacks fails now, not after the model loads
 
 
@@ -154,30 +160,22 @@ def defaults_for(model_spec: str) -> Defaults:
     return Defaults(entry.batch_size, entry.seq_len, entry.precision)
 
 
-def open_twin(profile: str) -> Any:
-    """The digital twin for `profile` (a VirtualOrin, in virtual time), opened as every
-    command opens it: its persistent tree, so clocks pinned with `slm-dvfs pin --twin`
-    hold here too. Imported lazily: the twin is optional."""
-    try:
-        from engine.device.session import open_device
-
-        return open_device(twin=profile, realtime=False).twin
-    except ImportError as exc:
-        raise ConfigError(f"the digital twin is not available ({exc})",
-                          "run without --twin, or install the complete slm-dvfs") from None
+TraceFor = Callable[[int, int], StepTrace]
 
 
 def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
-                 control: TrainControl | None = None, *, twin: Any | None = None) -> FinetuneResult:
+                 control: TrainControl | None = None, *,
+                 step_hook: Callable[[TraceFor], StepHook | None] | None = None) -> FinetuneResult:
     """Fine-tune as `spec` says; every event goes to each of `callbacks`.
 
-    `twin` overrides the twin `spec.twin` would open (tests pass a fake one).
-    """
+    `step_hook(trace_for)`, when given, builds the hook run after each step from the
+    run's step traces (`trace_for(rows, seq_len)`, cached per shape)."""
     from engine.workload.data import encode, load_glue_text
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
     from engine.workload.models import load_model
     from engine.workload.tokenization import load_tokenizer
+    from engine.workload.trainer import TrainConfig, Trainer
 
     spec.validate()
     task = get_task(spec.task)
@@ -198,36 +196,29 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
                                allow_download=spec.allow_download, task=task)
     encoded = encode(text, tokenizer, seq_len, padding=spec.padding)
 
-    owned_twin = twin is None and bool(spec.twin)
-    if owned_twin:
-        twin = open_twin(str(spec.twin))
-    twin_name = _twin_name(spec, twin)
-
-    def trace_for(rows: int, length: int):
+    @lru_cache(maxsize=None)
+    def traced(rows: int, length: int) -> StepTrace:
         from engine.workload.tracer import step_trace
 
+        return step_trace(model, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
+
+    def trace_for(rows: int, length: int) -> StepTrace:
         if spec.padding == "dynamic":
             length = min(seq_len, TRACE_LENGTH_BUCKET * math.ceil(length / TRACE_LENGTH_BUCKET))
-        return step_trace(model, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
+        return traced(rows, length)
 
     config = TrainConfig(
         steps=spec.steps, epochs=spec.epochs, batch_size=batch_size, learning_rate=lr,
         precision=precision, mode=spec.mode, seed=spec.seed, eval_every=spec.eval_every,
         checkpoint_every=spec.checkpoint_every, checkpoint_dir=spec.checkpoint_dir, device=spec.device,
     )
-    try:
-        trainer = Trainer(
-            model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
-            metric_fn=lambda preds, labels: compute_metrics(task, preds, labels),
-            callbacks=callbacks, control=control, twin=twin,
-            trace_for=trace_for if twin is not None else None,
-            run_name=(info.name, task.name), twin_name=twin_name,
-        )
-        outcome = trainer.run(resume_from=spec.resume)
-    finally:
-        if owned_twin and hasattr(twin, "close"):
-            twin.close()
-    on_twin = outcome.twin is not None
+    trainer = Trainer(
+        model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
+        metric_fn=lambda preds, labels: compute_metrics(task, preds, labels),
+        callbacks=callbacks, control=control, step_hook=step_hook(trace_for) if step_hook is not None else None,
+        run_name=(info.name, task.name),
+    )
+    outcome = trainer.run(resume_from=spec.resume)
     return FinetuneResult(
         model=info.name, task=task.name, mode=spec.mode, precision=outcome.precision,
         device=outcome.device, batch_size=batch_size, max_seq_len=seq_len, steps=outcome.steps,
@@ -237,18 +228,4 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         synthetic=text.synthetic, data_source=text.source,
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
         cancelled=outcome.cancelled,
-        twin_profile=twin_name if on_twin else None,
-        twin_precision=precision if on_twin else None,
-        twin_time_s=outcome.twin.time_s if outcome.twin is not None else None,
-        twin_energy_j=dict(outcome.twin.energy_j) if outcome.twin is not None else None,
-        twin_source=Source.TWIN if on_twin else None,
     )
-
-
-def _twin_name(spec: FinetuneSpec, twin: Any | None) -> str | None:
-    if twin is None:
-        return None
-    if spec.twin:
-        return spec.twin
-    profile = getattr(twin, "profile", None)
-    return str(getattr(profile, "name", profile or "twin"))

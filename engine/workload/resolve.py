@@ -1,10 +1,4 @@
-"""Twin-only execution: the fine-tuning event stream without training anything.
-
-`simulate_run` emits what the trainer emits (RunStarted, StepBegin, StepEnd with the
-twin's cost, RunFinished or RunCancelled), but each step only advances the digital twin
-by the workload's step trace: no data, no model weights, no torch arithmetic. So a
-policy (and the DVFS controller applying it) can be evaluated on pythia-410m in
-seconds. There is no loss (NaN) and no evaluation metric; results say `simulated`.
+"""What a run fine-tunes, resolved before anything runs.
 
 `resolve_workload` turns (model, task, batch, length, precision, mode) into the step
 trace every twin figure is computed from (meta tensors: nothing is allocated).
@@ -12,33 +6,15 @@ trace every twin figure is computed from (meta tensors: nothing is allocated).
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-import time
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.workload.events import (
-    Callback,
-    Event,
-    Paused,
-    Resumed,
-    RunCancelled,
-    RunFinished,
-    RunStarted,
-    StepBegin,
-    StepEnd,
-    TwinCost,
-)
 from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
-
-SIMULATED_DEVICE = "twin (simulated, no training)"  # RunStarted.device of a simulated run
-
 
 def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str) -> str:
     return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
@@ -89,7 +65,7 @@ def resolve_workload(
     from engine.workload.glue import get_task
     from engine.workload.models import build_model, resolve_model
     from engine.core.constants import MODES, PRECISIONS
-    from engine.workload.trainer import apply_mode
+    from engine.workload.optim import apply_mode
     from engine.workload.tracer import step_trace
 
     if mode not in MODES:
@@ -117,93 +93,3 @@ def resolve_workload(
         precision=prec, mode=mode, trace=record.trace, total_params=sum(p.numel() for p in net.parameters()),
         spec=str(model),
     )
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    """What a simulated run did: twin figures only (there was no training)."""
-
-    steps: int
-    samples: int
-    twin: TwinCost  # the whole run on the twin, per rail
-    wall_s: float  # host time the simulation took (measured; says nothing about the board)
-    cancelled: bool = False
-    simulated: bool = True
-    start_step: int = 0
-
-    @property
-    def source(self) -> Source:
-        return Source.TWIN
-
-    def to_json(self) -> dict[str, Any]:
-        return {"simulated": True, "steps": self.steps, "samples": self.samples, "cancelled": self.cancelled,
-                "twin": self.twin.to_json(), "host_wall_s": self.wall_s}
-
-
-def simulate_run(
-    workload: Workload,
-    twin: Any,
-    *,
-    steps: int,
-    seed: int = 0,
-    callbacks: Iterable[Callback] = (),
-    control: Any = None,
-    twin_name: str | None = None,
-) -> SimulationResult:
-    """Run `steps` steps of `workload` on `twin` (anything with `run_step(trace)`, and
-    optionally `driven()`), emitting the trainer's events to `callbacks` in order.
-
-    A `TrainControl` (pause, cancel) is honoured at step boundaries, as in the trainer."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ConfigError(f"a simulated run needs at least one step, not {steps!r}", "give --steps 1 or more")
-    listeners = list(callbacks)
-
-    def emit(event: Event) -> None:
-        for callback in listeners:
-            callback(event)
-
-    trace = workload.trace
-    name = twin_name or str(getattr(getattr(twin, "profile", None), "name", "twin"))
-    emit(RunStarted(
-        model=workload.model, task=workload.task, mode=workload.mode, precision=workload.precision,
-        device=SIMULATED_DEVICE, batch_size=workload.batch_size, total_steps=steps, steps_per_epoch=steps,
-        seed=seed, trainable_params=trace.params, total_params=workload.total_params, twin=name,
-    ))
-    t0 = time.perf_counter()
-    paused_s = 0.0
-    total = TwinCost(0.0)
-    samples = 0
-    step = 0
-    driven = twin.driven() if hasattr(twin, "driven") else contextlib.nullcontext()
-    with driven:
-        while step < steps:
-            if control is not None and control.paused and not control.cancelled:
-                emit(Paused(step))
-                p0 = time.perf_counter()
-                control.wait_until_running()
-                paused_s += time.perf_counter() - p0
-                emit(Resumed(step))
-            if control is not None and control.cancelled:
-                wall = time.perf_counter() - t0 - paused_s
-                emit(RunCancelled(step, samples, wall, control.reason or "cancelled", total))
-                return SimulationResult(step, samples, total, wall, cancelled=True)
-            emit(StepBegin(step + 1, 0))
-            s0 = time.perf_counter()
-            result = twin.run_step(trace)
-            cost = TwinCost(float(result.time_s), {k: float(v) for k, v in dict(result.energy_j).items()})
-            total = total + cost
-            step += 1
-            samples += trace.batch_size
-            wall_step = time.perf_counter() - s0
-            emit(StepEnd(step=step, epoch=0, loss=math.nan, samples=trace.batch_size, tokens=trace.tokens, lr=0.0,
-                         wall_s=wall_step, elapsed_s=time.perf_counter() - t0 - paused_s, twin=cost))
-    wall = time.perf_counter() - t0 - paused_s
-    emit(RunFinished(step, samples, wall, None, total))
-    log.info("simulated %d steps of %s/%s on %s: %.3f s, %.2f J (twin)", step, workload.model, workload.task,
-             name, total.time_s, total.total_energy_j)
-    return SimulationResult(step, samples, total, wall)
-
-
-def rails_total(energy_j: Mapping[str, float], rails: Iterable[str]) -> float:
-    """Joules over the named rails (the monitor preset's) of a per-rail mapping."""
-    return float(sum(energy_j.get(r, 0.0) for r in rails))

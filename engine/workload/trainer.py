@@ -4,7 +4,10 @@ deterministic data order, evaluation, checkpoints that resume bit-for-bit, and e
 Kept lean on purpose: it is also what the energy is measured on, so it avoids
 needless host-device syncs (one `.tolist()` per step for the loss and gradient norm),
 sets gradients to None, and indexes pre-stacked fixed-length tensors instead of
-collating sample by sample.
+collating sample by sample. Batches come from `batching`, checkpoint files and RNG
+state from `checkpoint`, the step-boundary control (pause, cancel) from `loop`; the
+trainer knows nothing of power or twins: an optional `step_hook(rows, seq_len)` runs
+after each step, before its StepEnd.
 """
 
 from __future__ import annotations
@@ -13,9 +16,6 @@ import contextlib
 import inspect
 import logging
 import math
-import random
-import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,30 +26,33 @@ import torch
 
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
-from engine.workload.events import (
-    Callback,
-    Checkpointed,
-    EvalResult,
-    Event,
-    Paused,
-    Resumed,
-    RunCancelled,
-    RunFinished,
-    RunStarted,
-    StepBegin,
-    StepEnd,
-    TwinCost,
+from engine.workload.batching import BatchSource
+from engine.workload.checkpoint import (
+    CHECKPOINT_FILE,
+    LATEST_FILE,
+    find_checkpoint,
+    load_state,
+    save_checkpoint,
+    seed_everything,
 )
-from engine.core.trace import StepTrace
+from engine.workload.events import Callback, Checkpointed, EvalResult, Event, RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.workload.loop import StepHook, StepLoop, TrainControl
+from engine.workload.optim import (
+    HEAD_NAMES,
+    LinearWarmup,
+    apply_mode,
+    build_optimizer,
+    resolve_device,
+    resolve_precision,
+)
+
+__all__ = [
+    "CHECKPOINT_FILE", "HEAD_NAMES", "LATEST_FILE", "BatchSource", "LinearWarmup", "TrainConfig", "TrainControl",
+    "TrainOutcome", "Trainer", "apply_mode", "build_optimizer", "find_checkpoint", "resolve_device",
+    "resolve_precision",
+]
 
 log = logging.getLogger(__name__)
-
-# Modules that form the task head: trained in BitFit as well (transformers' names).
-HEAD_NAMES = ("classifier", "score", "pre_classifier", "qa_outputs", "head")
-CHECKPOINT_FILE = "state.pt"
-LATEST_FILE = "latest"
-# A fixed-length training set smaller than this moves to the accelerator once.
-_DEVICE_RESIDENT_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,6 @@ class TrainOutcome:
     trainable_params: int
     total_params: int
     cancelled: bool = False
-    twin: TwinCost | None = None
     start_step: int = 0  # where this invocation began (resume)
 
     @property
@@ -118,254 +120,6 @@ class TrainOutcome:
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.train_wall_s if self.train_wall_s > 0 else 0.0
-
-
-class TrainControl:
-    """Pause, resume and cancel a run from another thread; honoured at step boundaries."""
-
-    def __init__(self) -> None:
-        self._running = threading.Event()
-        self._running.set()
-        self._cancelled = threading.Event()
-        self.reason = ""
-
-    def pause(self) -> None:
-        self._running.clear()
-
-    def resume(self) -> None:
-        self._running.set()
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        self.reason = reason
-        self._cancelled.set()
-        self._running.set()  # a paused loop must wake up to see the cancel
-
-    @property
-    def paused(self) -> bool:
-        return not self._running.is_set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
-
-    def wait_until_running(self, poll_s: float = 0.2) -> None:
-        while not self._running.wait(poll_s):
-            pass
-
-
-# ---------------------------------------------------------------- parameters
-
-def apply_mode(model: torch.nn.Module, mode: str) -> int:
-    """Set requires_grad for `mode`; returns the number of trainable parameters.
-
-    BitFit trains the bias terms only, plus the task head (standard practice: a
-    freshly initialised head must learn).
-    """
-    if mode not in MODES:
-        raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
-    head_found = False
-    for name, param in model.named_parameters():
-        if mode == "full":
-            param.requires_grad_(True)
-            continue
-        in_head = name.split(".")[0] in HEAD_NAMES
-        head_found |= in_head
-        param.requires_grad_(in_head or name.endswith("bias"))
-    if mode == "bitfit" and not head_found:
-        raise ConfigError(
-            f"BitFit found no task head in {type(model).__name__}",
-            f"name the head module one of {', '.join(HEAD_NAMES)}, or train in mode 'full'",
-        )
-    return sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-
-def _no_decay(model: torch.nn.Module) -> set[int]:
-    """Biases and normalisation weights take no weight decay."""
-    skip: set[int] = set()
-    for module in model.modules():
-        is_norm = isinstance(module, (torch.nn.LayerNorm, torch.nn.GroupNorm)) or \
-            "LayerNorm" in type(module).__name__ or "RMSNorm" in type(module).__name__
-        for pname, param in module.named_parameters(recurse=False):
-            if is_norm or pname == "bias":
-                skip.add(id(param))
-    return skip
-
-
-def build_optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    skip = _no_decay(model)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    if not trainable:
-        raise ConfigError("the model has no trainable parameters", "train in mode 'full' or 'bitfit'")
-    groups = [
-        {"params": [p for p in trainable if id(p) not in skip], "weight_decay": config.weight_decay},
-        {"params": [p for p in trainable if id(p) in skip], "weight_decay": 0.0},
-    ]
-    groups = [g for g in groups if g["params"]]
-    if device.type == "cpu":
-        # The fused CPU kernel (torch >= 2.4) is several times faster than the loop.
-        with contextlib.suppress(RuntimeError, TypeError, ValueError):
-            return torch.optim.AdamW(groups, lr=config.learning_rate, fused=True)
-    # On CUDA keep torch's default (foreach): it is what the step tracer models.
-    return torch.optim.AdamW(groups, lr=config.learning_rate)
-
-
-class LinearWarmup:
-    """Linear warm-up to the peak rate, then linear decay to zero (transformers' schedule).
-
-    A class rather than a closure so that the scheduler's state is picklable.
-    """
-
-    def __init__(self, warmup_steps: int, total_steps: int) -> None:
-        self.warmup_steps = warmup_steps
-        self.total_steps = total_steps
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup_steps:
-            return step / max(1, self.warmup_steps)
-        return max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
-
-
-def resolve_device(requested: str | None) -> torch.device:
-    """The torch device to train on: `requested` (e.g. "cpu", "cuda", "cuda:1") once checked
-    to exist on this host, else CUDA when available, else the CPU."""
-    if not requested:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(requested)
-    except (RuntimeError, ValueError, TypeError):
-        raise ConfigError(f"--device {requested!r} is not a torch device",
-                          f"use cpu, or cuda (cuda:N for one GPU){_cuda_hint()}") from None
-    if device.type == "cpu":
-        return device
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"--device {requested} asks for CUDA, but this PyTorch sees no CUDA GPU",
-                              "use --device cpu (or leave --device out), or install a CUDA build of PyTorch "
-                              "(on a Jetson: NVIDIA's JetPack wheel)")
-        if device.index is not None and device.index >= count:
-            raise ConfigError(f"--device {requested}: this host has {count} CUDA GPU(s)",
-                              f"use cuda:0 to cuda:{count - 1}, or leave --device out")
-        return device
-    backend = getattr(torch, device.type, None)
-    if device.type == "mps":
-        backend = getattr(torch.backends, "mps", None)
-    available = getattr(backend, "is_available", None)
-    if not (callable(available) and available()):
-        raise ConfigError(f"--device {requested}: no {device.type} device is available on this host",
-                          f"use --device cpu (or leave --device out){_cuda_hint()}")
-    return device
-
-
-def _cuda_hint() -> str:
-    return "; CUDA is available here" if torch.cuda.is_available() else ""
-
-
-def resolve_precision(requested: str, device: torch.device) -> str:
-    """The precision a run on `device` can use: 16-bit autocast needs CUDA."""
-    if requested == "fp32":
-        return "fp32"
-    if device.type != "cuda":
-        log.warning("%s needs CUDA; training in fp32 on %s instead", requested, device)
-        return "fp32"
-    if requested == "bf16" and not torch.cuda.is_bf16_supported():
-        log.warning("this GPU has no bf16; training in fp16 instead")
-        return "fp16"
-    return requested
-
-
-# ---------------------------------------------------------------- data
-
-def _stack(dataset: Any) -> dict[str, torch.Tensor] | None:
-    """All samples as one tensor per field when every sample has the same shape."""
-    if isinstance(dataset, Mapping):
-        return {k: torch.as_tensor(v) for k, v in dataset.items()}
-    features, labels = getattr(dataset, "features", None), getattr(dataset, "labels", None)
-    if isinstance(features, Mapping) and isinstance(labels, torch.Tensor):  # data.EncodedSplit
-        if not all(isinstance(v, torch.Tensor) for v in features.values()):
-            return None  # dynamic padding: one tensor per sample
-        return {**features, "labels": labels}
-    if hasattr(dataset, "column_names") and hasattr(dataset, "with_format"):  # datasets.Dataset
-        columns = dataset.with_format("torch")[:]
-        if all(isinstance(v, torch.Tensor) for v in columns.values()):
-            return dict(columns)
-        return None
-    items = [dataset[i] for i in range(len(dataset))]
-    if not items:
-        return None
-    keys = list(items[0].keys())
-    try:
-        return {k: torch.stack([torch.as_tensor(item[k]) for item in items]) for k in keys}
-    except (RuntimeError, KeyError):
-        return None  # ragged (dynamic padding): collate batch by batch
-
-
-def _length(dataset: Any) -> int:
-    if isinstance(dataset, Mapping):
-        return len(next(iter(dataset.values())))
-    return len(dataset)
-
-
-class BatchSource:
-    """Batches in a seeded order that depends on nothing but the seed and the epoch."""
-
-    def __init__(self, dataset: Any, batch_size: int, device: torch.device, seed: int,
-                 collate: Callable[[list[Any]], Mapping[str, torch.Tensor]] | None = None,
-                 shuffle: bool = True) -> None:
-        self.size = _length(dataset)
-        if self.size == 0:
-            raise ConfigError("the training set is empty", "give more --train-samples or check the data")
-        self.batch_size = batch_size
-        self.device = device
-        self.seed = seed
-        self.shuffle = shuffle
-        self.dataset = dataset
-        self.collate = collate
-        self.stacked = _stack(dataset)  # None when samples differ in length: collate per batch
-        if self.stacked is None and collate is None:
-            raise ConfigError("samples have different shapes and no collate function was given",
-                              "pad to a fixed length, or pass the data's collate function")
-        self._resident = False
-        if self.stacked is not None:
-            nbytes = sum(t.numel() * t.element_size() for t in self.stacked.values())
-            if device.type != "cpu" and nbytes <= _DEVICE_RESIDENT_BYTES:
-                self.stacked = {k: v.to(device) for k, v in self.stacked.items()}
-                self._resident = True
-        self._epoch = -1
-        self._order: torch.Tensor | None = None
-        self._generator = torch.Generator().manual_seed(seed)
-
-    @property
-    def batches_per_epoch(self) -> int:
-        return math.ceil(self.size / self.batch_size)
-
-    def order(self, epoch: int) -> torch.Tensor:
-        """The sample order of `epoch`: the epoch-th permutation of a generator seeded once."""
-        if not self.shuffle:
-            return torch.arange(self.size)
-        if epoch < self._epoch:
-            self._generator = torch.Generator().manual_seed(self.seed)
-            self._epoch = -1
-        while self._epoch < epoch:
-            self._order = torch.randperm(self.size, generator=self._generator)
-            self._epoch += 1
-        assert self._order is not None
-        return self._order
-
-    def batch(self, index: int) -> dict[str, torch.Tensor]:
-        """The index-th batch of the run (0-based, across epochs)."""
-        epoch, offset = divmod(index, self.batches_per_epoch)
-        rows = self.order(epoch)[offset * self.batch_size:(offset + 1) * self.batch_size]
-        if self.stacked is not None:
-            if self._resident:
-                rows = rows.to(self.device)
-            out = {k: v.index_select(0, rows) for k, v in self.stacked.items()}
-        else:
-            assert self.collate is not None
-            out = dict(self.collate([self.dataset[int(i)] for i in rows]))
-        if not self._resident and self.device.type != "cpu":
-            out = {k: v.to(self.device, non_blocking=True) for k, v in out.items()}
-        return out
 
 
 # ---------------------------------------------------------------- model I/O
@@ -399,9 +153,8 @@ class Trainer:
     """Fine-tunes one model on one dataset; every step is reported to `callbacks`.
 
     `metric_fn(predictions, labels) -> {name: value}` scores an evaluation split
-    (numpy arrays: class ids, or floats for regression). With a `twin` (anything with
-    `run_step(trace)`, and optionally `driven()`), each step is also run on the twin
-    with `trace_for(batch_size, seq_len)`'s trace.
+    (numpy arrays: class ids, or floats for regression). `step_hook(rows, seq_len)`,
+    when given, runs after every training step, before the step's StepEnd.
     """
 
     def __init__(
@@ -415,14 +168,10 @@ class Trainer:
         metric_fn: Callable[[np.ndarray, np.ndarray], Mapping[str, float]] | None = None,
         callbacks: Iterable[Callback] = (),
         control: TrainControl | None = None,
-        twin: Any | None = None,
-        trace_for: Callable[[int, int], StepTrace] | None = None,
+        step_hook: StepHook | None = None,
         run_name: tuple[str, str] = ("model", "task"),
-        twin_name: str | None = None,
     ) -> None:
         config.validate()
-        if twin is not None and trace_for is None:
-            raise ConfigError("a twin was given without a step trace", "pass trace_for=... with the twin")
         self.config = config
         self.device = resolve_device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
@@ -436,11 +185,8 @@ class Trainer:
         self.metric_fn = metric_fn
         self.callbacks: list[Callback] = list(callbacks)
         self.control = control or TrainControl()
-        self.twin = twin
-        self.trace_for = trace_for
+        self.step_hook = step_hook
         self.run_name = run_name
-        self.twin_name = twin_name
-        self._traces: dict[tuple[int, int], StepTrace] = {}
         spe = self.data.batches_per_epoch
         if config.steps is not None:
             self.total_steps = config.steps
@@ -469,16 +215,13 @@ class Trainer:
         losses: list[float] = []
         samples = tokens = 0
         prior_wall = prior_train = 0.0
-        twin_total = TwinCost(0.0) if self.twin is not None else None
         if resume_from is not None:
             state = self._load(resume_from)
             step, losses = int(state["step"]), [float(x) for x in state["losses"]]
             samples, tokens = int(state["samples"]), int(state["tokens"])
             prior_wall, prior_train = float(state["wall_s"]), float(state["train_wall_s"])
-            if twin_total is not None and state.get("twin") is not None:
-                twin_total = TwinCost(float(state["twin"]["time_s"]), dict(state["twin"]["energy_j"]))
         else:
-            _seed_everything(cfg.seed)
+            seed_everything(cfg.seed)
         start_step = step
         last_eval: dict[str, Mapping[str, float]] = {}
         self.emit(RunStarted(
@@ -486,15 +229,14 @@ class Trainer:
             device=str(self.device), batch_size=cfg.batch_size, total_steps=self.total_steps,
             steps_per_epoch=self.data.batches_per_epoch, seed=cfg.seed,
             trainable_params=self.trainable_params, total_params=self.total_params,
-            start_step=start_step, twin=self.twin_name))
+            start_step=start_step))
         t0 = time.perf_counter()
-        paused_s = train_s = 0.0
+        train_s = 0.0
+        loop = StepLoop(self.control, self.emit)
         autocast = self._autocast()
-        driven = self.twin.driven() if self.twin is not None and hasattr(self.twin, "driven") \
-            else contextlib.nullcontext()
 
         def elapsed() -> float:
-            return time.perf_counter() - t0 - paused_s
+            return time.perf_counter() - t0 - loop.paused_s
 
         def outcome(cancelled: bool) -> TrainOutcome:
             return TrainOutcome(
@@ -502,55 +244,40 @@ class Trainer:
                 train_wall_s=prior_train + train_s, losses=tuple(losses), eval=dict(last_eval),
                 precision=self.precision, device=str(self.device),
                 trainable_params=self.trainable_params, total_params=self.total_params,
-                cancelled=cancelled, twin=twin_total, start_step=start_step)
+                cancelled=cancelled, start_step=start_step)
 
         self.model.train()
-        with driven:
-            while step < self.total_steps:
-                # Step boundary: the only place pause and cancel take effect.
-                if self.control.paused and not self.control.cancelled:
-                    self.emit(Paused(step))
-                    p0 = time.perf_counter()
-                    self.control.wait_until_running()
-                    paused_s += time.perf_counter() - p0
-                    if not self.control.cancelled:
-                        self.emit(Resumed(step))
-                if self.control.cancelled:
-                    if cfg.checkpoint_dir and step > start_step:
-                        self._checkpoint(step, losses, samples, tokens, prior_wall + elapsed(),
-                                         prior_train + train_s, twin_total)
-                    self.emit(RunCancelled(step, samples, prior_wall + elapsed(),
-                                           self.control.reason or "cancelled", twin_total))
-                    return outcome(cancelled=True)
-                epoch = step // self.data.batches_per_epoch
-                self.emit(StepBegin(step + 1, epoch))
-                s0 = time.perf_counter()
-                batch = self.data.batch(step)
-                lr = self.scheduler.get_last_lr()[0]
-                loss_value, grad_norm = self._train_step(batch, autocast)
-                wall = time.perf_counter() - s0
-                train_s += wall
-                step += 1
-                rows = int(next(iter(batch.values())).shape[0])
-                seq = int(batch["input_ids"].shape[1]) if "input_ids" in batch and batch["input_ids"].dim() > 1 else 0
-                samples += rows
-                tokens += rows * seq
-                losses.append(loss_value)
-                twin_step = None
-                if self.twin is not None and twin_total is not None:
-                    twin_step = self._run_twin(rows, seq)
-                    twin_total = twin_total + twin_step
-                self.emit(StepEnd(step=step, epoch=epoch, loss=loss_value, samples=rows, tokens=rows * seq,
-                                  lr=lr, wall_s=wall, elapsed_s=elapsed(), grad_norm=grad_norm, twin=twin_step))
-                if cfg.eval_every and step % cfg.eval_every == 0 and step < self.total_steps:
-                    last_eval.update(self.evaluate(step))
-                    self.model.train()
-                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-                    self._checkpoint(step, losses, samples, tokens, prior_wall + elapsed(),
-                                     prior_train + train_s, twin_total)
+        while step < self.total_steps:
+            epoch = step // self.data.batches_per_epoch
+            if loop.boundary(step, epoch):  # the only place pause and cancel take effect
+                if cfg.checkpoint_dir and step > start_step:
+                    self._checkpoint(step, losses, samples, tokens, prior_wall + elapsed(), prior_train + train_s)
+                self.emit(RunCancelled(step, samples, prior_wall + elapsed(), loop.reason))
+                return outcome(cancelled=True)
+            s0 = time.perf_counter()
+            batch = self.data.batch(step)
+            lr = self.scheduler.get_last_lr()[0]
+            loss_value, grad_norm = self._train_step(batch, autocast)
+            wall = time.perf_counter() - s0
+            train_s += wall
+            step += 1
+            rows = int(next(iter(batch.values())).shape[0])
+            seq = int(batch["input_ids"].shape[1]) if "input_ids" in batch and batch["input_ids"].dim() > 1 else 0
+            samples += rows
+            tokens += rows * seq
+            losses.append(loss_value)
+            if self.step_hook is not None:
+                self.step_hook(rows, seq)
+            self.emit(StepEnd(step=step, epoch=epoch, loss=loss_value, samples=rows, tokens=rows * seq,
+                              lr=lr, wall_s=wall, elapsed_s=elapsed(), grad_norm=grad_norm))
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < self.total_steps:
+                last_eval.update(self.evaluate(step))
+                self.model.train()
+            if cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
+                self._checkpoint(step, losses, samples, tokens, prior_wall + elapsed(), prior_train + train_s)
         last_eval.update(self.evaluate(step))
         result = outcome(cancelled=False)
-        self.emit(RunFinished(step, samples, result.wall_s, result.final_loss, twin_total))
+        self.emit(RunFinished(step, samples, result.wall_s, result.final_loss))
         return result
 
     def _autocast(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
@@ -586,15 +313,6 @@ class Trainer:
         # The step's one host-device sync: loss and gradient norm together.
         loss_value, grad_norm = torch.stack([loss.detach().float(), norm.float()]).tolist()
         return loss_value, grad_norm
-
-    def _run_twin(self, rows: int, seq: int) -> TwinCost:
-        key = (rows, seq)
-        trace = self._traces.get(key)
-        if trace is None:
-            assert self.trace_for is not None
-            trace = self._traces[key] = self.trace_for(rows, seq)
-        result = self.twin.run_step(trace)  # type: ignore[union-attr]
-        return TwinCost(float(result.time_s), {k: float(v) for k, v in dict(result.energy_j).items()})
 
     # -- evaluation
 
@@ -649,78 +367,32 @@ class Trainer:
         }
 
     def _checkpoint(self, step: int, losses: Sequence[float], samples: int, tokens: int,
-                    wall_s: float, train_wall_s: float, twin: TwinCost | None) -> Path:
+                    wall_s: float, train_wall_s: float) -> Path:
         assert self.config.checkpoint_dir is not None
-        root = Path(self.config.checkpoint_dir)
-        target = root / f"step-{step:07d}"
-        tmp = root / f".step-{step:07d}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
         epoch, offset = divmod(step, self.data.batches_per_epoch)
         state = {
-            "format": 1,
             "fingerprint": self._fingerprint(),
             "step": step, "epoch": epoch, "batch_in_epoch": offset,
             "losses": list(losses), "samples": samples, "tokens": tokens,
             "wall_s": wall_s, "train_wall_s": train_wall_s,
-            "twin": None if twin is None else {"time_s": twin.time_s, "energy_j": dict(twin.energy_j)},
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
-            "rng": _rng_state(),
         }
-        torch.save(state, tmp / CHECKPOINT_FILE)
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-        (root / LATEST_FILE).write_text(target.name + "\n")
-        self._prune(root)
+        target = save_checkpoint(self.config.checkpoint_dir, step, state, keep=self.config.keep_checkpoints)
         self.emit(Checkpointed(step, str(target)))
         return target
 
-    def _prune(self, root: Path) -> None:
-        keep = max(1, self.config.keep_checkpoints)
-        for old in sorted(root.glob("step-*"))[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
-
     def _load(self, where: str | Path) -> dict[str, Any]:
-        path = find_checkpoint(where)
-        # Our own file; it holds numpy and Python RNG states, which weights_only refuses.
-        state = torch.load(path, map_location="cpu", weights_only=False)
-        mine, theirs = self._fingerprint(), dict(state.get("fingerprint", {}))
-        differ = sorted(k for k in mine if theirs.get(k) != mine[k])
-        if differ:
-            detail = ", ".join(f"{k}: checkpoint {theirs.get(k)!r} vs now {mine[k]!r}" for k in differ)
-            raise ConfigError(f"checkpoint {path} belongs to a different run ({detail})",
-                              "resume with the same model, task, seed, batch size and steps as the "
-                              "checkpointed run, or start without --resume")
+        path, state = load_state(where, self._fingerprint())
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler is not None and state.get("scaler") is not None:
             self.scaler.load_state_dict(state["scaler"])
-        _set_rng_state(state["rng"])
         log.info("resumed from %s at step %d", path, state["step"])
         return state
-
-
-def find_checkpoint(where: str | Path) -> Path:
-    """The checkpoint file in `where`: a checkpoint folder, or a run folder's latest."""
-    path = Path(where)
-    if path.is_file():
-        return path
-    if (path / CHECKPOINT_FILE).is_file():
-        return path / CHECKPOINT_FILE
-    latest = path / LATEST_FILE
-    if latest.is_file():
-        candidate = path / latest.read_text().strip() / CHECKPOINT_FILE
-        if candidate.is_file():
-            return candidate
-    found = sorted(path.glob(f"step-*/{CHECKPOINT_FILE}"))
-    if found:
-        return found[-1]
-    raise ConfigError(f"no checkpoint in {path}",
-                      "give the --checkpoint-dir of an earlier run (it holds step-NNNNNNN folders)")
 
 
 def _grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
@@ -734,28 +406,3 @@ def _grad_scaler() -> Any:
         return torch.amp.GradScaler("cuda")
     except (AttributeError, TypeError):  # torch < 2.3
         return torch.cuda.amp.GradScaler()
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])

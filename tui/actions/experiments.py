@@ -58,8 +58,8 @@ class ExperimentActions:
 
     def start_experiment(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
         """Run `spec` in the engine worker on this app's device; returns its TrainControl."""
-        from engine.run.sweep import rail_names
-        from engine.workload.trainer import TrainControl
+        from engine.run.harness import rail_names
+        from engine.workload.loop import TrainControl
 
         if self._refuse_if_busy():
             return None

@@ -48,7 +48,7 @@ class SweepActions:
         )
 
     def start_sweep(self, spec: Any) -> Any:
-        from engine.workload.trainer import TrainControl
+        from engine.workload.loop import TrainControl
 
         if self._refuse_if_busy() or self.store is None:
             return None

@@ -1,0 +1,214 @@
+"""The run harness: the one way a run or a sweep meets the device.
+
+    with open_harness(twin="agx-orin-64gb", rails="all", listeners=[progress]) as h:
+        workload = h.resolve(spec)
+        with h.guarded():                       # clock guard + power monitor
+            result = h.train(finetune_spec, callbacks=[controller, recorder])
+
+It opens the device session (a board, or the twin), resolves the workload, takes the
+clock guard (snapshot before any change, restored whatever happens), starts the power
+monitor, builds the per-step hook that advances the twin (nothing on a board), and
+trains or simulates through the same step loop. There is one energy path: the monitor's
+windows over the session's power source, exact on the twin and integrated on a board.
+A `StepMeter` turns each step into a window and emits `StepEnergy` to every listener.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Iterator
+
+from engine.core.errors import ConfigError
+from engine.device.monitor import PowerMonitor, resolve_rails
+from engine.workload.events import RunCancelled, RunFinished, StepBegin, StepEnd, StepEnergy
+
+log = logging.getLogger(__name__)
+
+STEP_WINDOW = "step"
+
+
+def open_session(
+    *,
+    twin: str | None = None,
+    sysfs_root: str | None = None,
+    fallback_to_twin: bool = False,
+    thermal: bool = False,
+) -> Any:
+    """The device of a sweep or experiment (engine.device.session.DeviceSession): the twin
+    runs in virtual time only (no wall-clock idle drift, so results repeat), with its
+    thermal model when `thermal`."""
+    from engine.device.session import open_device
+
+    return open_device(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, realtime=False,
+                       thermal=thermal)
+
+
+def rail_names(session: Any, preset: str) -> tuple[str, ...]:
+    """The rails a preset names on this device (checked: a clear error names the others)."""
+    return resolve_rails(preset, session.rail_names())
+
+
+def resolve_for(spec: Any) -> Any:
+    """The workload (engine.workload.resolve.Workload) an experiment or sweep spec names."""
+    from engine.workload.resolve import resolve_workload
+
+    return resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
+                            precision=spec.precision, mode=spec.mode, seed=spec.seed,
+                            allow_download=bool(getattr(spec, "allow_download", False)))
+
+
+class StepMeter:
+    """A trainer callback: one monitor window per step (StepBegin to StepEnd), emitted as StepEnergy."""
+
+    def __init__(self, monitor: PowerMonitor, emit: Callable[[Any], None]) -> None:
+        self.monitor = monitor
+        self.emit = emit
+        self._open = False
+
+    def __call__(self, event: Any) -> None:
+        if isinstance(event, StepBegin):
+            self._discard()  # a StepEnd that never came (an exception mid-step)
+            self.monitor.begin_window(STEP_WINDOW)
+            self._open = True
+        elif isinstance(event, StepEnd):
+            if not self._open:
+                return
+            self._open = False
+            w = self.monitor.end_window(STEP_WINDOW)
+            # The peak of the samples the window integrated; an exact window (from the source's
+            # energy counter) integrated none, so it states no peak.
+            inside = [] if w.exact else [s for s in self.monitor.since(w.start) if s.t <= w.end]
+            peak = max((sum(s.rails_mw.get(r, 0.0) for r in w.rails) for s in inside), default=None)
+            self.emit(StepEnergy(step=event.step, time_s=w.duration_s, energy_j=dict(w.energy_j),
+                                 total_energy_j=w.total_energy_j, avg_power_w=w.avg_power_w, rails=w.rails,
+                                 source=w.source, samples=event.samples,
+                                 peak_power_w=None if peak is None else peak / 1000.0))
+        elif isinstance(event, (RunFinished, RunCancelled)):
+            self._discard()
+
+    def _discard(self) -> None:
+        if self._open:
+            self._open = False
+            self.monitor.end_window(STEP_WINDOW)
+
+
+class RunHarness:
+    """An open device session with what a run needs around it (see the module's docstring)."""
+
+    def __init__(self, session: Any, *, rails: str = "all", listeners: Iterable[Callable[[Any], None]] = (),
+                 control: Any = None) -> None:
+        self.session = session
+        self.device = session.device
+        self.identity = self.device.identity()
+        self.source = self.identity.source
+        self.rails_preset = rails
+        self.rails = rail_names(session, rails)
+        self.listeners = list(listeners)
+        self.control = control
+        self.monitor: PowerMonitor | None = None
+
+    def emit(self, event: Any) -> None:
+        for callback in self.listeners:
+            callback(event)
+
+    def resolve(self, spec: Any) -> Any:
+        return resolve_for(spec)
+
+    def thermal_guard(self, overrides: Iterable[tuple[str, float]] = (), limits: Any = None) -> Any:
+        """The thermal guard of this device: its limits (or `limits`) with the overrides; waits go to listeners."""
+        from engine.run.thermal import ThermalGuard, limits_for
+
+        return ThermalGuard(self.device, limits or limits_for(self.session, **dict(overrides)), session=self.session,
+                            on_wait=self.emit)
+
+    @contextlib.contextmanager
+    def guarded(self) -> Iterator["RunHarness"]:
+        """The clock guard (snapshot now, restored on the way out) and the power monitor."""
+        from engine.device.guard.guard import ClockGuard
+
+        with ClockGuard(self.device), self.monitored():
+            yield self
+
+    @contextlib.contextmanager
+    def monitored(self) -> Iterator["RunHarness"]:
+        """The power monitor alone, for a run that changes no clocks."""
+        self.monitor = PowerMonitor(self.session.power_source(), rails=self.rails_preset).start()
+        try:
+            yield self
+        finally:
+            monitor, self.monitor = self.monitor, None
+            monitor.stop()
+
+    def _callbacks(self, callbacks: Iterable[Callable[[Any], None]]) -> list[Callable[[Any], None]]:
+        if self.monitor is None:
+            raise ConfigError("a run needs the harness's power monitor", "run it inside `with harness.guarded():`")
+        everyone: list[Callable[[Any], None]] = []
+
+        def emit(event: Any) -> None:  # the meter's StepEnergy goes to every callback of the run
+            for callback in everyone:
+                callback(event)
+
+        # The meter first: a step's window closes before anyone acts on its StepEnd (e.g. a
+        # sweep driver idling the twin to cool it before its next point).
+        everyone.extend([StepMeter(self.monitor, emit), *callbacks, *self.listeners])
+        return everyone
+
+    def train(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
+        """Fine-tune (engine.workload.finetune.FinetuneSpec) with the per-step hook; returns its result."""
+        from engine.workload.finetune import run_finetune
+
+        with self.session.driven():
+            return run_finetune(spec, callbacks=self._callbacks(callbacks), control=self.control,
+                                step_hook=self.session.step_hook)
+
+    def simulate(self, workload: Any, *, steps: int, seed: int = 0,
+                 callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
+        """Only advance the device's model by the workload's step trace, step by step."""
+        from engine.workload.simulate import simulate_run
+
+        if not self.session.can_simulate:
+            raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
+                              "add --twin, or drop --simulate")
+        hook = self.session.step_hook(lambda rows, seq_len: workload.trace)
+        with self.session.driven():
+            return simulate_run(workload, steps=steps, seed=seed, step_hook=hook,
+                                callbacks=self._callbacks(callbacks), control=self.control)
+
+
+@contextlib.contextmanager
+def open_harness(*, session: Any = None, twin: str | None = None, sysfs_root: str | None = None,
+                 fallback_to_twin: bool = False, thermal: bool = False, rails: str = "all",
+                 listeners: Iterable[Callable[[Any], None]] = (), control: Any = None) -> Iterator[RunHarness]:
+    """A harness over `session`, or over a session opened here (and closed on the way out)."""
+    owned = session is None
+    if owned:
+        session = open_session(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, thermal=thermal)
+    try:
+        yield RunHarness(session, rails=rails, listeners=listeners, control=control)
+    finally:
+        if owned:
+            session.close()
+
+
+def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callable[[Any], None]] = (),
+                      control: Any = None, rails: str = "all") -> Any:
+    """`slm-dvfs finetune --twin`: fine-tune on this host while the twin runs every step, and
+    give the result the twin's time and energy from one monitor window over the training steps."""
+    from engine.core.provenance import Source
+    from engine.run.recorder import RunRecorder
+    from engine.workload.finetune import defaults_for
+
+    with open_session(twin=twin) as session:
+        harness = RunHarness(session, rails=rails, control=control)
+        with harness.monitored():
+            assert harness.monitor is not None
+            recorder = RunRecorder(harness.monitor, keep_samples=False)
+            result = harness.train(spec, callbacks=[recorder, *callbacks])
+        figures = recorder.figures()
+    if figures is None:
+        return result
+    time_s, rail_j, _samples, _steps = figures
+    return replace(result, twin_profile=twin, twin_precision=spec.precision or defaults_for(spec.model).precision,
+                   twin_time_s=time_s, twin_energy_j=rail_j, twin_source=Source.TWIN)
