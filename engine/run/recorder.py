@@ -35,12 +35,13 @@ class RunRecorder:
     def __call__(self, event: Any) -> None:
         if isinstance(event, RunStarted):
             self.total_steps = event.total_steps
+            # The ring buffer still holds samples from before this run (in a comparison, the
+            # other run's tail): the trace keeps only those newer than the last one taken
+            # before the window opened (so the sample taken at its start is in).
+            before = self.monitor.latest()
             self.monitor.begin_window(RUN_WINDOW)
             self._open = True
-            # The ring buffer still holds samples from before this run (in a comparison, the
-            # other run's tail): the trace keeps only those after the window's start.
-            latest = self.monitor.latest()
-            self._last_t = latest.t if latest is not None else -math.inf
+            self._last_t = before.t if before is not None else -math.inf
         elif isinstance(event, StepEnd):
             self.steps = event.step
             self.n_samples += event.samples
