@@ -28,9 +28,6 @@ from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
 from engine.workload.batching import BatchSource
 from engine.workload.checkpoint import (
-    CHECKPOINT_FILE,
-    LATEST_FILE,
-    find_checkpoint,
     load_state,
     save_checkpoint,
     seed_everything,
@@ -38,19 +35,12 @@ from engine.workload.checkpoint import (
 from engine.workload.events import Callback, Checkpointed, EvalResult, Event, RunCancelled, RunFinished, RunStarted, StepEnd
 from engine.workload.loop import StepHook, StepLoop, TrainControl
 from engine.workload.optim import (
-    HEAD_NAMES,
     LinearWarmup,
     apply_mode,
     build_optimizer,
     resolve_device,
     resolve_precision,
 )
-
-__all__ = [
-    "CHECKPOINT_FILE", "HEAD_NAMES", "LATEST_FILE", "BatchSource", "LinearWarmup", "TrainConfig", "TrainControl",
-    "TrainOutcome", "Trainer", "apply_mode", "build_optimizer", "find_checkpoint", "resolve_device",
-    "resolve_precision",
-]
 
 log = logging.getLogger(__name__)
 
