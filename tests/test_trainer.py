@@ -392,3 +392,69 @@ def test_epochs_set_the_step_count() -> None:
     trainer = Trainer(TinyClassifier(), toy_data(20), cfg)  # 3 batches per epoch
     assert trainer.total_steps == 5
     assert trainer.run().samples == 20 + 8 + 8
+
+
+# -- safe loading: nothing in a checkpoint is unpickled as code
+
+
+class _Boom:
+    def __reduce__(self):
+        return (Path.touch, (Path(__file__).parent / "never",))
+
+
+def test_checkpoint_loads_with_weights_only_and_json_meta(tmp_path: Path) -> None:
+    import json
+
+    make_trainer(steps=4, checkpoint_every=2, checkpoint_dir=str(tmp_path)).run()
+    folder = find_checkpoint(tmp_path).parent
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["format"] == 2 and meta["fingerprint"]["seed"] == 0
+    state = torch.load(folder / "state.pt", weights_only=True)  # loads: tensors and plain containers
+    assert {"model", "optimizer", "scheduler", "rng"} <= state.keys()
+
+
+def test_resume_refuses_garbage_foreign_and_old_files(tmp_path: Path) -> None:
+    make_trainer(steps=4, checkpoint_every=2, checkpoint_dir=str(tmp_path / "run")).run()
+    folder = find_checkpoint(tmp_path / "run").parent
+    # a file with code in it beside a valid meta.json: refused by weights_only, nothing runs
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    (evil / "meta.json").write_text((folder / "meta.json").read_text())
+    torch.save({"model": _Boom()}, evil / "state.pt")
+    with pytest.raises(ConfigError, match="could not be read safely"):
+        make_trainer(steps=4).run(resume_from=evil)
+    assert not (Path(__file__).parent / "never").exists()
+    # garbage bytes given as the file
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"\x00not a checkpoint" * 10)
+    with pytest.raises(ConfigError, match="not an slm-dvfs checkpoint"):
+        make_trainer(steps=4).run(resume_from=garbage)
+    # an old single-file checkpoint (a full pickle, no meta.json): refused, never unpickled
+    old = tmp_path / "old" / "step-0000002"
+    old.mkdir(parents=True)
+    torch.save({"format": 1, "rng": {"python": __import__("random").getstate()}}, old / "state.pt")
+    with pytest.raises(ConfigError, match="older slm-dvfs") as err:
+        make_trainer(steps=4).run(resume_from=old)
+    assert "without --resume" in err.value.remedy
+    # a damaged meta.json, an empty folder, a missing folder
+    (evil / "meta.json").write_text("{")
+    with pytest.raises(ConfigError, match="unreadable"):
+        make_trainer(steps=4).run(resume_from=evil)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no checkpoint in"):
+        make_trainer(steps=4).run(resume_from=tmp_path / "empty")
+    with pytest.raises(ConfigError, match="no checkpoint folder"):
+        make_trainer(steps=4).run(resume_from=tmp_path / "missing")
+
+
+def test_unwritable_checkpoint_dir_is_a_config_error(tmp_path: Path) -> None:
+    from engine.workload.checkpoint import check_checkpoint_dir
+
+    with pytest.raises(ConfigError, match="cannot create the checkpoint folder /proc/nope"):
+        check_checkpoint_dir("/proc/nope")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="checkpoint"):
+        check_checkpoint_dir(blocker / "sub")
+    with pytest.raises(ConfigError, match="cannot write a checkpoint"):
+        make_trainer(steps=2, checkpoint_every=1, checkpoint_dir="/proc/nope").run()

@@ -170,6 +170,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
 
     `step_hook(trace_for)`, when given, builds the hook run after each step from the
     run's step traces (`trace_for(rows, seq_len)`, cached per shape)."""
+    from engine.workload.checkpoint import check_checkpoint_dir, find_checkpoint, read_meta
     from engine.workload.data import encode, load_glue_text
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
@@ -178,6 +179,10 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     from engine.workload.trainer import TrainConfig, Trainer
 
     spec.validate()
+    if spec.checkpoint_dir:
+        check_checkpoint_dir(spec.checkpoint_dir)
+    if spec.resume:  # a missing, foreign or old-format checkpoint fails before the model loads
+        read_meta(find_checkpoint(spec.resume))
     task = get_task(spec.task)
     defaults = defaults_for(spec.model)
     model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
