@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import joblib
 import pytest
@@ -20,6 +22,8 @@ from engine.selector.persistence import (
     sha256_file,
     shipped_selector_dir,
     sidecar_path,
+    trust_explicit_paths,
+    user_selector_dir,
     verify_selector_file,
 )
 from engine.selector.selector import Selector, train_selector
@@ -42,8 +46,27 @@ def selector():
 
 
 @pytest.fixture
-def saved(selector, tmp_path):
-    return save_selector(selector, tmp_path / "mine.joblib")
+def saved(selector, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))  # a trusted folder: the user's data dir
+    return save_selector(selector, user_selector_dir() / "mine.joblib")
+
+
+@pytest.fixture(scope="module")
+def second_user():
+    """A real second uid (root only; skipped where the OS refuses to add one)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to add a second user")
+    name = "slmdvfs-h-other"
+    made = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                          capture_output=True, text=True)
+    if made.returncode not in (0, 9):  # 9: already there
+        pytest.skip(f"useradd refused: {made.stderr.strip()}")
+    import pwd
+
+    try:
+        yield pwd.getpwnam(name).pw_uid
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
 
 
 @pytest.fixture
@@ -104,7 +127,7 @@ def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):
 
 def test_a_verified_file_of_the_wrong_kind_is_refused(saved, selector, tmp_path):
     # A pickle that is not a Selector, with a sidecar whose digest matches: still refused after loading.
-    other = tmp_path / "other.joblib"
+    other = saved.parent / "other.joblib"
     joblib.dump({"not": "a selector"}, other)
     side = json.loads(sidecar_path(saved).read_text())
     side["joblib_sha256"] = sha256_file(other)
@@ -142,3 +165,52 @@ def test_the_shipped_selector_is_twin_trained_and_verified():
     choice = sel.choose(w)
     assert choice.setting != MAXN and choice.setting.gpu_hz is not None and choice.saving > 0
     assert not choice.confidence.extrapolating and choice.confidence.level in ("high", "medium")
+
+
+# -- origin: unpickling runs code, so only files from trusted places and owners are loaded
+
+
+def test_a_selector_outside_the_trusted_folders_needs_trust(saved, tmp_path, no_unpickling):
+    elsewhere = tmp_path / "elsewhere" / "sel.joblib"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(saved.read_bytes())
+    sidecar_path(elsewhere).write_text(sidecar_path(saved).read_text())
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(elsewhere)  # a valid digest is no proof of origin
+    assert "outside the trusted folders" in err.value.what and "--trust" in err.value.remedy
+    with pytest.raises(SelectorFileError, match="outside the trusted"):
+        resolve_selector_path(tmp_path / "data" / "selectors" / ".." / ".." / "elsewhere" / "sel.joblib")
+    link = user_selector_dir() / "link.joblib"  # a link in the trusted folder to a file outside it
+    link.symlink_to(elsewhere)
+    with pytest.raises(SelectorFileError, match="outside the trusted"):
+        resolve_selector_path(link)
+
+
+def test_trust_admits_an_explicit_path(saved, tmp_path):
+    elsewhere = tmp_path / "sel.joblib"
+    elsewhere.write_bytes(saved.read_bytes())
+    sidecar_path(elsewhere).write_text(sidecar_path(saved).read_text())
+    assert isinstance(load_selector(elsewhere, trust=True), Selector)
+    trust_explicit_paths(True)  # what the CLI's --trust does for `run --policy ml:PATH`
+    try:
+        assert resolve_selector_path(elsewhere) == elsewhere
+    finally:
+        trust_explicit_paths(False)
+
+
+def test_a_group_writable_selector_is_refused_even_trusted(saved, no_unpickling):
+    saved.chmod(0o664)
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(saved, trust=True)
+    assert "writable by group or others" in err.value.what and "chmod go-w" in err.value.remedy
+    saved.chmod(0o644)
+    sidecar_path(saved).chmod(0o646)
+    with pytest.raises(SelectorFileError, match="writable by group or others"):
+        load_selector(saved)
+
+
+def test_a_selector_owned_by_another_user_is_refused(saved, second_user, no_unpickling):
+    os.chown(saved, second_user, -1)
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(saved, trust=True)
+    assert f"owned by uid {second_user}" in err.value.what and "train-selector" in err.value.remedy

@@ -40,7 +40,9 @@ def _env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sel") / "small.joblib"
+    from engine.selector.persistence import user_selector_dir
+
+    out = user_selector_dir() / "small.joblib"  # a trusted folder (outside it, loading needs --trust)
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
         assert main(TRAIN + ["--out", str(out)]) == 0
@@ -196,3 +198,24 @@ def test_a_client_registers_ml_without_loading_sklearn(tmp_path):
     env = {**os.environ, "SLM_DVFS_DATA_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.split() == ["MLPolicy", "default.joblib"]
+
+
+def test_select_and_run_need_trust_outside_the_trusted_folders(trained, tmp_path, capsys):
+    import shutil
+
+    from engine.selector.persistence import sidecar_path
+
+    copy = tmp_path / "copy.joblib"
+    shutil.copy(trained, copy)
+    shutil.copy(sidecar_path(trained), sidecar_path(copy))
+    args = ["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
+            "--selector", str(copy)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "outside the trusted folders" in err and "--trust" in err and "Traceback" not in err
+    assert main(args + ["--trust"]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "bert-tiny", "--task", "sst2", "--twin", "agx-orin-64gb", "--simulate", "--steps", "2",
+           "--policy", f"ml:{copy}",
+           "--db", str(tmp_path / "r.sqlite")]
+    assert main(run) == 2 and "--trust" in capsys.readouterr().err

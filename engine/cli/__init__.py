@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    from engine.selector.persistence import trust_explicit_paths
+
+    trust_explicit_paths(bool(getattr(args, "trust", False)))  # `--trust`: a selector path the user vouches for
     func = getattr(args, "func", None)
     if func is None:
         from engine.cli.tui_launch import launch_tui

@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate", action="store_true",
                    help="twin only: no training, each step just advances the twin (fast; no eval metric)")
     p.add_argument("--label", help="free text stored with the run")
+    p.add_argument("--trust", action="store_true",
+                   help="--policy ml:PATH: load a selector from outside the trusted folders (unpickling runs code)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser(

@@ -73,6 +73,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
+    p.add_argument("--trust", action="store_true",
+                   help="load --selector from outside the trusted folders (unpickling runs code; owner still checked)")
     p.add_argument("--probes", type=int, default=0, help="measure K (0-3) short windows first to correct the prediction")
     p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
                    help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
@@ -184,7 +186,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.probes and not args.twin:
         raise ConfigError("--probes needs somewhere to measure",
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
-    selector = load_selector(args.selector)
+    selector = load_selector(args.selector, trust=args.trust)
     objective = parse_objective(args.objective)
     workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
                                         precision=args.precision, mode=args.mode)

@@ -4,9 +4,14 @@
     default.json     format, feature schema, library versions, training-data digest,
                      the CV table, and the SHA-256 of the joblib file
 
-Loading reads the sidecar first and checks, before anything is unpickled, that the
-joblib file's SHA-256 is the one recorded, and that the feature schema is the one this
-code computes. A file failing either is refused with a SelectorFileError.
+Unpickling runs code, so a selector is loaded only from where this user put it: the
+shipped folder (`profiles/selectors`), the user's `data_dir()/selectors`, or a path the
+user vouched for with `--trust` (`trust_explicit_paths()`); and only when the file is owned
+by the current user or root and is not group- or world-writable (`check_origin`). The
+sidecar's digest is then checked (integrity, not origin: whoever wrote a file can write its
+sidecar), as is the feature schema, before anything is unpickled; the bytes that were
+verified are the bytes that are unpickled. A file failing any check is refused with a
+SelectorFileError that says why and how to trust it.
 
 Where the selector comes from (`resolve_selector_path`): an explicit path; else the
 user's `data_dir()/selectors/default.joblib` (written by `train-selector`); else the
@@ -52,8 +57,54 @@ def shipped_selector_dir() -> Path:
     return paths.profiles_dir() / "selectors"
 
 
-def resolve_selector_path(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """An explicit file, else the user's trained selector, else the shipped one."""
+_trust_explicit = False  # set by a client whose user passed --trust
+
+
+def trust_explicit_paths(on: bool = True) -> None:
+    """Let explicit selector paths outside the trusted folders load in this process (the
+    CLI's `--trust`); owners and modes are still checked."""
+    global _trust_explicit
+    _trust_explicit = bool(on)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.relative_to(folder.resolve())
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def check_origin(path: str | os.PathLike[str], *, trust: bool = False) -> Path:
+    """`path` resolved, if a selector may be unpickled from it (see the module's doc)."""
+    path = Path(path).expanduser()
+    real = path.resolve()
+    trusted_dir = any(_inside(real, d) for d in (shipped_selector_dir(), user_selector_dir()))
+    if not (trusted_dir or trust or _trust_explicit):
+        raise SelectorFileError(
+            f"the selector {path} is outside the trusted folders ({user_selector_dir()}, "
+            f"{shipped_selector_dir()}); loading a selector runs code, so it was not loaded",
+            f"if you wrote it, pass --trust to load it from there, or move it into {user_selector_dir()}")
+    for target in (real, sidecar_path(real)):
+        try:
+            st = target.stat()
+        except OSError:
+            continue  # a missing sidecar is reported by read_sidecar
+        if st.st_uid not in (os.geteuid(), 0):
+            raise SelectorFileError(
+                f"the selector file {target} is owned by uid {st.st_uid}, not by you or root; it was not loaded",
+                f"retrain it yourself with `slm-dvfs train-selector`, or `chown` it if you trust its author")
+        if st.st_mode & 0o022:
+            raise SelectorFileError(
+                f"the selector file {target} is writable by group or others (mode {st.st_mode & 0o777:o}); "
+                "anyone could have swapped it, so it was not loaded",
+                f"`chmod go-w {target}` if you trust its content, or retrain it")
+    return real
+
+
+def resolve_selector_path(explicit: str | os.PathLike[str] | None = None, *, trust: bool = False) -> Path:
+    """An explicit file, else the user's trained selector, else the shipped one; checked
+    with check_origin (an explicit path outside the trusted folders needs `trust`)."""
     if explicit:
         path = Path(explicit).expanduser()
         if path.is_dir():
@@ -61,10 +112,12 @@ def resolve_selector_path(explicit: str | os.PathLike[str] | None = None) -> Pat
         if not path.is_file():
             raise SelectorFileError(f"there is no selector file at {path}",
                                     "give the .joblib file `slm-dvfs train-selector --out` wrote")
+        check_origin(path, trust=trust)
         return path
     for folder in (user_selector_dir(), shipped_selector_dir()):
         candidate = folder / DEFAULT_NAME
         if candidate.is_file():
+            check_origin(candidate)
             return candidate
     raise SelectorFileError(
         "no selector available: none trained in "
@@ -149,14 +202,14 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     return data
 
 
-def verify_selector_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Check a selector file without unpickling it; returns its sidecar."""
+def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
+    """Check a selector file (or its bytes `data`, once read) without unpickling it; returns its sidecar."""
     from engine.selector.selector import selector_schema
 
     path = Path(path)
     side = read_sidecar(path)
     remedy = f"retrain with `slm-dvfs train-selector --out {path}`; never load a selector you did not write"
-    actual = sha256_file(path)
+    actual = sha256_file(path) if data is None else hashlib.sha256(data).hexdigest()
     if actual != side.get("joblib_sha256"):
         raise SelectorFileError(
             f"the selector {path} does not match its sidecar's SHA-256 (file {actual[:12]}..., "
@@ -173,14 +226,22 @@ def verify_selector_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return side
 
 
-def load_selector(path: str | os.PathLike[str] | None = None) -> Any:
-    """The selector at `path` (default: resolve_selector_path()), verified before unpickling."""
+def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False) -> Any:
+    """The selector at `path` (default: resolve_selector_path()), its origin checked and its
+    bytes verified before they are unpickled; `trust` admits a path outside the trusted folders."""
+    import io
+
     import joblib
 
     from engine.selector.selector import Selector
 
-    path = resolve_selector_path(path)
-    side = verify_selector_file(path)
+    path = resolve_selector_path(path, trust=trust)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SelectorFileError(f"cannot read the selector {path}: {exc.strerror or exc}",
+                                "check the file's permissions") from None
+    side = verify_selector_file(path, data)
     want = side.get("versions", {}).get("scikit-learn", "")
     import sklearn
 
@@ -188,7 +249,7 @@ def load_selector(path: str | os.PathLike[str] | None = None) -> Any:
         log.warning("selector %s was saved with scikit-learn %s, this is %s; if it misbehaves, retrain it",
                     path, want, sklearn.__version__)
     try:
-        obj = joblib.load(path)
+        obj = joblib.load(io.BytesIO(data))  # the verified bytes, not the file again
     except Exception as exc:  # noqa: BLE001 - any unpickling failure of a verified file
         raise SelectorFileError(f"the selector {path} could not be loaded ({type(exc).__name__}: {exc})",
                                 "retrain it with `slm-dvfs train-selector` under this Python and scikit-learn"
