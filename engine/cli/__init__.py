@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
+import signal
 import sys
 from typing import Sequence
 
@@ -52,7 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_ml_policy()  # the dvfs layer's `ml` plug point, filled by the client (cheap: lazy imports)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # `slm-dvfs --help | head`
+        return _stdout_gone()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -66,13 +71,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         func = launch_tui
     try:
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        sys.stdout.flush()  # a reader that went away shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
     except SlmDvfsError as exc:
         print(f"slm-dvfs: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("slm-dvfs: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_gone() -> int:
+    """The reader of stdout closed it (`slm-dvfs runs | head`): stop quietly, as a filter
+    killed by SIGPIPE would (exit 141), with stdout pointed at /dev/null so the interpreter's
+    final flush does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (a test's capture): nothing will flush it at exit
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from engine.cli import numbers
 from engine.device.base import ClockDomain, Device
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
@@ -54,9 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("monitor", help="live rail power and energy")
     add_device_args(p)
-    p.add_argument("--seconds", type=float, default=10.0, help="how long to watch (default 10)")
+    p.add_argument("--seconds", type=numbers.seconds, default=10.0, help="how long to watch (default 10)")
     p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
-    p.add_argument("--rate", type=float, default=20.0, help="samples per second (default 20)")
+    p.add_argument("--rate", type=numbers.float_range(0.0, 1000.0, low_open=True), default=20.0, help="samples per second (default 20)")
     p.add_argument("--json", action="store_true", help="print the energy window as JSON at the end")
     p.set_defaults(func=cmd_monitor)
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
@@ -39,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--compare", choices=("maxn",), help="also run MAXN Mode 0 and report the saving")
     p.add_argument("--reuse-baseline", action="store_true",
                    help="with --compare maxn: reuse a stored MAXN run of the same workload, device, steps and seed")
-    p.add_argument("--steps", type=int, default=100, metavar="N", help="training steps per run (default 100)")
+    p.add_argument("--steps", type=numbers.steps, default=100, metavar="N", help="training steps per run (default 100)")
     p.add_argument("--simulate", action="store_true",
                    help="twin only: no training, each step just advances the twin (fast; no eval metric)")
     p.add_argument("--label", help="free text stored with the run")
@@ -57,10 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _workload_args(p)
     p.add_argument("--space", choices=("gpu", "gpu+emc", "full", "modes"), default="gpu",
                    help="which settings (default gpu: every GPU step, CPU and EMC on their governors)")
-    p.add_argument("--warmup-steps", type=int, default=1, metavar="W", help="unmeasured steps per point (default 1)")
-    p.add_argument("--steps", type=int, default=5, metavar="S", help="measured steps per point (default 5)")
-    p.add_argument("--repeats", type=int, default=1, metavar="R", help="repetitions of the space (default 1)")
-    p.add_argument("--cpu-stride", type=int, default=4, metavar="K", help="--space full: every K-th CPU step")
+    p.add_argument("--warmup-steps", type=numbers.int_range(0, 10_000), default=1, metavar="W", help="unmeasured steps per point (default 1)")
+    p.add_argument("--steps", type=numbers.int_range(1, 100_000), default=5, metavar="S", help="measured steps per point (default 5)")
+    p.add_argument("--repeats", type=numbers.int_range(1, 1000), default=1, metavar="R", help="repetitions of the space (default 1)")
+    p.add_argument("--cpu-stride", type=numbers.int_range(1, 1000), default=4, metavar="K", help="--space full: every K-th CPU step")
     p.add_argument("--fast", action="store_true", help="twin only: compute points from the step trace, no training")
     p.add_argument("--objective", default="energy", help="how the optimum is chosen (default energy)")
     p.set_defaults(func=cmd_sweep)
@@ -76,20 +77,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="NAME", help="zoo name (e.g. bert-tiny, pythia-410m), hub id or folder")
     p.add_argument("--task", required=True, metavar="TASK", help="GLUE task, e.g. sst2, mnli")
-    p.add_argument("--batch-size", type=int, metavar="B", help="default: the zoo entry's")
-    p.add_argument("--max-seq-len", type=int, metavar="L", help="default: the zoo entry's")
+    p.add_argument("--batch-size", type=numbers.batch_size, metavar="B", help="default: the zoo entry's")
+    p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of weights, data and order (default 0)")
+    p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
-    p.add_argument("--train-samples", type=int, metavar="N", help="training examples to use")
-    p.add_argument("--eval-samples", type=int, metavar="N", help="evaluation examples per split")
+    p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
+    p.add_argument("--eval-samples", type=numbers.samples, metavar="N", help="evaluation examples per split")
     p.add_argument("--rails", default="all", help="rails the energy total is over: all | gpu+cpu (default all)")
     p.add_argument("--thermal", action="store_true", help="twin: model temperatures (heat-up and cool-down)")
-    p.add_argument("--thermal-wait-c", type=float, metavar="C", help="wait before a point above C (default 75)")
-    p.add_argument("--thermal-abort-c", type=float, metavar="C", help="abort above C (default 85)")
-    p.add_argument("--thermal-cooldown-c", type=float, metavar="C", help="waiting ends at C (default 65)")
-    p.add_argument("--thermal-poll-s", type=float, metavar="S", help="temperature poll while waiting (default 5)")
+    p.add_argument("--thermal-wait-c", type=numbers.celsius, metavar="C", help="wait before a point above C (default 75)")
+    p.add_argument("--thermal-abort-c", type=numbers.celsius, metavar="C", help="abort above C (default 85)")
+    p.add_argument("--thermal-cooldown-c", type=numbers.celsius, metavar="C", help="waiting ends at C (default 65)")
+    p.add_argument("--thermal-poll-s", type=numbers.float_range(0.0, 3600.0, low_open=True), metavar="S", help="temperature poll while waiting (default 5)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     add_device_args(p)
     add_db_arg(p)

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.cli import numbers
 from engine.core.constants import MODES, PADDINGS, PRECISIONS
 from engine.cli.interrupt import cancel_on_sigint
 from engine.workload.events import (
@@ -49,24 +50,24 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR",
                    help="where the text comes from (default: synthetic)")
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--steps", type=int, metavar="N", help="optimizer steps to run")
-    length.add_argument("--epochs", type=float, metavar="E", help="passes over the training set (default 1)")
-    p.add_argument("--batch-size", type=int, metavar="B", help="samples per step (default: zoo entry)")
-    p.add_argument("--max-seq-len", type=int, metavar="L", help="tokens per sample (default: zoo entry)")
+    length.add_argument("--steps", type=numbers.steps, metavar="N", help="optimizer steps to run")
+    length.add_argument("--epochs", type=numbers.epochs, metavar="E", help="passes over the training set (default 1)")
+    p.add_argument("--batch-size", type=numbers.batch_size, metavar="B", help="samples per step (default: zoo entry)")
+    p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="tokens per sample (default: zoo entry)")
     p.add_argument("--precision", choices=PRECISIONS,
                    help="default: zoo entry; 16-bit needs CUDA (fp32 elsewhere, with a warning)")
-    p.add_argument("--train-samples", type=int, metavar="N", help="training examples to use")
-    p.add_argument("--eval-samples", type=int, metavar="N", help="evaluation examples per split")
+    p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
+    p.add_argument("--eval-samples", type=numbers.samples, metavar="N", help="evaluation examples per split")
     p.add_argument("--mode", choices=MODES, default="full",
                    help="full fine-tuning, or BitFit (biases and the task head only)")
-    p.add_argument("--lr", type=float, metavar="RATE",
+    p.add_argument("--lr", type=numbers.learning_rate, metavar="RATE",
                    help="peak learning rate (default 5e-5 pretrained, 1e-3 random weights)")
     p.add_argument("--padding", choices=PADDINGS, default="max_length",
                    help="pad every sample to --max-seq-len (default), or each batch to its longest")
     p.add_argument("--twin", metavar="PROFILE", help="also run every step on the digital twin, e.g. agx-orin-64gb")
-    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of weights, data and order (default 0)")
-    p.add_argument("--eval-every", type=int, default=0, metavar="N", help="also evaluate every N steps")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="N", help="checkpoint every N steps")
+    p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
+    p.add_argument("--eval-every", type=numbers.interval_steps, default=0, metavar="N", help="also evaluate every N steps")
+    p.add_argument("--checkpoint-every", type=numbers.interval_steps, default=0, metavar="N", help="checkpoint every N steps")
     p.add_argument("--checkpoint-dir", metavar="D", help="where checkpoints go")
     p.add_argument("--resume", metavar="D", help="continue from the latest checkpoint in D")
     p.add_argument("--download", action="store_true",

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
 
@@ -58,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,128,256 (the default)")
     p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (the default)")
     p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
-    p.add_argument("--splits", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
     p.add_argument("--quick", action="store_true", help="smaller candidate models (fast; for trying things out)")
     p.add_argument("--json", action="store_true", help="print the CV table and the saved file as JSON")
@@ -67,15 +68,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("select", help="predict the best DVFS setting for a workload (no run, no board needed)")
     p.add_argument("--model", required=True, help="zoo name, hub id, checkpoint folder or config.json")
     p.add_argument("--task", required=True, help="GLUE task, e.g. sst2")
-    p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
-    p.add_argument("--max-seq-len", type=int, help="default: the zoo entry's")
+    p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
+    p.add_argument("--max-seq-len", type=numbers.seq_len, help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--trust", action="store_true",
                    help="load --selector from outside the trusted folders (unpickling runs code; owner still checked)")
-    p.add_argument("--probes", type=int, default=0, help="measure K (0-3) short windows first to correct the prediction")
+    p.add_argument("--probes", type=numbers.int_range(0, 1000), default=0, help="measure K (0-3) short windows first to correct the prediction")
     p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
                    help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
     p.add_argument("--json", action="store_true", help="print one JSON object")

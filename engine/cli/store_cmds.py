@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.cli import numbers
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
@@ -35,19 +36,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", help="only runs of this policy (maxn, static, oracle, online, ml, imported, ...)")
     p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
     p.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="only runs in this state")
-    p.add_argument("--limit", type=int, default=50, help="at most N runs (default 50)")
+    p.add_argument("--limit", type=numbers.int_range(1, 10**9), default=50, help="at most N runs (default 50)")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_runs)
 
     p = sub.add_parser("show", help="everything about one stored run")
     add_db_arg(p)
-    p.add_argument("id", type=int, help="run id (`slm-dvfs runs` lists them)")
+    p.add_argument("id", type=numbers.row_id, help="run id (`slm-dvfs runs` lists them)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("export", help="a run's power samples and summary as CSV or Parquet")
     add_db_arg(p)
-    p.add_argument("id", type=int, help="run id")
+    p.add_argument("id", type=numbers.row_id, help="run id")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format (default csv)")
     p.add_argument("--out", metavar="FILE", help="output file (default run-ID.csv|.parquet; `-` = stdout, csv only)")
     p.set_defaults(func=cmd_export)
@@ -56,16 +57,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_db_arg(p)
     p.add_argument("log", metavar="LOG", help="a file written by `tegrastats --logfile` (or its captured output)")
     p.add_argument("--label", required=True, help="free text naming the run")
-    p.add_argument("--interval-ms", type=float, help="the log's --interval, for lines without dates")
+    p.add_argument("--interval-ms", type=numbers.float_range(0.0, 3_600_000.0, low_open=True), help="the log's --interval, for lines without dates")
     p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
     p.add_argument("--model", help="the model fine-tuned while the log ran (zoo name or any name)")
     p.add_argument("--task", help="its task (needed with --model)")
-    p.add_argument("--batch-size", type=int, help="default: the zoo entry's")
-    p.add_argument("--seq-len", type=int, help="default: the zoo entry's")
+    p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
+    p.add_argument("--seq-len", type=numbers.seq_len, help="default: the zoo entry's")
     p.add_argument("--precision", help="default: the zoo entry's")
     p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
-    p.add_argument("--steps", type=int, help="training steps the log covers")
-    p.add_argument("--samples", type=int, help="training samples the log covers (gives samples/s and J/sample)")
+    p.add_argument("--steps", type=numbers.steps, help="training steps the log covers")
+    p.add_argument("--samples", type=numbers.samples, help="training samples the log covers (gives samples/s and J/sample)")
     p.add_argument("--board", default="unknown board (imported tegrastats log)", help="board name to record")
     p.add_argument("--module", default="unknown", help="module name to record")
     p.add_argument("--l4t", help="L4T release of the board, e.g. 36.3.0")

@@ -75,6 +75,11 @@ class FinetuneSpec:
                                   f"give --{name.replace('_', '-')} 1 or more")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoints were asked for without a folder", "add --checkpoint-dir DIR")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed {self.seed!r} is out of range (NumPy takes 0 to 2**32-1)",
+                              "give --seed from 0 to 4294967295")
+        if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
+            raise ConfigError(f"epochs must be a positive number, not {self.epochs}", "give --epochs above 0")
         if self.device:
             from engine.workload.optim import resolve_device
 

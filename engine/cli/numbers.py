@@ -1,0 +1,69 @@
+"""Numeric command-line arguments, checked where they are parsed.
+
+Every numeric flag of every sub-command takes one of these as its argparse `type`, so a
+value out of range is refused with argparse's usage line and a message that says the
+range (exit 2, no traceback), before anything opens a board or allocates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable
+
+SEED_MAX = 2**32 - 1  # NumPy's legacy seeding takes 0..2**32-1; torch and Python take more
+MAX_STEPS = 10_000_000
+MAX_BATCH = 2**31 - 1  # the memory estimate refuses what the board cannot hold, with the figure
+MAX_SEQ_LEN = 2**20
+MAX_SAMPLES = 10**9
+MAX_ID = 2**63 - 1  # SQLite's INTEGER
+
+
+def int_range(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip(), 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (give one from {low} to {high})") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: give a whole number from {low} to {high}")
+        return value
+
+    parse.__name__ = "whole number"  # what argparse names the type in its messages
+    return parse
+
+
+def float_range(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (or (low, high] with `low_open`)."""
+    opening = "(" if low_open else "["
+    shown = f"{opening}{low:g}, {high:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number (give one in {shown})") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (give one in {shown})")
+        if value < low or value > high or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{value:g} is out of range: give a number in {shown}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+# The shared ones, named for what they count.
+seed = int_range(0, SEED_MAX)
+steps = int_range(1, MAX_STEPS)
+interval_steps = int_range(0, MAX_STEPS)  # every N steps; 0: off
+batch_size = int_range(1, MAX_BATCH)
+seq_len = int_range(1, MAX_SEQ_LEN)
+samples = int_range(1, MAX_SAMPLES)
+row_id = int_range(1, MAX_ID)
+epochs = float_range(0.0, 10_000.0, low_open=True)
+learning_rate = float_range(0.0, 10.0, low_open=True)
+celsius = float_range(-40.0, 150.0)
+seconds = float_range(0.0, 7 * 24 * 3600.0, low_open=True)

@@ -1,0 +1,104 @@
+"""Bad input at the edge: every numeric flag checked where it is parsed, a closed stdout,
+a clear error (what, and what to do) and never a traceback (issue 10, case 10)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.cli import build_parser, main, numbers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _numeric_actions() -> list[tuple[str, argparse.Action]]:
+    """(sub-command, action) for every argument of every sub-command that parses a number."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found = []
+    for name, p in sub.choices.items():
+        for action in p._actions:
+            if action.type is not None and action.type not in (str,):
+                found.append((name, action))
+    return found
+
+
+def test_every_numeric_flag_has_a_checked_type() -> None:
+    """A sweep of the CLI: no sub-command parses a number with bare int/float (unchecked range)."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    bare = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items()
+            for a in p._actions if a.type in (int, float)]
+    assert bare == []
+    assert len(_numeric_actions()) >= 40
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "1e400", "abc", "", "0x10", "1e30", str(2**70), "-3"])
+def test_every_numeric_flag_refuses_nonsense_with_a_message(bad: str) -> None:
+    for name, action in _numeric_actions():
+        try:
+            value = action.type(bad)
+        except argparse.ArgumentTypeError as exc:
+            assert "give" in str(exc), (name, action.dest, str(exc))
+            continue
+        # accepted: then it is a sane, finite value (e.g. -3 for a temperature)
+        assert isinstance(value, (int, float)) and abs(value) < 2**63, (name, action.dest, bad, value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["finetune", "--model", "bert-tiny", "--task", "sst2", "--steps", "1e30"], "--steps: '1e30' is not a whole number"),
+    (["finetune", "--model", "bert-tiny", "--task", "sst2", "--seed", str(2**70)], "--seed: 1180591620717411303424 is out"),
+    (["finetune", "--model", "bert-tiny", "--task", "sst2", "--epochs", "nan"], "--epochs: 'nan' is not a finite"),
+    (["finetune", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "0"], "--batch-size: 0 is out of range"),
+    (["finetune", "--model", "bert-tiny", "--task", "sst2", "--lr", "-1"], "--lr: -1 is out of range"),
+    (["monitor", "--twin", "--seconds", "nan"], "--seconds: 'nan' is not a finite number"),
+    (["monitor", "--twin", "--seconds", "inf"], "--seconds: 'inf' is not a finite number"),
+    (["monitor", "--twin", "--seconds", "-1"], "--seconds: -1 is out of range"),
+    (["monitor", "--twin", "--rate", "0"], "--rate: 0 is out of range"),
+    (["import-tegrastats", "x.log", "--label", "l", "--steps", "-3"], "--steps: -3 is out of range"),
+    (["import-tegrastats", "x.log", "--label", "l", "--interval-ms", "nan"], "--interval-ms: 'nan' is not a finite"),
+    (["sweep", "--model", "bert-tiny", "--task", "sst2", "--repeats", "0"], "--repeats: 0 is out of range"),
+    (["sweep", "--model", "bert-tiny", "--task", "sst2", "--thermal-abort-c", "inf"], "--thermal-abort-c: 'inf'"),
+    (["runs", "--limit", "-5"], "--limit: -5 is out of range"),
+    (["show", "0"], "id: 0 is out of range"),
+    (["train-selector", "--splits", "1"], "--splits: 1 is out of range"),
+])
+def test_bad_numbers_are_usage_errors(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "give" in err and "Traceback" not in err
+
+
+def test_ranges_accept_their_bounds() -> None:
+    assert numbers.seed("0") == 0 and numbers.seed(str(2**32 - 1)) == 2**32 - 1
+    assert numbers.steps(" 7 ") == 7 and numbers.interval_steps("0") == 0
+    assert numbers.seconds("0.5") == 0.5 and numbers.celsius("-40") == -40.0
+    with pytest.raises(argparse.ArgumentTypeError):
+        numbers.seconds("0")
+
+
+def _run_with_stdout_closed(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command with its stdout a pipe whose reader has already gone (`| head` after its lines)."""
+    read, write = os.pipe()
+    os.close(read)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        return subprocess.run([sys.executable, "-m", "engine", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=120)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["--help"], ["device", "--twin"]])
+def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path) -> None:
+    extra = ["--db", str(tmp_path / "r.sqlite")] if argv[0] == "runs" else []
+    done = _run_with_stdout_closed(*argv, *extra)
+    assert done.returncode in (0, 141), done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr and "Exception ignored" not in done.stderr
