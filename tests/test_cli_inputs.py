@@ -102,3 +102,24 @@ def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path) -> None:
     done = _run_with_stdout_closed(*argv, *extra)
     assert done.returncode in (0, 141), done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr and "Exception ignored" not in done.stderr
+
+
+def test_labels_and_notes_are_printed_without_escape_sequences(tmp_path: Path, capsys) -> None:
+    from engine.results.format import clean_text
+
+    db = str(tmp_path / "r.sqlite")
+    log = tmp_path / "t.log"
+    log.write_text("".join(f"12-01-2025 10:00:{s:02d} RAM 1/2MB VDD_GPU_SOC 1000mW/1000mW VDD_CPU_CV 500mW/500mW\n"
+                           for s in range(3)))
+    evil = "ok\x1b[2J\x1b[H\x1b]0;pwned\x07label"
+    assert main(["import-tegrastats", str(log), "--label", evil, "--db", db, "--model", "m\x1b[31mx", "--task", "sst2",
+                 "--batch-size", "8", "--seq-len", "32", "--precision", "fp32"]) == 0
+    run_id = capsys.readouterr().out.split()[-1]
+    for argv in (["runs", "--db", db], ["show", run_id, "--db", db]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "mx" in out and "\x1b" not in out and "\x07" not in out
+        assert argv[0] == "runs" or "oklabel" in out
+    assert main(["show", run_id, "--db", db, "--json"]) == 0  # JSON escapes controls itself: kept as stored
+    assert '"ok\\u001b[2J' in capsys.readouterr().out
+    assert clean_text("plain text\n\twith tabs, é and 日本") == "plain text\n\twith tabs, é and 日本"

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from engine import __version__
 from engine.core.errors import SlmDvfsError
+from engine.results.format import clean_text
 
 # Sub-command modules, in the order `--help` lists them.
 COMMAND_MODULES = (
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _stdout_gone()
     except SlmDvfsError as exc:
-        print(f"slm-dvfs: error: {exc}", file=sys.stderr)
+        print(f"slm-dvfs: error: {clean_text(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("slm-dvfs: interrupted", file=sys.stderr)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.results.format import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.cli.device_cmds import add_device_args
@@ -143,7 +144,7 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(formatter(result))
+        sys.stdout.write(clean_text(formatter(result)))
     return result
 
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.results.format import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError
@@ -210,7 +211,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         out["selector"].pop("cv_table", None)
         print(json.dumps(out, indent=2, default=str))
         return 0
-    print(format_choice(choice, selector))
+    print(clean_text(format_choice(choice, selector)))
     return 0
 
 

@@ -13,7 +13,7 @@ from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
 from engine.results.export import csv_text, write_export
-from engine.results.format import format_setting, format_when
+from engine.results.format import clean_text, format_setting, format_when
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
@@ -153,7 +153,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     elif not runs:
         print(f"no runs match in {path}")
     else:
-        print(format_runs(runs))
+        print(clean_text(format_runs(runs)))
     return 0
 
 
@@ -168,7 +168,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         out["power_samples"] = n_samples
         print(json.dumps(out, indent=2))
     else:
-        print(format_run(run, comparisons, n_samples))
+        print(clean_text(format_run(run, comparisons, n_samples)))
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.results.compare import optimum_vs_maxn
-from engine.results.format import setting_label
+from engine.results.format import clean_text, setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     lines += ["", "± is the half-width of the 95% confidence interval (Student's t over the repetitions); "
                   "a single repetition has none."]
     md = out / f"{prefix}.md"
-    md.write_text("\n".join(lines) + "\n")
+    md.write_text(clean_text("\n".join(lines)) + "\n")  # stored names and labels, escapes removed
     log.info("wrote %s", md)
     return Report("sweep", sweep_id, md, tuple(figures), title)
 
@@ -224,7 +224,7 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"
-    md.write_text("\n".join(lines) + "\n")
+    md.write_text(clean_text("\n".join(lines)) + "\n")  # stored names and labels, escapes removed
     return Report("run", run_id, md, tuple(figures), title)
 
 
