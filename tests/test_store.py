@@ -571,3 +571,21 @@ def test_cumulative_trapezoid_is_the_trapezoid_up_to_each_sample() -> None:
     assert cum == pytest.approx([0.0, 2.0, 6.0, 6.25])
     assert all(c == pytest.approx(trapezoid_j(times[:i + 1], powers[:i + 1])) for i, c in enumerate(cum))
     assert trapezoid_j(times, powers) == cum[-1] and trapezoid_j([], []) == 0.0 and cumulative_trapezoid_j([], []) == []
+
+
+def test_a_damaged_page_is_refused_when_the_store_opens(db: Path) -> None:
+    """Issue 10: a file whose table pages are damaged but whose header and schema still read
+    is refused at open (quick_check) rather than served."""
+    with Store(db) as s:
+        _fill(s, runs=3)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'power_samples'").fetchone()[0]
+    data = bytearray(db.read_bytes())
+    start = (root - 1) * page_size
+    data[start] = 0x00  # the page's type byte: no longer a b-tree page
+    db.write_bytes(bytes(data))
+    with pytest.raises(CorruptStoreError) as err:
+        Store(db)
+    assert "damaged pages found on opening" in err.value.what and "move it aside" in err.value.remedy

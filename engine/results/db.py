@@ -45,7 +45,8 @@ class Database:
     def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self._lock = threading.RLock()
-        if not self.path.exists():
+        self._existed = self.path.exists()
+        if not self._existed:
             if not create:
                 raise StoreError(f"there is no results database at {self.path}",
                                  "run an experiment or `slm-dvfs import-tegrastats` first, or pass --db")
@@ -73,8 +74,9 @@ class Database:
         conn = self._conn
         try:
             conn.execute("PRAGMA foreign_keys = ON")
-            # No integrity scan here (seconds on a large file): migrations.check_file() caught foreign and
-            # truncated files, and damage found later is reported as CorruptStoreError; see check().
+            if self._existed:
+                self._quick_check()  # a damaged page is refused at open, never served
+            # migrations.check_file() caught foreign and truncated files; check() is the full scan.
             migrations.migrate(conn, self.path)
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -84,6 +86,14 @@ class Database:
             conn.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as exc:
             raise self._wrap(exc, "open") from None
+
+    def _quick_check(self) -> None:
+        """SQLite's quick_check (pages, records, no index cross-check: a fraction of integrity_check's
+        time); raises CorruptStoreError naming what it found."""
+        rows = self._conn.execute("PRAGMA quick_check(5)").fetchall()
+        problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
+        if problems:
+            raise CorruptStoreError(self.path, "damaged pages found on opening: " + "; ".join(problems[:3]))
 
     def close(self) -> None:
         with self._lock:
