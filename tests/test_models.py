@@ -256,3 +256,62 @@ def test_no_text_and_no_tokenizer_is_a_clear_error(tmp_path):
     spec, info = _info(tmp_path, TINY_BERT)
     with pytest.raises(ConfigError, match="no text to train one on"):
         tokenization.load_tokenizer(spec, info, [], task=get_task("sst2"))
+
+
+# -- issue 10: impossible configurations and steps that cannot fit, refused before allocating
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": -128}, "hidden_size -128 is out of range"),
+    ({"num_hidden_layers": 0}, "num_hidden_layers 0 is out of range"),
+    ({"num_attention_heads": 3}, "3 attention heads do not divide the hidden size 128"),
+    ({"vocab_size": 10**12}, "vocab_size 1000000000000 is out of range"),
+    ({"hidden_size": "128"}, "hidden_size must be a whole number"),
+    ({"intermediate_size": True}, "intermediate_size must be a whole number"),
+])
+def test_impossible_configs_are_config_errors(tmp_path, change, message) -> None:
+    import json
+
+    from engine.workload.models import resolve_model
+    from engine.workload.zoo import get_entry
+
+    cfg = {**get_entry("bert-tiny").config, **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=message) as err:
+        resolve_model(str(path))
+    assert err.value.remedy
+
+
+def test_memory_estimate_matches_the_zoo_and_refuses_what_cannot_fit() -> None:
+    from engine.workload.sizing import GIB, check_memory, estimate_memory, estimate_params
+    from engine.workload.zoo import load_zoo
+
+    for entry in load_zoo().values():  # the analytic count is within 0.1% of the zoo's
+        assert estimate_params(entry.config) == pytest.approx(entry.params, rel=1e-3)
+        est = estimate_memory(entry.config, entry.batch_size, entry.seq_len, entry.precision)
+        check_memory(est, entry.name, entry.batch_size, entry.seq_len)  # every zoo default fits
+    tiny = load_zoo()["bert-tiny"].config
+    huge = estimate_memory(tiny, 10_000_000, 128)
+    with pytest.raises(ConfigError) as err:
+        check_memory(huge, "bert-tiny", 10_000_000, 128)
+    assert "needs an estimated" in err.value.what and "GiB" in err.value.what and "64 GiB" in err.value.what
+    fits = int(err.value.remedy.split("--batch-size ")[1].split()[0])
+    check_memory(estimate_memory(tiny, fits, 128), "bert-tiny", fits, 128)  # the suggestion does fit
+    with pytest.raises(ConfigError):
+        check_memory(estimate_memory(tiny, fits + 1, 128), "bert-tiny", fits + 1, 128)
+    big = {**tiny, "hidden_size": 65_536, "num_hidden_layers": 200, "num_attention_heads": 64,
+           "intermediate_size": 262_144}
+    with pytest.raises(ConfigError, match="needs an estimated") as err:
+        check_memory(estimate_memory(big, 1, 8), "big", 1, 8, memory_bytes=64 * GIB)
+    assert "smaller model" in err.value.remedy
+
+
+def test_simulate_with_a_huge_batch_is_refused_with_the_estimate(capsys, tmp_path) -> None:
+    from engine.cli import main
+
+    argv = ["run", "--model", "bert-tiny", "--task", "sst2", "--twin", "agx-orin-64gb", "--simulate",
+            "--batch-size", "10000000", "--steps", "2", "--db", str(tmp_path / "r.sqlite")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "needs an estimated" in err and "--batch-size" in err and "Traceback" not in err

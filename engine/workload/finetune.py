@@ -179,7 +179,8 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     from engine.workload.data import encode, load_glue_text
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
-    from engine.workload.models import load_model
+    from engine.workload.models import load_model, resolve_model
+    from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tokenization import load_tokenizer
     from engine.workload.trainer import TrainConfig, Trainer
 
@@ -190,9 +191,12 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         read_meta(find_checkpoint(spec.resume))
     task = get_task(spec.task)
     defaults = defaults_for(spec.model)
-    model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
     batch_size = spec.batch_size or defaults.batch_size
     seq_len = spec.max_seq_len or defaults.seq_len
+    resolved = resolve_model(spec.model, allow_download=spec.allow_download)
+    check_memory(estimate_memory(resolved.config, batch_size, seq_len, spec.precision or defaults.precision,
+                                 spec.mode), resolved.name, batch_size, seq_len)  # before anything allocates
+    model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
     if seq_len > info.max_positions:
         raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
                           f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")

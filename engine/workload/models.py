@@ -18,6 +18,7 @@ from typing import Any, Iterator, Mapping, NamedTuple
 import torch
 
 from engine.core.errors import ConfigError
+from engine.workload.sizing import check_config
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
 
@@ -265,4 +266,5 @@ def _family(config: Mapping[str, Any], spec: str) -> str:
             f"{spec}: model_type {config.get('model_type')!r} is not supported",
             "use a BERT (model_type bert) or Pythia (model_type gpt_neox) model",
         )
+    check_config(config, spec)  # impossible dimensions fail here, before transformers or torch see them
     return family

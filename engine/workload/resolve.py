@@ -66,6 +66,7 @@ def resolve_workload(
     from engine.workload.models import build_model, resolve_model
     from engine.core.constants import MODES, PRECISIONS
     from engine.workload.optim import apply_mode
+    from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tracer import step_trace
 
     if mode not in MODES:
@@ -85,6 +86,7 @@ def resolve_workload(
         raise ConfigError(f"sequence length {length} exceeds what {resolved.name} can take ({max_pos} positions)",
                           f"give --max-seq-len {max_pos} or less")
     prec = precision or defaults.precision
+    check_memory(estimate_memory(resolved.config, batch, length, prec, mode), resolved.name, batch, length)
     net = build_model(resolved.config, glue, seed=seed, device="meta")
     apply_mode(net, mode)
     record = step_trace(net, name=resolved.name, batch_size=batch, seq_len=length, precision=prec)
