@@ -292,3 +292,10 @@ def test_monitor_over_live_tegrastats(tmp_path: Path) -> None:
     assert res.avg_power_w == pytest.approx(15.192 + 1.598, rel=1e-9)
     assert res.total_energy_j == pytest.approx((15.192 + 1.598) * res.duration_s, rel=1e-9)
     assert res.samples >= 3
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 0.0, -5.0])
+def test_a_nonsense_interval_is_a_config_error_not_a_disk_error(bad: float) -> None:
+    with pytest.raises(ConfigError, match="positive, finite") as err:
+        import_log(R36, interval_ms=bad)
+    assert "--interval" in err.value.remedy

@@ -13,6 +13,7 @@ Rails are `NAME instant/average` in mW (older boards print no unit); they come l
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from collections import Counter
@@ -314,8 +315,9 @@ def _consistent_rails(parsed: ParseResult, origin: str) -> tuple[list[Tegrastats
 
 
 def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Path) -> tuple[list[float], str]:
-    if interval_ms is not None and interval_ms <= 0:
-        raise ConfigError(f"interval_ms must be positive, got {interval_ms}", "pass the log's --interval in ms")
+    if interval_ms is not None and not (math.isfinite(interval_ms) and interval_ms > 0):
+        raise ConfigError(f"interval_ms must be a positive, finite number of milliseconds, got {interval_ms}",
+                          "pass the --interval the log was recorded with, in ms (tegrastats' default is 1000)")
     stamps = [s.timestamp for s in samples]
     if all(ts is not None for ts in stamps):
         t0 = stamps[0]
