@@ -123,3 +123,24 @@ def test_labels_and_notes_are_printed_without_escape_sequences(tmp_path: Path, c
     assert main(["show", run_id, "--db", db, "--json"]) == 0  # JSON escapes controls itself: kept as stored
     assert '"ok\\u001b[2J' in capsys.readouterr().out
     assert clean_text("plain text\n\twith tabs, é and 日本") == "plain text\n\twith tabs, é and 日本"
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--checkpoint-every", "1", "--checkpoint-dir", "/proc/nope"], "cannot create the checkpoint folder /proc/nope"),
+    (["--resume", "GARBAGE"], "not an slm-dvfs checkpoint"),
+    (["--resume", "EMPTY"], "no checkpoint in"),
+])
+def test_finetune_refuses_bad_checkpoint_paths_before_loading(extra: list[str], message: str, tmp_path: Path,
+                                                               capsys, monkeypatch) -> None:
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"PK\x03\x04 not a checkpoint")
+    (tmp_path / "empty").mkdir()
+    extra = [{"GARBAGE": str(garbage), "EMPTY": str(tmp_path / "empty")}.get(a, a) for a in extra]
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the checkpoint path was checked")
+
+    monkeypatch.setattr("engine.workload.models.load_model", never)
+    assert main(["finetune", "--model", "bert-tiny", "--task", "sst2", "--steps", "2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "What to do" in err and "Traceback" not in err
