@@ -144,3 +144,9 @@ def test_finetune_refuses_bad_checkpoint_paths_before_loading(extra: list[str], 
     assert main(["finetune", "--model", "bert-tiny", "--task", "sst2", "--steps", "2", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "What to do" in err and "Traceback" not in err
+
+
+def test_select_refuses_a_shape_the_board_cannot_hold(capsys) -> None:
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "10000000"]) == 2
+    err = capsys.readouterr().err
+    assert "needs an estimated" in err and "--batch-size" in err

@@ -200,6 +200,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
     from engine.workload.glue import get_task
     from engine.workload.models import build_model, resolve_model
+    from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tracer import step_trace
     from engine.workload.optim import apply_mode
     from engine.workload.zoo import MODEL_TYPE_FAMILY
@@ -222,6 +223,8 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     if seq_len > max_pos:
         raise ConfigError(f"sequence length {seq_len} exceeds what {name} can take ({max_pos} positions)",
                           f"give a length of {max_pos} or less")
+    # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
+    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
     net = build_model(config, glue, device="meta")
     params = sum(p.numel() for p in net.parameters())
     apply_mode(net, mode)
