@@ -150,3 +150,18 @@ def test_select_refuses_a_shape_the_board_cannot_hold(capsys) -> None:
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "10000000"]) == 2
     err = capsys.readouterr().err
     assert "needs an estimated" in err and "--batch-size" in err
+
+
+def _tree_state(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-1", "0"])
+def test_monitor_on_an_r36_tree_refuses_nonsense_durations(r36_tree, seconds: str, capsys,
+                                                           isolated_env) -> None:
+    root, _layout = r36_tree
+    before = _tree_state(root)
+    with pytest.raises(SystemExit) as exit_:
+        main(["monitor", "--sysfs-root", str(root), "--seconds", seconds])
+    assert exit_.value.code == 2 and "--seconds" in capsys.readouterr().err
+    assert _tree_state(root) == before  # nothing opened, nothing written
