@@ -19,7 +19,7 @@ from engine.dvfs.policies import make_policy, parse_static
 from engine.results.format import clean_text
 from engine.workload.sizing import LIMITS, check_config, check_memory, estimate_memory
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 _POLICY_WORDS = st.sampled_from(["maxn", "maxn-pinned", "mode", "static", "oracle", "online", "ml", "gpu", "emc",
                                  "cpu", "probes", "warmup", "measure", "selector", "=", ",", ":", "nan", "inf",
@@ -123,7 +123,7 @@ NUMERIC = _numeric_types()
 
 
 @pytest.mark.parametrize("name, parse", NUMERIC, ids=[n for n, _ in NUMERIC])
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, database=None)
 @given(text=st.one_of(st.text(max_size=12), st.integers(-2**80, 2**80).map(str),
                       st.floats(allow_nan=True, allow_infinity=True).map(repr)))
 def test_every_cli_number_is_in_range_or_a_usage_error(name: str, parse, text: str) -> None:
