@@ -165,3 +165,14 @@ def test_monitor_on_an_r36_tree_refuses_nonsense_durations(r36_tree, seconds: st
         main(["monitor", "--sysfs-root", str(root), "--seconds", seconds])
     assert exit_.value.code == 2 and "--seconds" in capsys.readouterr().err
     assert _tree_state(root) == before  # nothing opened, nothing written
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--batch-sizes", "99999999999", "above 2147483647"),
+    ("--batch-sizes", "8,1e30", "not a comma-separated list"),
+    ("--seq-lens", "0", "below 1"),
+])
+def test_train_selector_lists_are_checked(flag: str, value: str, message: str, capsys, tmp_path: Path) -> None:
+    argv = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny", flag, value, "--out", str(tmp_path / "s")]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -24,7 +24,7 @@ def _csv(text: str | None) -> list[str] | None:
     return None if not text else [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
+def _ints(text: str | None, what: str, high: int = numbers.MAX_BATCH) -> tuple[int, ...] | None:
     items = _csv(text)
     if items is None:
         return None
@@ -34,6 +34,8 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
         raise ConfigError(f"--{what} {text!r} is not a comma-separated list of integers", f"e.g. --{what} 16,32") from None
     if any(v <= 0 for v in out):
         raise ConfigError(f"--{what} {text!r} holds a value below 1", "give positive integers")
+    if any(v > high for v in out):
+        raise ConfigError(f"--{what} {text!r} holds a value above {high}", f"give integers from 1 to {high}")
     return out
 
 
@@ -117,7 +119,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                               "drop --source, or train from the store without --from-twin-zoo")
         zoo_args: dict[str, Any] = {}
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
-                           ("seq_lens", _ints(args.seq_lens, "seq-lens")),
+                           ("seq_lens", _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)),
                            ("precisions", _csv(args.precisions))):
             if value:
                 zoo_args[key] = tuple(value)
