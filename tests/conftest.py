@@ -3,7 +3,6 @@ test's tmp_path, the hub offline), and fake Jetson trees rendered by engine.devi
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path

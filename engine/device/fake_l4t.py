@@ -11,7 +11,6 @@ store and restore the clock files. The twin's sync then follows those files.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path

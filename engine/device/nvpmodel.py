@@ -15,7 +15,6 @@ CPU clocks are in kHz in the conf (cpufreq's unit), GPU and EMC in Hz.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import subprocess
 from dataclasses import dataclass
