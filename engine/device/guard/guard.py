@@ -7,11 +7,14 @@ interpreter exit. A SIGKILL cannot be caught, so the journal stays behind: the n
 start of the tool finds journals whose process is gone and restores them
 (`recover_stale`), and `slm-dvfs restore` does it by hand.
 
-One session at a time per device: the guard holds the device's lock (`lock.py`) for
-its life, so two runs cannot pin the same board's clocks over each other.
+One writer per board: the guard holds the board lock (`lock.py`, under /run/slm-dvfs or the
+tree's own run/slm-dvfs) for its life, so two sessions (two users, two state dirs, `T` and
+`T/../T`) cannot pin the same board's clocks over each other; a board left pinned by
+`slm-dvfs pin` refuses a run until `slm-dvfs restore`.
 
-A journal that cannot be used (corrupt, or naming a device root that has gone) never
-blocks other work: it is logged, kept, and reported by `slm-dvfs restore`.
+A journal that cannot be used never blocks other work: an unreadable one is moved aside
+and reported, one we did not write (or naming a root that has gone) is kept and reported
+by `slm-dvfs restore`.
 """
 
 from __future__ import annotations
@@ -36,19 +39,27 @@ from engine.device.guard.journal import (
     SESSION,
     Journal,
     JournalProblem,
+    UnreadableJournal,
     atomic_write,
     device_key,
+    ensure_dir,
     journal_dir,
     list_journals,
+    move_aside,
     process_start,
     reopen_device,
     scan_journals,
 )
-from engine.device.guard.lock import DeviceBusyError, DeviceLock, device_locked
+from engine.device.guard.lock import DeviceBusyError, DeviceLock, board_lock_dir, device_locked, session_lock
+from engine.device.guard.trust import pin_marker, trusted_store
 
 log = logging.getLogger(__name__)
 
 _SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
+
+
+class BoardPinnedError(DeviceBusyError):
+    """The board is left pinned by `slm-dvfs pin`; a run must not override it."""
 
 
 @dataclass(frozen=True)
@@ -83,10 +94,7 @@ def restore_settings(device: Device, settings: DeviceSettings, jetson_clocks_sto
     snapshot does not hold, such as the fan), then the snapshot. Both are tried; one
     DeviceError lists what failed. The store file is deleted once all worked."""
     failed: list[str] = []
-    store = Path(jetson_clocks_store) if jetson_clocks_store else None
-    if store is not None and not store.is_file():
-        log.warning("jetson_clocks state %s is gone: restoring from the snapshot alone", store)
-        store = None
+    store = trusted_store(jetson_clocks_store) if jetson_clocks_store else None
     if store is not None:
         try:
             device.jetson_clocks_restore(store)
@@ -108,11 +116,28 @@ def restore_settings(device: Device, settings: DeviceSettings, jetson_clocks_sto
 
 
 def restore_journal(journal: Journal, device: Device | None = None) -> None:
-    """Apply a journal's snapshot and delete it (only once the apply worked)."""
+    """Apply a journal's snapshot and delete it (only once the apply worked), with the board's
+    pin marker when it was a pin."""
     device = device or reopen_device(journal.device)
     restore_settings(device, journal.settings, journal.jetson_clocks_store)
     journal.path.unlink(missing_ok=True)
+    if journal.kind == PINNED:
+        _unmark_pin(journal)
     log.info("restored clocks from %s", journal.path.name)
+
+
+def _lock_dir(directory: Path, root: Any) -> Path:
+    """The board lock's folder for a device root (the state dir for a device without one)."""
+    return board_lock_dir(str(root)) if root else directory
+
+
+def _unmark_pin(journal: Journal) -> None:
+    root = journal.device.get("root")
+    try:
+        marker = pin_marker(_lock_dir(journal.path.parent, root), device_key(journal.device))
+    except SlmDvfsError:
+        return
+    marker.unlink(missing_ok=True)
 
 
 def _by_device(journals: Iterator[Journal] | list[Journal]) -> dict[str, list[Journal]]:
@@ -135,7 +160,7 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
         oldest, *newer = journals  # list_journals sorts by creation time
         root = oldest.device.get("root")
         try:
-            with device_locked(directory, key, root):
+            with device_locked(_lock_dir(directory, root), key, root):
                 restore_journal(oldest)
         except DeviceBusyError as exc:
             log.info("left %s for later: %s", oldest.path.name, exc.what)
@@ -181,7 +206,7 @@ def restore_report(directory: Path | None = None) -> RestoreReport:
             ))
             continue
         try:
-            with device_locked(directory, key, root):
+            with device_locked(_lock_dir(directory, root), key, root):
                 restore_journal(oldest)
         except DeviceBusyError as exc:
             problems.append(JournalProblem(oldest.path, root, exc.what, exc.remedy))
@@ -227,8 +252,10 @@ class ClockGuard:
         directory: Path | None = None,
         handle_signals: bool = True,
         recover: bool = True,
+        over_pin: bool = False,
     ) -> None:
         self.device = device
+        self.over_pin = over_pin  # `slm-dvfs pin` may pin over a pin; a run may not
         self.directory = directory or journal_dir()
         self.handle_signals = handle_signals
         self.recover = recover
@@ -248,19 +275,32 @@ class ClockGuard:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except SlmDvfsError as failed:
+            # The error that stopped us is the one to show (e.g. the refused write itself); the
+            # failed restore is logged and its journal stays for `slm-dvfs restore`.
+            log.error("%s\n  What to do: %s", failed.what, failed.remedy)
 
     def start(self) -> None:
-        """Lock the device (refusing if another session has it), recover dead sessions,
-        snapshot and journal, before anything changes."""
+        """Lock the board (refusing if another session has it, or if it is left pinned), recover
+        dead sessions, snapshot and journal, before anything changes."""
         description = self.device.describe()
         key = device_key(description)
-        self._device_lock = DeviceLock.acquire(self.directory, key, description.get("root"))
+        root = description.get("root")
+        lock_dir = _lock_dir(self.directory, root)
+        self._device_lock = DeviceLock.acquire(lock_dir, key, root)
         try:
             if self.recover:
                 self.recovered = recover_stale(self.directory)
+            if not self.over_pin:
+                self._refuse_if_pinned(lock_dir, key, root)
             self.snapshot = self.device.read_settings()
+            ensure_dir(self.directory)
             path = self.directory / f"{key}-{SESSION}-{os.getpid()}-{time.time_ns()}.json"
             journal = Journal(
                 kind=SESSION,
@@ -271,6 +311,7 @@ class ClockGuard:
                 device=description,
                 settings=self.snapshot,
                 path=path,
+                session_lock=str(session_lock()),
             )
             atomic_write(path, journal.to_json())
         except BaseException:
@@ -303,18 +344,63 @@ class ClockGuard:
             if self._journal_path is None or self.snapshot is None:
                 raise SlmDvfsError("the guard was not started", "use the guard as a context manager")
             description = self.device.describe()
-            pinned = self.directory / f"{device_key(description)}-{PINNED}.json"
+            key = device_key(description)
+            pinned = self.directory / f"{key}-{PINNED}.json"
+            if pinned.exists() and not self._usable_pin(pinned):
+                pinned = self.directory / f"{key}-{PINNED}.json"  # moved aside: ours takes its place
             if pinned.exists():
                 # An earlier pin holds the true original state: keep it, drop ours.
                 self._journal_path.unlink(missing_ok=True)
             else:
                 data = json.loads(self._journal_path.read_text())
                 data["kind"] = PINNED
+                data["session_lock"] = None  # a pin outlives us: only `slm-dvfs restore` ends it
                 atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
+            root = description.get("root")
+            atomic_write(pin_marker(_lock_dir(self.directory, root), key),
+                         {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
             self._journal_path = pinned
             self._kept = True
             return pinned
+
+    @staticmethod
+    def _usable_pin(path: Path) -> bool:
+        """Whether an earlier pin's journal can be restored; an unreadable one is moved aside
+        (and reported) so it never swallows ours. One we did not write stops the pin."""
+        try:
+            Journal.read(path)
+        except UnreadableJournal as exc:
+            moved = move_aside(path)
+            if moved is None:
+                raise
+            log.warning("%s; moved aside to %s (restore those clocks by hand if they were changed)", exc.what, moved)
+            return False
+        return True
+
+    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
+        """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
+        the pin and its restore would put back the pin, not the board's own state."""
+        marker = pin_marker(lock_dir, key)
+        mine = self.directory / f"{key}-{PINNED}.json"
+        journal = None
+        try:
+            data = json.loads(marker.read_text())
+            journal = str(data.get("journal"))
+            if not Path(journal).exists() and os.access(Path(journal).parent, os.X_OK):
+                marker.unlink(missing_ok=True)  # its journal was restored or deleted
+                journal = None
+        except (OSError, ValueError, AttributeError):
+            pass
+        if journal is None and mine.exists():
+            journal = str(mine)
+        if journal is not None:
+            raise BoardPinnedError(
+                f"the clocks of {root or 'this device'} are pinned by `slm-dvfs pin` (journal {journal}); "
+                f"a run over the pin would measure it and put it back afterwards",
+                "run `slm-dvfs restore` first (as the user who pinned), then start the run again",
+                None,
+            )
 
     def close(self) -> None:
         try:
@@ -344,6 +430,20 @@ class ClockGuard:
             data = json.loads(self._journal_path.read_text())
             data["jetson_clocks_store"] = self._jetson_clocks_store
             atomic_write(self._journal_path, data)
+
+    def note_run(self, run_id: int) -> None:
+        """Name a results-store run in the journal, so a recovery can tell which runs it ended."""
+        with self._lock:
+            if not self.active or self._journal_path is None:
+                return
+            data = json.loads(self._journal_path.read_text())
+            data["runs"] = sorted({*data.get("runs", []), int(run_id)})
+            atomic_write(self._journal_path, data)
+
+    @property
+    def lock_path(self) -> Path | None:
+        """The board lock this guard holds (None once released)."""
+        return None if self._device_lock is None else self._device_lock.path
 
     def _release(self) -> None:
         with _ACTIVE_LOCK:
