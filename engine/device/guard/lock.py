@@ -53,7 +53,10 @@ class DeviceLock:
         try:
             directory.mkdir(parents=True, exist_ok=True, mode=0o755)
             path = _lock_path(directory, key)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # not inherited by the tools we run
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # not inherited by the tools we run
+            except PermissionError:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # another user's lock file: flock works read-only
         except OSError as exc:
             code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             raise DeviceError(
@@ -77,8 +80,11 @@ class DeviceLock:
                 f"wait for it to finish, or stop it ({stop}), then try again",
                 pid,
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
+        except OSError:
+            pass  # a read-only lock file: held all the same, only unnamed
         lock = cls(path, fd)
         with _HELD_LOCK:
             _HELD[path] = lock
