@@ -226,8 +226,11 @@ class JetsonDevice:
         conf = self.nodes.nvpmodel_conf
         if conf is None:
             raise NodeNotFoundError(
-                f"no nvpmodel conf at {self.tree.path('etc/nvpmodel.conf')}",
-                "check the L4T install (`ls -l /etc/nvpmodel.conf` should link to etc/nvpmodel/*.conf)",
+                f"no nvpmodel conf at {self.tree.path('etc/nvpmodel.conf')}: the power modes are unknown "
+                f"(a container?)",
+                "policies that switch modes (mode:N, maxn, static:...,mode=N) need the board's conf: run on the "
+                "host, or bind-mount /etc/nvpmodel.conf and /etc/nvpmodel/ into the container; pinned clocks "
+                "(static:gpu=MHz) and everything else work without it",
             )
         modes, _default = nvpmodel.parse_conf(self.tree.read_str(conf))
         return modes
