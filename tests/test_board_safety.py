@@ -371,3 +371,19 @@ def test_journal_is_written_private_and_atomically(twin_tree: Path, isolated_env
             assert not list(j.path.parent.glob("*.tmp"))
     finally:
         dev.close()
+
+
+def test_a_guard_names_its_runs_and_a_loose_journal_folder_is_tightened(twin_tree: Path, isolated_env) -> None:
+    orin = VirtualOrin("agx-orin-64gb", root=twin_tree)
+    orin.start(tick_s=0.01, realtime=False)
+    try:
+        with ClockGuard(orin.device(), handle_signals=False) as guard:
+            guard.note_run(7)
+            guard.note_run(3)
+            [j] = list_journals()
+            assert j.runs == (3, 7)  # a recovery can tell which runs it ended
+            j.path.parent.chmod(0o775)  # a umask of 002
+            [j] = list_journals()
+            assert j.path.parent.stat().st_mode & 0o077 == 0
+    finally:
+        orin.close()

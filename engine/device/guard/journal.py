@@ -134,13 +134,22 @@ def check_trusted(path: Path) -> None:
         why = f"it is owned by uid {st.st_uid}, not by us (uid {uid})"
     elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         why = f"its mode {stat.S_IMODE(st.st_mode):o} lets others write it"
-    elif dst.st_uid != uid or dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        why = f"its folder {path.parent} is owned by uid {dst.st_uid} with mode {stat.S_IMODE(dst.st_mode):o}"
+    elif dst.st_uid != uid:
+        why = f"its folder {path.parent} is owned by uid {dst.st_uid}, not by us"
+    elif dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # Our own folder, left group-writable by a umask of 002: each file's owner is still checked,
+        # so tighten it rather than refuse every journal in it.
+        try:
+            os.chmod(path.parent, 0o700)
+            log.info("made the journal folder %s private (it was %o)", path.parent, stat.S_IMODE(dst.st_mode))
+        except OSError as exc:
+            why = f"its folder {path.parent} is writable by others and cannot be made private ({exc.strerror})"
     if why:
         raise UntrustedJournal(
             f"clock journal {path} is not trusted: {why}",
             "slm-dvfs only restores journals it wrote itself; check who wrote this file, restore the "
-            "clocks by hand if needed (`sudo nvpmodel -m 0`, or reboot), then delete it",
+            "clocks by hand if needed (`sudo nvpmodel -m 0`, or reboot), then delete it (if you wrote it, "
+            f"with an older slm-dvfs under umask 002, `chmod 600 {path}` and run `slm-dvfs restore` again)",
         )
 
 
