@@ -54,7 +54,10 @@ class DeviceLock:
             directory.mkdir(parents=True, exist_ok=True, mode=0o755)
             path = _lock_path(directory, key)
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)  # not inherited by the tools we run
+                # Under /run/slm-dvfs only root opens the lock (0600): flock needs no write access, so a
+                # readable lock file would let any local user hold the board. Not inherited by tools we run.
+                mode = 0o600 if directory == SYSTEM_LOCK_DIR else 0o644
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, mode)
             except PermissionError:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # another user's lock file: flock works read-only
         except OSError as exc:
