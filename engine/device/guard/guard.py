@@ -191,8 +191,8 @@ class ClockGuard:
             description = self.device.describe()
             key = device_key(description)
             pinned = self.directory / f"{key}-{PINNED}.json"
-            if pinned.exists() and not self._usable_pin(pinned):
-                pinned = self.directory / f"{key}-{PINNED}.json"  # moved aside: ours takes its place
+            if pinned.exists():
+                self._usable_pin(pinned)  # an unreadable one is moved aside: ours takes its place
             if pinned.exists():
                 # An earlier pin holds the true original state: keep it, drop ours.
                 self._journal_path.unlink(missing_ok=True)
@@ -203,16 +203,19 @@ class ClockGuard:
                 atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
             root = description.get("root")
-            atomic_write(pin_marker(_lock_dir(self.directory, root), key),
-                         {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
+            try:  # beside the board lock, so a run from any user or state dir sees the pin
+                atomic_write(pin_marker(_lock_dir(self.directory, root), key),
+                             {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
+            except SlmDvfsError as exc:
+                log.warning("%s: only runs of this user will see the pin", exc.what)
             self._journal_path = pinned
             self._kept = True
             return pinned
 
     @staticmethod
-    def _usable_pin(path: Path) -> bool:
-        """Whether an earlier pin's journal can be restored; an unreadable one is moved aside
-        (and reported) so it never swallows ours. One we did not write stops the pin."""
+    def _usable_pin(path: Path) -> None:
+        """Check an earlier pin's journal: an unreadable one is moved aside (and reported) so it
+        never swallows ours; one we did not write stops the pin (UntrustedJournal)."""
         try:
             Journal.read(path)
         except UnreadableJournal as exc:
@@ -220,8 +223,6 @@ class ClockGuard:
             if moved is None:
                 raise
             log.warning("%s; moved aside to %s (restore those clocks by hand if they were changed)", exc.what, moved)
-            return False
-        return True
 
     def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
         """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
