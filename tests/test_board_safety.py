@@ -387,3 +387,23 @@ def test_a_guard_names_its_runs_and_a_loose_journal_folder_is_tightened(twin_tre
             assert j.path.parent.stat().st_mode & 0o077 == 0
     finally:
         orin.close()
+
+
+def test_case5_restore_marks_the_runs_a_dead_sessions_journal_names(twin_tree: Path, isolated_env, capsys) -> None:
+    from engine.core.provenance import Source
+    from engine.results.db import default_db_path
+    from engine.results.store import Store
+
+    with Store(default_db_path()) as store:
+        run_id = store.start_run(policy="static", source=Source.TWIN, steps=10)  # no owner lock: only the journal knows
+    holder = _holder(twin_tree, 612, isolated_env.state_dir)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    [journal] = list_journals()
+    data = json.loads(journal.path.read_text())
+    data["runs"] = [run_id]
+    journal.path.write_text(json.dumps(data))
+    assert main(["restore"]) == 0
+    assert f"marked run {run_id} abandoned" in capsys.readouterr().out
+    with Store(default_db_path()) as store:
+        assert store.get_run(run_id).status == "abandoned"

@@ -233,12 +233,30 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return 0
     for line in describe_journals(report.restored):
         print(f"restored: {line}")
+    _abandon_runs_of(report.restored)
     for problem in report.problems:
         print(f"not restored: {problem.describe()}", file=sys.stderr)
     if report.problems:
         print(f"slm-dvfs: {len(report.problems)} clock journal(s) kept; see 'What to do' above", file=sys.stderr)
         return 1
     return 0
+
+
+def _abandon_runs_of(journals: Any) -> None:
+    """The runs a recovered session journal names are over: mark them abandoned in the default store."""
+    from engine.results.db import default_db_path
+    from engine.results.errors import StoreError
+    from engine.results.store import Store
+
+    run_ids = sorted({r for j in journals for r in j.runs})
+    if not run_ids or not default_db_path().exists():
+        return
+    try:
+        with Store(default_db_path(), create=False) as store:
+            for run_id in store.reap_abandoned(run_ids):
+                print(f"marked run {run_id} abandoned: its session died while it ran")
+    except StoreError as exc:
+        print(f"slm-dvfs: could not mark runs {run_ids} abandoned: {exc.what}", file=sys.stderr)
 
 
 # --- monitor ---------------------------------------------------------------------------------
