@@ -73,10 +73,17 @@ class ClockdClient:
         with self._lock:
             try:
                 self._sock.sendall(line)
+            except OSError as exc:  # it may have refused us and closed: its reply says why
+                sent: OSError | None = exc
+            else:
+                sent = None
+            try:
                 raw = self._reader.readline(1 << 20)
             except OSError as exc:
-                raise DeviceError(f"the clock service at {self.path} did not answer `{op}`: {exc}",
-                                  "check it is running (`systemctl status slm-dvfs-clockd`)") from None
+                raw, sent = b"", sent or exc
+        if not raw and sent is not None:
+            raise DeviceError(f"the clock service at {self.path} did not answer `{op}`: {sent}",
+                              "check it is running (`systemctl status slm-dvfs-clockd`)")
         if not raw:
             raise DeviceError(f"the clock service at {self.path} closed the connection on `{op}`",
                               "see its log (`journalctl -u slm-dvfs-clockd`)")
