@@ -25,6 +25,7 @@ from typing import Iterator
 
 import pytest
 
+from engine.core.errors import DeviceError
 from engine.device.base import ClockDomain
 from engine.device.jetson import JetsonDevice
 
@@ -200,8 +201,15 @@ def _error(line: str) -> dict[str, str]:
 
 
 def _until(check, what: str, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll `check` (a read racing the service's write of a plain file may see it empty: not yet)."""
+    def ready() -> bool:
+        try:
+            return bool(check())
+        except DeviceError:
+            return False
+
     deadline = time.monotonic() + timeout_s
-    while not check():
+    while not ready():
         if time.monotonic() > deadline:
             pytest.fail(f"never happened: {what}")
         time.sleep(0.05)
