@@ -165,6 +165,10 @@ CHILD = textwrap.dedent('''
             with open_device(sysfs_root=root) as session:
                 say("clock", session.device.clock(ClockDomain.GPU).max_hz)  # reads need no service
                 session.device.pin(ClockDomain.GPU, 612000000)
+        elif what == "emc":
+            with open_device(sysfs_root=root) as session:
+                device = session.device
+                say("emc", device.clock(ClockDomain.EMC).cur_hz, len(device.clock_table(ClockDomain.EMC)))
         elif what == "hello":
             say("hello", ClockdClient().hello()["client"])
     except DeviceError as exc:
@@ -385,3 +389,17 @@ def test_a_missing_group_is_a_clear_error(daemon: Daemon, tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert "group 'no-such-group-x' does not exist" in err and "slm-dvfs clockd --install" in err
     assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_domain_the_user_cannot_read_is_read_through_the_service(daemon: Daemon, users: Users) -> None:
+    """The EMC lives in debugfs, root-only on a board: the client reads it from the service."""
+    debugfs = daemon.root / "sys/kernel/debug"
+    mode = debugfs.stat().st_mode
+    debugfs.chmod(0o700)
+    try:
+        root_view = JetsonDevice(daemon.root)
+        want = f"emc {root_view.clock(ClockDomain.EMC).cur_hz} {len(root_view.clock_table(ClockDomain.EMC))}"
+        with client(daemon, users.member, "emc", [users.gid]) as proc:
+            assert _line(proc) == want
+    finally:
+        debugfs.chmod(mode)

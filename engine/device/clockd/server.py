@@ -190,8 +190,9 @@ class ClockService:
     def _op_status(self, peer: Peer, req: Request) -> dict[str, Any]:
         clocks = {}
         for domain in ClockDomain:
-            try:
-                clocks[domain.value] = clock_to_json(self.device.clock(domain))
+            try:  # with the table: a client may not read debugfs (the EMC) itself
+                clocks[domain.value] = {**clock_to_json(self.device.clock(domain)),
+                                        "table": list(self.device.clock_table(domain))}
             except DeviceError as exc:
                 clocks[domain.value] = {"error": exc.what}
         try:
