@@ -403,3 +403,22 @@ def test_a_domain_the_user_cannot_read_is_read_through_the_service(daemon: Daemo
             assert _line(proc) == want
     finally:
         debugfs.chmod(mode)
+
+
+def test_jetson_clocks_and_a_mode_through_the_service_are_restored(daemon: Daemon) -> None:
+    """The service runs the device's jetson_clocks and nvpmodel itself, with a store file of its
+    own naming; `restore` puts the clocks and the mode back."""
+    original, mode = daemon.gpu(), JetsonDevice(daemon.root).power_mode().id
+    raw = Raw(daemon.socket)
+    try:
+        assert raw.ask(b'{"v": 1, "op": "set_mode", "mode": 2}\n')["ok"] is True
+        assert JetsonDevice(daemon.root).power_mode().id == 2
+        assert raw.ask(b'{"v": 1, "op": "jetson_clocks", "on": true}\n')["ok"] is True
+        gpu = JetsonDevice(daemon.root).clock(ClockDomain.GPU)
+        assert gpu.min_hz == gpu.max_hz  # jetson_clocks pinned the GPU at the mode's maximum
+        assert list((daemon.base / "clockd-state").glob("jetson_clocks-*.store"))
+        assert raw.ask(b'{"v": 1, "op": "restore"}\n') == {"v": 1, "ok": True, "restored": True}
+    finally:
+        raw.close()
+    assert daemon.gpu() == original and JetsonDevice(daemon.root).power_mode().id == mode
+    assert not list((daemon.base / "clockd-state").glob("jetson_clocks-*.store"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import DeviceError
-from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings
+from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings, PowerMode
 from engine.device.clockd.protocol import PROTOCOL_VERSION, Request, clock_from_json
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,16 @@ class ServiceDevice:
         return self.inner.power_modes()
 
     def power_mode(self) -> Any:
-        return self.inner.power_mode()
+        try:
+            return self.inner.power_mode()
+        except DeviceError as exc:  # e.g. nvpmodel not runnable by this user: ask the service
+            if self.client is None:
+                raise
+            mode_id = self.client.status().get("mode")
+            if not isinstance(mode_id, int):
+                raise exc from None
+            return next((m for m in self.inner.power_modes() if m.id == mode_id), None) or PowerMode(
+                mode_id, f"MODE_{mode_id}")
 
     def read_settings(self) -> DeviceSettings:
         return self.inner.read_settings()
