@@ -169,6 +169,11 @@ CHILD = textwrap.dedent('''
             with open_device(sysfs_root=root) as session:
                 device = session.device
                 say("emc", device.clock(ClockDomain.EMC).cur_hz, len(device.clock_table(ClockDomain.EMC)))
+        elif what == "direct":
+            os.environ["SLM_DVFS_CLOCKD"] = "off"
+            with open_device(sysfs_root=root) as session:
+                say("device", type(session.device).__name__)
+                session.device.pin(ClockDomain.GPU, 612000000)
         elif what == "hello":
             say("hello", ClockdClient().hello()["client"])
     except DeviceError as exc:
@@ -357,6 +362,10 @@ def test_without_the_service_a_user_reads_but_is_told_how_to_write(daemon: Daemo
         err = _error(_line(proc))
     assert "no clock service is running" in err["what"]
     assert "sudo systemctl start slm-dvfs-clockd" in err["remedy"] and "slm-dvfs clockd --install" in err["remedy"]
+    with client(daemon, users.member, "direct", [users.gid]) as proc:  # SLM_DVFS_CLOCKD=off: the kernel's refusal
+        assert _line(proc) == "device JetsonDevice"
+        err = _error(_line(proc))
+    assert "max_freq" in err["what"] or "min_freq" in err["what"] or "governor" in err["what"]
 
 
 def test_install_and_uninstall_into_a_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = Path("/run/slm-dvfs/clockd.sock")
 SOCKET_ENV = "SLM_DVFS_CLOCKD_SOCKET"
+MODE_ENV = "SLM_DVFS_CLOCKD"
 SETUP_REMEDY = ("start the clock service (`sudo systemctl start slm-dvfs-clockd`; set it up once with "
                 "`sudo slm-dvfs clockd --install`), or run as root")
 
@@ -255,7 +256,11 @@ def _same_root(a: Any, b: Any) -> bool:
 
 
 def attach_service(device: Device) -> Device:
-    """The device `open_device` hands out for a board: see the module's docstring."""
+    """The device `open_device` hands out for a board: see the module's docstring.
+    SLM_DVFS_CLOCKD=off writes directly whatever happens (a board whose files udev opened to
+    this user, or a test that wants the kernel's own refusal)."""
+    if os.environ.get(MODE_ENV, "").strip().lower() in ("off", "0", "no", "direct"):
+        return device
     path = socket_path()
     problem: DeviceError | None = None
     try:
