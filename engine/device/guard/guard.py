@@ -31,8 +31,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from engine.core.errors import SlmDvfsError
-from engine.device.base import Device, DeviceSettings
+from engine.core.errors import DeviceError, SlmDvfsError
+from engine.device.base import Device, DeviceSettings, ServiceWriter
 from engine.device.guard.journal import (
     PINNED,
     SESSION,
@@ -133,7 +133,10 @@ class ClockGuard:
 
     def start(self) -> None:
         """Lock the board (refusing if another session has it, or if it is left pinned), recover
-        dead sessions, snapshot and journal, before anything changes."""
+        dead sessions, snapshot and journal, before anything changes. Through the clock service,
+        the service holds the lock and the snapshot instead."""
+        if isinstance(self.device, ServiceWriter):
+            return self._start_through_service()
         description = self.device.describe()
         key = device_key(description)
         root = description.get("root")
@@ -171,6 +174,17 @@ class ClockGuard:
         if self.handle_signals:
             self._install_handlers()
 
+    def _start_through_service(self) -> None:
+        """The clock service snapshots, journals, holds the board lock and restores for this
+        device (engine/device/clockd): no journal or lock of ours, the same restore path."""
+        self.snapshot = self.device.service_snapshot()  # type: ignore[attr-defined]
+        self._key = device_key(self.device.describe())
+        with _ACTIVE_LOCK:
+            _ACTIVE[self._key] = self
+        atexit.register(self.restore)
+        if self.handle_signals:
+            self._install_handlers()
+
     def restore(self) -> None:
         """Put every setting back as it was at start (idempotent)."""
         with self._lock:
@@ -186,6 +200,10 @@ class ClockGuard:
     def keep(self) -> Path:
         """Leave the changes in place when we exit, journalled as a pin for `slm-dvfs restore`."""
         with self._lock:
+            if isinstance(self.device, ServiceWriter):
+                raise DeviceError("the clock service restores a client's clocks when it disconnects: a pin cannot "
+                                  "outlive this command through it", "run the work under `slm-dvfs run ... "
+                                  "static:gpu=MHZ` (the pin lasts the run), or pin as root with the service stopped")
             if self._journal_path is None or self.snapshot is None:
                 raise SlmDvfsError("the guard was not started", "use the guard as a context manager")
             description = self.device.describe()
@@ -270,6 +288,8 @@ class ClockGuard:
         """Record (in the journal too, for recovery after a SIGKILL) the file that
         `jetson_clocks --store` writes; call it before running jetson_clocks."""
         with self._lock:
+            if self.active and isinstance(self.device, ServiceWriter):
+                return  # the clock service keeps jetson_clocks' store and restores from it
             if not self.active or self._journal_path is None:
                 raise SlmDvfsError("the clock guard is not active", "note the store inside the guard's `with` block")
             self._jetson_clocks_store = os.fspath(path)
