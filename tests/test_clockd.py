@@ -134,6 +134,8 @@ CHILD = textwrap.dedent('''
     from engine.device.session import open_device
     import engine.device.jetson, engine.device.discovery, engine.device.jetson_snapshot, engine.device.jetson_write
     import engine.device.jetson_identity, engine.device.nvpmodel, engine.device.setting, engine.device.power
+    import engine.cli
+    engine.cli.build_parser()  # the command modules, imported before the uid drops
     uid, gid, groups, sock, root, what = sys.argv[1:7]
     os.setgroups([int(g) for g in groups.split(",") if g])
     os.setgid(int(gid))
@@ -174,6 +176,8 @@ CHILD = textwrap.dedent('''
             with open_device(sysfs_root=root) as session:
                 say("device", type(session.device).__name__)
                 session.device.pin(ClockDomain.GPU, 612000000)
+        elif what == "pin-cmd":
+            say("rc", engine.cli.main(["pin", "--sysfs-root", root, "--gpu", "612"]))
         elif what == "hello":
             say("hello", ClockdClient().hello()["client"])
     except DeviceError as exc:
@@ -254,6 +258,17 @@ def test_a_member_pins_through_the_socket_and_restores(daemon: Daemon, users: Us
         proc.stdin.flush()  # type: ignore[union-attr]
         assert _line(proc) == "restored True"
         assert daemon.gpu() == original
+
+
+def test_pin_through_the_service_is_refused_before_any_change(daemon: Daemon, users: Users) -> None:
+    # The service restores a client's clocks when it disconnects, so `slm-dvfs pin` could not
+    # leave a pin through it: the command says so and changes nothing.
+    original = daemon.gpu()
+    with client(daemon, users.member, "pin-cmd", [users.gid]) as proc:
+        assert _line(proc) == "rc 2"
+        proc.wait(timeout=30)
+        assert "cannot leave one" in (proc.stderr.read() if proc.stderr else "")
+    assert daemon.gpu() == original
 
 
 def test_killing_the_client_restores_its_clocks(daemon: Daemon, users: Users) -> None:

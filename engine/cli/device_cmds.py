@@ -199,6 +199,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 def cmd_pin(args: argparse.Namespace) -> int:
     from engine.device.setting import DvfsSetting, check_setting
     from engine.core.clocks import parse_mhz
+    from engine.device.base import ServiceWriter
     from engine.device.guard.guard import ClockGuard
 
     wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}
@@ -207,6 +208,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
         raise ConfigError("nothing to pin", "give at least one of --gpu, --cpu, --emc (in MHz)")
     with session_from_args(args) as session:
         device = session.device
+        if isinstance(device, ServiceWriter):
+            # The clock service restores a client's clocks when it disconnects: a pin cannot
+            # outlive this command through it. Refuse before changing anything.
+            raise ConfigError(
+                "the clock service holds pins only while a client is connected, so `pin` cannot leave one",
+                "run the work under a policy instead (`slm-dvfs run --policy static:gpu=MHZ ...`), or, as root, "
+                "stop the service (`sudo systemctl stop slm-dvfs-clockd`) and pin with SLM_DVFS_CLOCKD=off",
+            )
         hz = {
             domain: parse_mhz(mhz, device.clock_table(domain), what=f"{domain.value} clock")
             for domain, mhz in wanted.items()
