@@ -3,7 +3,6 @@ test's tmp_path, the hub offline), and fake Jetson trees rendered by engine.devi
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,56 +78,15 @@ def r36_tree(tmp_path: Path) -> tuple[Path, TreeLayout]:
     return root, render_tree(root, default_orin_spec("r36"))
 
 
-FAKE_NVPMODEL = '''#!{python}
-"""A stand-in for L4T's nvpmodel: keeps var/lib/nvpmodel/status under its root."""
-import pathlib, re, sys
-root = pathlib.Path(__file__).resolve().parents[2]
-with open(root / "nvpmodel.calls", "a") as fh:
-    fh.write(" ".join(sys.argv[1:]) + "\\n")
-status = root / "var/lib/nvpmodel/status"
-conf = (root / "etc/nvpmodel.conf").read_text()
-names = {{int(i): n for i, n in re.findall(r"<\\s*POWER_MODEL\\s+ID=(\\d+)\\s+NAME=(\\S+)\\s*>", conf)}}
-args = sys.argv[1:]
-if args[:1] == ["-q"]:
-    mode = int(re.search(r"pmode:(\\d+)", status.read_text()).group(1))
-    print("NV Fan Mode:quiet")
-    print("NV Power Mode: " + names[mode])
-    print(mode)
-elif args[:1] == ["-m"] and len(args) > 1 and int(args[1]) in names:
-    status.write_text("pmode:%04d fmode:quiet\\n" % int(args[1]))
-else:
-    print("NVPM ERROR: bad arguments " + " ".join(args), file=sys.stderr)
-    sys.exit(1)
-'''
-
-FAKE_JETSON_CLOCKS = '''#!{python}
-"""A stand-in for L4T's jetson_clocks: records its calls, writes --store files."""
-import pathlib, sys
-root = pathlib.Path(__file__).resolve().parents[2]
-with open(root / "jetson_clocks.calls", "a") as fh:
-    fh.write(" ".join(sys.argv[1:]) + "\\n")
-if sys.argv[1:2] == ["--store"]:
-    pathlib.Path(sys.argv[2]).write_text("stored\\n")
-'''
-
-
-def install_tool(root: Path, rel: str, template: str) -> Path:
-    """Write an executable fake L4T tool at root/rel."""
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(template.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
-
-
 @pytest.fixture
 def fake_tools():
-    """Installs fake nvpmodel / jetson_clocks under a root at their L4T paths."""
+    """Marks a tree as a test tree whose nvpmodel / jetson_clocks run in-process (nothing under a
+    handed root is executed); each call is logged in ROOT/<tool>.calls. Returns those logs."""
+    from engine.device.fake_l4t import FAKE_L4T_MARKER
 
     def install(root: Path) -> tuple[Path, Path]:
-        return (
-            install_tool(root, "usr/sbin/nvpmodel", FAKE_NVPMODEL),
-            install_tool(root, "usr/bin/jetson_clocks", FAKE_JETSON_CLOCKS),
-        )
+        (root / FAKE_L4T_MARKER).write_text("test tree\n")
+        (root / FAKE_L4T_MARKER).chmod(0o644)
+        return root / "nvpmodel.calls", root / "jetson_clocks.calls"
 
     return install

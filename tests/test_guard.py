@@ -98,7 +98,7 @@ def test_second_pin_keeps_the_original_snapshot(orin: VirtualOrin, state_dir: Pa
     dev = orin.device()
     before = _files(orin.root)
     for mhz in (816, 408):
-        with ClockGuard(dev, handle_signals=False) as guard:
+        with ClockGuard(dev, handle_signals=False, over_pin=True) as guard:  # `slm-dvfs pin` twice
             dev.pin(ClockDomain.GPU, mhz * 1_000_000)
             guard.keep()
     restore_all()
@@ -189,7 +189,7 @@ def test_restore_refuses_a_device_with_a_live_session(
     with ClockGuard(dev, handle_signals=False) as guard:  # `slm-dvfs pin --gpu 816`
         dev.pin(ClockDomain.GPU, 816_000_000)
         guard.keep()
-    with ClockGuard(dev, handle_signals=False):  # a run starts on the pinned board
+    with ClockGuard(dev, handle_signals=False, over_pin=True):  # a session that may start on the pinned board
         dev.pin(ClockDomain.GPU, 612_000_000)
         with pytest.raises(DeviceError, match=f"pid {os.getpid()}"):
             restore_all()
@@ -197,11 +197,28 @@ def test_restore_refuses_a_device_with_a_live_session(
         err = capsys.readouterr().err
         assert f"pid {os.getpid()}" in err and "What to do" in err
         assert (orin.root / GPU_DEVFREQ / "max_freq").read_text().strip() == "612000000"  # nothing touched
-    # The run put its snapshot (the pin) back, and the pin's journal is still there to undo it.
+    # The session put its snapshot (the pin) back, and the pin's journal is still there to undo it.
     assert (orin.root / GPU_DEVFREQ / "max_freq").read_text().strip() == "816000000"
     assert [j.kind for j in list_journals()] == [PINNED]
     assert len(restore_all()) == 1
     assert _files(orin.root) == before
+
+
+def test_a_run_over_a_pin_is_refused(orin: VirtualOrin, state_dir: Path) -> None:
+    from engine.device.guard.guard import BoardPinnedError
+
+    dev = orin.device()
+    before = _files(orin.root)
+    with ClockGuard(dev, handle_signals=False) as guard:
+        dev.pin(ClockDomain.GPU, 816_000_000)
+        pinned = guard.keep()
+    with pytest.raises(BoardPinnedError) as err:
+        ClockGuard(dev, handle_signals=False).start()
+    assert str(pinned) in str(err.value) and "slm-dvfs restore" in err.value.remedy
+    assert (orin.root / GPU_DEVFREQ / "max_freq").read_text().strip() == "816000000"  # the pin stands
+    assert len(restore_all()) == 1 and _files(orin.root) == before
+    with ClockGuard(dev, handle_signals=False):  # restored: runs may start again
+        pass
 
 
 def test_a_second_session_on_the_same_device_is_refused(orin: VirtualOrin, state_dir: Path) -> None:
@@ -228,7 +245,7 @@ def test_a_pin_releases_the_lock_when_it_exits(orin: VirtualOrin, state_dir: Pat
     with ClockGuard(dev, handle_signals=False) as guard:
         dev.pin(ClockDomain.GPU, 816_000_000)
         guard.keep()
-    with ClockGuard(dev, handle_signals=False) as guard:  # not refused
+    with ClockGuard(dev, handle_signals=False, over_pin=True) as guard:  # another pin: not refused
         assert guard.snapshot is not None and guard.snapshot.domain(ClockDomain.GPU).max_hz == 816_000_000
     assert [j.kind for j in list_journals()] == [PINNED]
 
@@ -300,7 +317,7 @@ def test_a_journal_whose_root_has_gone_blocks_nothing(
     assert stale.exists()
 
 
-def test_corrupt_journal_is_kept_and_reported(
+def test_corrupt_journal_is_moved_aside_and_reported(
     orin: VirtualOrin, state_dir: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from engine.cli import main
@@ -323,7 +340,9 @@ def test_corrupt_journal_is_kept_and_reported(
     captured = capsys.readouterr()
     assert "restored: pinned journal" in captured.out
     assert "bad.json" in captured.err and "What to do" in captured.err
-    assert _files(orin.root) == before and (d / "bad.json").exists()
+    moved = list(d.glob("bad.json.corrupt-*"))
+    assert _files(orin.root) == before and not (d / "bad.json").exists() and len(moved) == 1  # never reused
+    assert str(moved[0]) in captured.err
 
 
 _JC_CHILD = textwrap.dedent(

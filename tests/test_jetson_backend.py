@@ -325,6 +325,7 @@ def test_power_mode_via_nvpmodel(r36_tree: tuple[Path, TreeLayout], fake_tools) 
     mode = dev.power_mode()
     assert (mode.id, mode.name, mode.gpu_max_hz) == (2, "MODE_30W", 612000000)
     assert (root / "nvpmodel.calls").read_text().splitlines() == ["-q", "-m 2", "-q"]
+    assert not (root / "usr/sbin/nvpmodel").exists()  # run in-process: nothing under the root is executed
     with pytest.raises(DeviceError, match=r"power mode 9 is not defined"):
         dev.set_power_mode(9)
 
@@ -340,8 +341,8 @@ def test_jetson_clocks_store_and_restore(r36_tree: tuple[Path, TreeLayout], fake
     assert calls == [f"--store {store}", "", f"--restore {store}"]
     with pytest.raises(DeviceError, match="no jetson_clocks state file"):
         dev.jetson_clocks_restore(tmp_path / "missing")
-    (root / "usr/bin/jetson_clocks").unlink()
-    with pytest.raises(DeviceError, match="not found"):
+    (root / ".slm-dvfs-fake-l4t").unlink()  # a handed tree that is no twin or test tree: no tool runs
+    with pytest.raises(DeviceError, match="never from a tree it was handed"):
         dev.jetson_clocks()
 
 
@@ -377,12 +378,7 @@ def test_describe_reopens(r36_tree: tuple[Path, TreeLayout]) -> None:
     root, _ = r36_tree
     dev = JetsonDevice(root)
     d = dev.describe()
-    assert d == {
-        "kind": "jetson",
-        "root": str(root),
-        "nvpmodel_cmd": str(root / "usr/sbin/nvpmodel"),
-        "jetson_clocks_cmd": str(root / "usr/bin/jetson_clocks"),
-    }
+    assert d == {"kind": "jetson", "root": str(root.resolve())}  # no tool paths to execute
     again = JetsonDevice.from_description(d)
     assert again.describe() == d and again.clock_table(GPU) == ORIN_64GB_GPU_HZ
     with pytest.raises(DeviceError, match="cannot reopen"):
@@ -523,13 +519,11 @@ def test_unpin_reaches_a_cluster_a_mode_switch_took_offline() -> None:
         assert _policy_files(twin.root, 8)[0] == "115200"  # back online without a raised minimum
 
 
-BROKEN_SWITCH = 'status.write_text("pmode:%04d fmode:quiet\\n" % int(args[1]))'
-
-
 def test_a_failed_restore_step_does_not_stop_the_others(
     r36_tree: tuple[Path, TreeLayout], monkeypatch: pytest.MonkeyPatch, fake_tools
 ) -> None:
-    from conftest import FAKE_NVPMODEL, install_tool
+    from engine.core.errors import SlmDvfsError
+    from engine.device import fake_l4t
 
     root, lay = r36_tree
     fake_tools(root)
@@ -540,9 +534,11 @@ def test_a_failed_restore_step_does_not_stop_the_others(
     dev.pin(CPU, 1_113_600_000)
     dev.pin(EMC, 665_600_000)
     (root / lay.nvpmodel_status).write_text("pmode:0001 fmode:quiet\n")
-    assert BROKEN_SWITCH in FAKE_NVPMODEL
-    broken = FAKE_NVPMODEL.replace(BROKEN_SWITCH, 'print("NVPM ERROR: cannot set mode", file=sys.stderr); sys.exit(1)')
-    install_tool(root, "usr/sbin/nvpmodel", broken)
+
+    def broken(tree, mode):  # nvpmodel refuses the switch
+        raise SlmDvfsError("cannot set mode", "")
+
+    monkeypatch.setattr(fake_l4t, "apply_mode", broken)
     with pytest.raises(DeviceError) as err:
         dev.apply_settings(before)
     assert "nvpmodel mode 0" in str(err.value) and "1 setting(s)" in str(err.value)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from engine.device.base import PowerMode
-from engine.device.nvpmodel import format_conf, parse_conf, parse_query, query, switch
+from engine.device.l4t_tools import nvpmodel_query as query, nvpmodel_switch as switch
+from engine.device.nvpmodel import format_conf, parse_conf, parse_query
 from engine.device.treegen import ORIN_64GB_MODES, TreeLayout
 from engine.core.errors import DeviceError
 
@@ -91,33 +92,49 @@ def test_parse_query_output() -> None:
         parse_query("NVPM ERROR: failed\n")
 
 
-def test_query_and_switch_with_a_fake_nvpmodel(r36_tree: tuple[Path, TreeLayout], fake_tools) -> None:
+def test_query_and_switch_in_process_on_a_test_tree(r36_tree: tuple[Path, TreeLayout], fake_tools) -> None:
     root, lay = r36_tree
-    nvp, _ = fake_tools(root)
-    assert query(str(nvp)) == (0, "MAXN")
-    switch(str(nvp), 3)
+    fake_tools(root)
+    assert query(root) == (0, "MAXN")
+    switch(root, 3)
     assert (root / lay.nvpmodel_status).read_text().startswith("pmode:0003")
-    assert query(str(nvp)) == (3, "MODE_50W")
+    assert query(root) == (3, "MODE_50W")
     with pytest.raises(DeviceError) as err:
-        switch(str(nvp), 7)  # the tool exits non-zero
+        switch(root, 7)  # the tool exits non-zero
     assert "exit 1" in str(err.value) and "NVPM ERROR" in str(err.value) and err.value.remedy
 
 
-def test_command_missing_or_not_executable(tmp_path: Path) -> None:
-    with pytest.raises(DeviceError) as err:
-        query(str(tmp_path / "nvpmodel"))
-    assert "not found" in str(err.value) and "--nvpmodel" in err.value.remedy
-    script = tmp_path / "nvpmodel"
-    script.write_text("#!/bin/sh\necho hi\n")
-    script.chmod(0o644)
-    with pytest.raises(DeviceError, match="no permission to run"):
-        query(str(script))
+def test_a_handed_tree_never_runs_its_own_tools(r36_tree: tuple[Path, TreeLayout], tmp_path: Path) -> None:
+    from engine.device import l4t_tools
+
+    root, lay = r36_tree
+    evil = root / "usr/sbin/nvpmodel"  # case 6: --sysfs-root DIR must not run DIR/usr/sbin/nvpmodel
+    evil.parent.mkdir(parents=True, exist_ok=True)
+    evil.write_text(f"#!/bin/sh\ntouch {tmp_path}/ran\necho 'NV Power Mode: MAXN'\necho 0\n")
+    evil.chmod(0o755)
+    assert l4t_tools.route(root) == l4t_tools.NONE and not l4t_tools.available(root, "nvpmodel")
+    with pytest.raises(DeviceError, match="never from a tree it was handed"):
+        query(root)
+    with pytest.raises(DeviceError, match="never from a tree it was handed"):
+        switch(root, 1)
+    assert not (tmp_path / "ran").exists()
+    # a marker that others may write does not make the tree trusted
+    marker = root / ".slm-dvfs-fake-l4t"
+    marker.write_text("x\n")
+    marker.chmod(0o666)
+    assert l4t_tools.route(root) == l4t_tools.NONE
+    marker.chmod(0o644)
+    assert l4t_tools.route(root) == l4t_tools.IN_PROCESS
+    assert l4t_tools.route(root / ".." / root.name) == l4t_tools.IN_PROCESS
+    assert l4t_tools.route("/") == l4t_tools.SYSTEM
 
 
-def test_refusal_by_a_non_root_nvpmodel(tmp_path: Path) -> None:
-    script = tmp_path / "nvpmodel"
+def test_refusal_by_a_non_root_tool(tmp_path: Path) -> None:
+    from engine.device.nvpmodel import run_tool
+
+    script = tmp_path / "nvpmodel"  # run_tool itself only ever gets the fixed system paths
     script.write_text("#!/bin/sh\necho 'NVPM ERROR: This program must be run as root' >&2\nexit 1\n")
     script.chmod(0o755)
     with pytest.raises(DeviceError) as err:
-        switch(str(script), 0)
+        run_tool([str(script), "-m", "0"], 10.0)
     assert "refused" in str(err.value) and "sudo" in err.value.remedy

@@ -13,7 +13,9 @@ from engine.device.base import ClockDomain, Device
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NodeNotFoundError
+
+NO_CONF = "unknown (no nvpmodel.conf - a container?)"
 
 
 def add_device_args(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +69,11 @@ def device_report(device: Device) -> dict[str, Any]:
     """Everything `slm-dvfs device` shows, as plain data (JSON-ready)."""
     snap = take_snapshot(device)
     ident = snap.identity
+    try:
+        modes = device.power_modes()
+        no_conf = False
+    except NodeNotFoundError:  # every L4T container: the board is there, its modes are not
+        modes, no_conf = (), True
     clocks: dict[str, Any] = {}
     for domain in ClockDomain:
         state = snap.clock(domain)
@@ -90,10 +97,11 @@ def device_report(device: Device) -> dict[str, Any]:
         "profile": ident.profile,
         "source": ident.source.value,
         "nvpmodel": None if snap.mode is None else {"id": snap.mode.id, "name": snap.mode.name},
+        "nvpmodel_conf": not no_conf,
         "power_modes": [
             {"id": m.id, "name": m.name, "gpu_max_hz": m.gpu_max_hz, "cpu_max_hz": m.cpu_max_hz,
              "emc_max_hz": m.emc_max_hz, "online_cpus": m.online_cpus}
-            for m in device.power_modes()
+            for m in modes
         ],
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
@@ -112,7 +120,7 @@ def format_device_report(rep: dict[str, Any]) -> str:
     lines = [
         f"{rep['board']} · {rep['module']} · {kind}",
         f"L4T {rep['l4t'] or '?'} · JetPack {rep['jetpack'] or '?'} · "
-        "nvpmodel " + (f"{rep['nvpmodel']['id']} {rep['nvpmodel']['name']}" if rep["nvpmodel"] else "unknown"),
+        "power mode: " + _mode_text(rep),
         "",
         f"Clocks [{src}]       min / current / max MHz   governor",
     ]
@@ -141,6 +149,8 @@ def format_device_report(rep: dict[str, Any]) -> str:
     lines += ["", f"GPU load [{src}] {load}", f"Temperatures [{src}] (°C)"]
     lines += [f"  {zone:18} {c:6.1f}" for zone, c in rep["temperatures"].items()]
     lines += ["", "Power modes (nvpmodel)"]
+    if not rep.get("nvpmodel_conf", True):
+        lines.append(f"  {NO_CONF}: policies that switch modes (mode:N) cannot run here")
     for m in rep["power_modes"]:
         caps = []
         if m["gpu_max_hz"]:
@@ -153,18 +163,35 @@ def format_device_report(rep: dict[str, Any]) -> str:
             caps.append(f"{m['online_cpus']} cores")
         lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}")
     if rep["errors"]:
-        lines += ["", "Not available"] + [f"  {k}: {v}" for k, v in rep["errors"].items()]
+        lines += ["", "Not available"] + [f"  {k}: {v}" for k, v in rep["errors"].items()
+                                          if not (k == "nvpmodel" and not rep.get("nvpmodel_conf", True))]
     return "\n".join(lines)
+
+
+def _mode_text(rep: dict[str, Any]) -> str:
+    mode = rep["nvpmodel"]
+    if not rep.get("nvpmodel_conf", True):  # no names, no caps: at most the id nvpmodel's status file keeps
+        return NO_CONF + (f" (its status file says mode {mode['id']})" if mode else "")
+    return f"{mode['id']} {mode['name']}" if mode else "unknown"
+
+
+def board_notes(session: DeviceSession) -> list[str]:
+    """The session's notes, then what the clock guard has to say about this board (a dead run's
+    clocks recovered, a pin left in place, a session running now)."""
+    from engine.device.guard.notes import board_notes as guard_notes
+
+    return [*session.notes, *guard_notes(session.device)]
 
 
 def cmd_device(args: argparse.Namespace) -> int:
     with session_from_args(args) as session:
+        notes = board_notes(session)
         rep = device_report(session.device)
     if args.json:
-        print(json.dumps(rep, indent=2))
+        print(json.dumps({**rep, "notes": notes}, indent=2))
     else:
-        for note in session.notes:
-            print(note, file=sys.stderr)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         print(format_device_report(rep))
     return 0
 
@@ -173,6 +200,7 @@ def cmd_device(args: argparse.Namespace) -> int:
 def cmd_pin(args: argparse.Namespace) -> int:
     from engine.device.setting import DvfsSetting, check_setting
     from engine.core.clocks import parse_mhz
+    from engine.device.base import ServiceWriter
     from engine.device.guard.guard import ClockGuard
 
     wanted = {ClockDomain.GPU: args.gpu, ClockDomain.CPU: args.cpu, ClockDomain.EMC: args.emc}
@@ -181,6 +209,14 @@ def cmd_pin(args: argparse.Namespace) -> int:
         raise ConfigError("nothing to pin", "give at least one of --gpu, --cpu, --emc (in MHz)")
     with session_from_args(args) as session:
         device = session.device
+        if isinstance(device, ServiceWriter):
+            # The clock service restores a client's clocks when it disconnects: a pin cannot
+            # outlive this command through it. Refuse before changing anything.
+            raise ConfigError(
+                "the clock service holds pins only while a client is connected, so `pin` cannot leave one",
+                "run the work under a policy instead (`slm-dvfs run --policy static:gpu=MHZ ...`), or, as root, "
+                "stop the service (`sudo systemctl stop slm-dvfs-clockd`) and pin with SLM_DVFS_CLOCKD=off",
+            )
         hz = {
             domain: parse_mhz(mhz, device.clock_table(domain), what=f"{domain.value} clock")
             for domain, mhz in wanted.items()
@@ -188,7 +224,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
         # Every clock is checked (listed, within the current mode's cap) before the first write.
         check_setting(device, DvfsSetting(gpu_hz=hz.get(ClockDomain.GPU), cpu_hz=hz.get(ClockDomain.CPU),
                                           emc_hz=hz.get(ClockDomain.EMC)))
-        with ClockGuard(device) as guard:
+        with ClockGuard(device, over_pin=True) as guard:  # a second pin keeps the first's snapshot
             for domain, value in hz.items():
                 state = device.pin(domain, value)
                 print(f"{domain.value.upper()} pinned at {format_mhz(state.cur_hz)} MHz")
@@ -207,12 +243,30 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return 0
     for line in describe_journals(report.restored):
         print(f"restored: {line}")
+    _abandon_runs_of(report.restored)
     for problem in report.problems:
         print(f"not restored: {problem.describe()}", file=sys.stderr)
     if report.problems:
         print(f"slm-dvfs: {len(report.problems)} clock journal(s) kept; see 'What to do' above", file=sys.stderr)
         return 1
     return 0
+
+
+def _abandon_runs_of(journals: Any) -> None:
+    """The runs a recovered session journal names are over: mark them abandoned in the default store."""
+    from engine.results.db import default_db_path
+    from engine.results.errors import StoreError
+    from engine.results.store import Store
+
+    run_ids = sorted({r for j in journals for r in j.runs})
+    if not run_ids or not default_db_path().exists():
+        return
+    try:
+        with Store(default_db_path(), create=False) as store:
+            for run_id in store.reap_abandoned(run_ids):
+                print(f"marked run {run_id} abandoned: its session died while it ran")
+    except StoreError as exc:
+        print(f"slm-dvfs: could not mark runs {run_ids} abandoned: {exc.what}", file=sys.stderr)
 
 
 # --- monitor ---------------------------------------------------------------------------------
@@ -222,6 +276,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
     if args.seconds <= 0:
         raise ConfigError(f"--seconds must be positive, not {args.seconds}", "pass e.g. --seconds 10")
     with session_from_args(args) as session:
+        for note in board_notes(session):
+            print(f"note: {note}", file=sys.stderr)
         source = session.power_source()
         label = source.source.value
         with PowerMonitor(source, rate_hz=args.rate, rails=args.rails) as mon:

@@ -274,7 +274,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.results.report import write_report
 
+    from engine.results.report import parse_report_id
+
     with _store(args, create=False) as store:
+        kind, number = parse_report_id(args.id)
+        warning = store.get_run(number).status_warning if kind == "run" else None
+        if warning:
+            print(warning, file=sys.stderr)
         report = write_report(store, args.id, args.out, objective=parse_objective(args.objective))
     print(f"wrote {report.markdown}")
     for fig in report.figures:

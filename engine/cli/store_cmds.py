@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task", help="only runs of this task")
     p.add_argument("--policy", help="only runs of this policy (maxn, static, oracle, online, ml, imported, ...)")
     p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
-    p.add_argument("--status", choices=["running", "finished", "failed", "cancelled"], help="only runs in this state")
+    p.add_argument("--status", choices=["running", "finished", "failed", "cancelled", "abandoned"], help="only runs in this state")
     p.add_argument("--limit", type=numbers.int_range(1, 10**9), default=50, help="at most N runs (default 50)")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_runs)
@@ -145,7 +145,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"no runs stored yet ({path} does not exist)")
         return 0
-    with Store(path) as store:
+    from engine.device.guard.notes import pinned_boards
+
+    for note in pinned_boards():  # a board left pinned would bias every run measured on it
+        print(f"note: {note}", file=sys.stderr)
+    with Store(path) as store:  # opening it marks runs whose process died `abandoned`
         runs = store.list_runs(model=args.model, task=args.task, policy=args.policy, source=args.source,
                                status=args.status, limit=args.limit)
     if args.json:
@@ -162,6 +166,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         run = store.get_run(args.id)
         comparisons = store.comparisons_for(run.id)
         n_samples = len(store.power_samples(run.id))
+    if run.status_warning:
+        print(run.status_warning, file=sys.stderr)
     if args.json:
         out = run.to_json()
         out["comparisons"] = [c.to_json() for c in comparisons]
@@ -176,6 +182,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     with Store(_db_path(args), create=False) as store:
         run = store.get_run(args.id)
         samples = store.power_samples(run.id)
+    if run.status_warning:
+        print(run.status_warning, file=sys.stderr)
     out = args.out or f"run-{run.id}.{args.format}"
     if args.format == "parquet" and out == "-":
         raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")

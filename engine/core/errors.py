@@ -46,9 +46,13 @@ class UnsupportedFrequencyError(DeviceError):
 class PermissionDeniedError(DeviceError):
     """A write to a clock or mode file was refused by the kernel."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, err: int | None = None) -> None:
+        import errno as _errno
+        import os as _os
+
+        why = f" ({_errno.errorcode.get(err, str(err))}: {_os.strerror(err)})" if err else ""
         super().__init__(
-            f"no permission to write {path}",
+            f"no permission to write {path}{why}",
             "run as root (`sudo slm-dvfs ...`), or give your user write access to the "
             "clock files (see README, 'Real-board set-up')",
         )

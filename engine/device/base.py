@@ -197,3 +197,13 @@ class Device(Protocol):
     def describe(self) -> dict[str, Any]:
         """How to reopen this device in another process (the guard's journal keeps it)."""
         ...
+
+
+@runtime_checkable
+class ServiceWriter(Protocol):
+    """A device whose writes go through the clock service (engine/device/clockd), which takes
+    the snapshot, journals it, holds the board lock and restores it, also when this process
+    dies. A ClockGuard around one asks it for the snapshot instead of journalling and locking
+    itself, and restores through `apply_settings` of that snapshot as for any device."""
+
+    def service_snapshot(self) -> DeviceSettings: ...

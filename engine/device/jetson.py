@@ -16,8 +16,7 @@ from typing import Any, Mapping
 
 from engine.core.clocks import highest_at_most
 from engine.core.errors import DeviceError, NodeNotFoundError, UnsupportedFrequencyError
-from engine.device import jetson_clocks as jc
-from engine.device import jetson_snapshot, nvpmodel
+from engine.device import jetson_snapshot, l4t_tools, nvpmodel
 from engine.device import jetson_write as w
 from engine.device.base import (
     ClockDomain,
@@ -45,14 +44,11 @@ class JetsonDevice:
         self,
         root: str | os.PathLike[str] = "/",
         *,
-        nvpmodel_cmd: str | None = None,
-        jetson_clocks_cmd: str | None = None,
         settle_s: float = 0.5,
     ) -> None:
-        self.root = Path(root)
+        # The resolved root: `T/../T` is the same board (one lock, one journal key).
+        self.root = Path(os.path.realpath(root))
         self.tree = SysfsTree(self.root)
-        self.nvpmodel_cmd = nvpmodel_cmd or str(self.root / "usr/sbin/nvpmodel")
-        self.jetson_clocks_cmd = jetson_clocks_cmd or str(self.root / "usr/bin/jetson_clocks")
         self.settle_s = settle_s
         self._nodes: JetsonNodes | None = None
         # Governors we replaced while pinning, to give back on unpin.
@@ -230,15 +226,18 @@ class JetsonDevice:
         conf = self.nodes.nvpmodel_conf
         if conf is None:
             raise NodeNotFoundError(
-                f"no nvpmodel conf at {self.tree.path('etc/nvpmodel.conf')}",
-                "check the L4T install (`ls -l /etc/nvpmodel.conf` should link to etc/nvpmodel/*.conf)",
+                f"no nvpmodel conf at {self.tree.path('etc/nvpmodel.conf')}: the power modes are unknown "
+                f"(a container?)",
+                "policies that switch modes (mode:N, maxn, static:...,mode=N) need the board's conf: run on the "
+                "host, or bind-mount /etc/nvpmodel.conf and /etc/nvpmodel/ into the container; pinned clocks "
+                "(static:gpu=MHz) and everything else work without it",
             )
         modes, _default = nvpmodel.parse_conf(self.tree.read_str(conf))
         return modes
 
     def power_mode(self) -> PowerMode:
-        if nvpmodel.is_executable(self.nvpmodel_cmd):
-            mode_id, name = nvpmodel.query(self.nvpmodel_cmd)
+        if l4t_tools.available(self.root, "nvpmodel"):
+            mode_id, name = l4t_tools.nvpmodel_query(self.root)
         else:
             mode_id, name = self._status_mode()
         try:
@@ -251,9 +250,9 @@ class JetsonDevice:
         status = self.nodes.nvpmodel_status
         if status is None:
             raise DeviceError(
-                f"cannot tell the power mode: {self.nvpmodel_cmd} is not an executable and "
+                f"cannot tell the power mode: nvpmodel cannot run here ({l4t_tools.route(self.root)}) and "
                 f"{self.tree.path('var/lib/nvpmodel/status')} is missing",
-                "install nvpmodel (JetPack) or pass its path with --nvpmodel",
+                f"install nvpmodel (JetPack) at {l4t_tools.NVPMODEL}; in a container, the mode is unknown",
             )
         text = self.tree.read_str(status)
         m = re.search(r"pmode:(\d+)", text)
@@ -275,14 +274,14 @@ class JetsonDevice:
             raise DeviceError(
                 f"power mode {mode_id} is not defined", f"use one of {ids} (`slm-dvfs device` lists them)"
             )
-        nvpmodel.switch(self.nvpmodel_cmd, mode_id)
+        l4t_tools.nvpmodel_switch(self.root, mode_id)
         log.info("switched nvpmodel to %d", mode_id)
 
     def jetson_clocks(self, store: Path | None = None) -> None:
-        jc.run(self.jetson_clocks_cmd, store=store)
+        l4t_tools.jetson_clocks(self.root, store=store)
 
     def jetson_clocks_restore(self, store: Path) -> None:
-        jc.restore(self.jetson_clocks_cmd, store)
+        l4t_tools.jetson_clocks_restore(self.root, store)
 
     # ------------------------------------------------------------------ snapshot
 
@@ -311,9 +310,7 @@ class JetsonDevice:
         return {
             "kind": "jetson",
             "root": str(self.root),
-            "nvpmodel_cmd": self.nvpmodel_cmd,
-            "jetson_clocks_cmd": self.jetson_clocks_cmd,
-        }
+        }  # no tool paths: a journal never says what to execute
 
     @classmethod
     def from_description(cls, d: Mapping[str, Any]) -> "JetsonDevice":
@@ -322,7 +319,7 @@ class JetsonDevice:
                 f"cannot reopen a {d.get('kind')!r} device as a Jetson",
                 "open it with the backend that described it",
             )
-        return cls(d.get("root", "/"), nvpmodel_cmd=d.get("nvpmodel_cmd"), jetson_clocks_cmd=d.get("jetson_clocks_cmd"))
+        return cls(str(d.get("root", "/")))  # tool paths in an old journal are ignored
 
     # ------------------------------------------------------------------ helpers
 

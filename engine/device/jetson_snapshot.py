@@ -139,10 +139,14 @@ def _apply_domain(dev: JetsonBoard, d: DomainSettings) -> None:
         w.write_range(tree, f"{g}/min_freq", f"{g}/max_freq", d.min_hz, d.max_hz)
     else:
         e = dev.nodes.require_emc()
+        locked = tree.read_int(f"{e}/mrq_rate_locked") != 0
         if d.locked:
+            rate = d.rate_hz if d.rate_hz is not None else d.max_hz
+            if locked and tree.read_int(f"{e}/rate") == rate:
+                return  # already so: no write (a read-only file must not fail a restore with nothing to do)
             tree.write(f"{e}/mrq_rate_locked", 1)
-            tree.write(f"{e}/rate", d.rate_hz if d.rate_hz is not None else d.max_hz)
-        else:
+            tree.write(f"{e}/rate", rate)
+        elif locked:
             tree.write(f"{e}/mrq_rate_locked", 0)
 
 

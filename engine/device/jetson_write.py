@@ -42,8 +42,11 @@ def set_governor(tree: SysfsTree, gov_file: str, avail_file: str, governor: str)
 
 def write_range(tree: SysfsTree, min_file: str, max_file: str, lo: int, hi: int) -> None:
     """Set [lo, hi] so that min never exceeds max on the way: raise max first when the
-    new max is at or above the current min, otherwise lower min first."""
+    new max is at or above the current min, otherwise lower min first. A range already in
+    place is not written (a restore that has nothing to change must not fail on a read-only file)."""
     cur_min = tree.read_int(min_file)
+    if cur_min == lo and tree.read_int(max_file) == hi:
+        return
     if hi >= cur_min:
         tree.write(max_file, hi)
         tree.write(min_file, lo)

@@ -1,4 +1,5 @@
-"""nvpmodel: the power-mode conf (parse and write) and the `nvpmodel` command (query, switch).
+"""nvpmodel: the power-mode conf (parse and write), `nvpmodel -q` output, and running an L4T tool
+(which tool may run, and from where: `l4t_tools.py`).
 
 Conf syntax as shipped in L4T (`etc/nvpmodel/nvpmodel_p3701_0000.conf`):
 
@@ -14,7 +15,6 @@ CPU clocks are in kHz in the conf (cpufreq's unit), GPU and EMC in Hz.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -30,8 +30,6 @@ EMC_CAP_FILE = "/sys/kernel/nvpmodel_emc_cap/emc_iso_cap"
 
 _BLOCK = re.compile(r"^<\s*([A-Z_]+)\s*(.*?)\s*>$")
 _ATTR = re.compile(r"([A-Z_]+)=(\S+)")
-_QUERY_TIMEOUT_S = 30.0
-_SWITCH_TIMEOUT_S = 120.0  # a mode switch may hot-plug CPUs and take a while
 
 
 # --------------------------------------------------------------------------- conf
@@ -207,12 +205,6 @@ def format_conf(
 # --------------------------------------------------------------------------- command
 
 
-def query(cmd: str) -> tuple[int, str]:
-    """The active mode as `nvpmodel -q` reports it: (id, name)."""
-    out = run_tool([cmd, "-q"], _QUERY_TIMEOUT_S)
-    return parse_query(out, cmd)
-
-
 def parse_query(output: str, cmd: str = "nvpmodel") -> tuple[int, str]:
     """Parse `nvpmodel -q`: `NV Power Mode: NAME` then the id on the next line
     (an `NV Fan Mode:` line may come first)."""
@@ -230,19 +222,14 @@ def parse_query(output: str, cmd: str = "nvpmodel") -> tuple[int, str]:
     )
 
 
-def switch(cmd: str, mode_id: int) -> None:
-    """`nvpmodel -m ID`. nvpmodel may ask to reboot (a TPC_PG_MASK change): we answer no,
-    so the switch never reboots the board behind the user's back."""
-    run_tool([cmd, "-m", str(int(mode_id))], _SWITCH_TIMEOUT_S, stdin="no\n")
-
-
-_NVPMODEL_MISSING = "install L4T's nvpmodel (it ships with JetPack) or pass its path with --nvpmodel"
+_NVPMODEL_MISSING = "install L4T's nvpmodel at /usr/sbin/nvpmodel (it ships with JetPack)"
 
 
 def run_tool(
     argv: Sequence[str], timeout_s: float, *, stdin: str | None = None, missing_remedy: str = _NVPMODEL_MISSING
 ) -> str:
-    """Run an L4T tool; every way it can fail becomes a DeviceError that says what to do."""
+    """Run an L4T tool at a fixed system path (`l4t_tools` picks it); every way it can fail
+    becomes a DeviceError that says what to do."""
     argv = [str(a) for a in argv]
     cmd, shown = argv[0], " ".join(argv)
     try:
@@ -270,8 +257,3 @@ def run_tool(
             "run the same command by hand to see why",
         )
     return proc.stdout
-
-
-def is_executable(cmd: str) -> bool:
-    """True when `cmd` is a path to an executable file."""
-    return os.path.isfile(cmd) and os.access(cmd, os.X_OK)

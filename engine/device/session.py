@@ -160,7 +160,9 @@ def open_device(
 
             if thermal:
                 log.info("--thermal only affects the twin; a board has real temperatures")
-            return DeviceSession(JetsonDevice(root))
+            from engine.device.clockd.client import attach_service
+
+            return DeviceSession(attach_service(JetsonDevice(root)))  # writes via the clock service where needed
         if not fallback_to_twin:
             raise DeviceError(
                 f"no Jetson GPU clock node found under {root}",

@@ -95,11 +95,11 @@ class SysfsTree:
             raise NodeNotFoundError(
                 f"{p} does not exist", "check the board's L4T release; `slm-dvfs device` lists what was found"
             ) from None
-        except PermissionError:
-            raise PermissionDeniedError(str(p)) from None
+        except PermissionError as exc:
+            raise PermissionDeniedError(str(p), exc.errno) from None
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise PermissionDeniedError(str(p)) from None
+                raise PermissionDeniedError(str(p), exc.errno) from None
             raise DeviceError(
                 f"the kernel refused {value!r} for {p}: {exc.strerror}",
                 "the value may be outside the current limits or the nvpmodel mode's cap",

@@ -11,6 +11,7 @@ else's SQLite database are all refused: the store never recreates or rewrites su
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from pathlib import Path
 from typing import Callable, Sequence, Union
@@ -156,8 +157,32 @@ _V3 = (
     "UPDATE runs SET simulated = 1 WHERE notes GLOB 'simulated*'",
 )
 
+# v4: the `abandoned` run status (a run whose process died: its owner's session lock is free),
+# the session lock that owns a running run, and the t of an abandoned run's last power sample.
+# The status CHECK only widens, which changes nothing stored: SQLite's documented way for that
+# is to edit the table's SQL text in sqlite_master (no table rebuild, so no foreign-key cascade).
+_STATUSES_V4 = "('running', 'finished', 'failed', 'cancelled', 'abandoned')"
+
+
+def _v4(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE runs ADD COLUMN owner_lock TEXT")
+    conn.execute("ALTER TABLE runs ADD COLUMN last_sample_t REAL")
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()[0]
+    widened, n = re.subn(r"CHECK\s*\(\s*status\s+IN\s*\([^)]*\)\s*\)", f"CHECK (status IN {_STATUSES_V4})", sql,
+                         count=1, flags=re.IGNORECASE)
+    if n == 0:
+        return  # no status check to widen (the hand-made schemas of the first release)
+    schema = int(conn.execute("PRAGMA schema_version").fetchone()[0])
+    conn.execute("PRAGMA writable_schema = ON")
+    try:
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'runs'", (widened,))
+        conn.execute(f"PRAGMA schema_version = {schema + 1}")
+    finally:
+        conn.execute("PRAGMA writable_schema = OFF")
+
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -23,7 +23,8 @@ __all__ = [
     "workload_key",
 ]
 
-RUN_STATUSES = ("running", "finished", "failed", "cancelled")
+RUN_STATUSES = ("running", "finished", "failed", "cancelled")  # a sweep's too
+ABANDONED = "abandoned"  # a run's only: its process died while it ran (schema v4)
 SETTING_KEYS = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel")
 _SETTING_ALIASES = {"nvpmodel_id": "nvpmodel", "mode": "nvpmodel"}
 
@@ -211,6 +212,20 @@ class RunRecord:
     device: DeviceRecord | None = None
     workload: WorkloadRecord | None = None
     simulated: bool = False  # the twin ran the step trace: nothing was trained (no loss, no eval metric)
+    last_sample_t: float | None = None  # abandoned: the t of its last stored power sample (None: none)
+
+    @property
+    def status_warning(self) -> str | None:
+        """A line for `show`, `export`, `report`: the run's figures are not final, and why."""
+        if self.status == ABANDONED:
+            last = ("no power samples were stored" if self.last_sample_t is None
+                    else f"its last power sample is at t={self.last_sample_t:g} s")
+            return (f"warning: run {self.id} was abandoned: its process died while it ran (killed, or the board "
+                    f"lost power); its figures are incomplete ({last})")
+        if self.status == "running":
+            return (f"warning: run {self.id} is still running (or its process died and nothing has noticed yet); "
+                    f"its figures are not final")
+        return None
 
     @property
     def model(self) -> str | None:
@@ -322,4 +337,5 @@ def run_from_row(r: sqlite3.Row) -> RunRecord:
         device=device_from_row(r, "d_") if r["device_id"] is not None else None,
         workload=workload_from_row(r, "w_") if r["workload_id"] is not None else None,
         simulated=bool(r["simulated"]),
+        last_sample_t=r["last_sample_t"] if "last_sample_t" in r.keys() else None,
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.core.errors import ConfigError
@@ -26,6 +27,7 @@ from engine.results.db import default_db_path
 from engine.results.errors import CorruptStoreError, StoreError, StoreVersionError, UnknownRecordError
 from engine.results.migrations import SCHEMA_VERSION
 from engine.results.records import (
+    ABANDONED,
     ComparisonRecord,
     DeviceRecord,
     RunRecord,
@@ -62,7 +64,38 @@ class Store(SweepTables):
     """One results database: runs, their power traces and comparisons here; sweeps, devices,
     workloads and the connection in the classes below. Use as a context manager."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            self.reap_abandoned()
+        except StoreError as exc:  # e.g. a read-only file: the runs stay `running` for now
+            log.info("cannot mark abandoned runs in %s: %s", self.path, exc.what)
+
     # ------------------------------------------------------------------ runs
+    def reap_abandoned(self, run_ids: Sequence[int] = ()) -> list[int]:
+        """Mark `abandoned` every running run whose owner is gone (its session lock is free), and the
+        runs `run_ids` names (a recovered journal's) if still running; returns their ids. A run
+        with no owner (recorded before schema v4, or by a library caller) is left as it is."""
+        from engine.device.guard.lock import session_alive
+
+        rows = self._query("SELECT id, owner_lock FROM runs WHERE status = 'running'")
+        named = {int(i) for i in run_ids}
+        dead = [int(r["id"]) for r in rows
+                if int(r["id"]) in named or (r["owner_lock"] and not session_alive(Path(r["owner_lock"])))]
+        if not dead:
+            return []
+        with self._tx("marking abandoned runs") as conn:
+            for run_id in dead:
+                last = conn.execute("SELECT max(t) FROM power_samples WHERE run_id = ?", (run_id,)).fetchone()[0]
+                conn.execute(
+                    "UPDATE runs SET status = ?, finished_at = ?, last_sample_t = ?, error = ? "
+                    "WHERE id = ? AND status = 'running'",
+                    (ABANDONED, utc_now(), last, "abandoned: its process died while it ran (killed, or the "
+                     "board lost power); its figures are incomplete", run_id),
+                )
+        log.warning("marked run(s) %s abandoned: their process died while they ran", ", ".join(map(str, dead)))
+        return dead
+
     def start_run(
         self,
         *,
@@ -81,21 +114,23 @@ class Store(SweepTables):
         label: str | None = None,
         notes: str | None = None,
         started_at: datetime | str | None = None,
+        owner_lock: str | None = None,
     ) -> int:
         """Record a run as running (committed at once, so a crash leaves a trace); returns its id.
-        `simulated`: the twin ran the workload's step trace and nothing was trained."""
+        `simulated`: the twin ran the workload's step trace and nothing was trained. `owner_lock`:
+        the recording process's session lock, so the run is marked abandoned once it is free."""
         src = as_source(source)
         with self._tx("starting a run") as conn:
             device_id = self._ref(conn, device, "device")
             workload_id = self._ref(conn, workload, "workload")
             cur = conn.execute(
                 "INSERT INTO runs (device_id, workload_id, policy, objective, setting, seed, steps, status, "
-                "started_at, rails, weights, synthetic, simulated, source, label, notes) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?)",
+                "started_at, rails, weights, synthetic, simulated, source, label, notes, owner_lock) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (device_id, workload_id, policy, objective,
                  None if setting is None else json_text(normalize_setting(setting)), seed, steps,
                  timestamp(started_at), rails, weights, None if synthetic is None else int(synthetic),
-                 int(bool(simulated)), src.value, label, notes),
+                 int(bool(simulated)), src.value, label, notes, owner_lock),
             )
             return int(cur.lastrowid)
 

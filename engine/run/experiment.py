@@ -237,12 +237,19 @@ class _Runner:
         self.guard.before_point(f"the {role} run ({policy_spec})")
         if role == "policy" and harness.session.warms_up:  # what the baseline cools back to
             self.policy_start_c = self.guard.hottest()[1]
+        from engine.device.guard.guard import active_guard
+        from engine.device.guard.lock import session_lock
+
         run_id = self.store.start_run(
+            owner_lock=str(session_lock()),  # free once we are gone: the run is then marked abandoned
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
             objective=self.objective.spec, seed=spec.seed, steps=spec.steps, rails=spec.rails,
             synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
             label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
+        clock_guard = active_guard(harness.device)
+        if clock_guard is not None:
+            clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
         controller = DvfsController(harness.device, policy, ctx)
         assert harness.monitor is not None
         recorder = RunRecorder(harness.monitor)

@@ -7,11 +7,14 @@ interpreter exit. A SIGKILL cannot be caught, so the journal stays behind: the n
 start of the tool finds journals whose process is gone and restores them
 (`recover_stale`), and `slm-dvfs restore` does it by hand.
 
-One session at a time per device: the guard holds the device's lock (`lock.py`) for
-its life, so two runs cannot pin the same board's clocks over each other.
+One writer per board: the guard holds the board lock (`lock.py`, under /run/slm-dvfs or the
+tree's own run/slm-dvfs) for its life, so two sessions (two users, two state dirs, `T` and
+`T/../T`) cannot pin the same board's clocks over each other; a board left pinned by
+`slm-dvfs pin` refuses a run until `slm-dvfs restore`.
 
-A journal that cannot be used (corrupt, or naming a device root that has gone) never
-blocks other work: it is logged, kept, and reported by `slm-dvfs restore`.
+A journal that cannot be used never blocks other work: an unreadable one is moved aside
+and reported, one we did not write (or naming a root that has gone) is kept and reported
+by `slm-dvfs restore`.
 """
 
 from __future__ import annotations
@@ -24,40 +27,44 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any
 
 from engine.core.errors import DeviceError, SlmDvfsError
-from engine.device.base import Device, DeviceSettings
+from engine.device.base import Device, DeviceSettings, ServiceWriter
 from engine.device.guard.journal import (
     PINNED,
     SESSION,
     Journal,
-    JournalProblem,
+    UnreadableJournal,
     atomic_write,
     device_key,
+    ensure_dir,
     journal_dir,
-    list_journals,
+    move_aside,
     process_start,
-    reopen_device,
-    scan_journals,
 )
-from engine.device.guard.lock import DeviceBusyError, DeviceLock, device_locked
+from engine.device.guard.journal import JournalProblem, list_journals  # noqa: F401 - re-exported
+from engine.device.guard.lock import DeviceBusyError, DeviceLock, session_lock
+from engine.device.guard.restore import (  # noqa: F401 - the guard's public API, as before the split
+    RestoreReport,
+    _lock_dir,
+    recover_stale,
+    restore_all,
+    restore_journal,
+    restore_report,
+    restore_settings,
+)
+from engine.device.guard.trust import pin_marker
 
 log = logging.getLogger(__name__)
 
 _SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
 
 
-@dataclass(frozen=True)
-class RestoreReport:
-    """What `slm-dvfs restore` did: the journals it restored and the ones it had to keep."""
-
-    restored: tuple[Journal, ...] = ()
-    problems: tuple[JournalProblem, ...] = field(default=())
-
+class BoardPinnedError(DeviceBusyError):
+    """The board is left pinned by `slm-dvfs pin`; a run must not override it."""
 
 
 # --- the active guards of this process ---------------------------------------------------
@@ -77,143 +84,6 @@ def active_guard(device: Device) -> "ClockGuard | None":
 
 
 
-# --- restoring -----------------------------------------------------------------------------
-def restore_settings(device: Device, settings: DeviceSettings, jetson_clocks_store: str | None = None) -> None:
-    """`jetson_clocks --restore` first where a store was noted (it also gives back what our
-    snapshot does not hold, such as the fan), then the snapshot. Both are tried; one
-    DeviceError lists what failed. The store file is deleted once all worked."""
-    failed: list[str] = []
-    store = Path(jetson_clocks_store) if jetson_clocks_store else None
-    if store is not None and not store.is_file():
-        log.warning("jetson_clocks state %s is gone: restoring from the snapshot alone", store)
-        store = None
-    if store is not None:
-        try:
-            device.jetson_clocks_restore(store)
-        except SlmDvfsError as exc:
-            log.warning("jetson_clocks --restore %s failed: %s", store, exc.what)
-            failed.append(f"`jetson_clocks --restore {store}`: {exc.what}")
-    try:
-        device.apply_settings(settings)
-    except DeviceError as exc:
-        failed.append(exc.what)
-    if failed:
-        raise DeviceError(
-            "restoring the clocks failed: " + "; ".join(failed),
-            "fix the cause, then run `slm-dvfs restore` (the journal is kept); `sudo nvpmodel -m <id>` "
-            "resets a mode's clocks, a reboot resets everything",
-        )
-    if store is not None:
-        store.unlink(missing_ok=True)
-
-
-def restore_journal(journal: Journal, device: Device | None = None) -> None:
-    """Apply a journal's snapshot and delete it (only once the apply worked)."""
-    device = device or reopen_device(journal.device)
-    restore_settings(device, journal.settings, journal.jetson_clocks_store)
-    journal.path.unlink(missing_ok=True)
-    log.info("restored clocks from %s", journal.path.name)
-
-
-def _by_device(journals: Iterator[Journal] | list[Journal]) -> dict[str, list[Journal]]:
-    out: dict[str, list[Journal]] = {}
-    for j in journals:
-        out.setdefault(device_key(j.device), []).append(j)
-    return out
-
-
-def recover_stale(directory: Path | None = None) -> list[Journal]:
-    """Restore every session journal whose process is gone. Returns what it restored.
-
-    The oldest snapshot of a device wins: it is the state from before any of us. A journal
-    that cannot be restored is logged and kept, and the other devices are still recovered.
-    """
-    directory = directory or journal_dir()
-    restored: list[Journal] = []
-    dead = [j for j in list_journals(directory) if j.kind == SESSION and not j.owner_alive()]
-    for key, journals in _by_device(dead).items():
-        oldest, *newer = journals  # list_journals sorts by creation time
-        root = oldest.device.get("root")
-        try:
-            with device_locked(directory, key, root):
-                restore_journal(oldest)
-        except DeviceBusyError as exc:
-            log.info("left %s for later: %s", oldest.path.name, exc.what)
-            continue
-        except (SlmDvfsError, OSError) as exc:
-            log.warning(
-                "cannot restore clock journal %s (device %s): %s; kept for `slm-dvfs restore`",
-                oldest.path, root, getattr(exc, "what", exc),
-            )
-            continue
-        for j in newer:
-            j.path.unlink(missing_ok=True)
-        log.warning(
-            "restored clocks left changed by process %d (it did not exit cleanly)", oldest.pid
-        )
-        restored.append(oldest)
-    return restored
-
-
-def restore_report(directory: Path | None = None) -> RestoreReport:
-    """`slm-dvfs restore`: undo pins and dead sessions, oldest snapshot per device first.
-
-    A device with a live session is refused (restoring under it would leave the board
-    pinned once it exits and puts its own snapshot back); journals that cannot be used
-    are kept and reported with what to do."""
-    directory = directory or journal_dir()
-    journals, bad = scan_journals(directory)
-    problems = list(bad)
-    live = _by_device([j for j in journals if j.kind == SESSION and j.owner_alive()])
-    todo = _by_device([j for j in journals if not (j.kind == SESSION and j.owner_alive())])
-    restored: list[Journal] = []
-    for key, group in todo.items():
-        oldest, *newer = group
-        root = oldest.device.get("root")
-        if key in live:
-            pid = live[key][0].pid
-            problems.append(JournalProblem(
-                oldest.path, root,
-                f"a live slm-dvfs session (pid {pid}) is using this device; restoring now would be undone "
-                f"when it exits, leaving the board pinned",
-                f"wait for pid {pid} to finish, or stop it (`kill {pid}` restores its clocks at once), "
-                f"then run `slm-dvfs restore` again",
-            ))
-            continue
-        try:
-            with device_locked(directory, key, root):
-                restore_journal(oldest)
-        except DeviceBusyError as exc:
-            problems.append(JournalProblem(oldest.path, root, exc.what, exc.remedy))
-            continue
-        except (SlmDvfsError, OSError) as exc:
-            what = getattr(exc, "what", str(exc))
-            if root and not Path(root).exists():
-                remedy = (f"the device root {root} no longer exists (a deleted twin?): nothing is left to "
-                          f"restore there; delete {oldest.path}")
-            else:
-                remedy = getattr(exc, "remedy", "") or "fix the cause and run `slm-dvfs restore` again"
-            problems.append(JournalProblem(oldest.path, root, what, remedy))
-            continue
-        for j in newer:
-            j.path.unlink(missing_ok=True)  # a later snapshot of a device already restored
-        restored.append(oldest)
-    return RestoreReport(tuple(restored), tuple(problems))
-
-
-def restore_all(directory: Path | None = None) -> list[Journal]:
-    """`restore_report` for library callers: what it restored; a DeviceError listing every
-    journal it had to keep (after restoring the others)."""
-    report = restore_report(directory)
-    if report.problems:
-        raise DeviceError(
-            f"{len(report.problems)} clock journal(s) not restored:\n"
-            + "\n".join(p.describe() for p in report.problems),
-            "see each journal's 'What to do' above",
-        )
-    return list(report.restored)
-
-
 class ClockGuard:
     """Context manager that journals a device's settings and restores them on any exit.
 
@@ -227,8 +97,10 @@ class ClockGuard:
         directory: Path | None = None,
         handle_signals: bool = True,
         recover: bool = True,
+        over_pin: bool = False,
     ) -> None:
         self.device = device
+        self.over_pin = over_pin  # `slm-dvfs pin` may pin over a pin; a run may not
         self.directory = directory or journal_dir()
         self.handle_signals = handle_signals
         self.recover = recover
@@ -248,19 +120,35 @@ class ClockGuard:
         self.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except SlmDvfsError as failed:
+            # The error that stopped us is the one to show (e.g. the refused write itself); the
+            # failed restore is logged and its journal stays for `slm-dvfs restore`.
+            log.error("%s\n  What to do: %s", failed.what, failed.remedy)
 
     def start(self) -> None:
-        """Lock the device (refusing if another session has it), recover dead sessions,
-        snapshot and journal, before anything changes."""
+        """Lock the board (refusing if another session has it, or if it is left pinned), recover
+        dead sessions, snapshot and journal, before anything changes. Through the clock service,
+        the service holds the lock and the snapshot instead."""
+        if isinstance(self.device, ServiceWriter):
+            return self._start_through_service()
         description = self.device.describe()
         key = device_key(description)
-        self._device_lock = DeviceLock.acquire(self.directory, key, description.get("root"))
+        root = description.get("root")
+        lock_dir = _lock_dir(self.directory, root)
+        self._device_lock = DeviceLock.acquire(lock_dir, key, root)
         try:
             if self.recover:
                 self.recovered = recover_stale(self.directory)
+            if not self.over_pin:
+                self._refuse_if_pinned(lock_dir, key, root)
             self.snapshot = self.device.read_settings()
+            ensure_dir(self.directory)
             path = self.directory / f"{key}-{SESSION}-{os.getpid()}-{time.time_ns()}.json"
             journal = Journal(
                 kind=SESSION,
@@ -271,6 +159,7 @@ class ClockGuard:
                 device=description,
                 settings=self.snapshot,
                 path=path,
+                session_lock=str(session_lock()),
             )
             atomic_write(path, journal.to_json())
         except BaseException:
@@ -281,6 +170,17 @@ class ClockGuard:
         self._key = key
         with _ACTIVE_LOCK:
             _ACTIVE[key] = self
+        atexit.register(self.restore)
+        if self.handle_signals:
+            self._install_handlers()
+
+    def _start_through_service(self) -> None:
+        """The clock service snapshots, journals, holds the board lock and restores for this
+        device (engine/device/clockd): no journal or lock of ours, the same restore path."""
+        self.snapshot = self.device.service_snapshot()  # type: ignore[attr-defined]
+        self._key = device_key(self.device.describe())
+        with _ACTIVE_LOCK:
+            _ACTIVE[self._key] = self
         atexit.register(self.restore)
         if self.handle_signals:
             self._install_handlers()
@@ -300,21 +200,71 @@ class ClockGuard:
     def keep(self) -> Path:
         """Leave the changes in place when we exit, journalled as a pin for `slm-dvfs restore`."""
         with self._lock:
+            if isinstance(self.device, ServiceWriter):
+                raise DeviceError("the clock service restores a client's clocks when it disconnects: a pin cannot "
+                                  "outlive this command through it", "run the work under `slm-dvfs run ... "
+                                  "static:gpu=MHZ` (the pin lasts the run), or pin as root with the service stopped")
             if self._journal_path is None or self.snapshot is None:
                 raise SlmDvfsError("the guard was not started", "use the guard as a context manager")
             description = self.device.describe()
-            pinned = self.directory / f"{device_key(description)}-{PINNED}.json"
+            key = device_key(description)
+            pinned = self.directory / f"{key}-{PINNED}.json"
+            if pinned.exists():
+                self._usable_pin(pinned)  # an unreadable one is moved aside: ours takes its place
             if pinned.exists():
                 # An earlier pin holds the true original state: keep it, drop ours.
                 self._journal_path.unlink(missing_ok=True)
             else:
                 data = json.loads(self._journal_path.read_text())
                 data["kind"] = PINNED
+                data["session_lock"] = None  # a pin outlives us: only `slm-dvfs restore` ends it
                 atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
+            root = description.get("root")
+            try:  # beside the board lock, so a run from any user or state dir sees the pin
+                atomic_write(pin_marker(_lock_dir(self.directory, root), key),
+                             {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
+            except SlmDvfsError as exc:
+                log.warning("%s: only runs of this user will see the pin", exc.what)
             self._journal_path = pinned
             self._kept = True
             return pinned
+
+    @staticmethod
+    def _usable_pin(path: Path) -> None:
+        """Check an earlier pin's journal: an unreadable one is moved aside (and reported) so it
+        never swallows ours; one we did not write stops the pin (UntrustedJournal)."""
+        try:
+            Journal.read(path)
+        except UnreadableJournal as exc:
+            moved = move_aside(path)
+            if moved is None:
+                raise
+            log.warning("%s; moved aside to %s (restore those clocks by hand if they were changed)", exc.what, moved)
+
+    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
+        """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
+        the pin and its restore would put back the pin, not the board's own state."""
+        marker = pin_marker(lock_dir, key)
+        mine = self.directory / f"{key}-{PINNED}.json"
+        journal = None
+        try:
+            data = json.loads(marker.read_text())
+            journal = str(data.get("journal"))
+            if not Path(journal).exists() and os.access(Path(journal).parent, os.X_OK):
+                marker.unlink(missing_ok=True)  # its journal was restored or deleted
+                journal = None
+        except (OSError, ValueError, AttributeError):
+            pass
+        if journal is None and mine.exists():
+            journal = str(mine)
+        if journal is not None:
+            raise BoardPinnedError(
+                f"the clocks of {root or 'this device'} are pinned by `slm-dvfs pin` (journal {journal}); "
+                f"a run over the pin would measure it and put it back afterwards",
+                "run `slm-dvfs restore` first (as the user who pinned), then start the run again",
+                None,
+            )
 
     def close(self) -> None:
         try:
@@ -338,12 +288,28 @@ class ClockGuard:
         """Record (in the journal too, for recovery after a SIGKILL) the file that
         `jetson_clocks --store` writes; call it before running jetson_clocks."""
         with self._lock:
+            if self.active and isinstance(self.device, ServiceWriter):
+                return  # the clock service keeps jetson_clocks' store and restores from it
             if not self.active or self._journal_path is None:
                 raise SlmDvfsError("the clock guard is not active", "note the store inside the guard's `with` block")
             self._jetson_clocks_store = os.fspath(path)
             data = json.loads(self._journal_path.read_text())
             data["jetson_clocks_store"] = self._jetson_clocks_store
             atomic_write(self._journal_path, data)
+
+    def note_run(self, run_id: int) -> None:
+        """Name a results-store run in the journal, so a recovery can tell which runs it ended."""
+        with self._lock:
+            if not self.active or self._journal_path is None:
+                return
+            data = json.loads(self._journal_path.read_text())
+            data["runs"] = sorted({*data.get("runs", []), int(run_id)})
+            atomic_write(self._journal_path, data)
+
+    @property
+    def lock_path(self) -> Path | None:
+        """The board lock this guard holds (None once released)."""
+        return None if self._device_lock is None else self._device_lock.path
 
     def _release(self) -> None:
         with _ACTIVE_LOCK:

@@ -1,22 +1,29 @@
 """Clock journals: the snapshot the guard writes to disk before touching a clock.
 
-A journal is a small JSON file in `<state dir>/journals`, named after the device it
-belongs to (`device_key`). This module reads, writes and lists them, and tells whether
-the process that wrote one is still alive; restoring them is the guard's job.
+A journal is a small JSON file in `<state dir>/journals`, named after the board it
+belongs to (`device_key`: the resolved root and the device-tree serial). This module reads,
+writes and lists them, and tells whether the session that wrote one is still alive (its
+session lock, `lock.session_alive`); restoring them is the guard's job.
+
+A journal is trusted only as we wrote it (docs/security.md, "Journals"): a regular file
+owned by us in a folder owned by us, writable by nobody else; it holds settings to put
+back and never a command to run. One that cannot be parsed is moved aside
+(`*.corrupt-<time>`) and reported, never reused.
 
 Two kinds of journal:
-- `session`: owned by a live process; stale once that process is gone.
+- `session`: owned by a live session; stale once its session lock is free.
 - `pinned`: left on purpose by `slm-dvfs pin`; only `slm-dvfs restore` undoes it.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
-import socket
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +32,7 @@ from typing import Any, Iterator
 from engine.core import paths
 from engine.core.errors import DeviceError, SlmDvfsError
 from engine.device.base import Device, DeviceSettings
+from engine.device.guard.lock import board_key, session_alive
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +53,12 @@ class Journal:
     settings: DeviceSettings
     path: Path
     jetson_clocks_store: str | None = None  # `jetson_clocks --store` file to restore from first
+    session_lock: str | None = None  # the writer's session lock: free once it is gone
+    runs: tuple[int, ...] = ()  # results-store run ids the session was recording
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            "version": 2,
             "kind": self.kind,
             "pid": self.pid,
             "pid_start": self.pid_start,
@@ -57,35 +67,101 @@ class Journal:
             "device": self.device,
             "settings": self.settings.to_json(),
             "jetson_clocks_store": self.jetson_clocks_store,
+            "session_lock": self.session_lock,
+            "runs": list(self.runs),
         }
 
     @classmethod
     def read(cls, path: Path) -> "Journal":
+        check_trusted(path)
         try:
             data = json.loads(path.read_text())
+            device = dict(data["device"])
+            if not isinstance(device.get("root", "/"), str):
+                raise TypeError("the device root is not a string")
             return cls(
                 kind=str(data["kind"]),
                 pid=int(data["pid"]),
                 pid_start=data.get("pid_start"),
                 host=str(data.get("host", "")),
                 created=float(data.get("created", 0.0)),
-                device=dict(data["device"]),
+                device={k: device[k] for k in ("kind", "root") if k in device},  # never a tool path
                 settings=DeviceSettings.from_json(data["settings"]),
                 path=path,
                 jetson_clocks_store=None if data.get("jetson_clocks_store") is None
                 else str(data["jetson_clocks_store"]),
+                session_lock=None if data.get("session_lock") is None else str(data["session_lock"]),
+                runs=tuple(int(r) for r in data.get("runs") or ()),
             )
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise SlmDvfsError(
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UnreadableJournal(
                 f"clock journal {path} is unreadable ({exc})",
                 "restore the clocks by hand (`sudo nvpmodel -m 0` resets the mode's clocks; or "
                 "reboot), then delete the file",
             ) from None
 
     def owner_alive(self) -> bool:
-        if self.host != socket.gethostname():
-            return True  # a shared state dir: never steal another machine's journal
+        """Whether the session that wrote this is still running: its session lock is held.
+        Never judged by pid and host (a container or renamed host would keep it alive forever);
+        a journal from before session locks counts as alive only while its pid runs here."""
+        if self.session_lock is not None:
+            return session_alive(Path(self.session_lock))
         return process_alive(self.pid, self.pid_start)
+
+
+class UnreadableJournal(SlmDvfsError):
+    """A journal file that is not a journal (truncated, not JSON, missing fields)."""
+
+
+class UntrustedJournal(SlmDvfsError):
+    """A journal file we did not write (another owner, a link, or writable by others)."""
+
+
+def check_trusted(path: Path) -> None:
+    """Refuse a journal that we did not write: it must be a regular file owned by us in a folder
+    owned by us, neither writable by group or others (a crafted journal must not make us
+    write clocks, or name files for us to touch)."""
+    uid = os.geteuid()
+    try:
+        st, dst = os.lstat(path), os.stat(path.parent)
+    except OSError as exc:
+        raise UnreadableJournal(f"clock journal {path} cannot be read ({exc.strerror})",
+                                "check the state directory's permissions") from None
+    why = None
+    if not stat.S_ISREG(st.st_mode):
+        why = "it is not a regular file (a link?)"
+    elif st.st_uid != uid:
+        why = f"it is owned by uid {st.st_uid}, not by us (uid {uid})"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        why = f"its mode {stat.S_IMODE(st.st_mode):o} lets others write it"
+    elif dst.st_uid != uid:
+        why = f"its folder {path.parent} is owned by uid {dst.st_uid}, not by us"
+    elif dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # Our own folder, left group-writable by a umask of 002: each file's owner is still checked,
+        # so tighten it rather than refuse every journal in it.
+        try:
+            os.chmod(path.parent, 0o700)
+            log.info("made the journal folder %s private (it was %o)", path.parent, stat.S_IMODE(dst.st_mode))
+        except OSError as exc:
+            why = f"its folder {path.parent} is writable by others and cannot be made private ({exc.strerror})"
+    if why:
+        raise UntrustedJournal(
+            f"clock journal {path} is not trusted: {why}",
+            "slm-dvfs only restores journals it wrote itself; check who wrote this file, restore the "
+            "clocks by hand if needed (`sudo nvpmodel -m 0`, or reboot), then delete it (if you wrote it, "
+            f"with an older slm-dvfs under umask 002, `chmod 600 {path}` and run `slm-dvfs restore` again)",
+        )
+
+
+def move_aside(path: Path) -> Path | None:
+    """Rename an unreadable journal to `<name>.corrupt-<time>` so it is never reused; None if that failed."""
+    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9}")
+    try:
+        os.replace(path, target)
+    except OSError as exc:
+        log.warning("cannot move the unreadable journal %s aside: %s", path, exc.strerror)
+        return None
+    return target
 
 
 def journal_dir() -> Path:
@@ -93,7 +169,10 @@ def journal_dir() -> Path:
 
 
 def device_key(description: dict[str, Any]) -> str:
-    """A short stable name for one device (a board root or a twin root)."""
+    """A short stable name for one board: its resolved root and device-tree serial (`lock.board_key`),
+    so `T/../T` and `T` share journals and the lock."""
+    if "root" in description:
+        return board_key(str(description["root"]))
     raw = json.dumps(description, sort_keys=True).encode()
     return hashlib.sha256(raw).hexdigest()[:12]
 
@@ -119,13 +198,15 @@ class JournalProblem:
     root: str | None  # the device root the journal names, when that could be read
     what: str
     remedy: str
+    fresh: bool = True  # found now (False: a file moved aside by an earlier scan, still there)
 
     def describe(self) -> str:
         return f"{self.path} (device {self.root or 'unknown'}): {self.what}\n  What to do: {self.remedy}"
 
 
 def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[JournalProblem]]:
-    """Every journal, oldest first, and the files that could not be read as one."""
+    """Every journal, oldest first, and the files that could not be used as one: an unreadable
+    file is moved aside (`*.corrupt-<time>`), one we did not write is left where it is."""
     directory = directory or journal_dir()
     if not directory.is_dir():
         return [], []
@@ -134,15 +215,27 @@ def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[Jo
     for p in sorted(directory.glob("*.json")):
         try:
             found.append(Journal.read(p))
+        except UnreadableJournal as exc:
+            hint = _root_hint(p)
+            moved = move_aside(p)
+            where = f"; moved aside to {moved}" if moved else ""
+            bad.append(JournalProblem(moved or p, hint, exc.what + where, exc.remedy))
         except SlmDvfsError as exc:
             bad.append(JournalProblem(p, _root_hint(p), exc.what, exc.remedy))
+    for p in sorted(directory.glob("*.json.corrupt-*")):
+        if all(b.path != p for b in bad):
+            bad.append(JournalProblem(
+                p, _root_hint(p), "an unreadable clock journal, moved aside (never reused)",
+                "check that board's clocks (`slm-dvfs device`; `sudo nvpmodel -m 0` or a reboot resets them), "
+                f"then delete {p}", fresh=False,
+            ))
     return sorted(found, key=lambda j: j.created), bad
 
 
 def list_journals(directory: Path | None = None) -> list[Journal]:
     """The readable journals, oldest first; an unreadable one is logged and left in place."""
     journals, bad = scan_journals(directory)
-    for b in bad:
+    for b in (b for b in bad if b.fresh):
         log.warning("skipping clock journal %s (device %s): %s", b.path, b.root or "unknown", b.what)
     return journals
 
@@ -153,14 +246,40 @@ def describe_journals(journals: list[Journal] | tuple[Journal, ...]) -> Iterator
         yield f"{j.kind} journal from pid {j.pid} at {when} for {j.device.get('root', '?')}"
 
 
+def ensure_dir(directory: Path) -> Path:
+    """The journal folder, made private to us (0700) when we create it."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return directory
+
+
 def atomic_write(path: Path, data: dict[str, Any]) -> None:
-    """Write a journal so that a crash leaves the old file or the new one, never half of one."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """Write a journal so that a crash leaves the old file or the new one, never half of one:
+    a fresh 0600 file beside it (O_EXCL: never through someone's link), fsync, rename, fsync
+    the folder. A refused write names the file and the errno."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, indent=1)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        raise DeviceError(
+            f"cannot write the clock journal {path} ({code}: {exc.strerror})",
+            "nothing was changed on the board; make the state directory writable "
+            "($XDG_STATE_HOME/slm-dvfs) and retry",
+        ) from None
 
 
 def _root_hint(path: Path) -> str | None:

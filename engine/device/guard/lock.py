@@ -1,21 +1,32 @@
-"""One session at a time per device: an exclusive flock on `<journal dir>/<device key>.lock`.
+"""Locks: one writer per board, and the liveness of a session.
 
-The lock file holds the owner's pid and command line, so a refusal can say who has the
-board and how to stop it. The kernel drops the lock of a process that dies, so a crash
-never leaves a device locked.
+The board lock is an exclusive flock on `<lock dir>/<board key>.lock`. The key is the board's
+identity (its resolved root, so `T/../T` is `T`, and its device-tree serial where it has one);
+the folder is `/run/slm-dvfs` for the real root and `ROOT/run/slm-dvfs` for any other tree, so
+every user, state dir and container on the host meets the same lock. The file holds the
+owner's pid and command line, so a refusal can say who has the board.
+
+The session lock is a flock each process holds on its own file under the state dir for its
+life; journals and runs name it, and a free one means its writer is gone. Liveness comes
+from flocks alone (the kernel drops them when a process dies), never from a pid and a host.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from engine.core import paths
 from engine.core.errors import DeviceError
+
+SYSTEM_LOCK_DIR = Path("/run/slm-dvfs")
 
 _HELD_LOCK = threading.Lock()
 _HELD: dict[Path, "DeviceLock"] = {}  # device locks this process holds, by lock file
@@ -39,9 +50,23 @@ class DeviceLock:
 
     @classmethod
     def acquire(cls, directory: Path, key: str, root: str | None = None) -> "DeviceLock":
-        directory.mkdir(parents=True, exist_ok=True)
-        path = _lock_path(directory, key)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the tools we run
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+            path = _lock_path(directory, key)
+            try:
+                # Under /run/slm-dvfs only root opens the lock (0600): flock needs no write access, so a
+                # readable lock file would let any local user hold the board. Not inherited by tools we run.
+                mode = 0o600 if directory == SYSTEM_LOCK_DIR else 0o644
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, mode)
+            except PermissionError:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # another user's lock file: flock works read-only
+        except OSError as exc:
+            code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            raise DeviceError(
+                f"cannot open the board lock in {directory} ({code}: {exc.strerror})",
+                "only a user who may write the clocks can lock the board: run as root, or through "
+                "the clock service",
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -58,8 +83,11 @@ class DeviceLock:
                 f"wait for it to finish, or stop it ({stop}), then try again",
                 pid,
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
+        except OSError:
+            pass  # a read-only lock file: held all the same, only unnamed
         lock = cls(path, fd)
         with _HELD_LOCK:
             _HELD[path] = lock
@@ -101,6 +129,90 @@ def lock_owner(path: Path) -> tuple[int | None, str]:
         return int(lines[0]), (lines[1] if len(lines) > 1 else "")
     except (OSError, ValueError, IndexError):
         return None, ""
+
+
+def board_lock_dir(root: str) -> Path:
+    """Where a board's lock lives: /run/slm-dvfs for the real root, ROOT/run/slm-dvfs for a tree
+    (a twin, a test tree), never in a user's state dir. A root that is gone is an error (we must
+    not create it)."""
+    resolved = Path(os.path.realpath(root))
+    if resolved == Path("/"):
+        return SYSTEM_LOCK_DIR
+    if not resolved.is_dir():
+        raise DeviceError(f"the device root {root} no longer exists", "nothing is left to lock or restore there")
+    return resolved / "run" / "slm-dvfs"
+
+
+def board_key(root: str) -> str:
+    """The board's identity as a short name: its resolved root and device-tree serial."""
+    resolved = os.path.realpath(root)
+    try:
+        serial = (Path(resolved) / "proc/device-tree/serial-number").read_bytes().strip(b"\0\n ").decode(
+            errors="replace")
+    except OSError:
+        serial = ""
+    return hashlib.sha256(f"{resolved}\0{serial}".encode()).hexdigest()[:12]
+
+
+# --- the session lock -------------------------------------------------------------------------
+_SESSION: dict[tuple[int, Path], tuple[Path, int]] = {}  # (pid, folder) -> (lock file, fd)
+
+
+def session_lock() -> Path:
+    """This process's session lock (taken on first use, held until exit): the file that
+    journals and runs name so others can tell whether we are alive."""
+    directory = paths.state_dir() / "sessions"
+    with _HELD_LOCK:
+        held = _SESSION.get((os.getpid(), directory))
+        if held is not None:
+            return held[0]
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = directory / f"{os.getpid()}-{time.time_ns()}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
+        _SESSION[(os.getpid(), directory)] = (path, fd)
+        return path
+
+
+def session_alive(path: Path) -> bool:
+    """Whether the session that holds `path` still runs: its flock is held (a missing file: gone).
+    A free lock file is deleted, its session being over."""
+    with _HELD_LOCK:
+        if any(p == path for (pid, _d), (p, _fd) in _SESSION.items() if pid == os.getpid()):
+            return True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: never steal a session we cannot see
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held (EWOULDBLOCK), or cannot tell: alive either way
+    else:
+        path.unlink(missing_ok=True)
+        return False
+    finally:
+        os.close(fd)
+
+
+def board_busy(directory: Path, key: str) -> tuple[int | None, str] | None:
+    """(pid, command line) of whoever holds the board's lock now, None when it is free."""
+    path = _lock_path(directory, key)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return lock_owner(path)
+    else:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _lock_path(directory: Path, key: str) -> Path:

@@ -1,0 +1,102 @@
+"""`slm-dvfs clockd`: run the clock service, or install / uninstall its systemd unit and group."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from engine.core import paths
+from engine.core.errors import ConfigError, DeviceError
+
+log = logging.getLogger(__name__)
+
+
+def _mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode (e.g. 0660)") from None
+    if mode & ~0o666:
+        raise argparse.ArgumentTypeError(f"{text} sets more than read/write bits")
+    return mode
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from engine.device.clockd.server import DEFAULT_GROUP, DEFAULT_SOCKET, DEFAULT_STATE_DIR
+
+    p = sub.add_parser("clockd", help="the clock service: the one root process that writes clocks (see docs/security.md)",
+                       description="Run the clock service (as root, normally from its systemd unit), or set it up "
+                                   "with --install / remove it with --uninstall.")
+    p.add_argument("--socket", type=Path, default=DEFAULT_SOCKET, help=f"Unix socket to serve (default {DEFAULT_SOCKET})")
+    p.add_argument("--group", default=DEFAULT_GROUP, help=f"group allowed to use it (default {DEFAULT_GROUP})")
+    p.add_argument("--socket-mode", type=_mode, default=0o660, help="socket permissions, octal (default 0660)")
+    p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                   help=f"its journals and jetson_clocks' store (default {DEFAULT_STATE_DIR})")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--sysfs-root", metavar="DIR", help="serve the board under DIR (tests; default /)")
+    where.add_argument("--twin", metavar="PROFILE", help="serve a digital twin (tests)")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--install", action="store_true", help="create the group and install the systemd unit")
+    action.add_argument("--uninstall", action="store_true", help="remove the systemd unit and the group")
+    p.add_argument("--prefix", type=Path, help="install under DIR instead of / (DIR/etc/systemd/system)")
+    p.set_defaults(func=cmd_clockd)
+
+
+def cmd_clockd(args: argparse.Namespace) -> int:
+    from engine.device.clockd import install
+
+    if args.install:
+        for line in install.install(args.group, args.prefix):
+            print(line)
+        print("\nRemaining steps:")
+        for step in install.next_steps(args.group):
+            print(f"  {step}")
+        return 0
+    if args.uninstall:
+        print("stop the service first if it runs: `sudo systemctl disable --now slm-dvfs-clockd`")
+        for line in install.uninstall(args.group, args.prefix):
+            print(line)
+        return 0
+    if args.prefix is not None:
+        raise ConfigError("--prefix only applies to --install and --uninstall", "drop --prefix")
+    if os.geteuid() != 0:
+        raise ConfigError("the clock service runs as root (it is the one process that writes clocks)",
+                          "start it with `sudo systemctl start slm-dvfs-clockd` (set up once with "
+                          "`sudo slm-dvfs clockd --install`)")
+    return _serve(args)
+
+
+@contextlib.contextmanager
+def _device(args: argparse.Namespace) -> Iterator[Any]:
+    if args.twin:
+        from engine.device.session import open_device
+
+        with open_device(twin=args.twin) as session:
+            yield session.device
+        return
+    from engine.device.jetson import JetsonDevice
+    from engine.device.session import board_present
+
+    root = paths.sysfs_root(args.sysfs_root)
+    if not board_present(root):
+        raise DeviceError(f"no Jetson GPU clock node found under {root}",
+                          "run the clock service on the Jetson itself (or pass --sysfs-root DIR)")
+    yield JetsonDevice(root)  # direct writes: the service is the writer
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from engine.device.clockd.server import ClockService, serve
+
+    if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
+        logging.getLogger("engine").setLevel(logging.INFO)  # the service's log is its audit trail
+    with _device(args) as device:
+        service = ClockService(device, group=args.group, state_dir=args.state_dir)
+        serve(service, args.socket, mode=args.socket_mode,
+              ready=lambda path: print(f"slm-dvfs clockd: serving {device.describe().get('root')} on {path} "
+                                       f"(group {args.group})", file=sys.stderr, flush=True))
+    return 0

@@ -1,0 +1,343 @@
+"""The clock service daemon: the only process that writes the board's clocks.
+
+It listens on a Unix socket owned by root and a group (mode 0660), checks each client's
+credentials (SO_PEERCRED) and serves the whitelisted requests of `protocol.py`. One client
+holds the board at a time: its first changing request takes a `ClockGuard` snapshot (journalled
+in the service's own state directory, holding the board lock), and the snapshot is restored
+when the client sends `restore`, disconnects or dies. SIGTERM/SIGINT restore everything.
+Nothing is ever executed but the device layer's fixed nvpmodel and jetson_clocks.
+"""
+
+from __future__ import annotations
+
+import grp
+import logging
+import os
+import pwd
+import selectors
+import signal
+import socket
+import stat
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import __version__
+from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
+from engine.device.base import ClockDomain, Device
+from engine.device.clockd.protocol import (
+    CHANGING_OPS,
+    MAX_LINE,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Request,
+    clock_to_json,
+    encode,
+    error_reply,
+    ok_reply,
+    parse_request,
+)
+from engine.device.guard.guard import ClockGuard, recover_stale
+from engine.device.setting import DvfsSetting, check_setting
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SOCKET = Path("/run/slm-dvfs/clockd.sock")
+DEFAULT_GROUP = "slm-dvfs"
+DEFAULT_STATE_DIR = Path("/var/lib/slm-dvfs/clockd")
+_JOIN_REMEDY = ("ask an administrator to add you to group {group} (`sudo usermod -aG {group} $USER`), "
+                "then log out and in")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A connected client, as the kernel vouches for it (SO_PEERCRED)."""
+
+    conn_id: int
+    pid: int
+    uid: int
+    gid: int
+
+    @property
+    def user(self) -> str:
+        try:
+            return pwd.getpwuid(self.uid).pw_name
+        except KeyError:
+            return f"uid {self.uid}"
+
+    def describe(self) -> str:
+        return f"{self.user} (uid {self.uid}, pid {self.pid})"
+
+
+def peer_credentials(conn: socket.socket, conn_id: int) -> Peer:
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return Peer(conn_id, pid, uid, gid)
+
+
+def process_groups(pid: int) -> set[int]:
+    """The supplementary groups the client process really has (not what /etc/group says now:
+    a user added to the group counts once they log in again, as for any group)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Groups:"):
+                return {int(g) for g in line.split()[1:]}
+    except (OSError, ValueError):
+        pass
+    return set()
+
+
+class ClockService:
+    """The board, who holds it, and the holder's guard; every request goes through `handle`."""
+
+    def __init__(self, device: Device, *, group: str = DEFAULT_GROUP, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+        self.device = device
+        self.group = group
+        try:
+            self.gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            raise ConfigError(f"group {group!r} does not exist",
+                              "run `sudo slm-dvfs clockd --install` (it creates the group), or "
+                              f"`sudo groupadd --system {group}`") from None
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = threading.RLock()
+        self._holder: Peer | None = None
+        self._guard: ClockGuard | None = None
+        self._jc_store: Path | None = None
+        self._closed = False
+
+    @property
+    def journal_dir(self) -> Path:
+        return self.state_dir / "journals"
+
+    def recover(self) -> None:
+        """Restore what a killed service left changed (its journals outlive it)."""
+        self.journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for journal in recover_stale(self.journal_dir):
+            log.warning("restored the clocks a previous service left changed (%s)", journal.path.name)
+
+    # --- admission -------------------------------------------------------------------
+    def refusal(self, peer: Peer) -> SlmDvfsError | None:
+        """Why `peer` may not use the service (None: it may): root and the group only."""
+        if peer.uid == 0 or peer.gid == self.gid or self.gid in process_groups(peer.pid):
+            return None
+        return DeviceError(f"{peer.describe()} is not in group {self.group}, which may use the clock service",
+                           _JOIN_REMEDY.format(group=self.group))
+
+    # --- requests --------------------------------------------------------------------
+    def handle(self, peer: Peer, req: Request) -> dict[str, Any]:
+        with self._lock:
+            if self._closed:
+                raise DeviceError("the clock service is stopping", "retry once it is back "
+                                  "(`systemctl status slm-dvfs-clockd`)")
+            if req.op in CHANGING_OPS:
+                self._take(peer)
+            return getattr(self, f"_op_{req.op}")(peer, req)
+
+    def _op_hello(self, peer: Peer, req: Request) -> dict[str, Any]:
+        ident = self.device.identity()
+        return ok_reply(server="slm-dvfs clockd", version=__version__, protocol=PROTOCOL_VERSION,
+                        root=self.device.describe().get("root"), board=ident.board, module=ident.module,
+                        l4t=ident.l4t, client=peer.describe())
+
+    def _op_snapshot(self, peer: Peer, req: Request) -> dict[str, Any]:
+        assert self._guard is not None and self._guard.snapshot is not None
+        return ok_reply(settings=self._guard.snapshot.to_json())
+
+    def _op_pin(self, peer: Peer, req: Request) -> dict[str, Any]:
+        assert req.domain is not None and req.hz is not None
+        field = {ClockDomain.GPU: "gpu_hz", ClockDomain.CPU: "cpu_hz", ClockDomain.EMC: "emc_hz"}[req.domain]
+        check_setting(self.device, DvfsSetting(**{field: req.hz}))  # listed, under the mode's cap
+        log.info("%s pins %s to %d Hz", peer.describe(), req.domain.value, req.hz)
+        return ok_reply(clock=clock_to_json(self.device.pin(req.domain, req.hz)))
+
+    def _op_unpin(self, peer: Peer, req: Request) -> dict[str, Any]:
+        assert req.domain is not None
+        log.info("%s unpins %s", peer.describe(), req.domain.value)
+        return ok_reply(clock=clock_to_json(self.device.unpin(req.domain)))
+
+    def _op_set_mode(self, peer: Peer, req: Request) -> dict[str, Any]:
+        assert req.mode is not None
+        check_setting(self.device, DvfsSetting(nvpmodel=req.mode))  # a defined mode id only
+        log.info("%s sets nvpmodel mode %d", peer.describe(), req.mode)
+        self.device.set_power_mode(req.mode)
+        return ok_reply(mode=req.mode)
+
+    def _op_jetson_clocks(self, peer: Peer, req: Request) -> dict[str, Any]:
+        assert self._guard is not None
+        if req.on:
+            if self._jc_store is None:  # the first store holds the state from before any of them
+                self._jc_store = self.state_dir / f"jetson_clocks-{peer.conn_id}.store"
+                self._guard.note_jetson_clocks_store(self._jc_store)
+                self.device.jetson_clocks(store=self._jc_store)
+            else:
+                self.device.jetson_clocks()
+        elif self._jc_store is not None and self._jc_store.is_file():
+            self.device.jetson_clocks_restore(self._jc_store)  # the file stays for the final restore
+        log.info("%s turns jetson_clocks %s", peer.describe(), "on" if req.on else "off")
+        return ok_reply(on=req.on)
+
+    def _op_restore(self, peer: Peer, req: Request) -> dict[str, Any]:
+        if self._holder is not None and self._holder.conn_id != peer.conn_id:
+            return ok_reply(restored=False, holder=self._holder.describe())
+        restored = self._holder is not None
+        self._release()
+        return ok_reply(restored=restored)
+
+    def _op_status(self, peer: Peer, req: Request) -> dict[str, Any]:
+        clocks = {}
+        for domain in ClockDomain:
+            try:  # with the table: a client may not read debugfs (the EMC) itself
+                clocks[domain.value] = {**clock_to_json(self.device.clock(domain)),
+                                        "table": list(self.device.clock_table(domain))}
+            except DeviceError as exc:
+                clocks[domain.value] = {"error": exc.what}
+        try:
+            mode: Any = self.device.power_mode().id
+        except DeviceError:
+            mode = None
+        holder = None if self._holder is None else self._holder.describe()
+        return ok_reply(clocks=clocks, mode=mode, holder=holder)
+
+    # --- holding the board -------------------------------------------------------------
+    def _take(self, peer: Peer) -> None:
+        if self._holder is not None:
+            if self._holder.conn_id == peer.conn_id:
+                return
+            raise DeviceError(f"the board is held by {self._holder.describe()} through the clock service",
+                              "wait for it to finish (its clocks are restored when it disconnects), or stop it")
+        guard = ClockGuard(self.device, directory=self.journal_dir, handle_signals=False, recover=False)
+        guard.start()  # the board lock, the snapshot and its journal, before any change
+        self._guard, self._holder, self._jc_store = guard, peer, None
+        log.info("%s holds the board", peer.describe())
+
+    def _release(self) -> None:
+        guard, holder, store = self._guard, self._holder, self._jc_store
+        self._guard = self._holder = self._jc_store = None
+        if guard is None:
+            return
+        try:
+            guard.close()  # restores; a failed restore keeps its journal for the next start
+        finally:
+            if store is not None:
+                store.unlink(missing_ok=True)
+        log.info("restored the clocks of %s", holder.describe() if holder else "a client")
+
+    def disconnected(self, peer: Peer) -> None:
+        """A client went away (EOF: closed, exited or killed): restore what it held."""
+        with self._lock:
+            if self._holder is not None and self._holder.conn_id == peer.conn_id:
+                log.info("%s disconnected holding the board: restoring", peer.describe())
+                try:
+                    self._release()
+                except SlmDvfsError as exc:
+                    log.error("restoring after %s failed: %s", peer.describe(), exc)
+
+    def close(self) -> None:
+        """Stop serving and restore whatever a client still holds."""
+        with self._lock:
+            self._closed = True
+            self._release()
+
+
+def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> None:
+    """One client's requests, each answered; a bad one gets an error reply, never a crash."""
+    def send(reply: dict[str, Any]) -> None:
+        conn.sendall(encode(reply))
+
+    try:
+        refusal = service.refusal(peer)
+        if refusal is not None:
+            log.warning("refused %s: not in group %s", peer.describe(), service.group)
+            send(error_reply(refusal))
+            return
+        reader = conn.makefile("rb")
+        while True:
+            line = reader.readline(MAX_LINE + 1)
+            if not line:
+                return
+            if len(line) > MAX_LINE:
+                send(error_reply(ProtocolError(f"request over the {MAX_LINE}-byte limit",
+                                               "send one short JSON object per line")))
+                return  # cannot find the next line boundary safely
+            try:
+                send(service.handle(peer, parse_request(line)))
+            except SlmDvfsError as exc:
+                send(error_reply(exc))
+            except Exception as exc:  # noqa: BLE001 - one bad request must not stop the service
+                log.exception("request %r from %s failed", line[:200], peer.describe())
+                send(error_reply(DeviceError(f"the service failed on this request: {type(exc).__name__}: {exc}",
+                                             "see the service's log (`journalctl -u slm-dvfs-clockd`)")))
+    except OSError as exc:
+        log.info("connection of %s ended: %s", peer.describe(), exc)
+    finally:
+        service.disconnected(peer)
+        conn.close()
+
+
+def bind_socket(path: Path, gid: int, mode: int = 0o660) -> socket.socket:
+    """Listen at `path`, owned by root and `gid` with `mode`; a stale socket is replaced, a live
+    one (another service) refused."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ConfigError(f"{path} exists and is not a socket", "pass another --socket path, or remove it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(os.fspath(path))
+        except OSError:
+            path.unlink()  # left by a service that died
+        else:
+            raise ConfigError(f"a clock service is already listening on {path}",
+                              "stop it first (`sudo systemctl stop slm-dvfs-clockd`) or pass another --socket")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)  # never world-connectable, not even between bind and chmod
+    try:
+        sock.bind(os.fspath(path))
+    finally:
+        os.umask(old)
+    os.chown(path, 0, gid)
+    os.chmod(path, mode)
+    sock.listen(16)
+    return sock
+
+
+def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = None) -> None:
+    """Serve until SIGTERM/SIGINT, then restore everything and remove the socket."""
+    service.recover()
+    listener = bind_socket(path, service.gid, mode)
+    stop_r, stop_w = os.pipe()
+    os.set_blocking(stop_w, False)
+    old = {s: signal.signal(s, lambda *_: os.write(stop_w, b"x")) for s in (signal.SIGTERM, signal.SIGINT)}
+    log.info("clock service listening on %s (group %s)", path, service.group)
+    if ready is not None:
+        ready(path)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(stop_r, selectors.EVENT_READ)
+    conn_id = 0
+    try:
+        while True:
+            events = selector.select()
+            if any(key.fileobj == stop_r for key, _ in events):
+                log.info("stopping: restoring the clocks")
+                return
+            conn, _ = listener.accept()
+            conn_id += 1
+            peer = peer_credentials(conn, conn_id)
+            threading.Thread(target=serve_connection, args=(service, conn, peer),
+                             name=f"clockd-{conn_id}", daemon=True).start()
+    finally:
+        selector.close()
+        listener.close()
+        path.unlink(missing_ok=True)
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        os.close(stop_r)
+        os.close(stop_w)
+        service.close()

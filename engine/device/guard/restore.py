@@ -1,0 +1,192 @@
+"""Putting a board back: from a snapshot, from a journal, and after a crash.
+
+`recover_stale` restores the journals of sessions that are gone (their session lock is free);
+`restore_report` is `slm-dvfs restore`: pins and dead sessions, oldest snapshot per board first,
+each under the board lock. A journal that cannot be used never blocks the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from engine.core.errors import DeviceError, SlmDvfsError
+from engine.device.base import Device, DeviceSettings
+from engine.device.guard.journal import (
+    PINNED,
+    SESSION,
+    Journal,
+    JournalProblem,
+    device_key,
+    journal_dir,
+    list_journals,
+    reopen_device,
+    scan_journals,
+)
+from engine.device.guard.lock import DeviceBusyError, board_lock_dir, device_locked
+from engine.device.guard.trust import pin_marker, trusted_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What `slm-dvfs restore` did: the journals it restored and the ones it had to keep."""
+
+    restored: tuple[Journal, ...] = ()
+    problems: tuple[JournalProblem, ...] = field(default=())
+
+
+
+
+# --- restoring -----------------------------------------------------------------------------
+def restore_settings(device: Device, settings: DeviceSettings, jetson_clocks_store: str | None = None) -> None:
+    """`jetson_clocks --restore` first where a store was noted (it also gives back what our
+    snapshot does not hold, such as the fan), then the snapshot. Both are tried; one
+    DeviceError lists what failed. The store file is deleted once all worked."""
+    failed: list[str] = []
+    store = trusted_store(jetson_clocks_store) if jetson_clocks_store else None
+    if store is not None:
+        try:
+            device.jetson_clocks_restore(store)
+        except SlmDvfsError as exc:
+            log.warning("jetson_clocks --restore %s failed: %s", store, exc.what)
+            failed.append(f"`jetson_clocks --restore {store}`: {exc.what}")
+    try:
+        device.apply_settings(settings)
+    except DeviceError as exc:
+        failed.append(exc.what)
+    if failed:
+        raise DeviceError(
+            "restoring the clocks failed: " + "; ".join(failed),
+            "fix the cause, then run `slm-dvfs restore` (the journal is kept); `sudo nvpmodel -m <id>` "
+            "resets a mode's clocks, a reboot resets everything",
+        )
+    if store is not None:
+        store.unlink(missing_ok=True)
+
+
+def restore_journal(journal: Journal, device: Device | None = None) -> None:
+    """Apply a journal's snapshot and delete it (only once the apply worked), with the board's
+    pin marker when it was a pin."""
+    device = device or reopen_device(journal.device)
+    restore_settings(device, journal.settings, journal.jetson_clocks_store)
+    journal.path.unlink(missing_ok=True)
+    if journal.kind == PINNED:
+        _unmark_pin(journal)
+    log.info("restored clocks from %s", journal.path.name)
+
+
+def _lock_dir(directory: Path, root: Any) -> Path:
+    """The board lock's folder for a device root (the state dir for a device without one)."""
+    return board_lock_dir(str(root)) if root else directory
+
+
+def _unmark_pin(journal: Journal) -> None:
+    root = journal.device.get("root")
+    try:
+        marker = pin_marker(_lock_dir(journal.path.parent, root), device_key(journal.device))
+    except SlmDvfsError:
+        return
+    marker.unlink(missing_ok=True)
+
+
+def _by_device(journals: Iterator[Journal] | list[Journal]) -> dict[str, list[Journal]]:
+    out: dict[str, list[Journal]] = {}
+    for j in journals:
+        out.setdefault(device_key(j.device), []).append(j)
+    return out
+
+
+def recover_stale(directory: Path | None = None) -> list[Journal]:
+    """Restore every session journal whose process is gone. Returns what it restored.
+
+    The oldest snapshot of a device wins: it is the state from before any of us. A journal
+    that cannot be restored is logged and kept, and the other devices are still recovered.
+    """
+    directory = directory or journal_dir()
+    restored: list[Journal] = []
+    dead = [j for j in list_journals(directory) if j.kind == SESSION and not j.owner_alive()]
+    for key, journals in _by_device(dead).items():
+        oldest, *newer = journals  # list_journals sorts by creation time
+        root = oldest.device.get("root")
+        try:
+            with device_locked(_lock_dir(directory, root), key, root):
+                restore_journal(oldest)
+        except DeviceBusyError as exc:
+            log.info("left %s for later: %s", oldest.path.name, exc.what)
+            continue
+        except (SlmDvfsError, OSError) as exc:
+            log.warning(
+                "cannot restore clock journal %s (device %s): %s; kept for `slm-dvfs restore`",
+                oldest.path, root, getattr(exc, "what", exc),
+            )
+            continue
+        for j in newer:
+            j.path.unlink(missing_ok=True)
+        log.warning(
+            "restored clocks left changed by process %d (it did not exit cleanly)", oldest.pid
+        )
+        restored.append(oldest)
+    return restored
+
+
+def restore_report(directory: Path | None = None) -> RestoreReport:
+    """`slm-dvfs restore`: undo pins and dead sessions, oldest snapshot per device first.
+
+    A device with a live session is refused (restoring under it would leave the board
+    pinned once it exits and puts its own snapshot back); journals that cannot be used
+    are kept and reported with what to do."""
+    directory = directory or journal_dir()
+    journals, bad = scan_journals(directory)
+    problems = list(bad)
+    live = _by_device([j for j in journals if j.kind == SESSION and j.owner_alive()])
+    todo = _by_device([j for j in journals if not (j.kind == SESSION and j.owner_alive())])
+    restored: list[Journal] = []
+    for key, group in todo.items():
+        oldest, *newer = group
+        root = oldest.device.get("root")
+        if key in live:
+            pid = live[key][0].pid
+            problems.append(JournalProblem(
+                oldest.path, root,
+                f"a live slm-dvfs session (pid {pid}) is using this device; restoring now would be undone "
+                f"when it exits, leaving the board pinned",
+                f"wait for pid {pid} to finish, or stop it (`kill {pid}` restores its clocks at once), "
+                f"then run `slm-dvfs restore` again",
+            ))
+            continue
+        try:
+            with device_locked(_lock_dir(directory, root), key, root):
+                restore_journal(oldest)
+        except DeviceBusyError as exc:
+            problems.append(JournalProblem(oldest.path, root, exc.what, exc.remedy))
+            continue
+        except (SlmDvfsError, OSError) as exc:
+            what = getattr(exc, "what", str(exc))
+            if root and not Path(root).exists():
+                remedy = (f"the device root {root} no longer exists (a deleted twin?): nothing is left to "
+                          f"restore there; delete {oldest.path}")
+            else:
+                remedy = getattr(exc, "remedy", "") or "fix the cause and run `slm-dvfs restore` again"
+            problems.append(JournalProblem(oldest.path, root, what, remedy))
+            continue
+        for j in newer:
+            j.path.unlink(missing_ok=True)  # a later snapshot of a device already restored
+        restored.append(oldest)
+    return RestoreReport(tuple(restored), tuple(problems))
+
+
+def restore_all(directory: Path | None = None) -> list[Journal]:
+    """`restore_report` for library callers: what it restored; a DeviceError listing every
+    journal it had to keep (after restoring the others)."""
+    report = restore_report(directory)
+    if report.problems:
+        raise DeviceError(
+            f"{len(report.problems)} clock journal(s) not restored:\n"
+            + "\n".join(p.describe() for p in report.problems),
+            "see each journal's 'What to do' above",
+        )
+    return list(report.restored)

@@ -1,0 +1,448 @@
+"""The clock service end to end: a real root daemon on a Unix socket, real second users.
+
+The daemon runs as a subprocess (root) serving the AGX Orin twin's tree, whose model keeps the
+current-frequency files following what is written. Clients run as a second uid in the service's
+group (and a third outside it): a child that imports what it needs as root and then drops to
+that uid (the interpreter lives under /root, which the uid could not exec from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pwd
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from engine.core.errors import DeviceError
+from engine.device.base import ClockDomain
+from engine.device.jetson import JetsonDevice
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_PIN = 612000000
+TWIN = "agx-orin-64gb"
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                                reason="the clock service tests start a root daemon and add users: run them as root")
+
+
+@dataclass(frozen=True)
+class Users:
+    group: str
+    gid: int
+    member: pwd.struct_passwd  # in the group
+    outsider: pwd.struct_passwd  # not in it
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def users() -> Iterator[Users]:
+    """A group like `slm-dvfs` and two real users, one in it; removed afterwards."""
+    tag = os.getpid() % 100000
+    group, member, outsider = f"slm-dvfs-test{tag}", f"slmclk{tag}", f"slmout{tag}"
+    made: list[tuple[str, ...]] = []
+    try:
+        for argv, undo in ((("groupadd", group), ("groupdel", group)),
+                           (("useradd", "-M", "-N", "-G", group, member), ("userdel", member)),
+                           (("useradd", "-M", "-N", outsider), ("userdel", outsider))):
+            result = _run(*argv)
+            if result.returncode != 0:
+                pytest.skip(f"the OS refused `{' '.join(argv)}`: {result.stderr.strip()}")
+            made.append(undo)
+        import grp
+
+        yield Users(group, grp.getgrnam(group).gr_gid, pwd.getpwnam(member), pwd.getpwnam(outsider))
+    finally:
+        for undo in reversed(made):
+            _run(*undo)
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[str]
+    socket: Path
+    root: Path  # the twin's tree the daemon serves
+    base: Path
+
+    def gpu(self) -> tuple[int, int, str | None]:
+        state = JetsonDevice(self.root).clock(ClockDomain.GPU)
+        return state.min_hz, state.max_hz, state.governor
+
+
+def _start_daemon(users: Users, base: Path, *extra: str) -> Daemon:
+    sock = base / "clockd.sock"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLM_DVFS_STATE_DIR": str(base / "root-home")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine", "clockd", "--twin", TWIN, "--socket", str(sock),
+         "--state-dir", str(base / "clockd-state"), "--group", users.group, *extra],
+        env=env, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:  # wait for it to say it serves (or die)
+        if line.startswith("slm-dvfs clockd: serving"):
+            break
+    else:
+        pytest.fail(f"the clock service did not start (exit {proc.wait()})")
+    return Daemon(proc, sock, base / "root-home" / "twin" / TWIN, base)
+
+
+def _stop_daemon(daemon: Daemon) -> int:
+    daemon.proc.send_signal(signal.SIGTERM)
+    try:
+        return daemon.proc.wait(timeout=30)
+    finally:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def base() -> Iterator[Path]:
+    """A folder every test user can traverse (pytest's own tmp is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="slm-clockd-"))
+    path.chmod(0o755)
+    yield path
+    subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+@pytest.fixture(scope="module")
+def daemon(users: Users, base: Path) -> Iterator[Daemon]:
+    d = _start_daemon(users, base / "main")
+    yield d
+    assert _stop_daemon(d) == 0
+
+
+# A client as another uid: import everything as root, then drop to the uid given.
+CHILD = textwrap.dedent('''
+    import os, sys, json
+    from engine.core.errors import DeviceError
+    from engine.device.base import ClockDomain
+    from engine.device.clockd.client import ClockdClient, ServiceDevice
+    from engine.device.guard.guard import ClockGuard
+    from engine.device.session import open_device
+    import engine.device.jetson, engine.device.discovery, engine.device.jetson_snapshot, engine.device.jetson_write
+    import engine.device.jetson_identity, engine.device.nvpmodel, engine.device.setting, engine.device.power
+    import engine.cli
+    engine.cli.build_parser()  # the command modules, imported before the uid drops
+    uid, gid, groups, sock, root, what = sys.argv[1:7]
+    os.setgroups([int(g) for g in groups.split(",") if g])
+    os.setgid(int(gid))
+    os.setuid(int(uid))
+    os.environ["SLM_DVFS_CLOCKD_SOCKET"] = sock
+    def say(*words):
+        print(*words, flush=True)
+    def wait():
+        return sys.stdin.readline().strip()
+    try:
+        if what == "pin-wait":
+            client = ClockdClient()
+            say("pinned", client.pin(ClockDomain.GPU, 612000000).cur_hz)
+            if wait() == "restore":
+                say("restored", client.restore())
+        elif what == "guard":
+            with open_device(sysfs_root=root) as session:
+                device = session.device
+                say("device", type(device).__name__)
+                try:
+                    open(device.tree.path(device.nodes.require_gpu() + "/max_freq"), "w").write("1")
+                except PermissionError:
+                    say("direct write refused")
+                with ClockGuard(device):
+                    say("pinned", device.pin(ClockDomain.GPU, 612000000).max_hz)
+                    wait()
+            say("guard done")
+        elif what == "noservice":
+            with open_device(sysfs_root=root) as session:
+                say("clock", session.device.clock(ClockDomain.GPU).max_hz)  # reads need no service
+                session.device.pin(ClockDomain.GPU, 612000000)
+        elif what == "emc":
+            with open_device(sysfs_root=root) as session:
+                device = session.device
+                say("emc", device.clock(ClockDomain.EMC).cur_hz, len(device.clock_table(ClockDomain.EMC)))
+        elif what == "direct":
+            os.environ["SLM_DVFS_CLOCKD"] = "off"
+            with open_device(sysfs_root=root) as session:
+                say("device", type(session.device).__name__)
+                session.device.pin(ClockDomain.GPU, 612000000)
+        elif what == "pin-cmd":
+            say("rc", engine.cli.main(["pin", "--sysfs-root", root, "--gpu", "612"]))
+        elif what == "hello":
+            say("hello", ClockdClient().hello()["client"])
+    except DeviceError as exc:
+        say("ERROR", json.dumps({"what": exc.what, "remedy": exc.remedy}))
+''')
+
+
+@contextlib.contextmanager
+def client(daemon: Daemon, user: pwd.struct_passwd, what: str, groups: list[int]) -> Iterator[subprocess.Popen[str]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLM_DVFS_STATE_DIR": str(daemon.base / f"home-{user.pw_name}")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(user.pw_uid), str(user.pw_gid), ",".join(map(str, groups)),
+         str(daemon.socket), str(daemon.root), what],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def _line(proc: subprocess.Popen[str]) -> str:
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line:
+        pytest.fail(f"client said nothing; stderr: {proc.stderr.read() if proc.stderr else ''}")
+    return line
+
+
+def _error(line: str) -> dict[str, str]:
+    assert line.startswith("ERROR "), line
+    return json.loads(line[len("ERROR "):])
+
+
+def _until(check, what: str, timeout_s: float = 20.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll `check` (a read racing the service's write of a plain file may see it empty: not yet)."""
+    def ready() -> bool:
+        try:
+            return bool(check())
+        except DeviceError:
+            return False
+
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+class Raw:
+    """A root client speaking raw lines, to send what no well-behaved client would."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(str(path))
+        self.reader = self.sock.makefile("rb")
+
+    def ask(self, raw: bytes) -> dict[str, object]:
+        self.sock.sendall(raw)
+        line = self.reader.readline()
+        return json.loads(line) if line else {}
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+
+# ------------------------------------------------------------------------------------------------
+def test_a_member_pins_through_the_socket_and_restores(daemon: Daemon, users: Users) -> None:
+    original = daemon.gpu()
+    assert original[0] != original[1]  # the twin starts unpinned
+    with client(daemon, users.member, "pin-wait", [users.gid]) as proc:
+        assert _line(proc) == f"pinned {GPU_PIN}"
+        assert daemon.gpu() == (GPU_PIN, GPU_PIN, "userspace")  # the tree shows the pin
+        proc.stdin.write("restore\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert _line(proc) == "restored True"
+        assert daemon.gpu() == original
+
+
+def test_pin_through_the_service_is_refused_before_any_change(daemon: Daemon, users: Users) -> None:
+    # The service restores a client's clocks when it disconnects, so `slm-dvfs pin` could not
+    # leave a pin through it: the command says so and changes nothing.
+    original = daemon.gpu()
+    with client(daemon, users.member, "pin-cmd", [users.gid]) as proc:
+        assert _line(proc) == "rc 2"
+        proc.wait(timeout=30)
+        assert "cannot leave one" in (proc.stderr.read() if proc.stderr else "")
+    assert daemon.gpu() == original
+
+
+def test_killing_the_client_restores_its_clocks(daemon: Daemon, users: Users) -> None:
+    original = daemon.gpu()
+    with client(daemon, users.member, "pin-wait", [users.gid]) as proc:
+        assert _line(proc) == f"pinned {GPU_PIN}"
+        assert daemon.gpu()[:2] == (GPU_PIN, GPU_PIN)
+        proc.send_signal(signal.SIGKILL)
+        _until(lambda: daemon.gpu() == original, "the service restores the killed client's clocks")
+    status = Raw(daemon.socket)
+    try:
+        assert status.ask(b'{"v": 1, "op": "status"}\n')["holder"] is None
+    finally:
+        status.close()
+
+
+def test_the_open_device_path_guards_through_the_service(daemon: Daemon, users: Users) -> None:
+    """What a run does: open_device hands a non-root user a ServiceDevice; the ClockGuard's
+    snapshot and restore go through the service; the user cannot write a clock file itself."""
+    original = daemon.gpu()
+    with client(daemon, users.member, "guard", [users.gid]) as proc:
+        assert _line(proc) == "device ServiceDevice"
+        assert _line(proc) == "direct write refused"
+        assert _line(proc) == f"pinned {GPU_PIN}"
+        # a second writer is refused, naming who holds the board; reads still work
+        other = Raw(daemon.socket)
+        try:
+            reply = other.ask(b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 918000000}\n')
+            assert reply["ok"] is False and users.member.pw_name in str(reply["error"])
+            assert other.ask(b'{"v": 1, "op": "status"}\n')["ok"] is True
+        finally:
+            other.close()
+        assert daemon.gpu()[:2] == (GPU_PIN, GPU_PIN)
+        proc.stdin.write("\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert _line(proc) == "guard done"
+        assert daemon.gpu() == original
+
+
+def test_a_user_outside_the_group_is_refused(daemon: Daemon, users: Users) -> None:
+    with client(daemon, users.outsider, "hello", []) as proc:
+        err = _error(_line(proc))
+    assert "permission denied" in err["what"] and "usermod -aG" in err["remedy"]
+
+
+def test_bad_requests_get_error_replies_and_the_service_keeps_serving(daemon: Daemon) -> None:
+    original = daemon.gpu()
+    raw = Raw(daemon.socket)
+    try:
+        assert raw.ask(b"this is not json\n")["ok"] is False
+        reply = raw.ask(b'{"v": 1, "op": "run", "command": "/bin/sh -c id"}\n')
+        assert reply["ok"] is False and "unknown operation 'run'" in str(reply["error"])
+        reply = raw.ask(b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 613000000}\n')
+        assert reply["ok"] is False and reply["kind"] == "UnsupportedFrequencyError"
+        assert "nearest" in str(reply["remedy"])
+        reply = raw.ask(b'{"v": 1, "op": "set_mode", "mode": 99}\n')
+        assert reply["ok"] is False and "mode 99 is not defined" in str(reply["error"])
+        assert raw.ask(b'{"v": 1, "op": "restore"}\n')["ok"] is True  # it took the board for those: give it back
+        assert raw.ask(b'{"v": 1, "op": "hello"}\n')["ok"] is True  # same connection, still served
+        assert raw.ask(b'{"v": 1, "op": "hello", "x": "' + b"a" * 5000 + b'"}\n')["ok"] is False
+    finally:
+        raw.close()
+    again = Raw(daemon.socket)
+    try:
+        assert again.ask(b'{"v": 1, "op": "hello"}\n')["ok"] is True
+    finally:
+        again.close()
+    assert daemon.gpu() == original
+
+
+@pytest.mark.slow
+def test_the_service_itself_refuses_a_client_outside_the_group(users: Users, base: Path) -> None:
+    """Even with a socket anyone may connect to, the credentials check refuses, saying why."""
+    d = _start_daemon(users, base / "open", "--socket-mode", "0666")
+    try:
+        with client(d, users.outsider, "hello", []) as proc:
+            err = _error(_line(proc))
+        assert f"is not in group {users.group}" in err["what"] and users.outsider.pw_name in err["what"]
+        with client(d, users.member, "hello", [users.gid]) as proc:  # a member still gets in
+            assert _line(proc).startswith(f"hello {users.member.pw_name}")
+    finally:
+        assert _stop_daemon(d) == 0
+
+
+@pytest.mark.slow
+def test_sigterm_restores_what_a_client_holds(users: Users, base: Path) -> None:
+    d = _start_daemon(users, base / "term")
+    stopped = False
+    try:
+        original = d.gpu()
+        with client(d, users.member, "pin-wait", [users.gid]) as proc:
+            assert _line(proc) == f"pinned {GPU_PIN}"
+            assert _stop_daemon(d) == 0
+            stopped = True
+            assert d.gpu() == original
+            assert not d.socket.exists()
+    finally:
+        if not stopped:
+            _stop_daemon(d)
+
+
+def test_without_the_service_a_user_reads_but_is_told_how_to_write(daemon: Daemon, users: Users) -> None:
+    gone = Daemon(daemon.proc, daemon.base / "no-such.sock", daemon.root, daemon.base)
+    with client(gone, users.member, "noservice", [users.gid]) as proc:
+        assert _line(proc) == f"clock {daemon.gpu()[1]}"
+        err = _error(_line(proc))
+    assert "no clock service is running" in err["what"]
+    assert "sudo systemctl start slm-dvfs-clockd" in err["remedy"] and "slm-dvfs clockd --install" in err["remedy"]
+    with client(daemon, users.member, "direct", [users.gid]) as proc:  # SLM_DVFS_CLOCKD=off: the kernel's refusal
+        assert _line(proc) == "device JetsonDevice"
+        err = _error(_line(proc))
+    assert "max_freq" in err["what"] or "min_freq" in err["what"] or "governor" in err["what"]
+
+
+def test_install_and_uninstall_into_a_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import grp
+
+    from engine.cli import main
+
+    group = f"slm-dvfs-inst{os.getpid() % 100000}"
+    try:
+        assert main(["clockd", "--install", "--prefix", str(tmp_path), "--group", group]) == 0
+        unit = tmp_path / "etc/systemd/system/slm-dvfs-clockd.service"
+        text = unit.read_text()
+        assert f"clockd --group {group}" in text and "@" not in text.split("ExecStart=")[1].splitlines()[0]
+        assert grp.getgrnam(group).gr_name == group
+        out = capsys.readouterr().out
+        assert "systemctl enable --now slm-dvfs-clockd" in out and f"usermod -aG {group}" in out
+        assert main(["clockd", "--uninstall", "--prefix", str(tmp_path), "--group", group]) == 0
+        assert not unit.exists()
+        with pytest.raises(KeyError):
+            grp.getgrnam(group)
+    finally:
+        _run("groupdel", group)
+
+
+def test_a_missing_group_is_a_clear_error(daemon: Daemon, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    assert main(["clockd", "--sysfs-root", str(daemon.root), "--group", "no-such-group-x", "--socket",
+                 str(tmp_path / "s.sock"), "--state-dir", str(tmp_path / "st")]) == 2
+    err = capsys.readouterr().err
+    assert "group 'no-such-group-x' does not exist" in err and "slm-dvfs clockd --install" in err
+    assert not (tmp_path / "s.sock").exists()
+
+
+def test_a_domain_the_user_cannot_read_is_read_through_the_service(daemon: Daemon, users: Users) -> None:
+    """The EMC lives in debugfs, root-only on a board: the client reads it from the service."""
+    debugfs = daemon.root / "sys/kernel/debug"
+    mode = debugfs.stat().st_mode
+    debugfs.chmod(0o700)
+    try:
+        root_view = JetsonDevice(daemon.root)
+        want = f"emc {root_view.clock(ClockDomain.EMC).cur_hz} {len(root_view.clock_table(ClockDomain.EMC))}"
+        with client(daemon, users.member, "emc", [users.gid]) as proc:
+            assert _line(proc) == want
+    finally:
+        debugfs.chmod(mode)
+
+
+def test_jetson_clocks_and_a_mode_through_the_service_are_restored(daemon: Daemon) -> None:
+    """The service runs the device's jetson_clocks and nvpmodel itself, with a store file of its
+    own naming; `restore` puts the clocks and the mode back."""
+    original, mode = daemon.gpu(), JetsonDevice(daemon.root).power_mode().id
+    raw = Raw(daemon.socket)
+    try:
+        assert raw.ask(b'{"v": 1, "op": "set_mode", "mode": 2}\n')["ok"] is True
+        assert JetsonDevice(daemon.root).power_mode().id == 2
+        assert raw.ask(b'{"v": 1, "op": "jetson_clocks", "on": true}\n')["ok"] is True
+        gpu = JetsonDevice(daemon.root).clock(ClockDomain.GPU)
+        assert gpu.min_hz == gpu.max_hz  # jetson_clocks pinned the GPU at the mode's maximum
+        assert list((daemon.base / "clockd-state").glob("jetson_clocks-*.store"))
+        assert raw.ask(b'{"v": 1, "op": "restore"}\n') == {"v": 1, "ok": True, "restored": True}
+    finally:
+        raw.close()
+    assert daemon.gpu() == original and JetsonDevice(daemon.root).power_mode().id == mode
+    assert not list((daemon.base / "clockd-state").glob("jetson_clocks-*.store"))
