@@ -286,7 +286,7 @@ def from_twin_zoo(
     reps = head_representatives(list(tasks) if tasks else list(TASKS))
     grid = [(m, t, b, l, p) for m in archs for t in reps for b in batch_sizes for l in seq_lens for p in precisions]
     points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
-    skipped = 0
+    skipped: list[str] = []  # why each skipped grid point could not be described
     for n, (m, t, b, l, p) in enumerate(grid):
         if progress:
             progress(n, len(grid), f"{m} {t} b{b} L{l} {p}")
@@ -294,7 +294,7 @@ def from_twin_zoo(
             w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, config=archs[m])
         except ConfigError as exc:
             log.info("skipping %s %s b%d L%d %s: %s", m, t, b, l, p, exc.what)
-            skipped += 1
+            skipped.append(f"{m} {t} b{b} L{l} {p}: {exc.what}")
             continue
         for s, meas in twin_measure(trace, prof, settings):
             points.append((w, s, meas))
@@ -304,6 +304,12 @@ def from_twin_zoo(
     notes = [f"twin profile {prof.name}, space {space}, {len(settings)} settings per workload"]
     if covered:
         notes.append(f"tasks sharing a head have identical twin rows, one kept: {covered}")
+    if skipped and not points:
+        raise ConfigError(
+            f"every one of the {len(grid)} grid point(s) was skipped, e.g. {skipped[0]}",
+            "choose shapes the models can take and the board can hold (smaller --batch-sizes / --seq-lens)",
+        )
     if skipped:
-        notes.append(f"{skipped} grid point(s) skipped (sequence longer than the model's positions)")
+        notes.append(f"{len(skipped)} grid point(s) skipped (a sequence longer than the model's positions, "
+                     f"or a step the board's memory cannot hold), e.g. {skipped[0]}")
     return from_points(points, SettingEncoder.from_profile(prof), space=space, notes=notes)
