@@ -19,6 +19,7 @@ from typing import Sequence, TextIO
 from engine.device.base import PowerMode
 from engine.device.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
+from engine.device.jetson_write import write_range
 from engine.device.sysfs import SysfsTree
 from engine.core.errors import SlmDvfsError
 
@@ -234,16 +235,10 @@ def show(tree: SysfsTree, nodes: JetsonNodes) -> str:
 
 
 def _write_range(tree: SysfsTree, min_file: str, max_file: str, lo: int | None, hi: int) -> None:
-    """Write [lo, hi] without min ever exceeding max (lo None: keep min, lowered to hi if above)."""
-    cur_min = tree.read_int(min_file)
+    """Write [lo, hi] in the backend's safe order (lo None: keep min, lowered to hi if above)."""
     if lo is None:
-        lo = min(cur_min, hi)
-    if hi >= cur_min:
-        tree.write(max_file, hi)
-        tree.write(min_file, lo)
-    else:
-        tree.write(min_file, lo)
-        tree.write(max_file, hi)
+        lo = min(tree.read_int(min_file), hi)
+    write_range(tree, min_file, max_file, lo, hi)
 
 
 def _at_most(table: Sequence[int], cap: int) -> int:
