@@ -202,6 +202,27 @@ _RUNNER = textwrap.dedent(
 )
 
 
+def test_a_stored_owner_path_is_never_opened_as_a_lock_or_deleted(tmp_path: Path, isolated_env) -> None:
+    # owner_lock comes from a database a user may have been handed: a path that is not a
+    # session lock file (sessions/<pid>-<ns>.lock) is "cannot tell", so the run stays running
+    # and the file stays where it is (a FIFO would have hung the open).
+    from engine.core.provenance import Source
+    from engine.results.store import Store
+
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    fifo = tmp_path / "sessions" / "1-2.lock"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    db = tmp_path / "results.sqlite"
+    with Store(db) as store:
+        a = store.start_run(policy="static", source=Source.TWIN, steps=10, owner_lock=str(precious))
+        b = store.start_run(policy="static", source=Source.TWIN, steps=10, owner_lock=str(fifo))
+    with Store(db) as store:
+        assert store.get_run(a).status == store.get_run(b).status == "running"
+    assert precious.read_text() == "keep me" and fifo.exists()
+
+
 def test_case5_a_killed_run_is_marked_abandoned(tmp_path: Path, isolated_env, capsys) -> None:
     from engine.results.store import Store
 

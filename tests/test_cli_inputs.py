@@ -105,7 +105,7 @@ def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path) -> None:
 
 
 def test_labels_and_notes_are_printed_without_escape_sequences(tmp_path: Path, capsys) -> None:
-    from engine.results.format import clean_text
+    from engine.core.text import clean_text
 
     db = str(tmp_path / "r.sqlite")
     log = tmp_path / "t.log"

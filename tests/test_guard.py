@@ -112,6 +112,8 @@ _CHILD = textwrap.dedent(
     from engine.device.twin.orin import VirtualOrin
     from engine.device.guard.guard import ClockGuard
 
+    # A terminal's default for SIGHUP, or ignored as under nohup (whatever ran the tests).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN if "nohup" in sys.argv else signal.SIG_DFL)
     orin = VirtualOrin("agx-orin-64gb", root=sys.argv[1])
     orin.start(tick_s=0.01, realtime=False)
     dev = orin.device()
@@ -126,9 +128,9 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _start_child(root: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+def _start_child(root: Path, env: dict[str, str], *flags: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(root)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", _CHILD, str(root), *flags], stdout=subprocess.PIPE, text=True, env=env
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -168,6 +170,21 @@ def test_signals_restore_in_the_child(tmp_path: Path, state_dir: Path, sig: sign
     assert rc != 0
     assert _files(root) == before
     assert list_journals() == []
+
+
+def test_a_run_under_nohup_outlives_the_hang_up(tmp_path: Path, state_dir: Path) -> None:
+    # SIGHUP ignored (nohup) means "keep running when the terminal goes": the guard leaves it
+    # ignored, and still restores on SIGTERM.
+    root, env = _prepare_root(tmp_path)
+    before = _files(root)
+    proc = _start_child(root, env, "nohup")
+    proc.send_signal(signal.SIGHUP)
+    with pytest.raises(subprocess.TimeoutExpired):
+        proc.wait(timeout=1.0)
+    assert _files(root) != before  # still running, still pinned
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) != 0
+    assert _files(root) == before
 
 
 def test_live_session_is_not_stolen(orin: VirtualOrin, state_dir: Path) -> None:

@@ -17,7 +17,7 @@ from engine.core.errors import ConfigError
 from engine.device.tegra_parse import TegrastatsFormatError, parse_line
 from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import make_policy, parse_static
-from engine.results.format import clean_text
+from engine.core.text import clean_text
 from engine.workload.sizing import LIMITS, check_config, check_memory, estimate_memory
 
 FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from engine import __version__
 from engine.core.errors import SlmDvfsError
-from engine.results.format import clean_text
+from engine.core.text import clean_text
 
 # Sub-command modules, in the order `--help` lists them.
 COMMAND_MODULES = (

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine.results.format import clean_text
+from engine.core.text import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.cli.device_cmds import add_device_args

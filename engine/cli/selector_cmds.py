@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.results.format import clean_text
+from engine.core.text import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.errors import ConfigError

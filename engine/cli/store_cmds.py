@@ -13,7 +13,8 @@ from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
 from engine.results.export import csv_text, write_export
-from engine.results.format import clean_text, format_setting, format_when
+from engine.core.text import clean_text
+from engine.results.format import format_setting, format_when
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"

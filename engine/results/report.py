@@ -22,7 +22,8 @@ from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.results.compare import optimum_vs_maxn
-from engine.results.format import clean_text, setting_label
+from engine.core.text import clean_text
+from engine.results.format import setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)

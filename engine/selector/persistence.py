@@ -112,13 +112,11 @@ def resolve_selector_path(explicit: str | os.PathLike[str] | None = None, *, tru
         if not path.is_file():
             raise SelectorFileError(f"there is no selector file at {path}",
                                     "give the .joblib file `slm-dvfs train-selector --out` wrote")
-        check_origin(path, trust=trust)
-        return path
+        return check_origin(path, trust=trust)  # the resolved file is the one checked, and read
     for folder in (user_selector_dir(), shipped_selector_dir()):
         candidate = folder / DEFAULT_NAME
         if candidate.is_file():
-            check_origin(candidate)
-            return candidate
+            return check_origin(candidate)
     raise SelectorFileError(
         "no selector available: none trained in "
         f"{user_selector_dir()} and none shipped in {shipped_selector_dir()}",

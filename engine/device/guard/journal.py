@@ -248,7 +248,15 @@ def describe_journals(journals: list[Journal] | tuple[Journal, ...]) -> Iterator
 
 def ensure_dir(directory: Path) -> Path:
     """The journal folder, made private to us (0700) when we create it."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+        raise DeviceError(
+            f"cannot create the journal folder {directory} ({code}: {exc.strerror})",
+            "nothing was changed on the board; make the state directory writable "
+            "($SLM_DVFS_STATE_DIR or $XDG_STATE_HOME/slm-dvfs) and retry",
+        ) from None
     return directory
 
 

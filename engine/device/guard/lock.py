@@ -17,6 +17,8 @@ import errno
 import fcntl
 import hashlib
 import os
+import re
+import stat
 import threading
 import time
 from contextlib import contextmanager
@@ -166,33 +168,56 @@ def session_lock() -> Path:
         held = _SESSION.get((os.getpid(), directory))
         if held is not None:
             return held[0]
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = directory / f"{os.getpid()}-{time.time_ns()}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            raise DeviceError(
+                f"cannot create the session lock in {directory} ({code}: {exc.strerror})",
+                "nothing was changed on the board; make the state directory writable "
+                "($SLM_DVFS_STATE_DIR or $XDG_STATE_HOME/slm-dvfs) and retry",
+            ) from None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(fd, f"{os.getpid()}\n{_cmdline(os.getpid())}\n".encode())
         _SESSION[(os.getpid(), directory)] = (path, fd)
         return path
 
 
+_SESSION_NAME = re.compile(r"[0-9]+-[0-9]+\.lock")
+
+
 def session_alive(path: Path) -> bool:
     """Whether the session that holds `path` still runs: its flock is held (a missing file: gone).
-    A free lock file is deleted, its session being over."""
+    A free lock file of ours is deleted, its session being over.
+
+    The path comes from a journal or a results database, so it is not trusted: anything that
+    is not a session lock file (`.../sessions/<pid>-<ns>.lock`, a regular file owned by us or
+    root) counts as "cannot tell", that is alive, and is neither locked nor deleted."""
     with _HELD_LOCK:
         if any(p == path for (pid, _d), (p, _fd) in _SESSION.items() if pid == os.getpid()):
             return True
+    path = Path(path)
+    if path.parent.name != "sessions" or not _SESSION_NAME.fullmatch(path.name):
+        return True
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO planted under that name must not hang us.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return False
     except OSError:
         return True  # cannot tell: never steal a session we cannot see
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True  # held (EWOULDBLOCK), or cannot tell: alive either way
-    else:
-        path.unlink(missing_ok=True)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.getuid(), 0):
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # held (EWOULDBLOCK), or cannot tell: alive either way
+        if st.st_uid == os.getuid():
+            path.unlink(missing_ok=True)
         return False
     finally:
         os.close(fd)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from engine.core.errors import SlmDvfsError
 from engine.device.base import Device
+from engine.core.text import clean_text
 from engine.device.guard.journal import PINNED, device_key, journal_dir, list_journals
 from engine.device.guard.lock import board_busy, board_lock_dir
 from engine.device.guard.restore import recover_stale
@@ -33,19 +34,23 @@ def board_notes(device: Device, directory: Path | None = None) -> list[str]:
     description = device.describe()
     key, root = device_key(description), description.get("root")
     pins = [str(j.path) for j in list_journals(directory) if j.kind == PINNED and device_key(j.device) == key]
-    try:
-        lock_dir = board_lock_dir(str(root)) if root else directory
+    lock_dir = board_lock_dir(str(root)) if root else directory
+    try:  # a pin made by another user (their journal is not in our state dir)
         marker = json.loads(pin_marker(lock_dir, key).read_text())
         if str(marker.get("journal")) not in pins:
             pins.append(f"{marker.get('journal')} (uid {marker.get('uid')})")
-        busy = board_busy(lock_dir, key)
     except (SlmDvfsError, OSError, ValueError, AttributeError):
+        pass  # no marker: the usual case
+    try:
+        busy = board_busy(lock_dir, key)
+    except (SlmDvfsError, OSError):
         busy = None
     for pin in pins:
         notes.append(f"the clocks of {root or 'this board'} are left pinned by `slm-dvfs pin` "
                      f"(journal {pin}); `slm-dvfs restore` puts them back")
     if busy is not None:
         pid, cmd = busy
+        cmd = clean_text(cmd) if cmd else cmd  # read from a lock file: printed, so stripped of escapes
         notes.append(f"another slm-dvfs session (pid {pid}{': ' + cmd if cmd else ''}) is changing the clocks "
                      f"of {root or 'this board'} now")
     return notes
