@@ -100,6 +100,15 @@ def _by_device(journals: Iterator[Journal] | list[Journal]) -> dict[str, list[Jo
     return out
 
 
+def _still_dead(journal: Journal) -> Journal | None:
+    """`journal` as it is on disk now, if it is still there and its owner still gone."""
+    try:
+        current = Journal.read(journal.path)
+    except (SlmDvfsError, OSError, ValueError):
+        return None
+    return None if current.owner_alive() else current
+
+
 def recover_stale(directory: Path | None = None) -> list[Journal]:
     """Restore every session journal whose process is gone. Returns what it restored.
 
@@ -114,7 +123,12 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
         root = oldest.device.get("root")
         try:
             with device_locked(_lock_dir(directory, root), key, root):
-                restore_journal(oldest)
+                # Decided dead before the lock: another process may have recovered this journal
+                # and pinned since; read it again under the lock, and leave it if it changed hands.
+                current = _still_dead(oldest)
+                if current is None:
+                    continue
+                restore_journal(current)
         except DeviceBusyError as exc:
             log.info("left %s for later: %s", oldest.path.name, exc.what)
             continue
@@ -160,7 +174,10 @@ def restore_report(directory: Path | None = None) -> RestoreReport:
             continue
         try:
             with device_locked(_lock_dir(directory, root), key, root):
-                restore_journal(oldest)
+                current = _still_dead(oldest) if oldest.kind == SESSION else oldest
+                if current is None:
+                    continue  # recovered (and maybe pinned again) by another process meanwhile
+                restore_journal(current)
         except DeviceBusyError as exc:
             problems.append(JournalProblem(oldest.path, root, exc.what, exc.remedy))
             continue
