@@ -52,3 +52,70 @@ def test_bad_requests_say_what_was_wrong_and_what_to_send(line: bytes, said: str
 def test_an_overlong_request_is_refused() -> None:
     with pytest.raises(ProtocolError, match="limit"):
         parse_request(b'{"v": 1, "op": "hello", "x": "' + b"a" * MAX_LINE + b'"}\n')
+
+
+# --- the client against something that is not the clock service -----------------------------
+@pytest.fixture
+def fake_service(tmp_path):  # type: ignore[no-untyped-def]
+    """A Unix socket whose server answers each request line with the bytes given (None: never)."""
+    import socket
+    import threading
+
+    path = tmp_path / "other.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+    answers: list[bytes | None] = []
+    conns: list[socket.socket] = []
+
+    def serve() -> None:
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            return
+        conns.append(conn)
+        reader = conn.makefile("rb")
+        try:
+            while reader.readline():
+                answer = answers.pop(0) if answers else None
+                if answer is not None:
+                    conn.sendall(answer)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield path, answers
+    listener.close()
+    for conn in conns:
+        conn.close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("answer", [b"garbage\n", b"[1, 2]\n", b'"ok"\n', b'{"jsonrpc": "2.0"}\n', b"\xff\n"])
+def test_a_socket_that_is_not_the_clock_service_is_named_so(fake_service, answer: bytes) -> None:  # type: ignore[no-untyped-def]
+    from engine.core.errors import DeviceError
+    from engine.device.clockd.client import SOCKET_ENV, ClockdClient
+
+    path, answers = fake_service
+    answers.append(answer)
+    client = ClockdClient(path, timeout_s=10)
+    with pytest.raises(DeviceError) as err:
+        client.hello()
+    assert f"{path} is not an slm-dvfs clock service" in err.value.what
+    assert SOCKET_ENV in err.value.remedy
+    with pytest.raises(DeviceError, match="connection to the clock service .* is closed"):
+        client.status()  # the connection is not reused
+
+
+def test_a_request_that_times_out_closes_the_connection(fake_service) -> None:  # type: ignore[no-untyped-def]
+    from engine.core.errors import DeviceError
+    from engine.device.clockd.client import ClockdClient
+
+    path, answers = fake_service
+    answers.extend([None, b'{"v": 1, "ok": true, "late": true}\n'])  # no answer to the first request
+    client = ClockdClient(path, timeout_s=0.3)
+    with pytest.raises(DeviceError, match="did not answer `hello` in time"):
+        client.hello()
+    with pytest.raises(DeviceError, match="is closed .*`status` was not sent"):
+        client.status()  # never pairs a late reply with a later request

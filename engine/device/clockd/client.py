@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SOCKET = Path("/run/slm-dvfs/clockd.sock")
 SOCKET_ENV = "SLM_DVFS_CLOCKD_SOCKET"
 MODE_ENV = "SLM_DVFS_CLOCKD"
+NOT_OURS_REMEDY = (f"point ${SOCKET_ENV} at the slm-dvfs clock service's socket (default {DEFAULT_SOCKET}), "
+                   "or unset it; `systemctl status slm-dvfs-clockd` shows whether the service runs")
 SETUP_REMEDY = ("start the clock service (`sudo systemctl start slm-dvfs-clockd`; set it up once with "
                 "`sudo slm-dvfs clockd --install`), or run as root")
 
@@ -66,29 +68,60 @@ class ClockdClient:
             raise DeviceError(f"cannot connect to the clock service at {self.path}: {exc}", SETUP_REMEDY) from None
         self._sock = sock
         self._reader = sock.makefile("rb")
+        self._dead: str | None = None  # why this connection can no longer be used
+
+    def _kill(self, why: str) -> None:
+        """Close a connection whose request/reply pairing is lost (a reply may still come)."""
+        self._dead = why
+        try:
+            self.close()
+        except OSError:
+            pass
 
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request; the reply's fields, or a DeviceError carrying the service's words."""
         domain = fields.pop("domain", None)
         line = Request(op, domain=None if domain is None else ClockDomain(domain), **fields).to_line()
         with self._lock:
+            if self._dead is not None:
+                raise DeviceError(f"the connection to the clock service at {self.path} is closed ({self._dead}); "
+                                  f"`{op}` was not sent", "start the command again")
             try:
                 self._sock.sendall(line)
+            except TimeoutError as exc:
+                self._kill(f"`{op}` timed out")
+                raise DeviceError(f"the clock service at {self.path} did not take `{op}` in time: {exc}",
+                                  "check it is running (`systemctl status slm-dvfs-clockd`)") from None
             except OSError as exc:  # it may have refused us and closed: its reply says why
                 sent: OSError | None = exc
             else:
                 sent = None
             try:
                 raw = self._reader.readline(1 << 20)
+            except TimeoutError as exc:  # a late reply would answer the next request: never reuse
+                self._kill(f"`{op}` timed out")
+                raise DeviceError(f"the clock service at {self.path} did not answer `{op}` in time: {exc}",
+                                  "check it is running and not stuck (`systemctl status slm-dvfs-clockd`, "
+                                  "`journalctl -u slm-dvfs-clockd`)") from None
             except OSError as exc:
                 raw, sent = b"", sent or exc
+            if not raw or not raw.endswith(b"\n"):
+                self._kill(f"it ended on `{op}`")
         if not raw and sent is not None:
             raise DeviceError(f"the clock service at {self.path} did not answer `{op}`: {sent}",
                               "check it is running (`systemctl status slm-dvfs-clockd`)")
         if not raw:
             raise DeviceError(f"the clock service at {self.path} closed the connection on `{op}`",
                               "see its log (`journalctl -u slm-dvfs-clockd`)")
-        reply = json.loads(raw)
+        try:
+            reply = json.loads(raw)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict) or "ok" not in reply:
+            with self._lock:
+                self._kill(f"its answer to `{op}` was not the clock service's")
+            raise DeviceError(f"{self.path} is not an slm-dvfs clock service (it answered `{op}` with "
+                              f"{raw[:80]!r})", NOT_OURS_REMEDY)
         if not reply.get("ok"):
             raise DeviceError(reply.get("error") or "the clock service refused the request",
                               reply.get("remedy") or "")
