@@ -383,7 +383,30 @@ def test_without_the_service_a_user_reads_but_is_told_how_to_write(daemon: Daemo
     assert "max_freq" in err["what"] or "min_freq" in err["what"] or "governor" in err["what"]
 
 
-def test_install_and_uninstall_into_a_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def system_wide(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A stand-in for slm-dvfs installed system-wide: interpreter, console script and engine
+    package in a root-owned folder right under / that only root may write (the checkout's venv
+    may live under /root, which the unit's ProtectHome hides, or in a group-writable folder)."""
+    from engine.device.clockd import install
+
+    top = Path(tempfile.mkdtemp(prefix="slm-dvfs-standin-", dir="/"))
+    try:
+        top.chmod(0o755)
+        (top / "bin").mkdir(mode=0o755)
+        (top / "engine").mkdir(mode=0o755)
+        for name in ("python", "slm-dvfs"):
+            (top / "bin" / name).write_text("#!/bin/sh\n")
+            (top / "bin" / name).chmod(0o755)
+        monkeypatch.setattr(sys, "executable", str(top / "bin/python"))
+        monkeypatch.setattr(install, "package_dir", lambda: top / "engine")
+        yield top
+    finally:
+        subprocess.run(["rm", "-rf", str(top)], check=False)
+
+
+def test_install_and_uninstall_into_a_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             system_wide: Path) -> None:
     import grp
 
     from engine.cli import main
@@ -393,7 +416,8 @@ def test_install_and_uninstall_into_a_prefix(tmp_path: Path, capsys: pytest.Capt
         assert main(["clockd", "--install", "--prefix", str(tmp_path), "--group", group]) == 0
         unit = tmp_path / "etc/systemd/system/slm-dvfs-clockd.service"
         text = unit.read_text()
-        assert f"clockd --group {group}" in text and "@" not in text.split("ExecStart=")[1].splitlines()[0]
+        assert f"ExecStart={system_wide}/bin/slm-dvfs clockd --group {group}" in text
+        assert "Environment=SLM_DVFS_STATE_DIR=/var/lib/slm-dvfs/clockd" in text
         assert grp.getgrnam(group).gr_name == group
         out = capsys.readouterr().out
         assert "systemctl enable --now slm-dvfs-clockd" in out and f"usermod -aG {group}" in out
@@ -446,3 +470,150 @@ def test_jetson_clocks_and_a_mode_through_the_service_are_restored(daemon: Daemo
         raw.close()
     assert daemon.gpu() == original and JetsonDevice(daemon.root).power_mode().id == mode
     assert not list((daemon.base / "clockd-state").glob("jetson_clocks-*.store"))
+
+
+@pytest.mark.parametrize("weak", ["group-writable bin", "others' engine", "world-writable top"])
+def test_install_refuses_a_slm_dvfs_others_can_change(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     system_wide: Path, weak: str) -> None:
+    """A root unit must not run a program another user can change (they would become root)."""
+    from engine.cli import main
+
+    group = f"slm-dvfs-weak{os.getpid() % 100000}"
+    target = {"group-writable bin": system_wide / "bin", "others' engine": system_wide / "engine",
+              "world-writable top": system_wide}[weak]
+    if weak == "others' engine":
+        os.chown(target, 4242, 4242)
+    else:
+        target.chmod(0o775 if weak == "group-writable bin" else 0o757)
+    try:
+        assert main(["clockd", "--install", "--prefix", str(tmp_path), "--group", group]) == 2
+    finally:
+        _run("groupdel", group)
+    err = capsys.readouterr().err
+    assert "would become root" in err and f"{target} is" in err
+    assert "/opt/slm-dvfs" in err  # the remedy: a system-wide, root-owned install
+    assert not (tmp_path / "etc").exists()
+
+
+def test_install_refuses_a_venv_in_a_temp_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.core.errors import ConfigError
+    from engine.device.clockd import install
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin/python").write_text("")
+    monkeypatch.setattr(sys, "executable", str(venv / "bin/python"))
+    with pytest.raises(ConfigError, match="others than root"):
+        install.check_program()  # /tmp is world-writable: anyone could swap the venv
+
+
+# --- the service in this process: failures that must not stop it ------------------------------
+def test_the_accept_loop_survives_a_failed_accept_and_a_failed_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from engine.device.clockd import server
+
+    class Listener:
+        def accept(self):  # type: ignore[no-untyped-def]
+            raise OSError(errno.EMFILE, "Too many open files")
+
+    server._accept(None, Listener(), 1)  # type: ignore[arg-type]  # logged, backed off, no raise
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+    class Paired:
+        def accept(self):  # type: ignore[no-untyped-def]
+            return a, None
+
+    class NoThread:
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(server.threading, "Thread", NoThread)
+    server._accept(None, Paired(), 2)  # type: ignore[arg-type]
+    assert a.fileno() == -1  # the connection was closed
+    b.close()
+
+
+def test_a_connection_is_closed_even_when_its_restore_crashes() -> None:
+    from engine.device.clockd import server
+
+    class Broken:
+        group = "x"
+
+        def refusal(self, peer):  # type: ignore[no-untyped-def]
+            return None
+
+        def disconnected(self, peer):  # type: ignore[no-untyped-def]
+            raise RuntimeError("boom")
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    b.close()  # the client went away at once
+    server.serve_connection(Broken(), a, server.Peer(1, os.getpid(), 0, 0))  # type: ignore[arg-type]
+    assert a.fileno() == -1
+
+
+class Flaky:
+    """A device whose restore (`apply_settings`) fails while `fail` is set."""
+
+    def __init__(self, inner: JetsonDevice) -> None:
+        self.inner, self.fail = inner, False
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return getattr(self.inner, name)
+
+    def apply_settings(self, settings):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise DeviceError("a clock file refused the write", "test")
+        self.inner.apply_settings(settings)
+
+
+def test_a_failed_restore_keeps_the_board_until_it_is_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a client's restore failed, the next client is refused (not snapshotted over the
+    changed board) until the service restores the kept journal; jetson_clocks' store lies in
+    the service's state dir, which the guard trusts, and goes only once the restore worked."""
+    import grp
+
+    from engine.cli.clockd_cmd import service_state_dir
+    from engine.device.clockd.protocol import parse_request
+    from engine.device.clockd.server import ClockService, Peer
+    from engine.device.guard.trust import trusted_store
+    from engine.device.session import open_device
+
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "home"))
+    state = tmp_path / "clockd"
+    with open_device(twin=TWIN) as session, service_state_dir(state):
+        device = Flaky(session.device)
+        service = ClockService(device, group=grp.getgrgid(0).gr_name, state_dir=state)  # type: ignore[arg-type]
+        original = device.clock(ClockDomain.GPU)
+        first, second = Peer(1, os.getpid(), 0, 0), Peer(2, os.getpid(), 0, 0)
+
+        def ask(peer: Peer, line: str):  # type: ignore[no-untyped-def]
+            return service.handle(peer, parse_request(line.encode() + b"\n"))
+
+        ask(first, '{"v": 1, "op": "jetson_clocks", "on": true}')
+        store = service.jetson_clocks_store(first.conn_id)
+        assert store.is_file() and trusted_store(store) == store  # the guard will restore from it
+        ask(first, '{"v": 1, "op": "pin", "domain": "gpu", "hz": 612000000}')
+        device.fail = True
+        service.disconnected(first)  # its restore fails: logged, journal and store kept
+        assert store.is_file() and list((state / "journals").glob("*.json"))
+        with pytest.raises(DeviceError) as err:
+            ask(second, '{"v": 1, "op": "pin", "domain": "gpu", "hz": 918000000}')
+        assert "could not restore the board" in err.value.what and "systemctl restart" in err.value.remedy
+        assert store.is_file() and list((state / "journals").glob("*.json"))  # still kept for the next try
+        assert ask(second, '{"v": 1, "op": "status"}')["holder"] is None
+        device.fail = False
+        ask(second, '{"v": 1, "op": "pin", "domain": "gpu", "hz": 918000000}')  # restores first, then takes
+        assert not store.exists()  # restored through jetson_clocks' store, then deleted
+        snap = ask(second, '{"v": 1, "op": "snapshot"}')["settings"]
+        gpu = next(d for d in snap["domains"] if d["domain"] == "gpu")
+        assert (gpu["min_hz"], gpu["max_hz"]) == (original.min_hz, original.max_hz)  # the board's own state
+        assert ask(second, '{"v": 1, "op": "restore"}')["restored"] is True
+        now = device.clock(ClockDomain.GPU)
+        assert (now.min_hz, now.max_hz) == (original.min_hz, original.max_hz)
+        assert not list((state / "journals").glob("*.json"))
+        service.close()

@@ -94,9 +94,27 @@ def _serve(args: argparse.Namespace) -> int:
 
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
         logging.getLogger("engine").setLevel(logging.INFO)  # the service's log is its audit trail
-    with _device(args) as device:
+    with _device(args) as device, service_state_dir(args.state_dir):
         service = ClockService(device, group=args.group, state_dir=args.state_dir)
         serve(service, args.socket, mode=args.socket_mode,
               ready=lambda path: print(f"slm-dvfs clockd: serving {device.describe().get('root')} on {path} "
                                        f"(group {args.group})", file=sys.stderr, flush=True))
     return 0
+
+
+@contextlib.contextmanager
+def service_state_dir(state_dir: Path) -> Iterator[Path]:
+    """Make the service's --state-dir this process's state dir (`paths.state_dir()`) while it
+    serves: its session lock lives there (not under root's home, which the unit's ProtectHome
+    hides), and the guard trusts a jetson_clocks store only there. Set after a twin is opened,
+    whose tree stays in the caller's state dir."""
+    state_dir = Path(os.path.abspath(state_dir))
+    old = os.environ.get(paths.ENV_PREFIX + "STATE_DIR")
+    os.environ[paths.ENV_PREFIX + "STATE_DIR"] = str(state_dir)
+    try:
+        yield state_dir
+    finally:
+        if old is None:
+            os.environ.pop(paths.ENV_PREFIX + "STATE_DIR", None)
+        else:
+            os.environ[paths.ENV_PREFIX + "STATE_DIR"] = old

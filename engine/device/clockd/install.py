@@ -7,6 +7,7 @@ import logging
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -27,13 +28,79 @@ def unit_template() -> str:
     return (paths.profiles_dir() / "systemd" / UNIT_NAME).read_text()
 
 
+# ProtectHome=yes in the unit hides these from the service: a program under them cannot start.
+_HIDDEN = (Path("/home"), Path("/root"), Path("/run/user"))
+_SYSTEM_WIDE = ("install slm-dvfs system-wide, owned by root and writable by root alone, e.g. "
+                "`sudo python3 -m venv /opt/slm-dvfs && sudo /opt/slm-dvfs/bin/pip install <slm-dvfs>`, "
+                "then run `sudo /opt/slm-dvfs/bin/slm-dvfs clockd --install`")
+
+
+def package_dir() -> Path:
+    """The engine package this slm-dvfs runs from."""
+    import engine
+
+    return Path(engine.__file__).resolve().parent
+
+
+def _script() -> Path | None:
+    script = Path(sys.executable).parent / "slm-dvfs"
+    return script if script.is_file() and os.access(script, os.X_OK) else None
+
+
 def exec_command() -> str:
     """How systemd should start this very slm-dvfs: its console script beside the interpreter,
     else the interpreter with `-m engine`."""
-    script = Path(sys.executable).parent / "slm-dvfs"
-    if script.is_file() and os.access(script, os.X_OK):
+    script = _script()
+    if script is not None:
         return shlex.quote(str(script))
     return f"{shlex.quote(sys.executable)} -m engine"
+
+
+def _chain(path: Path) -> list[Path]:
+    """`path` and every folder above it, as written and as resolved (a link's target too)."""
+    out: list[Path] = []
+    for p in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        out.extend(q for q in (p, *p.parents) if q not in out)
+    return out
+
+
+def _unsafe(path: Path) -> str | None:
+    """Why a non-root user could change `path` (None: only root can)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path} cannot be checked ({exc.strerror})"
+    if st.st_uid != 0:
+        return f"{path} is owned by uid {st.st_uid}"
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):  # a link's mode means nothing
+        return f"{path} is writable by others than root (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def check_program() -> None:
+    """Refuse to put this slm-dvfs in a root unit unless only root can change it: its interpreter,
+    console script and engine package, and every folder on their paths (as written and resolved),
+    owned by root and writable by nobody else; and outside what ProtectHome hides."""
+    program = [Path(sys.executable), package_dir()]
+    script = _script()
+    if script is not None:
+        program.insert(1, script)
+    problems: list[str] = []
+    for target in program:
+        for p in _chain(target):
+            why = _unsafe(p)
+            if why is not None and why not in problems:
+                problems.append(why)
+    if problems:
+        raise ConfigError("the clock service would run as root from a slm-dvfs others can change, so they would "
+                          "become root: " + "; ".join(problems[:4]) + ("; ..." if len(problems) > 4 else ""),
+                          _SYSTEM_WIDE)
+    for target in program:
+        real = Path(os.path.realpath(target))
+        hidden = next((h for h in _HIDDEN if real == h or h in real.parents), None)
+        if hidden is not None:
+            raise ConfigError(f"{target} lies under {hidden} (as {real}), which the unit's ProtectHome=yes hides "
+                              "from the service: it could not start", _SYSTEM_WIDE)
 
 
 def unit_text(group: str) -> str:
@@ -68,6 +135,7 @@ def install(group: str, prefix: Path | None = None) -> list[str]:
     _check_group_name(group)
     if os.geteuid() != 0:
         raise ConfigError("installing the clock service needs root", "run `sudo slm-dvfs clockd --install`")
+    check_program()  # before anything changes
     done = []
     if _group_exists(group):
         done.append(f"group {group} exists")

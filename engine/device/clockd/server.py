@@ -10,6 +10,7 @@ Nothing is ever executed but the device layer's fixed nvpmodel and jetson_clocks
 
 from __future__ import annotations
 
+import errno
 import grp
 import logging
 import os
@@ -20,6 +21,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ from engine.device.clockd.protocol import (
     parse_request,
 )
 from engine.device.guard.guard import ClockGuard, recover_stale
+from engine.device.guard.journal import device_key, list_journals
+from engine.device.guard.lock import device_locked
+from engine.device.guard.restore import _lock_dir, restore_journal
 from engine.device.setting import DvfsSetting, check_setting
 
 log = logging.getLogger(__name__)
@@ -47,6 +52,9 @@ log = logging.getLogger(__name__)
 DEFAULT_SOCKET = Path("/run/slm-dvfs/clockd.sock")
 DEFAULT_GROUP = "slm-dvfs"
 DEFAULT_STATE_DIR = Path("/var/lib/slm-dvfs/clockd")
+_RECOVERY_REMEDY = ("fix the cause (see `journalctl -u slm-dvfs-clockd`); the service retries before the "
+                    "next client takes the board, and restores at start (`sudo systemctl restart slm-dvfs-clockd`); "
+                    "`sudo nvpmodel -m <id>` resets a mode's clocks, a reboot resets everything")
 _JOIN_REMEDY = ("ask an administrator to add you to group {group} (`sudo usermod -aG {group} $USER`), "
                 "then log out and in")
 
@@ -113,6 +121,12 @@ class ClockService:
     def journal_dir(self) -> Path:
         return self.state_dir / "journals"
 
+    def jetson_clocks_store(self, conn_id: int) -> Path:
+        """Where jetson_clocks stores the state for connection `conn_id`: directly in the state
+        dir, which the guard's restore trusts only when it is `paths.state_dir()` (the command
+        sets SLM_DVFS_STATE_DIR to it)."""
+        return self.state_dir / f"jetson_clocks-{conn_id}.store"
+
     def recover(self) -> None:
         """Restore what a killed service left changed (its journals outlive it)."""
         self.journal_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -170,7 +184,7 @@ class ClockService:
         assert self._guard is not None
         if req.on:
             if self._jc_store is None:  # the first store holds the state from before any of them
-                self._jc_store = self.state_dir / f"jetson_clocks-{peer.conn_id}.store"
+                self._jc_store = self.jetson_clocks_store(peer.conn_id)
                 self._guard.note_jetson_clocks_store(self._jc_store)
                 self.device.jetson_clocks(store=self._jc_store)
             else:
@@ -209,21 +223,42 @@ class ClockService:
                 return
             raise DeviceError(f"the board is held by {self._holder.describe()} through the clock service",
                               "wait for it to finish (its clocks are restored when it disconnects), or stop it")
+        self._recover_own()  # a restore that failed before: the board is not as found
         guard = ClockGuard(self.device, directory=self.journal_dir, handle_signals=False, recover=False)
         guard.start()  # the board lock, the snapshot and its journal, before any change
         self._guard, self._holder, self._jc_store = guard, peer, None
         log.info("%s holds the board", peer.describe())
 
+    def _recover_own(self) -> None:
+        """Restore the journals this board left in the service's own directory (a client whose
+        restore failed); while that fails, refuse to take the board: a new snapshot would hold
+        the changed clocks as the state to go back to."""
+        key = device_key(self.device.describe())
+        journals = [j for j in list_journals(self.journal_dir) if device_key(j.device) == key]
+        if not journals:
+            return
+        oldest, *newer = journals  # oldest first: the state from before any client
+        root = oldest.device.get("root")
+        try:
+            with device_locked(_lock_dir(self.journal_dir, root), key, root):
+                restore_journal(oldest, self.device)  # its jetson_clocks store too; deleted once it worked
+        except (SlmDvfsError, OSError) as exc:
+            what = getattr(exc, "what", str(exc))
+            log.error("the board is still not restored (%s): %s", oldest.path.name, what)
+            raise DeviceError("the clock service could not restore the board after an earlier client "
+                              f"(journal {oldest.path}): {what}", _RECOVERY_REMEDY) from None
+        for j in newer:
+            j.path.unlink(missing_ok=True)
+        log.warning("restored the clocks an earlier client left changed (%s)", oldest.path.name)
+
     def _release(self) -> None:
-        guard, holder, store = self._guard, self._holder, self._jc_store
+        guard, holder = self._guard, self._holder
         self._guard = self._holder = self._jc_store = None
         if guard is None:
             return
-        try:
-            guard.close()  # restores; a failed restore keeps its journal for the next start
-        finally:
-            if store is not None:
-                store.unlink(missing_ok=True)
+        # The guard restores through jetson_clocks' store (deleted once the restore worked) and its
+        # snapshot; a failed restore keeps both, and the journal, for `_recover_own` and the next start.
+        guard.close()
         log.info("restored the clocks of %s", holder.describe() if holder else "a client")
 
     def disconnected(self, peer: Peer) -> None:
@@ -248,6 +283,7 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
     def send(reply: dict[str, Any]) -> None:
         conn.sendall(encode(reply))
 
+    reader = None
     try:
         refusal = service.refusal(peer)
         if refusal is not None:
@@ -274,8 +310,14 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
     except OSError as exc:
         log.info("connection of %s ended: %s", peer.describe(), exc)
     finally:
-        service.disconnected(peer)
-        conn.close()
+        try:
+            service.disconnected(peer)
+        except Exception:  # noqa: BLE001 - the connection is closed whatever happened
+            log.exception("restoring after %s failed", peer.describe())
+        finally:
+            if reader is not None:
+                reader.close()  # else the descriptor stays open as long as the reader lives
+            conn.close()
 
 
 def bind_socket(path: Path, gid: int, mode: int = 0o660) -> socket.socket:
@@ -307,6 +349,27 @@ def bind_socket(path: Path, gid: int, mode: int = 0o660) -> socket.socket:
     return sock
 
 
+def _accept(service: ClockService, listener: socket.socket, conn_id: int) -> None:
+    """Accept one client and start its thread; whatever fails (no descriptors left, no thread,
+    no credentials) is logged, the connection closed, and the service carries on."""
+    try:
+        conn, _ = listener.accept()
+    except OSError as exc:
+        log.error("accepting a connection failed: %s", exc)
+        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+            time.sleep(0.1)  # out of descriptors or memory: let connections end before the next try
+        return
+    try:
+        peer = peer_credentials(conn, conn_id)
+        threading.Thread(target=serve_connection, args=(service, conn, peer),
+                         name=f"clockd-{conn_id}", daemon=True).start()
+    except Exception as exc:  # noqa: BLE001 - OSError (credentials), RuntimeError (no thread): one client
+        log.error("serving connection %d failed: %s: %s", conn_id, type(exc).__name__, exc)
+        conn.close()
+        if isinstance(exc, RuntimeError):
+            time.sleep(0.1)
+
+
 def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = None) -> None:
     """Serve until SIGTERM/SIGINT, then restore everything and remove the socket."""
     service.recover()
@@ -327,11 +390,8 @@ def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = 
             if any(key.fileobj == stop_r for key, _ in events):
                 log.info("stopping: restoring the clocks")
                 return
-            conn, _ = listener.accept()
             conn_id += 1
-            peer = peer_credentials(conn, conn_id)
-            threading.Thread(target=serve_connection, args=(service, conn, peer),
-                             name=f"clockd-{conn_id}", daemon=True).start()
+            _accept(service, listener, conn_id)
     finally:
         selector.close()
         listener.close()
