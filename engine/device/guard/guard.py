@@ -325,8 +325,8 @@ class ClockGuard:
             log.debug("not the main thread: signal handlers left alone (atexit still restores)")
             return
         for sig in _SIGNALS:
-            if signal.getsignal(sig) is signal.SIG_IGN:
-                continue  # e.g. SIGHUP under nohup: the user asked the run to outlive the terminal
+            if sig == getattr(signal, "SIGHUP", None) and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # nohup: the user asked the run to outlive the terminal
             self._old_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _uninstall_handlers(self) -> None:
