@@ -57,3 +57,11 @@ def test_no_module_is_over_about_450_lines() -> None:
              for folder in ("engine", "tui") for p in (root / folder).rglob("*.py")}
     assert len(sizes) > 60
     assert {p: n for p, n in sizes.items() if n > 470} == {}
+
+
+def test_the_cli_starts_without_torch() -> None:
+    # `slm-dvfs --help` and every command's parser: torch (seconds to import, more on the Orin's
+    # ARM cores) is imported only by the commands that train.
+    code = "import sys, engine.cli; engine.cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -28,7 +28,6 @@ from engine.workload.events import (
     StepEnd,
     StepEnergy,
 )
-from engine.workload.checkpoint import CHECKPOINT_FILE
 from engine.workload.finetune import FinetuneResult, FinetuneSpec, run_finetune
 from engine.workload.loop import TrainControl
 
@@ -82,6 +81,8 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
     checkpoint_dir = args.checkpoint_dir
     if args.resume and not checkpoint_dir and args.checkpoint_every:
         # Keep checkpointing where the resumed run did (the run folder, not a step folder).
+        from engine.workload.checkpoint import CHECKPOINT_FILE  # here: it imports torch
+
         resume = Path(args.resume)
         checkpoint_dir = str(resume.parent if (resume / CHECKPOINT_FILE).is_file() else resume)
     return FinetuneSpec(
