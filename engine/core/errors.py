@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 from engine.core.units import format_mhz
+
+
+def errno_text(err: int | None, message: str | None = None) -> str:
+    """An errno as the kernel's name and message, e.g. "EACCES: Permission denied"."""
+    code = errno.errorcode.get(err or 0, str(err))
+    return f"{code}: {message or os.strerror(err or 0)}"
 
 
 class SlmDvfsError(Exception):
@@ -47,10 +56,7 @@ class PermissionDeniedError(DeviceError):
     """A write to a clock or mode file was refused by the kernel."""
 
     def __init__(self, path: str, err: int | None = None) -> None:
-        import errno as _errno
-        import os as _os
-
-        why = f" ({_errno.errorcode.get(err, str(err))}: {_os.strerror(err)})" if err else ""
+        why = f" ({errno_text(err)})" if err else ""
         super().__init__(
             f"no permission to write {path}{why}",
             "run as root (`sudo slm-dvfs ...`), or give your user write access to the "

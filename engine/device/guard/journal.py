@@ -17,7 +17,6 @@ Two kinds of journal:
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.core import paths
-from engine.core.errors import DeviceError, SlmDvfsError
+from engine.core.errors import DeviceError, SlmDvfsError, errno_text
 from engine.device.base import Device, DeviceSettings
 from engine.device.guard.lock import board_key, session_alive
 
@@ -251,9 +250,8 @@ def ensure_dir(directory: Path) -> Path:
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
-        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
         raise DeviceError(
-            f"cannot create the journal folder {directory} ({code}: {exc.strerror})",
+            f"cannot create the journal folder {directory} ({errno_text(exc.errno, exc.strerror)})",
             "nothing was changed on the board; make the state directory writable "
             "($SLM_DVFS_STATE_DIR or $XDG_STATE_HOME/slm-dvfs) and retry",
         ) from None
@@ -282,9 +280,8 @@ def atomic_write(path: Path, data: dict[str, Any]) -> None:
         finally:
             os.close(dfd)
     except OSError as exc:
-        code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
         raise DeviceError(
-            f"cannot write the clock journal {path} ({code}: {exc.strerror})",
+            f"cannot write the clock journal {path} ({errno_text(exc.errno, exc.strerror)})",
             "nothing was changed on the board; make the state directory writable "
             "($XDG_STATE_HOME/slm-dvfs) and retry",
         ) from None

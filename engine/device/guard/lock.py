@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterator
 
 from engine.core import paths
-from engine.core.errors import DeviceError
+from engine.core.errors import DeviceError, errno_text
 
 SYSTEM_LOCK_DIR = Path("/run/slm-dvfs")
 
@@ -63,9 +63,8 @@ class DeviceLock:
             except PermissionError:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # another user's lock file: flock works read-only
         except OSError as exc:
-            code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             raise DeviceError(
-                f"cannot open the board lock in {directory} ({code}: {exc.strerror})",
+                f"cannot open the board lock in {directory} ({errno_text(exc.errno, exc.strerror)})",
                 "only a user who may write the clocks can lock the board: run as root, or through "
                 "the clock service",
             ) from None
@@ -173,9 +172,8 @@ def session_lock() -> Path:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except OSError as exc:
-            code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             raise DeviceError(
-                f"cannot create the session lock in {directory} ({code}: {exc.strerror})",
+                f"cannot create the session lock in {directory} ({errno_text(exc.errno, exc.strerror)})",
                 "nothing was changed on the board; make the state directory writable "
                 "($SLM_DVFS_STATE_DIR or $XDG_STATE_HOME/slm-dvfs) and retry",
             ) from None
