@@ -208,11 +208,8 @@ def run_experiment(
                     notes.append(f"MAXN baseline reused from run {baseline.run_id}")
         comparison = None
         if baseline is not None and not baseline.cancelled:
-            comparison = compare(run, baseline)
             record = store.compare_runs(run.run_id, baseline.run_id)
-            comparison = Comparison(comparison.saving_pct, comparison.slowdown_pct, comparison.rail_saving_pct,
-                                    comparison.power_change_pct, comparison.source, comparison.rails_preset,
-                                    record.id)
+            comparison = replace(compare(run, baseline), record_id=record.id)
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
