@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from engine.core.errors import ConfigError
@@ -141,5 +141,14 @@ def test_every_cli_number_is_in_range_or_a_usage_error(name: str, parse, text: s
 def test_clean_text_leaves_no_controls_and_keeps_printable_text(text: str) -> None:
     out = clean_text(text)
     assert all(c in "\n\t" or (ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f) for c in out)
-    assume(all(c in "\n\t" or c.isprintable() for c in text))
-    assert out == text
+    # No assume(): most random texts hold a control, and filtering them out trips
+    # hypothesis' filter_too_much health check now and then.
+    if all(c in "\n\t" or c.isprintable() for c in text):
+        assert out == text
+
+
+@FAST
+@given(st.text(alphabet=st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=60))
+def test_clean_text_keeps_printable_text(text: str) -> None:
+    if all(c.isprintable() for c in text):
+        assert clean_text(text) == text
