@@ -27,9 +27,9 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
-from engine.device.discovery import CpuPolicy, JetsonNodes, discover
+from engine.device.discovery import CpuPolicy, JetsonNodes, RailNode, discover
 from engine.device.jetson_identity import read_identity
-from engine.device.sysfs import SysfsTree
+from engine.device.sysfs import OpenFiles, SysfsTree
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class JetsonDevice:
         self.tree = SysfsTree(self.root)
         self.settle_s = settle_s
         self._nodes: JetsonNodes | None = None
+        # The rail files, kept open: the power sampler reads them many times a second.
+        self._rail_files = OpenFiles(self.tree)
         # Governors we replaced while pinning, to give back on unpin.
         self._prev_governor: dict[ClockDomain, str] = {}
 
@@ -68,7 +70,18 @@ class JetsonDevice:
     def rediscover(self) -> JetsonNodes:
         """Look at the tree again (after a driver reload or a twin re-render)."""
         self._nodes = None
+        self._rail_files.close()
         return self.nodes
+
+    def close(self) -> None:
+        """Close the rail files kept open (reading a rail again reopens them)."""
+        self._rail_files.close()
+
+    def __enter__(self) -> "JetsonDevice":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ identity
 
@@ -186,16 +199,30 @@ class JetsonDevice:
     # ------------------------------------------------------------------ sensors
 
     def rails(self) -> tuple[RailReading, ...]:
-        return tuple(self._read_rail(r.name, r.voltage, r.current) for r in self.nodes.rails)
+        rails = self.nodes.rails
+        values = self._read_rail_files(rails)
+        return tuple(
+            RailReading(name=r.name, voltage_mv=float(values[2 * i]), current_ma=float(values[2 * i + 1]))
+            for i, r in enumerate(rails)
+        )
 
     def rail(self, name: str) -> RailReading:
         """One rail by its board label; a clear error names the rails that exist."""
         r = self.nodes.rail(name)
-        return self._read_rail(r.name, r.voltage, r.current)
+        mv, ma = self._read_rail_files((r,))
+        return RailReading(name=r.name, voltage_mv=float(mv), current_ma=float(ma))
 
-    def _read_rail(self, name: str, volt: str, curr: str) -> RailReading:
-        volt_mv, curr_ma = self.tree.read_int(volt), self.tree.read_int(curr)
-        return RailReading(name=name, voltage_mv=float(volt_mv), current_ma=float(curr_ma))
+    def _read_rail_files(self, rails: tuple[RailNode, ...]) -> list[int]:
+        """mV and mA of each rail, in order, with `pread` on the files kept open."""
+        try:
+            return self._rail_files.read_ints([f for r in rails for f in (r.voltage, r.current)])
+        except NodeNotFoundError as exc:
+            gone = [r.name for r in rails if str(self.tree.path(r.voltage)) in exc.what
+                    or str(self.tree.path(r.current)) in exc.what]
+            raise DeviceError(
+                f"power rail {', '.join(gone) or '?'} vanished: {exc.what}",
+                "check the board's INA3221 driver (`slm-dvfs device` lists the rails) and restart the run",
+            ) from None
 
     def rail_update_interval_s(self) -> float:
         f = self.nodes.rail_update_interval

@@ -114,6 +114,9 @@ class DeviceSession:
         return self.twin.profile
 
     def close(self) -> None:
+        close_device = getattr(self.device, "close", None)  # the rail files it keeps open
+        if callable(close_device):
+            close_device()
         if self.twin is not None:
             self.twin.close()
 
