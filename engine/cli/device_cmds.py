@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device_args(p)
     p.add_argument("--seconds", type=numbers.seconds, default=10.0, help="how long to watch (default 10)")
     p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
-    p.add_argument("--rate", type=numbers.float_range(0.0, 1000.0, low_open=True), default=20.0, help="samples per second (default 20)")
+    p.add_argument("--rate", type=numbers.float_range(0.0, 1000.0, low_open=True), default=20.0, help="samples per second (default 20; a sensor or twin that updates slower caps it, and says so)")
     p.add_argument("--json", action="store_true", help="print the energy window as JSON at the end")
     p.set_defaults(func=cmd_monitor)
 
@@ -281,7 +281,10 @@ def cmd_monitor(args: argparse.Namespace) -> int:
         source = session.power_source()
         label = source.source.value
         with PowerMonitor(source, rate_hz=args.rate, rails=args.rails) as mon:
+            if mon.rate_note:
+                print(f"note: {mon.rate_note}", file=sys.stderr)
             mon.begin_window("monitor")
+            first_sample = mon.sample_count
             start = time.monotonic()
             next_print = start
             while (now := time.monotonic()) - start < args.seconds:
@@ -294,6 +297,8 @@ def cmd_monitor(args: argparse.Namespace) -> int:
                     next_print += 1.0
                 time.sleep(0.05)
             result = mon.end_window("monitor")
+            new_samples = mon.sample_count - first_sample
+    got_hz = new_samples / (time.monotonic() - start)  # new values only: a stale read is not a sample
     if args.json:
         print(json.dumps({
             "source": label,
@@ -303,6 +308,11 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             "total_energy_j": result.total_energy_j,
             "avg_power_w": result.avg_power_w,
             "exact": result.exact,
+            "rate_hz": args.rate,
+            "sampling_hz": mon.rate_hz,
+            "samples": new_samples,
+            "samples_per_s": got_hz,
+            "rate_note": mon.rate_note,
         }, indent=2))
     else:
         print(
@@ -310,4 +320,6 @@ def cmd_monitor(args: argparse.Namespace) -> int:
             f"{'+'.join(result.rails)}, average {result.avg_power_w:.2f} W"
             + (" (exact)" if result.exact else " (integrated from samples)")
         )
+        print(f"[{label}] {new_samples} samples, {got_hz:.1f} per second ({args.rate:g} Hz asked"
+              + (f"; {mon.rate_note.split(': ', 1)[-1]})" if mon.rate_note else ")"))
     return 0

@@ -5,10 +5,17 @@
         ...
         result = mon.end_window("step")   # WindowResult: joules per rail, total, average W
 
-Sources that know energy exactly (the twin) give exact windows from their counter;
-the others are integrated with the trapezoid rule, with window edges interpolated
-between the samples around them. Either way the monitor samples at a window's edges
-when the sensor can have a newer value, so a run's trace has a sample per step.
+Sources that know energy exactly (the twin) give exact windows from their counter, and
+their windows sample at their edges, so a run's trace has a sample per step (the twin's
+time moves with its steps; reading it is a memory read). The others (the INA3221 rails)
+are integrated with the trapezoid rule from the sampler thread's samples: a window's
+edges read no sensor in the calling thread (the training loop) while the sampler runs;
+a start edge is interpolated between the samples around it once the next one arrives,
+an end edge holds the latest sample's power (a sensor read there would not be newer than
+the sensor's own update interval anyway). Without the sampler thread (a monitor driven by
+`sample_once`), edges sample when the sensor can have a newer value. Each window keeps
+the count and the peak of the samples inside it as they arrive, so closing one costs
+the same however long the run (no walk over the ring buffer).
 """
 
 from __future__ import annotations
@@ -86,6 +93,7 @@ class WindowResult:
     source: Source
     exact: bool  # from the source's energy counter, not integrated samples
     samples: int = 0  # samples taken inside the window (0 for exact windows)
+    peak_power_w: float | None = None  # highest sample over `rails` inside it (None: exact, or no sample)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +108,7 @@ class WindowResult:
             "source": self.source.value,
             "exact": self.exact,
             "samples": self.samples,
+            "peak_power_w": self.peak_power_w,
         }
 
 
@@ -107,8 +116,9 @@ class WindowResult:
 class _Window:
     start: float
     start_energy: dict[str, float] | None  # None until a sample at or after `start` arrives
-    start_count: int
     exact: bool
+    samples: int = 0  # samples after `start`, counted as they arrive
+    peak_mw: float | None = None  # the highest of them, over the preset's rails
 
 
 class PowerMonitor:
@@ -133,11 +143,13 @@ class PowerMonitor:
         self._clock: Callable[[], float] = clock or getattr(source, "now", None) or time.monotonic
         sensor_s = float(getattr(source, "min_interval_s", 0.0) or 0.0)
         self.interval_s = max(1.0 / rate_hz, sensor_s)
+        # Why the sampler runs slower than asked (None: it runs at the asked rate); said in
+        # the log here and by the clients that print a rate (`slm-dvfs monitor`).
+        self.rate_note: str | None = None
         if self.interval_s > 1.0 / rate_hz:
-            log.info(
-                "sampling at %.3g Hz, not the %.3g Hz asked: the sensor updates only every %.0f ms",
-                1.0 / self.interval_s, rate_hz, sensor_s * 1000.0,
-            )
+            why = getattr(source, "interval_reason", None) or f"the sensor updates only every {sensor_s * 1000.0:.0f} ms"
+            self.rate_note = f"sampling at {1.0 / self.interval_s:.3g} Hz, not the {rate_hz:.3g} Hz asked: {why}"
+            log.info("%s", self.rate_note)
         self._buffer: deque[PowerSample] = deque(maxlen=math.ceil(buffer_seconds / self.interval_s) + 1)
         self._lock = threading.Lock()
         self._rails: tuple[str, ...] | None = None
@@ -165,6 +177,11 @@ class PowerMonitor:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def sample_count(self) -> int:
+        """Samples taken in so far (new values only: stale reads are dropped)."""
+        return self._count
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "PowerMonitor":
@@ -251,9 +268,15 @@ class PowerMonitor:
         self._last = sample
         self._count += 1
         self._buffer.append(sample)
-        for w in self._windows.values():
-            if w.start_energy is None and w.start <= sample.t:
-                w.start_energy = self._energy_at(w.start)
+        if self._windows:
+            total = sum(sample.rails_mw.get(r, 0.0) for r in self._rails)
+            for w in self._windows.values():
+                if w.start_energy is None and w.start <= sample.t:
+                    w.start_energy = self._energy_at(w.start)
+                if sample.t > w.start and not w.exact:
+                    w.samples += 1
+                    if w.peak_mw is None or total > w.peak_mw:
+                        w.peak_mw = total
         return True
 
     def _energy_at(self, t: float) -> dict[str, float]:
@@ -315,17 +338,18 @@ class PowerMonitor:
         counter = self.source.energy_counter()
         if counter is not None:
             t, energy = counter
-            self._fresh_sample(t)
+            self._fresh_sample(t, exact=True)
             with self._lock:
                 if self._rails is None:
                     self._rails = resolve_rails(self.rail_preset, energy)
-                self._windows[name] = _Window(t, dict(energy), self._count, exact=True)
+                self._windows[name] = _Window(t, dict(energy), exact=True)
             return
-        t = self._clock()
-        self._fresh_sample(t)
-        with self._lock:
+        if not self.running:  # driven by sample_once: sample here when the sensor allows
+            self._fresh_sample(self._clock())
+        with self._lock:  # the edge's time taken under the lock: no sample older than it counts after it
+            t = self._clock()
             ready = self._last is not None and self._last.t >= t
-            self._windows[name] = _Window(t, self._energy_at(t) if ready else None, self._count, exact=False)
+            self._windows[name] = _Window(t, self._energy_at(t) if ready else None, exact=False)
 
     def end_window(self, name: str) -> WindowResult:
         """Close a window: its duration and energy (raises what the sampler raised, if anything)."""
@@ -339,18 +363,18 @@ class PowerMonitor:
             if counter is None:
                 raise DeviceError("the power source stopped offering its energy counter", "restart the run")
             end, end_energy = counter
-            self._fresh_sample(end)
-            samples = 0
-        else:
-            end = self._clock()
-            self._fresh_sample(end)
+            self._fresh_sample(end, exact=True)
             with self._lock:
+                del self._windows[name]
+        else:
+            if not self.running:  # driven by sample_once: sample here when the sensor allows
+                self._fresh_sample(self._clock())
+            with self._lock:  # the sampler's latest sample; no sensor read in this thread
+                end = self._clock()
                 end_energy = self._energy_at(end)
                 if w.start_energy is None:  # no sample after the start yet: hold the last power
                     w.start_energy = self._energy_at(w.start)
-                samples = self._count - w.start_count
-        with self._lock:
-            del self._windows[name]
+                del self._windows[name]
         assert w.start_energy is not None and self._rails is not None
         energy = {r: end_energy[r] - w.start_energy.get(r, 0.0) for r in end_energy}
         total = sum(energy.get(r, 0.0) for r in self._rails)
@@ -366,12 +390,14 @@ class PowerMonitor:
             rails=self._rails,
             source=self.source.source,
             exact=w.exact,
-            samples=samples,
+            samples=w.samples,
+            peak_power_w=None if w.peak_mw is None else w.peak_mw / 1000.0,
         )
 
-    def _fresh_sample(self, t: float) -> None:
-        """Sample at a window edge unless the sensor cannot have a newer value yet."""
+    def _fresh_sample(self, t: float, *, exact: bool = False) -> None:
+        """Sample at a window edge unless the sensor cannot have a newer value yet (an exact
+        source always can: its time moves with its steps, whatever its idle tick)."""
         last = self._last
-        sensor_s = float(getattr(self.source, "min_interval_s", 0.0) or 0.0)
+        sensor_s = 0.0 if exact else float(getattr(self.source, "min_interval_s", 0.0) or 0.0)
         if last is None or t - last.t >= sensor_s:
             self.sample_once(raise_pending=False)

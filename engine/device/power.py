@@ -31,7 +31,8 @@ class PowerSource(Protocol):
     """Anything the power monitor can sample.
 
     Sources may also offer `now() -> float` (their timebase, used by the monitor as
-    its clock) and `close()`; neither is required.
+    its clock), `interval_reason` (why new values come no faster than `min_interval_s`,
+    said when the monitor samples slower than asked) and `close()`; none is required.
     """
 
     source: Source  # measured on a board, twin when simulated
@@ -52,6 +53,7 @@ class DeviceRailSource:
         self._clock = clock
         # Read once: the sensor's update interval does not change while we sample.
         self.min_interval_s = float(device.rail_update_interval_s())
+        self.interval_reason = f"the INA3221 sensor updates only every {self.min_interval_s * 1000:.0f} ms"
         self.source = device.identity().source
 
     def now(self) -> float:
@@ -80,8 +82,11 @@ class TwinSource:
                 raise TypeError(f"TwinSource needs an object with {name}(); got {type(orin).__name__}")
         self.orin = orin
         interval = getattr(orin, "rail_update_interval_s", None)
-        # The twin's figures are exact at any rate; honour its sensor interval if it models one.
+        # The twin's figures are exact at any rate, but while it idles on the wall clock its time
+        # (and so its rails) moves only once a tick: faster sampling would only read the same
+        # sample again. Its windows still sample at every edge (their time moves with the steps).
         self.min_interval_s = float(interval()) if callable(interval) else 0.0
+        self.interval_reason = f"the twin's clock moves in {self.min_interval_s * 1000:.0f} ms ticks while it idles"
 
     def now(self) -> float:
         return float(self.orin.now())

@@ -232,6 +232,12 @@ class VirtualOrin:
         with self._lock:
             return self._t
 
+    def rail_update_interval_s(self) -> float:
+        """How often its time and rails move by themselves: once a tick while it follows the
+        wall clock (started with realtime), else 0 (they move only with steps and idles)."""
+        with self._lock:
+            return self._tick_s if self._realtime and self._thread is not None else 0.0
+
     def energy_j(self) -> dict[str, float]:
         with self._lock:
             return dict(self._energy)
