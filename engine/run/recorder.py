@@ -3,8 +3,8 @@
 A trainer callback that opens one power-monitor window when the run starts and closes
 it after the last training step (the final evaluation is not part of the run's figures),
 on a board and on the twin alike. Its power trace is the monitor's samples inside that
-window (the monitor samples at every step window's edges, so there is one per step at
-least), pulled from the monitor's ring buffer as the run goes.
+window (on the twin one per step at least, taken at the step windows' edges; on a board the
+sampler's, at its rate), pulled from the monitor's ring buffer as the run goes.
 """
 
 from __future__ import annotations
