@@ -12,11 +12,18 @@ repetitions. `tui_slowdown_pct` = how much lower the TUI's is (aim: under 3). On
 shared host run-to-run noise can exceed that, so `ui_thread_cpu_share` also gives what the
 UI thread itself burns (CPU seconds per second) while the timed steps run.
 
+The whole-run cost (`whole_run`, the figure the TUI is held to: under 3%): the same two
+runs, alternating, with every core kept busy by `os.cpu_count()` busy-loop processes (so the
+UI's work cannot hide on an idle core), each run timed from its start to its RunFinished:
+the whole process's CPU time (every thread: training, the power sampler, the twin's sync, the
+UI; `resource.getrusage`) and the wall time. `tui_cpu_cost_pct` = how much more CPU the run
+with the app took, median over the pairs; `tui_wall_cost_pct` likewise for wall time.
+
 It also times the first frame: from before importing the app to the device page drawn with
 its first reading (`first_frame_s`; `import_s` is the import part), in this process before
 anything else is imported.
 
-    .venv/bin/python bench/bench_tui.py [--steps 120] [--warmup 10] [--reps 5]
+    .venv/bin/python bench/bench_tui.py [--steps 120] [--warmup 10] [--reps 5] [--busy-reps 5]
         [--batch-size 8] [--seq-len 64] [--threads 1]
 """
 
@@ -31,7 +38,9 @@ import asyncio
 import json
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,8 +55,15 @@ if str(ROOT) not in sys.path:
 TWIN = "agx-orin-64gb"
 
 
+def process_cpu_s() -> float:
+    """CPU seconds of this whole process so far (every thread), user and system."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 class Stopwatch:
-    """A run listener: host time and samples of the steps after the warm-up."""
+    """A run listener: host time and samples of the steps after the warm-up; and the whole
+    run's wall and process CPU time, from `begin()` to the run's RunFinished."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
@@ -56,8 +72,15 @@ class Stopwatch:
         self.samples = 0
         self.step_s: list[float] = []
         self.batch = 0
+        self.start: tuple[float, float] | None = None
+        self.whole: tuple[float, float] | None = None  # (wall s, process CPU s)
+
+    def begin(self) -> None:
+        self.start = (time.perf_counter(), process_cpu_s())
 
     def __call__(self, event: Any) -> None:
+        if type(event).__name__ == "RunFinished" and self.start is not None and self.whole is None:
+            self.whole = (time.perf_counter() - self.start[0], process_cpu_s() - self.start[1])
         if type(event).__name__ != "StepEnd":
             return
         if event.step == self.warmup:
@@ -98,6 +121,7 @@ def headless(spec: Any, session: Any, store: Any, warmup: int) -> Stopwatch:
     from engine.run.experiment import run_experiment
 
     watch = Stopwatch(warmup)
+    watch.begin()
     result = run_experiment(spec, store=store, callbacks=[watch], session=session)
     assert not result.cancelled
     return watch
@@ -111,6 +135,7 @@ async def with_tui(spec: Any, session: Any, store: Any, warmup: int) -> tuple[St
     app = SlmDvfsApp(session, store=store)
     ui_cpu = wall = 0.0
     async with app.run_test(size=(80, 24)) as pilot:
+        watch.begin()
         app.start_experiment(spec, callbacks=[watch])
         mark: tuple[float, float] | None = None
         while app.engine_busy is not None:
@@ -126,11 +151,22 @@ async def with_tui(spec: Any, session: Any, store: Any, warmup: int) -> tuple[St
     return watch, posted, ui_cpu / wall if wall else 0.0
 
 
+def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
+    """n processes that each keep a core busy until terminated."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def pct_more(a: float, b: float) -> float:
+    """How much more b is than a, in percent."""
+    return 100.0 * (b / a - 1.0)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=5, help="pairs of runs on an otherwise idle process (0: none)")
+    p.add_argument("--busy-reps", type=int, default=5, help="pairs of runs with every core busy (the whole-run cost)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=1,
@@ -170,6 +206,30 @@ def main() -> int:
             tui_runs.append(watch)
             posts.append(posted)
             ui_share.append(share)
+        # The whole-run cost with every core busy: the UI's work competes with the training.
+        pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+        loops = busy_loops(os.cpu_count() or 1)
+        try:
+            load_busy = 0.0
+            for i in range(args.busy_reps):  # alternating, the order swapped every other pair
+                first_tui = i % 2 == 1
+                runs: dict[bool, Stopwatch] = {}
+                for tui_run in ((True, False) if first_tui else (False, True)):
+                    if tui_run:
+                        runs[True] = asyncio.run(with_tui(spec, session, store, args.warmup))[0]
+                    else:
+                        runs[False] = headless(spec, session, store, args.warmup)
+                assert runs[False].whole is not None and runs[True].whole is not None
+                pairs.append((runs[False].whole, runs[True].whole))
+                load_busy = max(load_busy, os.getloadavg()[0])
+        finally:
+            for proc in loops:
+                proc.terminate()
+            for proc in loops:
+                proc.wait()
+    if not (plain and tui_runs):
+        print(json.dumps(whole_run_json(pairs, args, load_busy), indent=1))
+        return 0
     h = statistics.median(w.median_step_samples_per_s for w in plain)
     t = statistics.median(w.median_step_samples_per_s for w in tui_runs)
     h_span = statistics.median(w.samples_per_s for w in plain)
@@ -188,6 +248,7 @@ def main() -> int:
         "over_whole_span": {"headless_samples_per_s": round(h_span, 2), "tui_samples_per_s": round(t_span, 2),
                             "tui_slowdown_pct": round(100.0 * (1.0 - t_span / h_span), 2)},
         "ui_messages_per_run": posts,
+        "whole_run": whole_run_json(pairs, args, load_busy),
         "ui_thread_cpu_share": round(statistics.median(ui_share), 4),  # CPU s of the UI thread per s
         **{k: round(v, 3) for k, v in frame.items()},
         "host": {"python": platform.python_version(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
@@ -195,6 +256,30 @@ def main() -> int:
     }
     print(json.dumps(out, indent=1))
     return 0
+
+
+def whole_run_json(pairs: list[tuple[tuple[float, float], tuple[float, float]]], args: argparse.Namespace,
+                   load: float) -> dict[str, Any]:
+    if not pairs:
+        return {}
+    cpu = [pct_more(h[1], t[1]) for h, t in pairs]
+    wall = [pct_more(h[0], t[0]) for h, t in pairs]
+    return {
+        "statistic": "whole process CPU s (all threads) and wall s from a run's start to its RunFinished, "
+                     "median over alternating pairs",
+        "busy_loops": os.cpu_count(),
+        "pairs": len(pairs),
+        "headless_cpu_s": round(statistics.median(h[1] for h, _t in pairs), 3),
+        "tui_cpu_s": round(statistics.median(t[1] for _h, t in pairs), 3),
+        "tui_cpu_cost_pct": round(statistics.median(cpu), 2),
+        "headless_wall_s": round(statistics.median(h[0] for h, _t in pairs), 3),
+        "tui_wall_s": round(statistics.median(t[0] for _h, t in pairs), 3),
+        "tui_wall_cost_pct": round(statistics.median(wall), 2),
+        "per_pair_cpu_cost_pct": [round(c, 2) for c in cpu],
+        "per_pair_wall_cost_pct": [round(w, 2) for w in wall],
+        "target_pct": 3.0,
+        "load_avg_1m_max": round(load, 2),
+    }
 
 
 if __name__ == "__main__":

@@ -344,10 +344,10 @@ class PowerMonitor:
                     self._rails = resolve_rails(self.rail_preset, energy)
                 self._windows[name] = _Window(t, dict(energy), exact=True)
             return
-        if not self.running:  # driven by sample_once: sample here when the sensor allows
-            self._fresh_sample(self._clock())
-        with self._lock:  # the edge's time taken under the lock: no sample older than it counts after it
-            t = self._clock()
+        t = self._edge_time()
+        with self._lock:
+            if t is None:  # the sampler runs: the edge's time taken under the lock, so no older sample counts after it
+                t = self._clock()
             ready = self._last is not None and self._last.t >= t
             self._windows[name] = _Window(t, self._energy_at(t) if ready else None, exact=False)
 
@@ -367,10 +367,9 @@ class PowerMonitor:
             with self._lock:
                 del self._windows[name]
         else:
-            if not self.running:  # driven by sample_once: sample here when the sensor allows
-                self._fresh_sample(self._clock())
+            edge = self._edge_time()
             with self._lock:  # the sampler's latest sample; no sensor read in this thread
-                end = self._clock()
+                end = self._clock() if edge is None else edge
                 end_energy = self._energy_at(end)
                 if w.start_energy is None:  # no sample after the start yet: hold the last power
                     w.start_energy = self._energy_at(w.start)
@@ -393,6 +392,16 @@ class PowerMonitor:
             samples=w.samples,
             peak_power_w=None if w.peak_mw is None else w.peak_mw / 1000.0,
         )
+
+    def _edge_time(self) -> float | None:
+        """A window edge of an integrating source: None while the sampler thread runs (the
+        caller reads the clock under the lock and uses the latest sample: no sensor read in
+        this thread); else the edge's time, sampled here when the sensor can have a newer value."""
+        if self.running:
+            return None
+        t = self._clock()
+        self._fresh_sample(t)
+        return t
 
     def _fresh_sample(self, t: float, *, exact: bool = False) -> None:
         """Sample at a window edge unless the sensor cannot have a newer value yet (an exact
