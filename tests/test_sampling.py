@@ -294,16 +294,19 @@ def test_enodev_reopens_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         files.read_ints(["in1_input"])
 
 
-def test_close_closes_the_descriptors(tmp_path: Path) -> None:
+def test_close_closes_the_descriptors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.device.sysfs as sysfs_mod
+
     (tmp_path / "a").write_text("1\n")
     (tmp_path / "b").write_text("2\n")
     files = OpenFiles(SysfsTree(tmp_path))
     assert files.read_ints(["a", "b"]) == [1, 2]
-    fds = list(files._fds.values())
+    fds = set(files._fds.values())
+    closed: list[int] = []
+    real_close = os.close
+    monkeypatch.setattr(sysfs_mod.os, "close", lambda fd: closed.append(fd) or real_close(fd))
     files.close()
-    for fd in fds:
-        with pytest.raises(OSError):
-            os.fstat(fd)
+    assert set(closed) == fds and len(closed) == 2
     assert files.read_ints(["b"]) == [2]  # reading again reopens
     files.close()
 
@@ -317,3 +320,17 @@ def test_monitor_cli_says_the_twins_rate(isolated_env, capsys: pytest.CaptureFix
     assert data["rate_hz"] == 100 and data["sampling_hz"] == pytest.approx(50)
     assert "20 ms ticks" in data["rate_note"] and "20 ms ticks" in out.err
     assert isinstance(data["samples"], int) and data["exact"] is True
+
+
+def test_session_close_closes_the_rail_files(twin_session, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    import engine.device.sysfs as sysfs_mod
+
+    device = twin_session.device
+    assert len(device.rails()) == 4
+    fds = set(device._rail_files._fds.values())
+    assert len(fds) == 8  # mV and mA of four rails, kept open
+    closed: list[int] = []
+    real_close = os.close
+    monkeypatch.setattr(sysfs_mod.os, "close", lambda fd: closed.append(fd) or real_close(fd))
+    twin_session.close()
+    assert set(closed) == fds and device._rail_files._fds == {}
