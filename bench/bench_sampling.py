@@ -12,6 +12,7 @@ the sensor's update interval taken as 0 so that every window edge may read a new
   pread), and the edges taking the sampler thread's latest sample (the new behaviour, the
   sampler running at 20 Hz meanwhile); `window_thread_cpu_us` is the calling thread's CPU
   time per window (mean), which neighbours on a shared host disturb less than the wall clock;
+  `twin_exact_counter` is the twin's exact window (its energy counter), for comparison;
 - `peak_lookup_us`: the step meter's old peak (the samples of the window taken from the
   ring buffer) against reading the window's kept peak.
 
@@ -115,6 +116,20 @@ def main() -> int:
             finally:
                 mon.stop()
             windows[name] = {"wall_us": round(wall, 2), "thread_cpu_us": round(cpu, 2), "sensor_samples": samples}
+
+        # The twin's exact windows (its energy counter; an in-memory sample at each edge, so a
+        # run's trace has one per step): unchanged by cheap sampling, for comparison.
+        from engine.device.power import TwinSource
+        from engine.device.twin.orin import VirtualOrin
+
+        with VirtualOrin(root=work / "twin") as orin:
+            orin.start(realtime=False)
+            mon = PowerMonitor(TwinSource(orin), rate_hz=20).start()
+            try:
+                wall, cpu = window_cost(mon, args.windows)
+            finally:
+                mon.stop()
+        windows["twin_exact_counter"] = {"wall_us": round(wall, 2), "thread_cpu_us": round(cpu, 2)}
 
         # The step meter's old peak: the window's samples from the ring buffer (a 120 s buffer,
         # full, at 20 Hz; a step window of 200 ms holds 4 samples).
