@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="write a Markdown report with PNG figures for a sweep (sN) or run (N)")
     p.add_argument("id", metavar="ID", help="sweep id as sN (e.g. s3), or run id as N or rN (`slm-dvfs runs`)")
-    p.add_argument("--out", metavar="DIR", default=".", help="folder for the report (default: here)")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the report (default DATA_DIR/reports; the path is printed)")
     p.add_argument("--objective", default="energy", help="sweep reports: how the optimum is chosen")
     add_db_arg(p)
     p.set_defaults(func=cmd_report)
@@ -186,7 +187,10 @@ def format_experiment(result: Any) -> str:
         cells = [f"{run.metric} (eval)".ljust(22), _fmt(run.metric_value, ".4f").rjust(26)]
         if base is not None:
             cells.append(_fmt(base.metric_value, ".4f").rjust(24))
-        lines.append("".join(cells) + "  [measured (host)]")
+        tag = run.metric_provenance.tag(run.source)
+        if base is not None and base.metric_provenance.tag(base.source) != tag:  # e.g. a reused, older baseline
+            tag += f"; MAXN {base.metric_provenance.tag(base.source)}"
+        lines.append("".join(cells) + f"  {tag}")
     if run.setting is not None:
         lines.append(f"setting (last applied): {run.setting.label()}")
     if len(run.history) > 1:
@@ -261,7 +265,7 @@ def format_sweep(result: Any) -> str:
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
         lines.append("the sweep stopped early: run the same command again to resume it")
-    lines.append(f"report: slm-dvfs report s{result.sweep_id} --out DIR")
+    lines.append(f"report: slm-dvfs report s{result.sweep_id}")
     return "\n".join(lines) + "\n"
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.paths import reports_dir
 from engine.results.compare import optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.format import setting_label
@@ -29,7 +30,6 @@ from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summa
 log = logging.getLogger(__name__)
 
 DPI = 110
-HOST_METRIC_LABEL = "measured (host)"  # the eval metric: computed on the host, never by the twin
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,13 @@ def parse_report_id(text: str) -> tuple[str, int]:
     return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
 
 
-def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: Ranking | None = None) -> Report:
-    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir`. A sweep's optimum is the
-    one `objective` ranks best (an engine.dvfs Objective, parsed by the caller); without one,
-    the least energy per sample."""
+def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
+                 objective: Ranking | None = None) -> Report:
+    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir` (None: the data dir's
+    `reports/`, engine.core.paths.reports_dir). A sweep's optimum is the one `objective` ranks
+    best (an engine.dvfs Objective, parsed by the caller); without one, the least energy per sample."""
     kind, number = parse_report_id(ident)
-    out = Path(out_dir)
+    out = reports_dir() if out_dir is None else Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -212,9 +213,10 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         if base is not None:
             row += f" {_num(getattr(base, key), fmt)} |"
         lines.append(row)
+    # Evaluated where it trained (the host, on the twin); meaningful only for pretrained weights on real data.
+    metric_tag = run.metric_provenance.tag(run.source)
     for metric, value in sorted(run.metrics.items()):
-        # trained and evaluated on the host, whatever the energy figures' source
-        row = f"| {metric} (eval) [{HOST_METRIC_LABEL}] | {value:.4f} |"
+        row = f"| {metric} (eval) {metric_tag} | {value:.4f} |"
         if base is not None:
             other = base.metrics.get(metric)
             row += f" {'-' if other is None else format(other, '.4f')} |"
