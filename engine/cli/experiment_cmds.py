@@ -151,6 +151,8 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
 
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
+    from engine.results.compare import SIGN_CONVENTION
+
     src = result.source.value
     run, base, cmp_ = result.run, result.baseline, result.comparison
     w = result.workload
@@ -197,7 +199,7 @@ def format_experiment(result: Any) -> str:
         lines.append(f"  {len(run.history)} settings applied during the run (profiling included in its figures)")
     if cmp_ is not None:
         lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
-                     f"[{cmp_.source.value}]")
+                     f"[{cmp_.source.value}]  ({SIGN_CONVENTION})")
         if cmp_.rail_saving_pct:
             lines.append("  per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
     for wait in result.thermal.get("waits", []):
@@ -237,6 +239,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def format_sweep(result: Any) -> str:
+    from engine.core.provenance import obtained
     from engine.results.compare import optimum_vs_maxn
 
     src = result.source.value
@@ -245,7 +248,9 @@ def format_sweep(result: Any) -> str:
              f"{w.precision}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
-    lines.append(f"{result.settings} settings x {result.spec.repeats} repeat(s): {result.measured} measured now, "
+    where = "on the twin" if result.identity.is_twin else "on the board"  # the twin computes, a board measures
+    lines.append(f"{result.settings} settings x {result.spec.repeats} repeat(s): {result.measured} "
+                 f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
     lines.append(f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}")
@@ -260,7 +265,7 @@ def format_sweep(result: Any) -> str:
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
         if vs_maxn is not None:
             lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                         f"slowdown {vs_maxn.slowdown_pct:+.1f}%  [{src}]")
+                         f"slowdown {vs_maxn.slowdown_pct:+.1f}% per sample  [{src}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:

@@ -16,10 +16,14 @@ from engine.results.records import RunRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 __all__ = [
-    "BASELINE_POLICY", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
+    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
     "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
+
+
+# The one sign convention of every saving shown (CLI, TUI, reports, exports), said once.
+SIGN_CONVENTION = "positive saving = less energy than MAXN, positive slowdown = slower"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
-from engine.results.compare import optimum_vs_maxn
+from engine.results.compare import SIGN_CONVENTION, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.format import setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
@@ -71,7 +71,7 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     sweep = store.get_sweep(sweep_id)
     summaries = summarize_points(store.sweep_points(sweep_id))
     if not summaries:
-        raise ConfigError(f"sweep s{sweep_id} has no measured points yet",
+        raise ConfigError(f"sweep s{sweep_id} has no points yet",
                           "run (or resume) it with `slm-dvfs sweep` first")
     device = store.get_device(sweep.device_id)
     wl = store.get_workload(sweep.workload_id)
@@ -97,7 +97,8 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
         f"Device: {device.board}, {device.module}" + (f" (digital twin {device.profile})" if device.is_twin else "")
         + ".  ",
         f"Method: {sweep.space.get('method', 'run')} sweep of space `{sweep.space.get('space', 'explicit settings')}`, "
-        f"{sweep.warmup_steps} warm-up + {sweep.steps} measured steps per point, {sweep.repeats} repetition(s); "
+        f"{sweep.steps} steps per point after {sweep.warmup_steps} uncounted warm-up step(s), "
+        f"{sweep.repeats} repetition(s); "
         f"status {sweep.status}.  ",
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
         + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
@@ -110,7 +111,8 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     vs_maxn = optimum_vs_maxn(best, maxn)
     if maxn is not None and vs_maxn is not None:
         lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
-                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}]."]
+                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}], per sample "
+                      f"({SIGN_CONVENTION})."]
     else:
         lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
     lines += ["", "## Figures", ""]
@@ -223,7 +225,7 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         lines.append(row)
     if comparison is not None:
         lines += ["", f"Against MAXN Mode 0 (run {base.id}): energy saving **{comparison.saving_pct:+.1f}%**, "  # type: ignore[union-attr]
-                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}]."]
+                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}] ({SIGN_CONVENTION})."]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"
