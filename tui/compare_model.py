@@ -224,7 +224,7 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
     if m_run is None and run.simulated:
         notes.append(f"run {run.id} is simulated: no training, so no eval metric")
     elif m_run is not None and not meaning.meaningful:
-        notes.append(f"{metric_label} {meaning.label(run.source)}: time and energy are faithful")
+        notes.append(f"{metric_label} {meaning.label(run.source)}")
     figures = (
         Figure("energy", "J", run.energy_j, b.energy_j if b else None, src, kind="saving"),
         Figure("time", "s", run.time_s, b.time_s if b else None, src, kind="slowdown"),
