@@ -69,3 +69,13 @@ def test_cli_run_prints_the_saving_with_the_sign_of_less_energy(tmp_path: Path,
     text = capsys.readouterr().out
     assert f"energy saving vs MAXN: {c['saving_pct']:+.1f}%   slowdown: {c['slowdown_pct']:+.1f}%" in text
     assert "positive saving = less energy" in text
+
+
+def test_a_twin_sweep_says_its_points_were_computed_not_measured(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sweep", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+            "--twin", "agx-orin-64gb", "--db", str(tmp_path / "db.sqlite"), "--fast", "--steps", "3"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "12 computed now on the twin, 0 resumed" in text and "measured now" not in text
+    assert "vs MAXN Mode 0: energy saving +" in text  # the least energy of points that include MAXN: positive

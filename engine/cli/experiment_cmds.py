@@ -201,7 +201,7 @@ def format_experiment(result: Any) -> str:
         lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
                      f"[{cmp_.source.value}]  ({SIGN_CONVENTION})")
         if cmp_.rail_saving_pct:
-            lines.append("  per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
+            lines.append("  saving per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
