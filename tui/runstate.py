@@ -135,7 +135,8 @@ class RunTracker:
                 self.metrics_provenance = MetricProvenance(getattr(event, "weights", None),
                                                            getattr(event, "synthetic", None))
                 shown = ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items())
-                self._say(f"eval {event.split} at step {event.step}: {shown}")
+                self._say(f"eval {event.split} at step {event.step}: {shown} "
+                          f"{self.metrics_provenance.tag(self.source)}")
             elif name == "Paused":
                 self.status = "paused"
                 self._say(f"paused after step {event.step}")
