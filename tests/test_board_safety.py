@@ -246,7 +246,7 @@ def test_case5_a_killed_run_is_marked_abandoned(tmp_path: Path, isolated_env, ca
     assert "abandoned" in capsys.readouterr().err
 
 
-def test_case5_an_old_store_is_migrated_to_v4(tmp_path: Path) -> None:
+def test_case5_an_old_store_is_migrated_to_the_current_version(tmp_path: Path) -> None:
     from engine.results import migrations
     from engine.results.store import Store
 
@@ -260,7 +260,7 @@ def test_case5_an_old_store_is_migrated_to_v4(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with Store(db) as store:
-        assert store.schema_version() == 4
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 5  # through v4 (abandoned) and v5
         run = store.list_runs()[0]
         assert run.status == "running"  # no owner recorded before v4: it cannot be judged, so it stays
         with store._tx("test") as c:

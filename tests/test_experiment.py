@@ -123,6 +123,14 @@ def test_static_policy_against_maxn_with_training(store: Store, tmp_path: Path) 
     assert rec.energy_j == pytest.approx(run.energy_j) and rec.metrics["accuracy"] == run.metric_value
     assert rec.setting["gpu_hz"] == 612 * MHZ and brec.policy == "maxn" and brec.seed == rec.seed == 0
     assert len(store.power_samples(run.run_id)) == 4
+    # offline: bert-tiny starts from random weights on generated data, so its accuracy means nothing
+    assert (rec.weights, rec.synthetic, rec.data_source) == ("random", True, "synthetic") == (
+        brec.weights, brec.synthetic, brec.data_source)
+    assert run.metric_provenance.meaningful is False and result.to_json()["run"]["metric"]["meaningful"] is False
+    from engine.cli.experiment_cmds import format_experiment
+
+    (line,) = [x for x in format_experiment(result).splitlines() if x.startswith("accuracy (eval)")]
+    assert line.endswith("  not meaningful (random weights / generated data)") and "[measured" not in line
     (cmp_rec,) = store.comparisons_for(run.run_id)
     assert cmp_rec.saving_pct == pytest.approx(c.saving_pct) and c.record_id == cmp_rec.id
     # the guard put the twin's clocks back

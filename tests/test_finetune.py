@@ -11,7 +11,7 @@ import torch
 
 from engine.cli import main
 from engine.core.errors import ConfigError
-from engine.workload.events import RunFinished, StepEnd
+from engine.workload.events import EvalResult, RunFinished, StepEnd
 from engine.workload.finetune import FinetuneSpec, run_finetune
 
 TINY = dict(task="sst2", batch_size=8, max_seq_len=16, train_samples=32, eval_samples=16)
@@ -211,3 +211,7 @@ def test_dynamic_padding_and_events() -> None:
     assert len(ends) == 3 and all(e.tokens <= 8 * 16 for e in ends)
     assert isinstance(events[-1], RunFinished) and result.steps == 3
     assert torch.isfinite(torch.tensor(result.losses)).all()
+    # every evaluation says what the model learnt from, so listeners can say the metric means nothing
+    evals = [e for e in events if isinstance(e, EvalResult)]
+    assert evals and all((e.weights, e.synthetic) == (result.weights, result.synthetic) == ("random", True)
+                         for e in evals)

@@ -74,7 +74,14 @@ def test_sweep_report_names_the_optimum_and_draws_the_figures(tmp_path: Path) ->
     assert md.count("(optimum)") == 1 and "(MAXN)" in md
 
 
-def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("weights", "synthetic", "metric_label"), [
+    ("pretrained", False, "[measured (host)]"),  # the twin's runs train and evaluate on the host
+    ("random", True, "not meaningful (random weights / generated data)"),
+    ("pretrained", True, "not meaningful (generated data)"),
+    (None, None, "meaning unknown (weights not recorded / data not recorded)"),  # a run stored before schema v5
+])
+def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path, weights: str | None,
+                                                         synthetic: bool | None, metric_label: str) -> None:
     with Store(tmp_path / "db.sqlite") as store:
         dev = store.ensure_device(DeviceRecord("Jetson AGX Orin", "P3701-0000 (AGX Orin 64GB)", is_twin=True))
         wl = store.ensure_workload(WorkloadRecord("bert-base", "sst2", 16, 128, "fp16"))
@@ -84,7 +91,7 @@ def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path) -> None
                                   rails="all")
             store.finish_run(rid, time_s=time_s, energy_j=energy, samples=160, metrics={"accuracy": 0.9},
                              rail_energy_j={"VDD_GPU_SOC": energy * 0.7, "VDD_CPU_CV": energy * 0.3},
-                             setting={"gpu_hz": gpu, "nvpmodel": 0})
+                             setting={"gpu_hz": gpu, "nvpmodel": 0}, weights=weights, synthetic=synthetic)
             store.add_power_samples(rid, [PowerSample(t * 0.5, {"VDD_GPU_SOC": 5000.0 + 100 * (t % 7),
                                                                 "VDD_CPU_CV": 2000.0}) for t in range(40)])
             ids.append(rid)
@@ -95,7 +102,7 @@ def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path) -> None
     for fig in report.figures:
         assert_real_png(fig)
     assert "energy saving **+20.0%**, slowdown **+20.0%** [twin]" in md
-    assert "GPU 816 · CPU gov · EMC gov · mode 0" in md and "| accuracy (eval) [measured (host)] | 0.9000 | 0.9000 |" in md
+    assert "GPU 816 · CPU gov · EMC gov · mode 0" in md and f"| accuracy (eval) {metric_label} | 0.9000 | 0.9000 |" in md
     assert "| figure [twin] |" in md  # the energy figures keep their source
 
 
@@ -149,3 +156,21 @@ def test_the_sweep_report_ranks_by_the_callers_objective(tmp_path: Path) -> None
     imported = {n.module for n in ast.walk(ast.parse(Path(report_module.__file__).read_text()))
                 if isinstance(n, ast.ImportFrom)}
     assert not any(m and m.startswith("engine.dvfs") for m in imported)
+
+
+def test_a_report_without_out_goes_to_the_data_dir_and_says_where(
+        tmp_path: Path, isolated_env: object, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not into the current folder (the repo root, leaving untracked files): DATA_DIR/reports."""
+    db = tmp_path / "db.sqlite"
+    with Store(db) as store:
+        sid = fill_sweep(store)
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main(["report", f"s{sid}", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    reports = isolated_env.data_dir / "reports"  # type: ignore[attr-defined]
+    md = reports / f"sweep-s{sid}.md"
+    assert md.is_file() and f"wrote {md}" in out
+    assert list(here.iterdir()) == []

@@ -84,7 +84,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 4
+    assert store.schema_version() == SCHEMA_VERSION == 5
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -188,7 +188,7 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 4
+        assert s.schema_version() == SCHEMA_VERSION == 5
         assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
         assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
         assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged
@@ -196,6 +196,33 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
         assert s.get_run(new).simulated and not s.get_run(s.start_run(policy="maxn", source="twin")).simulated
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT id FROM runs WHERE simulated = 1 ORDER BY id").fetchall() == [(1,), (new,)]
+
+
+def test_a_version_4_database_reads_what_its_runs_learnt_from_as_their_notes_say(db: Path) -> None:
+    """Version 5 stores weights and data for the eval metric's meaning; before, experiments wrote
+    the weights only in their notes and `synthetic` only when true: the rest reads as unknown."""
+    conn = sqlite3.connect(db)
+    for step in store_schema.MIGRATIONS[:3]:
+        for statement in step:
+            conn.execute(statement)
+    store_schema.MIGRATIONS[3](conn)
+    conn.executescript("""
+        INSERT INTO devices VALUES (1, 'Orin', 'P3701', NULL, NULL, 'agx-orin-64gb', 1, 'twin', '2025-01-01');
+        INSERT INTO runs (id, device_id, policy, status, started_at, source, notes, synthetic, metrics) VALUES
+            (1, 1, 'maxn', 'finished', '2025-01-01', 'twin',
+             'policy maxn; weights random; synthetic data (accuracy not meaningful)', 1, '{"accuracy": 1.0}'),
+            (2, 1, 'maxn', 'finished', '2025-01-01', 'twin', 'policy maxn; weights pretrained', NULL,
+             '{"accuracy": 0.9}'),
+            (3, 1, 'maxn', 'finished', '2025-01-01', 'twin', NULL, NULL, '{"accuracy": 0.5}');
+        PRAGMA user_version = 4;
+    """)
+    conn.close()
+    with Store(db) as s:
+        runs = [s.get_run(i) for i in (1, 2, 3)]
+    assert [(r.weights, r.synthetic, r.data_source) for r in runs] == [
+        ("random", True, None), ("pretrained", None, None), (None, None, None)]
+    assert [r.metric_provenance.meaningful for r in runs] == [False, None, None]  # never meaningful unless known
+    assert runs[0].to_json()["metric_provenance"] == {"weights": "random", "data": "generated", "meaningful": False}
 
 
 def test_a_failed_migration_leaves_the_file_as_it_was(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,11 +233,11 @@ def test_a_failed_migration_leaves_the_file_as_it_was(db: Path, monkeypatch: pyt
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(store_schema, "MIGRATIONS", store_schema.MIGRATIONS + (broken,))
-    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", 5)
-    with pytest.raises(StoreError, match="from schema version 4 to 5 failed: disk on fire"):
+    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", 6)
+    with pytest.raises(StoreError, match="from schema version 5 to 6 failed: disk on fire"):
         Store(db)
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
 
 
@@ -280,6 +307,17 @@ def test_run_lifecycle_from_start_to_finish(store: Store) -> None:
     assert done.samples_per_s == pytest.approx(32.0) and done.joules_per_sample == pytest.approx(100.0 / 320)
     assert done.metrics == {"accuracy": 0.75} and done.rails == "gpu+cpu" and done.synthetic is True
     assert store.get_run(rid) == done
+    assert done.metric_provenance.meaningful is False  # random weights, generated data
+
+
+def test_finish_run_records_what_the_run_learnt_from(store: Store) -> None:
+    rid = store.start_run(policy="maxn", source=Source.TWIN, device=TWIN, workload=TINY)
+    assert store.get_run(rid).metric_provenance.meaningful is None  # not known until the run says
+    done = store.finish_run(rid, time_s=1.0, energy_j=2.0, metrics={"accuracy": 0.9}, weights="pretrained",
+                            synthetic=False, data_source="dir:/glue/SST-2")
+    assert (done.weights, done.synthetic, done.data_source) == ("pretrained", False, "dir:/glue/SST-2")
+    assert done.metric_provenance.meaningful is True
+    assert done.metric_provenance.label(done.source) == "measured (host)"
 
 
 def test_a_window_from_another_source_is_refused(store: Store) -> None:

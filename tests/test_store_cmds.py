@@ -146,13 +146,39 @@ def test_show_tells_everything_with_its_comparison(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert f"Run {run}  [twin]  finished" in out
     assert "Figures [twin]" in out and "850.00 J over gpu+cpu" in out and "8.17 W" in out
-    assert "bert-mini / qnli" in out and "GPU 816 EMC 3199 MHz m0" in out and "accuracy" in out
+    assert "bert-mini / qnli" in out and "GPU 816 EMC 3199 MHz m0" in out
+    # stored without what the run learnt from: never shown as measured
+    assert "accuracy     0.8100  meaning unknown (weights not recorded / data not recorded)" in out
     assert f"Comparison [twin] vs baseline run {base}: energy saving +15.0%, slowdown +4.0%" in out
     assert "5 samples stored" in out
     assert main(["show", str(base), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["comparisons"][0]["saving_pct"] == pytest.approx(15.0)
     assert shown["comparisons"][0]["source"] == "twin"
+
+
+@pytest.mark.parametrize(("weights", "synthetic", "label"), [
+    ("random", True, "not meaningful (random weights / generated data)"),
+    ("random", False, "not meaningful (random weights)"),
+    ("pretrained", False, "[measured (host)]"),
+])
+def test_show_and_export_say_whether_the_eval_metric_means_anything(
+        capsys: pytest.CaptureFixture[str], db: Path, tmp_path: Path, weights: str, synthetic: bool,
+        label: str) -> None:
+    twin = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005", "36.3.0", "6.0", "agx-orin-64gb", True)
+    with Store(db) as s:
+        rid = s.start_run(policy="maxn", source="twin", device=twin, workload=WorkloadRecord("bert-mini", "sst2", 16,
+                                                                                             128, "fp32"))
+        s.finish_run(rid, time_s=10.0, energy_j=100.0, samples=160, metrics={"accuracy": 1.0}, weights=weights,
+                     synthetic=synthetic, data_source="synthetic" if synthetic else "dir:/glue/SST-2")
+    assert main(["show", str(rid)]) == 0
+    assert f"accuracy     1.0000  {label}" in capsys.readouterr().out
+    out = tmp_path / "run.csv"
+    assert main(["export", str(rid), "--out", str(out)]) == 0
+    meta = json.loads(next(line for line in out.read_text().splitlines()
+                           if line.startswith("# metric_provenance: ")).split(": ", 1)[1])
+    assert meta == {"weights": weights, "data": "generated" if synthetic else "real",
+                    "meaningful": weights == "pretrained" and not synthetic}
 
 
 @pytest.mark.parametrize("command", [["show", "99"], ["export", "99"], ["show", "99", "--json"]])

@@ -27,6 +27,7 @@ from tui.screens.modals import ConfirmScreen
 from tui.screens.run import RunScreen
 from tui.screens.setup import SetupScreen
 from tui.screens.sweep import SweepScreen
+from tui.widgets.run_panes import ProgressPane
 
 GPU = "sys/class/devfreq/17000000.gpu"
 CLOCK_FILES = (f"{GPU}/min_freq", f"{GPU}/max_freq", f"{GPU}/governor",
@@ -108,10 +109,14 @@ async def test_setup_run_compare_on_the_twin(twin_session: DeviceSession, result
         assert view.saving_pct == pytest.approx(result.comparison.saving_pct)
         assert view.slowdown_pct == pytest.approx(result.comparison.slowdown_pct)
         title = plain(app.screen.query_one("#compare-title").content)
-        assert f"saving {abs(result.comparison.saving_pct):.1f}%" in title and "[twin]" in title
+        # one sign convention: positive saving = less energy, positive slowdown = slower
+        assert f"energy saving {result.comparison.saving_pct:+.1f}%" in title and "[twin]" in title
+        assert f"slowdown {result.comparison.slowdown_pct:+.1f}%" in title
         figures = plain(app.screen.query_one("#compare-figures").content)
         assert f"{result.run.energy_j:.2f}" in figures and f"{result.baseline.energy_j:.2f}" in figures
         assert "[twin]" in figures
+        energy_row = next(line for line in figures.splitlines() if line.strip().startswith("energy J"))
+        assert f"{result.comparison.saving_pct:+.1f}% saving" in energy_row
         rails = plain(app.screen.query_one("#compare-rails").content)
         assert "VDD_GPU_SOC" in rails
         run_chart, base_chart = app.screen.query_one("#chart-run"), app.screen.query_one("#chart-base")
@@ -304,7 +309,7 @@ async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(twin_s
         assert view.sweep_id == sweep.id and len(results_store.sweep_points(sweep.id)) == view.total
         heat = plain(app.screen.query_one("#sweep-heat").content)
         assert "MAXN" in heat and "★" in heat and "GPU 1300.5" in heat
-        assert "less than MAXN" in plain(app.screen.query_one("#sweep-summary").content)
+        assert "vs MAXN: energy saving +" in plain(app.screen.query_one("#sweep-summary").content)
         await ui.press("q")
 
 
@@ -344,4 +349,11 @@ async def test_real_fine_tuning_of_bert_tiny_against_maxn(twin_session: DeviceSe
         assert isinstance(app.screen, CompareScreen)
         figures = {f.name: f for f in app.screen.view.figures}
         assert figures["accuracy"].run == pytest.approx(result.run.metric_value)
+        # random weights on generated data (offline): the metric is marked, on Compare and on the Run page
+        assert figures["accuracy"].meaningful is False and figures["accuracy"].source_text == "not meaningful"
+        assert app.run_view.metrics_provenance.meaningful is False
+        await ui.press("3")
+        progress = plain(app.screen.query_one(ProgressPane).content)
+        (eval_line,) = [line for line in progress.splitlines() if line.startswith("eval ")]
+        assert eval_line.endswith("not meaningful (random weights / generated data)") and "[measured" not in eval_line
         await ui.press("q")

@@ -233,7 +233,10 @@ def test_comparison_side_by_side_from_the_store(store: Store) -> None:
     figures = {f.name: f for f in view.figures}
     assert figures["energy"].run == pytest.approx(68.8) and figures["energy"].base == pytest.approx(80.68)
     assert figures["mJ/sample"].run == pytest.approx(68.8 / 9600 * 1000)
-    assert figures["accuracy"].run == pytest.approx(0.81) and figures["accuracy"].source is Source.MEASURED
+    assert figures["accuracy"].run == pytest.approx(0.81)
+    # the demo's runs trained random weights on generated data: the accuracy is not shown as measured
+    assert figures["accuracy"].source_text == "not meaningful" and figures["accuracy"].delta_pct is None
+    assert any("accuracy not meaningful (random weights / generated data)" in n for n in view.notes)
     rails = {r: (a, b, s) for r, a, b, s in view.rails}
     assert rails["VDD_GPU_SOC"][2] == pytest.approx(100 * (47.0 - 31.9) / 47.0)
     # identical axes: the span covers the longer run, the top the higher peak of both
@@ -276,6 +279,40 @@ def test_the_store_and_the_compare_page_give_the_same_comparison(store: Store) -
         compare_records(sim, base)
     view = build_comparison(sim, base)
     assert view.saving_pct is None and "not comparable" in view.notes[0] and "simulated" in view.notes[0]
+
+
+def test_the_maxn_run_itself_says_it_is_the_baseline(store: Store) -> None:
+    """Not "no MAXN baseline of this workload" on the MAXN run."""
+    ids = demo.fill_store(store)
+    maxn = store.get_run(ids["maxn"])
+    assert find_baseline(store, maxn) is None
+    view = build_comparison(maxn, find_baseline(store, maxn))
+    assert view.base is None and view.baseline_note == "this run is the MAXN Mode 0 baseline"
+    lone = build_comparison(store.get_run(ids["lone"]), None)
+    assert lone.baseline_note.startswith("no MAXN Mode 0 run of this workload")
+
+
+def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store) -> None:
+    """A run not compared when it ran, whose workload has a MAXN run of other steps and seed:
+    the Compare page finds it and compares per sample."""
+    ids = demo.fill_store(store)
+    maxn = store.get_run(ids["maxn"])
+    rid = store.start_run(policy="static", source=Source.TWIN, device=maxn.device_id, workload=maxn.workload_id,
+                          seed=3, steps=150, rails="all", weights="pretrained", synthetic=False)
+    run = store.finish_run(rid, time_s=1.8, rail_energy_j={"VDD_GPU_SOC": 16.0, "VDD_CPU_CV": 2.9,
+                                                          "VIN_SYS_5V0": 9.7, "VDDQ_VDD2_1V8AO": 5.85},
+                           samples=4800, steps=150, metrics={"accuracy": 0.9})
+    base = find_baseline(store, run)
+    assert base is not None and base.id == maxn.id
+    view = build_comparison(run, base)
+    assert view.base is not None and view.baseline_note == "MAXN Mode 0" and view.per_sample
+    assert view.saving_pct == pytest.approx(100 * (1 - (run.energy_j / 4800) / (maxn.energy_j / 9600)))
+    assert view.slowdown_pct == pytest.approx(100 * ((1.8 / 4800) / (2.87 / 9600) - 1))
+    figures = {f.name: f for f in view.figures}
+    assert figures["energy"].delta_pct is None  # totals of runs of other lengths: no difference given
+    assert figures["mJ/sample"].delta_pct == pytest.approx(view.saving_pct)
+    assert figures["accuracy"].source_text == "[measured (host)]"  # pretrained, real data, on the twin
+    assert any("per sample" in n for n in view.notes) and any("seed 0" in n for n in view.notes)
 
 
 def test_a_simulated_run_finds_only_a_simulated_baseline(store: Store) -> None:
@@ -364,3 +401,17 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
     assert preview.line().endswith("[predicted]") and "saves" in preview.short()
+
+
+def test_the_run_tracker_keeps_whether_the_eval_metric_means_anything() -> None:
+    from engine.workload.events import EvalResult
+
+    tracker = RunTracker(Source.TWIN, RAILS)
+    tracker.feed(started())
+    tracker.feed(EvalResult(step=1, split="validation", metrics={"accuracy": 1.0}, samples=8, wall_s=0.1))
+    assert tracker.view().metrics_provenance.meaningful is None  # not told: never shown as measured
+    tracker.feed(EvalResult(step=2, split="validation", metrics={"accuracy": 1.0}, samples=8, wall_s=0.1,
+                            weights="random", synthetic=True))
+    view = tracker.view()
+    assert view.metrics == {"accuracy": 1.0} and view.metrics_provenance.meaningful is False
+    assert view.metrics_provenance.tag(view.source) == "not meaningful (random weights / generated data)"

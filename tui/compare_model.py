@@ -7,19 +7,34 @@ rows of labelled figures and two power series on shared axes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.results.compare import Side, comparison, mismatch, rail_saving_pct
+from engine.results.baseline import BASELINE_POLICY
+from engine.results.compare import (
+    Side,
+    comparison,
+    mismatch,
+    per_sample_saving_pct,
+    per_sample_slowdown_pct,
+    rail_saving_pct,
+)
 from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
 
 
+# What the change column says, one sign convention everywhere (as the CLI and the reports):
+# `saving` is positive when the run used less than MAXN (energy, energy per sample), `slowdown`
+# positive when it took longer, `change` positive when the figure went up (power, throughput).
+DELTA_KINDS = ("saving", "slowdown", "change")
+
+
 @dataclass(frozen=True)
 class Figure:
-    """One row of the side-by-side table: the run's value, the baseline's, and the change."""
+    """One row of the side-by-side table: the run's value, the baseline's, and the difference,
+    as a `saving`, a `slowdown` or a `change` (DELTA_KINDS)."""
 
     name: str
     unit: str
@@ -27,13 +42,45 @@ class Figure:
     base: float | None
     source: Source
     fmt: str = ".2f"
-    lower_is_better: bool = True
+    kind: str = "change"
+    lower_is_better: bool = True  # for a `change`
+    label: str | None = None  # instead of `[source]`: an eval metric's provenance label
+    meaningful: bool | None = True  # False / None: the figure means nothing (or may not): no difference given
 
     @property
     def change_pct(self) -> float | None:
+        """Relative change of the run against the baseline (positive: it went up)."""
         if self.run is None or self.base is None or not self.base:
             return None
         return 100.0 * (self.run - self.base) / self.base
+
+    @property
+    def delta_pct(self) -> float | None:
+        """The difference in this row's own sense: saving (positive = less), slowdown or change."""
+        change = self.change_pct
+        if change is None or not self.meaningful:
+            return None
+        return -change if self.kind == "saving" else change
+
+    @property
+    def better(self) -> bool | None:
+        """Whether the difference favours the run (None: no difference to speak of)."""
+        delta = self.delta_pct
+        if delta is None or abs(delta) < 0.05:
+            return None
+        if self.kind == "saving":
+            return delta > 0
+        return delta < 0 if self.kind == "slowdown" or self.lower_is_better else delta > 0
+
+    @property
+    def delta_text(self) -> str:
+        """`+11.1% saving`, `+49.8% slowdown`, `-40.2% change`; `-` when there is none."""
+        delta = self.delta_pct
+        return "-" if delta is None else f"{delta:+.1f}% {self.kind}"
+
+    @property
+    def source_text(self) -> str:
+        return self.label if self.label is not None else f"[{self.source.value}]"
 
 
 @dataclass(frozen=True)
@@ -80,8 +127,8 @@ class CompareView:
     run: RunRecord
     base: RunRecord | None
     figures: tuple[Figure, ...]
-    saving_pct: float | None  # energy saved against the baseline (negative: it cost more)
-    slowdown_pct: float | None  # time added (negative: faster)
+    saving_pct: float | None  # energy saved against the baseline (positive: less energy)
+    slowdown_pct: float | None  # time added (positive: slower)
     source: Source  # of the saving and slowdown
     rails: tuple[tuple[str, float | None, float | None, float | None], ...]  # rail, run J, base J, saving %
     run_series: Series
@@ -89,6 +136,8 @@ class CompareView:
     span_s: float  # shared x axis
     peak_w: float  # shared y axis
     notes: tuple[str, ...] = field(default_factory=tuple)
+    baseline_note: str = ""  # what the title says of the baseline, e.g. that the run is the baseline itself
+    per_sample: bool = False  # saving and slowdown per training sample (runs of different lengths)
 
     def title(self, rec: RunRecord) -> str:
         return f"run {rec.id} · {rec.policy}"
@@ -140,10 +189,13 @@ def rails_of(run: RunRecord) -> tuple[str, ...] | None:
 def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequence[Any] = (),
                      base_samples: Sequence[Any] = ()) -> CompareView:
     """Side-by-side figures of `run` and its baseline (None: the run alone). The saving and
-    slowdown are engine.results.compare's, given only when the two runs compare."""
+    slowdown are engine.results.compare's, given only when the two runs compare; for runs of
+    different lengths (a MAXN run of the workload with other steps) they are per sample."""
     notes: list[str] = []
     src = run.source
     saving = slowdown = None
+    per_sample = False
+    rail_saving: dict[str, float] = {}
     if base is not None:
         problem = mismatch(Side.of(run), Side.of(base))
         if problem is not None:
@@ -152,29 +204,48 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                 base = None
         elif run.energy_j is not None and run.time_s is not None:
             c = comparison(Side.of(run), Side.of(base))
-            saving, slowdown, src = c.saving_pct, c.slowdown_pct, c.source
+            saving, slowdown, src, rail_saving = c.saving_pct, c.slowdown_pct, c.source, dict(c.rail_saving_pct)
+            if run.samples and base.samples and run.samples != base.samples and run.joules_per_sample \
+                    and base.joules_per_sample and run.samples_per_s and base.samples_per_s:
+                per_sample = True  # totals of runs of different lengths do not compare; per sample they do
+                saving = per_sample_saving_pct(run.joules_per_sample, base.joules_per_sample)
+                slowdown = per_sample_slowdown_pct(1.0 / run.samples_per_s, 1.0 / base.samples_per_s)
+                rail_saving = {r: per_sample_saving_pct(rj / run.samples, base.rail_energy_j[r] / base.samples)
+                               for r, rj in run.rail_energy_j.items() if base.rail_energy_j.get(r)}
+                notes.append(f"run {run.id} trained {run.samples} samples, MAXN run {base.id} {base.samples}: "
+                             f"saving and slowdown are per sample")
+            if base.seed != run.seed:
+                notes.append(f"MAXN run {base.id} used seed {base.seed}, run {run.id} seed {run.seed}")
     b = base
     m_name, m_run = primary_metric(run)
     b_name, m_base = primary_metric(b) if b is not None else (None, None)
     metric_label = m_name or b_name or "eval metric"
+    meaning = run.metric_provenance
     if m_run is None and run.simulated:
         notes.append(f"run {run.id} is simulated: no training, so no eval metric")
+    elif m_run is not None and not meaning.meaningful:
+        notes.append(f"{metric_label} {meaning.label(run.source)}")
     figures = (
-        Figure("energy", "J", run.energy_j, b.energy_j if b else None, src),
-        Figure("time", "s", run.time_s, b.time_s if b else None, src),
+        Figure("energy", "J", run.energy_j, b.energy_j if b else None, src, kind="saving"),
+        Figure("time", "s", run.time_s, b.time_s if b else None, src, kind="slowdown"),
         Figure("power", "W", run.avg_power_w, b.avg_power_w if b else None, src),
         Figure("mJ/sample", "", _milli(run.joules_per_sample), _milli(b.joules_per_sample) if b else None,
-               src, fmt=".3f"),
+               src, fmt=".3f", kind="saving"),
         Figure("samples/s", "", run.samples_per_s, b.samples_per_s if b else None, src, fmt=".1f",
                lower_is_better=False),
-        Figure(metric_label, "", m_run, m_base, Source.MEASURED, fmt=".4f", lower_is_better=False),
+        Figure(metric_label, "", m_run, m_base, Source.MEASURED, fmt=".4f", lower_is_better=False,
+               label=f"[{meaning.label(run.source)}]" if meaning.meaningful else meaning.label(run.source, short=True),
+               meaningful=meaning.meaningful),
     )
+    if per_sample:  # the totals' differences would mix in the runs' lengths
+        figures = tuple(replace(f, meaningful=False) if f.name in ("energy", "time") else f for f in figures)
     rails: list[tuple[str, float | None, float | None, float | None]] = []
     names = list(run.rail_energy_j) + [r for r in (b.rail_energy_j if b else {}) if r not in run.rail_energy_j]
-    per_rail = rail_saving_pct(run.rail_energy_j, b.rail_energy_j) if b is not None else {}
+    if b is not None and saving is None:  # not comparable: the rails' savings are shown all the same
+        rail_saving = rail_saving_pct(run.rail_energy_j, b.rail_energy_j)
     for rail in names:
         rails.append((rail, run.rail_energy_j.get(rail), b.rail_energy_j.get(rail) if b else None,
-                      per_rail.get(rail)))
+                      rail_saving.get(rail)))
     wanted = rails_of(run)
     rs = series_of(run_samples, wanted, run.source)
     bs = series_of(base_samples, rails_of(b) or wanted, b.source) if b is not None else None
@@ -182,7 +253,17 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
     peak = max(rs.peak_w, bs.peak_w if bs else 0.0)
     return CompareView(run=run, base=b, figures=figures, saving_pct=saving, slowdown_pct=slowdown, source=src,
                        rails=tuple(rails), run_series=rs, base_series=bs, span_s=span,
-                       peak_w=nice_ceiling(peak), notes=tuple(notes))
+                       peak_w=nice_ceiling(peak), notes=tuple(notes), baseline_note=baseline_note(run, b),
+                       per_sample=per_sample)
+
+
+def baseline_note(run: RunRecord, base: RunRecord | None) -> str:
+    """What the Compare page's title says of the baseline."""
+    if base is not None:
+        return "MAXN Mode 0"
+    if run.policy == BASELINE_POLICY:
+        return "this run is the MAXN Mode 0 baseline"
+    return "no MAXN Mode 0 run of this workload on this device, of this kind, in the store"
 
 
 def _milli(value: float | None) -> float | None:

@@ -69,7 +69,8 @@ def run_view(steps_done: int = 120, total: int = 300) -> RunView:
         tracker.feed(StepEnd(step=i, epoch=i // 63, loss=0.70 - 0.001 * i, samples=32, tokens=4096, lr=1e-3,
                              wall_s=0.02, elapsed_s=0.02 * i))
         if i == 100:
-            tracker.feed(EvalResult(step=100, split="validation", metrics={"accuracy": 0.8125}, samples=64, wall_s=0.1))
+            tracker.feed(EvalResult(step=100, split="validation", metrics={"accuracy": 0.8125}, samples=64, wall_s=0.1,
+                                    weights="random", synthetic=True))
     return tracker.view()
 
 
@@ -85,7 +86,8 @@ def fill_store(store: Any) -> dict[str, int]:
     def run(policy: str, notes: str, setting: DvfsSetting, time_s: float, rail_j: dict[str, float],
             accuracy: float, workload_id: int = workload) -> int:
         rid = store.start_run(policy=policy.split(":")[0], source=Source.TWIN, device=device, workload=workload_id,
-                              objective="energy", seed=0, steps=300, rails="all", synthetic=True, notes=notes,
+                              objective="energy", seed=0, steps=300, rails="all", weights="random", synthetic=True,
+                              data_source="synthetic", notes=notes,
                               started_at=STAMP)
         store.finish_run(rid, time_s=time_s, rail_energy_j=rail_j, rails="all", wall_s=6.0, samples=9600, steps=300,
                          metrics={"accuracy": accuracy}, setting=setting, notes=notes, finished_at=STAMP)

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.provenance import Source
+from engine.core.provenance import MetricProvenance, Source
 
 WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200
@@ -55,6 +55,7 @@ class RunView:
     chart_w: tuple[float | None, ...] = ()  # total power, oldest first, one value per column
     chart_span_s: float = 0.0
     metrics: Mapping[str, float] = field(default_factory=dict)  # the last evaluation
+    metrics_provenance: MetricProvenance | None = None  # whether they mean anything; None: not told
     log: tuple[str, ...] = ()
     log_count: int = 0  # lines ever logged: the last len(log) of them are in `log`
 
@@ -103,6 +104,7 @@ class RunTracker:
         # (t_end, dt, joules per rail) per step, last `window_s` of device time
         self._spans: deque[tuple[float, float, Mapping[str, float]]] = deque()
         self.metrics: dict[str, float] = {}
+        self.metrics_provenance: MetricProvenance | None = None
 
     def feed(self, event: Any) -> bool:
         """Fold one engine event in; True when the UI should hear of it at once (not a step)."""
@@ -130,8 +132,11 @@ class RunTracker:
                                  f"{event.batch_size} on {event.device}")
             elif name == "EvalResult":
                 self.metrics = {k: float(v) for k, v in event.metrics.items()}
+                self.metrics_provenance = MetricProvenance(getattr(event, "weights", None),
+                                                           getattr(event, "synthetic", None))
                 shown = ", ".join(f"{k} {v:.4g}" for k, v in self.metrics.items())
-                self._say(f"eval {event.split} at step {event.step}: {shown}")
+                self._say(f"eval {event.split} at step {event.step}: {shown} "
+                          f"{self.metrics_provenance.tag(self.source)}")
             elif name == "Paused":
                 self.status = "paused"
                 self._say(f"paused after step {event.step}")
@@ -210,7 +215,7 @@ class RunTracker:
                 device_samples_per_s=dev_sps, eta_s=eta, source=self.source, device_time_s=self.device_time,
                 energy_j=energy, projected_j=projected, rails=rails, rail_now_w=dict(self.now_w),
                 rail_avg_w=avg, chart_w=chart, chart_span_s=span, metrics=dict(self.metrics),
-                log=tuple(self._log), log_count=self._logged,
+                metrics_provenance=self.metrics_provenance, log=tuple(self._log), log_count=self._logged,
             )
 
     def _chart(self, rails: Sequence[str]) -> tuple[tuple[float | None, ...], float, dict[str, float]]:

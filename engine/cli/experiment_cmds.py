@@ -69,7 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="write a Markdown report with PNG figures for a sweep (sN) or run (N)")
     p.add_argument("id", metavar="ID", help="sweep id as sN (e.g. s3), or run id as N or rN (`slm-dvfs runs`)")
-    p.add_argument("--out", metavar="DIR", default=".", help="folder for the report (default: here)")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder for the report (default DATA_DIR/reports; the path is printed)")
     p.add_argument("--objective", default="energy", help="sweep reports: how the optimum is chosen")
     add_db_arg(p)
     p.set_defaults(func=cmd_report)
@@ -150,6 +151,8 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
 
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
+    from engine.results.compare import SIGN_CONVENTION
+
     src = result.source.value
     run, base, cmp_ = result.run, result.baseline, result.comparison
     w = result.workload
@@ -186,16 +189,19 @@ def format_experiment(result: Any) -> str:
         cells = [f"{run.metric} (eval)".ljust(22), _fmt(run.metric_value, ".4f").rjust(26)]
         if base is not None:
             cells.append(_fmt(base.metric_value, ".4f").rjust(24))
-        lines.append("".join(cells) + "  [measured (host)]")
+        tag = run.metric_provenance.tag(run.source)
+        if base is not None and base.metric_provenance.tag(base.source) != tag:  # e.g. a reused, older baseline
+            tag += f"; MAXN {base.metric_provenance.tag(base.source)}"
+        lines.append("".join(cells) + f"  {tag}")
     if run.setting is not None:
         lines.append(f"setting (last applied): {run.setting.label()}")
     if len(run.history) > 1:
         lines.append(f"  {len(run.history)} settings applied during the run (profiling included in its figures)")
     if cmp_ is not None:
         lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
-                     f"[{cmp_.source.value}]")
+                     f"[{cmp_.source.value}]  ({SIGN_CONVENTION})")
         if cmp_.rail_saving_pct:
-            lines.append("  per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
+            lines.append("  saving per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -233,6 +239,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def format_sweep(result: Any) -> str:
+    from engine.core.provenance import obtained
     from engine.results.compare import optimum_vs_maxn
 
     src = result.source.value
@@ -241,7 +248,9 @@ def format_sweep(result: Any) -> str:
              f"{w.precision}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
-    lines.append(f"{result.settings} settings x {result.spec.repeats} repeat(s): {result.measured} measured now, "
+    where = "on the twin" if result.identity.is_twin else "on the board"  # the twin computes, a board measures
+    lines.append(f"{result.settings} settings x {result.spec.repeats} repeat(s): {result.measured} "
+                 f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
     lines.append(f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}")
@@ -256,12 +265,12 @@ def format_sweep(result: Any) -> str:
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
         if vs_maxn is not None:
             lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                         f"slowdown {vs_maxn.slowdown_pct:+.1f}%  [{src}]")
+                         f"slowdown {vs_maxn.slowdown_pct:+.1f}% per sample  [{src}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
         lines.append("the sweep stopped early: run the same command again to resume it")
-    lines.append(f"report: slm-dvfs report s{result.sweep_id} --out DIR")
+    lines.append(f"report: slm-dvfs report s{result.sweep_id}")
     return "\n".join(lines) + "\n"
 
 

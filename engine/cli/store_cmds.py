@@ -81,6 +81,10 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _metric(value: Any) -> str:
+    return format(value, ".4f") if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def format_runs(runs: Sequence[RunRecord]) -> str:
     header = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source", "status")
     rows = [
@@ -114,7 +118,7 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> st
     lines.append(f"  setting      {format_setting(run.setting)}")
     extra = [f"seed {run.seed}" if run.seed is not None else "", f"steps {run.steps}" if run.steps else "",
              f"samples {run.samples}" if run.samples else "", f"weights {run.weights}" if run.weights else "",
-             "synthetic data" if run.synthetic else ""]
+             "synthetic data" if run.synthetic else "", f"data {run.data_source}" if run.data_source not in (None, "synthetic") else ""]
     if any(extra):
         lines.append("  run          " + ", ".join(x for x in extra if x))
     lines.append(f"Figures [{src}]")
@@ -126,8 +130,9 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> st
     lines.append(f"  avg power    {_num(run.avg_power_w, '.2f')} W")
     if run.samples_per_s is not None:
         lines.append(f"  throughput   {run.samples_per_s:.2f} samples/s, {_num(run.joules_per_sample, '.3f')} J/sample")
+    metric_tag = run.metric_provenance.tag(run.source)  # meaningful only for pretrained weights on real data
     for name, value in sorted(run.metrics.items()):
-        lines.append(f"  {name:12} {value}")
+        lines.append(f"  {name:12} {_metric(value)}  {metric_tag}")
     lines.append(f"  power trace  {n_samples} samples stored")
     for c in comparisons:
         other, role = (c.baseline_run_id, "vs baseline") if c.run_id == run.id else (c.run_id, "baseline of")

@@ -25,6 +25,11 @@ def data_dir() -> Path:
     return Path(override) if override else _xdg("XDG_DATA_HOME", ".local/share") / "slm-dvfs"
 
 
+def reports_dir() -> Path:
+    """Where `slm-dvfs report` writes when no --out is given (never the current folder)."""
+    return data_dir() / "reports"
+
+
 def cache_dir() -> Path:
     """Step traces and trained tokenizers: safe to delete."""
     override = os.environ.get(ENV_PREFIX + "CACHE_DIR")

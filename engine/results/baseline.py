@@ -30,7 +30,9 @@ def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: 
 
 
 def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
-    """The MAXN run this one was compared with, else matching_baseline for the run; None when
+    """The MAXN run this one was compared with, else matching_baseline for the run, else the
+    newest MAXN run of its workload on its device of the same kind (simulated or trained) and
+    rails, whatever its steps and seed (the Compare page then compares per sample); None when
     there is none or the run is a MAXN run itself."""
     for c in reversed(store.comparisons_for(run.id)):
         if c.run_id == run.id:
@@ -41,7 +43,10 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
     if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
         return None
     w = run.workload
-    return matching_baseline(
-        store, workload_key=make_workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode),
-        device_id=run.device_id, source=run.source, steps=run.steps, seed=run.seed, rails_preset=run.rails,
-        simulated=run.simulated, exclude=run.id)
+    key = make_workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode)
+    exact = matching_baseline(store, workload_key=key, device_id=run.device_id, source=run.source, steps=run.steps,
+                              seed=run.seed, rails_preset=run.rails, simulated=run.simulated, exclude=run.id)
+    if exact is not None:
+        return exact
+    return matching_baseline(store, workload_key=key, device_id=run.device_id, source=run.source, steps=None,
+                             seed=None, rails_preset=run.rails, simulated=run.simulated, exclude=run.id)

@@ -9,17 +9,21 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
-from engine.core.provenance import Source
+from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
 from engine.results.baseline import BASELINE_POLICY, matching_baseline
 from engine.results.records import RunRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 __all__ = [
-    "BASELINE_POLICY", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
+    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
     "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
+
+
+# The one sign convention of every saving shown (CLI, TUI, reports, exports), said once.
+SIGN_CONVENTION = "positive saving = less energy than MAXN, positive slowdown = slower"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,18 @@ class RunFigures:
     simulated: bool = False
     reused: bool = False  # a stored baseline, not run now
     cancelled: bool = False
+    weights: str | None = None  # "pretrained" | "random"; None: not known (simulated: no metric)
+    synthetic: bool | None = None  # trained on generated data
+
+    @property
+    def metric_provenance(self) -> MetricProvenance:
+        """Whether `metric` means anything: pretrained weights evaluated on real data."""
+        return MetricProvenance(self.weights, self.synthetic)
+
+    @property
+    def metric_label(self) -> str:
+        """`measured`, `measured (host)` (the twin's runs), or `not meaningful (random weights / ...)`."""
+        return self.metric_provenance.label(self.source)
 
     @property
     def avg_power_w(self) -> float:
@@ -67,7 +83,9 @@ class RunFigures:
             "energy_rails": {"preset": self.rails_preset, "rails": list(self.rails)},
             "rail_energy_j": dict(self.rail_energy_j), "avg_power_w": self.avg_power_w,
             "samples_per_s": self.samples_per_s, "joules_per_sample": self.joules_per_sample,
-            "metric": None if self.metric is None else {"name": self.metric, "value": self.metric_value},
+            "metric": None if self.metric is None else {"name": self.metric, "value": self.metric_value,
+                                                        "label": self.metric_label,
+                                                        **self.metric_provenance.to_json()},
             "setting": None if self.setting is None else {**self.setting.to_json(), "label": self.setting.label()},
             "history": [{"from_step": s, "label": st.label(), "setting": st.to_json()} for s, st in self.history],
             "policy_detail": dict(self.detail),
@@ -250,6 +268,7 @@ def stored_baseline(store: Any, *, workload_key: str, task: str, device_id: int,
         energy_j=float(rec.energy_j or 0.0), rail_energy_j=dict(rec.rail_energy_j), host_wall_s=rec.wall_s,
         metric=metric_name, metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]),
         setting=None if rec.setting is None else dvfs_setting(rec.setting), simulated=rec.simulated, reused=True,
+        weights=rec.weights, synthetic=rec.synthetic,
     )
 
 

@@ -181,8 +181,20 @@ def _v4(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA writable_schema = OFF")
 
 
+# v5: where a run's eval metric came from, so that it is shown as meaningful only for pretrained
+# weights on real data (engine.core.provenance.MetricProvenance). `data_source` names the run's
+# data ("synthetic", "hub:nyu-mll/glue", "dir:/path"). Before v5 experiments stored no weights,
+# and `synthetic` only when the data was generated: the weights are taken back from the notes
+# those runs wrote ("; weights random"); everything else stays NULL, which reads as "unknown".
+_V5 = (
+    "ALTER TABLE runs ADD COLUMN data_source TEXT",
+    "UPDATE runs SET weights = 'random' WHERE weights IS NULL AND notes GLOB '*; weights random*'",
+    "UPDATE runs SET weights = 'pretrained' WHERE weights IS NULL AND notes GLOB '*; weights pretrained*'",
+    "UPDATE runs SET synthetic = 1 WHERE synthetic IS NULL AND notes GLOB '*; synthetic data*'",
+)
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
-from engine.core.provenance import Source
+from engine.core.provenance import MetricProvenance, Source
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
 from engine.device.setting import DvfsSetting
@@ -204,8 +204,9 @@ class RunRecord:
     samples_per_s: float | None = None
     joules_per_sample: float | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
-    weights: str | None = None  # "pretrained" | "random"
-    synthetic: bool | None = None
+    weights: str | None = None  # "pretrained" | "random"; None: not recorded
+    synthetic: bool | None = None  # generated data; None: not recorded
+    data_source: str | None = None  # "synthetic" | "hub:..." | "dir:..." (schema v5)
     label: str | None = None
     notes: str | None = None
     error: str | None = None
@@ -228,6 +229,11 @@ class RunRecord:
         return None
 
     @property
+    def metric_provenance(self) -> MetricProvenance:
+        """Whether its eval metrics mean anything (pretrained weights on real data)."""
+        return MetricProvenance(self.weights, self.synthetic)
+
+    @property
     def model(self) -> str | None:
         return self.workload.model if self.workload else None
 
@@ -245,6 +251,7 @@ class RunRecord:
             metrics=dict(self.metrics),
             device=self.device.to_json() if self.device else None,
             workload=self.workload.to_json() if self.workload else None,
+            metric_provenance=self.metric_provenance.to_json(),
         )
         return out
 
@@ -337,5 +344,6 @@ def run_from_row(r: sqlite3.Row) -> RunRecord:
         device=device_from_row(r, "d_") if r["device_id"] is not None else None,
         workload=workload_from_row(r, "w_") if r["workload_id"] is not None else None,
         simulated=bool(r["simulated"]),
+        data_source=r["data_source"] if "data_source" in r.keys() else None,
         last_sample_t=r["last_sample_t"] if "last_sample_t" in r.keys() else None,
     )

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
-from engine.results.compare import optimum_vs_maxn
+from engine.core.paths import reports_dir
+from engine.results.compare import SIGN_CONVENTION, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.format import setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
@@ -29,7 +30,6 @@ from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summa
 log = logging.getLogger(__name__)
 
 DPI = 110
-HOST_METRIC_LABEL = "measured (host)"  # the eval metric: computed on the host, never by the twin
 
 
 @dataclass(frozen=True)
@@ -50,12 +50,13 @@ def parse_report_id(text: str) -> tuple[str, int]:
     return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
 
 
-def write_report(store: Any, ident: str, out_dir: str | Path, *, objective: Ranking | None = None) -> Report:
-    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir`. A sweep's optimum is the
-    one `objective` ranks best (an engine.dvfs Objective, parsed by the caller); without one,
-    the least energy per sample."""
+def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
+                 objective: Ranking | None = None) -> Report:
+    """Write the report of a sweep (`s12`) or run (`12`) into `out_dir` (None: the data dir's
+    `reports/`, engine.core.paths.reports_dir). A sweep's optimum is the one `objective` ranks
+    best (an engine.dvfs Objective, parsed by the caller); without one, the least energy per sample."""
     kind, number = parse_report_id(ident)
-    out = Path(out_dir)
+    out = reports_dir() if out_dir is None else Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -70,7 +71,7 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     sweep = store.get_sweep(sweep_id)
     summaries = summarize_points(store.sweep_points(sweep_id))
     if not summaries:
-        raise ConfigError(f"sweep s{sweep_id} has no measured points yet",
+        raise ConfigError(f"sweep s{sweep_id} has no points yet",
                           "run (or resume) it with `slm-dvfs sweep` first")
     device = store.get_device(sweep.device_id)
     wl = store.get_workload(sweep.workload_id)
@@ -96,7 +97,8 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
         f"Device: {device.board}, {device.module}" + (f" (digital twin {device.profile})" if device.is_twin else "")
         + ".  ",
         f"Method: {sweep.space.get('method', 'run')} sweep of space `{sweep.space.get('space', 'explicit settings')}`, "
-        f"{sweep.warmup_steps} warm-up + {sweep.steps} measured steps per point, {sweep.repeats} repetition(s); "
+        f"{sweep.steps} steps per point after {sweep.warmup_steps} uncounted warm-up step(s), "
+        f"{sweep.repeats} repetition(s); "
         f"status {sweep.status}.  ",
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
         + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
@@ -109,7 +111,8 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     vs_maxn = optimum_vs_maxn(best, maxn)
     if maxn is not None and vs_maxn is not None:
         lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
-                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}]."]
+                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}], per sample "
+                      f"({SIGN_CONVENTION})."]
     else:
         lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
     lines += ["", "## Figures", ""]
@@ -212,16 +215,17 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         if base is not None:
             row += f" {_num(getattr(base, key), fmt)} |"
         lines.append(row)
+    # Evaluated where it trained (the host, on the twin); meaningful only for pretrained weights on real data.
+    metric_tag = run.metric_provenance.tag(run.source)
     for metric, value in sorted(run.metrics.items()):
-        # trained and evaluated on the host, whatever the energy figures' source
-        row = f"| {metric} (eval) [{HOST_METRIC_LABEL}] | {value:.4f} |"
+        row = f"| {metric} (eval) {metric_tag} | {value:.4f} |"
         if base is not None:
             other = base.metrics.get(metric)
             row += f" {'-' if other is None else format(other, '.4f')} |"
         lines.append(row)
     if comparison is not None:
         lines += ["", f"Against MAXN Mode 0 (run {base.id}): energy saving **{comparison.saving_pct:+.1f}%**, "  # type: ignore[union-attr]
-                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}]."]
+                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}] ({SIGN_CONVENTION})."]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"

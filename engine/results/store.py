@@ -110,6 +110,7 @@ class Store(SweepTables):
         rails: str | None = None,
         weights: str | None = None,
         synthetic: bool | None = None,
+        data_source: str | None = None,
         simulated: bool = False,
         label: str | None = None,
         notes: str | None = None,
@@ -118,19 +119,21 @@ class Store(SweepTables):
     ) -> int:
         """Record a run as running (committed at once, so a crash leaves a trace); returns its id.
         `simulated`: the twin ran the workload's step trace and nothing was trained. `owner_lock`:
-        the recording process's session lock, so the run is marked abandoned once it is free."""
+        the recording process's session lock, so the run is marked abandoned once it is free.
+        `weights` ("pretrained" | "random"), `synthetic` (generated data) and `data_source` say
+        whether its eval metric means anything; None: not known (yet)."""
         src = as_source(source)
         with self._tx("starting a run") as conn:
             device_id = self._ref(conn, device, "device")
             workload_id = self._ref(conn, workload, "workload")
             cur = conn.execute(
                 "INSERT INTO runs (device_id, workload_id, policy, objective, setting, seed, steps, status, "
-                "started_at, rails, weights, synthetic, simulated, source, label, notes, owner_lock) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "started_at, rails, weights, synthetic, data_source, simulated, source, label, notes, owner_lock) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (device_id, workload_id, policy, objective,
                  None if setting is None else json_text(normalize_setting(setting)), seed, steps,
                  timestamp(started_at), rails, weights, None if synthetic is None else int(synthetic),
-                 int(bool(simulated)), src.value, label, notes, owner_lock),
+                 data_source, int(bool(simulated)), src.value, label, notes, owner_lock),
             )
             return int(cur.lastrowid)
 
@@ -152,9 +155,14 @@ class Store(SweepTables):
         setting: Any = None,
         notes: str | None = None,
         finished_at: datetime | str | None = None,
+        weights: str | None = None,
+        synthetic: bool | None = None,
+        data_source: str | None = None,
     ) -> RunRecord:
         """Close a run with its figures. `window` (a monitor WindowResult) fills time, energy and
-        rails; explicit arguments win. Throughput and J/sample are derived where not given."""
+        rails; explicit arguments win. Throughput and J/sample are derived where not given.
+        `weights`, `synthetic`, `data_source`: what the run learnt from, once known (None keeps
+        what start_run stored)."""
         if status not in ("finished", "cancelled"):
             raise ConfigError(f"finish_run cannot set status {status!r}", "use finished or cancelled; fail_run for errors")
         run = self.get_run(run_id)
@@ -182,10 +190,12 @@ class Store(SweepTables):
                 "UPDATE runs SET status = ?, finished_at = ?, time_s = ?, energy_j = ?, rail_energy_j = ?, "
                 "rails = IFNULL(?, rails), wall_s = ?, samples = ?, steps = IFNULL(?, steps), avg_power_w = ?, "
                 "samples_per_s = ?, joules_per_sample = ?, metrics = ?, setting = IFNULL(?, setting), "
-                "notes = IFNULL(?, notes) WHERE id = ?",
+                "notes = IFNULL(?, notes), weights = IFNULL(?, weights), synthetic = IFNULL(?, synthetic), "
+                "data_source = IFNULL(?, data_source) WHERE id = ?",
                 (status, timestamp(finished_at), time_s, energy_j, json_text(dict(rail_energy_j or {})), rails, wall_s,
                  samples, steps, avg_power_w, samples_per_s, joules_per_sample, json_text(dict(metrics or {})),
-                 None if setting is None else json_text(normalize_setting(setting)), notes, run_id),
+                 None if setting is None else json_text(normalize_setting(setting)), notes, weights,
+                 None if synthetic is None else int(synthetic), data_source, run_id),
             )
         return self.get_run(run_id)
 

@@ -253,6 +253,7 @@ class _Runner:
         callbacks = [controller, recorder, self._thermal_check]
         metric = metric_value = None
         metrics: dict[str, Any] = {}
+        learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
         try:
             if spec.simulate:
                 sim = harness.simulate(self.workload, steps=spec.steps, seed=spec.seed, callbacks=callbacks)
@@ -272,6 +273,7 @@ class _Runner:
                 first = next(iter(res.eval.values()), {})
                 if res.primary_metric in first:
                     metric, metric_value = res.primary_metric, float(first[res.primary_metric])
+                learnt = {"weights": res.weights, "synthetic": res.synthetic, "data_source": res.data_source}
                 notes = (f"policy {policy_spec}; weights {res.weights}"
                          + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
             figures = recorder.figures()
@@ -279,7 +281,7 @@ class _Runner:
             self.store.fail_run(run_id, exc)
             raise
         if figures is None:  # cancelled before the first step
-            self.store.finish_run(run_id, status="cancelled", notes=notes)
+            self.store.finish_run(run_id, status="cancelled", notes=notes, **learnt)
             figures = (0.0, {}, 0, 0)
         time_s, rail_j, samples, steps = figures
         energy = sum(rail_j.get(r, 0.0) for r in self.rails)
@@ -287,7 +289,7 @@ class _Runner:
             self.store.finish_run(
                 run_id, status="cancelled" if cancelled else "finished", time_s=time_s, energy_j=energy,
                 rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s, samples=samples, steps=steps,
-                metrics=metrics, setting=controller.current, notes=notes,
+                metrics=metrics, setting=controller.current, notes=notes, **learnt,
             )
             if recorder.samples:
                 self.store.add_power_samples(run_id, recorder.samples)
@@ -298,7 +300,7 @@ class _Runner:
             rails=self.rails, steps=steps, samples=samples, time_s=time_s, energy_j=energy, rail_energy_j=rail_j,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
             history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
-            cancelled=cancelled,
+            cancelled=cancelled, weights=learnt.get("weights"), synthetic=learnt.get("synthetic"),
         )
 
     def _thermal_check(self, event: Any) -> None:

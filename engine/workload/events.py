@@ -78,6 +78,10 @@ class EvalResult:
     metrics: Mapping[str, float]
     samples: int
     wall_s: float
+    # What the model learnt from, stamped by run_finetune: the metrics mean something only
+    # for pretrained weights on real data (engine.core.provenance.MetricProvenance).
+    weights: str | None = None  # "pretrained" | "random"; None: not told
+    synthetic: bool | None = None  # generated data
 
 
 @dataclass(frozen=True)

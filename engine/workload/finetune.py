@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
@@ -22,7 +22,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.trace import StepTrace
-from engine.workload.events import Callback
+from engine.workload.events import Callback, EvalResult
 from engine.workload.loop import StepHook, TrainControl
 
 log = logging.getLogger(__name__)
@@ -168,6 +168,18 @@ def defaults_for(model_spec: str) -> Defaults:
 TraceFor = Callable[[int, int], StepTrace]
 
 
+def stamp_evals(callbacks: Iterable[Callback], weights: str, synthetic: bool) -> list[Callback]:
+    """The callbacks, each handed EvalResult events that say what the model learnt from
+    (weights, generated data), so whoever shows a metric can say whether it means anything."""
+    def stamped(callback: Callback) -> Callback:
+        def call(event: Any) -> None:
+            if isinstance(event, EvalResult):
+                event = replace(event, weights=weights, synthetic=synthetic)
+            callback(event)
+        return call
+    return [stamped(cb) for cb in callbacks]
+
+
 def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
                  control: TrainControl | None = None, *,
                  step_hook: Callable[[TraceFor], StepHook | None] | None = None) -> FinetuneResult:
@@ -229,7 +241,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     trainer = Trainer(
         model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
         metric_fn=lambda preds, labels: compute_metrics(task, preds, labels),
-        callbacks=callbacks, control=control, step_hook=step_hook(trace_for) if step_hook is not None else None,
+        callbacks=stamp_evals(callbacks, info.weights, text.synthetic), control=control, step_hook=step_hook(trace_for) if step_hook is not None else None,
         run_name=(info.name, task.name),
     )
     outcome = trainer.run(resume_from=spec.resume)

@@ -148,7 +148,7 @@ class ExperimentActions:
         line = f"experiment {status}: run {result.run.run_id}"
         if result.comparison is not None:
             c = result.comparison
-            line += (f", saving {c.saving_pct:.1f}% energy, {c.slowdown_pct:+.1f}% time vs MAXN "
+            line += (f", energy saving {c.saving_pct:+.1f}%, slowdown {c.slowdown_pct:+.1f}% vs MAXN "
                      f"[{c.source.value}]")
         for note in result.notes:
             line += f"\nnote: {note}"

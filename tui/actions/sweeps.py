@@ -8,6 +8,7 @@ from typing import Any
 from textual import work
 
 from engine.core.errors import SlmDvfsError
+from engine.core.provenance import Source, obtained
 from tui.actions.experiments import ENGINE
 from tui.bridge import EventBridge
 from tui.messages import EngineFailed, SelectorTrained, SweepDone, SweepProgress
@@ -91,7 +92,8 @@ class SweepActions:
 
         result = message.result
         self._engine_idle()
-        line = (f"sweep {result.sweep_id} {result.status}: {result.measured} measured, {result.resumed} resumed "
+        line = (f"sweep {result.sweep_id} {result.status}: {result.measured} {obtained(result.source)} "
+                f"{'on the twin' if result.source is Source.TWIN else 'on the board'}, {result.resumed} resumed "
                 f"of {result.settings * result.spec.repeats} points")
         if self.sweep_tracker is not None:
             self.sweep_tracker.finish(result.status, from_summaries(result.points, result.source), result.sweep_id,

@@ -48,16 +48,15 @@ class CompareScreen(PageScreen):
         if base is not None:
             title.append("  vs  ")
             title.append(f"run {base.id} ", style="bold yellow")
-            title.append("MAXN Mode 0")
+            title.append(view.baseline_note)
         else:
-            title.append("  (no MAXN baseline of this workload in the store)", style="dim")
+            title.append(f"  ({view.baseline_note})", style="dim")
         if view.saving_pct is not None:
-            title.append("\nsaving ")
-            title.append(pct(view.saving_pct, signed=False) if view.saving_pct >= 0 else pct(view.saving_pct),
-                         style="bold green" if view.saving_pct >= 0 else "bold red")
-            title.append(" energy · slowdown ")
+            title.append("\nenergy saving " if not view.per_sample else "\nenergy saving per sample ")
+            title.append(pct(view.saving_pct), style="bold green" if view.saving_pct >= 0 else "bold red")
+            title.append(" · slowdown ")
             title.append(pct(view.slowdown_pct), style="bold")
-            title.append(" time ")
+            title.append(" ")
             title.append_text(tag(view.source))
         for note in view.notes:
             title.append(f"\n{note}", style="yellow")
@@ -67,16 +66,13 @@ class CompareScreen(PageScreen):
         table.add_column("")
         table.add_column(Text(f"run {run.id}", style="green"), justify="right")
         table.add_column(Text("MAXN" if base else "-", style="yellow"), justify="right")
-        table.add_column("Δ", justify="right")
+        table.add_column("vs MAXN", justify="right")
         table.add_column("src")
         for f in view.figures:
-            change = f.change_pct
-            style = ""
-            if change is not None and abs(change) >= 0.05:
-                better = change < 0 if f.lower_is_better else change > 0
-                style = "green" if better else "red"
+            style = {True: "green", False: "red", None: ""}[f.better]
             name = f"{f.name} {f.unit}".strip()
-            table.add_row(name, num(f.run, f.fmt), num(f.base, f.fmt), Text(pct(change), style=style), tag(f.source))
+            src = tag(f.source) if f.label is None else Text(f.source_text, style="green" if f.meaningful else "red")
+            table.add_row(name, num(f.run, f.fmt), num(f.base, f.fmt), Text(f.delta_text, style=style), src)
         self.query_one("#compare-figures", Static).update(table)
 
         rails = Table(box=None, expand=True, padding=(0, 0, 0, 1))

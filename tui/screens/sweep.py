@@ -138,7 +138,7 @@ class SweepScreen(PageScreen):
         if heat is not None and heat.best:
             summary.append(f"\nbest: {heat.best}")
             if heat.saving_pct is not None:
-                summary.append(f"\n{pct(heat.saving_pct, signed=False)} less than MAXN, {pct(heat.slowdown_pct)} time ")
+                summary.append(f"\nvs MAXN: energy saving {pct(heat.saving_pct)}, slowdown {pct(heat.slowdown_pct)} ")
                 summary.append_text(tag(heat.source))
         if view.last:
             summary.append(f"\nlast: {view.last}", style="dim")

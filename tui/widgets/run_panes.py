@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
-from engine.core.provenance import Source
+from engine.core.provenance import MetricProvenance, Source
 from tui.fmt import energy, num, tag
 from tui.runstate import RunView, format_duration
 from tui.widgets.device_panes import Pane
@@ -77,7 +77,8 @@ class ProgressPane(Pane):
         if view.metrics:
             shown = ", ".join(f"{k} {v:.4g}" for k, v in view.metrics.items())
             text.append(f"\neval {shown} ")
-            text.append_text(tag(Source.MEASURED))
+            prov = view.metrics_provenance or MetricProvenance(None, None)  # untold: never shown as measured
+            text.append(prov.tag(view.source), style="green" if prov.meaningful else "red")
         elif extra_line:
             text.append(f"\n{extra_line}", style="magenta")
         self.show_if_changed(None, lambda: (text, text.plain.count("\n") + 1))
