@@ -261,3 +261,15 @@ def plain(renderable: Any, width: int = 140) -> str:
     console = Console(width=width, record=True, file=io.StringIO())
     console.print(renderable)
     return console.export_text()
+
+
+def screen_text(app: SlmDvfsApp) -> str:
+    """The screen as the terminal shows it, without styles: one line a row (as export_screenshot
+    renders it, dialogs over the pages below them)."""
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, legacy_windows=False,
+                      safe_box=False, color_system=None)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
