@@ -311,7 +311,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         """The page on view (under any dialog) if it is a `cls` that has been composed (else None:
         it syncs when shown)."""
         screen = self.page_shown
-        return screen if isinstance(screen, cls) and getattr(screen, "composed", False) else None
+        return screen if isinstance(screen, cls) and _live(screen) else None
 
     def page(self, name: str) -> Screen:
         """The installed page `name` (for tests and the command palette)."""
@@ -333,8 +333,14 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         snap = message.snapshot
         self.last_snapshot = snap
         screen = self.page_shown
-        if hasattr(screen, "show_device") and getattr(screen, "composed", False):
+        if hasattr(screen, "show_device") and _live(screen):
             screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")
+
+
+def _live(screen: Screen) -> bool:
+    """A page whose widgets exist: composed, and not being taken apart (at exit a dialog's
+    page below it loses its widgets while messages are still handled)."""
+    return bool(getattr(screen, "composed", False)) and bool(screen.children)

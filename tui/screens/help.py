@@ -88,12 +88,21 @@ def storage_lines(store_path: Path | None) -> tuple[tuple[str, str], ...]:
     )
 
 
-def _table(rows: Iterable[tuple[str, str]], key_width: int = 16) -> Table:
+def _table(rows: Iterable[tuple[str, str]], key_width: int = 18) -> Table:
     table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
     table.add_column(style="bold", no_wrap=True, width=key_width)
     table.add_column(ratio=1)
     for key, text in rows:
         table.add_row(key, text)
+    return table
+
+
+def _listing(rows: Iterable[tuple[str, str]]) -> Table:
+    """Long names (a static policy's spec) on their own line, the meaning indented below."""
+    table = Table(box=None, show_header=False, padding=(0, 1, 0, 1), expand=True)
+    table.add_column(ratio=1)
+    for name, text in rows:
+        table.add_row(Text.assemble((name, "bold"), "\n", Text("    ") + Text(text)))
     return table
 
 
@@ -104,9 +113,9 @@ def help_renderables(screens: Mapping[str, Any], store_path: Path | None) -> lis
         if keys:
             out += [Text(f"\nPage {title}", style="bold underline"), _table(keys)]
     out += [Text("\nSetup fields (page 2)", style="bold underline"), _table(forms.FIELD_HELP.items())]
-    out += [Text("\nPolicies (the setup field `policy`)", style="bold underline"), _table(policy_help(), 26)]
+    out += [Text("\nPolicies (the setup field `policy`)", style="bold underline"), _listing(policy_help())]
     out += [Text("\nObjectives (the setup field `objective`)", style="bold underline"),
-            _table(objective_help(), 26)]
+            _listing(objective_help())]
     out += [Text("\nFigures", style="bold underline"),
             Text("Every figure carries its source: [measured] on a board's sensors, [twin] from the digital "
                  "twin, [predicted] by a model (the selector, an ETA). Saving: positive = less energy "
