@@ -7,6 +7,7 @@ the number keys switch pages again.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -148,7 +149,7 @@ class SetupScreen(PageScreen):
 
     def _show_errors(self, errors: dict[str, str]) -> None:
         box = self.query_one("#setup-errors", Static)
-        box.update("\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items()))
+        box.update(Text("\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items())))
         box.display = bool(errors)
 
     def set_simulate_allowed(self, allowed: bool) -> None:
@@ -159,12 +160,12 @@ class SetupScreen(PageScreen):
 
     def show_selector(self, line: str) -> None:
         """The selector's preview for the form's workload ("" : none yet, the prompt)."""
-        self.query_one("#selector", Static).update(line or SELECTOR_PROMPT)
+        self.query_one("#selector", Static).update(Text(line or SELECTOR_PROMPT))  # [predicted] is no markup
 
     def show_policy_note(self, note: str) -> None:
         """What the policy still needs before a run (a sweep for oracle, a selector for ml), or ""."""
         widget = self.query_one("#policy-note", Static)
-        widget.update(note)
+        widget.update(Text(note))
         widget.display = bool(note)
 
     def on_descendant_focus(self, event) -> None:  # type: ignore[no-untyped-def]
@@ -179,7 +180,7 @@ class SetupScreen(PageScreen):
         key = HELP_KEYS.get(field, field)
         text = forms.FIELD_HELP.get(key)
         if text is None:
-            self.query_one("#field-help", Static).update(FIELD_HINT)
+            self.query_one("#field-help", Static).update(Text(FIELD_HINT))
             return
         line = f"{key}: {text}"
         if field == "policy":
@@ -188,7 +189,7 @@ class SetupScreen(PageScreen):
             typed = self.query_one("#policy", Input).value.strip().lower().split(":", 1)[0]
             line += "".join(f"\n{name}: {what}" for name, what in policy_help()
                             if name.split(":", 1)[0] == typed)
-        self.query_one("#field-help", Static).update(line)
+        self.query_one("#field-help", Static).update(Text(line))
 
     def _tell_app(self) -> None:
         changed = getattr(self.app, "setup_changed", None)
