@@ -251,3 +251,21 @@ async def test_the_oracles_error_points_to_the_sweep_page(twin_session: DeviceSe
         (note,) = [n for n in app._notifications if n.title == "The experiment failed"]
         assert "the Sweep page (6)" in str(note.message) and "slm-dvfs sweep" not in str(note.message)
         await ui.press("q")
+
+
+async def test_ml_without_a_selector_is_said_before_start(twin_session: DeviceSession, results_store: Store) -> None:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await ui.press("2")
+        await ui.type_into("policy", "ml")
+        assert "ml needs a trained selector" in plain(app.screen.query_one("#policy-note").content)
+        await ui.press("escape")  # focusing the field again selects its text: typing replaces it
+        await ui.type_into("policy", "online")  # online profiles during the run: it needs nothing first
+        assert not app.screen.query_one("#policy-note").display
+        await ui.press("escape")
+        await ui.type_into("policy", "ml")
+        await ui.press("escape", "s")
+        assert isinstance(app.screen, SetupScreen) and app.engine_busy is None
+        notes = [(n.title, str(n.message)) for n in app._notifications]
+        assert any(t == "Cannot start" and "ml needs a trained selector" in m for t, m in notes), notes
+        await ui.press("q")

@@ -24,6 +24,7 @@ from typing import Any
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.worker import WorkerState, get_current_worker
 
@@ -334,7 +335,10 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         self.last_snapshot = snap
         screen = self.page_shown
         if hasattr(screen, "show_device") and _live(screen):
-            screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
+            try:
+                screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
+            except NoMatches:  # a page taken apart at exit, under a dialog
+                pass
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")
