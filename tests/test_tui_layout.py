@@ -210,6 +210,8 @@ async def test_oracle_without_a_sweep_is_said_on_setup_and_a_fast_sweep_offered(
         assert isinstance(app.screen, SweepScreen) and app.sweep_view.status == "finished"
         (sweep,) = results_store.list_sweeps()
         assert sweep.space.get("method") == "fast" or "fast" in str(sweep.space)
+        assert any("oracle has its sweep now: start the run on Setup (2)" in str(n.message)
+                   for n in app._notifications)
         await ui.press("2")
         assert not app.screen.query_one("#policy-note").display  # the sweep now exists
         await ui.press("s")

@@ -111,6 +111,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         self.sweep_tracker: SweepTracker | None = None
         self.sweep_bridge: EventBridge | None = None
         self.sweep_view: SweepView | None = None
+        self.sweep_for: str | None = None  # the Setup policy a sweep was started for (oracle)
         self.compare_view: Any = None
         self.selector_line = ""  # the Setup page's (long) and the Run page's (short) line
         self.selector_short = ""

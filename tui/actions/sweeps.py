@@ -104,6 +104,7 @@ class SweepActions:
     def sweep_for_setup(self, values: Any, *, fast: bool, start: bool = True) -> None:
         """The Sweep page on Setup's workload; with `start`, its sweep started (fast on the twin)."""
         page = self.get_screen("sweep")
+        self.sweep_for = values.policy.strip() if start else None  # said when the sweep is done
         self.action_page("sweep")
 
         def go() -> None:
@@ -196,6 +197,9 @@ class SweepActions:
             self.sweep_view = self.sweep_tracker.view()
         if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
             page.show_sweep(self.sweep_view)
+        policy, self.sweep_for = self.sweep_for, None
+        if policy and result.status == "finished":
+            line += f"\n{policy} has its sweep now: start the run on Setup (2)"
         self.notify(line, title="Sweep " + result.status)
 
     def open_sweep(self, sweep_id: int) -> None:
