@@ -1,4 +1,5 @@
-"""Snapshot tests of every page at 80x24, fed fixed data (tui.demo): no clock-dependent text.
+"""Snapshot tests of every page at 80x24 (the SSH terminal the layout is made for) and at
+160x45 (where the charts grow), fed fixed data (tui.demo): no clock-dependent text.
 
 The SVGs live in tests/snapshots/test_tui_snapshots/. After a deliberate change to a page,
 look at it, then rewrite them with `pytest tests/test_tui_snapshots.py --snapshot-update`.
@@ -14,12 +15,13 @@ import pytest_textual_snapshot
 
 from engine.device.session import DeviceSession
 from engine.results.store import Store
-from tui import demo
+from tui import demo, forms
 from tui.app import SlmDvfsApp
 from tui.messages import SnapshotTaken
 from tui_helpers import make_app
 
 SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
+SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "160x45"])
 
 
 def _dirname(cls: Any, *, test_location: Any) -> str:
@@ -31,7 +33,10 @@ pytest_textual_snapshot.SVGImageExtension.dirname = classmethod(_dirname)  # typ
 
 
 @pytest.fixture
-def app(twin_session: DeviceSession, results_store: Store) -> SlmDvfsApp:
+def app(twin_session: DeviceSession, results_store: Store, monkeypatch: pytest.MonkeyPatch) -> SlmDvfsApp:
+    from tui.screens import history
+
+    monkeypatch.setattr(history, "this_year_text", lambda: "2025")  # the demo's runs are of this year
     ids = demo.fill_store(results_store)
     app = make_app(twin_session, store=results_store, poll=False, handle_signals=False)
     app.demo_ids = ids  # type: ignore[attr-defined]
@@ -48,61 +53,73 @@ async def _show(pilot: Any, *keys: str) -> None:
     await pilot.pause()
 
 
-def test_device_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_device_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot)
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_setup_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_setup_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot, "2")
-        pilot.app.screen.query_one("#policy").value = "static:gpu="  # a bad value, marked where typed
-        pilot.app.screen.mark_errors()
+        setup = pilot.app.screen
+        pilot.app.selector_key = forms.workload_key(setup.values())  # a preview of this workload
+        pilot.app.selector_line = ("selector chooses GPU 816 · CPU gov · EMC gov · mode 0: saving 13.0% energy, "
+                                   "+21.4% time vs MAXN [predicted]")  # the longest line: wrapped, not cut
+        setup.show_selector(pilot.app.selector_line)
+        setup.query_one("#policy").value = "static:gpu="  # a bad value, marked where typed
+        setup.mark_errors()
         await pilot.pause()
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_run_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_run_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         pilot.app.run_view = demo.run_view()
         pilot.app.selector_short = "selector: GPU 816 · CPU gov · EMC gov · mode 0, saves 13.0% [predicted]"
         pilot.app.pinned_by_us = True
         await _show(pilot, "3")
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_compare_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_compare_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot)
         pilot.app.open_run(pilot.app.demo_ids["static"])
         await pilot.pause()
         await _show(pilot)
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_history_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_history_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot, "5", "down", "m")
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_sweep_page(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_sweep_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot)
         pilot.app.open_sweep(pilot.app.demo_ids["sweep"])
         await pilot.pause()
         await _show(pilot)
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
-def test_cancel_dialog(app: SlmDvfsApp, snap_compare: Any) -> None:
+@SIZES
+def test_cancel_dialog(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     from tui.screens.modals import ConfirmScreen
 
     async def run_before(pilot: Any) -> None:
@@ -112,4 +129,12 @@ def test_cancel_dialog(app: SlmDvfsApp, snap_compare: Any) -> None:
                                             yes="Cancel it", no="Keep running"))
         await pilot.pause()
 
-    assert snap_compare(app, run_before=run_before)
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@SIZES
+def test_help_screen(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "2", "question_mark")
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)

@@ -222,6 +222,32 @@ class Ui:
             self.app.post_message(events.Key(key, _CHARS.get(key, key if len(key) == 1 else None)))
             await self.settle()
 
+    async def until(self, condition: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+        """Until `condition()` holds, for what the app does after a repaint rather than in answer
+        to a message (the footer's keys are composed after the screen refreshes)."""
+        async def wait() -> None:
+            while not condition():
+                await self.settle()
+                await asyncio.sleep(0.01)  # a repaint's turn; the condition, not this, ends the wait
+
+        try:
+            await asyncio.wait_for(wait(), timeout)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"not within {timeout:g} s: {what}") from None
+
+    async def footer(self) -> str:
+        """The footer's row as the terminal shows it, once its keys are laid out."""
+        from textual.widgets import Footer
+        from textual.widgets._footer import FooterKey
+
+        def laid_out() -> bool:
+            keys = list(self.app.screen.query_one(Footer).query(FooterKey))
+            return any(k.region.width > 0 for k in keys)
+
+        await self.until(laid_out, "the footer shows its keys")
+        footer = self.app.screen.query_one(Footer)
+        return screen_text(self.app).splitlines()[footer.region.y]
+
     async def type_into(self, field: str, text: str) -> None:
         self.app.screen.query_one(f"#{field}").focus()
         await self.settle()
@@ -260,4 +286,16 @@ def plain(renderable: Any, width: int = 140) -> str:
 
     console = Console(width=width, record=True, file=io.StringIO())
     console.print(renderable)
+    return console.export_text()
+
+
+def screen_text(app: SlmDvfsApp) -> str:
+    """The screen as the terminal shows it, without styles: one line a row (as export_screenshot
+    renders it, dialogs over the pages below them)."""
+    from rich.console import Console
+
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), record=True, legacy_windows=False,
+                      safe_box=False, color_system=None)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()

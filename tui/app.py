@@ -24,6 +24,7 @@ from typing import Any
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.worker import WorkerState, get_current_worker
 
@@ -54,6 +55,7 @@ log = logging.getLogger(__name__)
 REFRESH_S = 0.5
 QUIT_WAIT_S = 5.0  # how long quitting waits for the engine to reach a step boundary
 PAGES = ("device", "setup", "run", "compare", "history", "sweep")
+PAGE_KEYS = Binding.Group("pages", compact=True)
 
 
 class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
@@ -61,12 +63,9 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     TITLE = "slm-dvfs"
     COMMANDS = App.COMMANDS | {SlmDvfsCommands}
     BINDINGS = [
-        Binding("1", "page('device')", "Device"),
-        Binding("2", "page('setup')", "Setup"),
-        Binding("3", "page('run')", "Run"),
-        Binding("4", "page('compare')", "Compare"),
-        Binding("5", "page('history')", "History"),
-        Binding("6", "page('sweep')", "Sweep"),
+        # One compact footer entry, "1 2 3 4 5 6 pages": the page's own keys, help and quit fit at 80 columns.
+        *(Binding(str(i), f"page('{name}')", name.capitalize(), group=PAGE_KEYS) for i, name in enumerate(PAGES, 1)),
+        Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
         Binding("ctrl+c", "quit", "Quit", show=False, priority=True),
     ]
@@ -112,9 +111,11 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         self.sweep_tracker: SweepTracker | None = None
         self.sweep_bridge: EventBridge | None = None
         self.sweep_view: SweepView | None = None
+        self.sweep_for: str | None = None  # the Setup policy a sweep was started for (oracle)
         self.compare_view: Any = None
         self.selector_line = ""  # the Setup page's (long) and the Run page's (short) line
         self.selector_short = ""
+        self.selector_key: tuple[str, ...] | None = None  # the Setup workload selector_line is about
         self.last_result: Any = None
         self.quit_requested_at: float | None = None  # monotonic times, for the tests' stopwatch
         self.exited_at: float | None = None
@@ -230,6 +231,27 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         return True
 
     # ------------------------------------------------------------------ pages
+    def action_help(self) -> None:
+        """The help screen (? or F1): every page's keys, the Setup fields, the policies, the store."""
+        from tui.screens.help import HelpScreen
+
+        if self._quitting or isinstance(self.screen, HelpScreen):
+            return
+        store = self._store
+        self.push_screen(HelpScreen(self.SCREENS, getattr(store, "path", None) if store is not None
+                                    else self._default_store_path()))
+
+    def _default_store_path(self) -> Path | None:
+        """Where the store will be opened (it opens on first use)."""
+        if self._store_path is not None:
+            return Path(self._store_path)
+        try:
+            from engine.results.db import default_db_path
+
+            return default_db_path()
+        except (ImportError, SlmDvfsError):
+            return None
+
     def action_page(self, name: str) -> None:
         if self._quitting or isinstance(self.screen, ModalScreen) or name not in PAGES:
             return
@@ -244,8 +266,8 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
             screen.show_device(self.last_snapshot, self.pinned_by_us, self.session.notes, self.clock_tables)
         if isinstance(screen, SetupScreen):
             screen.set_simulate_allowed(self.is_twin)
-            if self.selector_line:
-                screen.show_selector(self.selector_line)
+            screen.show_selector(self.selector_line)
+            screen.show_policy_note(self.policy_warning(screen.values()))
         elif isinstance(screen, RunScreen):
             screen.show_selector(self.selector_short)
             screen.show_run(self.run_view)
@@ -256,13 +278,42 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
             self.reload_history()
         elif isinstance(screen, SweepScreen):
             screen.set_fast_allowed(self.is_twin)
+            if self.engine_busy != "sweep":  # the form says what runs while it runs
+                screen.follow_setup(self.setup_values())
             if self.sweep_view is not None:
                 screen.show_sweep(self.sweep_view)
 
+    @property
+    def page_shown(self) -> Screen:
+        """The page on view: the current screen, or the page under the dialogs over it (a
+        dialog shows the page beneath it, which must keep updating)."""
+        for screen in reversed(self.screen_stack):
+            if not isinstance(screen, ModalScreen):
+                return screen
+        return self.screen
+
+    def setup_values(self) -> Any:
+        """What the Setup page holds (its initial values before it was first shown)."""
+        setup = self.get_screen("setup")
+        return setup.values() if getattr(setup, "composed", False) else setup.initial  # type: ignore[attr-defined]
+
+    def setup_changed(self, values: Any) -> None:
+        """Setup's workload or policy changed: a selector preview asked for another workload is
+        stale (the Run page keeps its run's own line), and the policy note is said again."""
+        from tui.forms import workload_key
+
+        if self.selector_key is not None and workload_key(values) != self.selector_key:
+            self.selector_key = None
+            self.selector_line = ""
+        if (page := self._current(SetupScreen)) is not None:
+            page.show_selector(self.selector_line)
+            page.show_policy_note(self.policy_warning(values))
+
     def _current(self, cls: type) -> Any:
-        """The current page if it is a `cls` that has been composed (else None: it syncs when shown)."""
-        screen = self.screen
-        return screen if isinstance(screen, cls) and getattr(screen, "composed", False) else None
+        """The page on view (under any dialog) if it is a `cls` that has been composed (else None:
+        it syncs when shown)."""
+        screen = self.page_shown
+        return screen if isinstance(screen, cls) and _live(screen) else None
 
     def page(self, name: str) -> Screen:
         """The installed page `name` (for tests and the command palette)."""
@@ -283,9 +334,18 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
         snap = message.snapshot
         self.last_snapshot = snap
-        screen = self.screen
-        if hasattr(screen, "show_device") and getattr(screen, "composed", False):
-            screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
+        screen = self.page_shown
+        if hasattr(screen, "show_device") and _live(screen):
+            try:
+                screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
+            except NoMatches:  # a page taken apart at exit, under a dialog
+                pass
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")
+
+
+def _live(screen: Screen) -> bool:
+    """A page whose widgets exist: composed, and not being taken apart (at exit a dialog's
+    page below it loses its widgets while messages are still handled)."""
+    return bool(getattr(screen, "composed", False)) and bool(screen.children)

@@ -23,6 +23,8 @@ COMMANDS: tuple[tuple[str, str, str, Any], ...] = (
     ("Train selector", "from the store's sweeps of this device", "train_selector", None),
     ("Export selected run", "CSV of the run highlighted in History", "export_selected", None),
     ("Delete selected run", "the run highlighted in History (asks first)", "delete_selected", None),
+    ("Help", "every page's keys, the Setup fields, the policies, where results are stored (? or F1)", "help",
+     None),
     ("Quit", "cancel any run, restore the clocks, exit", "quit", None),
 )
 

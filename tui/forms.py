@@ -30,6 +30,30 @@ FIELD_LABELS = {"amount": "length", "slowdown": "slowdown limit", "batch_size": 
                 "seq_len": "seq length", "train_samples": "train samples"}
 
 
+# Field name -> what it means (the help screen, ? or F1). Policies and objectives are explained
+# there from the engine's own texts.
+FIELD_HELP: dict[str, str] = {
+    "model": "what to fine-tune: a zoo name (bert-tiny, bert-mini, pythia-14m, ...; tab completes), "
+             "a hub id in the local cache, a checkpoint folder or a config.json",
+    "task": "the GLUE task (SST-2, MRPC, ...): its labels, metric and sizes",
+    "data": "synthetic (generated, offline: the metric is then not meaningful), hub (GLUE from the "
+            "local hub cache) or a folder of GLUE files",
+    "policy": "how the clocks are chosen for the run (see Policies below)",
+    "objective": "what the oracle, online and ml policies minimise (see Objectives below)",
+    "slowdown ≤": "the most extra time, in % against MAXN Mode 0, the choice may cost (blank: no limit); "
+                  "the same as objective@N%",
+    "length": "how long to train: a number of steps, or of epochs over the training set",
+    "batch size": "samples a step (blank: the zoo's default for the model)",
+    "seq length": "tokens a sample (blank: the zoo's default)",
+    "precision": "fp32, fp16 or bf16 weights and maths (default: the zoo's)",
+    "mode": "full fine-tuning, or bitfit (only the biases train)",
+    "train samples": "how many training samples to use (blank: all of them)",
+    "compare with MAXN": "also run MAXN Mode 0 on the same workload afterwards and show both on "
+                         "Compare (4), with the saving and the slowdown",
+    "simulate": "twin only: no training, each step just advances the twin (fast; no eval metric)",
+}
+
+
 def label_of(field: str) -> str:
     return FIELD_LABELS.get(field, field.replace("_", " "))
 
@@ -178,6 +202,20 @@ def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
     if slowdown.strip() and "@" in objective:
         return "the objective already names a slowdown limit (@N%): clear one of them"
     return None
+
+
+def workload_key(values: SetupValues) -> tuple[str, ...]:
+    """What the selector's choice depends on: a preview asked for another key is stale."""
+    return (values.model.strip().lower(), values.task, values.batch_size.strip(), values.seq_len.strip(),
+            values.precision, values.mode, objective_text(values))
+
+
+def policy_needs(policy: str) -> str | None:
+    """What a policy needs before it can run: "sweep" (oracle: a recorded sweep of the
+    workload on this device), "selector" (ml: a trained selector), or None (the others;
+    `online` profiles during the run itself)."""
+    name = policy.strip().lower().split(":", 1)[0]
+    return {"oracle": "sweep", "ml": "selector"}.get(name)
 
 
 def objective_text(values: SetupValues) -> str:

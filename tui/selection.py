@@ -43,6 +43,14 @@ class SelectorPreview:
                 f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]")
 
 
+def selector_available() -> bool:
+    """Whether the `ml` policy has a selector to load: the user's or the shipped one (a look at
+    the files, not a load: loading imports scikit-learn)."""
+    from engine.selector.persistence import DEFAULT_NAME, shipped_selector_dir, user_selector_dir
+
+    return any((folder() / DEFAULT_NAME).is_file() for folder in (user_selector_dir, shipped_selector_dir))
+
+
 def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     """The selector's choice for an ExperimentSpec's workload and objective.
 

@@ -169,7 +169,7 @@ class ExperimentActions:
         what = message.what
         self._engine_idle()
         if isinstance(exc, SlmDvfsError):
-            text, detail = exc.what, exc.remedy
+            text, detail = exc.what, self.app_remedy(exc)  # type: ignore[attr-defined]
         else:
             text, detail = f"{type(exc).__name__}: {exc}", "this is a bug: please report it with the log"
             log.error("the %s failed", what, exc_info=exc)

@@ -20,6 +20,103 @@ from tui.sweep_model import SweepTracker, SweepView
 class SweepActions:
     """Mixin of SlmDvfsApp."""
 
+    # ------------------------------------------------------------------ what Setup's policy needs
+    def sweeps_of(self, values: Any) -> int:
+        """How many of the store's sweeps of this device (and source) measured Setup's workload
+        (its zoo defaults matching any batch / length / precision left blank)."""
+        from engine.results.store import DeviceRecord
+
+        store = self.store
+        if store is None or self.identity is None:
+            return 0
+        device = DeviceRecord.from_identity(self.identity)
+        want = {"model": values.model.strip().lower(), "task": values.task, "mode": values.mode,
+                "batch_size": values.batch_size.strip(), "seq_len": values.seq_len.strip(),
+                "precision": "" if values.precision == "default" else values.precision}
+        found = 0
+        try:
+            for sweep in store.list_sweeps():
+                if sweep.source != self.source:
+                    continue
+                dev, w = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
+                if (dev.board, dev.module, dev.profile) != (device.board, device.module, device.profile):
+                    continue
+                got = {"model": w.model.lower(), "task": w.task, "mode": w.mode, "batch_size": str(w.batch_size),
+                       "seq_len": str(w.seq_len), "precision": w.precision}
+                if all(not v or got[k] == v for k, v in want.items()) and store.completed_points(sweep.id):
+                    found += 1
+        except SlmDvfsError:
+            return 0
+        return found
+
+    def policy_warning(self, values: Any) -> str:
+        """What Setup says under the form about its policy: what it still needs, or ""."""
+        from tui.forms import policy_needs
+        from tui.selection import TRAIN_COMMAND, selector_available
+
+        need = policy_needs(values.policy)
+        workload = f"{values.model.strip()}/{values.task}"
+        if need == "sweep" and not self.sweeps_of(values):
+            where = "s offers a fast sweep on the twin first" if self.is_twin else "run one on the Sweep page (6)"
+            return f"⚠ oracle needs a sweep of {workload} on this device; the store has none: {where}"
+        if need == "selector" and not selector_available():
+            return (f"⚠ ml needs a trained selector; none found: sweep on page 6 then train (t), "
+                    f"or `{TRAIN_COMMAND}`")
+        return ""
+
+    def policy_ready(self, values: Any) -> bool:
+        """Before Setup starts a run: True when its policy has what it needs; otherwise says so
+        and offers the way to get it (a fast sweep on the twin, the Sweep page on a board)."""
+        from tui.forms import policy_needs
+
+        need = policy_needs(values.policy)
+        if need == "sweep" and not self.sweeps_of(values):
+            workload = f"{values.model.strip()}/{values.task}"
+            if self.is_twin:
+                self.push_screen(
+                    ConfirmScreen(f"oracle needs a sweep of {workload}: run a fast one now?",
+                                  "The store has no sweep of this workload on this device. A fast sweep computes "
+                                  "each GPU clock's point from the twin's model (seconds, no training) on the "
+                                  "Sweep page (6); start the run again when it has finished.", yes="Sweep"),
+                    lambda ok: self.sweep_for_setup(values, fast=True) if ok else None,
+                )
+            else:
+                self.push_screen(
+                    ConfirmScreen(f"oracle needs a sweep of {workload}: open the Sweep page?",
+                                  "The store has no sweep of this workload on this board. Sweep it on the "
+                                  "Sweep page (6) (every setting is applied in turn), then start the run again.",
+                                  yes="Open Sweep"),
+                    lambda ok: self.sweep_for_setup(values, fast=False, start=False) if ok else None,
+                )
+            return False
+        if need == "selector" and self.policy_warning(values):
+            self.notify(self.policy_warning(values).lstrip("⚠ "), title="Cannot start", severity="error")
+            return False
+        return True
+
+    def app_remedy(self, exc: SlmDvfsError) -> str:
+        """An engine error's remedy as the app offers it: the engine names the CLI's commands,
+        the app its own pages for the same step."""
+        if "oracle" in exc.what and "no recorded sweep" in exc.what:
+            where = "s on Setup (2) offers a fast one on the twin" if self.is_twin else "every setting is applied in turn"
+            return f"sweep this workload on the Sweep page (6) ({where}), then start the run again"
+        return exc.remedy
+
+    def sweep_for_setup(self, values: Any, *, fast: bool, start: bool = True) -> None:
+        """The Sweep page on Setup's workload; with `start`, its sweep started (fast on the twin)."""
+        page = self.get_screen("sweep")
+        self.sweep_for = values.policy.strip() if start else None  # said when the sweep is done
+        self.action_page("sweep")
+
+        def go() -> None:
+            page.follow_setup(values, force=True)  # type: ignore[attr-defined]
+            if fast:
+                page.query_one("#sw-fast").value = True  # type: ignore[attr-defined]
+            if start:
+                page.action_start()  # type: ignore[attr-defined]
+
+        self.call_after_refresh(go)
+
     def action_start_sweep(self) -> None:
         self.action_page("sweep")
         self.call_after_refresh(lambda: self.get_screen("sweep").action_start())  # type: ignore[attr-defined]
@@ -33,7 +130,8 @@ class SweepActions:
             spec = SweepSpec(model=values["model"], task=values["task"], space=values["space"],
                              warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
                              repeats=int(values["repeats"]), fast=bool(values["fast"]) and self.is_twin,
-                             twin=getattr(self.identity, "profile", None) if self.is_twin else None)
+                             twin=getattr(self.identity, "profile", None) if self.is_twin else None,
+                             **values.get("workload", {}))
             spec.validate()
         except (SlmDvfsError, ValueError) as exc:
             self.notify(str(exc), title="Cannot start the sweep", severity="error")
@@ -101,6 +199,9 @@ class SweepActions:
             self.sweep_view = self.sweep_tracker.view()
         if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
             page.show_sweep(self.sweep_view)
+        policy, self.sweep_for = self.sweep_for, None
+        if policy and result.status == "finished":
+            line += f"\n{policy} has its sweep now: start the run on Setup (2)"
         self.notify(line, title="Sweep " + result.status)
 
     def open_sweep(self, sweep_id: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,17 +40,19 @@ class HistoryScreen(PageScreen):
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="history-body"):
-            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True, classes="pane")
+            # One space between columns (each cell leads with it), not Textual's two: 80 columns hold them all.
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True, classes="pane", cell_padding=0)
             yield DataTable(id="sweeps", cursor_type="row", classes="pane")
             yield Static("", id="history-status")
 
     def on_mount(self) -> None:
         runs = self.query_one("#runs", DataTable)
         runs.border_title = "Runs (m mark two, c compare, e export, d delete)"
-        runs.add_columns("", "id", "workload", "policy", "energy", "time s", "src", "status", "when")
+        # `when` early and short, so that 80 columns show it whole: a narrow terminal cuts the tail.
+        runs.add_columns(*(f" {c}" for c in ("id", "when", "workload", "policy", "energy", "time s", "src", "status")))
         sweeps = self.query_one("#sweeps", DataTable)
         sweeps.border_title = "Sweeps (o open)"
-        sweeps.add_columns("id", "workload", "space", "points", "src", "status", "when")
+        sweeps.add_columns("id", "when", "workload", "space", "points", "src", "status")
 
     # ------------------------------------------------------------------ data
     def show_records(self, runs: Sequence[Any], sweeps: Sequence[tuple[Any, str, int]]) -> None:
@@ -60,11 +63,13 @@ class HistoryScreen(PageScreen):
         table = self.query_one("#runs", DataTable)
         keep = table.cursor_row
         table.clear()
+        this_year = this_year_text()
         for r in runs:
-            mark = Text("●", style="bold magenta") if r.id in self.marked else ""
+            mark = Text("●", style="bold magenta") if r.id in self.marked else Text(" ")
             workload = f"{r.model}/{r.task}" if r.model else "-"
-            table.add_row(mark, str(r.id), workload, _policy(r), energy(r.energy_j), num(r.time_s, ".3g"),
-                          r.source.value, r.status, format_when(r.started_at), key=str(r.id))
+            cells = (short_when(r.started_at, this_year), workload, _policy(r)[:POLICY_W], energy(r.energy_j),
+                     num(r.time_s, ".3g"), r.source.value, r.status)
+            table.add_row(Text.assemble(mark, str(r.id)), *(f" {c}" for c in cells), key=str(r.id))
         if runs:
             table.move_cursor(row=min(keep, len(runs) - 1))
         st = self.query_one("#sweeps", DataTable)
@@ -72,8 +77,8 @@ class HistoryScreen(PageScreen):
         for s, workload, n in sweeps:
             space = s.space.get("space") or ("explicit" if s.space.get("settings") else "?")
             method = s.space.get("method", "")
-            st.add_row(str(s.id), workload, f"{space} {method}".strip(), str(n), s.source.value, s.status,
-                       format_when(s.created_at), key=str(s.id))
+            st.add_row(str(s.id), short_when(s.created_at, this_year), workload, f"{space} {method}".strip(), str(n),
+                       s.source.value, s.status, key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
 
@@ -142,6 +147,22 @@ class HistoryScreen(PageScreen):
         run = self.selected_run()
         if run is not None:
             self.app.delete_run(run.id)  # type: ignore[attr-defined]
+
+
+POLICY_W = 16  # the policy column's widest text (a static setting's clocks are cut here)
+
+
+def this_year_text() -> str:
+    """The current year (tests fix it, so that what `short_when` drops does not change with the date)."""
+    return str(datetime.date.today().year)
+
+
+def short_when(stamp: str | None, this_year: str) -> str:
+    """`01-02 03:04` this year, `2024-01-02` before (as ls does); `-` when there is none."""
+    when = format_when(stamp)
+    if len(when) < 16:
+        return when
+    return when[5:] if when.startswith(this_year) else when[:10]
 
 
 def _policy(run: Any) -> str:

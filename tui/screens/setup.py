@@ -7,16 +7,17 @@ the number keys switch pages again.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Grid, Horizontal, Vertical
+from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.suggester import SuggestFromList
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from tui import forms
-from tui.screens.base import PageScreen
+from tui.screens.base import PageScreen, TickBox
 
 
 class CheckValidator(Validator):
@@ -44,6 +45,13 @@ class AmountValidator(Validator):
         return self.success() if reason is None else self.failure(reason)
 
 
+FIELD_HINT = "tab enters the form; the field in focus is explained here; ? explains every field and policy"
+# Widget id -> its key in forms.FIELD_HELP
+HELP_KEYS = {"batch_size": "batch size", "seq_len": "seq length", "train_samples": "train samples",
+             "slowdown": "slowdown ≤", "amount": "length", "unit": "length", "compare": "compare with MAXN"}
+SELECTOR_PROMPT = "selector: press p to ask what it would choose (figures predicted)"
+
+
 def _row(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
@@ -64,7 +72,7 @@ class SetupScreen(PageScreen):
 
     def compose_body(self) -> ComposeResult:
         v = self.initial
-        with Vertical(id="setup-form"):
+        with VerticalScroll(id="setup-form", can_focus=False):
             with Grid(id="setup-grid"):
                 yield _row("model", Input(v.model, id="model", compact=True,
                                           suggester=SuggestFromList(forms.zoo_names(), case_sensitive=False),
@@ -93,7 +101,7 @@ class SetupScreen(PageScreen):
                                                   validators=[CheckValidator(forms.check_count)]))
                 yield _row("slowdown ≤", Input(v.slowdown, id="slowdown", compact=True, placeholder="no limit (%)",
                                                valid_empty=True, validators=[CheckValidator(forms.check_slowdown)]))
-                yield Horizontal(Checkbox("compare with MAXN Mode 0", v.compare, id="compare", compact=True),
+                yield Horizontal(TickBox("compare with MAXN Mode 0", v.compare, id="compare", compact=True),
                                  classes="field")
                 yield Horizontal(
                     Label("length", classes="field-label"),
@@ -102,13 +110,15 @@ class SetupScreen(PageScreen):
                            compact=True),
                     classes="field",
                 )
-                yield Horizontal(Checkbox("simulate (twin, no training)", v.simulate, id="simulate", compact=True),
+                yield Horizontal(TickBox("simulate (twin, no training)", v.simulate, id="simulate", compact=True),
                                  classes="field")
             yield Static("", id="setup-errors")
-            yield Static("selector: press p to ask what it would choose (figures predicted)", id="selector")
+            yield Static("", id="policy-note")
+            yield Static(SELECTOR_PROMPT, id="selector")
             with Horizontal(id="setup-buttons"):
                 yield Button("Start (s)", id="start", variant="success", compact=True)
                 yield Button("Ask selector (p)", id="predict", compact=True)
+            yield Static(FIELD_HINT, id="field-help")
 
     # ------------------------------------------------------------------ reading the form
     def values(self) -> forms.SetupValues:
@@ -134,9 +144,13 @@ class SetupScreen(PageScreen):
             inp.validate(inp.value)
         if "slowdown" in errors:
             self.query_one("#slowdown", Input).set_class(True, "-invalid")
-        self.query_one("#setup-errors", Static).update(
-            "\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items()))
+        self._show_errors(errors)
         return errors
+
+    def _show_errors(self, errors: dict[str, str]) -> None:
+        box = self.query_one("#setup-errors", Static)
+        box.update(Text("\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items())))
+        box.display = bool(errors)
 
     def set_simulate_allowed(self, allowed: bool) -> None:
         box = self.query_one("#simulate", Checkbox)
@@ -145,7 +159,42 @@ class SetupScreen(PageScreen):
             box.value = False
 
     def show_selector(self, line: str) -> None:
-        self.query_one("#selector", Static).update(line)
+        """The selector's preview for the form's workload ("" : none yet, the prompt)."""
+        self.query_one("#selector", Static).update(Text(line or SELECTOR_PROMPT))  # [predicted] is no markup
+
+    def show_policy_note(self, note: str) -> None:
+        """What the policy still needs before a run (a sweep for oracle, a selector for ml), or ""."""
+        widget = self.query_one("#policy-note", Static)
+        widget.update(Text(note))
+        widget.display = bool(note)
+
+    def on_descendant_focus(self, event) -> None:  # type: ignore[no-untyped-def]
+        self._explain(getattr(event, "widget", None) or self.focused)
+
+    def on_descendant_blur(self, event) -> None:  # type: ignore[no-untyped-def]
+        self.call_after_refresh(lambda: self._explain(self.focused))
+
+    def _explain(self, widget) -> None:  # type: ignore[no-untyped-def]
+        """The focused field's meaning under the form (the policy's own, from the engine, too)."""
+        field = getattr(widget, "id", None) or ""
+        key = HELP_KEYS.get(field, field)
+        text = forms.FIELD_HELP.get(key)
+        if text is None:
+            self.query_one("#field-help", Static).update(Text(FIELD_HINT))
+            return
+        line = f"{key}: {text}"
+        if field == "policy":
+            from tui.screens.help import policy_help
+
+            typed = self.query_one("#policy", Input).value.strip().lower().split(":", 1)[0]
+            line += "".join(f"\n{name}: {what}" for name, what in policy_help()
+                            if name.split(":", 1)[0] == typed)
+        self.query_one("#field-help", Static).update(Text(line))
+
+    def _tell_app(self) -> None:
+        changed = getattr(self.app, "setup_changed", None)
+        if changed is not None and self.composed:
+            changed(self.values())
 
     # ------------------------------------------------------------------ events
     @on(Input.Changed)
@@ -155,8 +204,15 @@ class SetupScreen(PageScreen):
         if event.input.id == "objective" or event.input.id == "slowdown":
             self.query_one("#slowdown", Input).set_class("slowdown" in errors, "-invalid")
         if result is not None or errors:
-            self.query_one("#setup-errors", Static).update(
-                "\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items()))
+            self._show_errors(errors)
+        self._tell_app()
+        if event.input.id == "policy" and event.input.has_focus:
+            self._explain(event.input)
+
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    def _choice_changed(self, event: Select.Changed | Checkbox.Changed) -> None:
+        self._tell_app()
 
     @on(Select.Changed, "#unit")
     def _unit_changed(self, event: Select.Changed) -> None:
@@ -181,12 +237,19 @@ class SetupScreen(PageScreen):
         self.action_predict()
 
     def action_start(self) -> None:
-        if not self.mark_errors():
-            self.app.request_start(self.values())  # type: ignore[attr-defined]
+        if self.mark_errors():
+            return
+        values = self.values()
+        if not self.app.policy_ready(values):  # type: ignore[attr-defined]
+            return  # said, and the way to get what it needs offered
+        self.app.selector_key = forms.workload_key(values)  # type: ignore[attr-defined]
+        self.app.request_start(values)  # type: ignore[attr-defined]
 
     def action_predict(self) -> None:
         if not self.mark_errors():
-            self.app.request_preview(self.values())  # type: ignore[attr-defined]
+            values = self.values()
+            self.app.selector_key = forms.workload_key(values)  # type: ignore[attr-defined]
+            self.app.request_preview(values)  # type: ignore[attr-defined]
 
     def action_leave_form(self) -> None:
         self.set_focus(None)

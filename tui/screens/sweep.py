@@ -1,4 +1,7 @@
-"""Page 6: characterisation sweeps (start or resume), their energy heat map, and the selector."""
+"""Page 6: characterisation sweeps (start or resume), their energy heat map, and the selector.
+
+The form follows Setup's workload (model, task, batch, length, precision, mode): each time
+the page is shown after Setup changed, it takes them again; edits made here last until then."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from textual.widgets import (
 from engine.dvfs.space import SPACES
 from tui import forms
 from tui.fmt import pct, tag
-from tui.screens.base import PageScreen
+from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
 from tui.sweep_model import HeatMap, SweepView
 
@@ -62,6 +65,42 @@ class SweepScreen(PageScreen):
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.setup = forms.SetupValues()  # the Setup workload the form last took
+        self._followed: tuple[str, ...] | None = None
+
+    def follow_setup(self, values: forms.SetupValues, *, force: bool = False) -> bool:
+        """Take Setup's workload, unless it has not changed since the last time (edits made
+        here then stay); returns whether the form changed."""
+        key = forms.workload_key(values)
+        if key == self._followed and not force:
+            return False
+        self._followed, self.setup = key, values
+        self.query_one("#sw-model", Input).value = values.model.strip()
+        task = self.query_one("#sw-task", Select)
+        if values.task != task.value:
+            task.value = values.task
+        self.query_one("#sw-workload", Static).update(self._workload_text())
+        return True
+
+    def _workload_text(self) -> str:
+        v = self.setup
+        parts = [f"batch {v.batch_size.strip()}" if v.batch_size.strip() else "",
+                 f"seq {v.seq_len.strip()}" if v.seq_len.strip() else "",
+                 v.precision if v.precision != "default" else "", v.mode]
+        return "as on Setup (2): " + ", ".join(p for p in parts if p)
+
+    def workload(self) -> dict:
+        """The SweepSpec fields of Setup's workload beyond the model and task."""
+        v = self.setup
+
+        def count(text: str) -> int | None:
+            return int(text) if text.strip().isdigit() and int(text) > 0 else None
+
+        return {"batch_size": count(v.batch_size), "max_seq_len": count(v.seq_len),
+                "precision": None if v.precision == "default" else v.precision, "mode": v.mode}
+
     def compose_body(self) -> ComposeResult:
         def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
             return Horizontal(Label(label, classes="field-label"), widget, classes="field")
@@ -72,31 +111,34 @@ class SweepScreen(PageScreen):
         with Horizontal(id="sweep-body"):
             with Vertical(id="sweep-left"):
                 with Vertical(id="sweep-form", classes="pane"):
-                    yield field("model", Input("bert-tiny", id="sw-model", compact=True,
+                    yield field("model", Input(self.setup.model, id="sw-model", compact=True,
                                                validators=[CheckValidator(forms.check_model)]))
-                    yield field("task", Select([(d, k) for d, k in forms.task_choices()], value="sst2",
+                    yield field("task", Select([(d, k) for d, k in forms.task_choices()], value=self.setup.task,
                                                id="sw-task", allow_blank=False, compact=True))
+                    yield Static(self._workload_text(), id="sw-workload")
                     yield field("space", Select([(s, s) for s in SPACES], value="gpu", id="sw-space",
                                                 allow_blank=False, compact=True))
                     yield field("warm-up", Input("1", id="sw-warmup", compact=True))
                     yield field("steps", Input("5", id="sw-steps", compact=True, validators=count("number of steps")))
                     yield field("repeats", Input("1", id="sw-repeats", compact=True,
                                                  validators=count("number of repeats")))
-                    yield Checkbox("fast (twin model, no training)", True, id="sw-fast", compact=True)
+                    yield TickBox("fast (twin model, no training)", True, id="sw-fast", compact=True)
                     with Horizontal(classes="field"):
                         yield Button("Start (s)", id="sw-start", variant="success", compact=True)
                         yield Button("Train selector (t)", id="sw-train", compact=True)
                 with Vertical(id="sweep-status", classes="pane"):
-                    yield Static("no sweep yet", id="sweep-summary")
-                    yield ProgressBar(id="sweep-progress", show_eta=False)
+                    yield Static("no sweep yet: s starts one", id="sweep-summary")
+                    # Hidden until a sweep has a size: a bar without a total animates as if busy.
+                    yield ProgressBar(id="sweep-progress", show_eta=False, total=0)
                     yield Log(id="sweep-log", max_lines=200)
             yield Static(id="sweep-heat", classes="pane")
 
     def on_mount(self) -> None:
         self.query_one("#sweep-form").border_title = "Sweep"
         self.query_one("#sweep-status").border_title = "Progress"
-        self.query_one("#sweep-heat").border_title = "Energy per sample (★ least, M MAXN)"
+        self.query_one("#sweep-heat").border_title = "mJ/sample: ★ least, M MAXN"
         self.query_one("#sweep-heat", Static).update(Text("start a sweep, or open one from History (5)", style="dim"))
+        self.query_one("#sweep-progress", ProgressBar).display = False
         self._log_lines: tuple[str, ...] = ()
 
     def values(self) -> dict:
@@ -107,6 +149,7 @@ class SweepScreen(PageScreen):
             "model": text("model"), "task": str(self.query_one("#sw-task", Select).value),
             "space": str(self.query_one("#sw-space", Select).value), "warmup": text("warmup"),
             "steps": text("steps"), "repeats": text("repeats"), "fast": self.query_one("#sw-fast", Checkbox).value,
+            "workload": self.workload(),
         }
 
     def errors(self) -> dict[str, str]:
@@ -144,7 +187,8 @@ class SweepScreen(PageScreen):
             summary.append(f"\nlast: {view.last}", style="dim")
         self.query_one("#sweep-summary", Static).update(summary)
         bar = self.query_one("#sweep-progress", ProgressBar)
-        bar.update(total=view.total or None, progress=view.done)
+        bar.display = bool(view.total)
+        bar.update(total=view.total or 0, progress=view.done)
         if heat is not None:
             self.query_one("#sweep-heat", Static).update(heat_table(heat))
         if view.log != self._log_lines:  # at most 200 lines, a few times a second: redraw it whole

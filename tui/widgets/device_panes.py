@@ -58,7 +58,9 @@ class IdentityBar(Pane):
             text.append(f" {page} ", style="bold reverse")
             text.append(" ")
         text.append_text(kind)
-        text.append(f" {ident.module} · L4T {ident.l4t or '?'} · JetPack {ident.jetpack or '?'} · {mode}")
+        # The power mode first: at 80 columns the ellipsis cuts the static identity, not the mode.
+        text.append(f" {mode}", style="bold")
+        text.append(f" · {ident.module} · L4T {ident.l4t or '?'} · JetPack {ident.jetpack or '?'}")
         text.append(f" · {ident.board}", style="dim")
         if pinned_by_us:
             text.append("\n")
