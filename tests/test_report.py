@@ -170,7 +170,11 @@ def test_a_report_without_out_goes_to_the_data_dir_and_says_where(
     monkeypatch.chdir(here)
     assert main(["report", f"s{sid}", "--db", str(db)]) == 0
     out = capsys.readouterr().out
-    reports = isolated_env.data_dir / "reports"  # type: ignore[attr-defined]
+    # A --db other than the default gets its own folder: two stores' s1 do not collide.
+    reports = isolated_env.data_dir / "reports" / "db"  # type: ignore[attr-defined]
     md = reports / f"sweep-s{sid}.md"
     assert md.is_file() and f"wrote {md}" in out
     assert list(here.iterdir()) == []
+    monkeypatch.setenv("SLM_DVFS_DB", str(db))  # the default store: DATA_DIR/reports itself
+    assert main(["report", f"s{sid}"]) == 0
+    assert (isolated_env.data_dir / "reports" / f"sweep-s{sid}.md").is_file()  # type: ignore[attr-defined]

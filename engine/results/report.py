@@ -56,7 +56,7 @@ def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
     `reports/`, engine.core.paths.reports_dir). A sweep's optimum is the one `objective` ranks
     best (an engine.dvfs Objective, parsed by the caller); without one, the least energy per sample."""
     kind, number = parse_report_id(ident)
-    out = reports_dir() if out_dir is None else Path(out_dir)
+    out = default_report_dir(store) if out_dir is None else Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -64,6 +64,17 @@ def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
     if kind == "sweep":
         return sweep_report(store, number, out, objective=objective)
     return run_report(store, number, out)
+
+
+def default_report_dir(store: Any) -> Path:
+    """DATA_DIR/reports for the default store; DATA_DIR/reports/<db name> for another one, so
+    run 12 of two stores do not overwrite each other's report."""
+    from engine.results.db import default_db_path
+
+    path = getattr(store, "path", None)
+    if path is None or Path(path).resolve() == default_db_path().resolve():
+        return reports_dir()
+    return reports_dir() / Path(path).stem
 
 
 # --------------------------------------------------------------------------- sweeps
