@@ -109,3 +109,15 @@ def test_the_harness_sees_a_heavy_import() -> None:
     # The check itself: a command that does import torch is reported (else every test above passes vacuously).
     code = _CLI.replace("from engine.cli import main", "import torch\nfrom engine.cli import main")
     assert _run(code, "--help")["heavy"] == ["torch"]
+
+
+def test_twin_commands_with_a_cached_trace_import_neither_torch_nor_transformers(isolated_env: IsolatedEnv) -> None:
+    # The first `sweep --fast` traces the workload (model built on meta tensors); after that the
+    # trace cache holds all that `sweep --fast` and `run --simulate` need.
+    workload = ["--twin", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "4", "--max-seq-len", "32"]
+    first = cli("sweep", *workload, "--fast", "--space", "gpu")
+    assert first["code"] == 0 and {"torch", "transformers"} <= set(first["heavy"])
+    for argv in (["sweep", *workload, "--fast", "--space", "gpu"], ["run", *workload, "--simulate", "--steps", "5"]):
+        out = cli(*argv)
+        assert out["code"] == 0
+        assert not {"torch", "transformers", "sklearn"} & set(out["heavy"]), argv

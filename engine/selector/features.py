@@ -195,14 +195,14 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       precision: str | None = None, mode: str = "full",
                       config: Mapping[str, Any] | None = None) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
-    the model is built on meta tensors and traced (traces are cached). `model` is a zoo name,
+    the model is built on meta tensors and traced (traces are cached, and a cached one is found
+    without building the model). `model` is a zoo name,
     hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
     Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
     from engine.workload.glue import get_task
-    from engine.workload.models import build_model, resolve_model
+    from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
-    from engine.workload.tracer import step_trace
-    from engine.workload.optim import apply_mode
+    from engine.workload.resolve import trace_workload
     from engine.workload.zoo import MODEL_TYPE_FAMILY
 
     glue = get_task(task)
@@ -225,10 +225,10 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                           f"give a length of {max_pos} or less")
     # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
     check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
-    net = build_model(config, glue, device="meta")
-    params = sum(p.numel() for p in net.parameters())
-    apply_mode(net, mode)
-    trace = step_trace(net, name=name, batch_size=batch_size, seq_len=seq_len, precision=precision).trace
+    # From the cache without building the model when this workload was traced before.
+    traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                            mode=mode)
+    trace, params = traced.trace, traced.total_params
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
                        heads=int(config["num_attention_heads"]), mode=mode)
