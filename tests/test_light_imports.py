@@ -113,7 +113,8 @@ def test_the_harness_sees_a_heavy_import() -> None:
 
 def test_twin_commands_with_a_cached_trace_import_neither_torch_nor_transformers(isolated_env: IsolatedEnv) -> None:
     # The first `sweep --fast` traces the workload (model built on meta tensors); after that the
-    # trace cache holds all that `sweep --fast` and `run --simulate` need.
+    # trace cache holds all that `sweep --fast`, `run --simulate` and `select` need, and the
+    # shipped selector predicts from its compact form (no scikit-learn, scipy or pandas).
     workload = ["--twin", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "4", "--max-seq-len", "32"]
     first = cli("sweep", *workload, "--fast", "--space", "gpu")
     assert first["code"] == 0 and {"torch", "transformers"} <= set(first["heavy"])
@@ -121,3 +122,4 @@ def test_twin_commands_with_a_cached_trace_import_neither_torch_nor_transformers
         out = cli(*argv)
         assert out["code"] == 0
         assert not {"torch", "transformers", "sklearn"} & set(out["heavy"]), argv
+    assert cli("select", *workload[1:], "--json") == {"code": 0, "heavy": []}  # no --twin: it takes no probes

@@ -74,6 +74,20 @@ LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(WORKLOAD_COLU
 N_WORKLOAD_COLUMNS = len(WORKLOAD_COLUMNS)
 
 
+def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarray:
+    """Natural log of the scale columns (clipped at 1e-12; they are positive by construction)."""
+    out = np.array(x, dtype=float, copy=True)
+    cols = [c for c in columns if c < out.shape[1]]
+    out[:, cols] = np.log(np.maximum(out[:, cols], 1e-12))
+    return out
+
+
+def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:
+    """The workload columns of feature rows (and the source column, when present)."""
+    cols = list(range(N_WORKLOAD_COLUMNS)) + ([x.shape[1] - 1] if source_column else [])
+    return x[:, cols]
+
+
 def feature_schema() -> dict[str, Any]:
     """What a saved selector records, and what loading compares against."""
     return {
@@ -277,6 +291,16 @@ class SettingEncoder:
     def to_json(self) -> dict[str, Any]:
         return {"gpu_max_hz": self.gpu_max_hz, "cpu_max_hz": self.cpu_max_hz, "emc_max_hz": self.emc_max_hz,
                 "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SettingEncoder":
+        def hz(v: Any) -> int | None:
+            return None if v is None else int(v)
+
+        caps = {int(k): (hz(v[0]), hz(v[1]), hz(v[2])) for k, v in dict(data.get("mode_caps") or {}).items()}
+        profile = data.get("profile")
+        return cls(int(data["gpu_max_hz"]), int(data["cpu_max_hz"]), int(data["emc_max_hz"]), caps,
+                   None if profile is None else str(profile))
 
 
 def feature_matrix(workloads: Sequence[WorkloadFeatures], settings: Sequence[DvfsSetting],
