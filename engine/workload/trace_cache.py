@@ -21,6 +21,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
@@ -45,6 +46,7 @@ class WorkloadTrace:
     cached: bool  # read from this cache rather than traced now
 
 
+@lru_cache(maxsize=None)  # a distribution lookup scans sys.path: once per process is enough
 def _library_version(name: str) -> str:
     try:
         return metadata.version(name)
