@@ -48,7 +48,7 @@ import asyncio, sys, time
 from engine.cli import build_parser
 from engine.selector import register_ml_policy
 register_ml_policy()
-build_parser().parse_args([])
+build_parser(commands=False).parse_args([])  # as main() does for `slm-dvfs`
 import importlib
 app_module = importlib.import_module("tui.app")
 from engine.device.session import open_device

@@ -123,3 +123,21 @@ def test_twin_commands_with_a_cached_trace_import_neither_torch_nor_transformers
         assert out["code"] == 0
         assert not {"torch", "transformers", "sklearn"} & set(out["heavy"]), argv
     assert cli("select", *workload[1:], "--json") == {"code": 0, "heavy": []}  # no --twin: it takes no probes
+
+
+_TUI_LAUNCH = """
+import json, sys
+import engine.cli.tui_launch as launch
+launched = []
+launch.launch_tui = lambda args: launched.append(bool(args.verbose)) or 0
+from engine.cli import COMMAND_MODULES, main
+codes = [main([]), main(["-v"])]
+print(json.dumps({"codes": codes, "launched": launched,
+                  "command_modules": sorted(m for m in COMMAND_MODULES if m in sys.modules)}))
+"""
+
+
+def test_opening_the_tui_imports_no_sub_command_module(isolated_env: IsolatedEnv) -> None:
+    # `slm-dvfs` and `slm-dvfs -v` open the TUI: the sub-commands' parsers are not built for it.
+    assert _run(_TUI_LAUNCH) == {"codes": [0, 0], "launched": [False, True], "command_modules": []}
+    assert cli("--help")["code"] == 0  # while every other invocation still sees them all

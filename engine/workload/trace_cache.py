@@ -22,7 +22,6 @@ import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,6 +47,8 @@ class WorkloadTrace:
 
 @lru_cache(maxsize=None)  # a distribution lookup scans sys.path: once per process is enough
 def _library_version(name: str) -> str:
+    from importlib import metadata  # here: importing it costs ~25 ms that `--help` need not pay
+
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
