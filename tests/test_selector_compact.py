@@ -170,3 +170,10 @@ def test_the_shipped_selector_has_a_compact_form_that_predicts_as_its_pickle(wor
     for w in workloads:
         assert compact.predict(w) == pickled.predict(w)
         assert compact.choose(w) == pickled.choose(w)
+
+
+def test_the_sidecar_names_the_form_version_the_arrays_carry() -> None:
+    from engine.selector.compact import FORM_VERSION
+    from engine.selector.persistence import COMPACT_VERSION
+
+    assert COMPACT_VERSION == FORM_VERSION  # persistence records it without importing numpy

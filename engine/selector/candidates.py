@@ -44,12 +44,10 @@ from sklearn.svm import SVR
 
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.selector.compact import FLOPS_PER_SAMPLE, LOG_MARGIN, figures, log_offset
-from engine.selector.features import log_columns, workload_part
-
+from engine.selector.compact import FLOPS_PER_SAMPLE, LOG_MARGIN, figures, log_offset  # noqa: F401 - re-exported
 # log_columns and workload_part live in features (no scikit-learn there); pickled pipelines name
 # `engine.selector.candidates.log_columns`, which this import keeps resolving.
-__all__ = ["FLOPS_PER_SAMPLE", "LOG_MARGIN", "log_columns", "workload_part"]
+from engine.selector.features import log_columns, workload_part  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
