@@ -65,3 +65,17 @@ def test_the_cli_starts_without_torch() -> None:
     code = "import sys, engine.cli; engine.cli.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_resolving_a_workload_and_predicting_import_nothing_heavy() -> None:
+    # What `select`, `sweep --fast` and `run --simulate` use once a trace is cached: torch and
+    # transformers are imported where a model is built or traced, scikit-learn where one is trained.
+    modules = ("engine.workload.resolve", "engine.workload.models", "engine.workload.trace_cache",
+               "engine.selector.features", "engine.selector.selector", "engine.selector.persistence",
+               "engine.selector.compact", "engine.run.harness", "engine.device.twin.fast")
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}: importlib.import_module(name)\n"
+            "print(','.join(sorted({m.split('.')[0] for m in sys.modules}"
+            " & {'torch', 'transformers', 'sklearn', 'scipy', 'pandas', 'pyarrow'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""

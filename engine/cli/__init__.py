@@ -31,7 +31,8 @@ COMMAND_MODULES = (
 log = logging.getLogger("slm_dvfs")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
+    """The whole parser; with `commands=False` only the top-level options (what opening the TUI parses)."""
     parser = argparse.ArgumentParser(
         prog="slm-dvfs",
         description="Energy-optimal DVFS for fine-tuning small language models on Jetson. "
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"slm-dvfs {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in COMMAND_MODULES if commands else ():
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -55,9 +56,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from engine.selector import register_ml_policy
 
     register_ml_policy()  # the dvfs layer's `ml` plug point, filled by the client (cheap: lazy imports)
-    parser = build_parser()
+    args_given = list(sys.argv[1:] if argv is None else argv)
+    # `slm-dvfs` (or `slm-dvfs -v`) opens the TUI: the sub-commands' modules are not imported for it.
+    parser = build_parser(commands=any(a not in ("-v", "--verbose") for a in args_given))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_given)
     except BrokenPipeError:  # `slm-dvfs --help | head`
         return _stdout_gone()
     logging.basicConfig(

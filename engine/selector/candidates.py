@@ -21,7 +21,6 @@ the range seen in training.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -45,7 +44,10 @@ from sklearn.svm import SVR
 
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.selector.features import FEATURE_COLUMNS, LOG_COLUMNS, N_WORKLOAD_COLUMNS
+from engine.selector.compact import FLOPS_PER_SAMPLE, LOG_MARGIN, figures, log_offset  # noqa: F401 - re-exported
+# log_columns and workload_part live in features (no scikit-learn there); pickled pipelines name
+# `engine.selector.candidates.log_columns`, which this import keeps resolving.
+from engine.selector.features import log_columns, workload_part  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +56,6 @@ REGRESSORS = ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-
 ENSEMBLE = ("extra-trees", "ridge-poly")  # a tree model for steps (governor switches), a smooth one for scale
 CLASSIFIERS = ("rf-classifier",)
 SEED = 0
-# Predictions are held within this factor (e^4.6, about 100x) of the training targets' range:
-# a polynomial far outside its data would otherwise overflow.
-LOG_MARGIN = math.log(100.0)
-FLOPS_PER_SAMPLE = FEATURE_COLUMNS.index("flops_per_sample")
-
-
-def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarray:
-    """Natural log of the scale columns (clipped at 1e-12; they are positive by construction)."""
-    out = np.array(x, dtype=float, copy=True)
-    cols = [c for c in columns if c < out.shape[1]]
-    out[:, cols] = np.log(np.maximum(out[:, cols], 1e-12))
-    return out
 
 
 def _logs() -> FunctionTransformer:
@@ -192,21 +182,13 @@ class RegressorModel:
         return self
 
     def _offset(self, key: str, x: np.ndarray) -> np.ndarray:
-        """Time and energy per sample are learnt per FLOP of a sample: what is left (an inverse
-        efficiency) varies far less across model sizes, so trees need not extrapolate a scale."""
-        if key == "second" and self.spec.target == "time+power":
-            return np.zeros(len(x))
-        return np.log(np.maximum(x[:, FLOPS_PER_SAMPLE], 1.0))
+        return log_offset(key, self.spec.target, x)
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Time per sample (s), average power (W), energy per sample (J)."""
         if not self.models:
             raise ConfigError("the model is not fitted", "fit it (train-selector) before predicting")
-        t, second = (np.exp(np.clip(self.models[k].predict(x), *self.bounds[k]) + self._offset(k, x))
-                     for k in ("time", "second"))
-        if self.spec.target == "time+power":
-            return t, second, t * second
-        return t, second / t, second
+        return figures(self.spec.target, {k: m.predict for k, m in self.models.items()}, self.bounds, x)
 
 
 class SettingClassifier:
@@ -235,10 +217,3 @@ class SettingClassifier:
         proba = self.model.predict_proba(workload_x)
         classes = [self.settings[int(c)] for c in self.model.classes_]
         return [sorted(zip(classes, map(float, row)), key=lambda sp: -sp[1]) for row in proba]
-
-
-def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:
-    """The workload columns of feature rows (and the source column, when present)."""
-    cols = list(range(N_WORKLOAD_COLUMNS)) + ([x.shape[1] - 1] if source_column else [])
-    return x[:, cols]
-

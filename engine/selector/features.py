@@ -74,6 +74,20 @@ LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(WORKLOAD_COLU
 N_WORKLOAD_COLUMNS = len(WORKLOAD_COLUMNS)
 
 
+def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarray:
+    """Natural log of the scale columns (clipped at 1e-12; they are positive by construction)."""
+    out = np.array(x, dtype=float, copy=True)
+    cols = [c for c in columns if c < out.shape[1]]
+    out[:, cols] = np.log(np.maximum(out[:, cols], 1e-12))
+    return out
+
+
+def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:
+    """The workload columns of feature rows (and the source column, when present)."""
+    cols = list(range(N_WORKLOAD_COLUMNS)) + ([x.shape[1] - 1] if source_column else [])
+    return x[:, cols]
+
+
 def feature_schema() -> dict[str, Any]:
     """What a saved selector records, and what loading compares against."""
     return {
@@ -195,14 +209,14 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       precision: str | None = None, mode: str = "full",
                       config: Mapping[str, Any] | None = None) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
-    the model is built on meta tensors and traced (traces are cached). `model` is a zoo name,
+    the model is built on meta tensors and traced (traces are cached, and a cached one is found
+    without building the model). `model` is a zoo name,
     hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
     Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
     from engine.workload.glue import get_task
-    from engine.workload.models import build_model, resolve_model
+    from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
-    from engine.workload.tracer import step_trace
-    from engine.workload.optim import apply_mode
+    from engine.workload.resolve import trace_workload
     from engine.workload.zoo import MODEL_TYPE_FAMILY
 
     glue = get_task(task)
@@ -225,10 +239,10 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                           f"give a length of {max_pos} or less")
     # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
     check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
-    net = build_model(config, glue, device="meta")
-    params = sum(p.numel() for p in net.parameters())
-    apply_mode(net, mode)
-    trace = step_trace(net, name=name, batch_size=batch_size, seq_len=seq_len, precision=precision).trace
+    # From the cache without building the model when this workload was traced before.
+    traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                            mode=mode)
+    trace, params = traced.trace, traced.total_params
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
                        heads=int(config["num_attention_heads"]), mode=mode)
@@ -277,6 +291,16 @@ class SettingEncoder:
     def to_json(self) -> dict[str, Any]:
         return {"gpu_max_hz": self.gpu_max_hz, "cpu_max_hz": self.cpu_max_hz, "emc_max_hz": self.emc_max_hz,
                 "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "SettingEncoder":
+        def hz(v: Any) -> int | None:
+            return None if v is None else int(v)
+
+        caps = {int(k): (hz(v[0]), hz(v[1]), hz(v[2])) for k, v in dict(data.get("mode_caps") or {}).items()}
+        profile = data.get("profile")
+        return cls(int(data["gpu_max_hz"]), int(data["cpu_max_hz"]), int(data["emc_max_hz"]), caps,
+                   None if profile is None else str(profile))
 
 
 def feature_matrix(workloads: Sequence[WorkloadFeatures], settings: Sequence[DvfsSetting],

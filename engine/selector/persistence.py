@@ -1,8 +1,10 @@
 """Saving and loading selectors: a joblib file and a JSON sidecar beside it.
 
     default.joblib   the fitted Selector (a pickle: only ever load what we wrote)
+    default.npz      the same selector in plain arrays, where its model has that form
+                     (`compact.py`: tree models); predicting from it needs no scikit-learn
     default.json     format, feature schema, library versions, training-data digest,
-                     the CV table, and the SHA-256 of the joblib file
+                     the CV table, and the SHA-256 of the joblib (and npz) file
 
 Unpickling runs code, so a selector is loaded only from where this user put it: the
 shipped folder (`profiles/selectors`), the user's `data_dir()/selectors`, or a path the
@@ -11,7 +13,10 @@ by the current user or root and is not group- or world-writable (`check_origin`)
 sidecar's digest is then checked (integrity, not origin: whoever wrote a file can write its
 sidecar), as is the feature schema, before anything is unpickled; the bytes that were
 verified are the bytes that are unpickled. A file failing any check is refused with a
-SelectorFileError that says why and how to trust it.
+SelectorFileError that says why and how to trust it. The npz is read without unpickling
+(`allow_pickle=False`), after the same checks and its own digest, and only when it was
+written with the joblib file beside it (it records that file's digest); else the joblib
+file is loaded.
 
 Where the selector comes from (`resolve_selector_path`): an explicit path; else the
 user's `data_dir()/selectors/default.joblib` (written by `train-selector`); else the
@@ -37,6 +42,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "slm-dvfs-selector"
 FORMAT_VERSION = 1
+COMPACT_VERSION = 1  # engine.selector.compact.FORM_VERSION, recorded in the sidecar without importing numpy
 DEFAULT_NAME = "default.joblib"
 COMPRESS = 3
 
@@ -154,6 +160,7 @@ def save_selector(selector: Any, path: str | os.PathLike[str] | None = None) -> 
         tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
         joblib.dump(selector, tmp, compress=COMPRESS)
         digest = sha256_file(tmp)
+        compact_tmp = _write_compact(selector, target, digest)
         side = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -170,15 +177,56 @@ def save_selector(selector: Any, path: str | os.PathLike[str] | None = None) -> 
             "settings": [s.to_json() for s in selector.candidates],
             "encoder": selector.encoder.to_json(),
         }
+        if compact_tmp is not None:
+            side.update(compact_file=target.with_suffix(".npz").name, compact_sha256=sha256_file(compact_tmp),
+                        compact_version=COMPACT_VERSION)
         side_tmp = sidecar_path(tmp)
         side_tmp.write_text(json.dumps(side, indent=1, sort_keys=True, default=str) + "\n")
         tmp.replace(target)
+        if compact_tmp is not None:
+            compact_tmp.replace(target.with_suffix(".npz"))
+        else:  # a compact form of an earlier selector at this path would not match this one
+            target.with_suffix(".npz").unlink(missing_ok=True)
         side_tmp.replace(sidecar_path(target))
     except OSError as exc:
         raise SelectorFileError(f"cannot write the selector to {target}: {exc.strerror or exc}",
                                 "pass a writable --out path") from None
     log.info("saved selector %s (%d bytes, sha256 %s)", target, target.stat().st_size, digest[:12])
     return target
+
+
+def _write_compact(selector: Any, target: Path, joblib_sha256: str) -> Path | None:
+    """The selector's compact form beside `target` (a temporary name), when its model has one."""
+    import numpy as np
+
+    from engine.selector.compact import export_selector
+
+    arrays = export_selector(selector)
+    if arrays is None:
+        return None
+    arrays["joblib_sha256"] = np.array(joblib_sha256)  # the pickle this form was written with
+    tmp = target.with_name(f".{target.stem}.npz.tmp{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        np.savez_compressed(fh, **arrays)
+    return tmp
+
+
+def add_compact_form(path: str | os.PathLike[str]) -> bool:
+    """Write the compact form of an existing selector file (loaded through every check) and record
+    it in its sidecar; False when its model has none. For selectors saved before compact forms."""
+    path = resolve_selector_path(path)
+    selector = load_selector(path, compact=False)
+    side = read_sidecar(path)
+    tmp = _write_compact(selector, path, side["joblib_sha256"])
+    if tmp is None:
+        return False
+    side.update(compact_file=path.with_suffix(".npz").name, compact_sha256=sha256_file(tmp),
+                compact_version=COMPACT_VERSION)
+    side_tmp = path.with_name(f".{path.stem}.json.tmp{os.getpid()}")
+    side_tmp.write_text(json.dumps(side, indent=1, sort_keys=True, default=str) + "\n")
+    tmp.replace(path.with_suffix(".npz"))
+    side_tmp.replace(sidecar_path(path))
+    return True
 
 
 def read_sidecar(path: Path) -> dict[str, Any]:
@@ -224,14 +272,12 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
     return side
 
 
-def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False) -> Any:
+def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False, compact: bool = True) -> Any:
     """The selector at `path` (default: resolve_selector_path()), its origin checked and its
-    bytes verified before they are unpickled; `trust` admits a path outside the trusted folders."""
+    bytes verified before they are unpickled; `trust` admits a path outside the trusted folders.
+    With `compact` (the default) it predicts from the compact form when there is one (no
+    scikit-learn imported); `compact=False` always unpickles the fitted estimators."""
     import io
-
-    import joblib
-
-    from engine.selector.selector import Selector
 
     path = resolve_selector_path(path, trust=trust)
     try:
@@ -240,6 +286,14 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
         raise SelectorFileError(f"cannot read the selector {path}: {exc.strerror or exc}",
                                 "check the file's permissions") from None
     side = verify_selector_file(path, data)
+    if compact and side.get("compact_version") == COMPACT_VERSION:
+        found = _load_compact(path, side)
+        if found is not None:
+            return found
+    import joblib
+
+    from engine.selector.selector import Selector
+
     want = side.get("versions", {}).get("scikit-learn", "")
     import sklearn
 
@@ -258,3 +312,52 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
     obj.path = path
     log.info("loaded selector %s (%s-trained, %s; python %s)", path, obj.source, obj.winner, sys.version.split()[0])
     return obj
+
+
+def _load_compact(path: Path, side: dict[str, Any]) -> Any:
+    """The Selector from the compact form beside `path` (verified), or None when there is no such file."""
+    import io
+
+    import numpy as np
+
+    from engine.device.setting import DvfsSetting
+    from engine.selector.compact import read_meta, regressor_from_arrays
+    from engine.selector.features import SettingEncoder
+    from engine.selector.selector import Selector
+
+    npz = path.with_suffix(".npz")
+    remedy = f"retrain with `slm-dvfs train-selector --out {path}`; never load a selector you did not write"
+    try:
+        data = npz.read_bytes()
+    except FileNotFoundError:
+        log.info("selector %s: its compact form %s is missing; loading the joblib file", path, npz.name)
+        return None
+    except OSError as exc:
+        raise SelectorFileError(f"cannot read the selector {npz}: {exc.strerror or exc}",
+                                "check the file's permissions") from None
+    if hashlib.sha256(data).hexdigest() != side.get("compact_sha256"):
+        raise SelectorFileError(f"the selector {npz} does not match its sidecar's SHA-256: it was changed or "
+                                "damaged, and was not loaded", remedy)
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz_file:
+            arrays = {k: npz_file[k] for k in npz_file.files}
+        if str(arrays.get("joblib_sha256")) != side.get("joblib_sha256"):
+            raise SelectorFileError(f"the selector {npz} was written with another {path.name}", remedy)
+        meta = read_meta(arrays)
+        selector = Selector(
+            model=regressor_from_arrays(arrays, meta), chooser=None, encoder=SettingEncoder.from_json(meta["encoder"]),
+            candidates=[DvfsSetting.from_json(s) for s in meta["settings"]], source=str(meta["source"]),
+            source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=meta["cv_table"],
+            objective=str(meta["objective"]), training=dict(meta["training"]),
+            power_floor_w=float(meta["power_floor_w"]),
+            ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},
+        )
+    except SelectorFileError:
+        raise
+    except (ConfigError, KeyError, ValueError, TypeError, IndexError, OSError) as exc:
+        raise SelectorFileError(f"the selector {npz} could not be read ({type(exc).__name__}: {exc})", remedy) from None
+    if selector.schema != side["feature_schema"]:
+        raise SelectorFileError(f"{npz} does not hold a selector matching its sidecar", remedy)
+    selector.path = path
+    log.info("loaded selector %s (%s-trained, %s; compact form)", path, selector.source, selector.winner)
+    return selector

@@ -15,7 +15,7 @@ import math
 import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -24,14 +24,6 @@ from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.selector.candidates import (
-    CandidateSpec,
-    RegressorModel,
-    SettingClassifier,
-    default_candidates,
-    log_columns,
-    workload_part,
-)
 from engine.selector.dataset import SOURCE_COLUMN, Dataset
 from engine.selector.features import (
     FEATURE_COLUMNS,
@@ -41,9 +33,15 @@ from engine.selector.features import (
     WorkloadFeatures,
     feature_matrix,
     feature_schema,
+    log_columns,
+    workload_part,
 )
 from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes
-from engine.selector.selection import DEFAULT_SPLITS, CVReport, Progress, cross_validate, fit_all
+
+if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compact model needs none)
+    from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier
+    from engine.selector.compact import CompactRegressor
+    from engine.selector.selection import CVReport, Progress
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +128,7 @@ class Selector:
     def __init__(
         self,
         *,
-        model: RegressorModel,
+        model: RegressorModel | CompactRegressor,  # the fitted estimators, or their compact form
         chooser: SettingClassifier | None,
         encoder: SettingEncoder,
         candidates: Sequence[DvfsSetting],
@@ -290,12 +288,16 @@ def train_selector(
     objective: Objective | None = None,
     *,
     candidates: Sequence[CandidateSpec] | None = None,
-    n_splits: int = DEFAULT_SPLITS,
+    n_splits: int | None = None,
     progress: Progress | None = None,
     command: Any = None,
 ) -> tuple[Selector, CVReport]:
     """Cross-validate the candidates, refit the winner on all of `ds`. A winning classifier
-    chooses; the best regressor then gives the figures."""
+    chooses; the best regressor then gives the figures. `n_splits` defaults to selection.DEFAULT_SPLITS."""
+    from engine.selector.candidates import RegressorModel, SettingClassifier, default_candidates
+    from engine.selector.selection import DEFAULT_SPLITS, cross_validate, fit_all
+
+    n_splits = DEFAULT_SPLITS if n_splits is None else n_splits
     objective = objective or Objective()
     specs = list(candidates or default_candidates())
     report = cross_validate(ds, specs, objective, n_splits=n_splits, progress=progress)

@@ -13,14 +13,15 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 from engine.core.errors import ConfigError
 from engine.workload.sizing import check_config
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
+
+if TYPE_CHECKING:  # torch is imported where a model is built: resolving a spec needs none of it
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,7 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
                 device: str | torch.device | None = None) -> torch.nn.Module:
     """A classification model from an architecture alone, with random weights.
     `device="meta"` builds it without allocating memory (for counting parameters)."""
+    import torch
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     task = get_task(task)
@@ -186,6 +188,7 @@ def model_info(resolved: ResolvedModel, model: torch.nn.Module, weights: str) ->
 
 def _try_pretrained(resolved: ResolvedModel, task: GlueTask, allow_download: bool,
                     seed: int) -> torch.nn.Module | None:
+    import torch
     from transformers import AutoModelForSequenceClassification
 
     source = resolved.weights_from

@@ -1,18 +1,23 @@
 """What a run fine-tunes, resolved before anything runs.
 
 `resolve_workload` turns (model, task, batch, length, precision, mode) into the step
-trace every twin figure is computed from (meta tensors: nothing is allocated).
+trace every twin figure is computed from (meta tensors: nothing is allocated; a workload
+traced before comes from `trace_cache` without importing torch).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
+from engine.workload.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
+
+if TYPE_CHECKING:
+    from engine.workload.glue import GlueTask
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +66,11 @@ def resolve_workload(
 ) -> Workload:
     """The workload a run or sweep of `model` on `task` fine-tunes, with its step trace
     (cached; captured on meta tensors when not). Defaults come from the zoo entry."""
+    from engine.core.constants import MODES, PRECISIONS
     from engine.workload.finetune import defaults_for
     from engine.workload.glue import get_task
-    from engine.workload.models import build_model, resolve_model
-    from engine.core.constants import MODES, PRECISIONS
-    from engine.workload.optim import apply_mode
+    from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
-    from engine.workload.tracer import step_trace
 
     if mode not in MODES:
         raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
@@ -87,11 +90,34 @@ def resolve_workload(
                           f"give --max-seq-len {max_pos} or less")
     prec = precision or defaults.precision
     check_memory(estimate_memory(resolved.config, batch, length, prec, mode), resolved.name, batch, length)
-    net = build_model(resolved.config, glue, seed=seed, device="meta")
-    apply_mode(net, mode)
-    record = step_trace(net, name=resolved.name, batch_size=batch, seq_len=length, precision=prec)
+    # From the cache without building the model when this workload was traced before.
+    traced = trace_workload(resolved.name, resolved.config, glue, batch_size=batch, seq_len=length,
+                            precision=prec, mode=mode, seed=seed)
     return Workload(
         model=resolved.name, task=glue.name, family=resolved.family, batch_size=batch, seq_len=length,
-        precision=prec, mode=mode, trace=record.trace, total_params=sum(p.numel() for p in net.parameters()),
-        spec=str(model),
+        precision=prec, mode=mode, trace=traced.trace, total_params=traced.total_params, spec=str(model),
     )
+
+
+def trace_workload(name: str, config: Mapping[str, Any], task: GlueTask, *, batch_size: int, seq_len: int,
+                   precision: str, mode: str, seed: int = 0) -> WorkloadTrace:
+    """The step trace and parameter count of fine-tuning the model `config` describes on `task`
+    (a GlueTask) at this shape: from the cache when this workload was traced before (nothing
+    heavy imported), else built on meta tensors and traced (then cached, both here and in the
+    tracer's own cache)."""
+    key = trace_key(name, config, task.name, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                    mode=mode)
+    found = cached_workload_trace(key)
+    if found is not None:
+        return found
+    from engine.workload.models import build_model
+    from engine.workload.optim import apply_mode
+    from engine.workload.tracer import step_trace
+
+    net = build_model(config, task, seed=seed, device="meta")
+    total = sum(p.numel() for p in net.parameters())
+    apply_mode(net, mode)
+    record = step_trace(net, name=name, batch_size=batch_size, seq_len=seq_len, precision=precision)
+    found = WorkloadTrace(record.trace, int(total), record.method, cached=False)
+    store_workload_trace(key, found)
+    return found

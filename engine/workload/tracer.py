@@ -32,6 +32,7 @@ from engine.core.constants import PRECISIONS
 from engine.core.errors import ConfigError
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, StepTrace
+from engine.workload.trace_cache import TRACER_VERSION
 from engine.workload.op_costs import (
     HOST_CYCLES_PER_OP,
     HOST_CYCLES_PER_SAMPLE,
@@ -45,9 +46,6 @@ from engine.workload.op_costs import (
 )
 
 log = logging.getLogger(__name__)
-
-# Bump when the costing rules change: cached traces of older rules are ignored.
-TRACER_VERSION = 1
 
 MAX_GRAD_NORM = 1.0  # the trainer's clipping, traced as part of the optimizer phase
 
