@@ -45,7 +45,7 @@ class RunScreen(PageScreen):
         yield BlockChart(id="run-chart", classes="pane")
         with Horizontal(id="run-mid"):
             with Vertical(id="run-clocks-box", classes="pane live"):
-                yield ClocksPane(id="run-clocks", compact=True)
+                yield ClocksPane(id="run-clocks", auto_compact=True)
                 yield GraphStack(id="run-clock-graphs")
             with Vertical(id="run-temps-box", classes="pane live"):
                 yield TemperaturesPane(id="run-temps", columns=3)
