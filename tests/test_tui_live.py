@@ -176,3 +176,40 @@ async def test_temperatures_rise_and_the_graphs_move_during_a_twin_run(thermal_s
             assert rail_key("total") in rails.graphs
         assert not math.isnan(view.energy_j)
         await ui.press("q")
+
+
+async def test_twin_power_follows_the_steps_and_idles_while_paused(thermal_session: DeviceSession,
+                                                                   results_store: Store) -> None:
+    """What the Device page reads on the twin: phase power while the run steps, idle power once paused
+    (was: one constant per run, still 19.56 W while PAUSED)."""
+    from engine.run.experiment import ExperimentSpec
+
+    twin = thermal_session.twin
+
+    def pace(event: Any) -> None:
+        if type(event).__name__ == "StepEnd":
+            time.sleep(0.002)
+
+    def totals() -> set[float]:
+        return {round(v, 2) for v in app.device_history.values(rail_key("total"), 40) if v is not None}
+
+    app = make_app(thermal_session, store=results_store)
+    async with drive(app) as ui:
+        spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=5_000_000, twin=TWIN, simulate=True,
+                              label="test")
+        assert app.start_experiment(spec, callbacks=[pace]) is not None
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 10)
+        await ui.press("1")
+        # the readings differ while it steps: the files play each step's phases back
+        await ui.wait_for(SnapshotTaken, until=lambda: len(totals()) >= 2)
+        lowest_step = min(totals())
+        await ui.press("3", "space")
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.status == "paused")
+        await ui.wait_for(SnapshotTaken, until=lambda: twin.shown_phase() == "idle")
+
+        def last() -> float:
+            return app.device_history.values(rail_key("total"), 1)[0] or math.inf
+
+        await ui.wait_for(SnapshotTaken, until=lambda: last() < lowest_step)  # idle: below every phase
+        assert "last step" in str(app.screen.query_one("#run-rails").border_title)
+        await ui.press("q")

@@ -26,7 +26,9 @@ class RunPowerPane(GraphStack):
         rails = list(view.rail_now_w) or list(view.rails)
         span = view.chart_span_s
         over = f" {span:.3g} s" if span else ""
-        self.border_title = Text.assemble("Power W ", tag(view.source), f" now avg pk{over}")
+        # `now` is the last step's: say so once the run is not stepping (the Device page shows the board now)
+        now = "now" if view.status in ("running", "starting") else "last step"
+        self.border_title = Text.assemble("Power W ", tag(view.source), f" {now} avg pk{over}")
         if not view.spans:
             return
         show_run_rails(self, view.spans, rails, view.rails or rails)
