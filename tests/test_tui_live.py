@@ -191,7 +191,9 @@ async def test_twin_power_follows_the_steps_and_idles_while_paused(thermal_sessi
             time.sleep(0.002)
 
     def totals() -> set[float]:
-        return {round(v, 2) for v in app.device_history.values(rail_key("total"), 40) if v is not None}
+        """The total power of the readings taken since the run stepped (`since`)."""
+        new = app.device_history.readings - since
+        return {round(v, 2) for v in app.device_history.values(rail_key("total"), new) if v is not None}
 
     app = make_app(thermal_session, store=results_store)
     async with drive(app) as ui:
@@ -199,6 +201,7 @@ async def test_twin_power_follows_the_steps_and_idles_while_paused(thermal_sessi
                               label="test")
         assert app.start_experiment(spec, callbacks=[pace]) is not None
         await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 10)
+        since = app.device_history.readings
         await ui.press("1")
         # the readings differ while it steps: the files play each step's phases back
         await ui.wait_for(SnapshotTaken, until=lambda: len(totals()) >= 2)
