@@ -15,7 +15,7 @@ from engine.device.snapshot import DeviceSnapshot
 from tui.history import DeviceHistory
 from tui.screens.base import PageScreen
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C, ClocksPane, TemperaturesPane
-from tui.widgets.live import GraphStack, show_clocks, show_rails, show_temps
+from tui.widgets.live import GraphStack, show_clocks, show_load, show_rails, show_temps
 
 
 def span_text(history: DeviceHistory) -> str:
@@ -65,8 +65,10 @@ class DeviceScreen(PageScreen):
         power.border_title = Text(f"Power W [{src}] avg/pk {over}")
         show_rails(power, history, [r.name for r in snap.rails])
         self.query_one(ClocksPane).show(snap, tables)
-        self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}]")
-        show_clocks(self.query_one("#dev-clock-graphs", GraphStack), history, tables)
+        self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}] now avg pk")
+        clock_graphs = self.query_one("#dev-clock-graphs", GraphStack)
+        show_clocks(clock_graphs, history, tables)
+        show_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
         self.query_one("#dev-temps").border_title = Text(f"Temps °C [{src}] !≥{TEMP_WARN_C:g} !!≥{TEMP_HOT_C:g}")
         show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))

@@ -102,6 +102,14 @@ def show_clocks(stack: GraphStack, history: DeviceHistory, tables: Mapping[Clock
         g.plot(values, history.stats(key), y_max=top)
 
 
+def show_load(stack: GraphStack, history: DeviceHistory) -> None:
+    """The GPU's load (%), as the board reports it (on the twin: the phase of the step it shows)."""
+    values = history.values("load:gpu", 2 * stack.size.width or None)
+    if values:
+        g = stack.graph("load:gpu", "GPU%", fmt=".0f", name_width=4)
+        g.plot(values, history.stats("load:gpu"), y_max=100.0)
+
+
 def show_temps(stack: GraphStack, history: DeviceHistory, zones: Sequence[str] = ("max",)) -> None:
     """A graph per zone named (`max`: the hottest zone at each reading), coloured by the thresholds."""
     for zone in zones:
