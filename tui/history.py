@@ -119,54 +119,69 @@ class DeviceHistory:
 Span = tuple[float, float, Mapping[str, float]]
 
 
-def time_columns(spans: Sequence[Span], columns: int, rails: Iterable[str] | None = None,
-                 span_s: float | None = None) -> tuple[list[float | None], float]:
-    """(mean power per column in W, the time covered) over the last `span_s` seconds of spans
-    (all of them by default): columns are equal time buckets ending at the last span; each
-    span's energy is spread over the buckets it overlaps in proportion to the overlap, so
-    every bucket the spans cover has a value (None only before the first span). `rails`:
-    the rails summed (every rail of the spans by default)."""
+def power_columns(spans: Sequence[Span], columns: int, groups: Mapping[str, Iterable[str] | None],
+                  span_s: float | None = None) -> tuple[dict[str, list[float | None]], float]:
+    """({group: mean power per column in W}, the time covered) over the last `span_s` seconds of
+    spans (all of them by default), in one pass for every group (a group sums its rails; None:
+    every rail). Columns are equal time buckets ending at the last span; each span's energy is
+    spread over the buckets it overlaps in proportion to the overlap, so every bucket the spans
+    cover has a value (None only before the first span)."""
+    names = list(groups)
     if not spans or columns <= 0:
-        return [], 0.0
+        return {g: [] for g in names}, 0.0
     t_end = spans[-1][0]
     t_first = spans[0][0] - spans[0][1]
     span = t_end - t_first if span_s is None else min(span_s, t_end - t_first)
     if span <= 0:
-        return [], 0.0
+        return {g: [] for g in names}, 0.0
     width = span / columns
     start = t_end - span
-    wanted = None if rails is None else set(rails)
-    joules = [0.0] * columns
+    wanted = [None if groups[g] is None else frozenset(groups[g]) for g in names]  # type: ignore[arg-type]
+    joules = [[0.0] * columns for _ in names]
     seconds = [0.0] * columns
     for t, dt, energy in spans:
-        a = t - dt
         if t <= start or dt <= 0:
             continue
-        total = sum(j for r, j in energy.items() if wanted is None or r in wanted)
-        power = total / dt
-        lo, hi = max(a, start), t
+        powers = [(sum(energy.values()) if w is None else sum(j for r, j in energy.items() if r in w)) / dt
+                  for w in wanted]
+        lo = max(t - dt, start)
         first = min(columns - 1, max(0, int((lo - start) / width)))
-        last = min(columns - 1, max(0, int((hi - start) / width - 1e-9)))
+        last = min(columns - 1, max(0, int((t - start) / width - 1e-9)))
         for col in range(first, last + 1):
-            c0, c1 = start + col * width, start + (col + 1) * width
-            overlap = min(hi, c1) - max(lo, c0)
+            c0 = start + col * width
+            overlap = min(t, c0 + width) - max(lo, c0)
             if overlap > 0:
-                joules[col] += power * overlap
                 seconds[col] += overlap
-    return [joules[i] / seconds[i] if seconds[i] > 0 else None for i in range(columns)], span
+                for k, p in enumerate(powers):
+                    joules[k][col] += p * overlap
+    return {g: [joules[k][i] / seconds[i] if seconds[i] > 0 else None for i in range(columns)]
+            for k, g in enumerate(names)}, span
 
 
-def span_stats(spans: Sequence[Span], rail: str | None = None) -> Stats:
-    """Last, time-weighted average and peak power (W) of the spans: one rail's, or all summed."""
-    energy = time = 0.0
-    now = peak = None
+def time_columns(spans: Sequence[Span], columns: int, rails: Iterable[str] | None = None,
+                 span_s: float | None = None) -> tuple[list[float | None], float]:
+    """`power_columns` for one group: the rails summed (every rail by default)."""
+    cols, span = power_columns(spans, columns, {"": rails}, span_s)
+    return cols[""], span
+
+
+def group_stats(spans: Sequence[Span], groups: Mapping[str, Iterable[str] | None]) -> dict[str, Stats]:
+    """Last, time-weighted average and peak power (W) of each group of rails, in one pass."""
+    names = list(groups)
+    wanted = [None if groups[g] is None else frozenset(groups[g]) for g in names]  # type: ignore[arg-type]
+    energy = [0.0] * len(names)
+    peak: list[float | None] = [None] * len(names)
+    now: list[float | None] = [None] * len(names)
+    time = 0.0
     for _t, dt, joules in spans:
         if dt <= 0:
             continue
-        j = sum(joules.values()) if rail is None else joules.get(rail, 0.0)
-        w = j / dt
-        energy += j
         time += dt
-        now = w
-        peak = w if peak is None or w > peak else peak
-    return Stats(now, energy / time if time > 0 else None, peak)
+        for k, w in enumerate(wanted):
+            j = sum(joules.values()) if w is None else sum(v for r, v in joules.items() if r in w)
+            p = j / dt
+            energy[k] += j
+            now[k] = p
+            pk = peak[k]
+            peak[k] = p if pk is None or p > pk else pk
+    return {g: Stats(now[k], energy[k] / time if time > 0 else None, peak[k]) for k, g in enumerate(names)}

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.provenance import Source
-from tui.history import Span, span_stats, time_columns
+from tui.history import Span, group_stats, time_columns
 
 WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200
-MAX_SPANS = 600  # steps shorter than the shown time / MAX_SPANS share a span: the history stays bounded
+MAX_SPANS = 300  # steps shorter than the shown time / MAX_SPANS share a span: the history stays bounded
 ETA_STATUSES = ("starting", "running", "paused")  # a run that stopped has no ETA
 
 
@@ -73,12 +73,8 @@ class RunView:
 
     @property
     def total_peak_w(self) -> float | None:
-        return span_stats(self.spans_of(self.rails)).peak if self.spans else None
-
-    def spans_of(self, rails: Sequence[str]) -> list[Span]:
-        """The history summed over `rails` (as spans with one entry), for a chart of their total."""
-        wanted = set(rails)
-        return [(t, dt, {"": sum(j for r, j in e.items() if not wanted or r in wanted)}) for t, dt, e in self.spans]
+        """The highest step (span) of the total over `rails` in the history; None before a step."""
+        return group_stats(self.spans, {"": self.rails or None})[""].peak if self.spans else None
 
     @property
     def active(self) -> bool:
@@ -247,7 +243,7 @@ class RunTracker:
             )
         # the chart and the rails' figures are computed outside the lock: the run goes on meanwhile
         chart, span = time_columns(spans, self.chart_columns, rails)
-        per_rail = {r: span_stats(spans, r) for r in view.rail_now_w}
+        per_rail = group_stats(spans, {r: (r,) for r in view.rail_now_w})
         return replace(view, chart_w=tuple(chart), chart_span_s=span,
                        rail_avg_w={r: s.avg for r, s in per_rail.items() if s.avg is not None},
                        rail_peak_w={r: s.peak for r, s in per_rail.items() if s.peak is not None})

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from textual.containers import Vertical
 
 from engine.device.base import ClockDomain
-from tui.history import TOTAL, DeviceHistory, Span, Stats, clock_key, rail_key, span_stats, temp_key, time_columns
+from tui.history import TOTAL, DeviceHistory, Span, Stats, clock_key, group_stats, power_columns, rail_key, temp_key
 from tui.widgets.charts import POWER_HOT, POWER_WARN, HistoryGraph
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C
 
@@ -124,13 +124,15 @@ def show_temps(stack: GraphStack, history: DeviceHistory, zones: Sequence[str] =
 
 
 def show_run_rails(stack: GraphStack, spans: Sequence[Span], rails: Sequence[str], in_total: Sequence[str]) -> None:
-    """A graph per rail and one of the total over `in_total`, from the run's steps (W, time buckets)."""
+    """A graph per rail and one of the total over `in_total`, from the run's steps (W, time buckets);
+    every graph's columns and figures in one pass over the spans."""
     width = max(5, min(max((len(short_rail(r)) for r in rails), default=5), 15))
-    for rail in [*rails, TOTAL]:
-        key = rail_key(rail)
-        g = stack.graph(key, short_rail(rail), name_width=width, mark=False)
-        cols = g.columns or RUN_GRAPH_COLUMNS
-        chosen = list(in_total) if rail == TOTAL else [rail]
-        values, _span = time_columns(spans, cols, chosen)
-        stats = span_stats([(t, dt, {"": sum(e.get(r, 0.0) for r in chosen)}) for t, dt, e in spans], "")
-        plot_power(g, values, stats)
+    groups: dict[str, Sequence[str]] = {rail_key(r): (r,) for r in rails}
+    groups[rail_key(TOTAL)] = tuple(in_total)
+    graphs = {key: stack.graph(key, short_rail(key.removeprefix("rail:")), name_width=width, mark=False)
+              for key in groups}
+    cols = next(iter(graphs.values())).columns or RUN_GRAPH_COLUMNS  # the graphs share the stack's width
+    values, _span = power_columns(spans, cols, groups)
+    stats = group_stats(spans, groups)
+    for key, g in graphs.items():
+        plot_power(g, values[key], stats[key])
