@@ -107,3 +107,31 @@ def test_driven_steps_keep_their_exact_energy_and_time() -> None:
                 twin.sync()
     assert [(s.time_s, dict(s.energy_j)) for s in got] == [(s.time_s, dict(s.energy_j)) for s in expected]
     assert twin.energy_j() == expected_total
+
+
+def test_a_new_run_and_a_new_pace_are_followed() -> None:
+    """The host's pace is measured per run, and a lasting change of pace is taken up (not shown as idle)."""
+    with VirtualOrin() as twin:
+        twin.wall_clock = wall = FakeWall()
+        with twin.driven():
+            for _ in range(3):
+                twin.run_step(BUSY)
+                wall.t += 0.01  # a fast run
+        wall.t += 60.0
+        with twin.driven():
+            for _ in range(3):  # a slow one: 2 s a step
+                twin.run_step(BUSY)
+                wall.t += 2.0
+            wall.t -= 1.0  # halfway through the next step
+            twin.sync()
+            assert twin.shown_phase() != "idle"
+        with twin.driven():  # within a run: fast steps, then lastingly slow ones
+            for dt in (0.01, 0.01, 0.01, 2.0, 2.0, 2.0):
+                twin.run_step(BUSY)
+                wall.t += dt
+            wall.t -= 1.0
+            twin.sync()
+            assert twin.shown_phase() != "idle"
+            wall.t += 10.0  # then a real pause
+            twin.sync()
+            assert twin.shown_phase() == "idle"

@@ -137,6 +137,7 @@ class VirtualOrin:
         self._phases: tuple[Phase, ...] | None = None
         self._step_wall: float | None = None
         self._step_period: float | None = None
+        self._long_gaps = 0  # long gaps in a row before the last step
         _clocks, _est, power = self._refresh(None)
         if thermal:
             self._thermal = ThermalState.steady(sum(power.values()), self.profile.thermal)
@@ -191,6 +192,9 @@ class VirtualOrin:
         """While active, virtual time advances only through run_step / advance_idle."""
         with self._lock:
             self._driven += 1
+            if self._driven == 1:  # a new run: its host pace is its own
+                self._step_wall = self._step_period = None
+                self._long_gaps = 0
         try:
             yield self
         finally:
@@ -345,7 +349,9 @@ class VirtualOrin:
         now = self.wall_clock()
         if self._step_wall is not None:
             gap = now - self._step_wall
-            if self._step_period is None or gap <= GAP_STEPS * max(self._step_period, IDLE_AFTER_S / GAP_STEPS):
+            long = self._step_period is not None and gap > GAP_STEPS * max(self._step_period, IDLE_AFTER_S / GAP_STEPS)
+            self._long_gaps = self._long_gaps + 1 if long else 0
+            if not long or self._long_gaps >= 2:  # two long gaps in a row: the host's pace changed
                 self._step_period = gap
         self._step_wall = now
 
