@@ -17,7 +17,7 @@ from tui.history import DeviceHistory, time_columns
 from tui.runstate import RunView
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
-from tui.widgets.device_panes import ClocksPane, TemperaturesPane
+from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C, ClocksPane, TemperaturesPane
 from tui.widgets.live import GraphStack, show_clocks, show_temps
 from tui.widgets.run_panes import ProgressPane, RunPowerPane
 
@@ -72,10 +72,10 @@ class RunScreen(PageScreen):
             history = DeviceHistory()
             history.add(snap)
         self.query_one(ClocksPane).show(snap, tables)
-        self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}]")
+        self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
         show_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
-        self.query_one("#run-temps-box").border_title = Text(f"Temps °C [{src}]")
+        self.query_one("#run-temps-box").border_title = Text(f"Temps °C [{src}] !≥{TEMP_WARN_C:g} !!≥{TEMP_HOT_C:g} now avg pk")
         show_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
     def show_run(self, view: RunView) -> None:
