@@ -70,7 +70,7 @@ class DeviceScreen(PageScreen):
         show_clocks(clock_graphs, history, tables)
         show_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
-        self.query_one("#dev-temps").border_title = Text(f"Temps °C [{src}] !≥{TEMP_WARN_C:g} !!≥{TEMP_HOT_C:g} now avg pk")
+        self.query_one("#dev-temps").border_title = Text(f"Temps °C [{src}] now avg pk !{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}")
         show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
         lines = list(notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
         if "rails" in snap.errors:

@@ -75,7 +75,7 @@ class RunScreen(PageScreen):
         self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
         show_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
-        self.query_one("#run-temps-box").border_title = Text(f"Temps °C [{src}] !≥{TEMP_WARN_C:g} !!≥{TEMP_HOT_C:g} now avg pk")
+        self.query_one("#run-temps-box").border_title = Text(f"Temps °C [{src}] now avg pk !{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}")
         show_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
     def show_run(self, view: RunView) -> None:

@@ -80,8 +80,8 @@ class ClocksPane(Pane):
         self.border_title = "Clocks (MHz)"
 
     def show(self, snap: DeviceSnapshot, tables: Mapping[ClockDomain, tuple[int, ...]]) -> None:
-        if self.auto_compact:  # the full table (min–max column, load row) where the width allows
-            self.compact = 0 < self.size.width < 64
+        if self.auto_compact and self.size.width:  # the full table (min–max, load) where the width allows
+            self.compact = self.size.width < 64
         key = (self.compact, snap.identity.source, snap.clocks, tuple(sorted(snap.errors.items())),
                None if self.compact else snap.gpu_load)
         self.show_if_changed(key, lambda: self._table(snap, tables))
