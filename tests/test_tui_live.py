@@ -163,6 +163,11 @@ async def test_temperatures_rise_and_the_graphs_move_during_a_twin_run(thermal_s
         assert app.start_experiment(spec, callbacks=[pace]) is not None
         await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 0)
         first = app.device_history.readings
+        hottest = app.screen.query_one("#run-temp-graphs", GraphStack).graphs[temp_key("max")]
+        drawn_first = plain(hottest.render())
+        assert app.screen.PAGE == "run"
+        # the Run page's graph of the hottest zone, as drawn, moves with the run
+        await ui.wait_for(SnapshotTaken, until=lambda: plain(hottest.render()) != drawn_first)
         await ui.wait_for(ExperimentDone)
         await ui.workers_done()
         await ui.wait_for(SnapshotTaken, until=lambda: app.device_history.readings > first + 2)
