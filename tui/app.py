@@ -39,6 +39,7 @@ from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
 from tui.bridge import EventBridge
 from tui.commands import SlmDvfsCommands
+from tui.history import DeviceHistory
 from tui.messages import PollFailed, SnapshotTaken
 from tui.polling import SlowModeDevice
 from tui.runstate import RunTracker, RunView
@@ -102,6 +103,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         self.identity: Any = None
         self.pinned_by_us = False  # an engine worker holds a clock guard
         self.last_snapshot = None
+        self.device_history = DeviceHistory()  # what the live graphs show; fills while a page is hidden
         self.clock_tables: dict[ClockDomain, tuple[int, ...]] = {}
         self.control: Any = None  # TrainControl of the experiment or sweep in progress
         self.engine_busy: str | None = None  # "experiment" | "sweep" | "selector training"
@@ -334,6 +336,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
         snap = message.snapshot
         self.last_snapshot = snap
+        self.device_history.add(snap)
         screen = self.page_shown
         if hasattr(screen, "show_device") and _live(screen):
             try:

@@ -4,6 +4,7 @@ repeat exactly (the snapshot tests use it; so can documentation)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from engine.device.base import (
@@ -48,6 +49,21 @@ def snapshot(gpu_hz: int = 816 * MHZ, pinned: bool = True) -> DeviceSnapshot:
         ("tj-thermal", 77.0)))
     return DeviceSnapshot(t=100.0, identity=IDENTITY, mode=PowerMode(0, "MAXN"), clocks=clocks, rails=rails,
                           temperatures=temps, gpu_load=0.93)
+
+
+def snapshot_at(i: int) -> DeviceSnapshot:
+    """Reading `i` of a fixed minute of a run on the twin, two a second: power follows steps and
+    pauses, the GPU clock its governor, the zones warm up (for graphs with shape)."""
+    import math
+
+    base = snapshot(gpu_hz=(306, 612, 816, 1020, 816)[(i // 25) % 5] * MHZ, pinned=False)
+    busy = 0.0 if 70 <= i < 80 else 0.55 + 0.45 * abs(math.sin(i / 7.0))
+    scale = {"VDD_GPU_SOC": 0.45 + 1.3 * busy, "VDD_CPU_CV": 0.9 + 0.2 * busy, "VIN_SYS_5V0": 0.85 + 0.3 * busy,
+             "VDDQ_VDD2_1V8AO": 0.6 + 0.6 * busy}
+    rails = tuple(RailReading(r.name, r.voltage_mv, round(r.current_ma * scale[r.name], 1)) for r in base.rails)
+    warm = 30.0 * (1.0 - math.exp(-i / 40.0)) - 28.0
+    temps = tuple(TemperatureReading(t.zone, round(t.celsius + warm, 1)) for t in base.temperatures)
+    return dataclasses.replace(base, t=100.0 + 0.5 * i, rails=rails, temperatures=temps)
 
 
 def run_view(steps_done: int = 120, total: int = 300) -> RunView:

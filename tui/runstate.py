@@ -16,13 +16,16 @@ import math
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.provenance import MetricProvenance, Source
+from tui.history import Span, group_stats, time_columns
 
 WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200
+MAX_SPANS = 300  # steps shorter than the shown time / MAX_SPANS share a span: the history stays bounded
+ETA_STATUSES = ("starting", "running", "paused")  # a run that stopped has no ETA
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class RunView:
     rails: tuple[str, ...] = ()  # what energy_j totals
     rail_now_w: Mapping[str, float] = field(default_factory=dict)
     rail_avg_w: Mapping[str, float] = field(default_factory=dict)  # over the chart's span
+    rail_peak_w: Mapping[str, float] = field(default_factory=dict)  # the highest step (span) over it
+    spans: tuple[Span, ...] = ()  # the run's power history: (device time at end, s, J per rail)
     chart_w: tuple[float | None, ...] = ()  # total power, oldest first, one value per column
     chart_span_s: float = 0.0
     metrics: Mapping[str, float] = field(default_factory=dict)  # the last evaluation
@@ -66,6 +71,11 @@ class RunView:
     @property
     def total_avg_w(self) -> float:
         return sum(self.rail_avg_w.get(r, 0.0) for r in self.rails or tuple(self.rail_avg_w))
+
+    @property
+    def total_peak_w(self) -> float | None:
+        """The highest step (span) of the total over `rails` in the history; None before a step."""
+        return group_stats(self.spans, {"": self.rails or None})[""].peak if self.spans else None
 
     @property
     def active(self) -> bool:
@@ -101,8 +111,9 @@ class RunTracker:
         self.device_time = 0.0
         self.energy: dict[str, float] = {}
         self.now_w: dict[str, float] = {}
-        # (t_end, dt, joules per rail) per step, last `window_s` of device time
-        self._spans: deque[tuple[float, float, Mapping[str, float]]] = deque()
+        # [t_end, dt, joules per rail] per step (short steps merged), last `window_s` of device time
+        self._spans: deque[list] = deque(maxlen=4 * MAX_SPANS)
+        self._merged = False  # whether the last span's mapping is our own (it was merged into)
         self.metrics: dict[str, float] = {}
         self.metrics_provenance: MetricProvenance | None = None
 
@@ -178,8 +189,23 @@ class RunTracker:
         self._push(self.device_time, event.time_s, energy)
 
     def _push(self, t_end: float, dt: float, joules: Mapping[str, float]) -> None:
+        """Keep the step (the event's own mapping, not a copy); a step that follows a span shorter
+        than window_s / MAX_SPANS joins it, so the history holds at most about MAX_SPANS spans."""
         spans = self._spans
-        spans.append((t_end, dt, joules))
+        last = spans[-1] if spans else None
+        # the finest span worth keeping: the chart's resolution over what it shows (finer early on)
+        if last is not None and last[1] < min(self.window_s, t_end) / MAX_SPANS:
+            if not self._merged:
+                last[2] = dict(last[2])
+                self._merged = True
+            mine = last[2]
+            for rail, j in joules.items():
+                mine[rail] = mine.get(rail, 0.0) + j
+            last[0] = t_end
+            last[1] += dt
+        else:
+            spans.append([t_end, dt, joules])
+            self._merged = False
         while spans and t_end - spans[0][0] > self.window_s:
             spans.popleft()
 
@@ -201,54 +227,32 @@ class RunTracker:
             projected = eta = host_sps = dev_sps = None
             if self.step > 0 and self.total_steps:
                 projected = energy / self.step * self.total_steps if energy else None
-                if self.host_elapsed > 0:
+                if self.host_elapsed > 0 and self.status in ETA_STATUSES:
                     eta = self.host_elapsed / self.step * max(0, self.total_steps - self.step)
+                if self.host_elapsed > 0:
                     host_sps = self.samples / self.host_elapsed
             if self.device_time > 0 and self.samples:
                 dev_sps = self.samples / self.device_time
-            chart, span, avg = self._chart(rails)
+            last = len(self._spans) - 1
+            start = self._spans[-1][0] - self.window_s if self._spans else 0.0
+            spans = tuple((t, dt, dict(e) if i == last and self._merged else e)
+                          for i, (t, dt, e) in enumerate(self._spans) if t > start)
             role, policy, index, total = self._phase
-            return RunView(
+            view = RunView(
                 status=self.status, role=role, policy=policy, index=index, total_runs=total, model=self.model,
                 task=self.task, step=self.step, total_steps=self.total_steps, epoch=self.epoch, loss=self.loss,
                 samples=self.samples, host_elapsed_s=self.host_elapsed, host_samples_per_s=host_sps,
                 device_samples_per_s=dev_sps, eta_s=eta, source=self.source, device_time_s=self.device_time,
                 energy_j=energy, projected_j=projected, rails=rails, rail_now_w=dict(self.now_w),
-                rail_avg_w=avg, chart_w=chart, chart_span_s=span, metrics=dict(self.metrics),
-                metrics_provenance=self.metrics_provenance, log=tuple(self._log), log_count=self._logged,
+                metrics=dict(self.metrics), metrics_provenance=self.metrics_provenance, log=tuple(self._log),
+                log_count=self._logged, spans=spans,
             )
-
-    def _chart(self, rails: Sequence[str]) -> tuple[tuple[float | None, ...], float, dict[str, float]]:
-        """Total power per column over the spans kept (energy-weighted, so exact per column)."""
-        spans = self._spans
-        if not spans:
-            return (), 0.0, {}
-        t_end = spans[-1][0]
-        t_start = spans[0][0] - spans[0][1]
-        span = min(self.window_s, t_end - t_start)
-        n = self.chart_columns
-        width = span / n if span > 0 else 1.0
-        joules = [0.0] * n
-        seconds = [0.0] * n
-        rail_j: dict[str, float] = {}
-        total_dt = 0.0
-        wanted = set(rails)
-        start = t_end - span
-        for t, dt, energy in spans:
-            if t <= start + 1e-12:
-                continue  # ended before the chart begins
-            col = min(n - 1, max(0, int((t - start) / width - 1e-9)))
-            step_j = 0.0
-            for rail, j in energy.items():
-                rail_j[rail] = rail_j.get(rail, 0.0) + j
-                if rail in wanted:
-                    step_j += j
-            joules[col] += step_j
-            seconds[col] += dt
-            total_dt += dt
-        chart = tuple(joules[i] / seconds[i] if seconds[i] > 0 else None for i in range(n))
-        avg = {r: j / total_dt for r, j in rail_j.items()} if total_dt > 0 else {}
-        return chart, span, avg
+        # the chart and the rails' figures are computed outside the lock: the run goes on meanwhile
+        chart, span = time_columns(spans, self.chart_columns, rails)
+        per_rail = group_stats(spans, {r: (r,) for r in view.rail_now_w})
+        return replace(view, chart_w=tuple(chart), chart_span_s=span,
+                       rail_avg_w={r: s.avg for r, s in per_rail.items() if s.avg is not None},
+                       rail_peak_w={r: s.peak for r, s in per_rail.items() if s.peak is not None})
 
 
 def format_duration(seconds: float | None) -> str:

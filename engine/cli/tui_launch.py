@@ -12,7 +12,8 @@ from engine.device.guard.notes import board_notes
 def launch_tui(args: argparse.Namespace) -> int:
     # The app is imported by name so that engine/ never imports textual at module level.
     app_module = importlib.import_module("tui.app")
-    with open_device(fallback_to_twin=True) as session:
+    # thermal: on the twin the TUI shows temperatures that move with the run (a board has its own)
+    with open_device(fallback_to_twin=True, thermal=True) as session:
         # A dead run's clocks are recovered; a pin left in place, or a session running now, is mentioned.
         session.notes.extend(board_notes(session.device))
         app_module.SlmDvfsApp(session).run()

@@ -1,34 +1,51 @@
-"""Page 1: the live device dashboard (rails, clocks, temperatures)."""
+"""Page 1: the live device dashboard, jtop's habits: a graph per rail and of the total,
+the clocks with their history, the temperatures with the hottest zone's history."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Grid
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from engine.device.base import ClockDomain
 from engine.device.snapshot import DeviceSnapshot
+from tui.history import DeviceHistory
 from tui.screens.base import PageScreen
-from tui.widgets.device_panes import ClocksPane, RailsPane, TemperaturesPane
+from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C, ClocksPane, TemperaturesPane
+from tui.widgets.live import GraphStack, show_clocks, show_load, show_rails, show_temps
+
+
+def span_text(history: DeviceHistory) -> str:
+    s = history.span_s
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
 
 
 class DeviceScreen(PageScreen):
-    """What the board (or twin) is doing now; refreshed by the app's poll worker."""
+    """What the board (or twin) is doing now and did lately; fed by the app's poll worker."""
 
     PAGE = "device"
     TITLE_TEXT = "1 Device"
 
     def compose_body(self) -> ComposeResult:
-        with Grid(id="device-grid"):
-            yield RailsPane(id="rails", classes="pane")
-            yield TemperaturesPane(id="temps", classes="pane")
-            yield ClocksPane(id="clocks", classes="pane")
-            yield Static(id="notes", classes="pane")
+        with Horizontal(id="device-body"):
+            yield GraphStack(id="dev-power", classes="pane live")
+            with Vertical(id="dev-right"):
+                with Vertical(id="dev-clocks", classes="pane live"):
+                    yield ClocksPane(id="clocks", auto_compact=True)
+                    yield GraphStack(id="dev-clock-graphs")
+                with Vertical(id="dev-temps", classes="pane live"):
+                    yield TemperaturesPane(id="temps", columns=3)
+                    yield GraphStack(id="dev-temp-graphs")
+        yield Static(id="notes", classes="pane")
 
     def on_mount(self) -> None:
         self.query_one("#notes", Static).border_title = "Notes"
+        self.query_one("#dev-power").border_title = "Power"
+        self.query_one("#dev-clocks").border_title = "Clocks (MHz)"
+        self.query_one("#dev-temps").border_title = "Temperatures °C"
 
     def show_device(
         self,
@@ -38,11 +55,29 @@ class DeviceScreen(PageScreen):
         tables: Mapping[ClockDomain, tuple[int, ...]],
     ) -> None:
         super().show_device(snap, pinned_by_us, notes, tables)
-        self.query_one(RailsPane).show(snap)
+        history: DeviceHistory | None = getattr(self.app, "device_history", None)
+        src = snap.identity.source.value
+        if history is None:  # a page shown without the app's history (never in the app)
+            history = DeviceHistory()
+            history.add(snap)
+        over = span_text(history)
+        power = self.query_one("#dev-power", GraphStack)
+        power.border_title = Text(f"Power W [{src}] avg/pk {over}")
+        show_rails(power, history, [r.name for r in snap.rails])
         self.query_one(ClocksPane).show(snap, tables)
+        self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}] now avg pk")
+        clock_graphs = self.query_one("#dev-clock-graphs", GraphStack)
+        show_clocks(clock_graphs, history, tables)
+        show_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
+        self.query_one("#dev-temps").border_title = Text(f"Temps °C [{src}] now avg pk !{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}")
+        show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
         lines = list(notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
-        self.query_one("#notes", Static).update("\n".join(lines) or "—")
+        if "rails" in snap.errors:
+            lines.append(f"rails: {snap.errors['rails']}")
+        notes_pane = self.query_one("#notes", Static)
+        notes_pane.display = bool(lines)  # no empty box: its rows go to the graphs
+        notes_pane.update("\n".join(lines))
 
     # kept for callers of the first version of this page
     show = show_device

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping
 
 from rich.table import Table
@@ -68,51 +67,24 @@ class IdentityBar(Pane):
         return text
 
 
-class RailsPane(Pane):
-    """Power per rail, instant and average over the last minute, total in bold."""
-
-    def on_mount(self) -> None:
-        self._history: deque[tuple[float, dict[str, float]]] = deque()
-        self.border_title = "Power"
-
-    def show(self, snap: DeviceSnapshot) -> None:
-        now = snap.t
-        self._history.append((now, {r.name: r.power_mw for r in snap.rails}))
-        while self._history and now - self._history[0][0] > 60.0:
-            self._history.popleft()
-        n = len(self._history)
-        table = Table(box=None, expand=True, padding=(0, 1))
-        table.add_column(Text(f"rail [{snap.identity.source.value}]"))
-        table.add_column("now W", justify="right")
-        table.add_column("avg W", justify="right")
-        for r in snap.rails:
-            avg = sum(h.get(r.name, 0.0) for _, h in self._history) / n
-            table.add_row(r.name, f"{r.power_mw / 1000:.2f}", f"{avg / 1000:.2f}")
-        total_avg = sum(sum(h.values()) for _, h in self._history) / n
-        table.add_row(
-            Text("total", style="bold"),
-            Text(f"{snap.total_power_mw / 1000:.2f}", style="bold"),
-            Text(f"{total_avg / 1000:.2f}", style="bold"),
-        )
-        if "rails" in snap.errors:
-            table.add_row(Text(snap.errors["rails"], style="red"), "", "")
-        self.show_if_changed(None, lambda: (table, len(snap.rails) + 2 + ("rails" in snap.errors)))
-
-
 class ClocksPane(Pane):
     """Per clock domain: the allowed range, the current clock as a bar over the table, the governor.
 
     `compact` (half a screen wide) drops the min–max column, the load row and shortens the bar."""
 
-    def __init__(self, *, compact: bool = False, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, compact: bool = False, auto_compact: bool = False, id: str | None = None,
+                 classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self.compact = compact
+        self.compact = compact or auto_compact
+        self.auto_compact = auto_compact
 
     def on_mount(self) -> None:
         self.border_title = "Clocks (MHz)"
 
     def show(self, snap: DeviceSnapshot, tables: Mapping[ClockDomain, tuple[int, ...]]) -> None:
-        key = (snap.identity.source, snap.clocks, tuple(sorted(snap.errors.items())),
+        if self.auto_compact and self.size.width:  # the full table (min–max, load) where the width allows
+            self.compact = self.size.width < 64
+        key = (self.compact, snap.identity.source, snap.clocks, tuple(sorted(snap.errors.items())),
                None if self.compact else snap.gpu_load)
         self.show_if_changed(key, lambda: self._table(snap, tables))
 
@@ -121,12 +93,13 @@ class ClocksPane(Pane):
         width = 14 if compact else BAR_WIDTH
         self.border_title = Text(f"Clocks (MHz) [{snap.identity.source.value}]")
         table = Table(box=None, expand=True, padding=(0, 1) if not compact else (0, 0, 0, 1), show_header=not compact)
-        table.add_column(Text(f"[{snap.identity.source.value}]"), no_wrap=True)
-        table.add_column("cur", justify="right", no_wrap=True)
+        # the names and figures keep their width; the governor gives way first (was `G…  306` at 80x24)
+        table.add_column(Text(f"[{snap.identity.source.value}]"), no_wrap=True, min_width=3)
+        table.add_column("cur", justify="right", no_wrap=True, min_width=6)
         if not compact:
             table.add_column("min–max", justify="right")
-        table.add_column("range" if not compact else "min·cur·max", no_wrap=True)
-        table.add_column("governor", no_wrap=True, overflow="ellipsis")
+        table.add_column("range" if not compact else "min·cur·max", no_wrap=True, min_width=width)
+        table.add_column("governor", no_wrap=True, overflow="ellipsis", ratio=1, min_width=4)
         for domain in ClockDomain:
             state = snap.clock(domain)
             if state is None:
@@ -150,29 +123,36 @@ class ClocksPane(Pane):
 class TemperaturesPane(Pane):
     """Every thermal zone, compactly, coloured by threshold; `columns` zones to a line."""
 
+    ZONE_CELLS = 13  # "soc0  55.0!! " : the width one zone takes
+
     def __init__(self, *, columns: int = 2, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
+        self.min_columns = columns
         self.columns = columns
 
     def on_mount(self) -> None:
         self.border_title = "Temperatures °C"
 
     def show(self, snap: DeviceSnapshot) -> None:
-        key = (snap.identity.source, tuple((t.zone, round(t.celsius, 1)) for t in snap.temperatures))
+        # as many zones to a line as the width takes (more on a wide terminal)
+        self.columns = max(self.min_columns, (self.size.width + 1) // self.ZONE_CELLS)
+        key = (snap.identity.source, self.columns, tuple((t.zone, round(t.celsius, 1)) for t in snap.temperatures))
         self.show_if_changed(key, lambda: self._text(snap))
 
     def _text(self, snap: DeviceSnapshot) -> tuple[Text, int]:
         self.border_title = Text(f"Temperatures °C [{snap.identity.source.value}]")
         text = Text()
         for i, t in enumerate(snap.temperatures):
-            style = "red bold" if t.celsius >= TEMP_HOT_C else "yellow" if t.celsius >= TEMP_WARN_C else "green"
+            lv = 2 if t.celsius >= TEMP_HOT_C else 1 if t.celsius >= TEMP_WARN_C else 0
             name = t.zone.removesuffix("-thermal")
             if i and i % self.columns == 0:
                 text.append("\n")
             elif i:
-                text.append("  ")
+                text.append(" ")
             text.append(f"{name:>4} ")
-            text.append(f"{t.celsius:5.1f}", style=style)
+            # the level is marked as well as coloured, so it reads without colour (NO_COLOR)
+            text.append(f"{t.celsius:5.1f}", style=("green", "yellow bold", "red bold")[lv])
+            text.append(("  ", "! ", "!!")[lv], style=("", "yellow bold", "red bold")[lv])
         return text, -(-len(snap.temperatures) // self.columns)
 
 

@@ -2,37 +2,36 @@
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 
 from engine.core.provenance import MetricProvenance, Source
 from tui.fmt import energy, num, tag
 from tui.runstate import RunView, format_duration
 from tui.widgets.device_panes import Pane
+from tui.widgets.live import GraphStack, show_run_rails
 
 STATUS_STYLE = {"running": "bold green", "paused": "bold yellow", "finished": "bold cyan",
                 "cancelled": "bold red", "failed": "bold red", "starting": "bold", "idle": "dim"}
 BAR_WIDTH = 20
 
 
-class RunPowerPane(Pane):
-    """Power per rail during the run: instant and average over the chart's span, total in bold."""
+class RunPowerPane(GraphStack):
+    """Power per rail and in total during the run, a graph each: from the run's steps (the energy
+    windows the run is recorded with), in time buckets of device time; last step, avg, peak."""
 
     def on_mount(self) -> None:
-        self.border_title = "Power (W)"
+        self.border_title = "Power W"
 
     def show(self, view: RunView) -> None:
-        table = Table(box=None, expand=True, padding=(0, 0, 0, 1))
-        table.add_column(Text.assemble("rail ", tag(view.source)), no_wrap=True, overflow="ellipsis")
-        table.add_column("now", justify="right")
-        table.add_column("avg", justify="right")
-        names = list(view.rail_now_w) or list(view.rails)
-        for rail in names:
-            mark = "" if not view.rails or rail in view.rails else " (not in total)"
-            table.add_row(rail + mark, num(view.rail_now_w.get(rail)), num(view.rail_avg_w.get(rail)))
-        table.add_row(Text("total", style="bold"), Text(num(view.total_now_w), style="bold"),
-                      Text(num(view.total_avg_w), style="bold"))
-        self.show_if_changed(None, lambda: (table, table.row_count + 1))
+        rails = list(view.rail_now_w) or list(view.rails)
+        span = view.chart_span_s
+        over = f" {span:.3g} s" if span else ""
+        # `now` is the last step's: say so once the run is not stepping (the Device page shows the board now)
+        now = "now" if view.status in ("running", "starting") else "last step"
+        self.border_title = Text.assemble("Power W ", tag(view.source), f" {now} avg pk{over}")
+        if not view.spans:
+            return
+        show_run_rails(self, view.spans, rails, view.rails or rails)
 
 
 class ProgressPane(Pane):

@@ -33,6 +33,7 @@ from engine.device.twin import fake_tools
 from engine.device.twin.files import TwinFiles
 from engine.device.twin.governors import ControlState, DomainControl, resolve
 from engine.device.twin.model import Clocks, StepEstimate, idle_power_mw
+from engine.device.twin.phases import Phase, phase_at, step_phases
 from engine.device.twin.profile import TwinProfile, load_profile
 from engine.device.twin.thermal import ThermalState, idle_zone_temps_c, throttling, zone_temps_c
 from engine.device.twin.tree import fast_tmp, marker_layout, put_text, save_controls, tree_spec
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["TWIN_MARKER", "TwinStep", "VirtualOrin"]
+
+# While a run drives the twin, its rail files play each step's phases back over the wall
+# time the host takes per step; once no step has come for this long (or for GAP_STEPS
+# host steps, whichever is longer) the run is paused, evaluating or between runs: idle.
+IDLE_AFTER_S = 0.5
+GAP_STEPS = 3.0
 
 @dataclass(frozen=True)
 class TwinStep:
@@ -123,6 +130,14 @@ class VirtualOrin:
         self._temps: dict[str, float] = idle_zone_temps_c(self.profile.thermal)
         self._thermal: ThermalState | None = None
         self._closed = False
+        # what the rail files play back while driven (see _shown): the last step, when the
+        # host began it (wall clock), and the host's wall time per step
+        self.wall_clock = time.monotonic
+        self._last_step: tuple[StepTrace, Clocks, StepEstimate, int] | None = None
+        self._phases: tuple[Phase, ...] | None = None
+        self._step_wall: float | None = None
+        self._step_period: float | None = None
+        self._long_gaps = 0  # long gaps in a row before the last step
         _clocks, _est, power = self._refresh(None)
         if thermal:
             self._thermal = ThermalState.steady(sum(power.values()), self.profile.thermal)
@@ -177,6 +192,9 @@ class VirtualOrin:
         """While active, virtual time advances only through run_step / advance_idle."""
         with self._lock:
             self._driven += 1
+            if self._driven == 1:  # a new run: its host pace is its own
+                self._step_wall = self._step_period = None
+                self._long_gaps = 0
         try:
             yield self
         finally:
@@ -204,6 +222,7 @@ class VirtualOrin:
         """One training step at the current control state: advances virtual time by its
         duration, adds its exact energy, and leaves the rails showing its power."""
         with self._lock:
+            self._note_step()
             clocks, est, power = self._refresh(trace)
             assert est is not None
             self._accumulate(power, est.time_s)
@@ -224,6 +243,7 @@ class VirtualOrin:
             raise ConfigError(f"cannot advance by {seconds} s", "pass a duration of zero or more")
         with self._lock:
             self._trace = None
+            self._last_step = None
             _clocks, _est, power = self._refresh(None)
             self._accumulate(power, seconds)
             self._write_temps(power)
@@ -309,7 +329,13 @@ class VirtualOrin:
         lay = self.layout
         self._files.put(f"{lay.gpu_devfreq}/cur_freq", clocks.gpu_hz)
         self._files.put(f"{lay.gpu_devfreq}/target_freq", clocks.gpu_hz)
-        self._files.put(f"{lay.gpu_device}/load", int(round(1000 * (est.gpu_util if est else 0.0))))
+        if est is not None and self._trace is not None:
+            last = self._last_step
+            if last is None or last[0] is not self._trace or last[1] != clocks or last[3] != control.online_cpus:
+                self._phases = None
+            self._last_step = (self._trace, clocks, est, control.online_cpus)
+        _phase, rails, util = self._shown(power, est.gpu_util if est else 0.0)
+        self._files.put(f"{lay.gpu_device}/load", int(round(1000 * util)))
         for i, (p, ctl) in enumerate(zip(lay.cpu_policy_dirs, self._policy_ctl)):
             if i == self._main_policy:
                 hz = clocks.cpu_hz
@@ -320,8 +346,46 @@ class VirtualOrin:
         self._files.put_emc_rate(clocks.emc_hz)
         emc_util = est.emc_util if est else 0.0
         self._files.put(lay.actmon_mc_all, int(round(emc_util * clocks.emc_hz / 1000)))
-        self._files.write_rails(power)
+        self._files.write_rails(rails)
         self._write_temps(power)
+
+    def _note_step(self) -> None:
+        """A step arrives: the host's wall time per step is the time since the last one,
+        unless that was a gap (a pause, an evaluation), which is no step."""
+        now = self.wall_clock()
+        if self._step_wall is not None:
+            gap = now - self._step_wall
+            long = self._step_period is not None and gap > GAP_STEPS * max(self._step_period, IDLE_AFTER_S / GAP_STEPS)
+            self._long_gaps = self._long_gaps + 1 if long else 0
+            if not long or self._long_gaps >= 2:  # two long gaps in a row: the host's pace changed
+                self._step_period = gap
+        self._step_wall = now
+
+    def _shown(self, power: Mapping[str, float], util: float) -> tuple[str, Mapping[str, float], float]:
+        """(phase, rail power, GPU load) the files show: the state itself, except while a run
+        drives the twin, when they show the phase of the step the host is in (a sensor sampling
+        faster than steps sees the phases; the energy counter keeps the exact step), and idle
+        power once steps stop coming. Only the files: the exact counter, rail_powers_mw() (the
+        monitor's samples) and the temperatures stay the step's, so runs repeat exactly."""
+        if not self._driven or self._last_step is None or self._step_wall is None:
+            return ("step" if self._trace is not None else "idle"), power, util
+        trace, clocks, est, online = self._last_step
+        since = self.wall_clock() - self._step_wall
+        period = self._step_period
+        if since > max(IDLE_AFTER_S, GAP_STEPS * period if period else 0.0):
+            return "idle", idle_power_mw(clocks, self.profile, online_cpus=online), 0.0
+        if period is None:  # the first step: the host's pace is not known yet
+            return "step", power, util
+        if self._phases is None:
+            self._phases = step_phases(trace, clocks, self.profile, est, online_cpus=online)
+        frac = (since / period) % 1.0 if period > 0 else 0.0
+        phase = phase_at(self._phases, frac * est.time_s)
+        return phase.name, phase.power_mw, phase.gpu_util
+
+    def shown_phase(self) -> str:
+        """The phase the rail files show now: a step phase, "step" (undriven) or "idle"."""
+        with self._lock:
+            return self._shown(self._power, 0.0)[0]
 
     def _write_temps(self, power: Mapping[str, float]) -> None:
         if self._thermal is not None:
