@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IsolatedEnv
+from conftest import IsolatedEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "sklearn", "scipy", "pandas", "pyarrow")

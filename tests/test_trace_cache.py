@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import IsolatedEnv
+from conftest import IsolatedEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 
