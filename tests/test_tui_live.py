@@ -221,3 +221,45 @@ async def test_twin_power_follows_the_steps_and_idles_while_paused(thermal_sessi
         await ui.wait_for(SnapshotTaken, until=lambda: last() < lowest_step)  # idle: below every phase
         assert "last step" in str(app.screen.query_one("#run-rails").border_title)
         await ui.press("q")
+
+
+def _reference_columns(spans: list, columns: int, rails: set[str] | None) -> list[float | None]:
+    """The plain definition: each span's energy spread over the buckets it overlaps."""
+    t_end, t_first = spans[-1][0], spans[0][0] - spans[0][1]
+    width = (t_end - t_first) / columns
+    joules, seconds = [0.0] * columns, [0.0] * columns
+    for t, dt, energy in spans:
+        p = sum(j for r, j in energy.items() if rails is None or r in rails) / dt
+        for col in range(columns):
+            c0 = t_first + col * width
+            overlap = min(t, c0 + width) - max(t - dt, c0)
+            if overlap > 0:
+                joules[col] += p * overlap
+                seconds[col] += overlap
+    return [j / s if s > 0 else None for j, s in zip(joules, seconds)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_columns_and_figures_match_their_definition_with_gaps_between_steps(seed: int) -> None:
+    import random
+
+    from tui.history import group_stats, power_columns
+
+    rng = random.Random(seed)
+    spans, t = [], 0.0
+    for _ in range(rng.randint(1, 300)):
+        t += rng.choice([0.0, 0.0, 0.0, rng.uniform(0.0, 0.5)])  # a pause or an evaluation between steps
+        dt = rng.uniform(0.001, 0.2)
+        t += dt
+        spans.append((t, dt, {"GPU": rng.uniform(1, 20) * dt, "CPU": rng.uniform(1, 5) * dt}))
+    spans = tuple(spans)
+    columns = rng.randint(1, 150)
+    got, _ = power_columns(spans, columns, {"all": None, "gpu": ("GPU",)})
+    for name, rails in (("all", None), ("gpu", {"GPU"})):
+        want = _reference_columns(list(spans), columns, rails)
+        assert [v is None for v in got[name]] == [v is None for v in want]
+        assert [v for v in got[name] if v is not None] == pytest.approx([v for v in want if v is not None], rel=1e-6)
+    stats = group_stats(spans, {"gpu": ("GPU",)})["gpu"]
+    powers = [e["GPU"] / dt for _t, dt, e in spans]
+    assert stats.now == pytest.approx(powers[-1]) and stats.peak == pytest.approx(max(powers))
+    assert stats.avg == pytest.approx(sum(e["GPU"] for _t, _dt, e in spans) / sum(dt for _t, dt, _e in spans))

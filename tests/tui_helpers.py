@@ -39,7 +39,8 @@ BACKGROUND = (SnapshotTaken, PollFailed, RunProgress, SweepProgress, events.Time
 def make_app(session: Any, *, store: Any = None, refresh_s: float = 0.05, poll: bool = True,
              handle_signals: bool = True) -> SlmDvfsApp:
     """The one way the TUI tests build the app (as Posting's tests build theirs through one factory)."""
-    return SlmDvfsApp(session, refresh_s=refresh_s, store=store, poll=poll, handle_signals=handle_signals)
+    return SlmDvfsApp(session, refresh_s=refresh_s, store=store, poll=poll, handle_signals=handle_signals,
+                      run_refresh_s=refresh_s)
 
 
 def _sentinel(done: asyncio.Future) -> None:

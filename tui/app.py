@@ -54,6 +54,9 @@ from tui.sweep_model import SweepTracker, SweepView
 log = logging.getLogger(__name__)
 
 REFRESH_S = 0.5
+# While a run or sweep is measured the UI redraws about once a second, the poll's reading
+# drawn together with the run's progress: each redraw costs the CPU the run is measured on.
+RUN_REFRESH_S = 1.0
 QUIT_WAIT_S = 5.0  # how long quitting waits for the engine to reach a step boundary
 PAGES = ("device", "setup", "run", "compare", "history", "sweep")
 PAGE_KEYS = Binding.Group("pages", compact=True)
@@ -89,11 +92,15 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         poll: bool = True,
         quit_wait_s: float = QUIT_WAIT_S,
         handle_signals: bool = True,
+        run_refresh_s: float = RUN_REFRESH_S,
     ) -> None:
         super().__init__()
         register_ml_policy()  # the dvfs layer's `ml` plug point: filled by the client
         self.session = session
         self.refresh_s = refresh_s
+        self.run_refresh_s = max(refresh_s, run_refresh_s)
+        self._device_behind = False  # a reading the Run page has not drawn yet (drawn with the progress)
+        self.progress_drawn_at = -float("inf")  # monotonic: when the Run page last drew the run's progress
         self.poll = poll
         self.quit_wait_s = quit_wait_s
         self.handle_signals = handle_signals
@@ -331,14 +338,24 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
                 self.post_message(SnapshotTaken(take_snapshot(self.polled, identity)))
             except Exception as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
                 self.post_message(PollFailed(str(exc)))
-            time.sleep(self.refresh_s)
+            time.sleep(self.run_refresh_s if self.engine_busy else self.refresh_s)
 
     def on_snapshot_taken(self, message: SnapshotTaken) -> None:
         snap = message.snapshot
         self.last_snapshot = snap
         self.device_history.add(snap)
         screen = self.page_shown
-        if hasattr(screen, "show_device") and _live(screen):
+        if (isinstance(screen, RunScreen) and self.run_view.status == "running"
+                and time.monotonic() - self.progress_drawn_at < 2 * self.run_refresh_s):
+            self._device_behind = True  # drawn with the run's next progress: one redraw, not two
+            return
+        self.draw_device(screen)
+
+    def draw_device(self, screen: Screen) -> None:
+        """The latest reading on `screen`, if it shows the device and is live."""
+        self._device_behind = False
+        snap = self.last_snapshot
+        if snap is not None and hasattr(screen, "show_device") and _live(screen):
             try:
                 screen.show_device(snap, self.pinned_by_us, self.session.notes, self.clock_tables)
             except NoMatches:  # a page taken apart at exit, under a dialog

@@ -16,6 +16,7 @@ from itertools import islice
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.device.snapshot import DeviceSnapshot
 
@@ -119,43 +120,90 @@ class DeviceHistory:
 Span = tuple[float, float, Mapping[str, float]]
 
 
+class _SpanArrays:
+    """Spans as arrays (start, end, joules per rail), made once per tuple of spans: a redraw asks
+    for columns and figures of several groups over the same spans, and a Python pass over a
+    thousand spans per group and per question cost more UI time than the run could spare."""
+
+    _last: tuple[object, tuple[str, ...], "_SpanArrays"] | None = None
+
+    def __init__(self, spans: Sequence[Span]) -> None:
+        import numpy as np  # only once a run is graphed: the TUI's first screen does without numpy
+
+        self.rails = tuple(sorted({r for _t, _dt, e in spans for r in e}))
+        kept = [(t, dt, e) for t, dt, e in spans if dt > 0]
+        n = len(kept)
+        self.end = np.fromiter((t for t, _dt, _e in kept), float, n)
+        self.dt = dt = np.fromiter((d for _t, d, _e in kept), float, n)
+        # merged or rounded spans may overlap their predecessor by a hair: start where it ended
+        start = self.end - dt
+        if n > 1:
+            start[1:] = np.maximum(start[1:], self.end[:-1])
+        self.start = np.minimum(start, self.end)
+        index = {r: i for i, r in enumerate(self.rails)}
+        self.joules = np.zeros((n, len(self.rails)))
+        for row, (_t, _dt, e) in enumerate(kept):
+            for r, j in e.items():
+                self.joules[row, index[r]] = j
+
+    @classmethod
+    def of(cls, spans: Sequence[Span]) -> "_SpanArrays":
+        last = cls._last
+        if last is not None and last[0] is spans:
+            return last[2]
+        arrays = cls(spans)
+        cls._last = (spans, (), arrays)  # holds the tuple, so its id is not reused meanwhile
+        return arrays
+
+    def group_joules(self, rails: Iterable[str] | None) -> Any:
+        """Joules per span of a group of rails (None: every rail)."""
+        if rails is None:
+            return self.joules.sum(axis=1)
+        wanted = set(rails)
+        cols = [i for i, r in enumerate(self.rails) if r in wanted]
+        return self.joules[:, cols].sum(axis=1)
+
+
 def power_columns(spans: Sequence[Span], columns: int, groups: Mapping[str, Iterable[str] | None],
                   span_s: float | None = None) -> tuple[dict[str, list[float | None]], float]:
     """({group: mean power per column in W}, the time covered) over the last `span_s` seconds of
-    spans (all of them by default), in one pass for every group (a group sums its rails; None:
-    every rail). Columns are equal time buckets ending at the last span; each span's energy is
-    spread over the buckets it overlaps in proportion to the overlap, so every bucket the spans
-    cover has a value (None only before the first span)."""
+    spans (all of them by default), for every group (a group sums its rails; None: every rail).
+    Columns are equal time buckets ending at the last span; each span's energy is spread over the
+    buckets it overlaps in proportion to the overlap, so every bucket the spans cover has a value
+    (None only where no span lies): the difference of cumulative energy over the difference of
+    cumulative covered time at the buckets' edges."""
+    import numpy as np
+
     names = list(groups)
     if not spans or columns <= 0:
         return {g: [] for g in names}, 0.0
-    t_end = spans[-1][0]
-    t_first = spans[0][0] - spans[0][1]
+    a = _SpanArrays.of(spans)
+    if not len(a.end):
+        return {g: [] for g in names}, 0.0
+    t_end = float(a.end[-1])
+    t_first = float(a.start[0])
     span = t_end - t_first if span_s is None else min(span_s, t_end - t_first)
     if span <= 0:
         return {g: [] for g in names}, 0.0
-    width = span / columns
-    start = t_end - span
-    wanted = [None if groups[g] is None else frozenset(groups[g]) for g in names]  # type: ignore[arg-type]
-    joules = [[0.0] * columns for _ in names]
-    seconds = [0.0] * columns
-    for t, dt, energy in spans:
-        if t <= start or dt <= 0:
-            continue
-        powers = [(sum(energy.values()) if w is None else sum(j for r, j in energy.items() if r in w)) / dt
-                  for w in wanted]
-        lo = max(t - dt, start)
-        first = min(columns - 1, max(0, int((lo - start) / width)))
-        last = min(columns - 1, max(0, int((t - start) / width - 1e-9)))
-        for col in range(first, last + 1):
-            c0 = start + col * width
-            overlap = min(t, c0 + width) - max(lo, c0)
-            if overlap > 0:
-                seconds[col] += overlap
-                for k, p in enumerate(powers):
-                    joules[k][col] += p * overlap
-    return {g: [joules[k][i] / seconds[i] if seconds[i] > 0 else None for i in range(columns)]
-            for k, g in enumerate(names)}, span
+    edges = (t_end - span) + span / columns * np.arange(columns + 1)
+    edges[-1] = t_end
+    # breakpoints: each span's start and end; energy and covered time grow linearly inside spans
+    xp = np.empty(2 * len(a.end))
+    xp[0::2], xp[1::2] = a.start, a.end
+    dt = a.end - a.start
+    covered = np.concatenate(([0.0], np.cumsum(dt)))
+    tp = np.empty_like(xp)
+    tp[0::2], tp[1::2] = covered[:-1], covered[1:]
+    seconds = np.diff(np.interp(edges, xp, tp))
+    has = seconds > 1e-12 * max(span, 1.0)
+    out: dict[str, list[float | None]] = {}
+    for g in names:
+        cum = np.concatenate(([0.0], np.cumsum(a.group_joules(groups[g]))))
+        ep = np.empty_like(xp)
+        ep[0::2], ep[1::2] = cum[:-1], cum[1:]
+        joules = np.diff(np.interp(edges, xp, ep))
+        out[g] = [float(j / t) if ok else None for j, t, ok in zip(joules, seconds, has)]
+    return out, span
 
 
 def time_columns(spans: Sequence[Span], columns: int, rails: Iterable[str] | None = None,
@@ -166,22 +214,15 @@ def time_columns(spans: Sequence[Span], columns: int, rails: Iterable[str] | Non
 
 
 def group_stats(spans: Sequence[Span], groups: Mapping[str, Iterable[str] | None]) -> dict[str, Stats]:
-    """Last, time-weighted average and peak power (W) of each group of rails, in one pass."""
-    names = list(groups)
-    wanted = [None if groups[g] is None else frozenset(groups[g]) for g in names]  # type: ignore[arg-type]
-    energy = [0.0] * len(names)
-    peak: list[float | None] = [None] * len(names)
-    now: list[float | None] = [None] * len(names)
-    time = 0.0
-    for _t, dt, joules in spans:
-        if dt <= 0:
-            continue
-        time += dt
-        for k, w in enumerate(wanted):
-            j = sum(joules.values()) if w is None else sum(v for r, v in joules.items() if r in w)
-            p = j / dt
-            energy[k] += j
-            now[k] = p
-            pk = peak[k]
-            peak[k] = p if pk is None or p > pk else pk
-    return {g: Stats(now[k], energy[k] / time if time > 0 else None, peak[k]) for k, g in enumerate(names)}
+    """Last, time-weighted average and peak power (W) of each group of rails."""
+    a = _SpanArrays.of(spans) if spans else None
+    if a is None or not len(a.end):
+        return {g: Stats() for g in groups}
+    dt = a.dt
+    time = float(dt.sum())
+    out = {}
+    for g, rails in groups.items():
+        joules = a.group_joules(rails)
+        power = joules / dt  # every kept span lasted: dt > 0
+        out[g] = Stats(float(power[-1]), float(joules.sum()) / time if time > 0 else None, float(power.max()))
+    return out

@@ -4,6 +4,7 @@ pause/resume, cancel, and the selector's preview before a run."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -75,7 +76,8 @@ class ExperimentActions:
         tracker.note(f"preparing {spec.model}/{spec.task}: {spec.steps} steps, policy {spec.policy}"
                      + (", then MAXN Mode 0" if spec.compare else ""))
         self.run_tracker = tracker
-        self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()))
+        self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()),
+                                      min_interval_s=self.run_refresh_s)
         self.control = TrainControl()
         self.polled.invalidate()
         self.engine_busy = "experiment"
@@ -127,6 +129,9 @@ class ExperimentActions:
         self.run_view = self.run_tracker.view()
         if (page := self._current(RunScreen)) is not None:
             page.show_run(self.run_view)
+            self.progress_drawn_at = time.monotonic()
+            if self._device_behind or self.run_view.status != "running":
+                self.draw_device(page)
 
     def on_selector_previewed(self, message: SelectorPreviewed) -> None:
         self.selector_line = message.preview.line()

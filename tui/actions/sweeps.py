@@ -155,7 +155,8 @@ class SweepActions:
         tracker.note(f"sweep of {spec.model}/{spec.task} over {spec.space}"
                      + (" (fast: the twin's model, no training)" if spec.fast else ""))
         self.sweep_tracker = tracker
-        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()))
+        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
+                                        min_interval_s=self.run_refresh_s)
         self.control = TrainControl()
         self.engine_busy = "sweep"
         self.pinned_by_us = not spec.fast

@@ -89,7 +89,10 @@ class BlockChart(Widget):
         self._unit = unit
 
     def plot(self, values: Sequence[float | None], y_max: float | None = None, caption: str = "") -> None:
-        self._values = tuple(values)
+        values = tuple(values)
+        if (values, y_max, caption) == (self._values, self._y_max, self._caption):
+            return  # unchanged: a redraw would cost the measured run's CPU for nothing
+        self._values = values
         self._y_max = y_max
         self._caption = caption
         self.refresh()
@@ -158,11 +161,15 @@ class HistoryGraph(Widget):
              warn: float | None = None, hot: float | None = None) -> None:
         """Show `values` (oldest first; one a column from the right), with `stats`; y from y_min to
         y_max (default: a round number over the peak). warn/hot: absolute thresholds of the levels."""
-        self._values = values
-        self._stats = stats
+        values = tuple(values)
         peak = max((v for v in values if v is not None), default=stats.peak or 0.0)
         top = y_max if y_max is not None else nice_ceiling(max(peak - y_min, 0.0)) + y_min
-        self._y = (y_min, max(top, y_min + 1e-9))
+        y = (y_min, max(top, y_min + 1e-9))
+        if (values, stats, y, warn, hot) == (self._values, self._stats, self._y, self._warn, self._hot):
+            return  # unchanged (a pinned clock, a steady rail): no redraw, no CPU taken from the run
+        self._values = values
+        self._stats = stats
+        self._y = y
         self._warn, self._hot = warn, hot
         self.refresh()
 
