@@ -17,13 +17,16 @@ runs, alternating, with every core kept busy by `os.cpu_count()` busy-loop proce
 UI's work cannot hide on an idle core), each run timed from its start to its RunFinished:
 the whole process's CPU time (every thread: training, the power sampler, the twin's sync, the
 UI; `resource.getrusage`) and the wall time. `tui_cpu_cost_pct` = how much more CPU the run
-with the app took, median over the pairs; `tui_wall_cost_pct` likewise for wall time.
+with the app took, median over the pairs; `tui_wall_cost_pct` likewise for wall time. These
+runs are `--busy-steps` long (480, about 30 CPU s here): the app's fixed costs (composing the
+Run page, the switch to it and to Compare, about 0.5 CPU s) are part of the figure, and on a
+120-step run they alone are several percent; while a run steps the app redraws once a second.
 
 It also times the first frame: from before importing the app to the device page drawn with
 its first reading (`first_frame_s`; `import_s` is the import part), in this process before
 anything else is imported.
 
-    .venv/bin/python bench/bench_tui.py [--steps 120] [--warmup 10] [--reps 5] [--busy-reps 5]
+    .venv/bin/python bench/bench_tui.py [--steps 120] [--warmup 10] [--reps 5] [--busy-reps 3] [--busy-steps 480]
         [--batch-size 8] [--seq-len 64] [--threads 1]
 """
 
@@ -34,6 +37,7 @@ import time
 T_START = time.perf_counter()  # before the app's imports: the first-frame clock starts here
 
 import argparse
+from dataclasses import replace
 import asyncio
 import json
 import os
@@ -166,7 +170,10 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--reps", type=int, default=5, help="pairs of runs on an otherwise idle process (0: none)")
-    p.add_argument("--busy-reps", type=int, default=5, help="pairs of runs with every core busy (the whole-run cost)")
+    p.add_argument("--busy-reps", type=int, default=3, help="pairs of runs with every core busy (the whole-run cost)")
+    p.add_argument("--busy-steps", type=int, default=480,
+                   help="steps of the whole-run pairs (default 480, about 30 CPU s here: the app's fixed costs, "
+                        "composing the Run page and the switch to it, weigh on a 120-step run about 0.5 CPU s)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=1,
@@ -208,6 +215,7 @@ def main() -> int:
             ui_share.append(share)
         # The whole-run cost with every core busy: the UI's work competes with the training.
         pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+        busy_spec = replace(spec, steps=args.busy_steps)
         loops = busy_loops(os.cpu_count() or 1)
         try:
             load_busy = 0.0
@@ -216,9 +224,9 @@ def main() -> int:
                 runs: dict[bool, Stopwatch] = {}
                 for tui_run in ((True, False) if first_tui else (False, True)):
                     if tui_run:
-                        runs[True] = asyncio.run(with_tui(spec, session, store, args.warmup))[0]
+                        runs[True] = asyncio.run(with_tui(busy_spec, session, store, args.warmup))[0]
                     else:
-                        runs[False] = headless(spec, session, store, args.warmup)
+                        runs[False] = headless(busy_spec, session, store, args.warmup)
                 assert runs[False].whole is not None and runs[True].whole is not None
                 pairs.append((runs[False].whole, runs[True].whole))
                 load_busy = max(load_busy, os.getloadavg()[0])
@@ -268,6 +276,7 @@ def whole_run_json(pairs: list[tuple[tuple[float, float], tuple[float, float]]],
         "statistic": "whole process CPU s (all threads) and wall s from a run's start to its RunFinished, "
                      "median over alternating pairs",
         "busy_loops": os.cpu_count(),
+        "steps": args.busy_steps,
         "pairs": len(pairs),
         "headless_cpu_s": round(statistics.median(h[1] for h, _t in pairs), 3),
         "tui_cpu_s": round(statistics.median(t[1] for _h, t in pairs), 3),
