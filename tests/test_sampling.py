@@ -21,14 +21,7 @@ from engine.device.sysfs import OpenFiles, SysfsTree
 from engine.device.treegen import TreeLayout
 from engine.run.harness import StepMeter
 from engine.workload.events import StepBegin, StepEnd, StepEnergy
-
-
-class FakeClock:
-    def __init__(self, t: float = 0.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+from test_monitor import FakeClock
 
 
 class SineSource:
