@@ -180,6 +180,8 @@ def test_cli_text_summary_and_progress(capsys: pytest.CaptureFixture[str], monke
     assert code == 0
     assert "\r[" in captured.err and "2/2" in captured.err  # the progress bar, on stderr
     assert "eval validation: loss" in captured.out and "[measured]" in captured.out
+    (eval_line,) = [line for line in captured.out.splitlines() if line.startswith("  eval validation:")]
+    assert eval_line.endswith("not meaningful (random weights / generated data)")  # random weights, generated data
     assert "J [twin]" in captured.out and "random weights" in captured.out
     assert "; twin x" in captured.err and "twin 0.06 J/step" in captured.err  # the step windows, as printed
 

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from engine.cli import numbers
 from engine.core.constants import MODES, PADDINGS, PRECISIONS
+from engine.core.provenance import MetricProvenance, Source
 from engine.cli.interrupt import cancel_on_sigint
 from engine.workload.events import (
     Checkpointed,
@@ -144,7 +145,8 @@ class ProgressBar:
                 self._draw(event)
         elif isinstance(event, EvalResult):
             metrics = "  ".join(f"{k} {v:.4f}" for k, v in event.metrics.items())
-            self._line(f"eval @ step {event.step} ({event.split}): {metrics}")
+            tag = MetricProvenance(event.weights, event.synthetic).tag(Source.MEASURED)  # computed on this host
+            self._line(f"eval @ step {event.step} ({event.split}): {metrics}  {tag}")
         elif isinstance(event, Checkpointed):
             self._line(f"checkpoint @ step {event.step}: {event.path}")
         elif isinstance(event, Paused):
@@ -189,9 +191,10 @@ def summary(result: FinetuneResult) -> str:
         notes.append("synthetic data")
     if notes:
         lines.append(f"  note: {', '.join(notes)}: the eval metric is not meaningful; time and energy are faithful")
+    tag = MetricProvenance(result.weights, result.synthetic).tag(Source.MEASURED)
     for split, metrics in result.eval.items():
         shown = "  ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        lines.append(f"  eval {split}: {shown}")
+        lines.append(f"  eval {split}: {shown}  {tag}")
     if result.final_loss is not None:
         lines.append(f"  final training loss: {result.final_loss:.4f}")
     lines.append(f"  host wall time: {result.wall_s:.2f} s ({result.samples_per_s:.1f} samples/s) "
