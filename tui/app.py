@@ -1,9 +1,11 @@
 """The slm-dvfs app: six pages over one device session and one results store.
 
-Threads: a poll worker reads the device about twice a second; one engine worker at a
-time runs an experiment, a sweep or a selector training. Workers post Messages
-(tui.messages); step events are folded into a tracker and coalesced (tui.bridge), so
-the UI redraws at about 2 Hz and does not distort the energy it measures.
+Threads: a poll worker reads the device about twice a second (once a second while a run
+or sweep is measured); one engine worker at a time runs an experiment, a sweep or a
+selector training. Workers post Messages (tui.messages); step events are folded into a
+tracker and coalesced (tui.bridge), so while a run is measured the UI redraws about once
+a second, the poll's reading with the run's progress, and does not distort the energy it
+measures (bench/bench_tui.py).
 
 Clocks: run_experiment and run_sweep wrap their runs in a ClockGuard. Every exit path
 (q, ctrl+c, the command palette, SIGHUP from a closed SSH session, SIGTERM) cancels the

@@ -3,8 +3,8 @@
 An EventBridge is what the TUI passes to run_experiment / run_sweep as a callback. It
 runs on the worker thread: it feeds the tracker (cheap), and posts a payload-less
 message only when the UI has taken the previous one and either something other than a
-step happened or `min_interval_s` has passed. So the UI redraws at about 2 Hz however
-fast steps come, and never falls behind.
+step happened or `min_interval_s` has passed (the app's RUN_REFRESH_S, a second). So the
+UI redraws at that pace however fast steps come, and never falls behind.
 """
 
 from __future__ import annotations
