@@ -1,7 +1,8 @@
 """Tokenizers: the checkpoint's own when present, else one trained on the task's text.
 
 With no tokenizer in the model folder or the local Hugging Face cache (and no download
-allowed), a WordPiece (BERT) or byte-level BPE (Pythia) tokenizer is trained on the
+allowed), a WordPiece (BERT-like encoders) or byte-level BPE (decoders and RoBERTa)
+tokenizer is trained on the
 training text with the `tokenizers` library and cached under
 `cache_dir()/tokenizers/<family>-<task>-<digest>`, so the next run reuses it.
 """
@@ -33,6 +34,17 @@ BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 # Same ids as the GPT-NeoX-20B tokenizer Pythia ships with: 0 end of text, 1 padding.
 PYTHIA_SPECIALS = ("<|endoftext|>", "<|padding|>")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+# Families whose trained stand-in is WordPiece ([PAD] is id 0, as in their configs); the
+# rest get byte-level BPE with <|padding|> at id 1 (RoBERTa's and OPT's pad id too).
+WORDPIECE_FAMILIES = frozenset({"bert", "distilbert", "electra", "deberta"})
+
+
+def tokenizer_kind(family: str) -> str:
+    """"wordpiece" or "bpe": the kind of tokenizer trained for a family with none of its own."""
+    if family not in zoo.FAMILIES:
+        raise ConfigError(f"no tokenizer recipe for family {family!r}",
+                          "use a model of a supported family: " + ", ".join(zoo.FAMILIES))
+    return "wordpiece" if family in WORDPIECE_FAMILIES else "bpe"
 
 
 def load_tokenizer(spec: str, info: ModelInfo, train_texts: Iterable[str], *,
@@ -73,7 +85,8 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
     from tokenizers import trainers
     from transformers import PreTrainedTokenizerFast
 
-    if family == "bert":
+    kind = tokenizer_kind(family)
+    if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -92,7 +105,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
             padding_side="right", model_input_names=["input_ids", "token_type_ids",
                                                      "attention_mask"],
         )
-    if family == "pythia":
+    if kind == "bpe":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -106,7 +119,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
             model_max_length=max_length, padding_side="right",
             model_input_names=["input_ids", "attention_mask"],
         )
-    raise ConfigError(f"no tokenizer recipe for family {family!r}", "use a BERT or Pythia model")
+    raise AssertionError(f"tokenizer kind {kind!r} has no recipe")  # tokenizer_kind names only these
 
 
 def _trained(info: ModelInfo, texts: list[str], task: GlueTask | str | None):
@@ -123,7 +136,7 @@ def _trained(info: ModelInfo, texts: list[str], task: GlueTask | str | None):
         log.info("reusing the tokenizer trained earlier at %s", target)
         return PreTrainedTokenizerFast.from_pretrained(str(target))
     log.info("no tokenizer for %s; training a %s tokenizer on %d texts", info.name,
-             "WordPiece" if info.family == "bert" else "byte-level BPE", len(texts))
+             "WordPiece" if tokenizer_kind(info.family) == "wordpiece" else "byte-level BPE", len(texts))
     tokenizer = train_tokenizer(info.family, texts, vocab_size, info.max_positions)
     # Write to a temporary sibling, then rename: a crash never leaves half a tokenizer.
     target.parent.mkdir(parents=True, exist_ok=True)
