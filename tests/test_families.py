@@ -152,3 +152,15 @@ def test_tokenizer_kinds() -> None:
         "bert", "distilbert", "electra", "deberta"}
     with pytest.raises(ConfigError):
         tokenizer_kind("t5")
+
+
+def test_the_model_pads_with_the_tokenizers_pad_id() -> None:
+    from types import SimpleNamespace
+
+    from engine.workload.finetune import align_pad_token
+
+    model = SimpleNamespace(config=SimpleNamespace(pad_token_id=0))
+    align_pad_token(model, SimpleNamespace(pad_token_id=1))
+    assert model.config.pad_token_id == 1
+    align_pad_token(model, SimpleNamespace(pad_token_id=None))  # nothing to align with
+    assert model.config.pad_token_id == 1

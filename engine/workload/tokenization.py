@@ -54,9 +54,10 @@ def load_tokenizer(spec: str, info: ModelInfo, train_texts: Iterable[str], *,
 
     `spec` is the model spec given to load_model; `task` only names the cache folder."""
     tokenizer = _load_existing(spec, info, allow_download)
-    if tokenizer is None:
+    trained = tokenizer is None
+    if trained:
         tokenizer = _trained(info, list(train_texts), task)
-    _set_pad_token(tokenizer, info)
+    _set_pad_token(tokenizer, info, trained=trained)
     if len(tokenizer) > info.vocab_size:
         raise ConfigError(
             f"the tokenizer for {info.name} has {len(tokenizer)} tokens but the model embeds "
@@ -176,8 +177,9 @@ def _load_existing(spec: str, info: ModelInfo, allow_download: bool):
     return tokenizer
 
 
-def _set_pad_token(tokenizer, info: ModelInfo) -> None:
-    """Give the tokenizer the pad token the model was configured with."""
+def _set_pad_token(tokenizer, info: ModelInfo, *, trained: bool = False) -> None:
+    """Give the tokenizer the pad token the model was configured with (a tokenizer trained
+    here keeps its own: the fine-tune path gives the model that id, align_pad_token)."""
     want = info.config.get("pad_token_id")
     if want is None and info.family == "pythia":
         want = PYTHIA_PAD_TOKEN_ID
@@ -189,7 +191,7 @@ def _set_pad_token(tokenizer, info: ModelInfo) -> None:
         else:
             raise ConfigError(f"the tokenizer of {info.name} has no pad or end-of-text token",
                               "use a checkpoint whose tokenizer defines one")
-    if want is not None and tokenizer.pad_token_id != want:
+    if want is not None and tokenizer.pad_token_id != want and not trained:
         # BERT masks padding anyway; GPT-NeoX pools the last token that is not padding.
         log.warning("%s: tokenizer pads with id %s but the model expects %s",
                     info.name, tokenizer.pad_token_id, want)
