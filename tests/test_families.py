@@ -164,3 +164,30 @@ def test_the_model_pads_with_the_tokenizers_pad_id() -> None:
     assert model.config.pad_token_id == 1
     align_pad_token(model, SimpleNamespace(pad_token_id=None))  # nothing to align with
     assert model.config.pad_token_id == 1
+
+
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_selector_features_mark_decoders(name: str, tmp_path: Path) -> None:
+    from engine.selector.features import WORKLOAD_COLUMNS, describe_workload
+
+    feats, trace = describe_workload(str(_config_file(tmp_path, name)), "sst2", batch_size=4, seq_len=32)
+    assert WORKLOAD_COLUMNS[0][0] == "family_pythia"  # the column keeps its name and its BERT/Pythia values
+    assert feats.row()[0] == float(zoo.is_decoder(feats.family))
+    assert (feats.layers, feats.hidden) == (2, 32) and trace.params == feats.params
+
+
+def test_cli_select_sweep_and_simulated_run_on_new_families(tmp_path: Path, isolated_env: Any,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    for name in ("deberta", "llama"):
+        config = str(_config_file(tmp_path, name))
+        assert main(["select", "--model", config, "--task", "sst2", "--batch-size", "4",
+                     "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+        assert "[predicted]" in capsys.readouterr().out
+        assert main(["sweep", "--model", config, "--task", "sst2", "--twin", "--fast",
+                     "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+        assert "[twin]" in capsys.readouterr().out
+        assert main(["run", "--model", config, "--task", "sst2", "--twin", "--simulate", "--steps", "3",
+                     "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+        assert "[twin]" in capsys.readouterr().out
