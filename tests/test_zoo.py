@@ -32,10 +32,15 @@ OTHERS = {  # name: (hub id, family, model_type, layers, hidden, heads), as publ
     "deberta-v3-small": ("microsoft/deberta-v3-small", "deberta", "deberta-v2", 6, 768, 12),
     "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M", "llama", "llama", 30, 576, 9),
     "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B", "qwen", "qwen2", 24, 896, 14),
+    "deberta-v3-base": ("microsoft/deberta-v3-base", "deberta", "deberta-v2", 12, 768, 12),
+    "smollm2-360m": ("HuggingFaceTB/SmolLM2-360M", "llama", "llama", 32, 960, 15),
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", "llama", "llama", 16, 2048, 32),
+    "gemma-2b": ("google/gemma-2b", "gemma", "gemma", 18, 2048, 8),
 }
 # Published totals of the backbones (the classification head adds hidden x 2 (+ bias) for
 # the decoders; DistilBERT and RoBERTa add a hidden x hidden pre-classifier too).
-PUBLISHED = {"smollm2-135m": 134_515_008, "qwen2.5-0.5b": 494_032_768}
+PUBLISHED = {"smollm2-135m": 134_515_008, "smollm2-360m": 361_821_120, "qwen2.5-0.5b": 494_032_768,
+             "llama-3.2-1b": 1_235_814_400, "gemma-2b": 2_506_172_416}
 
 
 def test_zoo_lists_every_model_with_published_architecture():
