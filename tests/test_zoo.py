@@ -26,10 +26,32 @@ PYTHIA = {  # name: (layers, hidden, heads, intermediate)
     "pythia-410m": (24, 1024, 16, 4096),
 }
 
+OTHERS = {  # name: (hub id, family, model_type, layers, hidden, heads), as published
+    "distilbert-base-uncased": ("distilbert/distilbert-base-uncased", "distilbert", "distilbert", 6, 768, 12),
+    "roberta-base": ("FacebookAI/roberta-base", "roberta", "roberta", 12, 768, 12),
+    "deberta-v3-small": ("microsoft/deberta-v3-small", "deberta", "deberta-v2", 6, 768, 12),
+    "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M", "llama", "llama", 30, 576, 9),
+    "qwen2.5-0.5b": ("Qwen/Qwen2.5-0.5B", "qwen", "qwen2", 24, 896, 14),
+    "deberta-v3-base": ("microsoft/deberta-v3-base", "deberta", "deberta-v2", 12, 768, 12),
+    "smollm2-360m": ("HuggingFaceTB/SmolLM2-360M", "llama", "llama", 32, 960, 15),
+    "llama-3.2-1b": ("meta-llama/Llama-3.2-1B", "llama", "llama", 16, 2048, 32),
+    "gemma-2b": ("google/gemma-2b", "gemma", "gemma", 18, 2048, 8),
+}
+# Published totals of the backbones (the classification head adds hidden x 2 (+ bias) for
+# the decoders; DistilBERT and RoBERTa add a hidden x hidden pre-classifier too).
+PUBLISHED = {"smollm2-135m": 134_515_008, "smollm2-360m": 361_821_120, "qwen2.5-0.5b": 494_032_768,
+             "llama-3.2-1b": 1_235_814_400, "gemma-2b": 2_506_172_416}
+
 
 def test_zoo_lists_every_model_with_published_architecture():
     entries = zoo.load_zoo()
-    assert set(entries) == set(BERT) | set(PYTHIA)
+    assert set(entries) == set(BERT) | set(PYTHIA) | set(OTHERS)
+    for name, (hub_id, family, model_type, layers, hidden, heads) in OTHERS.items():
+        e = entries[name]
+        assert (e.hub_id, e.family, e.model_type) == (hub_id, family, model_type)
+        assert zoo.MODEL_TYPE_FAMILY[model_type] == family
+        d = zoo.dims(e.config)
+        assert (d["num_hidden_layers"], d["hidden_size"], d["num_attention_heads"]) == (layers, hidden, heads)
     for name, (hub_id, layers, hidden) in BERT.items():
         e = entries[name]
         c = e.config
@@ -52,7 +74,7 @@ def test_zoo_lists_every_model_with_published_architecture():
         assert e.precision in zoo.PRECISIONS
 
 
-@pytest.mark.parametrize("name", list(BERT) + list(PYTHIA))
+@pytest.mark.parametrize("name", list(BERT) + list(PYTHIA) + list(OTHERS))
 def test_param_count_matches_a_model_built_with_random_weights(name):
     entry = zoo.get_entry(name)
     # Built on the meta device: no memory, so even pythia-410m takes a fraction of a second.
@@ -62,6 +84,12 @@ def test_param_count_matches_a_model_built_with_random_weights(name):
     for task in (get_task("mnli"), get_task("stsb")):  # other heads: within 1%
         other = sum(p.numel() for p in build_model(entry.config, task, device="meta").parameters())
         assert abs(other - entry.params) / entry.params < 0.01
+
+
+def test_decoder_counts_match_the_published_sizes():
+    for name, total in PUBLISHED.items():  # tied embeddings: the backbone is the whole LM
+        e = zoo.get_entry(name)
+        assert e.params - 2 * e.config["hidden_size"] == total
 
 
 def test_pythia_counts_match_the_published_causal_lm_sizes():

@@ -27,12 +27,13 @@ from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.workload.resolve import workload_key
+from engine.workload.zoo import FAMILIES as ZOO_FAMILIES, is_decoder
 from engine.core.trace import StepTrace
 
 log = logging.getLogger(__name__)
 
 FEATURE_SCHEMA_VERSION = 1
-FAMILIES = ("bert", "pythia")
+FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
 WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
@@ -105,7 +106,7 @@ class WorkloadFeatures:
 
     model: str
     task: str
-    family: str  # "bert" | "pythia"
+    family: str  # one of engine.workload.zoo.FAMILIES
     params: int
     layers: int
     hidden: int
@@ -152,7 +153,9 @@ class WorkloadFeatures:
     def row(self) -> list[float]:
         """The workload columns, in WORKLOAD_COLUMNS order."""
         return [
-            float(self.family == "pythia"),
+            # "family_pythia" was trained when Pythia was the only decoder: it marks a causal
+            # decoder (last-token pooling), so BERT and Pythia rows keep their values.
+            float(is_decoder(self.family)),
             float(self.params),
             float(self.trainable_params),
             float(self.layers),
@@ -217,7 +220,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.resolve import trace_workload
-    from engine.workload.zoo import MODEL_TYPE_FAMILY
+    from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
     glue = get_task(task)
     entry = None
@@ -228,7 +231,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
         name = model
     family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
     if family is None:
-        raise ConfigError(f"{name}: model type {config.get('model_type')!r} is not a BERT or Pythia model",
+        raise ConfigError(f"{name}: model type {config.get('model_type')!r} is not one slm-dvfs supports",
                           f"the selector knows the families {', '.join(FAMILIES)}")
     batch_size = batch_size or (entry.batch_size if entry else 32)
     seq_len = seq_len or (entry.seq_len if entry else 128)
@@ -244,8 +247,8 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                             mode=mode)
     trace, params = traced.trace, traced.total_params
     feats = from_trace(trace, task=glue.name, family=family, params=params,
-                       layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
-                       heads=int(config["num_attention_heads"]), mode=mode)
+                       layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
+                       heads=int(dims(config)["num_attention_heads"]), mode=mode)
     return feats, trace
 
 

@@ -37,7 +37,7 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
     naming model, task, batch_size, seq_len, precision (a store WorkloadRecord, a mapping)."""
     from engine.selector.features import WorkloadFeatures, describe_workload, from_trace
     from engine.workload.models import resolve_model
-    from engine.workload.zoo import MODEL_TYPE_FAMILY
+    from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
     if isinstance(workload, WorkloadFeatures):
         return workload
@@ -60,8 +60,8 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
         family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")), get("family"))
         return from_trace(trace, task=str(task), family=str(family),
                           params=int(get("total_params") or get("params") or trace.params),
-                          layers=int(config["num_hidden_layers"]), hidden=int(config["hidden_size"]),
-                          heads=int(config["num_attention_heads"]), mode=str(get("mode", "full")))
+                          layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
+                          heads=int(dims(config)["num_attention_heads"]), mode=str(get("mode", "full")))
     return describe_workload(str(model), str(task), batch_size=get("batch_size"), seq_len=get("seq_len"),
                              precision=get("precision"), mode=str(get("mode", "full") or "full"))[0]
 

@@ -220,6 +220,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
                           allow_download=spec.allow_download)
     tokenizer = load_tokenizer(spec.model, info, text.train_texts(),
                                allow_download=spec.allow_download, task=task)
+    align_pad_token(model, tokenizer)
     encoded = encode(text, tokenizer, seq_len, padding=spec.padding)
 
     @lru_cache(maxsize=None)
@@ -255,3 +256,14 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
         cancelled=outcome.cancelled,
     )
+
+
+def align_pad_token(model: Any, tokenizer: Any) -> None:
+    """A decoder's head pools the last token that is not padding: it must know the id the
+    tokenizer pads with (a tokenizer trained here pads with its own, not the checkpoint's)."""
+    config = getattr(model, "config", None)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if config is None or pad is None or getattr(config, "pad_token_id", None) == pad:
+        return
+    log.info("the model's pad token id %s becomes the tokenizer's %s", config.pad_token_id, pad)
+    config.pad_token_id = pad

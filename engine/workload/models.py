@@ -38,7 +38,7 @@ _NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
-    family: str  # "bert" | "pythia"
+    family: str  # one of zoo.FAMILIES
     params: int  # parameters of the built classification model
     weights: str  # "pretrained" | "random"
     origin: str  # "zoo:bert-tiny" | "hub:<id>" | "dir:/path" | "config:/path/config.json"
@@ -152,7 +152,7 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
 
 
 def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
-    """Config overrides that give a backbone the task's head (and Pythia a pad token)."""
+    """Config overrides that give a backbone the task's head (and a decoder a pad token)."""
     kwargs: dict[str, Any] = {}
     if task.is_regression:
         kwargs["num_labels"] = 1
@@ -161,10 +161,24 @@ def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
         kwargs["problem_type"] = "single_label_classification"
         kwargs["id2label"] = dict(enumerate(task.label_names))
         kwargs["label2id"] = {name: i for i, name in enumerate(task.label_names)}
-    if zoo.MODEL_TYPE_FAMILY.get(config.get("model_type")) == "pythia":
-        pad = config.get("pad_token_id")
-        kwargs["pad_token_id"] = PYTHIA_PAD_TOKEN_ID if pad is None else pad
+    family = zoo.MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
+    if family is not None and zoo.is_decoder(family):
+        kwargs["pad_token_id"] = decoder_pad_token_id(config, family)
     return kwargs
+
+
+def decoder_pad_token_id(config: Mapping[str, Any], family: str) -> int:
+    """The pad token of a decoder's classification head: its own, else end-of-text, as
+    Hugging Face's examples do (`pad_token = eos_token`); the head pools the last other token."""
+    pad = config.get("pad_token_id")
+    if isinstance(pad, int):
+        return pad
+    if family == "pythia":
+        return PYTHIA_PAD_TOKEN_ID
+    eos = config.get("eos_token_id")
+    if isinstance(eos, list) and eos:  # Llama 3: several end tokens, the first is end-of-text
+        eos = eos[0]
+    return int(eos) if isinstance(eos, int) else PYTHIA_PAD_TOKEN_ID
 
 
 def model_info(resolved: ResolvedModel, model: torch.nn.Module, weights: str) -> ModelInfo:
@@ -267,7 +281,7 @@ def _family(config: Mapping[str, Any], spec: str) -> str:
     if family is None:
         raise ConfigError(
             f"{spec}: model_type {config.get('model_type')!r} is not supported",
-            "use a BERT (model_type bert) or Pythia (model_type gpt_neox) model",
+            "use a model of a supported model_type: " + ", ".join(sorted(zoo.MODEL_TYPE_FAMILY)),
         )
     check_config(config, spec)  # impossible dimensions fail here, before transformers or torch see them
     return family

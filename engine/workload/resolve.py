@@ -31,7 +31,7 @@ class Workload:
 
     model: str  # display name, e.g. "bert-tiny" (the store's key)
     task: str  # canonical GLUE key, e.g. "sst2"
-    family: str  # "bert" | "pythia"
+    family: str  # one of engine.workload.zoo.FAMILIES
     batch_size: int
     seq_len: int
     precision: str  # what the Orin runs (16-bit stays 16-bit on the twin)

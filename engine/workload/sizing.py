@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
+from engine.workload.zoo import dims
 
 GIB = 1024**3
 DEFAULT_BOARD_MEMORY_BYTES = 64 * GIB  # the AGX Orin 64GB's unified LPDDR5
@@ -37,6 +38,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 def check_config(config: Mapping[str, Any], name: str = "the model") -> None:
     """Refuse a configuration with impossible dimensions (ConfigError, naming the key)."""
     remedy = "fix the config.json (as save_pretrained writes it), or use a zoo model (profiles/models.toml)"
+    config = {**config, **dims(config)}  # GPT-2 and DistilBERT name their dimensions differently
     for key, (low, high) in LIMITS.items():
         if key not in config:
             continue  # transformers fills in its default
@@ -74,6 +76,7 @@ class MemoryEstimate:
 
 def estimate_params(config: Mapping[str, Any]) -> int:
     """Parameters of the backbone and a small head, from the configuration alone."""
+    config = {**config, **dims(config)}
     h = int(config.get("hidden_size", 768))
     layers = int(config.get("num_hidden_layers", 12))
     inter = int(config.get("intermediate_size", 4 * h))
@@ -90,6 +93,7 @@ def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, pr
                     mode: str = "full") -> MemoryEstimate:
     """What a training step of `config` at (batch, length) holds; see the module's doc."""
     params = estimate_params(config)
+    config = {**config, **dims(config)}
     h = int(config.get("hidden_size", 768))
     layers = int(config.get("num_hidden_layers", 12))
     heads = int(config.get("num_attention_heads", 12))

@@ -1,7 +1,8 @@
 """Tokenizers: the checkpoint's own when present, else one trained on the task's text.
 
 With no tokenizer in the model folder or the local Hugging Face cache (and no download
-allowed), a WordPiece (BERT) or byte-level BPE (Pythia) tokenizer is trained on the
+allowed), a WordPiece (BERT-like encoders) or byte-level BPE (decoders and RoBERTa)
+tokenizer is trained on the
 training text with the `tokenizers` library and cached under
 `cache_dir()/tokenizers/<family>-<task>-<digest>`, so the next run reuses it.
 """
@@ -33,6 +34,17 @@ BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4
 # Same ids as the GPT-NeoX-20B tokenizer Pythia ships with: 0 end of text, 1 padding.
 PYTHIA_SPECIALS = ("<|endoftext|>", "<|padding|>")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+# Families whose trained stand-in is WordPiece ([PAD] is id 0, as in their configs); the
+# rest get byte-level BPE with <|padding|> at id 1 (RoBERTa's and OPT's pad id too).
+WORDPIECE_FAMILIES = frozenset({"bert", "distilbert", "electra", "deberta"})
+
+
+def tokenizer_kind(family: str) -> str:
+    """"wordpiece" or "bpe": the kind of tokenizer trained for a family with none of its own."""
+    if family not in zoo.FAMILIES:
+        raise ConfigError(f"no tokenizer recipe for family {family!r}",
+                          "use a model of a supported family: " + ", ".join(zoo.FAMILIES))
+    return "wordpiece" if family in WORDPIECE_FAMILIES else "bpe"
 
 
 def load_tokenizer(spec: str, info: ModelInfo, train_texts: Iterable[str], *,
@@ -42,9 +54,10 @@ def load_tokenizer(spec: str, info: ModelInfo, train_texts: Iterable[str], *,
 
     `spec` is the model spec given to load_model; `task` only names the cache folder."""
     tokenizer = _load_existing(spec, info, allow_download)
-    if tokenizer is None:
+    trained = tokenizer is None
+    if trained:
         tokenizer = _trained(info, list(train_texts), task)
-    _set_pad_token(tokenizer, info)
+    _set_pad_token(tokenizer, info, trained=trained)
     if len(tokenizer) > info.vocab_size:
         raise ConfigError(
             f"the tokenizer for {info.name} has {len(tokenizer)} tokens but the model embeds "
@@ -73,7 +86,8 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
     from tokenizers import trainers
     from transformers import PreTrainedTokenizerFast
 
-    if family == "bert":
+    kind = tokenizer_kind(family)
+    if kind == "wordpiece":
         tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -92,7 +106,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
             padding_side="right", model_input_names=["input_ids", "token_type_ids",
                                                      "attention_mask"],
         )
-    if family == "pythia":
+    if kind == "bpe":
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
@@ -106,7 +120,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
             model_max_length=max_length, padding_side="right",
             model_input_names=["input_ids", "attention_mask"],
         )
-    raise ConfigError(f"no tokenizer recipe for family {family!r}", "use a BERT or Pythia model")
+    raise AssertionError(f"tokenizer kind {kind!r} has no recipe")  # tokenizer_kind names only these
 
 
 def _trained(info: ModelInfo, texts: list[str], task: GlueTask | str | None):
@@ -123,7 +137,7 @@ def _trained(info: ModelInfo, texts: list[str], task: GlueTask | str | None):
         log.info("reusing the tokenizer trained earlier at %s", target)
         return PreTrainedTokenizerFast.from_pretrained(str(target))
     log.info("no tokenizer for %s; training a %s tokenizer on %d texts", info.name,
-             "WordPiece" if info.family == "bert" else "byte-level BPE", len(texts))
+             "WordPiece" if tokenizer_kind(info.family) == "wordpiece" else "byte-level BPE", len(texts))
     tokenizer = train_tokenizer(info.family, texts, vocab_size, info.max_positions)
     # Write to a temporary sibling, then rename: a crash never leaves half a tokenizer.
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -163,8 +177,9 @@ def _load_existing(spec: str, info: ModelInfo, allow_download: bool):
     return tokenizer
 
 
-def _set_pad_token(tokenizer, info: ModelInfo) -> None:
-    """Give the tokenizer the pad token the model was configured with."""
+def _set_pad_token(tokenizer, info: ModelInfo, *, trained: bool = False) -> None:
+    """Give the tokenizer the pad token the model was configured with (a tokenizer trained
+    here keeps its own: the fine-tune path gives the model that id, align_pad_token)."""
     want = info.config.get("pad_token_id")
     if want is None and info.family == "pythia":
         want = PYTHIA_PAD_TOKEN_ID
@@ -176,7 +191,7 @@ def _set_pad_token(tokenizer, info: ModelInfo) -> None:
         else:
             raise ConfigError(f"the tokenizer of {info.name} has no pad or end-of-text token",
                               "use a checkpoint whose tokenizer defines one")
-    if want is not None and tokenizer.pad_token_id != want:
+    if want is not None and tokenizer.pad_token_id != want and not trained:
         # BERT masks padding anyway; GPT-NeoX pools the last token that is not padding.
         log.warning("%s: tokenizer pads with id %s but the model expects %s",
                     info.name, tokenizer.pad_token_id, want)

@@ -21,9 +21,24 @@ from engine.core.constants import PRECISIONS
 from engine.core import paths
 from engine.core.errors import ConfigError, ProfileError
 
-FAMILIES = ("bert", "pythia")
-# model_type in a config.json -> our family
-MODEL_TYPE_FAMILY = {"bert": "bert", "gpt_neox": "pythia"}
+FAMILIES = ("bert", "pythia", "roberta", "distilbert", "electra", "deberta", "gpt2", "opt", "llama",
+            "qwen", "gemma", "phi")
+# model_type in a config.json -> our family ("bert" and "pythia" name what they always have)
+MODEL_TYPE_FAMILY = {
+    "bert": "bert", "gpt_neox": "pythia", "roberta": "roberta", "distilbert": "distilbert",
+    "electra": "electra", "deberta-v2": "deberta", "gpt2": "gpt2", "opt": "opt", "llama": "llama",
+    "qwen2": "qwen", "qwen3": "qwen", "gemma": "gemma", "gemma2": "gemma", "phi3": "phi",
+}
+# Causal decoders: their classification head pools the last token that is not padding,
+# so they need a pad token (many checkpoints ship none).
+DECODER_FAMILIES = frozenset({"pythia", "gpt2", "opt", "llama", "qwen", "gemma", "phi"})
+# Config keys some architectures name differently (GPT-2, DistilBERT) -> the usual name.
+_DIM_ALIASES = {
+    "hidden_size": ("n_embd", "dim", "d_model"),
+    "num_hidden_layers": ("n_layer", "n_layers"),
+    "num_attention_heads": ("n_head", "n_heads"),
+    "intermediate_size": ("n_inner", "hidden_dim", "ffn_dim"),
+}
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -32,7 +47,7 @@ _TRUE = {"1", "true", "yes", "on"}
 class ZooEntry:
     name: str
     hub_id: str
-    family: str  # "bert" | "pythia"
+    family: str  # one of FAMILIES
     config: Mapping[str, Any]  # the full architecture, as in the checkpoint's config.json
     params: int  # parameters of the model fine-tuned for a 2-label task (backbone + head)
     batch_size: int
@@ -42,6 +57,23 @@ class ZooEntry:
     @property
     def model_type(self) -> str:
         return str(self.config["model_type"])
+
+
+def dims(config: Mapping[str, Any]) -> dict[str, int]:
+    """hidden_size, num_hidden_layers, num_attention_heads (and intermediate_size when given)
+    of a config.json, whatever the architecture calls them; a missing one is left out."""
+    out: dict[str, int] = {}
+    for key, aliases in _DIM_ALIASES.items():
+        for name in (key, *aliases):
+            value = config.get(name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[key] = value
+                break
+    return out
+
+
+def is_decoder(family: str) -> bool:
+    return family in DECODER_FAMILIES
 
 
 def downloads_allowed(allow_download: bool) -> bool:
@@ -127,8 +159,9 @@ def _entry(path: Path, name: str, body: Any) -> ZooEntry:
             f"family {body['family']!r}",
             remedy,
         )
+    shape = {**dims(config), "vocab_size": config.get("vocab_size")}
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"):
-        if not isinstance(config.get(key), int):
+        if not isinstance(shape.get(key), int):
             raise ProfileError(f"{where}: config.{key} is missing or not an integer", remedy)
     for key in ("params", "batch_size", "seq_len"):
         if body[key] <= 0:
