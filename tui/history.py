@@ -125,7 +125,7 @@ class _SpanArrays:
     for columns and figures of several groups over the same spans, and a Python pass over a
     thousand spans per group and per question cost more UI time than the run could spare."""
 
-    _last: tuple[object, tuple[str, ...], "_SpanArrays"] | None = None
+    _last: tuple[Sequence[Span], "_SpanArrays"] | None = None  # the spans last made into arrays
 
     def __init__(self, spans: Sequence[Span]) -> None:
         import numpy as np  # only once a run is graphed: the TUI's first screen does without numpy
@@ -150,9 +150,9 @@ class _SpanArrays:
     def of(cls, spans: Sequence[Span]) -> "_SpanArrays":
         last = cls._last
         if last is not None and last[0] is spans:
-            return last[2]
+            return last[1]
         arrays = cls(spans)
-        cls._last = (spans, (), arrays)  # holds the tuple, so its id is not reused meanwhile
+        cls._last = (spans, arrays)  # holds the spans, so an identical-looking new tuple is not mistaken for them
         return arrays
 
     def group_joules(self, rails: Iterable[str] | None) -> Any:
