@@ -180,6 +180,9 @@ def main() -> int:
                    help="torch threads (default 1: on a small shared host, OpenMP threads that outnumber free "
                         "cores make step times swing tenfold, which would drown what is measured here)")
     args = p.parse_args()
+    for name in ("steps", "busy_steps"):
+        if getattr(args, name) <= args.warmup:
+            p.error(f"--{name.replace('_', '-')} must exceed --warmup ({args.warmup}): the timed steps come after it")
 
     work = Path(tempfile.mkdtemp(prefix="bench-tui-"))
     os.environ["SLM_DVFS_STATE_DIR"] = str(work / "state")
