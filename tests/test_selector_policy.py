@@ -84,11 +84,11 @@ def test_train_selector_json_and_option_errors(tmp_path, capsys):
         and report["saved"].endswith("s.joblib")
     assert main(["train-selector", "--models", "bert-tiny"]) == 2  # zoo options without --from-twin-zoo
     assert main(["train-selector", "--from-twin-zoo", "--source", "measured"]) == 2
-    assert main(TRAIN + ["--modes", "full,prefix", "--out", str(tmp_path / "m.joblib")]) == 2
-    assert "unknown training mode(s) prefix" in capsys.readouterr().err
     assert main(["train-selector", "--db", str(tmp_path / "none.sqlite")]) == 2  # no store there
     err = capsys.readouterr().err
     assert "--from-twin-zoo" in err and "What to do" in err
+    assert main(TRAIN + ["--modes", "full,prefix", "--out", str(tmp_path / "m.joblib")]) == 2
+    assert "unknown training mode(s) prefix" in capsys.readouterr().err
 
 
 def test_select_command(trained, capsys):
