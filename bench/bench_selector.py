@@ -9,7 +9,7 @@ Two reports, one JSON object:
   zoo has no model of (ELECTRA, GPT-2, OPT, Phi-3; shapes after their hub configs, no
   weights). For each family F, the selector's winning candidate (or --candidate) is fitted
   on every other family's workloads and chooses for F's: regret against the twin's fast
-  sweep of each (engine.selector.lofo), with 0 and 1 probes, mean and worst per family
+  sweep of each (engine.selector.lofo), with 0, 1 and 3 probes, mean and worst per family
   and overall, and the saving against MAXN.
 - `held_out`: the shipped (or --selector) selector itself, on workloads off its training
   grid: shapes outside the zoo and zoo models at batch sizes and lengths between the
@@ -125,7 +125,7 @@ def lofo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
     print("lofo: tracing and sweeping the grid on the twin", file=sys.stderr, flush=True)
     ds = from_twin_zoo(profile=selector.encoder.profile or "agx-orin-64gb", space=selector.training.get("space", "gpu"),
                        progress=_progress, **grid)
-    results = leave_one_family_out(ds, specs[0], Objective(), probes=(0, 1),
+    results = leave_one_family_out(ds, specs[0], Objective(), probes=(0, 1, 3),
                                    progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     summary = ds.summary()
     return {
