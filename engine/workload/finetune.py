@@ -229,7 +229,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
     lora = (spec.lora or LoraSettings()) if spec.mode == "lora" else None
     # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.
-    model, _ = prepare_model(model, spec.mode, lora=lora, checkpointing=spec.grad_checkpointing)
+    model, _ = prepare_model(model, spec.mode, lora=lora, checkpointing=spec.grad_checkpointing, seed=spec.seed)
     if seq_len > info.max_positions:
         raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
                           f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")

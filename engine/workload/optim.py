@@ -77,12 +77,15 @@ def model_params(model: torch.nn.Module) -> int:
 
 
 def prepare_model(model: torch.nn.Module, mode: str, *, lora: LoraSettings | None = None,
-                  checkpointing: bool = False) -> tuple[torch.nn.Module, int]:
+                  checkpointing: bool = False, seed: int = 0) -> tuple[torch.nn.Module, int]:
     """The model as `mode` trains it, and its trainable parameter count: LoRA wraps it with
-    peft's adapters (`lora`: the settings, default LoraSettings()); `checkpointing` turns on
-    gradient checkpointing (activations recomputed in the backward pass)."""
-    if mode == "lora":
-        model = wrap_lora(model, lora or LoraSettings())
+    peft's adapters (`lora`: the settings, default LoraSettings(); initialised from `seed`, so
+    that a run is repeatable); `checkpointing` turns on gradient checkpointing (activations
+    recomputed in the backward pass)."""
+    if mode == "lora" and not is_peft_model(model):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = wrap_lora(model, lora or LoraSettings())
     trainable = apply_mode(model, mode)
     if checkpointing:
         enable_checkpointing(model)

@@ -176,7 +176,7 @@ class Trainer:
         self.precision = resolve_precision(config.precision, self.device)
         # LoRA wraps the model (peft); the optimizer below gets only what trains.
         model, self.trainable_params = prepare_model(model, config.mode, lora=config.lora,
-                                                     checkpointing=config.grad_checkpointing)
+                                                     checkpointing=config.grad_checkpointing, seed=config.seed)
         self.model = model.to(self.device)
         self.total_params = model_params(self.model)
         self.data = BatchSource(train_data, config.batch_size, self.device, config.seed, collate)
