@@ -396,7 +396,15 @@ class Trainer:
         folder = Path(folder)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            self.model.save_pretrained(str(folder))
+            from transformers.utils import logging as hf_logging
+
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # no tqdm bar over a progress line or a TUI
+            try:
+                self.model.save_pretrained(str(folder))
+            finally:
+                if bars:
+                    hf_logging.enable_progress_bar()
         except OSError as exc:
             raise ConfigError(f"cannot save the model in {folder}: {exc.strerror or exc}",
                               "give a writable --output-dir with room for the model") from None
