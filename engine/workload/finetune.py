@@ -29,7 +29,7 @@ from engine.core.constants import MODES, PRECISIONS
 from engine.core.trace import StepTrace
 from engine.workload.events import Callback, EvalResult
 from engine.workload.loop import StepHook, TrainControl
-from engine.workload.lora import LoraSettings
+from engine.workload.lora import LoraSettings, check_mode_options
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ class FinetuneSpec:
     lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
     grad_checkpointing: bool = False  # recompute activations in the backward pass
     output_dir: str | None = None  # where the trained model goes (a LoRA run: default_output_dir())
+    save_model: bool = True  # False: keep nothing (a sweep's training, an experiment's baseline)
 
     def validate(self) -> None:
         if self.steps is not None and self.epochs is not None:
@@ -75,9 +76,7 @@ class FinetuneSpec:
             raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        if self.lora is not None and self.mode != "lora":
-            raise ConfigError(f"LoRA settings were given for mode {self.mode!r}",
-                              "add --mode lora, or drop the --lora-* options")
+        check_mode_options(self.mode, self.lora)
         if self.padding not in PADDINGS:
             raise ConfigError(f"unknown padding {self.padding!r}", f"use one of {', '.join(PADDINGS)}")
         for name in ("batch_size", "max_seq_len", "train_samples", "eval_samples", "steps"):
@@ -270,7 +269,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     outcome = trainer.run(resume_from=spec.resume)
     saved_to = None
     output_dir = spec.output_dir or (default_output_dir(info.name, task.name) if spec.mode == "lora" else None)
-    if output_dir and not outcome.cancelled:
+    if output_dir and spec.save_model and not outcome.cancelled:
         saved_to = str(trainer.save_model(output_dir))
         with contextlib.suppress(OSError, AttributeError):  # the tokenizer is a convenience beside it
             tokenizer.save_pretrained(saved_to)

@@ -77,6 +77,12 @@ class LoraSettings:
         return f"r{self.rank}-a{self.alpha:g}-d{self.dropout:g}" + (f"-{'+'.join(self.targets)}" if self.targets else "")
 
 
+def check_mode_options(mode: str, lora: LoraSettings | None) -> None:
+    """LoRA settings belong to mode 'lora' only: given for another mode they would be silently unused."""
+    if lora is not None and mode != "lora":
+        raise ConfigError(f"LoRA settings were given for mode {mode!r}", "add --mode lora, or drop the --lora-* options")
+
+
 # ---------------------------------------------------------------- wrapping (imports peft and torch)
 
 PEFT_REMEDY = "install the lora extra: pip install -e '.[lora]'"
@@ -112,17 +118,11 @@ def linear_module_names(model: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def head_module_names(model: Any) -> tuple[str, ...]:
-    """The model's top-level modules that form the classification head (freshly initialised:
-    they train in every mode). DeBERTa's context pooler sits beside its classifier."""
-    from engine.workload.optim import HEAD_NAMES
-
-    return tuple(name for name, _ in model.named_children() if name in (*HEAD_NAMES, "pooler"))
-
-
-def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None) -> Any:
-    """`model` with peft's LoRA adapters on the target modules, the head trained whole
-    (modules_to_save); everything else frozen. Returns the PeftModel (it adapts `model` in place)."""
+def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None,
+              modules_to_save: tuple[str, ...] = ()) -> Any:
+    """`model` with peft's LoRA adapters on the target modules and the head trained whole (peft's
+    classifier/score, plus `modules_to_save`); everything else frozen. Returns the PeftModel
+    (peft adapts `model` in place)."""
     if is_peft_model(model):
         return model
     family = family or family_of(model)
@@ -137,7 +137,7 @@ def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None) -> 
     config = peft.LoraConfig(
         task_type=peft.TaskType.SEQ_CLS, r=settings.rank, lora_alpha=settings.alpha,
         lora_dropout=settings.dropout, target_modules=list(targets),
-        modules_to_save=list(head_module_names(model)) or None,
+        modules_to_save=list(modules_to_save) or None,
         fan_in_fan_out=family == "gpt2",  # GPT-2's Conv1D stores its weight transposed
     )
     return peft.get_peft_model(model, config)

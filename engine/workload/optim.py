@@ -12,7 +12,7 @@ import torch
 
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
-from engine.workload.lora import LoraSettings, head_module_names, is_peft_model, wrap_lora
+from engine.workload.lora import LoraSettings, is_peft_model, wrap_lora
 
 if TYPE_CHECKING:
     from engine.workload.trainer import TrainConfig
@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 
 # Modules that form the task head: trained in BitFit as well (transformers' names).
 HEAD_NAMES = ("classifier", "score", "pre_classifier", "qa_outputs", "head")
+
+
+def head_module_names(model: torch.nn.Module) -> tuple[str, ...]:
+    """The model's top-level modules that form the classification head (freshly initialised:
+    they train in every mode). DeBERTa's context pooler sits beside its classifier."""
+    return tuple(name for name, _ in model.named_children() if name in (*HEAD_NAMES, "pooler"))
 
 
 def apply_mode(model: torch.nn.Module, mode: str) -> int:
@@ -85,7 +91,7 @@ def prepare_model(model: torch.nn.Module, mode: str, *, lora: LoraSettings | Non
     if mode == "lora" and not is_peft_model(model):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = wrap_lora(model, lora or LoraSettings())
+            model = wrap_lora(model, lora or LoraSettings(), modules_to_save=head_module_names(model))
     trainable = apply_mode(model, mode)
     if checkpointing:
         enable_checkpointing(model)
