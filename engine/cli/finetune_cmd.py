@@ -186,7 +186,7 @@ class ProgressBar:
 
 
 def summary(result: FinetuneResult) -> str:
-    mode = describe_mode(result.mode, result.lora, result.grad_checkpointing)
+    mode = describe_mode(result.mode, result.lora, result.grad_checkpointing, result.family)
     lines = [f"{result.model} on {result.task} ({mode}, {result.precision}, {result.device}): "
              f"{result.steps} steps, {result.samples} samples"
              + ("  [cancelled]" if result.cancelled else "")]

@@ -125,6 +125,7 @@ class FinetuneResult:
     saved_to: str | None = None  # the folder the trained model (a LoRA run: its adapter) was saved in
     lora: LoraSettings | None = None  # a LoRA run's settings
     grad_checkpointing: bool = False
+    family: str | None = None  # the model's (engine.workload.zoo.FAMILIES)
     twin_profile: str | None = None
     twin_precision: str | None = None  # what the twin simulated (16-bit runs on the Orin)
     twin_time_s: float | None = None  # training steps on the twin
@@ -144,7 +145,7 @@ class FinetuneResult:
             "weights": self.weights, "synthetic": self.synthetic, "data_source": self.data_source,
             "trainable_params": self.trainable_params, "params": self.params,
             "cancelled": self.cancelled, "final_loss": self.final_loss,
-            "lora": None if self.lora is None else self.lora.to_json(),
+            "lora": None if self.lora is None else self.lora.to_json(self.family),
             "grad_checkpointing": self.grad_checkpointing, "saved_to": self.saved_to,
             "eval": {split: dict(m) for split, m in self.eval.items()},
             "primary_metric": self.primary_metric,
@@ -283,6 +284,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         synthetic=text.synthetic, data_source=text.source,
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
         cancelled=outcome.cancelled, saved_to=saved_to, lora=lora, grad_checkpointing=spec.grad_checkpointing,
+        family=info.family,
     )
 
 

@@ -11,6 +11,7 @@ GPT-2's c_attn, Phi-3's qkv_proj) is adapted whole.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,4 +141,6 @@ def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None,
         modules_to_save=list(modules_to_save) or None,
         fan_in_fan_out=family == "gpt2",  # GPT-2's Conv1D stores its weight transposed
     )
-    return peft.get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft asks a deprecated transformers property; not the user's concern
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return peft.get_peft_model(model, config)
