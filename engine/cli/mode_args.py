@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.cli import numbers
 from engine.core.constants import MODES
+from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings
 
 MODE_HELP = ("what trains: full (every weight, the default), bitfit (biases and the task head), "
@@ -22,7 +23,7 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
                    help="--mode lora: the adapters' scale alpha (default 16; the update is scaled by alpha/rank)")
     p.add_argument("--lora-dropout", type=numbers.float_range(0.0, 0.99), metavar="P",
                    help="--mode lora: dropout on the adapters' input (default 0.05)")
-    p.add_argument("--lora-targets", metavar="A,B", type=_targets,
+    p.add_argument("--lora-targets", metavar="A,B",
                    help="--mode lora: the linear modules to adapt, by name (default: the family's "
                         "query and value projections, e.g. q_proj,v_proj)")
     p.add_argument("--grad-checkpointing", action="store_true",
@@ -32,7 +33,7 @@ def add_mode_args(p: argparse.ArgumentParser) -> None:
 def _targets(text: str) -> tuple[str, ...]:
     names = tuple(t.strip() for t in text.split(",") if t.strip())
     if not names:
-        raise argparse.ArgumentTypeError(f"{text!r} names no module (give e.g. q_proj,v_proj)")
+        raise ConfigError(f"--lora-targets {text!r} names no module", "give module names, e.g. --lora-targets q_proj,v_proj")
     return names
 
 
@@ -43,6 +44,8 @@ def lora_settings(args: argparse.Namespace) -> LoraSettings | None:
     for flag, field in (("lora_rank", "rank"), ("lora_alpha", "alpha"), ("lora_dropout", "dropout"),
                         ("lora_targets", "targets")):
         value = getattr(args, flag, None)
+        if flag == "lora_targets" and value is not None:
+            value = _targets(value)
         if value is not None:
             given[field] = value
     return LoraSettings(**given) if given else None
