@@ -305,6 +305,8 @@ def test_cli_simulated_lora_run_on_the_twin(tmp_path: Path, isolated_env: Any,
         workload = out["workload"]
     assert workload["mode"] == "lora" and workload["grad_checkpointing"]
     assert workload["lora"] == {"rank": 4, "alpha": 16.0, "dropout": 0.05, "targets": ["q_proj", "k_proj"]}
+    assert main(["show", str(out["run"]["run_id"])]) == 0
+    assert "fp32  lora r4 a16 (q_proj,k_proj), checkpointed" in capsys.readouterr().out
     full, lora, ckpt = energy.values()
     assert lora < full and lora < ckpt  # the twin costs what the trace says: less backward, or a recompute
     assert main(["run", "--model", config, "--task", "sst2", "--twin", "--simulate", "--lora-rank", "4"]) == 2
