@@ -104,6 +104,9 @@ def enable_checkpointing(model: torch.nn.Module) -> None:
     if not getattr(base, "supports_gradient_checkpointing", False):
         raise ConfigError(f"{type(base).__name__} does not support gradient checkpointing",
                           "drop --grad-checkpointing (or use a smaller batch or length to fit memory)")
+    config = getattr(base, "config", None)
+    if getattr(config, "use_cache", False):  # a training step keeps no KV cache; transformers would warn
+        config.use_cache = False
     enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.2x
     if enable is not None:
         enable(activation_checkpointing_kwargs={"use_reentrant": False})
