@@ -127,7 +127,7 @@ def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None,
     if is_peft_model(model):
         return model
     family = family or family_of(model)
-    targets = settings.targets if settings.targets else settings.targets_for(family or "")
+    targets = settings.targets_for(family or type(model).__name__)
     available = linear_module_names(model)
     missing = [t for t in targets if t not in available]
     if missing:
