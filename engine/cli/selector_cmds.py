@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from engine.core.text import clean_text
 from engine.cli import numbers
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import PRECISIONS
+from engine.cli.mode_args import add_mode_args, mode_options
 from engine.core.errors import ConfigError
 
 DEFAULT_PROFILE = "agx-orin-64gb"
@@ -74,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
-    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
+    add_mode_args(p)
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--trust", action="store_true",
@@ -193,7 +194,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     selector = load_selector(args.selector, trust=args.trust)
     objective = parse_objective(args.objective)
     workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                        precision=args.precision, mode=args.mode)
+                                        precision=args.precision, **mode_options(args))
     measure = None
     if args.probes:
         from engine.device.twin.fast import fast_sweep

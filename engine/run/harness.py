@@ -56,7 +56,9 @@ def resolve_for(spec: Any) -> Any:
 
     return resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
                             precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                            allow_download=bool(getattr(spec, "allow_download", False)))
+                            allow_download=bool(getattr(spec, "allow_download", False)),
+                            lora=getattr(spec, "lora", None),
+                            grad_checkpointing=bool(getattr(spec, "grad_checkpointing", False)))
 
 
 class StepMeter:

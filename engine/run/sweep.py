@@ -37,6 +37,7 @@ from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
 from engine.run.harness import RunHarness, open_harness, resolve_for
 from engine.run.sweep_driver import SweepDriver
+from engine.workload.lora import LoraSettings, check_mode_options
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,11 @@ class SweepSpec:
     thermal: bool = False  # the twin's thermal model
     settings: tuple[DvfsSetting, ...] = ()  # explicit settings instead of the space (library callers)
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
+    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
+    grad_checkpointing: bool = False
 
     def validate(self) -> None:
+        check_mode_options(self.mode, self.lora)
         if self.space not in SPACES:
             raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
         check_counts(self.warmup_steps, self.steps, self.repeats)
@@ -92,6 +96,7 @@ class SweepSpec:
         out = dict(self.__dict__)
         out["settings"] = [s.to_json() for s in self.settings]
         out["thermal_overrides"] = dict(self.thermal_overrides)
+        out["lora"] = None if self.lora is None else self.lora.to_json()
         return out
 
 
@@ -240,6 +245,7 @@ def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[
         model=workload.spec or workload.model, task=workload.task, data=spec.data, steps=total_steps,
         batch_size=workload.batch_size, max_seq_len=workload.seq_len, precision=workload.precision,
         train_samples=spec.train_samples, eval_samples=spec.eval_samples, mode=workload.mode, seed=spec.seed,
+        lora=workload.lora, grad_checkpointing=workload.grad_checkpointing, save_model=False,
     )
     with harness.guarded():
         assert harness.monitor is not None

@@ -210,18 +210,22 @@ def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers:
 
 def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
                       precision: str | None = None, mode: str = "full",
-                      config: Mapping[str, Any] | None = None) -> tuple[WorkloadFeatures, StepTrace]:
+                      config: Mapping[str, Any] | None = None, lora: Any = None,
+                      grad_checkpointing: bool = False) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
     the model is built on meta tensors and traced (traces are cached, and a cached one is found
     without building the model). `model` is a zoo name,
     hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
-    Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
+    Batch, length and precision default to the zoo entry's (else 32, 128, fp32). `lora`
+    (engine.workload.lora.LoraSettings, mode 'lora') and `grad_checkpointing` shape the trace."""
     from engine.workload.glue import get_task
     from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.resolve import trace_workload
+    from engine.workload.lora import check_mode_options
     from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
+    check_mode_options(mode, lora)
     glue = get_task(task)
     entry = None
     if config is None:
@@ -244,7 +248,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                            mode=mode)
+                            mode=mode, lora=lora, grad_checkpointing=grad_checkpointing)
     trace, params = traced.trace, traced.total_params
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),

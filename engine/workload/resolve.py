@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
+from engine.workload.lora import LoraSettings
 from engine.workload.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
@@ -21,8 +22,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str) -> str:
-    return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
+def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str, *,
+                 variant: str = "") -> str:
+    """What the store keys a workload by; `variant` (mode_variant()) only when it has one, so
+    that the keys of workloads stored before LoRA and checkpointing existed stay the same."""
+    return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}" + (f"|{variant}" if variant else "")
+
+
+def mode_variant(mode: str, lora: LoraSettings | None = None, grad_checkpointing: bool = False) -> str:
+    """What a workload's mode leaves unsaid and its cost depends on: the LoRA settings (rank and
+    targets shape the adapters; dropout adds operators) and gradient checkpointing."""
+    parts = []
+    if mode == "lora":
+        parts.append(f"lora-{(lora or LoraSettings()).key()}")
+    if grad_checkpointing:
+        parts.append("ckpt")
+    return "+".join(parts)
 
 
 @dataclass(frozen=True)
@@ -35,19 +50,29 @@ class Workload:
     batch_size: int
     seq_len: int
     precision: str  # what the Orin runs (16-bit stays 16-bit on the twin)
-    mode: str  # "full" | "bitfit"
+    mode: str  # one of engine.core.constants.MODES
     trace: StepTrace
     total_params: int
     spec: str = ""  # what the user typed for the model
+    lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
+    grad_checkpointing: bool = False
 
     @property
     def key(self) -> str:
         """What the store keys this workload by."""
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
+                            variant=mode_variant(self.mode, self.lora, self.grad_checkpointing))
+
+    @property
+    def lora_settings(self) -> LoraSettings | None:
+        """The LoRA settings the run uses (the defaults when none were given); None unless mode 'lora'."""
+        return (self.lora or LoraSettings()) if self.mode == "lora" else None
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "task": self.task, "family": self.family, "batch_size": self.batch_size,
                 "seq_len": self.seq_len, "precision": self.precision, "mode": self.mode,
+                "lora": None if self.lora_settings is None else self.lora_settings.to_json(self.family),
+                "grad_checkpointing": self.grad_checkpointing,
                 "trainable_params": self.trace.params, "total_params": self.total_params,
                 "trace": {"flops": self.trace.flops, "bytes": self.trace.bytes, "kernels": self.trace.kernels,
                           "source": Source.PREDICTED.value}}
@@ -63,6 +88,8 @@ def resolve_workload(
     mode: str = "full",
     seed: int = 0,
     allow_download: bool = False,
+    lora: LoraSettings | None = None,
+    grad_checkpointing: bool = False,
 ) -> Workload:
     """The workload a run or sweep of `model` on `task` fine-tunes, with its step trace
     (cached; captured on meta tensors when not). Defaults come from the zoo entry."""
@@ -92,32 +119,43 @@ def resolve_workload(
     check_memory(estimate_memory(resolved.config, batch, length, prec, mode), resolved.name, batch, length)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(resolved.name, resolved.config, glue, batch_size=batch, seq_len=length,
-                            precision=prec, mode=mode, seed=seed)
+                            precision=prec, mode=mode, seed=seed, lora=lora, grad_checkpointing=grad_checkpointing)
     return Workload(
         model=resolved.name, task=glue.name, family=resolved.family, batch_size=batch, seq_len=length,
         precision=prec, mode=mode, trace=traced.trace, total_params=traced.total_params, spec=str(model),
+        lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing,
     )
 
 
 def trace_workload(name: str, config: Mapping[str, Any], task: GlueTask, *, batch_size: int, seq_len: int,
-                   precision: str, mode: str, seed: int = 0) -> WorkloadTrace:
+                   precision: str, mode: str, seed: int = 0, lora: LoraSettings | None = None,
+                   grad_checkpointing: bool = False) -> WorkloadTrace:
     """The step trace and parameter count of fine-tuning the model `config` describes on `task`
     (a GlueTask) at this shape: from the cache when this workload was traced before (nothing
     heavy imported), else built on meta tensors and traced (then cached, both here and in the
     tracer's own cache)."""
+    if mode == "lora":  # the adapted modules are part of the key: a default target list may change
+        from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+        lora = lora or LoraSettings()
+        targets = lora.targets_for(MODEL_TYPE_FAMILY.get(str(config.get("model_type")), ""))
+        lora_key: dict[str, Any] | None = {"rank": lora.rank, "dropout": lora.dropout, "targets": list(targets)}
+    else:
+        lora_key = None
     key = trace_key(name, config, task.name, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                    mode=mode)
+                    mode=mode, lora=lora_key, grad_checkpointing=grad_checkpointing)
     found = cached_workload_trace(key)
     if found is not None:
         return found
     from engine.workload.models import build_model
-    from engine.workload.optim import apply_mode
+    from engine.workload.optim import prepare_model
     from engine.workload.tracer import step_trace
 
     net = build_model(config, task, seed=seed, device="meta")
-    total = sum(p.numel() for p in net.parameters())
-    apply_mode(net, mode)
+    total = sum(p.numel() for p in net.parameters())  # the model's own: LoRA's adapters are not counted
+    net, _ = prepare_model(net, mode, lora=lora, checkpointing=grad_checkpointing)
     record = step_trace(net, name=name, batch_size=batch_size, seq_len=seq_len, precision=precision)
     found = WorkloadTrace(record.trace, int(total), record.method, cached=False)
     store_workload_trace(key, found)
     return found
+
