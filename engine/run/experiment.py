@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.provenance import Source
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
 from engine.run.harness import RunHarness, open_harness, resolve_for
@@ -64,6 +65,7 @@ class ExperimentSpec:
     mode: str = "full"  # full | bitfit
     seed: int = 0
     data: str = "synthetic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = None
     twin: str | None = None  # twin profile; None: the board at sysfs_root
@@ -265,7 +267,7 @@ class _Runner:
                     steps=spec.steps, batch_size=self.workload.batch_size, max_seq_len=self.workload.seq_len,
                     precision=self.workload.precision, train_samples=spec.train_samples,
                     eval_samples=spec.eval_samples, mode=self.workload.mode, seed=spec.seed,
-                    allow_download=spec.allow_download,
+                    allow_download=spec.allow_download, padding=self.workload.padding,
                 )
                 res = harness.train(ft, callbacks=callbacks)
                 cancelled, wall_s = res.cancelled, res.wall_s

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.core.trace import StepTrace
+from engine.core.trace import StepMix, StepTrace
 from engine.workload.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
@@ -21,8 +21,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str) -> str:
-    return f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
+def workload_key(model: str, task: str, batch_size: int, seq_len: int, precision: str, mode: str,
+                 padding: str = "max_length") -> str:
+    """What the store keys a workload by. Fixed-length padding keeps the key it always had (rows
+    stored before padding was part of a workload mean "max_length"); dynamic padding is another
+    workload (its steps are shorter)."""
+    key = f"{model}|{task}|{batch_size}|{seq_len}|{precision}|{mode}"
+    return key if padding == "max_length" else f"{key}|pad={padding}"
 
 
 @dataclass(frozen=True)
@@ -36,21 +41,33 @@ class Workload:
     seq_len: int
     precision: str  # what the Orin runs (16-bit stays 16-bit on the twin)
     mode: str  # "full" | "bitfit"
-    trace: StepTrace
+    trace: StepTrace  # an average step (max_length: the one step shape; dynamic: StepMix.mean_trace)
     total_params: int
     spec: str = ""  # what the user typed for the model
+    padding: str = "max_length"  # engine.core.constants.PADDINGS
+    mix: StepMix | None = None  # the steps at each padded length with their weights; None: `trace` alone
+    lengths: Mapping[str, Any] | None = None  # the length distribution's summary (dynamic padding)
 
     @property
     def key(self) -> str:
         """What the store keys this workload by."""
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
+                            self.padding)
+
+    @property
+    def steps(self) -> StepMix:
+        """What the twin runs for one step of this workload (the weighted buckets of dynamic padding)."""
+        return self.mix if self.mix is not None else StepMix.single(self.trace)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "task": self.task, "family": self.family, "batch_size": self.batch_size,
                 "seq_len": self.seq_len, "precision": self.precision, "mode": self.mode,
                 "trainable_params": self.trace.params, "total_params": self.total_params,
+                "padding": self.padding,
                 "trace": {"flops": self.trace.flops, "bytes": self.trace.bytes, "kernels": self.trace.kernels,
-                          "source": Source.PREDICTED.value}}
+                          "source": Source.PREDICTED.value},
+                **({"lengths": {**dict(self.lengths), "buckets": [[t.seq_len, w] for w, t in self.steps.parts]}}
+                   if self.lengths is not None else {})}
 
 
 def resolve_workload(
@@ -63,10 +80,13 @@ def resolve_workload(
     mode: str = "full",
     seed: int = 0,
     allow_download: bool = False,
+    padding: str = "max_length",
 ) -> Workload:
     """The workload a run or sweep of `model` on `task` fine-tunes, with its step trace
-    (cached; captured on meta tensors when not). Defaults come from the zoo entry."""
-    from engine.core.constants import MODES, PRECISIONS
+    (cached; captured on meta tensors when not). Defaults come from the zoo entry. With
+    `padding="dynamic"` its steps are a mix of the lengths a batch pads to under the task's
+    published length distribution (engine.workload.lengths), each traced (and cached)."""
+    from engine.core.constants import MODES, PADDINGS, PRECISIONS
     from engine.workload.finetune import defaults_for
     from engine.workload.glue import get_task
     from engine.workload.models import resolve_model
@@ -76,6 +96,8 @@ def resolve_workload(
         raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
     if precision is not None and precision not in PRECISIONS:
         raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    if padding not in PADDINGS:
+        raise ConfigError(f"unknown padding {padding!r}", "use --pad dynamic or --pad max")
     for name, value in (("batch size", batch_size), ("sequence length", seq_len)):
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be at least 1, not {value}", f"give a {name} of 1 or more")
@@ -93,10 +115,36 @@ def resolve_workload(
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(resolved.name, resolved.config, glue, batch_size=batch, seq_len=length,
                             precision=prec, mode=mode, seed=seed)
+    mix, lengths = None, None
+    if padding == "dynamic":
+        mix, lengths = padded_steps(resolved.name, resolved.config, glue, batch_size=batch, seq_len=length,
+                                    precision=prec, mode=mode, seed=seed, longest=traced.trace)
     return Workload(
         model=resolved.name, task=glue.name, family=resolved.family, batch_size=batch, seq_len=length,
-        precision=prec, mode=mode, trace=traced.trace, total_params=traced.total_params, spec=str(model),
+        precision=prec, mode=mode, trace=traced.trace if mix is None else mix.mean_trace(length),
+        total_params=traced.total_params, spec=str(model), padding=padding, mix=mix, lengths=lengths,
     )
+
+
+def padded_steps(name: str, config: Mapping[str, Any], task: GlueTask, *, batch_size: int, seq_len: int,
+                 precision: str, mode: str, seed: int = 0, longest: StepTrace | None = None,
+                 distribution: Any = None) -> tuple[StepMix, dict[str, Any]]:
+    """The steps of dynamically padded batches of `task` (its published length distribution,
+    or `distribution`, an engine.workload.lengths.LengthDistribution): each bucket length a
+    batch pads to, traced (cached), weighted by how often a batch's longest example falls in
+    it; and the distribution's summary."""
+    from engine.workload.lengths import bucket_weights, published
+
+    dist = distribution if distribution is not None else published(task.name)
+    parts: list[tuple[float, StepTrace]] = []
+    for length, weight in bucket_weights(dist, batch_size, seq_len):
+        if longest is not None and length == longest.seq_len:
+            trace = longest
+        else:
+            trace = trace_workload(name, config, task, batch_size=batch_size, seq_len=length, precision=precision,
+                                   mode=mode, seed=seed).trace
+        parts.append((weight, trace))
+    return StepMix(tuple(parts)), dist.summary(seq_len, batch_size)
 
 
 def trace_workload(name: str, config: Mapping[str, Any], task: GlueTask, *, batch_size: int, seq_len: int,
