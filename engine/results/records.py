@@ -137,6 +137,7 @@ class WorkloadRecord:
     features: Mapping[str, float] = field(default_factory=dict)  # flops, bytes, kernels, intensity
     # Trace features are documented estimates from a meta-tensor trace, not measurements.
     source: Source = Source.PREDICTED
+    padding: str = "max_length"  # engine.core.constants.PADDINGS; rows before schema v6 are max_length
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -145,23 +146,24 @@ class WorkloadRecord:
 
     @property
     def key(self) -> str:
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
+                            self.padding)
 
     @classmethod
     def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
-                   data_source: str | None = None) -> "WorkloadRecord":
+                   data_source: str | None = None, padding: str = "max_length") -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
-            data_source=data_source, features=trace_features(trace),
+            data_source=data_source, features=trace_features(trace), padding=padding,
         )
 
     @classmethod
     def from_workload(cls, workload: Any, data_source: str | None = None) -> "WorkloadRecord":
         """From a resolved engine.workload.resolve.Workload (trace totals as features, labelled predicted)."""
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
-                              data_source=data_source)
+                              data_source=data_source, padding=getattr(workload, "padding", "max_length"))
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -326,6 +328,7 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         seq_len=r[prefix + "seq_len"], precision=r[prefix + "precision"], mode=r[prefix + "mode"],
         family=r[prefix + "family"], params=r[prefix + "params"], data_source=r[prefix + "data_source"],
         features=json.loads(r[prefix + "features"]), source=Source(r[prefix + "source"]),
+        padding=r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length",
     )
 
 

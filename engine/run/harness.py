@@ -170,8 +170,8 @@ class RunHarness:
         if not self.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
-        steps = workload.steps if hasattr(workload, "steps") else workload.trace
-        hook = self.session.step_hook(lambda rows, seq_len: steps)
+        mix = workload.steps if hasattr(workload, "steps") else workload.trace
+        hook = self.session.step_hook(lambda rows, seq_len: mix)
         with self.session.driven():
             return simulate_run(workload, steps=steps, seed=seed, step_hook=hook,
                                 callbacks=self._callbacks(callbacks), control=self.control)
