@@ -83,6 +83,7 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
+    numbers.add_pad_argument(p)
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
@@ -118,6 +119,7 @@ def experiment_spec(args: argparse.Namespace) -> Any:
         model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
         reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, precision=args.precision, mode=args.mode, seed=args.seed, data=args.data,
+        padding=numbers.padding_of(args),
         train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
         thermal_overrides=_thermal_overrides(args), label=args.label,
@@ -225,6 +227,7 @@ def sweep_spec(args: argparse.Namespace) -> Any:
         model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
         repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
         precision=args.precision, mode=args.mode, seed=args.seed, data=args.data, train_samples=args.train_samples,
+        padding=numbers.padding_of(args),
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
         thermal=args.thermal, thermal_overrides=_thermal_overrides(args),
