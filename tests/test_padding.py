@@ -220,3 +220,11 @@ def test_a_real_cpu_run_measures_its_datas_lengths(capsys: pytest.CaptureFixture
     got = out["lengths"]
     assert got["origin"].startswith("measured") and got["examples"] == 24
     assert 2 < got["mean"] <= got["max"] <= 64 and got["expected_batch_max"] <= 64
+
+
+def test_the_text_report_says_how_batches_are_padded(capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["run", "--model", "bert-tiny", "--task", "mnli", "--twin", "agx-orin-64gb", "--simulate", "--steps", "2"]
+    assert main(common) == 0
+    assert "seq <=128, padded per batch to " in capsys.readouterr().out
+    assert main([*common, "--pad", "max"]) == 0
+    assert "(batch 32, seq 128, fp32, full)" in capsys.readouterr().out

@@ -151,6 +151,17 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
     return result
 
 
+def _seq(workload: Any, twin_only: bool) -> str:
+    """The workload's length: the maximum; with dynamic padding on a twin-only path, also the mean
+    length its steps pad to under the task's published lengths (a trained run pads to its data's)."""
+    mix = getattr(workload, "mix", None)
+    if getattr(workload, "padding", "max_length") != "dynamic":
+        return str(workload.seq_len)
+    if not twin_only or mix is None:
+        return f"<={workload.seq_len}, padded per batch"
+    return f"<={workload.seq_len}, padded per batch to {mix.expected_seq_len:.0f} on average [published lengths]"
+
+
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
     from engine.results.compare import SIGN_CONVENTION
@@ -160,7 +171,7 @@ def format_experiment(result: Any) -> str:
     w = result.workload
     ident = result.identity
     kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
-    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {w.mode}) "
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {w.mode}) "
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
@@ -247,7 +258,7 @@ def format_sweep(result: Any) -> str:
 
     src = result.source.value
     w = result.workload
-    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, "
+    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.spec.fast)}, "
              f"{w.precision}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
