@@ -228,3 +228,17 @@ def test_the_text_report_says_how_batches_are_padded(capsys: pytest.CaptureFixtu
     assert "seq <=128, padded per batch to " in capsys.readouterr().out
     assert main([*common, "--pad", "max"]) == 0
     assert "(batch 32, seq 128, fp32, full)" in capsys.readouterr().out
+
+
+def test_the_selectors_store_data_describes_a_dynamic_sweep_as_dynamic(tmp_path: Path) -> None:
+    from engine.selector.dataset import from_store
+    from engine.selector.features import describe_workload
+    from engine.run.sweep import run_sweep
+
+    with Store(tmp_path / "r.sqlite") as store:
+        run_sweep(SweepSpec(model="bert-tiny", task="qnli", batch_size=8, max_seq_len=128, fast=True,
+                            twin="agx-orin-64gb"), store=store)
+        ds = from_store(store, source="twin")
+    want = describe_workload("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="dynamic")[0]
+    assert set(ds.workloads) == {want}
+    assert want != describe_workload("bert-tiny", "qnli", batch_size=8, seq_len=128)[0]
