@@ -63,7 +63,7 @@ def test_pad_and_padding_that_disagree_are_refused() -> None:
 # --------------------------------------------------------------------------- length distributions
 def test_sst2_batches_are_shorter_than_qnli_and_mnli() -> None:
     sst2, mnli, qnli = (lengths.published(t) for t in ("sst2", "mnli", "qnli"))
-    assert sst2.origin.startswith("published:") and "glue_fairseq_format" not in sst2.origin  # names its [P] source
+    assert sst2.origin.startswith("published: [P1]")  # names its source in profiles/glue_lengths.toml
     assert sst2.mean < mnli.mean < qnli.mean
     for b in (1, 8, 32):
         e = [lengths.expected_batch_max(d, b, 128) for d in (sst2, mnli, qnli)]
