@@ -87,6 +87,7 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(p)
+    numbers.add_pad_argument(p)
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
@@ -122,6 +123,7 @@ def experiment_spec(args: argparse.Namespace) -> Any:
         model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
         reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
         max_seq_len=args.max_seq_len, precision=args.precision, seed=args.seed, data=args.data,
+        padding=numbers.padding_of(args),
         train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
         thermal_overrides=_thermal_overrides(args), label=args.label, output_dir=args.output_dir,
@@ -154,6 +156,17 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
     return result
 
 
+def _seq(workload: Any, twin_only: bool) -> str:
+    """The workload's length: the maximum; with dynamic padding on a twin-only path, also the mean
+    length its steps pad to under the task's published lengths (a trained run pads to its data's)."""
+    mix = getattr(workload, "mix", None)
+    if getattr(workload, "padding", "max_length") != "dynamic":
+        return str(workload.seq_len)
+    if not twin_only or mix is None:
+        return f"<={workload.seq_len}, padded per batch"
+    return f"<={workload.seq_len}, padded per batch to {mix.expected_seq_len:.0f} on average [published lengths]"
+
+
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
     from engine.results.compare import SIGN_CONVENTION
@@ -164,7 +177,7 @@ def format_experiment(result: Any) -> str:
     ident = result.identity
     kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
-    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {mode}) "
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}) "
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
@@ -238,6 +251,7 @@ def sweep_spec(args: argparse.Namespace) -> Any:
         model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
         repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
         precision=args.precision, seed=args.seed, data=args.data, train_samples=args.train_samples,
+        padding=numbers.padding_of(args),
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
         thermal=args.thermal, thermal_overrides=_thermal_overrides(args), **mode_options(args),
@@ -257,7 +271,7 @@ def format_sweep(result: Any) -> str:
 
     src = result.source.value
     w = result.workload
-    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, "
+    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.spec.fast)}, "
              f"{w.precision}{_mode_suffix(w)}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.cli import numbers
-from engine.core.constants import PADDINGS, PRECISIONS
+from engine.core.constants import PRECISIONS
 from engine.core.provenance import MetricProvenance, Source
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
@@ -67,8 +67,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                         "under the data directory)")
     p.add_argument("--lr", type=numbers.learning_rate, metavar="RATE",
                    help="peak learning rate (default 5e-5 pretrained, 1e-3 random weights)")
-    p.add_argument("--padding", choices=PADDINGS, default="max_length",
-                   help="pad every sample to --max-seq-len (default), or each batch to its longest")
+    numbers.add_pad_argument(p, deprecated_padding=True)
     p.add_argument("--twin", metavar="PROFILE", help="also run every step on the digital twin, e.g. agx-orin-64gb")
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--eval-every", type=numbers.interval_steps, default=0, metavar="N", help="also evaluate every N steps")
@@ -96,7 +95,7 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
         batch_size=args.batch_size, max_seq_len=args.max_seq_len, precision=args.precision,
         train_samples=args.train_samples, eval_samples=args.eval_samples, **mode_options(args),
         output_dir=args.output_dir, seed=args.seed, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=args.padding,
+        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=numbers.padding_of(args),
         learning_rate=args.lr, allow_download=args.download, device=args.device,
     )
 

@@ -202,8 +202,15 @@ _V6 = (
     "ALTER TABLE workloads ADD COLUMN grad_checkpointing INTEGER NOT NULL DEFAULT 0",
 )
 
+# v7: a workload's padding ("max_length": every batch at the maximum length; "dynamic": each
+# batch padded to its longest example). Every workload stored before v7 was padded to the maximum
+# length, and its key (engine.workload.resolve.workload_key) stays as it was.
+_V7_PADDING = (
+    "ALTER TABLE workloads ADD COLUMN padding TEXT NOT NULL DEFAULT 'max_length'",
+)
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -140,6 +140,7 @@ class WorkloadRecord:
     source: Source = Source.PREDICTED
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings as given (schema v6)
     grad_checkpointing: bool = False  # schema v6
+    padding: str = "max_length"  # engine.core.constants.PADDINGS; rows before schema v7 are max_length
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -153,17 +154,17 @@ class WorkloadRecord:
     @property
     def key(self) -> str:
         return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
-                            variant=mode_variant(self.mode, self.lora, self.grad_checkpointing))
+                            self.padding, variant=mode_variant(self.mode, self.lora, self.grad_checkpointing))
 
     @classmethod
     def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
-                   grad_checkpointing: bool = False) -> "WorkloadRecord":
+                   grad_checkpointing: bool = False, padding: str = "max_length") -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
-            data_source=data_source, features=trace_features(trace),
+            data_source=data_source, features=trace_features(trace), padding=padding,
             lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing,
         )
 
@@ -172,7 +173,8 @@ class WorkloadRecord:
         """From a resolved engine.workload.resolve.Workload (trace totals as features, labelled predicted)."""
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
                               data_source=data_source, lora=getattr(workload, "lora", None),
-                              grad_checkpointing=bool(getattr(workload, "grad_checkpointing", False)))
+                              grad_checkpointing=bool(getattr(workload, "grad_checkpointing", False)),
+                              padding=getattr(workload, "padding", "max_length"))
 
     def lora_text(self) -> str | None:
         """The LoRA settings as the store's column holds them (JSON), or None."""
@@ -345,6 +347,7 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         lora=_lora_from_text(r[prefix + "lora"]) if prefix + "lora" in r.keys() else None,
         grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
         else False,
+        padding=r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length",
     )
 
 

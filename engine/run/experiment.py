@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.provenance import Source
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
 from engine.run.harness import RunHarness, open_harness, resolve_for
@@ -65,6 +66,7 @@ class ExperimentSpec:
     mode: str = "full"  # one of engine.core.constants.MODES
     seed: int = 0
     data: str = "synthetic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = None
     twin: str | None = None  # twin profile; None: the board at sysfs_root
@@ -279,6 +281,7 @@ class _Runner:
                     # the policy run's model is kept (the baseline trains the same steps from the same seed)
                     output_dir=spec.output_dir if role == "policy" else None,
                     save_model=role == "policy",
+                    padding=self.workload.padding,
                 )
                 res = harness.train(ft, callbacks=callbacks)
                 if res.saved_to:

@@ -30,6 +30,7 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import SPACES
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
@@ -58,6 +59,7 @@ class SweepSpec:
     mode: str = "full"
     seed: int = 0
     data: str = "synthetic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = 8  # the loop ends with an evaluation; keep it short
     twin: str | None = None
@@ -205,7 +207,7 @@ def run_sweep(
         thermal: dict[str, Any] = {}
         try:
             if spec.fast:
-                pts = fast_points(workload.trace, model, [s for s, _r in plan],
+                pts = fast_points(workload.steps, model, [s for s, _r in plan],
                                   warmup_steps=spec.warmup_steps, steps=spec.steps, rails=rails)
                 for i, ((setting, repeat), p) in enumerate(zip(plan, pts), start=1):
                     if control is not None and control.cancelled:
@@ -246,6 +248,7 @@ def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[
         batch_size=workload.batch_size, max_seq_len=workload.seq_len, precision=workload.precision,
         train_samples=spec.train_samples, eval_samples=spec.eval_samples, mode=workload.mode, seed=spec.seed,
         lora=workload.lora, grad_checkpointing=workload.grad_checkpointing, save_model=False,
+        padding=workload.padding,
     )
     with harness.guarded():
         assert harness.monitor is not None

@@ -211,13 +211,17 @@ def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers:
 def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
                       precision: str | None = None, mode: str = "full",
                       config: Mapping[str, Any] | None = None, lora: Any = None,
-                      grad_checkpointing: bool = False) -> tuple[WorkloadFeatures, StepTrace]:
+                      grad_checkpointing: bool = False,
+                      padding: str = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
     the model is built on meta tensors and traced (traces are cached, and a cached one is found
     without building the model). `model` is a zoo name,
     hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
     Batch, length and precision default to the zoo entry's (else 32, 128, fp32). `lora`
-    (engine.workload.lora.LoraSettings, mode 'lora') and `grad_checkpointing` shape the trace."""
+    (engine.workload.lora.LoraSettings, mode 'lora') and `grad_checkpointing` shape the trace.
+    With `padding="dynamic"` the trace is an average step (StepMix.mean_trace) over the lengths
+    the task's batches pad to (engine.workload.resolve.padded_steps); "max_length" (the default
+    here, what the shipped selector was trained on) traces every step at `seq_len`."""
     from engine.workload.glue import get_task
     from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
@@ -250,6 +254,14 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
                             mode=mode, lora=lora, grad_checkpointing=grad_checkpointing)
     trace, params = traced.trace, traced.total_params
+    if padding == "dynamic":
+        from engine.workload.resolve import padded_steps
+
+        trace = padded_steps(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                             mode=mode, longest=trace, lora=lora,
+                             grad_checkpointing=grad_checkpointing)[0].mean_trace(seq_len)
+    elif padding != "max_length":
+        raise ConfigError(f"unknown padding {padding!r}", "use --pad dynamic or --pad max")
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
                        heads=int(dims(config)["num_attention_heads"]), mode=mode)

@@ -21,13 +21,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
-from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, PADDINGS
+from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, PADDINGS
 from engine.core.errors import ConfigError
 from engine.core.paths import data_dir
 from engine.core.provenance import Source
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.trace import StepTrace
 from engine.workload.events import Callback, EvalResult
+from engine.workload.lengths import bucket_of
 from engine.workload.loop import StepHook, TrainControl
 from engine.workload.lora import LoraSettings, check_mode_options
 
@@ -37,9 +38,8 @@ log = logging.getLogger(__name__)
 # model, and a larger one for a model that starts from random weights.
 LR_PRETRAINED = 5e-5
 LR_RANDOM = 1e-3
-# Dynamic padding: batch lengths are rounded up to this for the twin's step traces,
-# so that a run needs a handful of traces, not one per distinct length.
-TRACE_LENGTH_BUCKET = 16
+# Dynamic padding: batch lengths are rounded up (engine.workload.lengths.bucket_of) for the twin's
+# step traces: a run needs a handful of traces, not one per length.
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class FinetuneSpec:
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
     resume: str | None = None  # a checkpoint folder to continue from
-    padding: str = "max_length"  # "max_length" | "dynamic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest, the default) | "max_length"
     learning_rate: float | None = None  # None: LR_PRETRAINED or LR_RANDOM
     allow_download: bool = False
     device: str | None = None  # torch device; None: CUDA when available
@@ -132,6 +132,8 @@ class FinetuneResult:
     twin_energy_j: Mapping[str, float] | None = None  # per rail
     host_source: Source = Source.MEASURED
     twin_source: Source | None = None  # Source.TWIN when on the twin
+    padding: str = DEFAULT_PADDING
+    lengths: Mapping[str, Any] | None = None  # the train split's token lengths, measured (tokenized here)
 
     @property
     def twin_total_energy_j(self) -> float | None:
@@ -146,7 +148,8 @@ class FinetuneResult:
             "trainable_params": self.trainable_params, "params": self.params,
             "cancelled": self.cancelled, "final_loss": self.final_loss,
             "lora": None if self.lora is None else self.lora.to_json(self.family),
-            "grad_checkpointing": self.grad_checkpointing, "saved_to": self.saved_to,
+            "grad_checkpointing": self.grad_checkpointing, "saved_to": self.saved_to, "padding": self.padding,
+            "lengths": None if self.lengths is None else dict(self.lengths),
             "eval": {split: dict(m) for split, m in self.eval.items()},
             "primary_metric": self.primary_metric,
             "host": {"wall_s": self.wall_s, "train_wall_s": self.train_wall_s,
@@ -252,7 +255,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
 
     def trace_for(rows: int, length: int) -> StepTrace:
         if spec.padding == "dynamic":
-            length = min(seq_len, TRACE_LENGTH_BUCKET * math.ceil(length / TRACE_LENGTH_BUCKET))
+            length = bucket_of(length, seq_len)
         return traced(rows, length)
 
     config = TrainConfig(
@@ -284,7 +287,8 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         synthetic=text.synthetic, data_source=text.source,
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
         cancelled=outcome.cancelled, saved_to=saved_to, lora=lora, grad_checkpointing=spec.grad_checkpointing,
-        family=info.family,
+        family=info.family, padding=spec.padding,
+        lengths=measured_lengths(task.name, encoded.train, text.source).summary(seq_len, batch_size),
     )
 
 
@@ -294,6 +298,19 @@ def default_output_dir(model: str, task: str) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{task}").strip("_") or "model"
     return data_dir() / "adapters" / f"{safe}-{stamp}"
+
+
+def measured_lengths(task: str, split: Any, source: str) -> Any:
+    """The token lengths of an encoded split's examples (special tokens in, padding out), as an
+    engine.workload.lengths.LengthDistribution: what the run's own data holds."""
+    from engine.workload.lengths import measured
+
+    mask = split.features["attention_mask"]
+    if isinstance(mask, list):  # dynamic padding: one unpadded tensor per example
+        counts = [int(m.shape[0]) for m in mask]
+    else:
+        counts = [int(n) for n in mask.sum(dim=1).tolist()]
+    return measured(task, counts, f"measured: the run's {source or 'data'}, tokenized")
 
 
 def align_pad_token(model: Any, tokenizer: Any) -> None:
