@@ -57,11 +57,13 @@ ORIN_MEMTOTAL_BYTES = 62_841 * MIB
 # desktop session open); 3 GiB leaves room for a desktop. Not measured with one open.
 OS_RESERVE_BYTES = 3 * GIB
 DEFAULT_BUDGET_BYTES = ORIN_MEMTOTAL_BYTES - OS_RESERVE_BYTES
-# Fixed per-process cost (an assumption, not measured here): PyTorch's CUDA context with its
-# kernel images (lazy module loading, the default since CUDA 12.2 / JetPack 6, keeps this to
-# a few hundred MiB), cuBLAS/cuDNN handles and workspaces (torch's default cuBLAS workspace is
-# 8 x 4 MiB), and the Python process with torch and transformers imported (about 1 GiB
-# resident). On the Orin all of it comes from the same unified memory.
+# Fixed per-process cost (an assumption; only its CPU part was measured): PyTorch's CUDA
+# context with its kernel images (lazy module loading, the default since CUDA 12.2 / JetPack 6,
+# loads only the kernels used), cuBLAS/cuDNN handles and workspaces (torch's default cuBLAS
+# workspace is 8 x 4 MiB), and the Python process: torch and transformers imported with this
+# trainer hold 250 MiB resident on an x86 host with the CPU build of torch (ru_maxrss); the
+# CUDA build also maps libtorch_cuda, cuBLAS and cuDNN. On the Orin all of it comes from the
+# same unified memory.
 WORKSPACE_BYTES = 3 * GIB // 2
 # The caching allocator's fragmentation, as a share of what it allocates and frees each step
 # (a round figure: PyTorch's allocator typically reserves 5-20 % above what is allocated).
@@ -103,7 +105,8 @@ class MemoryEstimate:
         return self.weights + self.gradients + self.optimizer + self.step_peak + self.workspace
 
     def parts(self) -> tuple[tuple[str, int], ...]:
-        """(label, bytes) of each part of the total, in the order they are described."""
+        """(label, bytes) of each part of the total; "activations" includes autocast's 16-bit
+        weight copies, and gives way to the AdamW step's scratch where that is larger."""
         fwd = self.activations + self.weight_copies
         step = ("activations", fwd) if fwd >= self.scratch else ("AdamW step scratch", self.scratch)
         return (("weights", self.weights), ("gradients", self.gradients), ("AdamW state", self.optimizer),
