@@ -52,6 +52,24 @@ def test_the_count_is_exact_for_every_family_and_mode(name, meta_models) -> None
         assert trainable_params(config, mode) == apply_mode(model, mode), mode
 
 
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_lora_counts_match_peft(name, meta_models) -> None:
+    """peft's own counts: the trainable A/B matrices and head, and every parameter (with the head's copy)."""
+    import copy
+
+    peft = pytest.importorskip("peft")
+    from engine.workload.lora import DEFAULT_TARGETS
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    config = TINY_CONFIGS[name]
+    targets = DEFAULT_TARGETS[MODEL_TYPE_FAMILY[config["model_type"]]]
+    wrapped = peft.get_peft_model(copy.deepcopy(meta_models[name]),
+                                  peft.LoraConfig(task_type="SEQ_CLS", r=4, lora_alpha=8, target_modules=list(targets)))
+    est = estimate_memory(config, 1, 8, mode="lora", lora=LoraSettings(rank=4))
+    assert est.trainable == sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    assert est.params == sum(p.numel() for p in wrapped.parameters())
+
+
 def test_the_zoo_counts_are_exact_and_every_default_fits() -> None:
     for entry in load_zoo().values():
         assert estimate_params(entry.config) == entry.params, entry.name

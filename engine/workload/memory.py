@@ -4,7 +4,7 @@
            AdamW step scratch) + workspace
 
 - weights: 4 bytes a parameter (fp32 master weights; 16-bit autocast keeps them fp32), the
-  LoRA A/B matrices included. Parameters come from `arch.architecture` (exact for the zoo),
+  LoRA A/B matrices and peft's copy of the head included. Parameters come from `arch.architecture` (exact for the zoo),
   or the caller's exact count (`params=`, e.g. a trace cache's total_params).
 - gradients 4, AdamW m and v 8 bytes per trainable parameter: full = all; bitfit = the biases
   and the head; head = the head; lora = the A/B matrices and the head.
@@ -146,7 +146,9 @@ def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, pr
         raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
     arch = architecture(config)
     settings = _lora_settings(lora) if mode == "lora" else None
-    extra = arch.lora_params(settings.targets_for(arch.family), settings.rank) if settings else 0
+    # LoRA's A/B matrices, and the trainable copy of the head peft keeps beside the original
+    # (modules_to_save) - as peft's own count has it.
+    extra = arch.lora_params(settings.targets_for(arch.family), settings.rank) + arch.head_params if settings else 0
     total = (int(params) if params else arch.params) + extra
     trained = _trainable(arch, mode, settings, params)
     sixteen = precision != "fp32"
