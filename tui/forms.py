@@ -283,7 +283,7 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
         precision=None if values.precision == "default" else values.precision, mode=values.mode,
         data=values.data.strip(), train_samples=int_or_none(values.train_samples),
         eval_samples=None, twin=twin_profile if is_twin else None, simulate=values.simulate,
-        label="tui", **_lora_field(values, ExperimentSpec),
+        label="tui", lora=lora_settings(values),
     )
     spec.validate()
     return spec
@@ -294,11 +294,3 @@ def lora_settings(values: SetupValues):  # -> LoraSettings | None
 
     return LoraSettings(rank=int(values.lora_rank)) if values.mode == "lora" else None
 
-
-def _lora_field(values: SetupValues, spec_type: type) -> dict:
-    """The spec's LoRA settings, where this engine's ExperimentSpec carries them (`lora`)."""
-    import dataclasses
-
-    if values.mode != "lora" or "lora" not in {f.name for f in dataclasses.fields(spec_type)}:
-        return {}
-    return {"lora": lora_settings(values)}

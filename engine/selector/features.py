@@ -249,7 +249,8 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
         raise ConfigError(f"sequence length {seq_len} exceeds what {name} can take ({max_pos} positions)",
                           f"give a length of {max_pos} or less")
     # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
-    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
+    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode, lora=lora,
+                                 checkpointing=grad_checkpointing), name, batch_size, seq_len)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
                             mode=mode, lora=lora, grad_checkpointing=grad_checkpointing)

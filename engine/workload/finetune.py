@@ -212,7 +212,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
     from engine.workload.models import load_model, resolve_model
-    from engine.workload.optim import prepare_model
+    from engine.workload.optim import prepare_model, resolve_device
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tokenization import load_tokenizer
     from engine.workload.trainer import TrainConfig, Trainer
@@ -227,8 +227,10 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     batch_size = spec.batch_size or defaults.batch_size
     seq_len = spec.max_seq_len or defaults.seq_len
     resolved = resolve_model(spec.model, allow_download=spec.allow_download)
+    # before anything allocates; 16-bit is a remedy only where autocast can run it
     check_memory(estimate_memory(resolved.config, batch_size, seq_len, spec.precision or defaults.precision,
-                                 spec.mode), resolved.name, batch_size, seq_len)  # before anything allocates
+                                 spec.mode, lora=spec.lora, checkpointing=spec.grad_checkpointing),
+                 resolved.name, batch_size, seq_len, cuda=resolve_device(spec.device).type == "cuda")
     model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
     lora = (spec.lora or LoraSettings()) if spec.mode == "lora" else None
     # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.

@@ -135,7 +135,8 @@ def resolve_workload(
         raise ConfigError(f"sequence length {length} exceeds what {resolved.name} can take ({max_pos} positions)",
                           f"give --max-seq-len {max_pos} or less")
     prec = precision or defaults.precision
-    check_memory(estimate_memory(resolved.config, batch, length, prec, mode), resolved.name, batch, length)
+    check_memory(estimate_memory(resolved.config, batch, length, prec, mode, lora=lora,
+                                 checkpointing=grad_checkpointing), resolved.name, batch, length)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(resolved.name, resolved.config, glue, batch_size=batch, seq_len=length,
                             precision=prec, mode=mode, seed=seed, lora=lora, grad_checkpointing=grad_checkpointing)
