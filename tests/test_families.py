@@ -176,18 +176,19 @@ def test_selector_features_of_every_family(name: str, tmp_path: Path) -> None:
     assert (feats.layers, feats.hidden) == (2, 32) and trace.params == feats.params
 
 
-def test_cli_select_sweep_and_simulated_run_on_new_families(tmp_path: Path, isolated_env: Any,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
+def test_cli_select_sweep_and_simulated_run_on_every_family(name: str, tmp_path: Path, isolated_env: Any,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from engine.cli import main
 
-    for name in ("deberta", "llama"):
-        config = str(_config_file(tmp_path, name))
-        assert main(["select", "--model", config, "--task", "sst2", "--batch-size", "4",
-                     "--max-seq-len", "32"]) == 0, capsys.readouterr().err
-        assert "[predicted]" in capsys.readouterr().out
-        assert main(["sweep", "--model", config, "--task", "sst2", "--twin", "--fast",
-                     "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
-        assert "[twin]" in capsys.readouterr().out
-        assert main(["run", "--model", config, "--task", "sst2", "--twin", "--simulate", "--steps", "3",
-                     "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
-        assert "[twin]" in capsys.readouterr().out
+    # one config of each family, as the done-when asks: offline, through the CLI
+    config = str(_config_file(tmp_path, name))
+    assert main(["select", "--model", config, "--task", "sst2", "--batch-size", "4",
+                 "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+    assert "[predicted]" in capsys.readouterr().out
+    assert main(["sweep", "--model", config, "--task", "sst2", "--twin", "--fast",
+                 "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+    assert "[twin]" in capsys.readouterr().out
+    assert main(["run", "--model", config, "--task", "sst2", "--twin", "--simulate", "--steps", "3",
+                 "--batch-size", "4", "--max-seq-len", "32"]) == 0, capsys.readouterr().err
+    assert "[twin]" in capsys.readouterr().out

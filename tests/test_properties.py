@@ -19,6 +19,7 @@ from engine.dvfs.objectives import parse_objective
 from engine.dvfs.policies import make_policy, parse_static
 from engine.core.text import clean_text
 from engine.workload.sizing import LIMITS, check_config, check_memory, estimate_memory
+from engine.workload.zoo import MODEL_TYPE_FAMILY
 
 FAST = settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -94,7 +95,7 @@ _CONFIG_VALUES = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True)
 
 @FAST
 @given(st.dictionaries(st.sampled_from(sorted(LIMITS)), _CONFIG_VALUES, max_size=len(LIMITS)),
-       st.sampled_from(["bert", "gpt_neox", "other"]),
+       st.sampled_from([*sorted(MODEL_TYPE_FAMILY), "other"]),
        st.integers(1, 2**31 - 1), st.integers(1, 2**20), st.sampled_from(["fp32", "fp16", "bf16"]))
 def test_configs_are_ok_or_config_errors_and_ok_ones_have_an_estimate(
         config: dict, model_type: str, batch: int, length: int, precision: str) -> None:
@@ -102,6 +103,10 @@ def test_configs_are_ok_or_config_errors_and_ok_ones_have_an_estimate(
     try:
         check_config(config, "cfg")
     except ConfigError:
+        return
+    if model_type not in MODEL_TYPE_FAMILY:  # resolve_model refuses it first; the estimate does too
+        with pytest.raises(ConfigError, match="not one slm-dvfs can size"):
+            estimate_memory(config, batch, length, precision)
         return
     estimate = estimate_memory(config, batch, length, precision)
     assert estimate.total > 0 and estimate.activations == estimate.activations_per_sample * batch

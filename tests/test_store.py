@@ -84,7 +84,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 5
+    assert store.schema_version() == SCHEMA_VERSION == 7
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -188,7 +188,7 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 5
+        assert s.schema_version() == SCHEMA_VERSION == 7
         assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
         assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
         assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged
@@ -233,11 +233,12 @@ def test_a_failed_migration_leaves_the_file_as_it_was(db: Path, monkeypatch: pyt
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(store_schema, "MIGRATIONS", store_schema.MIGRATIONS + (broken,))
-    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", 6)
-    with pytest.raises(StoreError, match="from schema version 5 to 6 failed: disk on fire"):
+    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError, match=f"from schema version {SCHEMA_VERSION} to {SCHEMA_VERSION + 1} failed: "
+                                         "disk on fire"):
         Store(db)
     conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half_done'").fetchone()[0] == 0
 
 
@@ -365,7 +366,7 @@ def test_devices_and_workloads_are_stored_once(store: Store) -> None:
     assert found is not None and found[0] == wid and found[1].features == TINY.features
     assert found[1].params == 4_386_178
     with pytest.raises(ConfigError, match="unknown training mode"):
-        WorkloadRecord("m", "t", 1, 1, "fp32", mode="lora")
+        WorkloadRecord("m", "t", 1, 1, "fp32", mode="prefix")
 
 
 def test_each_commit_is_visible_to_another_process_at_once(store: Store, db: Path) -> None:

@@ -221,6 +221,24 @@ async def test_oracle_without_a_sweep_is_said_on_setup_and_a_fast_sweep_offered(
         await ui.press("q")
 
 
+async def test_a_sweep_of_fixed_length_batches_is_not_the_oracles_for_setup(twin_session: DeviceSession,
+                                                                          results_store: Store) -> None:
+    """Setup's runs pad batches dynamically: a stored sweep at --pad max is another workload (the
+    engine's oracle would not find it), so Setup still says the oracle needs a sweep."""
+    from engine.cli import main
+
+    assert main(["sweep", "--model", "bert-tiny", "--task", "sst2", "--twin", "--fast", "--pad", "max",
+                 "--db", str(results_store.path)]) == 0
+    assert results_store.list_sweeps()
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 40)) as ui:
+        await ui.press("2")
+        await ui.type_into("policy", "oracle")
+        note = app.screen.query_one("#policy-note")
+        assert note.display and "oracle needs a sweep of bert-tiny/sst2" in plain(note.content)
+        await ui.press("q")
+
+
 async def test_oracle_on_a_board_points_to_the_sweep_page(tmp_path: Path, results_store: Store) -> None:
     from engine.device.jetson import JetsonDevice
     from engine.device.treegen import default_orin_spec, render_tree

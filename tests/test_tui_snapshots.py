@@ -78,6 +78,34 @@ def test_setup_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -
 
 
 @SIZES
+def test_setup_zoo_picker(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
+    """↓ in the model field lists the zoo: name, family, size and defaults, smallest first."""
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "2")
+        pilot.app.screen.query_one("#model").focus()
+        await pilot.press("down")
+        await pilot.pause()
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@SIZES
+def test_setup_lora_and_a_workload_that_does_not_fit(app: SlmDvfsApp, snap_compare: Any,
+                                                     size: tuple[int, int]) -> None:
+    """Mode lora shows its rank beside it; a workload over the board's memory says what would fit."""
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "2")
+        setup = pilot.app.screen
+        setup.query_one("#model").value = "gemma-2b"
+        setup.query_one("#batch_size").value = "64"
+        setup.query_one("#seq_len").value = "512"
+        setup.query_one("#mode").value = "lora"
+        await pilot.pause()
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@SIZES
 def test_run_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         pilot.app.run_view = demo.run_view()

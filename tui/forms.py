@@ -4,6 +4,7 @@ Each `check_*` returns None for a good value or a short reason for a bad one; th
 setup screen wraps them in Textual validators so a bad value is marked where it is
 typed. The checks are cheap (no torch import): a model that names a hub id or a folder
 is resolved when the run starts, and any error then appears in the app.
+The zoo listing and the live memory estimate are in tui.setup_fit.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ MODE_CHOICES = MODES
 
 # Field name -> the label the setup page shows beside it (errors name the label).
 FIELD_LABELS = {"amount": "length", "slowdown": "slowdown limit", "batch_size": "batch size",
-                "seq_len": "seq length", "train_samples": "train samples"}
+                "seq_len": "seq length", "train_samples": "train samples", "lora_rank": "LoRA rank"}
 
 
 # Field name -> what it means (the help screen, ? or F1). Policies and objectives are explained
 # there from the engine's own texts.
 FIELD_HELP: dict[str, str] = {
-    "model": "what to fine-tune: a zoo name (bert-tiny, bert-mini, pythia-14m, ...; tab completes), "
-             "a hub id in the local cache, a checkpoint folder or a config.json",
+    "model": "what to fine-tune: a zoo name (▼ beside it, or ↓ in the field, lists the zoo with each "
+             "model's family and size; typing completes), a hub id in the local cache, a checkpoint folder "
+             "or a config.json",
     "task": "the GLUE task (SST-2, MRPC, ...): its labels, metric and sizes",
     "data": "synthetic (generated, offline: the metric is then not meaningful), hub (GLUE from the "
             "local hub cache) or a folder of GLUE files",
@@ -46,7 +48,12 @@ FIELD_HELP: dict[str, str] = {
     "batch size": "samples a step (blank: the zoo's default for the model)",
     "seq length": "tokens a sample (blank: the zoo's default)",
     "precision": "fp32, fp16 or bf16 weights and maths (default: the zoo's)",
-    "mode": "full fine-tuning, or bitfit (only the biases train)",
+    "mode": "full (every weight trains), bitfit (the biases and the task head), head (the task head on a "
+            "frozen backbone) or lora (low-rank adapters on the attention, and the head)",
+    "LoRA rank": "mode lora: the adapters' rank (8 is usual; higher trains more parameters)",
+    "memory": "the workload's estimated peak memory (weights, gradients, AdamW state, activations, "
+              "workspace) against what the board leaves for training; when it does not fit, what would "
+              "(docs/models.md, Will it fit?)",
     "train samples": "how many training samples to use (blank: all of them)",
     "compare with MAXN": "also run MAXN Mode 0 on the same workload afterwards and show both on "
                          "Compare (4), with the saving and the slowdown",
@@ -149,6 +156,13 @@ def check_count(text: str, *, blank_ok: bool = True, what: str = "value") -> str
     return None
 
 
+def check_lora_rank(text: str) -> str | None:
+    value = text.strip()
+    if not re.fullmatch(r"\d+", value) or not 1 <= int(value) <= 4096:
+        return "the LoRA rank must be a whole number from 1 to 4096"
+    return None
+
+
 def check_amount(text: str, unit: str) -> str | None:
     value = text.strip()
     if unit == "steps":
@@ -178,6 +192,7 @@ class SetupValues:
     seq_len: str = ""
     precision: str = "default"
     mode: str = "full"
+    lora_rank: str = "8"  # mode lora only
     train_samples: str = ""
     compare: bool = True
     simulate: bool = False
@@ -194,6 +209,7 @@ class SetupValues:
             "batch_size": check_count(self.batch_size, what="batch size"),
             "seq_len": check_count(self.seq_len, what="sequence length"),
             "train_samples": check_count(self.train_samples, what="number of training samples"),
+            "lora_rank": check_lora_rank(self.lora_rank) if self.mode == "lora" else None,
         }
         return {k: v for k, v in checks.items() if v}
 
@@ -207,7 +223,8 @@ def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
 def workload_key(values: SetupValues) -> tuple[str, ...]:
     """What the selector's choice depends on: a preview asked for another key is stale."""
     return (values.model.strip().lower(), values.task, values.batch_size.strip(), values.seq_len.strip(),
-            values.precision, values.mode, objective_text(values))
+            values.precision, values.mode, values.lora_rank.strip() if values.mode == "lora" else "",
+            objective_text(values))
 
 
 def policy_needs(policy: str) -> str | None:
@@ -223,7 +240,7 @@ def objective_text(values: SetupValues) -> str:
     return f"{values.objective.strip()}@{limit}%" if limit else values.objective.strip()
 
 
-def _int_or_none(text: str) -> int | None:
+def int_or_none(text: str) -> int | None:
     return int(text) if text.strip() else None
 
 
@@ -234,10 +251,10 @@ def steps_for(values: SetupValues) -> int:
     from engine.workload.glue import get_task
 
     task = get_task(values.task)
-    n_train = _int_or_none(values.train_samples)
+    n_train = int_or_none(values.train_samples)
     if n_train is None:
         n_train = min(task.train_size, SYNTHETIC_TRAIN_MAX) if values.data == "synthetic" else task.train_size
-    batch = _int_or_none(values.batch_size)
+    batch = int_or_none(values.batch_size)
     if batch is None:
         entry = next((n for n in zoo_names() if n.lower() == values.model.strip().lower()), None)
         if entry is not None:
@@ -262,11 +279,18 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
     spec = ExperimentSpec(
         model=values.model.strip(), task=values.task, policy=values.policy.strip(), objective=objective_text(values),
         compare="maxn" if values.compare else None, steps=steps_for(values),
-        batch_size=_int_or_none(values.batch_size), max_seq_len=_int_or_none(values.seq_len),
+        batch_size=int_or_none(values.batch_size), max_seq_len=int_or_none(values.seq_len),
         precision=None if values.precision == "default" else values.precision, mode=values.mode,
-        data=values.data.strip(), train_samples=_int_or_none(values.train_samples),
+        data=values.data.strip(), train_samples=int_or_none(values.train_samples),
         eval_samples=None, twin=twin_profile if is_twin else None, simulate=values.simulate,
-        label="tui",
+        label="tui", lora=lora_settings(values),
     )
     spec.validate()
     return spec
+
+
+def lora_settings(values: SetupValues):  # -> LoraSettings | None
+    from engine.workload.lora import LoraSettings
+
+    return LoraSettings(rank=int(values.lora_rank)) if values.mode == "lora" else None
+

@@ -82,5 +82,7 @@ def _features(spec: Any, workload: Any) -> Any:
     from engine.selector.features import describe_workload
 
     features, _trace = describe_workload(spec.model, spec.task, batch_size=spec.batch_size,
-                                         seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode)
+                                         seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode,
+                                         lora=spec.lora, grad_checkpointing=spec.grad_checkpointing,
+                                         padding=spec.padding)
     return features

@@ -17,9 +17,10 @@ from typing import Any, TextIO
 
 from engine.core.text import clean_text
 from engine.cli import numbers
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import PRECISIONS
 from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
+from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
 
 REDRAW_S = 0.1
@@ -45,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--simulate", action="store_true",
                    help="twin only: no training, each step just advances the twin (fast; no eval metric)")
     p.add_argument("--label", help="free text stored with the run")
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="save the policy run's trained model here (--mode lora: its adapter in peft's format; "
+                        "default for lora: a new folder under the data directory)")
     p.add_argument("--trust", action="store_true",
                    help="--policy ml:PATH: load a selector from outside the trusted folders (unpickling runs code)")
     p.set_defaults(func=cmd_run)
@@ -82,7 +86,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=numbers.batch_size, metavar="B", help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
-    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
+    add_mode_args(p)
+    numbers.add_pad_argument(p)
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
@@ -117,10 +122,12 @@ def experiment_spec(args: argparse.Namespace) -> Any:
     return ExperimentSpec(
         model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
         reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len, precision=args.precision, mode=args.mode, seed=args.seed, data=args.data,
+        max_seq_len=args.max_seq_len, precision=args.precision, seed=args.seed, data=args.data,
+        padding=numbers.padding_of(args),
         train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
-        thermal_overrides=_thermal_overrides(args), label=args.label,
+        thermal_overrides=_thermal_overrides(args), label=args.label, output_dir=args.output_dir,
+        **mode_options(args),
     )
 
 
@@ -149,6 +156,17 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
     return result
 
 
+def _seq(workload: Any, twin_only: bool) -> str:
+    """The workload's length: the maximum; with dynamic padding on a twin-only path, also the mean
+    length its steps pad to under the task's published lengths (a trained run pads to its data's)."""
+    mix = getattr(workload, "mix", None)
+    if getattr(workload, "padding", "max_length") != "dynamic":
+        return str(workload.seq_len)
+    if not twin_only or mix is None:
+        return f"<={workload.seq_len}, padded per batch"
+    return f"<={workload.seq_len}, padded per batch to {mix.expected_seq_len:.0f} on average [published lengths]"
+
+
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
     from engine.results.compare import SIGN_CONVENTION
@@ -158,7 +176,8 @@ def format_experiment(result: Any) -> str:
     w = result.workload
     ident = result.identity
     kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
-    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {w.mode}) "
+    mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}) "
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
@@ -213,6 +232,13 @@ def format_experiment(result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mode_suffix(w: Any) -> str:
+    """A sweep's workload line names the mode when it is not plain full fine-tuning."""
+    if w.mode == "full" and not w.grad_checkpointing:
+        return ""
+    return ", " + describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
+
+
 def _fmt(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -224,10 +250,11 @@ def sweep_spec(args: argparse.Namespace) -> Any:
     return SweepSpec(
         model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
         repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        precision=args.precision, mode=args.mode, seed=args.seed, data=args.data, train_samples=args.train_samples,
+        precision=args.precision, seed=args.seed, data=args.data, train_samples=args.train_samples,
+        padding=numbers.padding_of(args),
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
-        thermal=args.thermal, thermal_overrides=_thermal_overrides(args),
+        thermal=args.thermal, thermal_overrides=_thermal_overrides(args), **mode_options(args),
     )
 
 
@@ -244,8 +271,8 @@ def format_sweep(result: Any) -> str:
 
     src = result.source.value
     w = result.workload
-    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {w.seq_len}, "
-             f"{w.precision}) on {result.identity.board}"
+    lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.spec.fast)}, "
+             f"{w.precision}{_mode_suffix(w)}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
     where = "on the twin" if result.identity.is_twin else "on the board"  # the twin computes, a board measures

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.cli import numbers
-from engine.core.constants import MODES, PADDINGS, PRECISIONS
+from engine.core.constants import PRECISIONS
 from engine.core.provenance import MetricProvenance, Source
 from engine.cli.interrupt import cancel_on_sigint
+from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.workload.events import (
     Checkpointed,
     EvalResult,
@@ -40,7 +41,8 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "finetune",
         help="fine-tune a model on a GLUE task (on this host; --twin also runs it on the digital twin)",
-        description="Fine-tune a BERT or Pythia model on a GLUE task. Batch size and sequence "
+        description="Fine-tune a sequence-classification model on a GLUE task (fully, BitFit, the head alone, "
+        "or LoRA adapters). Batch size and sequence "
         "length default to the model zoo's entry. Offline by default: without a cached "
         "checkpoint the model starts from random weights, and --data synthetic needs no download.",
     )
@@ -58,12 +60,14 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
                    help="default: zoo entry; 16-bit needs CUDA (fp32 elsewhere, with a warning)")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
     p.add_argument("--eval-samples", type=numbers.samples, metavar="N", help="evaluation examples per split")
-    p.add_argument("--mode", choices=MODES, default="full",
-                   help="full fine-tuning, or BitFit (biases and the task head only)")
+    add_mode_args(p)
+    p.add_argument("--output-dir", metavar="DIR",
+                   help="save the trained model here (--mode lora: the adapter in peft's format, "
+                        "adapter_config.json + adapter_model.safetensors; default for lora: a new folder "
+                        "under the data directory)")
     p.add_argument("--lr", type=numbers.learning_rate, metavar="RATE",
                    help="peak learning rate (default 5e-5 pretrained, 1e-3 random weights)")
-    p.add_argument("--padding", choices=PADDINGS, default="max_length",
-                   help="pad every sample to --max-seq-len (default), or each batch to its longest")
+    numbers.add_pad_argument(p, deprecated_padding=True)
     p.add_argument("--twin", metavar="PROFILE", help="also run every step on the digital twin, e.g. agx-orin-64gb")
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--eval-every", type=numbers.interval_steps, default=0, metavar="N", help="also evaluate every N steps")
@@ -89,9 +93,9 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
     return FinetuneSpec(
         model=args.model, task=args.task, data=args.data, steps=args.steps, epochs=args.epochs,
         batch_size=args.batch_size, max_seq_len=args.max_seq_len, precision=args.precision,
-        train_samples=args.train_samples, eval_samples=args.eval_samples, mode=args.mode,
-        seed=args.seed, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=args.padding,
+        train_samples=args.train_samples, eval_samples=args.eval_samples, **mode_options(args),
+        output_dir=args.output_dir, seed=args.seed, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=numbers.padding_of(args),
         learning_rate=args.lr, allow_download=args.download, device=args.device,
     )
 
@@ -181,7 +185,8 @@ class ProgressBar:
 
 
 def summary(result: FinetuneResult) -> str:
-    lines = [f"{result.model} on {result.task} ({result.mode}, {result.precision}, {result.device}): "
+    mode = describe_mode(result.mode, result.lora, result.grad_checkpointing, result.family)
+    lines = [f"{result.model} on {result.task} ({mode}, {result.precision}, {result.device}): "
              f"{result.steps} steps, {result.samples} samples"
              + ("  [cancelled]" if result.cancelled else "")]
     notes = []
@@ -197,6 +202,9 @@ def summary(result: FinetuneResult) -> str:
         lines.append(f"  eval {split}: {shown}  {tag}")
     if result.final_loss is not None:
         lines.append(f"  final training loss: {result.final_loss:.4f}")
+    if result.saved_to:
+        what = "LoRA adapter (peft: PeftModel.from_pretrained(base_model, DIR))" if result.mode == "lora" else "model"
+        lines.append(f"  {what} saved in {result.saved_to}")
     lines.append(f"  host wall time: {result.wall_s:.2f} s ({result.samples_per_s:.1f} samples/s) "
                  f"[{result.host_source}]")
     if result.twin_source is not None:

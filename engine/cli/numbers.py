@@ -2,7 +2,8 @@
 
 Every numeric flag of every sub-command takes one of these as its argparse `type`, so a
 value out of range is refused with argparse's usage line and a message that says the
-range (exit 2, no traceback), before anything opens a board or allocates.
+range (exit 2, no traceback), before anything opens a board or allocates. `--pad` (the
+padding vocabulary of run, sweep, select and finetune) is parsed here too.
 """
 
 from __future__ import annotations
@@ -67,3 +68,35 @@ epochs = float_range(0.0, 10_000.0, low_open=True)
 learning_rate = float_range(0.0, 10.0, low_open=True)
 celsius = float_range(-40.0, 150.0)
 seconds = float_range(0.0, 7 * 24 * 3600.0, low_open=True)
+
+
+def add_pad_argument(p: argparse.ArgumentParser, *, deprecated_padding: bool = False) -> None:
+    """--pad dynamic|max (default dynamic); `finetune` also keeps --padding, its old spelling."""
+    from engine.core.constants import PAD_FLAGS
+
+    p.add_argument("--pad", choices=tuple(PAD_FLAGS), default=None,
+                   help="dynamic: pad each batch to its longest example (default, as Hugging Face's "
+                        "examples do); max: pad every sample to --max-seq-len")
+    if deprecated_padding:
+        from engine.core.constants import PADDINGS
+
+        p.add_argument("--padding", choices=PADDINGS, default=None,
+                       help="deprecated spelling of --pad (max_length = --pad max)")
+
+
+def padding_of(args: argparse.Namespace) -> str:
+    """The padding (engine.core.constants.PADDINGS) that --pad (or the deprecated --padding) asks for."""
+    import logging
+
+    from engine.core.constants import DEFAULT_PADDING, PAD_FLAGS
+    from engine.core.errors import ConfigError
+
+    pad = getattr(args, "pad", None)
+    old = getattr(args, "padding", None)
+    if old is not None:
+        logging.getLogger(__name__).warning("--padding is deprecated: use --pad %s",
+                                            "max" if old == "max_length" else old)
+        if pad is not None and PAD_FLAGS[pad] != old:
+            raise ConfigError(f"--pad {pad} and --padding {old} disagree", "give --pad alone")
+        return str(old)
+    return PAD_FLAGS[pad] if pad is not None else DEFAULT_PADDING

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from engine.core.text import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
+from engine.cli.mode_args import add_mode_args, mode_options
 from engine.core.errors import ConfigError
 
 DEFAULT_PROFILE = "agx-orin-64gb"
@@ -79,7 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, help="default: the zoo entry's")
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
-    p.add_argument("--mode", choices=MODES, default="full", help="training mode (default full)")
+    add_mode_args(p)
+    numbers.add_pad_argument(p)
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--trust", action="store_true",
@@ -204,16 +206,21 @@ def cmd_select(args: argparse.Namespace) -> int:
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
     selector = load_selector(args.selector, trust=args.trust)
     objective = parse_objective(args.objective)
+    padding = numbers.padding_of(args)
     workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                        precision=args.precision, mode=args.mode)
+                                        precision=args.precision, **mode_options(args), padding=padding)
     measure = None
     if args.probes:
         from engine.device.twin.fast import fast_sweep
+        from engine.workload.resolve import resolve_workload
 
         profile = _load_profile(args.twin)
+        # Probes run the workload's steps: with dynamic padding, the mix of its batch lengths.
+        steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
+                                 precision=args.precision, mode=args.mode, padding=padding).steps
 
         def measure(setting: Any) -> Any:
-            return fast_sweep(trace, profile, [setting], warmup_steps=1, steps=2)[0][1]
+            return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
 
     from engine.core.provenance import Source
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.cli import numbers
+from engine.cli.mode_args import describe_mode
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.provenance import Source
@@ -112,7 +113,8 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> st
         lines.append(f"  device       {d.board}, {d.module} [{kind}] {release}".rstrip())
     if run.workload:
         w = run.workload
-        lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {w.mode}"
+        mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
+        lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {mode}"
                      + (f"  ({w.params:,} params)" if w.params else ""))
     lines.append(f"  policy       {run.policy}" + (f"  objective {run.objective}" if run.objective else ""))
     lines.append(f"  setting      {format_setting(run.setting)}")

@@ -91,3 +91,66 @@ class StepTrace:
             host_cycles=float(data["host_cycles"]),
             params=int(data.get("params", 0)),
         )
+
+
+@dataclass(frozen=True)
+class StepMix:
+    """The steps of a run whose batches differ in length (dynamic padding): each part is
+    (weight, the step trace at one padded length), weights summing to 1. A run's time and
+    energy per step are the weighted mean of the parts' (the twin is nonlinear in a trace,
+    so the twin of `mean_trace()` is not the same figure)."""
+
+    parts: tuple[tuple[float, StepTrace], ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a step mix needs at least one trace")
+        total = sum(w for w, _t in self.parts)
+        if any(w < 0 for w, _t in self.parts) or abs(total - 1.0) > 1e-9:
+            raise ValueError(f"step-mix weights must be non-negative and sum to 1, not {total}")
+
+    @classmethod
+    def single(cls, trace: StepTrace) -> "StepMix":
+        return cls(((1.0, trace),))
+
+    @property
+    def is_single(self) -> bool:
+        return len(self.parts) == 1
+
+    @property
+    def longest(self) -> StepTrace:
+        return max((t for _w, t in self.parts), key=lambda t: t.seq_len)
+
+    @property
+    def batch_size(self) -> int:
+        return self.parts[0][1].batch_size
+
+    @property
+    def expected_seq_len(self) -> float:
+        """The mean padded length of a step."""
+        return sum(w * t.seq_len for w, t in self.parts)
+
+    def mean_trace(self, seq_len: int | None = None) -> StepTrace:
+        """One StepTrace whose ops are the weighted sums of the parts' (per kind), its host
+        cycles the weighted mean: what an average step costs, for features and reports.
+        `seq_len` (default: the longest part's) is the shape it is filed under."""
+        if self.is_single:
+            return self.parts[0][1]
+        longest = self.longest
+        kinds: dict[str, list[float]] = {}
+        for w, t in self.parts:
+            for op in t.ops:
+                acc = kinds.setdefault(op.kind, [0.0, 0.0, 0.0])
+                acc[0] += w * op.flops
+                acc[1] += w * op.bytes
+                acc[2] += w * op.kernels
+        ops = tuple(OpCost(kind, f, b, int(round(k))) for kind, (f, b, k) in kinds.items())
+        return StepTrace(model=longest.model, batch_size=longest.batch_size,
+                         seq_len=longest.seq_len if seq_len is None else int(seq_len),
+                         precision=longest.precision, ops=ops,
+                         host_cycles=sum(w * t.host_cycles for w, t in self.parts), params=longest.params)
+
+
+def as_mix(trace: "StepTrace | StepMix") -> StepMix:
+    """A trace as a one-part mix; a mix as it is."""
+    return trace if isinstance(trace, StepMix) else StepMix.single(trace)

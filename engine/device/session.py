@@ -17,7 +17,7 @@ from typing import Any, Callable, ContextManager
 
 from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
-from engine.core.trace import StepTrace
+from engine.core.trace import StepMix, StepTrace
 from engine.device.base import Device
 from engine.device.power import DeviceRailSource, PowerSource, TwinSource
 
@@ -82,9 +82,10 @@ class DeviceSession:
         if self.twin is not None:
             self.twin.sync()
 
-    def step_hook(self, trace_for: Callable[[int, int], StepTrace]) -> Callable[[int, int], None] | None:
+    def step_hook(self, trace_for: Callable[[int, int], StepTrace | StepMix]) -> Callable[[int, int], None] | None:
         """What a run calls after each training step with (rows, seq_len): on the twin,
-        advance it by that step's trace (`trace_for`); on a board nothing (None)."""
+        advance it by that step's trace (`trace_for`; a StepMix for a simulated step of
+        dynamically padded batches); on a board nothing (None)."""
         twin = self.twin
         if twin is None:
             return None

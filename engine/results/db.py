@@ -195,9 +195,11 @@ class Database:
         if row is None:
             cur = conn.execute(
                 "INSERT INTO workloads (key, model, family, params, task, batch_size, seq_len, precision, mode, "
-                "data_source, features, source, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "data_source, features, source, created_at, lora, grad_checkpointing, padding) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (w.key, w.model, w.family, w.params, w.task, w.batch_size, w.seq_len, w.precision, w.mode,
-                 w.data_source, json_text(dict(w.features)), w.source.value, utc_now()),
+                 w.data_source, json_text(dict(w.features)), w.source.value, utc_now(), w.lora_text(),
+                 int(w.grad_checkpointing), w.padding),
             )
             return int(cur.lastrowid)
         conn.execute(

@@ -193,8 +193,24 @@ _V5 = (
     "UPDATE runs SET synthetic = 1 WHERE synthetic IS NULL AND notes GLOB '*; synthetic data*'",
 )
 
+# v6: what a workload's mode leaves unsaid: a LoRA workload's adapter settings (JSON: rank, alpha,
+# dropout, targets as given; empty targets mean the family's default) and gradient checkpointing.
+# Both change the step's cost, so they are in the workload's key too (only when used: the keys of
+# workloads stored before stay as they were, and so do these columns' defaults for them).
+_V6 = (
+    "ALTER TABLE workloads ADD COLUMN lora TEXT",
+    "ALTER TABLE workloads ADD COLUMN grad_checkpointing INTEGER NOT NULL DEFAULT 0",
+)
+
+# v7: a workload's padding ("max_length": every batch at the maximum length; "dynamic": each
+# batch padded to its longest example). Every workload stored before v7 was padded to the maximum
+# length, and its key (engine.workload.resolve.workload_key) stays as it was.
+_V7_PADDING = (
+    "ALTER TABLE workloads ADD COLUMN padding TEXT NOT NULL DEFAULT 'max_length'",
+)
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

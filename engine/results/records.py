@@ -15,7 +15,8 @@ from engine.core.provenance import MetricProvenance, Source
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
 from engine.device.setting import DvfsSetting
-from engine.workload.resolve import workload_key
+from engine.workload.lora import LoraSettings
+from engine.workload.resolve import mode_variant, workload_key
 
 __all__ = [
     "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
@@ -130,42 +131,59 @@ class WorkloadRecord:
     batch_size: int
     seq_len: int
     precision: str
-    mode: str = "full"  # "full" | "bitfit"
+    mode: str = "full"  # one of engine.core.constants.MODES
     family: str | None = None
     params: int | None = None
     data_source: str | None = None
     features: Mapping[str, float] = field(default_factory=dict)  # flops, bytes, kernels, intensity
     # Trace features are documented estimates from a meta-tensor trace, not measurements.
     source: Source = Source.PREDICTED
+    lora: LoraSettings | None = None  # mode "lora": the adapters' settings as given (schema v6)
+    grad_checkpointing: bool = False  # schema v6
+    padding: str = "max_length"  # engine.core.constants.PADDINGS; rows before schema v7 are max_length
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        if self.lora is not None and self.mode != "lora":
+            raise ConfigError(f"LoRA settings were given for mode {self.mode!r}", "give mode 'lora', or no LoRA settings")
+        if self.mode == "lora" and self.lora is None:
+            object.__setattr__(self, "lora", LoraSettings())
         object.__setattr__(self, "source", as_source(self.source))
 
     @property
     def key(self) -> str:
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
+                            self.padding, variant=mode_variant(self.mode, self.lora, self.grad_checkpointing))
 
     @classmethod
     def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
-                   data_source: str | None = None) -> "WorkloadRecord":
+                   data_source: str | None = None, lora: LoraSettings | None = None,
+                   grad_checkpointing: bool = False, padding: str = "max_length") -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
-            data_source=data_source, features=trace_features(trace),
+            data_source=data_source, features=trace_features(trace), padding=padding,
+            lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing,
         )
 
     @classmethod
     def from_workload(cls, workload: Any, data_source: str | None = None) -> "WorkloadRecord":
         """From a resolved engine.workload.resolve.Workload (trace totals as features, labelled predicted)."""
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
-                              data_source=data_source)
+                              data_source=data_source, lora=getattr(workload, "lora", None),
+                              grad_checkpointing=bool(getattr(workload, "grad_checkpointing", False)),
+                              padding=getattr(workload, "padding", "max_length"))
+
+    def lora_text(self) -> str | None:
+        """The LoRA settings as the store's column holds them (JSON), or None."""
+        return None if self.lora is None else json.dumps(self.lora.to_json(), sort_keys=True)
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out.update(features=dict(self.features), source=self.source.value, key=self.key)
+        out.update(features=dict(self.features), source=self.source.value, key=self.key,
+                   lora=None if self.lora is None else self.lora.to_json(self.family))
         return out
 
 
@@ -326,7 +344,15 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         seq_len=r[prefix + "seq_len"], precision=r[prefix + "precision"], mode=r[prefix + "mode"],
         family=r[prefix + "family"], params=r[prefix + "params"], data_source=r[prefix + "data_source"],
         features=json.loads(r[prefix + "features"]), source=Source(r[prefix + "source"]),
+        lora=_lora_from_text(r[prefix + "lora"]) if prefix + "lora" in r.keys() else None,
+        grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
+        else False,
+        padding=r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length",
     )
+
+
+def _lora_from_text(text: str | None) -> LoraSettings | None:
+    return None if not text else LoraSettings.from_json(json.loads(text))
 
 
 def run_from_row(r: sqlite3.Row) -> RunRecord:

@@ -33,12 +33,14 @@ from typing import Any, Callable, Iterable, Mapping
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.provenance import Source
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
 from engine.run.harness import RunHarness, open_harness, resolve_for
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
 from engine.workload.events import StepEnd
+from engine.workload.lora import LoraSettings, check_mode_options
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +63,10 @@ class ExperimentSpec:
     batch_size: int | None = None  # None: the zoo entry's
     max_seq_len: int | None = None
     precision: str | None = None
-    mode: str = "full"  # full | bitfit
+    mode: str = "full"  # one of engine.core.constants.MODES
     seed: int = 0
     data: str = "synthetic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = None
     twin: str | None = None  # twin profile; None: the board at sysfs_root
@@ -76,8 +79,12 @@ class ExperimentSpec:
     policy_options: tuple[tuple[str, Any], ...] = ()  # keyword options of the policy (online)
     allow_download: bool = False
     label: str | None = None
+    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
+    grad_checkpointing: bool = False
+    output_dir: str | None = None  # the policy run's trained model (a LoRA run: its adapter; default: data dir)
 
     def validate(self) -> None:
+        check_mode_options(self.mode, self.lora)
         if self.compare is not None and self.compare not in COMPARE_CHOICES:
             raise ConfigError(f"cannot compare against {self.compare!r}", f"use --compare {' or '.join(COMPARE_CHOICES)}")
         if self.reuse_baseline and self.compare is None:
@@ -92,6 +99,7 @@ class ExperimentSpec:
         out = dict(self.__dict__)
         out["thermal_overrides"] = dict(self.thermal_overrides)
         out["policy_options"] = dict(self.policy_options)
+        out["lora"] = None if self.lora is None else self.lora.to_json()
         return out
 
 
@@ -206,6 +214,8 @@ def run_experiment(
                     baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
                 else:
                     notes.append(f"MAXN baseline reused from run {baseline.run_id}")
+        if runner.saved_to:
+            notes.append(f"{'LoRA adapter' if workload.mode == 'lora' else 'model'} saved in {runner.saved_to}")
         comparison = None
         if baseline is not None and not baseline.cancelled:
             record = store.compare_runs(run.run_id, baseline.run_id)
@@ -225,6 +235,7 @@ class _Runner:
         self.rails = harness.rails
         self.source = harness.source
         self.policy_start_c: float | None = None  # hottest zone as the policy run began
+        self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
     def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
         from engine.dvfs.controller import DvfsController
@@ -265,9 +276,16 @@ class _Runner:
                     steps=spec.steps, batch_size=self.workload.batch_size, max_seq_len=self.workload.seq_len,
                     precision=self.workload.precision, train_samples=spec.train_samples,
                     eval_samples=spec.eval_samples, mode=self.workload.mode, seed=spec.seed,
-                    allow_download=spec.allow_download,
+                    allow_download=spec.allow_download, lora=self.workload.lora,
+                    grad_checkpointing=self.workload.grad_checkpointing,
+                    # the policy run's model is kept (the baseline trains the same steps from the same seed)
+                    output_dir=spec.output_dir if role == "policy" else None,
+                    save_model=role == "policy",
+                    padding=self.workload.padding,
                 )
                 res = harness.train(ft, callbacks=callbacks)
+                if res.saved_to:
+                    self.saved_to = res.saved_to
                 cancelled, wall_s = res.cancelled, res.wall_s
                 metrics = flatten_metrics(res.eval)
                 first = next(iter(res.eval.values()), {})

@@ -56,7 +56,10 @@ def resolve_for(spec: Any) -> Any:
 
     return resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
                             precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                            allow_download=bool(getattr(spec, "allow_download", False)))
+                            allow_download=bool(getattr(spec, "allow_download", False)),
+                            lora=getattr(spec, "lora", None),
+                            grad_checkpointing=bool(getattr(spec, "grad_checkpointing", False)),
+                            padding=getattr(spec, "padding", "max_length"))
 
 
 class StepMeter:
@@ -162,13 +165,15 @@ class RunHarness:
 
     def simulate(self, workload: Any, *, steps: int, seed: int = 0,
                  callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
-        """Only advance the device's model by the workload's step trace, step by step."""
+        """Only advance the device's model by the workload's steps, step by step (with dynamic
+        padding each step is the weighted mix of the lengths its batches pad to)."""
         from engine.workload.simulate import simulate_run
 
         if not self.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
-        hook = self.session.step_hook(lambda rows, seq_len: workload.trace)
+        mix = workload.steps if hasattr(workload, "steps") else workload.trace
+        hook = self.session.step_hook(lambda rows, seq_len: mix)
         with self.session.driven():
             return simulate_run(workload, steps=steps, seed=seed, step_hook=hook,
                                 callbacks=self._callbacks(callbacks), control=self.control)

@@ -30,6 +30,7 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import SPACES
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
@@ -37,6 +38,7 @@ from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
 from engine.run.harness import RunHarness, open_harness, resolve_for
 from engine.run.sweep_driver import SweepDriver
+from engine.workload.lora import LoraSettings, check_mode_options
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class SweepSpec:
     mode: str = "full"
     seed: int = 0
     data: str = "synthetic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = 8  # the loop ends with an evaluation; keep it short
     twin: str | None = None
@@ -68,8 +71,11 @@ class SweepSpec:
     thermal: bool = False  # the twin's thermal model
     settings: tuple[DvfsSetting, ...] = ()  # explicit settings instead of the space (library callers)
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
+    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
+    grad_checkpointing: bool = False
 
     def validate(self) -> None:
+        check_mode_options(self.mode, self.lora)
         if self.space not in SPACES:
             raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
         check_counts(self.warmup_steps, self.steps, self.repeats)
@@ -92,6 +98,7 @@ class SweepSpec:
         out = dict(self.__dict__)
         out["settings"] = [s.to_json() for s in self.settings]
         out["thermal_overrides"] = dict(self.thermal_overrides)
+        out["lora"] = None if self.lora is None else self.lora.to_json()
         return out
 
 
@@ -200,7 +207,7 @@ def run_sweep(
         thermal: dict[str, Any] = {}
         try:
             if spec.fast:
-                pts = fast_points(workload.trace, model, [s for s, _r in plan],
+                pts = fast_points(workload.steps, model, [s for s, _r in plan],
                                   warmup_steps=spec.warmup_steps, steps=spec.steps, rails=rails)
                 for i, ((setting, repeat), p) in enumerate(zip(plan, pts), start=1):
                     if control is not None and control.cancelled:
@@ -240,6 +247,8 @@ def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[
         model=workload.spec or workload.model, task=workload.task, data=spec.data, steps=total_steps,
         batch_size=workload.batch_size, max_seq_len=workload.seq_len, precision=workload.precision,
         train_samples=spec.train_samples, eval_samples=spec.eval_samples, mode=workload.mode, seed=spec.seed,
+        lora=workload.lora, grad_checkpointing=workload.grad_checkpointing, save_model=False,
+        padding=workload.padding,
     )
     with harness.guarded():
         assert harness.monitor is not None

@@ -191,7 +191,7 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
             try:
                 features[sweep.workload_id] = describe_workload(
                     rec.model, rec.task, batch_size=rec.batch_size, seq_len=rec.seq_len,
-                    precision=rec.precision, mode=rec.mode)[0]
+                    precision=rec.precision, mode=rec.mode, padding=rec.padding)[0]
             except ConfigError as exc:
                 log.warning("skipping sweeps of %s: %s", rec.key, exc.what)
                 skipped.add(rec.key)

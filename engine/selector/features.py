@@ -232,18 +232,26 @@ def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers:
 
 def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
                       precision: str | None = None, mode: str = "full",
-                      config: Mapping[str, Any] | None = None) -> tuple[WorkloadFeatures, StepTrace]:
+                      config: Mapping[str, Any] | None = None, lora: Any = None,
+                      grad_checkpointing: bool = False,
+                      padding: str = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
     the model is built on meta tensors and traced (traces are cached, and a cached one is found
     without building the model). `model` is a zoo name,
     hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
-    Batch, length and precision default to the zoo entry's (else 32, 128, fp32)."""
+    Batch, length and precision default to the zoo entry's (else 32, 128, fp32). `lora`
+    (engine.workload.lora.LoraSettings, mode 'lora') and `grad_checkpointing` shape the trace.
+    With `padding="dynamic"` the trace is an average step (StepMix.mean_trace) over the lengths
+    the task's batches pad to (engine.workload.resolve.padded_steps); "max_length" (the default
+    here, what the shipped selector was trained on) traces every step at `seq_len`."""
     from engine.workload.glue import get_task
     from engine.workload.models import resolve_model
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.resolve import trace_workload
+    from engine.workload.lora import check_mode_options
     from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
+    check_mode_options(mode, lora)
     glue = get_task(task)
     entry = None
     if config is None:
@@ -263,11 +271,20 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
         raise ConfigError(f"sequence length {seq_len} exceeds what {name} can take ({max_pos} positions)",
                           f"give a length of {max_pos} or less")
     # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
-    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode), name, batch_size, seq_len)
+    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode, lora=lora,
+                                 checkpointing=grad_checkpointing), name, batch_size, seq_len)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                            mode=mode)
+                            mode=mode, lora=lora, grad_checkpointing=grad_checkpointing)
     trace, params = traced.trace, traced.total_params
+    if padding == "dynamic":
+        from engine.workload.resolve import padded_steps
+
+        trace = padded_steps(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
+                             mode=mode, longest=trace, lora=lora,
+                             grad_checkpointing=grad_checkpointing)[0].mean_trace(seq_len)
+    elif padding != "max_length":
+        raise ConfigError(f"unknown padding {padding!r}", "use --pad dynamic or --pad max")
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
                        heads=int(dims(config)["num_attention_heads"]), mode=mode)

@@ -63,7 +63,8 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
                           layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
                           heads=int(dims(config)["num_attention_heads"]), mode=str(get("mode", "full")))
     return describe_workload(str(model), str(task), batch_size=get("batch_size"), seq_len=get("seq_len"),
-                             precision=get("precision"), mode=str(get("mode", "full") or "full"))[0]
+                             precision=get("precision"), mode=str(get("mode", "full") or "full"),
+                             padding=str(get("padding", "max_length") or "max_length"))[0]
 
 
 def accepts(device: Device, setting: DvfsSetting) -> bool:

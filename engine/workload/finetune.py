@@ -11,19 +11,26 @@ result's twin figures, from its power monitor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import re
+from datetime import datetime, timezone
+from pathlib import Path
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any, Callable, Iterable, Mapping
 
-from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, PADDINGS
+from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, PADDINGS
 from engine.core.errors import ConfigError
+from engine.core.paths import data_dir
 from engine.core.provenance import Source
 from engine.core.constants import MODES, PRECISIONS
 from engine.core.trace import StepTrace
 from engine.workload.events import Callback, EvalResult
+from engine.workload.lengths import bucket_of
 from engine.workload.loop import StepHook, TrainControl
+from engine.workload.lora import LoraSettings, check_mode_options
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +38,8 @@ log = logging.getLogger(__name__)
 # model, and a larger one for a model that starts from random weights.
 LR_PRETRAINED = 5e-5
 LR_RANDOM = 1e-3
-# Dynamic padding: batch lengths are rounded up to this for the twin's step traces,
-# so that a run needs a handful of traces, not one per distinct length.
-TRACE_LENGTH_BUCKET = 16
+# Dynamic padding: batch lengths are rounded up (engine.workload.lengths.bucket_of) for the twin's
+# step traces: a run needs a handful of traces, not one per length.
 
 
 @dataclass(frozen=True)
@@ -48,16 +54,20 @@ class FinetuneSpec:
     precision: str | None = None  # None: the zoo entry's; 16-bit falls back to fp32 off CUDA
     train_samples: int | None = None
     eval_samples: int | None = None
-    mode: str = "full"  # "full" | "bitfit"
+    mode: str = "full"  # one of engine.core.constants.MODES
     seed: int = 0
     eval_every: int = 0
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
     resume: str | None = None  # a checkpoint folder to continue from
-    padding: str = "max_length"  # "max_length" | "dynamic"
+    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest, the default) | "max_length"
     learning_rate: float | None = None  # None: LR_PRETRAINED or LR_RANDOM
     allow_download: bool = False
     device: str | None = None  # torch device; None: CUDA when available
+    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
+    grad_checkpointing: bool = False  # recompute activations in the backward pass
+    output_dir: str | None = None  # where the trained model goes (a LoRA run: default_output_dir())
+    save_model: bool = True  # False: keep nothing (a sweep's training, an experiment's baseline)
 
     def validate(self) -> None:
         if self.steps is not None and self.epochs is not None:
@@ -66,6 +76,7 @@ class FinetuneSpec:
             raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        check_mode_options(self.mode, self.lora)
         if self.padding not in PADDINGS:
             raise ConfigError(f"unknown padding {self.padding!r}", f"use one of {', '.join(PADDINGS)}")
         for name in ("batch_size", "max_seq_len", "train_samples", "eval_samples", "steps"):
@@ -111,12 +122,18 @@ class FinetuneResult:
     params: int
     learning_rate: float
     cancelled: bool = False
+    saved_to: str | None = None  # the folder the trained model (a LoRA run: its adapter) was saved in
+    lora: LoraSettings | None = None  # a LoRA run's settings
+    grad_checkpointing: bool = False
+    family: str | None = None  # the model's (engine.workload.zoo.FAMILIES)
     twin_profile: str | None = None
     twin_precision: str | None = None  # what the twin simulated (16-bit runs on the Orin)
     twin_time_s: float | None = None  # training steps on the twin
     twin_energy_j: Mapping[str, float] | None = None  # per rail
     host_source: Source = Source.MEASURED
     twin_source: Source | None = None  # Source.TWIN when on the twin
+    padding: str = DEFAULT_PADDING
+    lengths: Mapping[str, Any] | None = None  # the train split's token lengths, measured (tokenized here)
 
     @property
     def twin_total_energy_j(self) -> float | None:
@@ -130,6 +147,9 @@ class FinetuneResult:
             "weights": self.weights, "synthetic": self.synthetic, "data_source": self.data_source,
             "trainable_params": self.trainable_params, "params": self.params,
             "cancelled": self.cancelled, "final_loss": self.final_loss,
+            "lora": None if self.lora is None else self.lora.to_json(self.family),
+            "grad_checkpointing": self.grad_checkpointing, "saved_to": self.saved_to, "padding": self.padding,
+            "lengths": None if self.lengths is None else dict(self.lengths),
             "eval": {split: dict(m) for split, m in self.eval.items()},
             "primary_metric": self.primary_metric,
             "host": {"wall_s": self.wall_s, "train_wall_s": self.train_wall_s,
@@ -192,6 +212,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
     from engine.workload.models import load_model, resolve_model
+    from engine.workload.optim import prepare_model, resolve_device
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tokenization import load_tokenizer
     from engine.workload.trainer import TrainConfig, Trainer
@@ -206,9 +227,14 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     batch_size = spec.batch_size or defaults.batch_size
     seq_len = spec.max_seq_len or defaults.seq_len
     resolved = resolve_model(spec.model, allow_download=spec.allow_download)
+    # before anything allocates; 16-bit is a remedy only where autocast can run it
     check_memory(estimate_memory(resolved.config, batch_size, seq_len, spec.precision or defaults.precision,
-                                 spec.mode), resolved.name, batch_size, seq_len)  # before anything allocates
+                                 spec.mode, lora=spec.lora, checkpointing=spec.grad_checkpointing),
+                 resolved.name, batch_size, seq_len, cuda=resolve_device(spec.device).type == "cuda")
     model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
+    lora = (spec.lora or LoraSettings()) if spec.mode == "lora" else None
+    # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.
+    model, _ = prepare_model(model, spec.mode, lora=lora, checkpointing=spec.grad_checkpointing, seed=spec.seed)
     if seq_len > info.max_positions:
         raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
                           f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")
@@ -231,13 +257,14 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
 
     def trace_for(rows: int, length: int) -> StepTrace:
         if spec.padding == "dynamic":
-            length = min(seq_len, TRACE_LENGTH_BUCKET * math.ceil(length / TRACE_LENGTH_BUCKET))
+            length = bucket_of(length, seq_len)
         return traced(rows, length)
 
     config = TrainConfig(
         steps=spec.steps, epochs=spec.epochs, batch_size=batch_size, learning_rate=lr,
         precision=precision, mode=spec.mode, seed=spec.seed, eval_every=spec.eval_every,
         checkpoint_every=spec.checkpoint_every, checkpoint_dir=spec.checkpoint_dir, device=spec.device,
+        lora=lora, grad_checkpointing=spec.grad_checkpointing,
     )
     trainer = Trainer(
         model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
@@ -246,6 +273,13 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         run_name=(info.name, task.name),
     )
     outcome = trainer.run(resume_from=spec.resume)
+    saved_to = None
+    output_dir = spec.output_dir or (default_output_dir(info.name, task.name) if spec.mode == "lora" else None)
+    if output_dir and spec.save_model and not outcome.cancelled:
+        saved_to = str(trainer.save_model(output_dir))
+        with contextlib.suppress(OSError, AttributeError):  # the tokenizer is a convenience beside it
+            tokenizer.save_pretrained(saved_to)
+        log.info("%s saved in %s", "LoRA adapter" if spec.mode == "lora" else "model", saved_to)
     return FinetuneResult(
         model=info.name, task=task.name, mode=spec.mode, precision=outcome.precision,
         device=outcome.device, batch_size=batch_size, max_seq_len=seq_len, steps=outcome.steps,
@@ -254,8 +288,31 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         eval=outcome.eval, primary_metric=task.primary_metric, weights=info.weights,
         synthetic=text.synthetic, data_source=text.source,
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
-        cancelled=outcome.cancelled,
+        cancelled=outcome.cancelled, saved_to=saved_to, lora=lora, grad_checkpointing=spec.grad_checkpointing,
+        family=info.family, padding=spec.padding,
+        lengths=measured_lengths(task.name, encoded.train, text.source).summary(seq_len, batch_size),
     )
+
+
+def default_output_dir(model: str, task: str) -> Path:
+    """Where a LoRA run's adapter goes when no --output-dir was given: a new folder under the
+    data directory, named by model, task and time (runs never overwrite each other's)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{model}-{task}").strip("_") or "model"
+    return data_dir() / "adapters" / f"{safe}-{stamp}"
+
+
+def measured_lengths(task: str, split: Any, source: str) -> Any:
+    """The token lengths of an encoded split's examples (special tokens in, padding out), as an
+    engine.workload.lengths.LengthDistribution: what the run's own data holds."""
+    from engine.workload.lengths import measured
+
+    mask = split.features["attention_mask"]
+    if isinstance(mask, list):  # dynamic padding: one unpadded tensor per example
+        counts = [int(m.shape[0]) for m in mask]
+    else:
+        counts = [int(n) for n in mask.sum(dim=1).tolist()]
+    return measured(task, counts, f"measured: the run's {source or 'data'}, tokenized")
 
 
 def align_pad_token(model: Any, tokenizer: Any) -> None:

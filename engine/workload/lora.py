@@ -11,7 +11,9 @@ GPT-2's c_attn, Phi-3's qkv_proj) is adapted whole.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from engine.core.errors import ConfigError
 
@@ -60,6 +62,85 @@ class LoraSettings:
             raise ConfigError(f"no default LoRA targets for family {family!r}",
                               "name the modules with --lora-targets (e.g. q_proj,v_proj)") from None
 
+    def to_json(self, family: str | None = None) -> dict[str, Any]:
+        """The settings as JSON, with the modules adapted (the family's default when none were named)."""
+        targets = self.targets or (DEFAULT_TARGETS.get(family, ()) if family else ())
+        return {"rank": self.rank, "alpha": self.alpha, "dropout": self.dropout, "targets": list(targets)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> "LoraSettings":
+        """Settings as to_json wrote them (the targets as given)."""
+        return cls(rank=int(data["rank"]), alpha=float(data["alpha"]), dropout=float(data["dropout"]),
+                   targets=tuple(data.get("targets") or ()))
+
     def key(self) -> str:
         """A short stable text for cache keys and run records."""
         return f"r{self.rank}-a{self.alpha:g}-d{self.dropout:g}" + (f"-{'+'.join(self.targets)}" if self.targets else "")
+
+
+def check_mode_options(mode: str, lora: LoraSettings | None) -> None:
+    """LoRA settings belong to mode 'lora' only: given for another mode they would be silently unused."""
+    if lora is not None and mode != "lora":
+        raise ConfigError(f"LoRA settings were given for mode {mode!r}", "add --mode lora, or drop the --lora-* options")
+
+
+# ---------------------------------------------------------------- wrapping (imports peft and torch)
+
+PEFT_REMEDY = "install the lora extra: pip install -e '.[lora]'"
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError:
+        raise ConfigError("LoRA needs the peft library, which is not installed", PEFT_REMEDY) from None
+    return peft
+
+
+def is_peft_model(model: Any) -> bool:
+    """Whether `model` is wrapped by peft (a PeftModel), without importing peft."""
+    return callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config")
+
+
+def family_of(model: Any) -> str | None:
+    """The zoo family of a transformers model (through a peft wrapper), or None."""
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    config = getattr(model, "config", None)
+    return MODEL_TYPE_FAMILY.get(str(getattr(config, "model_type", None)))
+
+
+def linear_module_names(model: Any) -> tuple[str, ...]:
+    """The distinct leaf names of the model's linear layers: what --lora-targets can name."""
+    import torch
+
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+             if name and (isinstance(module, torch.nn.Linear) or type(module).__name__ == "Conv1D")}
+    return tuple(sorted(names))
+
+
+def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None,
+              modules_to_save: tuple[str, ...] = ()) -> Any:
+    """`model` with peft's LoRA adapters on the target modules and the head trained whole (peft's
+    classifier/score, plus `modules_to_save`); everything else frozen. Returns the PeftModel
+    (peft adapts `model` in place)."""
+    if is_peft_model(model):
+        return model
+    family = family or family_of(model)
+    targets = settings.targets_for(family or type(model).__name__)
+    available = linear_module_names(model)
+    missing = [t for t in targets if t not in available]
+    if missing:
+        raise ConfigError(
+            f"LoRA target module(s) {', '.join(missing)} are not in {type(model).__name__}",
+            f"name linear modules it has with --lora-targets: {', '.join(available) or 'none found'}")
+    peft = _peft()
+    config = peft.LoraConfig(
+        task_type=peft.TaskType.SEQ_CLS, r=settings.rank, lora_alpha=settings.alpha,
+        lora_dropout=settings.dropout, target_modules=list(targets),
+        modules_to_save=list(modules_to_save) or None,
+        fan_in_fan_out=family == "gpt2",  # GPT-2's Conv1D stores its weight transposed
+    )
+    with warnings.catch_warnings():  # peft asks a deprecated transformers property; not the user's concern
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return peft.get_peft_model(model, config)

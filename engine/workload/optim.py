@@ -1,6 +1,6 @@
-"""What a run trains and how: the BitFit/full parameter mode, AdamW with no decay on
-biases and norms, the linear warm-up schedule, and the torch device and precision a
-host can actually use."""
+"""What a run trains and how: the parameter mode (full, BitFit, head, LoRA), gradient
+checkpointing, AdamW with no decay on biases and norms, the linear warm-up schedule, and
+the torch device and precision a host can actually use."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
+from engine.workload.lora import LoraSettings, is_peft_model, wrap_lora
 
 if TYPE_CHECKING:
     from engine.workload.trainer import TrainConfig
@@ -22,14 +23,36 @@ log = logging.getLogger(__name__)
 HEAD_NAMES = ("classifier", "score", "pre_classifier", "qa_outputs", "head")
 
 
+def head_module_names(model: torch.nn.Module) -> tuple[str, ...]:
+    """The model's top-level modules that form the classification head (freshly initialised:
+    they train in every mode). DeBERTa's context pooler sits beside its classifier."""
+    return tuple(name for name, _ in model.named_children() if name in (*HEAD_NAMES, "pooler"))
+
+
 def apply_mode(model: torch.nn.Module, mode: str) -> int:
     """Set requires_grad for `mode`; returns the number of trainable parameters.
 
     BitFit trains the bias terms only, plus the task head (standard practice: a
-    freshly initialised head must learn).
+    freshly initialised head must learn); `head` trains the task head alone on a frozen
+    backbone; `lora` expects the model wrapped by peft (`prepare_model` does it) and keeps
+    what peft trains (the adapters and the head).
     """
     if mode not in MODES:
         raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
+    if mode == "lora":
+        if not is_peft_model(model):
+            raise ConfigError(f"mode 'lora' needs the model wrapped with LoRA adapters ({type(model).__name__} is not)",
+                              "prepare it with engine.workload.optim.prepare_model(model, 'lora')")
+        return _trainable(model)
+    if mode == "head":
+        heads = set(head_module_names(model))
+        if not heads:
+            raise ConfigError(
+                f"found no task head in {type(model).__name__} to train on its frozen backbone",
+                f"name the head module one of {', '.join(HEAD_NAMES)}, or train in mode 'full' or 'lora'")
+        for name, param in model.named_parameters():
+            param.requires_grad_(name.split(".")[0] in heads)
+        return _trainable(model)
     head_found = False
     for name, param in model.named_parameters():
         if mode == "full":
@@ -43,7 +66,57 @@ def apply_mode(model: torch.nn.Module, mode: str) -> int:
             f"BitFit found no task head in {type(model).__name__}",
             f"name the head module one of {', '.join(HEAD_NAMES)}, or train in mode 'full'",
         )
+    return _trainable(model)
+
+
+def _trainable(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def model_params(model: torch.nn.Module) -> int:
+    """The parameters of the model itself: a peft wrapper's adapters and its trained copy of the
+    head are not counted (they are the trainable ones)."""
+    if not is_peft_model(model):
+        return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for name, p in model.named_parameters()
+               if "lora_" not in name and ".modules_to_save." not in name)
+
+
+def prepare_model(model: torch.nn.Module, mode: str, *, lora: LoraSettings | None = None,
+                  checkpointing: bool = False, seed: int = 0) -> tuple[torch.nn.Module, int]:
+    """The model as `mode` trains it, and its trainable parameter count: LoRA wraps it with
+    peft's adapters (`lora`: the settings, default LoraSettings(); initialised from `seed`, so
+    that a run is repeatable); `checkpointing` turns on gradient checkpointing (activations
+    recomputed in the backward pass)."""
+    if mode == "lora" and not is_peft_model(model):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = wrap_lora(model, lora or LoraSettings(), modules_to_save=head_module_names(model))
+    trainable = apply_mode(model, mode)
+    if checkpointing:
+        enable_checkpointing(model)
+    return model, trainable
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """Gradient (activation) checkpointing, non-reentrant, on a transformers model."""
+    base = model.get_base_model() if is_peft_model(model) else model  # type: ignore[operator]
+    if not getattr(base, "supports_gradient_checkpointing", False):
+        raise ConfigError(f"{type(base).__name__} does not support gradient checkpointing",
+                          "drop --grad-checkpointing (or use a smaller batch or length to fit memory)")
+    config = getattr(base, "config", None)
+    if getattr(config, "use_cache", False):  # a training step keeps no KV cache; transformers would warn
+        config.use_cache = False
+    enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.2x
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether any layer of `model` recomputes its activations in the backward pass."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
 
 
 def _no_decay(model: torch.nn.Module) -> set[int]:
@@ -62,7 +135,7 @@ def build_optimizer(model: torch.nn.Module, config: "TrainConfig", device: torch
     skip = _no_decay(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
-        raise ConfigError("the model has no trainable parameters", "train in mode 'full' or 'bitfit'")
+        raise ConfigError("the model has no trainable parameters", "train in mode 'full', 'lora' or 'head'")
     groups = [
         {"params": [p for p in trainable if id(p) not in skip], "weight_decay": config.weight_decay},
         {"params": [p for p in trainable if id(p) in skip], "weight_decay": 0.0},

@@ -56,15 +56,24 @@ def _library_version(name: str) -> str:
 
 
 def trace_key(name: str, config: Mapping[str, Any], task: str, *, batch_size: int, seq_len: int,
-                 precision: str, mode: str) -> dict[str, Any]:
-    """Everything a workload's trace depends on, without building the model."""
-    return {
+                 precision: str, mode: str, lora: Mapping[str, Any] | None = None,
+                 grad_checkpointing: bool = False) -> dict[str, Any]:
+    """Everything a workload's trace depends on, without building the model. `lora` (rank,
+    dropout, targets) and checkpointing enter the key only when used, so entries cached before
+    they existed are found again."""
+    key = {
         "entry_version": ENTRY_VERSION, "tracer_version": TRACER_VERSION, "name": str(name),
         "config": json.loads(json.dumps(dict(config), sort_keys=True, default=str)), "task": str(task),
         "batch_size": int(batch_size), "seq_len": int(seq_len), "precision": str(precision), "mode": str(mode),
         # what turns the config into operators: another version may build or dispatch differently
         "torch": _library_version("torch"), "transformers": _library_version("transformers"),
     }
+    if lora is not None:
+        key["lora"] = json.loads(json.dumps(dict(lora), sort_keys=True, default=str))
+        key["peft"] = _library_version("peft")  # it builds the adapters
+    if grad_checkpointing:
+        key["grad_checkpointing"] = True
+    return key
 
 
 def entry_path(key: Mapping[str, Any], root: Path | None = None) -> Path:

@@ -1,6 +1,7 @@
 """Capture what one training step costs: FLOPs, bytes, kernels and host work.
 
-A trace is taken once per (model, batch size, sequence length, precision, mode) and
+A trace is taken once per (model, batch size, sequence length, precision, mode: what
+trains, LoRA adapters and gradient checkpointing included) and
 cached as JSON under `cache_dir()/traces/`. Capture runs the step on *meta* tensors
 (shapes only, no data, no arithmetic), so even a model that would not fit on this
 host is traced in about a second: forward, backward, gradient clipping and an AdamW
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -32,6 +34,8 @@ from engine.core.constants import PRECISIONS
 from engine.core.errors import ConfigError
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, StepTrace
+from engine.workload.lora import is_peft_model
+from engine.workload.optim import is_checkpointing
 from engine.workload.trace_cache import TRACER_VERSION
 from engine.workload.op_costs import (
     HOST_CYCLES_PER_OP,
@@ -73,6 +77,8 @@ class TraceRecord:
 # ---------------------------------------------------------------- model inputs
 
 def _forward_params(model: torch.nn.Module) -> set[str]:
+    if is_peft_model(model):  # a peft wrapper passes its base model's inputs on
+        model = model.get_base_model()  # type: ignore[operator]
     try:
         return {p for p in inspect.signature(model.forward).parameters}
     except (TypeError, ValueError):
@@ -135,7 +141,7 @@ def _run_step(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], mode: C
     """Forward, backward, clipping and two AdamW steps; the first (state set-up) is not counted."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
-        raise ConfigError("the model has no trainable parameters", "train in mode 'full' or 'bitfit'")
+        raise ConfigError("the model has no trainable parameters", "train in mode 'full', 'lora' or 'head'")
     model.train()
     keys = _forward_params(model)
     inputs = {k: v for k, v in batch.items() if not keys or k in keys}
@@ -168,6 +174,7 @@ def _clip_foreach(grads: list[torch.Tensor], max_norm: float) -> None:
 def _capture_meta(model: torch.nn.Module, batch_size: int, seq_len: int,
                   make_batch: Callable[..., Mapping[str, torch.Tensor]], notes: list[str]) -> Tally:
     meta_model = _meta_copy(model)
+    _recompute_under(meta_model, FusedAttention)
     batch = make_batch(meta_model, batch_size, seq_len, "meta")
     tally = Tally()
     mode = CountingMode(tally, notes)
@@ -179,6 +186,22 @@ def _capture_meta(model: torch.nn.Module, batch_size: int, seq_len: int,
     return tally
 
 
+def _recompute_under(model: torch.nn.Module, attention: type) -> None:
+    """Gradient checkpointing recomputes each layer's forward inside the backward pass, where
+    the autograd engine does not carry torch-function modes: give the recompute the capture's
+    attention routing too, so it replays the operators the forward ran (and they are counted:
+    the recompute is the cost of checkpointing)."""
+    if not is_checkpointing(model):
+        return
+    from torch.utils.checkpoint import checkpoint
+
+    func = functools.partial(checkpoint, use_reentrant=False,
+                             context_fn=lambda: (contextlib.nullcontext(), attention()))
+    for module in model.modules():
+        if getattr(module, "gradient_checkpointing", False) is True:
+            module._gradient_checkpointing_func = func
+
+
 def _capture_real_scaled(model: torch.nn.Module, batch_size: int, seq_len: int,
                          make_batch: Callable[..., Mapping[str, torch.Tensor]], notes: list[str]) -> Tally:
     """One real CPU step on a one-sample batch, forward/backward scaled to `batch_size`.
@@ -188,6 +211,7 @@ def _capture_real_scaled(model: torch.nn.Module, batch_size: int, seq_len: int,
     """
     small = 1
     host = _host_copy(model)
+    _recompute_under(host, MathAttention)
     batch = make_batch(host, small, seq_len, "cpu")
     tally = Tally()
     mode = CountingMode(tally, notes)
@@ -272,6 +296,12 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     h.update(str(attn).encode())
     for pname, p in model.named_parameters():
         h.update(f"{pname}:{tuple(p.shape)}:{p.dtype}:{int(p.requires_grad)};".encode())
+    # only when used, so that the traces of models without them keep their fingerprints
+    if is_checkpointing(model):
+        h.update(b"checkpointing;")
+    if is_peft_model(model):  # LoRA's dropout adds operators its shapes do not show
+        for adapter, cfg in sorted(model.peft_config.items()):  # type: ignore[union-attr]
+            h.update(f"lora:{adapter}:{getattr(cfg, 'lora_dropout', None)};".encode())
     h.update(f"v{TRACER_VERSION}".encode())
     return h.hexdigest()[:12]
 

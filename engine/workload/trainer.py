@@ -33,16 +33,20 @@ from engine.workload.checkpoint import (
     seed_everything,
 )
 from engine.workload.events import Callback, Checkpointed, EvalResult, Event, RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.workload.lora import LoraSettings, is_peft_model
 from engine.workload.loop import StepHook, StepLoop, TrainControl
 from engine.workload.optim import (
     LinearWarmup,
-    apply_mode,
     build_optimizer,
+    model_params,
+    prepare_model,
     resolve_device,
     resolve_precision,
 )
 
 log = logging.getLogger(__name__)
+
+ADAPTER_DIR = "adapter"  # a LoRA checkpoint's adapter, in peft's format
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ class TrainConfig:
     warmup_ratio: float = 0.06
     max_grad_norm: float = 1.0
     precision: str = "fp32"  # requested; fp16/bf16 need CUDA, else fp32 with a warning
-    mode: str = "full"  # "full" | "bitfit"
+    mode: str = "full"  # one of engine.core.constants.MODES
+    lora: LoraSettings | None = None  # mode "lora": rank, alpha, dropout, targets (None: the defaults)
+    grad_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     seed: int = 0
     eval_every: int = 0  # also evaluate every N steps; 0: only at the end
     eval_batch_size: int | None = None  # None: twice the training batch
@@ -115,7 +121,10 @@ class TrainOutcome:
 # ---------------------------------------------------------------- model I/O
 
 def _input_filter(model: torch.nn.Module) -> Callable[[Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]:
-    """Pass only the fields `model.forward` names (a Pythia model takes no token_type_ids)."""
+    """Pass only the fields `model.forward` names (a Pythia model takes no token_type_ids);
+    a peft wrapper passes its base model's fields on."""
+    if is_peft_model(model):
+        model = model.get_base_model()  # type: ignore[operator]
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -165,9 +174,11 @@ class Trainer:
         self.config = config
         self.device = resolve_device(config.device)
         self.precision = resolve_precision(config.precision, self.device)
+        # LoRA wraps the model (peft); the optimizer below gets only what trains.
+        model, self.trainable_params = prepare_model(model, config.mode, lora=config.lora,
+                                                     checkpointing=config.grad_checkpointing, seed=config.seed)
         self.model = model.to(self.device)
-        self.trainable_params = apply_mode(self.model, config.mode)
-        self.total_params = sum(p.numel() for p in self.model.parameters())
+        self.total_params = model_params(self.model)
         self.data = BatchSource(train_data, config.batch_size, self.device, config.seed, collate)
         self.eval_data = dict(eval_data or {})
         self._eval_sources: dict[str, BatchSource] = {}
@@ -354,6 +365,9 @@ class Trainer:
             "learning_rate": cfg.learning_rate, "weight_decay": cfg.weight_decay,
             "warmup_ratio": cfg.warmup_ratio, "max_grad_norm": cfg.max_grad_norm,
             "mode": cfg.mode, "precision": self.precision, "train_size": self.data.size,
+            # only when set: checkpoints of runs before these existed keep resuming
+            **({"lora": (cfg.lora or LoraSettings()).key()} if cfg.mode == "lora" else {}),
+            **({"grad_checkpointing": True} if cfg.grad_checkpointing else {}),
         }
 
     def _checkpoint(self, step: int, losses: Sequence[float], samples: int, tokens: int,
@@ -371,8 +385,30 @@ class Trainer:
             "scaler": None if self.scaler is None else self.scaler.state_dict(),
         }
         target = save_checkpoint(self.config.checkpoint_dir, step, state, keep=self.config.keep_checkpoints)
+        if is_peft_model(self.model):  # the adapter as peft saves it, beside the resumable state
+            self.save_model(target / ADAPTER_DIR)
         self.emit(Checkpointed(step, str(target)))
         return target
+
+    def save_model(self, folder: str | Path) -> Path:
+        """The trained model in Hugging Face's format: a LoRA run's adapter as peft saves it
+        (adapter_config.json + adapter_model.safetensors, the head included), else the whole model."""
+        folder = Path(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            from transformers.utils import logging as hf_logging
+
+            bars = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # no tqdm bar over a progress line or a TUI
+            try:
+                self.model.save_pretrained(str(folder))
+            finally:
+                if bars:
+                    hf_logging.enable_progress_bar()
+        except OSError as exc:
+            raise ConfigError(f"cannot save the model in {folder}: {exc.strerror or exc}",
+                              "give a writable --output-dir with room for the model") from None
+        return folder
 
     def _load(self, where: str | Path) -> dict[str, Any]:
         path, state = load_state(where, self._fingerprint())

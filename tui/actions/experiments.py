@@ -108,7 +108,8 @@ class ExperimentActions:
         try:
             workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
                                         precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                                        allow_download=spec.allow_download)
+                                        allow_download=spec.allow_download, lora=spec.lora,
+                                        grad_checkpointing=spec.grad_checkpointing, padding=spec.padding)
             try:
                 preview = preview_choice(spec, workload)
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run

@@ -25,6 +25,7 @@ class SweepActions:
         """How many of the store's sweeps of this device (and source) measured Setup's workload
         (its zoo defaults matching any batch / length / precision left blank)."""
         from engine.results.store import DeviceRecord
+        from engine.core.constants import DEFAULT_PADDING
 
         store = self.store
         if store is None or self.identity is None:
@@ -43,7 +44,11 @@ class SweepActions:
                     continue
                 got = {"model": w.model.lower(), "task": w.task, "mode": w.mode, "batch_size": str(w.batch_size),
                        "seq_len": str(w.seq_len), "precision": w.precision}
-                if all(not v or got[k] == v for k, v in want.items()) and store.completed_points(sweep.id):
+                # what Setup does not ask but the workload's key holds: Setup's runs take the defaults
+                same_kind = (w.padding == DEFAULT_PADDING and not w.grad_checkpointing
+                             and (w.lora is None) == (values.mode != "lora")
+                             and (w.lora is None or str(w.lora.rank) == values.lora_rank.strip()))
+                if same_kind and all(not v or got[k] == v for k, v in want.items()) and store.completed_points(sweep.id):
                     found += 1
         except SlmDvfsError:
             return 0

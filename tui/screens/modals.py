@@ -1,4 +1,4 @@
-"""Modal dialogs: a yes/no confirmation before anything disruptive."""
+"""Modal dialogs: a yes/no confirmation before anything disruptive; the zoo's models to pick from."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Static
+from textual.widgets import Button, OptionList, Static
+from textual.widgets.option_list import Option
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -42,3 +43,36 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)
+
+
+class ZooPickerScreen(ModalScreen["str | None"]):
+    """Every zoo model (name, family, parameters, default batch, length and precision), smallest
+    first; enter picks one (dismissed with its name), escape keeps the field as it was (None)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, rows, current: str = "") -> None:  # type: ignore[no-untyped-def]
+        super().__init__()
+        self.rows = tuple(rows)
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="zoo-box"):
+            yield Static("the model zoo: enter picks, escape keeps the field (hub ids and folders are "
+                         "typed in it)", id="zoo-title")
+            yield OptionList(*(Option(row.label(), id=row.name) for row in self.rows), id="zoo-list")
+
+    def on_mount(self) -> None:
+        listing = self.query_one(OptionList)
+        names = [row.name.lower() for row in self.rows]
+        if self.current.lower() in names:
+            listing.highlighted = names.index(self.current.lower())
+        listing.focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(event.option.id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+

@@ -16,7 +16,7 @@ from textual.suggester import SuggestFromList
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from tui import forms
+from tui import forms, setup_fit
 from tui.screens.base import PageScreen, TickBox
 
 
@@ -45,10 +45,17 @@ class AmountValidator(Validator):
         return self.success() if reason is None else self.failure(reason)
 
 
+class ModelInput(Input):
+    """The model field: ↓ lists the zoo (as the ▼ beside it does)."""
+
+    BINDINGS = [Binding("down", "screen.pick_model", "Zoo", show=False)]
+
+
 FIELD_HINT = "tab enters the form; the field in focus is explained here; ? explains every field and policy"
 # Widget id -> its key in forms.FIELD_HELP
 HELP_KEYS = {"batch_size": "batch size", "seq_len": "seq length", "train_samples": "train samples",
-             "slowdown": "slowdown ≤", "amount": "length", "unit": "length", "compare": "compare with MAXN"}
+             "slowdown": "slowdown ≤", "amount": "length", "unit": "length", "compare": "compare with MAXN",
+             "zoo-pick": "model", "lora_rank": "LoRA rank", "memory": "memory"}
 SELECTOR_PROMPT = "selector: press p to ask what it would choose (figures predicted)"
 
 
@@ -74,9 +81,14 @@ class SetupScreen(PageScreen):
         v = self.initial
         with VerticalScroll(id="setup-form", can_focus=False):
             with Grid(id="setup-grid"):
-                yield _row("model", Input(v.model, id="model", compact=True,
-                                          suggester=SuggestFromList(forms.zoo_names(), case_sensitive=False),
-                                          validators=[CheckValidator(forms.check_model)]))
+                yield Horizontal(
+                    Label("model", classes="field-label"),
+                    ModelInput(v.model, id="model", compact=True,
+                               suggester=SuggestFromList(forms.zoo_names(), case_sensitive=False),
+                               validators=[CheckValidator(forms.check_model)]),
+                    Button("▼", id="zoo-pick", compact=True, tooltip="the zoo's models"),
+                    classes="field",
+                )
                 yield _row("batch size", Input(v.batch_size, id="batch_size", compact=True, placeholder="zoo default",
                                                validators=[CheckValidator(forms.check_count)], valid_empty=True))
                 yield _row("task", Select([(d, k) for d, k in forms.task_choices()], value=v.task, id="task",
@@ -91,8 +103,14 @@ class SetupScreen(PageScreen):
                 yield _row("policy", Input(v.policy, id="policy", compact=True,
                                            suggester=SuggestFromList(forms.POLICY_CHOICES),
                                            validators=[CheckValidator(forms.check_policy)]))
-                yield _row("mode", Select([(m, m) for m in forms.MODE_CHOICES], value=v.mode, id="mode",
-                                          allow_blank=False, compact=True))
+                yield Horizontal(
+                    Label("mode", classes="field-label"),
+                    Select([(m, m) for m in forms.MODE_CHOICES], value=v.mode, id="mode", allow_blank=False,
+                           compact=True),
+                    Label(" rank ", id="lora-rank-label"),
+                    Input(v.lora_rank, id="lora_rank", compact=True, validators=[CheckValidator(forms.check_lora_rank)]),
+                    classes="field",
+                )
                 yield _row("objective", Input(v.objective, id="objective", compact=True,
                                               suggester=SuggestFromList(forms.OBJECTIVE_CHOICES),
                                               validators=[CheckValidator(forms.check_objective)]))
@@ -113,6 +131,7 @@ class SetupScreen(PageScreen):
                 yield Horizontal(TickBox("simulate (twin, no training)", v.simulate, id="simulate", compact=True),
                                  classes="field")
             yield Static("", id="setup-errors")
+            yield Static("", id="memory")
             yield Static("", id="policy-note")
             yield Static(SELECTOR_PROMPT, id="selector")
             with Horizontal(id="setup-buttons"):
@@ -132,7 +151,7 @@ class SetupScreen(PageScreen):
             model=text("model"), task=choice("task"), data=text("data"), policy=text("policy"),
             objective=text("objective"), slowdown=text("slowdown"), amount=text("amount"), unit=choice("unit"),
             batch_size=text("batch_size"), seq_len=text("seq_len"), precision=choice("precision"),
-            mode=choice("mode"), train_samples=text("train_samples"),
+            mode=choice("mode"), lora_rank=text("lora_rank"), train_samples=text("train_samples"),
             compare=self.query_one("#compare", Checkbox).value, simulate=self.query_one("#simulate", Checkbox).value,
         )
 
@@ -151,6 +170,35 @@ class SetupScreen(PageScreen):
         box = self.query_one("#setup-errors", Static)
         box.update(Text("\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items())))
         box.display = bool(errors)
+
+    def on_mount(self) -> None:
+        self._show_lora_rank()
+        self.show_memory()
+
+    def show_memory(self) -> None:
+        """The form's workload's estimated peak memory against the board (torch-free)."""
+        line = setup_fit.memory_line(self.values())
+        widget = self.query_one("#memory", Static)
+        widget.update(Text(line))
+        widget.set_class(line.startswith("memory: does not fit"), "-over")
+
+    def _show_lora_rank(self) -> None:
+        lora = str(self.query_one("#mode", Select).value) == "lora"
+        for widget in (self.query_one("#lora-rank-label", Label), self.query_one("#lora_rank", Input)):
+            widget.display = lora
+
+    def action_pick_model(self) -> None:
+        """The zoo's models in a list (name, family, size, defaults); the one chosen fills the field."""
+        from tui.screens.modals import ZooPickerScreen
+
+        model = self.query_one("#model", Input)
+
+        def chosen(name: str | None) -> None:
+            if name:
+                model.value = name
+            model.focus()
+
+        self.app.push_screen(ZooPickerScreen(setup_fit.zoo_rows(), model.value.strip()), chosen)
 
     def set_simulate_allowed(self, allowed: bool) -> None:
         box = self.query_one("#simulate", Checkbox)
@@ -205,6 +253,7 @@ class SetupScreen(PageScreen):
             self.query_one("#slowdown", Input).set_class("slowdown" in errors, "-invalid")
         if result is not None or errors:
             self._show_errors(errors)
+        self.show_memory()
         self._tell_app()
         if event.input.id == "policy" and event.input.has_focus:
             self._explain(event.input)
@@ -212,6 +261,10 @@ class SetupScreen(PageScreen):
     @on(Select.Changed)
     @on(Checkbox.Changed)
     def _choice_changed(self, event: Select.Changed | Checkbox.Changed) -> None:
+        if event.control.id == "mode":
+            self._show_lora_rank()
+            self._show_errors(self.values().errors())
+        self.show_memory()
         self._tell_app()
 
     @on(Select.Changed, "#unit")
@@ -230,6 +283,11 @@ class SetupScreen(PageScreen):
     def _start_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.action_start()
+
+    @on(Button.Pressed, "#zoo-pick")
+    def _zoo_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_pick_model()
 
     @on(Button.Pressed, "#predict")
     def _predict_pressed(self, event: Button.Pressed) -> None:

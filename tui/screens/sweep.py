@@ -99,7 +99,8 @@ class SweepScreen(PageScreen):
             return int(text) if text.strip().isdigit() and int(text) > 0 else None
 
         return {"batch_size": count(v.batch_size), "max_seq_len": count(v.seq_len),
-                "precision": None if v.precision == "default" else v.precision, "mode": v.mode}
+                "precision": None if v.precision == "default" else v.precision, "mode": v.mode,
+                "lora": forms.lora_settings(v)}
 
     def compose_body(self) -> ComposeResult:
         def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from engine.core.clocks import highest_at_most
 from engine.core.errors import ConfigError
 from engine.core.measurement import Measurement
 from engine.core.provenance import Source
-from engine.core.trace import StepTrace
+from engine.core.trace import StepMix, StepTrace, as_mix
 from engine.device.base import ClockDomain
 from engine.device.setting import DvfsSetting, check_clocks
 
@@ -60,7 +60,7 @@ class FastPoint:
 
 
 def fast_points(
-    trace: StepTrace,
+    trace: StepTrace | StepMix,
     profile: Any,
     settings: Sequence[DvfsSetting],
     *,
@@ -69,7 +69,6 @@ def fast_points(
     rails: Sequence[str] | None = None,
 ) -> list[FastPoint]:
     """`fast_sweep` with each point's per-rail energy and settled clocks."""
-    from engine.device.twin.governors import resolve
 
     check_counts(warmup_steps, steps, 1)
     names = tuple(profile.rail_names) if rails is None else tuple(rails)
@@ -79,21 +78,21 @@ def fast_points(
                           f"use some of {', '.join(profile.rail_names)}")
     # The twin is deterministic and (in this mode) has no thermal state, so warm-up steps
     # cost what measured ones do: they are validated, not computed.
-    memo: dict[Any, tuple[Any, Any]] = {}
+    mix = as_mix(trace)
+    memo: dict[Any, MixEstimate] = {}
     out: list[FastPoint] = []
     for setting in settings:
         control = setting_control(setting, profile)
-        hit = memo.get(control)
-        if hit is None:
-            hit = memo[control] = resolve(trace, control, profile)
-        clocks, est = hit
-        assert est is not None
+        est = memo.get(control)
+        if est is None:
+            est = memo[control] = mix_estimate(mix, control, profile)
+        clocks = est.clocks
         rail_j = {name: joules * steps for name, joules in est.energy_j.items()}
         power_w = sum(est.power_mw[r] for r in names) / 1000.0
         m = Measurement(
             time_s=est.time_s * steps,
             energy_j=sum(rail_j[r] for r in names),
-            samples=trace.batch_size * steps,
+            samples=mix.batch_size * steps,
             peak_power_w=power_w,  # the twin's power is constant over a steady step
             source=Source.TWIN,
         )
@@ -101,8 +100,45 @@ def fast_points(
     return out
 
 
+@dataclass(frozen=True)
+class MixEstimate:
+    """One step of a StepMix at a control state: time and per-rail energy are the weighted means
+    of its parts' (each part settled by the governors on its own); power is energy over time."""
+
+    time_s: float
+    energy_j: Mapping[str, float]
+    power_mw: Mapping[str, float]
+    clocks: Any  # the heaviest part's settled clocks (engine.device.twin.model.Clocks)
+
+
+def mix_estimate(mix: StepMix, control: Any, profile: Any, *, gpu_cap_hz: int | None = None) -> MixEstimate:
+    """The twin's figures for one step of `mix` under `control`: the one place the length mixture
+    of dynamic padding meets the twin (fast sweeps here, VirtualOrin.run_step steps by part).
+    The twin is nonlinear in a trace, so this is the mean of the parts' figures, not the figure
+    of a mean trace. A one-part mix gives that part's figures exactly."""
+    from engine.device.twin.governors import resolve
+
+    if mix.is_single:
+        clocks, est = resolve(mix.parts[0][1], control, profile, gpu_cap_hz=gpu_cap_hz)
+        assert est is not None
+        return MixEstimate(est.time_s, dict(est.energy_j), dict(est.power_mw), clocks)
+    time_s, energy = 0.0, {}
+    heaviest = max(mix.parts, key=lambda p: p[0])
+    clocks = None
+    for weight, part in mix.parts:
+        c, est = resolve(part, control, profile, gpu_cap_hz=gpu_cap_hz)
+        assert est is not None
+        time_s += weight * est.time_s
+        for name, joules in est.energy_j.items():
+            energy[name] = energy.get(name, 0.0) + weight * joules
+        if part is heaviest[1]:
+            clocks = c
+    power = {name: 1000.0 * joules / time_s for name, joules in energy.items()}
+    return MixEstimate(time_s, energy, power, clocks)
+
+
 def fast_sweep(
-    trace: StepTrace,
+    trace: StepTrace | StepMix,
     profile: Any,
     settings: Sequence[DvfsSetting],
     *,
@@ -113,7 +149,8 @@ def fast_sweep(
     """Every setting's measurement computed from the step trace on the twin's model:
     `steps` measured steps at the clocks the governors settle on under the setting's mode
     caps and pins (MAXN = mode 0, dynamic governors). Pure: no tree, no store, no torch.
-    Energy is over `rails` (default: every rail of the profile); figures are `twin`."""
+    Energy is over `rails` (default: every rail of the profile); figures are `twin`. A StepMix
+    (dynamic padding) costs each step as the weighted mean of its parts' (`mix_estimate`)."""
     return [(p.setting, p.measurement) for p in
             fast_points(trace, profile, settings, warmup_steps=warmup_steps, steps=steps, rails=rails)]
 

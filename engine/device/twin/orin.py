@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.provenance import Source
-from engine.core.trace import StepTrace
+from engine.core.trace import StepMix, StepTrace
 from engine.device.jetson_identity import TWIN_MARKER
 from engine.device.sysfs import SysfsTree
 from engine.device.treegen import TreeLayout, render_tree
@@ -218,9 +218,15 @@ class VirtualOrin:
         with self._lock:
             self._refresh(self._trace)
 
-    def run_step(self, trace: StepTrace) -> TwinStep:
+    def run_step(self, trace: StepTrace | StepMix) -> TwinStep:
         """One training step at the current control state: advances virtual time by its
-        duration, adds its exact energy, and leaves the rails showing its power."""
+        duration, adds its exact energy, and leaves the rails showing its power. A StepMix
+        (dynamic padding) runs each part for its weight of a step, in order: the step's time
+        and energy are the weighted means of the parts' (engine.device.twin.fast.mix_estimate)."""
+        if isinstance(trace, StepMix):
+            if not trace.is_single:
+                return self._run_mix(trace)
+            trace = trace.parts[0][1]
         with self._lock:
             self._note_step()
             clocks, est, power = self._refresh(trace)
@@ -236,6 +242,25 @@ class VirtualOrin:
                 power_mw=dict(power),
                 gpu_util=est.gpu_util,
             )
+
+    def _run_mix(self, mix: StepMix) -> TwinStep:
+        with self._lock:
+            self._note_step()
+            time_s, energy, util = 0.0, {}, 0.0
+            clocks = None
+            for weight, part in mix.parts:
+                clocks, est, power = self._refresh(part)
+                assert est is not None
+                self._accumulate(power, weight * est.time_s)
+                self._write_temps(power)
+                time_s += weight * est.time_s
+                util += weight * est.gpu_util * est.time_s
+                for name, joules in est.energy_j.items():
+                    energy[name] = energy.get(name, 0.0) + weight * joules
+            assert clocks is not None
+            return TwinStep(time_s=time_s, energy_j=energy, gpu_hz=clocks.gpu_hz, cpu_hz=clocks.cpu_hz,
+                            emc_hz=clocks.emc_hz, power_mw={n: 1000.0 * j / time_s for n, j in energy.items()},
+                            gpu_util=util / time_s)
 
     def advance_idle(self, seconds: float) -> None:
         """Let the board sit idle for `seconds` of virtual time."""

@@ -1,0 +1,67 @@
+"""The training-mode options every workload command shares (run, sweep, select, finetune):
+`--mode`, the LoRA settings and gradient checkpointing, parsed into engine values."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.cli import numbers
+from engine.core.constants import MODES
+from engine.core.errors import ConfigError
+from engine.workload.lora import LoraSettings
+
+MODE_HELP = ("what trains: full (every weight, the default), bitfit (biases and the task head), "
+             "head (the task head on a frozen backbone), lora (low-rank adapters and the task head, through peft)")
+
+
+def add_mode_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default="full", help=MODE_HELP)
+    p.add_argument("--lora-rank", type=numbers.int_range(1, 4096), metavar="R",
+                   help="--mode lora: the adapters' rank (default 8)")
+    p.add_argument("--lora-alpha", type=numbers.float_range(0.0, 1e6, low_open=True), metavar="A",
+                   help="--mode lora: the adapters' scale alpha (default 16; the update is scaled by alpha/rank)")
+    p.add_argument("--lora-dropout", type=numbers.float_range(0.0, 0.99), metavar="P",
+                   help="--mode lora: dropout on the adapters' input (default 0.05)")
+    p.add_argument("--lora-targets", metavar="A,B",
+                   help="--mode lora: the linear modules to adapt, by name (default: the family's "
+                        "query and value projections, e.g. q_proj,v_proj)")
+    p.add_argument("--grad-checkpointing", action="store_true",
+                   help="recompute activations in the backward pass: less memory, about one more forward per step")
+
+
+def _targets(text: str) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names:
+        raise ConfigError(f"--lora-targets {text!r} names no module", "give module names, e.g. --lora-targets q_proj,v_proj")
+    return names
+
+
+def lora_settings(args: argparse.Namespace) -> LoraSettings | None:
+    """The LoRA settings the options give: None unless a --lora-* option was given (the spec then
+    uses the defaults for --mode lora, and refuses --lora-* options for another mode)."""
+    given: dict[str, Any] = {}
+    for flag, field in (("lora_rank", "rank"), ("lora_alpha", "alpha"), ("lora_dropout", "dropout"),
+                        ("lora_targets", "targets")):
+        value = getattr(args, flag, None)
+        if flag == "lora_targets" and value is not None:
+            value = _targets(value)
+        if value is not None:
+            given[field] = value
+    return LoraSettings(**given) if given else None
+
+
+def mode_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The spec keywords of the mode options: mode, lora, grad_checkpointing."""
+    return {"mode": args.mode, "lora": lora_settings(args), "grad_checkpointing": bool(args.grad_checkpointing)}
+
+
+def describe_mode(mode: str, lora: LoraSettings | None = None, grad_checkpointing: bool = False,
+                  family: str | None = None) -> str:
+    """A mode as one short phrase: `lora r8 a16 (q_proj,v_proj)`, `full, checkpointed`."""
+    text = mode
+    if mode == "lora":
+        settings = lora or LoraSettings()
+        targets = settings.to_json(family)["targets"]
+        text = f"lora r{settings.rank} a{settings.alpha:g}" + (f" ({','.join(targets)})" if targets else "")
+    return text + (", checkpointed" if grad_checkpointing else "")
