@@ -1,16 +1,24 @@
-"""How well the selector chooses for workloads it was not trained on, on the twin.
+"""How well the selector chooses for workloads, and whole architectures, it was not trained on (twin).
 
-    .venv/bin/python bench/bench_selector.py [--selector FILE] [--quick]
+    .venv/bin/python bench/bench_selector.py [--selector FILE] [--candidate LABEL] [--quick]
 
-Held-out workloads: model shapes outside the zoo (BERT L6/H384, BERT L12/H256, Pythia
-L8/H384) and zoo models at batch sizes and lengths off the training grid, over three
-GLUE heads and two precisions. For each, the twin's fast sweep over the selector's
-space is the truth (`twin`); the selector's choice (`predicted`) is scored against the
-sweep's best setting (the oracle):
+Two reports, one JSON object:
+
+- `lofo` (leave one family out): the training grid of `train-selector --from-twin-zoo`
+  (engine.selector.dataset defaults) over the zoo, plus architectures of the families the
+  zoo has no model of (ELECTRA, GPT-2, OPT, Phi-3; shapes after their hub configs, no
+  weights). For each family F, the selector's winning candidate (or --candidate) is fitted
+  on every other family's workloads and chooses for F's: regret against the twin's fast
+  sweep of each (engine.selector.lofo), with 0, 1 and 3 probes, mean and worst per family
+  and overall, and the saving against MAXN.
+- `held_out`: the shipped (or --selector) selector itself, on workloads off its training
+  grid: shapes outside the zoo and zoo models at batch sizes and lengths between the
+  grid's, with 0, 1 and 3 probes, and the MAPE of its predictions.
+
+The truth is the twin's fast sweep (`twin`); choices and MAPE are `predicted`; probe
+windows are `twin`.
 
     regret = energy(chosen) / energy(oracle) - 1         saving = 1 - energy / energy(MAXN)
-
-with 0, 1 and 3 probes (probe windows taken on the twin). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -26,14 +34,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+from engine.device.setting import MAXN
+from engine.device.twin.fast import fast_sweep
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective
-from engine.device.setting import MAXN
-from engine.core.provenance import Source
 from engine.selector.features import describe_workload
 from engine.selector.persistence import load_selector
-from engine.device.twin.fast import fast_sweep
 
+# Shapes outside the zoo of families the zoo has: held out of the shipped selector's training.
 OUT_OF_ZOO = {
     "bert-L6-H384": {"model_type": "bert", "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
                      "num_attention_heads": 6, "intermediate_size": 1536, "max_position_embeddings": 512,
@@ -46,39 +56,122 @@ OUT_OF_ZOO = {
                        "rotary_pct": 0.25, "rotary_emb_base": 10000, "use_parallel_residual": True,
                        "hidden_act": "gelu", "tie_word_embeddings": False, "layer_norm_eps": 1e-5},
 }
-ZOO_OFF_GRID = ("bert-mini", "bert-medium", "bert-base-uncased", "pythia-31m", "pythia-160m", "pythia-410m")
-
-
-def workloads(quick: bool) -> list[tuple[str, dict[str, Any] | None, str, int, int, str]]:
-    tasks = ("sst2",) if quick else ("sst2", "mnli", "stsb")
-    out = []
-    for name, cfg in OUT_OF_ZOO.items():
-        for task in tasks:
-            for b in ((16, 48) if quick else (16, 24, 48)):
-                for seq in ((96,) if quick else (96, 128, 192)):
-                    for p in ("fp32",) if quick else ("fp32", "fp16"):
-                        out.append((name, cfg, task, b, seq, p))
-    for name in ZOO_OFF_GRID[:2] if quick else ZOO_OFF_GRID:
-        for b, seq in ((24, 96), (48, 192)):
-            for p in ("fp32", "fp16"):
-                out.append((name, None, "sst2", b, seq, p))
-    return out
+# Families the zoo has no model of, so no selector trained on the zoo saw them: shapes after the hub's
+# google/electra-{small,base}-discriminator, openai-community/gpt2, facebook/opt-{125m,350m} and
+# microsoft/Phi-3-mini-4k-instruct (architectures only, no weights).
+OTHER_FAMILIES = {
+    "electra-small": {"model_type": "electra", "vocab_size": 30522, "embedding_size": 128, "hidden_size": 256,
+                      "num_hidden_layers": 12, "num_attention_heads": 4, "intermediate_size": 1024,
+                      "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"},
+    "electra-base": {"model_type": "electra", "vocab_size": 30522, "embedding_size": 768, "hidden_size": 768,
+                     "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+                     "max_position_embeddings": 512, "type_vocab_size": 2, "hidden_act": "gelu"},
+    "gpt2": {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
+             "n_head": 12, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "bos_token_id": 50256, "eos_token_id": 50256},
+    "opt-125m": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 768, "num_hidden_layers": 12,
+                 "num_attention_heads": 12, "ffn_dim": 3072, "max_position_embeddings": 2048,
+                 "word_embed_proj_dim": 768, "do_layer_norm_before": True, "activation_function": "relu",
+                 "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2},
+    "opt-350m": {"model_type": "opt", "vocab_size": 50272, "hidden_size": 1024, "num_hidden_layers": 24,
+                 "num_attention_heads": 16, "ffn_dim": 4096, "max_position_embeddings": 2048,
+                 "word_embed_proj_dim": 512, "do_layer_norm_before": False, "activation_function": "relu",
+                 "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 2},
+    "phi-3-mini": {"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+                   "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32,
+                   "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "pad_token_id": 32000, "bos_token_id": 1, "eos_token_id": 32000,
+                   "tie_word_embeddings": False},
+}
+# The smallest zoo model of each family, and small shapes of the other families: the --quick grid.
+QUICK_MODELS = ("bert-tiny", "pythia-14m", "distilbert-base-uncased", "roberta-base", "deberta-v3-small",
+                "smollm2-135m", "qwen2.5-0.5b", "gemma-2b")
+QUICK_OTHERS = ("electra-small", "gpt2", "opt-125m")
+ZOO_OFF_GRID = ("bert-mini", "bert-medium", "bert-base-uncased", "pythia-31m", "pythia-160m", "distilbert-base-uncased",
+                "roberta-base", "deberta-v3-small", "smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b")
+OFF_GRID_SHAPES = ((16, 128), (24, 96), (48, 192))  # between the grid's batches (8, 32) and lengths (64, 256)
+LARGE_OFF_GRID_SHAPES = ((6, 128),)  # between the large models' batches (4, 8)
 
 
 def _summary(vals: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(vals), "worst": max(vals)}
 
 
-def run(selector_path: str | None, quick: bool) -> dict[str, Any]:
-    selector = load_selector(selector_path)
+def _progress(i: int, n: int, what: str) -> None:
+    if i % 50 == 0 or i == n:
+        print(f"  [{i}/{n}] {what}", file=sys.stderr, flush=True)
+
+
+def lofo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
+    """Leave-one-family-out regret on the training grid (plus the families outside the zoo)."""
+    from engine.selector.candidates import default_candidates
+    from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_MODES, DEFAULT_PRECISIONS, DEFAULT_SEQ_LENS,
+                                         LARGE_BATCH_SIZES, from_twin_zoo)
+    from engine.selector.lofo import leave_one_family_out, summarise
+    from engine.workload.zoo import load_zoo
+
+    label = candidate or selector.model.spec.label  # the regressor that gives the shipped selector's figures
+    specs = default_candidates(small=quick, names=[label])
+    if len(specs) != 1 or specs[0].kind != "regressor":
+        raise ConfigError(f"--candidate {label!r} names no single regressor", "e.g. --candidate hist-gb/time+energy")
+    if quick:
+        grid: dict[str, Any] = dict(models=list(QUICK_MODELS), configs={k: OTHER_FAMILIES[k] for k in QUICK_OTHERS},
+                                    batch_sizes=(8,), large_batch_sizes=(4,), seq_lens=(64,),
+                                    precisions=("fp16",), modes=("full",))
+    else:
+        grid = dict(models=list(load_zoo()), configs=OTHER_FAMILIES, batch_sizes=DEFAULT_BATCH_SIZES,
+                    large_batch_sizes=LARGE_BATCH_SIZES, seq_lens=DEFAULT_SEQ_LENS, precisions=DEFAULT_PRECISIONS,
+                    modes=DEFAULT_MODES)
+    print("lofo: tracing and sweeping the grid on the twin", file=sys.stderr, flush=True)
+    ds = from_twin_zoo(profile=selector.encoder.profile or "agx-orin-64gb", space=selector.training.get("space", "gpu"),
+                       progress=_progress, **grid)
+    results = leave_one_family_out(ds, specs[0], Objective(), probes=(0, 1, 3),
+                                   progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    summary = ds.summary()
+    return {
+        "candidate": specs[0].label + (" (small)" if quick else ""),
+        "grid": {k: (sorted(v) if isinstance(v, dict) else list(v)) for k, v in grid.items()},
+        "workloads": summary["workloads"],
+        "rows": summary["rows"],
+        "families": sorted({w.family for w in ds.workloads}),
+        "outside_the_zoo": sorted(grid["configs"]),
+        "notes": summary["notes"],
+        **summarise(results),
+    }
+
+
+def held_out_workloads(quick: bool) -> list[tuple[str, dict[str, Any] | None, int, int, str]]:
+    from engine.selector.dataset import LARGE_MODEL_PARAMS, model_params
+
+    out = []
+    for name, cfg in OUT_OF_ZOO.items():
+        for b in ((16, 48) if quick else (16, 24, 48)):
+            for seq in ((96,) if quick else (96, 128, 192)):
+                for p in ("fp32",) if quick else ("fp32", "fp16"):
+                    out.append((name, cfg, b, seq, p))
+    for name in ZOO_OFF_GRID[:2] if quick else ZOO_OFF_GRID:
+        large = model_params(name, None) >= LARGE_MODEL_PARAMS
+        for b, seq in LARGE_OFF_GRID_SHAPES if large else OFF_GRID_SHAPES[1:] if quick else OFF_GRID_SHAPES:
+            for p in ("fp32", "fp16"):
+                out.append((name, None, b, seq, p))
+    return out
+
+
+def held_out(selector: Any, quick: bool) -> dict[str, Any]:
+    """The selector itself on workloads off its training grid."""
     profile = load_profile(selector.encoder.profile or "agx-orin-64gb")
     objective = Objective()
-    rows: dict[int, list[dict[str, float]]] = {0: [], 1: [], 3: []}
+    rows: dict[int, list[dict[str, Any]]] = {0: [], 1: [], 3: []}
     errors: dict[str, list[float]] = {"time": [], "power": [], "energy": []}
-    t0 = time.perf_counter()
-    cases = workloads(quick)
-    for name, cfg, task, b, seq, prec in cases:
-        w, trace = describe_workload(name, task, batch_size=b, seq_len=seq, precision=prec, config=cfg)
+    skipped = []
+    cases = held_out_workloads(quick)
+    print(f"held_out: {len(cases)} workloads", file=sys.stderr, flush=True)
+    for name, cfg, b, seq, prec in cases:
+        try:
+            w, trace = describe_workload(name, "sst2", batch_size=b, seq_len=seq, precision=prec, config=cfg)
+        except ConfigError as exc:  # a shape the board cannot hold
+            skipped.append(f"{name} b{b} L{seq} {prec}: {exc.what}")
+            continue
         truth = dict(fast_sweep(trace, profile, selector.candidates))
         oracle_e = min(m.joules_per_sample for m in truth.values())
         maxn_e = truth[MAXN].joules_per_sample
@@ -90,22 +183,14 @@ def run(selector_path: str | None, quick: bool) -> dict[str, Any]:
         for k in rows:
             choice = selector.choose(w, objective, probes=k, measure=truth.__getitem__, as_source=Source.TWIN)
             e = truth[choice.setting].joules_per_sample
-            rows[k].append({"regret": e / oracle_e - 1, "saving": 1 - e / maxn_e, "oracle_saving": 1 - oracle_e / maxn_e,
+            rows[k].append({"regret": e / oracle_e - 1, "saving": 1 - e / maxn_e,
+                            "oracle_saving": 1 - oracle_e / maxn_e,
                             "workload": f"{w.key} (chose {choice.setting.label()})"})
     result: dict[str, Any] = {
-        "bench": "selector",
-        "source": {"truth": Source.TWIN.value, "choices": Source.PREDICTED.value,
-                   "probes": Source.TWIN.value},
-        "selector": {"path": str(getattr(selector, "path", "")), "winner": selector.winner,
-                     "trained_on": selector.source, "training_rows": selector.training.get("rows"),
-                     "cv_mean_regret": next((r["mean_regret"] for r in selector.cv_table
-                                             if r["label"] == selector.winner), None),
-                     "cv_worst_regret": next((r["worst_regret"] for r in selector.cv_table
-                                              if r["label"] == selector.winner), None)},
-        "objective": objective.spec,
-        "workloads": len(cases),
-        "held_out_models": sorted(OUT_OF_ZOO) + [f"{m} (off-grid batch/length)" for m in
-                                                 (ZOO_OFF_GRID[:2] if quick else ZOO_OFF_GRID)],
+        "workloads": len(rows[0]),
+        "models": sorted(OUT_OF_ZOO) + [f"{m} (off-grid batch/length)" for m in
+                                        (ZOO_OFF_GRID[:2] if quick else ZOO_OFF_GRID)],
+        "skipped": skipped,
         "mape": {k: statistics.fmean(v) for k, v in errors.items()},
     }
     for k, vals in rows.items():
@@ -116,17 +201,39 @@ def run(selector_path: str | None, quick: bool) -> dict[str, Any]:
             "within_2pct": sum(v["regret"] <= 0.02 for v in vals) / len(vals),
             "worst_workload": max(vals, key=lambda v: v["regret"])["workload"],
         }
+    return result
+
+
+def run(selector_path: str | None, quick: bool, candidate: str | None = None) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    selector = load_selector(selector_path)
+    win = next((r for r in selector.cv_table if r["label"] == selector.winner), {})
+    result: dict[str, Any] = {
+        "bench": "selector",
+        "quick": quick,
+        "source": {"truth": Source.TWIN.value, "choices": Source.PREDICTED.value, "probes": Source.TWIN.value},
+        "selector": {"path": str(getattr(selector, "path", "")), "winner": selector.winner,
+                     "trained_on": selector.source, "training_rows": selector.training.get("rows"),
+                     "training_workloads": selector.training.get("workloads"),
+                     "cv_mean_regret": win.get("mean_regret"), "cv_worst_regret": win.get("worst_regret")},
+        "objective": Objective().spec,
+    }
+    result["lofo"] = lofo(selector, candidate, quick)
+    result["held_out"] = held_out(selector, quick)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     return result
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--selector", help="selector file (default: yours, else the shipped one)")
-    parser.add_argument("--quick", action="store_true", help="fewer held-out workloads")
-    args = parser.parse_args()
+    parser.add_argument("--candidate", help="the regressor fitted for each left-out family "
+                                            "(default: the selector's, e.g. hist-gb/time+energy)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: one small shape per family, small models, fewer held-out workloads")
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    print(json.dumps(run(args.selector, args.quick), indent=2, ensure_ascii=False))
+    print(json.dumps(run(args.selector, args.quick, args.candidate), indent=2, ensure_ascii=False))
     return 0
 
 

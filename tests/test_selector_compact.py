@@ -39,7 +39,7 @@ def _trace_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset():
     return from_twin_zoo(models=["bert-tiny", "pythia-14m"], tasks=["sst2"], batch_sizes=(8, 32), seq_lens=(32,),
-                         precisions=("fp32",))
+                         precisions=("fp32",), modes=("full",))
 
 
 def _train(dataset, name: str, target: str = "time+energy"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,10 +14,12 @@ from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.selector.candidates import log_columns
 from engine.selector.dataset import head_representatives, profile_settings
+from engine.core.trace import OP_KINDS
 from engine.selector.features import (
     FEATURE_COLUMNS,
     LOG_COLUMNS,
     N_WORKLOAD_COLUMNS,
+    WORKLOAD_COLUMNS,
     SettingEncoder,
     WorkloadFeatures,
     describe_workload,
@@ -65,7 +69,12 @@ def test_bitfit_trains_fewer_parameters():
     full, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32)
     bitfit, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32, mode="bitfit")
     assert bitfit.params == full.params and bitfit.trainable_params < full.trainable_params / 10
-    assert bitfit.mode == "bitfit" and bitfit.row()[FEATURE_COLUMNS.index("mode_bitfit")] == 1.0
+    # The mode enters as the share of parameters trained, not as a flag per mode.
+    share = FEATURE_COLUMNS.index("trainable_fraction")
+    assert full.row()[share] == 1.0 and bitfit.row()[share] == pytest.approx(bitfit.trainable_params / bitfit.params)
+    assert bitfit.mode == "bitfit" and not any(c.startswith("mode_") for c in FEATURE_COLUMNS)
+    # BitFit skips the weights' gradients and their optimizer state: the trace, hence the row, says so.
+    assert bitfit.row()[FEATURE_COLUMNS.index("flops")] < full.row()[FEATURE_COLUMNS.index("flops")]
 
 
 def test_setting_encoding_flags_governors_with_nominal_clocks(encoder):
@@ -103,8 +112,8 @@ def test_feature_matrix_and_schema(encoder):
 
 def test_workload_features_validate_and_round_trip():
     w, _ = describe_workload("pythia-14m", "rte", batch_size=8, seq_len=32)
-    assert w.family == "pythia" and w.row()[0] == 1.0
-    assert WorkloadFeatures.from_json(w.to_json()) == w
+    assert w.family == "pythia" and w.row()[FEATURE_COLUMNS.index("params")] == w.params
+    assert WorkloadFeatures.from_json(json.loads(json.dumps(w.to_json()))) == w  # op groups included
     with pytest.raises(ConfigError):
         WorkloadFeatures.from_json({**w.to_json(), "family": "t5"})
     with pytest.raises(ConfigError):
@@ -114,3 +123,33 @@ def test_workload_features_validate_and_round_trip():
 def test_tasks_sharing_a_head_are_represented_once():
     reps = head_representatives(["sst2", "cola", "mnli", "stsb", "rte"])
     assert reps == {"sst2": ["sst2", "cola", "rte"], "mnli": ["mnli"], "stsb": ["stsb"]}
+
+
+def test_columns_say_what_a_step_costs_not_which_architecture():
+    names = [n for n, _log in WORKLOAD_COLUMNS]
+    for identity in ("family", "layers", "hidden", "heads", "mode", "task"):
+        assert not any(n == identity or n.startswith(identity + "_") for n in names), identity
+    w, trace = describe_workload("pythia-14m", "sst2", batch_size=8, seq_len=32)
+    # The same step under another family's name, shape or task is the same row: the selector sees costs only.
+    relabelled = replace(w, model="other", family="llama", layers=99, hidden=7, heads=1, task="mnli",
+                         task_num_labels=3)
+    assert relabelled.row() == w.row()
+    row = dict(zip(names, w.row()))
+    for what, total in (("flops", trace.flops), ("bytes", trace.bytes), ("kernels", trace.kernels)):
+        shares = [row[f"{kind}_{what}_share"] for kind in OP_KINDS]
+        assert sum(shares) == pytest.approx(1.0)
+        assert row[f"matmul_{what}_share"] == pytest.approx(
+            sum(getattr(op, what) for op in trace.ops if op.kind == "matmul") / total)
+    assert row["trainable_fraction"] == 1.0 and row["precision_half"] == 0.0
+    half, _ = describe_workload("pythia-14m", "sst2", batch_size=8, seq_len=32, precision="bf16")
+    assert dict(zip(names, half.row()))["precision_half"] == 1.0  # bf16 runs on tensor cores like fp16
+
+
+def test_an_old_workload_record_reads_but_says_it_cannot_be_a_row():
+    w, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32)
+    old = {k: v for k, v in w.to_json().items() if k != "ops"}  # as slm-dvfs wrote it before op groups
+    back = WorkloadFeatures.from_json(old)
+    assert back.ops == () and back.flops == w.flops
+    with pytest.raises(ConfigError, match="no op groups") as err:
+        back.row()
+    assert "describe_workload" in err.value.remedy

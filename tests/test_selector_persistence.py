@@ -39,7 +39,7 @@ def _trace_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def selector():
     ds = from_twin_zoo(models=["bert-tiny", "pythia-14m"], tasks=["sst2"], batch_sizes=(8, 32), seq_lens=(32,),
-                       precisions=("fp32",))
+                       precisions=("fp32",), modes=("full",))
     sel, _report = train_selector(ds, candidates=(CandidateSpec("ridge-poly", "time+power", small=True),),
                                   n_splits=2)
     return sel
@@ -113,6 +113,50 @@ def test_a_changed_schema_is_refused(saved, no_unpickling):
     side_path.write_text(json.dumps(side))
     with pytest.raises(SelectorFileError, match="other features"):
         verify_selector_file(saved)
+
+
+# The columns of feature schema 1, as a selector trained before architecture-agnostic features recorded them.
+SCHEMA_1_WORKLOAD = ["family_pythia", "params", "trainable_params", "layers", "hidden", "heads", "seq_len",
+                     "batch_size", "precision_fp16", "precision_bf16", "mode_bitfit", "task_num_labels",
+                     "task_regression", "flops", "bytes", "kernels", "arithmetic_intensity", "host_cycles",
+                     "flops_per_sample", "bytes_per_sample", "flops_per_kernel", "bytes_per_kernel"]
+
+
+def _as_schema_1(path, source="measured", from_twin_zoo=False):
+    side_path = sidecar_path(path)
+    side = json.loads(side_path.read_text())
+    settings = side["feature_schema"]["columns"][side["feature_schema"]["workload_columns"]:]
+    side["feature_schema"] = {"version": 1, "columns": SCHEMA_1_WORKLOAD + settings,
+                              "log_columns": ["params"], "workload_columns": len(SCHEMA_1_WORKLOAD)}
+    side["source"] = source
+    side["training"]["command"] = {"from_twin_zoo": from_twin_zoo}
+    side_path.write_text(json.dumps(side))
+
+
+def test_a_selector_of_the_old_features_is_refused_with_how_to_retrain_it(selector, tmp_path, monkeypatch,
+                                                                          no_unpickling, capsys):
+    """A user's own selector trained before schema 2 cannot read the new rows: refused, never unpickled,
+    with the retrain command of how it was trained; `select` says the same and exits 2."""
+    from engine.cli import main
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    mine = save_selector(selector, None)  # the user's default selector, which `select` picks up
+    _as_schema_1(mine)
+    with pytest.raises(SelectorFileError) as err:
+        load_selector()
+    assert "schema version 1" in err.value.what and "version 2" in err.value.what
+    assert "`slm-dvfs train-selector --source measured`" in err.value.remedy  # its default place: no --out
+    assert "move it away to use the shipped selector" in err.value.remedy
+    other = save_selector(selector, user_selector_dir() / "twin.joblib")
+    _as_schema_1(other, source="twin", from_twin_zoo=True)
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(other)
+    assert f"`slm-dvfs train-selector --from-twin-zoo --out {other}`" in err.value.remedy
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8",
+                 "--max-seq-len", "32"]) == 2
+    assert "--source measured" in capsys.readouterr().err
+    mine.unlink()  # moved away: the shipped selector (of this version's features) is used again
+    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 2
 
 
 def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):

@@ -19,7 +19,7 @@ from engine.selector.selector import train_selector
 from engine.device.twin.fast import fast_sweep
 
 SMALL = dict(models=["bert-tiny", "bert-mini", "pythia-14m"], tasks=["sst2", "mnli"], batch_sizes=(8, 32),
-             seq_lens=(32,), precisions=("fp32",))
+             seq_lens=(32,), precisions=("fp32",), modes=("full",))
 FAST = (CandidateSpec("ridge-poly", "time+power", small=True), CandidateSpec("ridge-poly", "time+energy", small=True),
         CandidateSpec("knn", "time+power", small=True), CandidateSpec("rf-classifier", "setting", small=True))
 
@@ -137,7 +137,7 @@ def test_train_and_choose_for_an_unseen_workload(ds, trained):
     # Far outside the training shapes, the selector says so.
     big, _ = describe_workload("bert-base-uncased", "sst2", batch_size=32, seq_len=32)
     far = selector.choose(big)
-    assert far.confidence.level == "low" and "hidden" in far.confidence.extrapolating
+    assert far.confidence.level == "low" and "params" in far.confidence.extrapolating
 
 
 def test_probes_measure_on_the_twin_and_correct(trained):
@@ -266,7 +266,7 @@ def test_gpu_and_emc_space(ds):
     space = profile_settings(profile, "gpu+emc")
     assert len(space) == 1 + 11 * 4 and space[0] == MAXN  # MAXN, then GPU steps x EMC rates
     small = from_twin_zoo(models=["bert-tiny", "bert-mini"], tasks=["sst2"], batch_sizes=(8, 32), seq_lens=(32,),
-                          precisions=("fp32",), space="gpu+emc")
+                          precisions=("fp32",), modes=("full",), space="gpu+emc")
     assert len(small) == 4 * 45 and small.space == "gpu+emc"
     selector, _ = train_selector(small, candidates=(CandidateSpec("extra-trees", "time+energy", small=True),),
                                  n_splits=2)
@@ -298,6 +298,7 @@ def test_a_grid_whose_every_shape_is_skipped_says_why() -> None:
     # bert-tiny takes 512 positions: a grid of longer sequences only has points to skip, and the
     # error names one and what to change, instead of "the training data is empty".
     with pytest.raises(ConfigError) as err:
-        from_twin_zoo(models=["bert-tiny"], tasks=["sst2"], batch_sizes=(8,), seq_lens=(1024,), precisions=("fp32",))
+        from_twin_zoo(models=["bert-tiny"], tasks=["sst2"], batch_sizes=(8,), seq_lens=(1024,), precisions=("fp32",),
+                      modes=("full",))
     assert "every one of the 1 grid point(s) was skipped" in err.value.what and "bert-tiny" in err.value.what
     assert "--seq-lens" in err.value.remedy

@@ -26,7 +26,7 @@ from engine.selector.policy import MLPolicy, workload_features
 from engine.device.twin.fast import fast_sweep
 
 TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
-         "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--quick",
+         "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--modes", "full", "--quick",
          "--candidates", "ridge-poly,knn", "--splits", "2"]
 
 
@@ -74,6 +74,7 @@ def test_train_selector_command_prints_the_cv_table_and_saves(trained_run):
     assert "cross-validation on twin data" in lines[0] and "mean regret" in lines[1]
     assert [ln.split()[1] for ln in lines[2:6]] == [r["label"] for r in side["cv_table"]]
     assert f"Winner: {side['winner']}" in out and str(path) in out and "twin-trained" in out
+    assert "Took " in lines[-1] and "4 workloads" in lines[-1]  # how long a retrain takes, said at its end
 
 
 def test_train_selector_json_and_option_errors(tmp_path, capsys):
@@ -86,6 +87,8 @@ def test_train_selector_json_and_option_errors(tmp_path, capsys):
     assert main(["train-selector", "--db", str(tmp_path / "none.sqlite")]) == 2  # no store there
     err = capsys.readouterr().err
     assert "--from-twin-zoo" in err and "What to do" in err
+    assert main(TRAIN + ["--modes", "full,prefix", "--out", str(tmp_path / "m.joblib")]) == 2
+    assert "unknown training mode(s) prefix" in capsys.readouterr().err
 
 
 def test_select_command(trained, capsys):

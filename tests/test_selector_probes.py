@@ -114,6 +114,24 @@ def test_three_probes_fit_slopes():
         assert fixed[s].energy_per_sample == pytest.approx(truth[s].joules_per_sample, rel=0.03)
 
 
+def test_slopes_are_not_carried_far_beyond_the_probed_clocks():
+    preds = predictions(714)
+    by = {p.setting: p for p in preds}
+    x0 = x_of(gpu(714))
+    truth = {p.setting: truth_of(p, 0.1, 0.2, b_t=0.5, b_p=-0.8, x0=x0) for p in preds}
+    corr = fit_correction(by, [(s, truth[s]) for s in (gpu(714), gpu(612), gpu(816))], FLOOR, x_of)
+    span = x_of(gpu(816)) - x_of(gpu(612))
+    assert corr.dx_lo == pytest.approx(x_of(gpu(612)) - x0 - span)
+    assert corr.dx_hi == pytest.approx(x_of(gpu(816)) - x0 + span)
+    # 306 MHz lies beyond the widened span: it gets the correction at the span's lower bound.
+    edge = apply_correction(by[gpu(306)], corr, x0 + corr.dx_lo)
+    assert apply_correction(by[gpu(306)], corr, x_of(gpu(306))) == edge
+    assert apply_correction(by[gpu(306)], corr, x_of(gpu(408))) == edge  # 408 MHz too
+    assert apply_correction(by[gpu(306)], corr, x_of(gpu(510))) != edge  # 510 MHz: within, the slope holds
+    one = fit_correction(by, [(gpu(714), truth[gpu(714)])], FLOOR, x_of)
+    assert one.b_time == one.b_power == 0.0  # one probe: factors only, nothing to carry
+
+
 def test_probes_must_measure():
     preds = predictions(714)
 

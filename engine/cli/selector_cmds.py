@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from engine.core.text import clean_text
 from engine.cli import numbers
-from engine.core.constants import PRECISIONS
+from engine.core.constants import MODES, PRECISIONS
 from engine.cli.mode_args import add_mode_args, mode_options
 from engine.core.errors import ConfigError
 
@@ -58,10 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "instead of reading the store")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"twin/device profile (default {DEFAULT_PROFILE})")
     p.add_argument("--models", help="--from-twin-zoo: comma-separated zoo models (default the whole zoo)")
-    p.add_argument("--tasks", help="--from-twin-zoo: comma-separated GLUE tasks (default all nine)")
-    p.add_argument("--batch-sizes", help="--from-twin-zoo: e.g. 8,16,32,64 (the default)")
-    p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,128,256 (the default)")
+    p.add_argument("--tasks", help="--from-twin-zoo: comma-separated GLUE tasks (default sst2: tasks change "
+                                   "only the head, one per head is kept)")
+    p.add_argument("--batch-sizes", help="--from-twin-zoo: e.g. 8,32 (the default; models of 300M parameters "
+                                         "or more take --large-batch-sizes)")
+    p.add_argument("--large-batch-sizes", help="--from-twin-zoo: batch sizes of models of 300M parameters or "
+                                               "more (default 4,8)")
+    p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,256 (the default)")
     p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (the default)")
+    p.add_argument("--modes", help=f"--from-twin-zoo: training modes, of {', '.join(MODES)} (default full,bitfit)")
     p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
     p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
@@ -109,6 +114,9 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.selector.persistence import save_selector, sidecar_path
     from engine.selector.training import train_from_store, train_on
 
+    import time
+
+    started = time.perf_counter()
     if args.splits < 2:
         raise ConfigError(f"--splits {args.splits} is too few", "use 2 or more folds")
     objective = parse_objective(args.objective)
@@ -121,8 +129,9 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                               "drop --source, or train from the store without --from-twin-zoo")
         zoo_args: dict[str, Any] = {}
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
+                           ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
                            ("seq_lens", _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)),
-                           ("precisions", _csv(args.precisions))):
+                           ("precisions", _csv(args.precisions)), ("modes", _csv(args.modes))):
             if value:
                 zoo_args[key] = tuple(value)
         progress("generating twin training data (fast sweeps)")
@@ -131,7 +140,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
                            command=command)
     else:
-        for flag in ("models", "tasks", "batch_sizes", "seq_lens", "precisions"):
+        for flag in ("models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions", "modes"):
             if getattr(args, flag):
                 raise ConfigError(f"--{flag.replace('_', '-')} only applies with --from-twin-zoo",
                                   "add --from-twin-zoo, or drop the option")
@@ -144,15 +153,18 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                                        n_splits=args.splits, progress=progress, command=command)
     selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
+    took = time.perf_counter() - started
     if args.json:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
                           "source": selector.source, "training": selector.training, "cv_table": report.table(),
-                          "figures_source": "predicted (CV on held-out workloads)"}, indent=2, default=str))
+                          "figures_source": "predicted (CV on held-out workloads)", "wall_s": round(took, 1)},
+                         indent=2, default=str))
         return 0
     print(format_cv_table(report.table(), ds.source))
     print(f"\nWinner: {selector.winner}" + (f" (figures from {selector.model.spec.label})"
                                           if selector.chooser is not None else ""))
     print(f"Saved: {path}\n       {sidecar_path(path)}  ({selector.source}-trained, {len(ds)} rows)")
+    print(f"Took {took:.0f} s ({ds.summary()['workloads']} workloads)")
     return 0
 
 

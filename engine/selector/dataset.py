@@ -5,10 +5,12 @@ Two ways in:
   source (measured on a board, or twin) unless both are asked for; then the source is
   a feature column (`source_measured`) and never mixed silently.
 - `from_twin_zoo`: twin sweeps computed on the spot with `fast_sweep` over the model
-  zoo x GLUE tasks x batch sizes x sequence lengths (x precisions). GLUE tasks change
-  only the classification head, and tasks with the same head (number of labels,
-  regression or not) have identical traces, hence identical rows: one task per head
-  is kept and the others are recorded as covered by it.
+  zoo x batch sizes x sequence lengths x precisions x training modes (one GLUE task by
+  default: tasks change only the classification head, whose cost the trace carries; of
+  tasks given, those with the same head have identical traces, hence identical rows, and
+  one task per head is kept). Models of LARGE_MODEL_PARAMS or more take the small batch
+  sizes only (LARGE_BATCH_SIZES): how they are fine-tuned on a board, and a retrain stays
+  a few minutes.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFe
 log = logging.getLogger(__name__)
 
 SOURCE_CHOICES = ("measured", "twin", "both")
-DEFAULT_BATCH_SIZES = (8, 16, 32, 64)
-DEFAULT_SEQ_LENS = (64, 128, 256)
+# The default grid of `train-selector --from-twin-zoo` (and of bench/bench_selector.py).
+DEFAULT_TASKS = ("sst2",)
+DEFAULT_BATCH_SIZES = (8, 32)
+DEFAULT_SEQ_LENS = (64, 256)
 DEFAULT_PRECISIONS = ("fp32", "fp16")
+DEFAULT_MODES = ("full", "bitfit")  # any of engine.core.constants.MODES the tracer implements
+LARGE_MODEL_PARAMS = 300_000_000
+LARGE_BATCH_SIZES = (4, 8)
 SOURCE_COLUMN = "source_measured"
 
 
@@ -254,6 +261,21 @@ def head_representatives(tasks: Sequence[str]) -> dict[str, list[str]]:
     return {names[0]: names for names in reps.values()}
 
 
+def model_params(name: str, config: Mapping[str, Any] | None) -> int:
+    """A model's size before tracing it: the zoo's count, else an estimate from its config."""
+    from engine.workload.sizing import estimate_params
+    from engine.workload.zoo import load_zoo
+
+    entry = load_zoo().get(name) if config is None else None
+    if entry is not None:
+        return int(entry.params)
+    if config is None:
+        from engine.workload.models import resolve_model
+
+        config = resolve_model(name).config
+    return int(estimate_params(config))
+
+
 def from_twin_zoo(
     *,
     profile: str = "agx-orin-64gb",
@@ -263,17 +285,26 @@ def from_twin_zoo(
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     seq_lens: Sequence[int] = DEFAULT_SEQ_LENS,
     precisions: Sequence[str] = DEFAULT_PRECISIONS,
+    modes: Sequence[str] = DEFAULT_MODES,
+    large_batch_sizes: Sequence[int] | None = LARGE_BATCH_SIZES,
     space: str = "gpu",
     progress: Callable[[int, int, str], None] | None = None,
 ) -> Dataset:
     """Twin training data, computed now: fast_sweep of every workload of the grid over the
     profile's setting space. `models` defaults to the whole zoo; `configs` adds architectures
-    by name (e.g. shapes outside the zoo). Lengths beyond a model's positions are skipped."""
+    by name (e.g. shapes outside the zoo). Models of LARGE_MODEL_PARAMS or more take
+    `large_batch_sizes` instead of `batch_sizes` (None: the same). Shapes longer than a
+    model's positions, or that the board's memory cannot hold, and modes the tracer cannot
+    apply, are skipped (the notes say how many, and why)."""
+    from engine.core.constants import MODES
     from engine.device.twin.profile import load_profile
     from engine.selector.features import describe_workload
-    from engine.workload.glue import TASKS
     from engine.workload.zoo import load_zoo
 
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        raise ConfigError(f"unknown training mode(s) {', '.join(bad) or '(none given)'}",
+                          f"use modes from {', '.join(MODES)}")
     prof = load_profile(profile)
     settings = profile_settings(prof, space)
     archs: dict[str, Mapping[str, Any] | None] = {}
@@ -283,25 +314,31 @@ def from_twin_zoo(
         archs[m] = None
     for name, cfg in (configs or {}).items():
         archs[name] = cfg
-    reps = head_representatives(list(tasks) if tasks else list(TASKS))
-    grid = [(m, t, b, l, p) for m in archs for t in reps for b in batch_sizes for l in seq_lens for p in precisions]
+    reps = head_representatives(list(tasks) if tasks else list(DEFAULT_TASKS))
+    grid = []
+    for m in archs:
+        large = large_batch_sizes is not None and model_params(m, archs[m]) >= LARGE_MODEL_PARAMS
+        for b in (large_batch_sizes if large else batch_sizes) or ():
+            grid += [(m, t, b, l, p, md) for t in reps for l in seq_lens for p in precisions for md in modes]
     points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
     skipped: list[str] = []  # why each skipped grid point could not be described
-    for n, (m, t, b, l, p) in enumerate(grid):
+    for n, (m, t, b, l, p, md) in enumerate(grid):
+        what = f"{m} {t} b{b} L{l} {p} {md}"
         if progress:
-            progress(n, len(grid), f"{m} {t} b{b} L{l} {p}")
+            progress(n, len(grid), what)
         try:
-            w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, config=archs[m])
+            w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, mode=md, config=archs[m])
         except ConfigError as exc:
-            log.info("skipping %s %s b%d L%d %s: %s", m, t, b, l, p, exc.what)
-            skipped.append(f"{m} {t} b{b} L{l} {p}: {exc.what}")
+            log.info("skipping %s: %s", what, exc.what)
+            skipped.append(f"{what}: {exc.what}")
             continue
         for s, meas in twin_measure(trace, prof, settings):
             points.append((w, s, meas))
     if progress:
         progress(len(grid), len(grid), "done")
     covered = "; ".join(f"{k} covers {', '.join(v)}" for k, v in reps.items() if len(v) > 1)
-    notes = [f"twin profile {prof.name}, space {space}, {len(settings)} settings per workload"]
+    notes = [f"twin profile {prof.name}, space {space}, {len(settings)} settings per workload",
+             f"modes {', '.join(modes)}"]
     if covered:
         notes.append(f"tasks sharing a head have identical twin rows, one kept: {covered}")
     if skipped and not points:
@@ -311,5 +348,5 @@ def from_twin_zoo(
         )
     if skipped:
         notes.append(f"{len(skipped)} grid point(s) skipped (a sequence longer than the model's positions, "
-                     f"or a step the board's memory cannot hold), e.g. {skipped[0]}")
+                     f"a step the board's memory cannot hold, or a mode the model cannot take), e.g. {skipped[0]}")
     return from_points(points, SettingEncoder.from_profile(prof), space=space, notes=notes)

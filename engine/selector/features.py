@@ -1,8 +1,16 @@
 """The selector's inputs: what a workload is, what a setting is, as one row of numbers.
 
-A row is a workload (model shape, batch, sequence length, precision, task, and the
-totals of its step trace) joined with a DVFS setting (GPU, CPU and EMC clocks, each
-with a governor flag and a nominal value, the nvpmodel mode and jetson_clocks).
+A row is a workload joined with a DVFS setting (GPU, CPU and EMC clocks, each with a
+governor flag and a nominal value, the nvpmodel mode and jetson_clocks).
+
+The workload columns say what a training step costs and its shape, never which
+architecture it is: the step trace's FLOPs, DRAM bytes, kernel launches, arithmetic
+intensity and host cycles (in total, per sample, per kernel, and each op group's share:
+matmul, attention, elementwise, ...), the parameters and the trainable fraction of them
+(full fine-tuning 1, BitFit, a frozen backbone and LoRA far less: no one-hot per mode),
+batch, length and precision. So a family the selector never saw (a new architecture) is
+described in the same terms as the ones it learnt from; bench/bench_selector.py grades it
+by leaving whole families out of training.
 
 A domain left to its governor has no clock of its own; it is encoded as a flag plus a
 nominal value, the highest clock the mode allows there (what the governor may reach),
@@ -27,29 +35,25 @@ from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.workload.resolve import workload_key
-from engine.workload.zoo import FAMILIES as ZOO_FAMILIES, is_decoder
-from engine.core.trace import StepTrace
+from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
+from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
 log = logging.getLogger(__name__)
 
-FEATURE_SCHEMA_VERSION = 1
+# 2: architecture-agnostic columns (version 1 had the family, layers, hidden size, heads, a
+# BitFit flag and the task's head; a selector saved with them is refused: retrain it).
+FEATURE_SCHEMA_VERSION = 2
 FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
 WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
-    ("family_pythia", False),
     ("params", True),
     ("trainable_params", True),
-    ("layers", True),
-    ("hidden", True),
-    ("heads", True),
+    ("trainable_fraction", True),  # 1 for full fine-tuning; BitFit, head-only and LoRA train a sliver
     ("seq_len", True),
     ("batch_size", True),
-    ("precision_fp16", False),
+    ("precision_half", False),  # fp16 or bf16: tensor cores, half the bytes of a value
     ("precision_bf16", False),
-    ("mode_bitfit", False),
-    ("task_num_labels", False),
-    ("task_regression", False),
     ("flops", True),
     ("bytes", True),
     ("kernels", True),
@@ -59,6 +63,10 @@ WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("bytes_per_sample", True),
     ("flops_per_kernel", True),  # work per launch: how busy the GPU is against the host issuing it
     ("bytes_per_kernel", True),
+    ("host_cycles_per_sample", True),
+    # How the step's work splits between op groups (engine.core.trace.OP_KINDS): matrix work may
+    # run on tensor cores, the rest is bound by bandwidth or by launches.
+    *((f"{kind}_{what}_share", False) for kind in OP_KINDS for what in ("flops", "bytes", "kernels")),
 )
 SETTING_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("gpu_governor", False),
@@ -102,7 +110,8 @@ def feature_schema() -> dict[str, Any]:
 @dataclass(frozen=True)
 class WorkloadFeatures:
     """One fine-tuning workload as the selector sees it (trace totals are twin estimates
-    from a meta-tensor trace, not measurements)."""
+    from a meta-tensor trace, not measurements). The family, layers, hidden size, heads and
+    task describe the workload (and group it: leave-one-family-out); they are no columns."""
 
     model: str
     task: str
@@ -120,9 +129,10 @@ class WorkloadFeatures:
     arithmetic_intensity: float
     host_cycles: float
     trainable_params: int = 0  # 0: same as params
-    mode: str = "full"  # "full" | "bitfit"
+    mode: str = "full"  # one of engine.core.constants.MODES
     task_num_labels: int = 2
     task_regression: bool = False
+    ops: tuple[OpCost, ...] = ()  # the trace's op groups (a record written before them has none)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -138,6 +148,7 @@ class WorkloadFeatures:
                                   "describe the workload with describe_workload()")
         if not self.trainable_params:
             object.__setattr__(self, "trainable_params", int(self.params))
+        object.__setattr__(self, "ops", tuple(self.ops))
 
     @property
     def key(self) -> str:
@@ -150,24 +161,31 @@ class WorkloadFeatures:
         tasks of one shape have (nearly) the same costs: cross-validation keeps them together."""
         return f"{self.model}|{self.batch_size}|{self.seq_len}|{self.precision}|{self.mode}"
 
+    def op_shares(self) -> list[float]:
+        """Each op group's share of the step's FLOPs, bytes and kernels, in WORKLOAD_COLUMNS order."""
+        if not self.ops:
+            raise ConfigError(f"workload {self.model}: the record holds no op groups of its step trace "
+                              "(written by an older slm-dvfs)",
+                              "describe the workload again with describe_workload() (or `slm-dvfs select`)")
+        totals = {kind: [0.0, 0.0, 0.0] for kind in OP_KINDS}
+        for op in self.ops:
+            group = totals[op.kind if op.kind in totals else "other"]
+            group[0] += op.flops
+            group[1] += op.bytes
+            group[2] += op.kernels
+        sums = [max(sum(g[i] for g in totals.values()), 1e-30) for i in range(3)]
+        return [totals[kind][i] / sums[i] for kind in OP_KINDS for i in range(3)]
+
     def row(self) -> list[float]:
         """The workload columns, in WORKLOAD_COLUMNS order."""
         return [
-            # "family_pythia" was trained when Pythia was the only decoder: it marks a causal
-            # decoder (last-token pooling), so BERT and Pythia rows keep their values.
-            float(is_decoder(self.family)),
             float(self.params),
             float(self.trainable_params),
-            float(self.layers),
-            float(self.hidden),
-            float(self.heads),
+            float(self.trainable_params) / float(self.params),
             float(self.seq_len),
             float(self.batch_size),
-            float(self.precision == "fp16"),
+            float(self.precision in ("fp16", "bf16")),
             float(self.precision == "bf16"),
-            float(self.mode == "bitfit"),
-            float(self.task_num_labels),
-            float(self.task_regression),
             float(self.flops),
             float(self.bytes),
             float(self.kernels),
@@ -177,6 +195,8 @@ class WorkloadFeatures:
             float(self.bytes) / self.batch_size,
             float(self.flops) / max(self.kernels, 1),
             float(self.bytes) / max(self.kernels, 1),
+            float(self.host_cycles) / self.batch_size,
+            *self.op_shares(),
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -189,7 +209,9 @@ class WorkloadFeatures:
         if unknown:
             raise ConfigError(f"unknown workload feature(s) {', '.join(sorted(unknown))}",
                               "the record was written by a newer slm-dvfs")
-        return cls(**dict(data))
+        fields = dict(data)
+        fields["ops"] = tuple(op if isinstance(op, OpCost) else OpCost.from_json(op) for op in fields.get("ops", ()))
+        return cls(**fields)
 
 
 def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers: int, hidden: int,
@@ -204,7 +226,7 @@ def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers:
         precision=trace.precision, flops=trace.flops, bytes=trace.bytes, kernels=trace.kernels,
         arithmetic_intensity=trace.arithmetic_intensity, host_cycles=trace.host_cycles,
         trainable_params=int(trace.params or params), mode=mode,
-        task_num_labels=glue.num_labels, task_regression=glue.is_regression,
+        task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops,
     )
 
 

@@ -265,11 +265,30 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
     source_column = isinstance(schema, dict) and "source_measured" in schema.get("columns", [])
     expected = selector_schema(source_column)
     if schema != expected:
+        version = schema.get("version") if isinstance(schema, dict) else schema
+        older = isinstance(version, int) and version < expected["version"]
         raise SelectorFileError(
-            f"the selector {path} was made for other features (schema version "
-            f"{schema.get('version') if isinstance(schema, dict) else schema!r}, this slm-dvfs computes version "
-            f"{expected['version']} with {len(expected['columns'])} columns)", remedy)
+            f"the selector {path} was made for other features (schema version {version!r}, this slm-dvfs computes "
+            f"version {expected['version']} with {len(expected['columns'])} columns"
+            + ("; version 1 described a model by its family, layers, hidden size and heads, version 2 by what its "
+               "step costs" if older else "") + "); its model cannot read this version's rows, so it was not loaded",
+            _schema_remedy(path, side, older))
     return side
+
+
+def _schema_remedy(path: Path, side: dict[str, Any], older: bool) -> str:
+    """What to do with a selector made for other features: retrain it the way it was trained."""
+    source = side.get("source", "measured")
+    if not older:
+        return f"use the slm-dvfs that wrote it, or retrain with `slm-dvfs train-selector --out {path}`"
+    command = (side.get("training") or {}).get("command") or {}
+    how = ("slm-dvfs train-selector --from-twin-zoo" if isinstance(command, dict) and command.get("from_twin_zoo")
+           else f"slm-dvfs train-selector --source {source}")
+    where = "" if path.parent.resolve() == user_selector_dir().resolve() and path.name == DEFAULT_NAME \
+        else f" --out {path}"
+    why = ("the twin data is computed again" if "from-twin-zoo" in how
+           else "the sweeps in the results store are kept, so it learns from the same data")
+    return f"retrain it with `{how}{where}` ({why}), or move it away to use the shipped selector"
 
 
 def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False, compact: bool = True) -> Any:

@@ -294,8 +294,8 @@ def train_selector(
 ) -> tuple[Selector, CVReport]:
     """Cross-validate the candidates, refit the winner on all of `ds`. A winning classifier
     chooses; the best regressor then gives the figures. `n_splits` defaults to selection.DEFAULT_SPLITS."""
-    from engine.selector.candidates import RegressorModel, SettingClassifier, default_candidates
-    from engine.selector.selection import DEFAULT_SPLITS, cross_validate, fit_all
+    from engine.selector.candidates import default_candidates
+    from engine.selector.selection import DEFAULT_SPLITS, cross_validate
 
     n_splits = DEFAULT_SPLITS if n_splits is None else n_splits
     objective = objective or Objective()
@@ -303,24 +303,51 @@ def train_selector(
     report = cross_validate(ds, specs, objective, n_splits=n_splits, progress=progress)
     by_label = {s.label: s for s in specs}
     win = by_label[report.winner.label]
-    x = ds.X()
-    if progress:
-        progress(f"refitting {win.label} on all {len(ds)} rows")
-    chooser = None
+    reg_spec, chooser_spec = win, None
     if win.kind == "classifier":
-        clf = fit_all(win, ds, objective, x)
-        assert isinstance(clf, SettingClassifier)
-        chooser = clf
         best_reg = next((r for r in report.rows if r.kind == "regressor"), None)
         if best_reg is None:
             raise ConfigError("a classifier won but no regressor was cross-validated to give the figures",
                               "include at least one regressor among the candidates")
-        reg_spec = by_label[best_reg.label]
+        reg_spec, chooser_spec = by_label[best_reg.label], win
+    selector = fit_selector(ds, reg_spec, objective, chooser=chooser_spec, cv_table=report.table(),
+                            splits=len(report.folds), progress=progress, command=command)
+    return selector, report
+
+
+def fit_selector(
+    ds: Dataset,
+    spec: CandidateSpec,
+    objective: Objective | None = None,
+    *,
+    chooser: CandidateSpec | None = None,
+    cv_table: Sequence[dict[str, Any]] = (),
+    splits: int = 0,
+    progress: Progress | None = None,
+    command: Any = None,
+) -> Selector:
+    """A selector of the regressor `spec` (and a classifier `chooser` that picks, when given)
+    fitted on all of `ds`, without cross-validation: train_selector after its CV, and
+    leave-one-family-out evaluation (engine.selector.lofo), which fits on other families.
+    Without a `cv_table` the selector has no CV record (its confidence says so: NaN regrets)."""
+    from engine.selector.candidates import RegressorModel, SettingClassifier
+    from engine.selector.selection import fit_all
+
+    if spec.kind != "regressor" or (chooser is not None and chooser.kind != "classifier"):
+        raise ConfigError(f"a selector takes a regressor for its figures (and optionally a classifier), "
+                          f"not {spec.label}" + (f" and {chooser.label}" if chooser else ""),
+                          "give a regressor candidate, e.g. hist-gb/time+energy")
+    objective = objective or Objective()
+    x = ds.X()
+    clf = None
+    if chooser is not None:
         if progress:
-            progress(f"refitting {reg_spec.label} for the figures")
-    else:
-        reg_spec = win
-    model = fit_all(reg_spec, ds, objective, x)
+            progress(f"refitting {chooser.label} on all {len(ds)} rows")
+        clf = fit_all(chooser, ds, objective, x)
+        assert isinstance(clf, SettingClassifier)
+    if progress:
+        progress(f"refitting {spec.label} on all {len(ds)} rows" + (" for the figures" if chooser else ""))
+    model = fit_all(spec, ds, objective, x)
     assert isinstance(model, RegressorModel)
     settings = list(dict.fromkeys(ds.settings))
     if MAXN in settings:
@@ -330,16 +357,16 @@ def train_selector(
         **ds.summary(),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "objective": objective.spec,
-        "splits": len(report.folds),
+        "splits": splits,
         "python": platform.python_version(),
         "command": command,
     }
-    selector = Selector(
-        model=model, chooser=chooser, encoder=ds.encoder, candidates=settings, source=ds.source,
-        source_column=ds.source_column, winner=win.label, cv_table=report.table(), objective=objective.spec,
-        training=training, power_floor_w=POWER_FLOOR_SHARE * float(ds.power_w.min()), ranges=_ranges(ds),
+    return Selector(
+        model=model, chooser=clf, encoder=ds.encoder, candidates=settings, source=ds.source,
+        source_column=ds.source_column, winner=(chooser or spec).label, cv_table=cv_table,
+        objective=objective.spec, training=training,
+        power_floor_w=POWER_FLOOR_SHARE * float(ds.power_w.min()), ranges=_ranges(ds),
     )
-    return selector, report
 
 
-__all__ = ["Choice", "Confidence", "Prediction", "Selector", "selector_schema", "train_selector"]
+__all__ = ["Choice", "Confidence", "Prediction", "Selector", "fit_selector", "selector_schema", "train_selector"]
