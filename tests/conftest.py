@@ -56,6 +56,16 @@ def twin_session(isolated_env: IsolatedEnv, tmp_path: Path) -> Iterator[DeviceSe
         yield session
 
 
+@pytest.fixture(scope="module")
+def selector_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One trace cache for a module's tests (the selector tests trace the same zoo models),
+    shared across the session: traces are keyed by everything they depend on."""
+    path = tmp_path_factory.getbasetemp() / "selector-cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLM_DVFS_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture
 def results_store(tmp_path: Path) -> Iterator[Store]:
     """An empty results store under tmp_path."""

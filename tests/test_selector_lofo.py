@@ -22,11 +22,8 @@ TINY_LLAMA = dict(model_type="llama", vocab_size=512, hidden_size=32, num_hidden
 SPEC = CandidateSpec("ridge-poly", "time+energy", small=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _trace_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
-        yield
+# traces of the zoo models, shared by the selector tests of a session (conftest)
+pytestmark = pytest.mark.usefixtures("selector_trace_cache")
 
 
 @pytest.fixture(scope="module")

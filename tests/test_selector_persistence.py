@@ -29,11 +29,8 @@ from engine.selector.persistence import (
 from engine.selector.selector import Selector, train_selector
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _trace_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
-        yield
+# traces of the zoo models, shared by the selector tests of a session (conftest)
+pytestmark = pytest.mark.usefixtures("selector_trace_cache")
 
 
 @pytest.fixture(scope="module")

@@ -24,11 +24,8 @@ FAST = (CandidateSpec("ridge-poly", "time+power", small=True), CandidateSpec("ri
         CandidateSpec("knn", "time+power", small=True), CandidateSpec("rf-classifier", "setting", small=True))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _trace_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "selector-cache"))
-        yield
+# traces of the zoo models, shared by the selector tests of a session (conftest)
+pytestmark = pytest.mark.usefixtures("selector_trace_cache")
 
 
 @pytest.fixture(scope="module")

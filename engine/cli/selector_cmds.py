@@ -65,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--large-batch-sizes", help="--from-twin-zoo: batch sizes of models of 300M parameters or "
                                                "more (default 4,8)")
     p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,256 (the default)")
-    p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (the default)")
-    p.add_argument("--modes", help=f"--from-twin-zoo: training modes, of {', '.join(MODES)} (default full,bitfit)")
+    p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (default fp32,fp16,bf16)")
+    p.add_argument("--modes", help=f"--from-twin-zoo: training modes, of {', '.join(MODES)} (default all four)")
     p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
     p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")

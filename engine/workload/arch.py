@@ -203,6 +203,12 @@ def _bert_like(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: 
         linears += [Linear("dense", h, h, True), Linear("classifier", h, labels, True, head=True)]
     else:  # RobertaClassificationHead / ElectraClassificationHead
         linears += [Linear("dense", h, h, True, head=True), Linear("out_proj", h, labels, True, head=True)]
+    return _bert_style(model_type, family, cfg, h, n, a, inter, linears, others)
+
+
+def _bert_style(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int, inter: int,
+                linears: list[Linear], others: list[Tensors]) -> Architecture:
+    """A post-norm encoder layer as BERT names its config (RoBERTa, ELECTRA and DeBERTa do too)."""
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
                  act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
                  attention_dropout=float(cfg.get("attention_probs_dropout_prob", 0.1)), norms=2,
@@ -259,10 +265,7 @@ def _deberta(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: in
         others += [Tensors("conv", h * (h // int(cfg["conv_groups"])) * kernel, h), Tensors("LayerNorm", h, h)]
     pooled = int(cfg.get("pooler_hidden_size", h))
     linears += [Linear("dense", pooled, pooled, True), Linear("classifier", pooled, labels, True, head=True)]
-    return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
-                 attention_dropout=float(cfg.get("attention_probs_dropout_prob", 0.1)), norms=2,
-                 embedding_norm=True, linears=linears, others=others)
+    return _bert_style(model_type, family, cfg, h, n, a, inter, linears, others)
 
 
 # ----------------------------------------------------------------------------- decoders
