@@ -328,3 +328,21 @@ def test_cli_finetune_lora_on_the_cpu_saves_the_adapter(tmp_path: Path, isolated
     assert "(lora r2 a4 (query,value)," in captured.out
     assert ADAPTER_FILES <= {p.name for p in out.iterdir()}
     assert json.loads((out / "adapter_config.json").read_text())["lora_alpha"] == 4
+
+
+def test_cli_run_lora_trains_on_the_cpu_under_the_twin_and_saves_the_adapter(
+        tmp_path: Path, isolated_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --mode lora` without --simulate: real CPU steps, measured on the twin's rails, and
+    the policy run's adapter saved in peft's format."""
+    from engine.cli import main
+
+    out = tmp_path / "adapter"
+    code = main(["run", "--model", str(_config_file(tmp_path, "llama")), "--task", "sst2", "--twin", "--steps", "2",
+                 "--batch-size", "4", "--max-seq-len", "16", "--train-samples", "16", "--mode", "lora",
+                 "--lora-rank", "2", "--output-dir", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["workload"]["mode"] == "lora" and result["run"]["energy_j"] > 0
+    assert ADAPTER_FILES <= {p.name for p in out.iterdir()}
+    assert json.loads((out / "adapter_config.json").read_text())["r"] == 2
