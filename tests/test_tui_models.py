@@ -396,7 +396,9 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     spec = forms.build_spec(forms.SetupValues(model="bert-mini", task="rte", objective="energy"),
                             twin_profile="agx-orin-64gb", is_twin=True)
     preview = preview_choice(spec)
-    choice = selector.choose(describe_workload("bert-mini", "rte")[0], parse_objective("energy"))
+    # the workload Setup's run trains: its batches padded dynamically (the spec's default)
+    assert spec.padding == "dynamic"
+    choice = selector.choose(describe_workload("bert-mini", "rte", padding=spec.padding)[0], parse_objective("energy"))
     assert preview.available and preview.source is Source.PREDICTED
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
