@@ -13,6 +13,7 @@ import pytest
 from engine.device.treegen import TreeLayout, default_orin_spec, render_tree
 
 if TYPE_CHECKING:
+    import sqlite3
     from engine.device.session import DeviceSession
     from engine.results.store import Store
 
@@ -100,3 +101,15 @@ def fake_tools():
         return root / "nvpmodel.calls", root / "jetson_clocks.calls"
 
     return install
+
+
+def migrate(conn: "sqlite3.Connection", version: int) -> None:
+    """Build a store's schema as version `version` left it (the first `version` migrations)."""
+    from engine.results import migrations
+
+    for step in migrations.MIGRATIONS[:version]:
+        if callable(step):
+            step(conn)
+        else:
+            for statement in step:
+                conn.execute(statement)

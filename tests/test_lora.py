@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import migrate
+
 from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.finetune import FinetuneSpec, run_finetune
@@ -268,17 +270,11 @@ def test_the_store_keeps_lora_settings_and_checkpointing(tmp_path: Path) -> None
 
 
 def test_a_version_5_store_gains_the_columns_with_plain_defaults(tmp_path: Path) -> None:
-    from engine.results import migrations
     from engine.results.store import Store
 
     db = tmp_path / "v5.sqlite"
     conn = sqlite3.connect(db)
-    for step in migrations.MIGRATIONS[:5]:
-        if callable(step):
-            step(conn)
-        else:
-            for statement in step:
-                conn.execute(statement)
+    migrate(conn, 5)
     conn.execute("INSERT INTO workloads (key, model, task, batch_size, seq_len, precision, mode, source, created_at) "
                  "VALUES ('m|sst2|4|32|fp32|bitfit', 'm', 'sst2', 4, 32, 'fp32', 'bitfit', 'predicted', '2025')")
     conn.execute("PRAGMA user_version = 5")

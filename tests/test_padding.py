@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from conftest import migrate
 from traces import BERT_BASE_LIKE as TRACE
 
 from engine.cli import main, numbers
@@ -160,12 +162,7 @@ def test_a_dynamic_workload_is_a_mix_and_another_workload() -> None:
 def test_workloads_stored_before_padding_was_recorded_read_as_max_length(tmp_path: Path) -> None:
     path = tmp_path / "v5.sqlite"
     conn = sqlite3.connect(path, isolation_level=None)
-    for step in migrations.MIGRATIONS[:5]:
-        if callable(step):
-            step(conn)
-        else:
-            for statement in step:
-                conn.execute(statement)
+    migrate(conn, 5)
     conn.execute("PRAGMA user_version = 5")
     old = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
     conn.execute("INSERT INTO workloads (key, model, task, batch_size, seq_len, precision, mode, source, created_at) "
