@@ -239,3 +239,14 @@ def test_the_selectors_store_data_describes_a_dynamic_sweep_as_dynamic(tmp_path:
     want = describe_workload("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="dynamic")[0]
     assert set(ds.workloads) == {want}
     assert want != describe_workload("bert-tiny", "qnli", batch_size=8, seq_len=128)[0]
+
+
+def test_the_stored_key_is_the_resolved_workloads_key() -> None:
+    """Setup's oracle check finds sweeps by stored_key (no trace): it must be the key the engine files them under."""
+    from engine.workload.lora import LoraSettings
+    from engine.workload.resolve import resolve_workload, stored_key
+
+    cases = ({}, {"padding": "dynamic"}, {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"},
+             {"mode": "bitfit", "grad_checkpointing": True, "batch_size": 8, "seq_len": 64})
+    for kw in cases:
+        assert stored_key("BERT-Tiny", "SST-2", **kw) == resolve_workload("bert-tiny", "sst2", **kw).key, kw

@@ -92,6 +92,22 @@ class Workload:
                    if self.lengths is not None else {})}
 
 
+def stored_key(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
+               precision: str | None = None, mode: str = "full", lora: LoraSettings | None = None,
+               grad_checkpointing: bool = False, padding: str = "max_length") -> str:
+    """The store's key of the workload resolve_workload() would return, without tracing it (no
+    torch): the model's resolved name, the canonical task and the zoo's defaults for what is None.
+    What a client (Setup's oracle check) looks a workload's sweeps up by, as the engine does."""
+    from engine.workload.finetune import defaults_for
+    from engine.workload.glue import get_task
+    from engine.workload.models import resolve_model
+
+    defaults = defaults_for(model)
+    return workload_key(resolve_model(model).name, get_task(task).name, batch_size or defaults.batch_size,
+                        seq_len or defaults.seq_len, precision or defaults.precision, mode, padding,
+                        variant=mode_variant(mode, lora if mode == "lora" else None, grad_checkpointing))
+
+
 def resolve_workload(
     model: str,
     task: str,

@@ -22,37 +22,37 @@ class SweepActions:
 
     # ------------------------------------------------------------------ what Setup's policy needs
     def sweeps_of(self, values: Any) -> int:
-        """How many of the store's sweeps of this device (and source) measured Setup's workload
-        (its zoo defaults matching any batch / length / precision left blank)."""
-        from engine.results.store import DeviceRecord
+        """How many of the store's sweeps of this device (and source) measured Setup's workload:
+        the workload found by the key the engine's oracle looks it up by (engine.results.sweeps.
+        stored_points), with the zoo's defaults for blank fields and Setup's dynamic padding."""
         from engine.core.constants import DEFAULT_PADDING
+        from engine.results.store import DeviceRecord
+        from engine.workload.resolve import stored_key
+        from tui.forms import int_or_none, lora_settings
 
         store = self.store
         if store is None or self.identity is None:
             return 0
         device = DeviceRecord.from_identity(self.identity)
-        want = {"model": values.model.strip().lower(), "task": values.task, "mode": values.mode,
-                "batch_size": values.batch_size.strip(), "seq_len": values.seq_len.strip(),
-                "precision": "" if values.precision == "default" else values.precision}
-        found = 0
         try:
+            key = stored_key(values.model.strip(), values.task, batch_size=int_or_none(values.batch_size),
+                             seq_len=int_or_none(values.seq_len),
+                             precision=None if values.precision == "default" else values.precision,
+                             mode=values.mode, lora=lora_settings(values), padding=DEFAULT_PADDING)
+            found = store.find_workload(key)
+            if found is None:
+                return 0
+            count = 0
             for sweep in store.list_sweeps():
-                if sweep.source != self.source:
+                if sweep.workload_id != found[0] or sweep.source != self.source:
                     continue
-                dev, w = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
-                if (dev.board, dev.module, dev.profile) != (device.board, device.module, device.profile):
-                    continue
-                got = {"model": w.model.lower(), "task": w.task, "mode": w.mode, "batch_size": str(w.batch_size),
-                       "seq_len": str(w.seq_len), "precision": w.precision}
-                # what Setup does not ask but the workload's key holds: Setup's runs take the defaults
-                same_kind = (w.padding == DEFAULT_PADDING and not w.grad_checkpointing
-                             and (w.lora is None) == (values.mode != "lora")
-                             and (w.lora is None or str(w.lora.rank) == values.lora_rank.strip()))
-                if same_kind and all(not v or got[k] == v for k, v in want.items()) and store.completed_points(sweep.id):
-                    found += 1
-        except SlmDvfsError:
+                dev = store.get_device(sweep.device_id)
+                if (dev.board, dev.module, dev.profile) == (device.board, device.module, device.profile) \
+                        and store.completed_points(sweep.id):
+                    count += 1
+        except (SlmDvfsError, ValueError):
             return 0
-        return found
+        return count
 
     def policy_warning(self, values: Any) -> str:
         """What Setup says under the form about its policy: what it still needs, or ""."""
