@@ -199,4 +199,5 @@ def test_a_too_large_workload_is_refused_before_any_model_is_built(argv, monkeyp
     assert main([*argv, *db]) == 2
     err = capsys.readouterr().err
     assert "gemma-2b at batch 64, length 512 (fp32, mode full) needs an estimated" in err, err
+    assert "[predicted], more than" in err
     assert "--batch-size 5" in err and "--grad-checkpointing" in err and "Traceback" not in err

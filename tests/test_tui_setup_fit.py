@@ -27,6 +27,7 @@ def test_the_picker_lists_every_zoo_model_with_family_and_size() -> None:
 def test_the_memory_line_fits_or_says_what_would() -> None:
     line = setup_fit.memory_line(forms.SetupValues(model="bert-tiny"))
     assert line.startswith("memory: fits: ") and " of 58.4 GiB" in line and "activations" in line
+    assert line.endswith("[predicted]")  # an estimate: labelled as the model's figure
     big = forms.SetupValues(model="gemma-2b", batch_size="64", seq_len="512", precision="fp32")
     line = setup_fit.memory_line(big)
     assert line.startswith("memory: does not fit: 248.5 GiB of 58.4 GiB; try batch size 5 or seq length 40")

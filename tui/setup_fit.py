@@ -84,11 +84,11 @@ def memory_line(values: SetupValues) -> str:
     parts = ", ".join(f"{k} {v / 2**30:,.1f}" for k, v in fit.estimate.parts())
     head = fit.summary().split("; try ")[0]
     if fit.fits:
-        return f"memory: {head} (estimate: {parts})"
+        return f"memory: {head} (estimate: {parts}) [predicted]"
     tries = [_as_fields(r.flags) for r in fit.remedies]
     tries = [t for t in tries if t][:2]
     advice = "; try " + " or ".join(tries) if tries else "; try a smaller model"
-    return f"memory: {head}{advice} (estimate: {parts})"
+    return f"memory: {head}{advice} (estimate: {parts}) [predicted]"
 
 
 def _as_fields(flags: str) -> str | None:

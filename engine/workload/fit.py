@@ -64,7 +64,7 @@ class MemoryFit:
     def refusal(self) -> ConfigError:
         est = self.estimate
         what = (f"{self.name} at batch {est.batch_size}, length {est.seq_len} ({est.precision}, mode {est.mode}"
-                f"{', checkpointing' if est.checkpointing else ''}) needs an estimated {est.describe()}, more than "
+                f"{', checkpointing' if est.checkpointing else ''}) needs an estimated {est.describe()} [predicted], more than "
                 f"the {self.budget / GIB:,.1f} GiB the board leaves for training "
                 f"({_budget_basis(self.budget)})")
         if self.remedies:
