@@ -58,6 +58,23 @@ def twin_session(isolated_env: IsolatedEnv, tmp_path: Path) -> Iterator[DeviceSe
 
 
 @pytest.fixture(scope="module")
+def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A module's own cache (trained tokenizers, traces), state and data folders, torch on one
+    thread (tiny models: threads only contend), and never the network."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as mp:
+        for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
+                          ("SLM_DVFS_DATA_DIR", "data")):
+            mp.setenv(var, str(tmp_path_factory.mktemp(name)))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
 def selector_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One trace cache for a module's tests (the selector tests trace the same zoo models),
     shared across the session: traces are keyed by everything they depend on."""

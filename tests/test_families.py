@@ -60,17 +60,8 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def offline_cache(tmp_path_factory: pytest.TempPathFactory):
-    """One cache (trained tokenizers, traces) for the module; never the network."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield
-    torch.set_num_threads(threads)
+# one cache (trained tokenizers, traces) for the module, one thread, never the network (conftest)
+pytestmark = pytest.mark.usefixtures("offline_module")
 
 
 def _config_file(tmp_path: Path, name: str) -> Path:

@@ -26,18 +26,8 @@ from test_families import TINY_CONFIGS
 ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def offline(tmp_path_factory: pytest.TempPathFactory):
-    """One cache (trained tokenizers, traces) for the module, on one thread; never the network."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
-        mp.setenv("SLM_DVFS_DATA_DIR", str(tmp_path_factory.mktemp("data")))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        yield
-    torch.set_num_threads(threads)
+# one cache (trained tokenizers, traces) for the module, one thread, never the network (conftest)
+pytestmark = pytest.mark.usefixtures("offline_module")
 
 
 def _tiny(name: str, device: str | None = "meta") -> torch.nn.Module:

@@ -192,14 +192,19 @@ async def test_the_sweep_page_follows_setups_workload_and_is_still_before_a_swee
         await ui.press("q")
 
 
+async def _setup_asks_for_an_oracle_sweep(ui: Ui, app: Any) -> None:
+    """On Setup with policy oracle, the note says the workload has no sweep."""
+    await ui.press("2")
+    await ui.type_into("policy", "oracle")
+    note = app.screen.query_one("#policy-note")
+    assert note.display and "oracle needs a sweep of bert-tiny/sst2" in plain(note.content)
+
+
 async def test_oracle_without_a_sweep_is_said_on_setup_and_a_fast_sweep_offered(twin_session: DeviceSession,
                                                                                results_store: Store) -> None:
     app = make_app(twin_session, store=results_store)
     async with drive(app, size=(100, 40)) as ui:
-        await ui.press("2")
-        await ui.type_into("policy", "oracle")
-        note = app.screen.query_one("#policy-note")
-        assert note.display and "oracle needs a sweep of bert-tiny/sst2" in plain(note.content)
+        await _setup_asks_for_an_oracle_sweep(ui, app)
         app.screen.query_one("#simulate").value = True
         await ui.press("escape", "s")
         assert isinstance(app.screen, ConfirmScreen) and app.engine_busy is None  # asked, nothing started
@@ -232,10 +237,7 @@ async def test_a_sweep_of_fixed_length_batches_is_not_the_oracles_for_setup(twin
     assert results_store.list_sweeps()
     app = make_app(twin_session, store=results_store)
     async with drive(app, size=(100, 40)) as ui:
-        await ui.press("2")
-        await ui.type_into("policy", "oracle")
-        note = app.screen.query_one("#policy-note")
-        assert note.display and "oracle needs a sweep of bert-tiny/sst2" in plain(note.content)
+        await _setup_asks_for_an_oracle_sweep(ui, app)
         await ui.press("q")
 
 
