@@ -169,6 +169,28 @@ def test_downloads_only_when_allowed_and_not_offline(monkeypatch, allow, offline
     assert info.weights == "random"
 
 
+def test_offline_loads_never_reach_the_network(monkeypatch, tmp_path):
+    """Without permission nothing asks the hub, even where transformers forgets local_files_only
+    (v5 looks for a peft adapter online): offline, each such call would retry before failing."""
+    import huggingface_hub.constants
+    import huggingface_hub.file_download
+
+    asked = []
+
+    def no_network(url, *args, **kwargs):
+        asked.append(url)
+        raise OSError("the test has no network")
+
+    # the hub library read HF_HUB_OFFLINE when first imported: only the engine's own checks count here
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.file_download, "get_hf_file_metadata", no_network)
+    monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path))
+    _, info = load_model("bert-tiny", "sst2", allow_download=False)
+    tokenization.load_tokenizer("bert-tiny", info, ["a short sentence", "another one"], task="sst2")
+    assert info.weights == "random"
+    assert asked == []
+
+
 # --------------------------------------------------------------------------- tokenizers
 
 

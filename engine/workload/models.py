@@ -219,6 +219,9 @@ def _try_pretrained(resolved: ResolvedModel, task: GlueTask, allow_download: boo
             # fp32 master weights: mixed precision is the trainer's business.
             return AutoModelForSequenceClassification.from_pretrained(
                 source, local_files_only=not online, dtype=torch.float32,
+                # transformers 5 looks for a peft adapter without passing local_files_only on:
+                # offline, that lookup would try the network (and retry) before giving up
+                adapter_kwargs={"local_files_only": not online},
                 ignore_mismatched_sizes=True,  # a head fine-tuned for another task
                 **head_kwargs(resolved.config, task),
             )
