@@ -128,7 +128,8 @@ def _resolve_once(
     seen: list[Clocks] = [clocks]
     for _ in range(_MAX_ROUNDS):
         if gpu_fixed is None:
-            f = _lowest_below(gpu_allowed, g.podgov_target_load, lambda hz: est_at(replace(clocks, gpu_hz=hz)).gpu_util)
+            f = _lowest_below(gpu_allowed, g.podgov_target_load,
+                              lambda hz: g.podgov_load_seen * est_at(replace(clocks, gpu_hz=hz)).gpu_util)
             clocks = replace(clocks, gpu_hz=f)
         if cpu_fixed is None:
             target = 1.0 / c.schedutil_headroom

@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from engine.device.base import PowerMode
 from engine.core.errors import ProfileError
-from engine.core.paths import profiles_dir
+from engine.core.paths import data_dir, profiles_dir
+from engine.device.twin.params import ParamSpread, get_param, with_params
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,6 +68,10 @@ class GpuParams:
     available_governors: tuple[str, ...]
     podgov_target_load: float  # nvhost_podgov settles at the lowest clock whose load is below this
     idle_hz: int  # where the governor parks an idle GPU
+    # The share of the GPU's busy time podgov's load counter reports under training (its window
+    # also spans data loading and host gaps). 1: all of it, the steady-state model; a calibration
+    # to measured MAXN points may lower it, so MAXN settles below the top clock.
+    podgov_load_seen: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,8 @@ class TwinProfile:
     default_mode: int  # PM_CONFIG DEFAULT of the conf file
     initial_mode: int  # the mode a fresh twin starts in
     thermal_guard: ThermalGuardParams | None = None  # experiments' heat limits; None: engine.run.thermal's defaults
+    uncertainty: tuple[ParamSpread, ...] = ()  # the uncertain numbers (engine.device.twin.params)
+    base: str = ""  # a calibrated profile: the profile its [params] overlay
     source_path: str = field(default="", compare=False)
 
     def mode(self, mode_id: int) -> PowerMode:
@@ -197,25 +204,58 @@ def devices_dir() -> Path:
     return profiles_dir() / "devices"
 
 
+def user_profiles_dir() -> Path:
+    """Where calibrated profiles are written (`slm-dvfs calibrate`): the data dir's, not the shipped."""
+    return data_dir() / "profiles"
+
+
 def available_profiles() -> tuple[str, ...]:
-    """Names of the shipped device profiles."""
-    return tuple(sorted(p.stem for p in devices_dir().glob("*.toml")))
+    """Names of the shipped device profiles and of the calibrated ones in the data dir."""
+    names = {p.stem for p in devices_dir().glob("*.toml")}
+    if user_profiles_dir().is_dir():
+        names |= {p.stem for p in user_profiles_dir().glob("*.toml")}
+    return tuple(sorted(names))
+
+
+def profile_path(name_or_path: str | Path) -> Path:
+    """The TOML file of a profile name (shipped first, then the data dir's) or path."""
+    text_name = str(name_or_path)
+    path = Path(text_name)
+    if path.suffix == ".toml" or path.is_file():
+        return path
+    shipped = devices_dir() / f"{text_name}.toml"
+    user = user_profiles_dir() / f"{text_name}.toml"
+    return shipped if shipped.is_file() or not user.is_file() else user
 
 
 def load_profile(name_or_path: str | Path) -> TwinProfile:
-    """Load a profile by shipped name ("agx-orin-64gb") or by path to a TOML file."""
-    text_name = str(name_or_path)
-    path = Path(text_name)
-    if not (path.suffix == ".toml" or path.is_file()):
-        path = devices_dir() / f"{text_name}.toml"
+    """Load a profile by name ("agx-orin-64gb", or a calibrated "agx-orin-64gb-calibrated" in the
+    data dir) or by path to a TOML file. A file with `base = NAME` is an overlay: the base
+    profile with its `[params]` numbers replaced (paths as in engine.device.twin.params)."""
+    return _load(name_or_path, seen=())
+
+
+def _load(name_or_path: str | Path, seen: tuple[str, ...]) -> TwinProfile:
+    path = profile_path(name_or_path)
     if not path.is_file():
         names = ", ".join(available_profiles()) or "(none found)"
         raise ProfileError(
-            f"no device profile {text_name!r} (looked for {path})",
+            f"no device profile {str(name_or_path)!r} (looked for {path})",
             f"use one of: {names}; or pass the path of a profile TOML file",
         )
+    data = _read_toml(path)
+    if "base" in data:
+        profile = _overlay(data, path, seen)
+    else:
+        profile = _build(TwinProfile, data, "", path)
+    profile = dataclasses.replace(profile, source_path=str(path))
+    _check(profile, path)
+    return profile
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(
             f"device profile {path} is not valid TOML: {exc}",
@@ -223,10 +263,32 @@ def load_profile(name_or_path: str | Path) -> TwinProfile:
         ) from None
     except OSError as exc:
         raise ProfileError(f"cannot read device profile {path}: {exc.strerror}", "check the file's permissions") from None
-    profile = _build(TwinProfile, data, "", path)
-    profile = dataclasses.replace(profile, source_path=str(path))
-    _check(profile, path)
-    return profile
+
+
+def _overlay(data: Mapping[str, Any], path: Path, seen: tuple[str, ...]) -> TwinProfile:
+    base = data["base"]
+    if not isinstance(base, str) or not base:
+        raise _bad(path, "base", f"should name a profile, found {base!r}")
+    if base in seen or base == path.stem:
+        raise _bad(path, "base", f"names {base!r}, which leads back to this profile")
+    parent = _load(base, seen + (path.stem,))
+    params = data.get("params", {})
+    if not isinstance(params, Mapping):
+        raise _bad(path, "params", "should be a table of parameter paths and numbers")
+    for key, value in params.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(path, f"params.{key}", f"should be a number, found {value!r}")
+    try:
+        profile = with_params(parent, params)
+    except ProfileError as exc:
+        raise ProfileError(f"device profile {path}: {exc.what}", exc.remedy) from None
+    changes: dict[str, Any] = {"base": base}
+    for key in ("name", "description"):
+        if key in data:
+            changes[key] = _convert(str, data[key], key, path)
+    if "uncertainty" in data:
+        changes["uncertainty"] = _convert(tuple[ParamSpread, ...], data["uncertainty"], "uncertainty", path)
+    return dataclasses.replace(profile, **changes)
 
 
 # --- generic TOML -> frozen dataclass mapping, with errors naming file and key ---------
@@ -298,6 +360,8 @@ def _check(p: TwinProfile, path: Path) -> None:
     for key, mode_id in (("default_mode", p.default_mode), ("initial_mode", p.initial_mode)):
         if mode_id not in ids:
             raise _bad(path, key, f"names mode {mode_id}, but the profile's modes are {ids}")
+    for spread in p.uncertainty:
+        spread.check(get_param(p, spread.path), str(path))
     for r in p.rails:
         for d in r.domains:
             if d not in ("gpu", "cpu"):
