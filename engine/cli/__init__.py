@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "engine.cli.store_cmds",
     "engine.cli.experiment_cmds",
     "engine.cli.selector_cmds",
+    "engine.cli.calibrate_cmd",
     "engine.cli.clockd_cmd",
 )
 

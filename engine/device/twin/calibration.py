@@ -43,7 +43,7 @@ from engine.device.twin.params import ParamSpread
 
 __all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "GOVERNOR_PATHS", "Calibration", "FitOptions", "Observation",
            "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "loso_summary", "mape",
-           "point_errors", "predict", "spreads_for", "sweep_error"]
+           "point_errors", "predict", "spreads_for", "sweep_error", "calibrated_name", "written_profile"]
 
 
 # --------------------------------------------------------------------------- results
@@ -88,6 +88,7 @@ class SweepError:
     optimum_step_error: int | None  # |GPU table index difference|; None: no GPU-pinned points
     saving_measured_pct: float | None  # optimum against MAXN (None: no MAXN point)
     saving_predicted_pct: float | None
+    optimum_regret_pct: float | None = None  # measured energy at the predicted optimum over the measured optimum's, - 1
 
     @property
     def saving_error_pts(self) -> float | None:
@@ -100,7 +101,7 @@ class SweepError:
                 "curve_rmse_pct": self.curve_rmse_pct, "optimum_measured": self.optimum_measured,
                 "optimum_predicted": self.optimum_predicted, "optimum_step_error": self.optimum_step_error,
                 "saving_measured_pct": self.saving_measured_pct, "saving_predicted_pct": self.saving_predicted_pct,
-                "saving_error_pts": self.saving_error_pts}
+                "saving_error_pts": self.saving_error_pts, "optimum_regret_pct": self.optimum_regret_pct}
 
 
 def sweep_error(profile: Any, observations: Sequence[Observation]) -> SweepError:
@@ -117,9 +118,10 @@ def sweep_error(profile: Any, observations: Sequence[Observation]) -> SweepError
     pinned = [i for i, ob in enumerate(observations) if ob.setting.gpu_hz is not None]
     best_m = min(pinned, key=lambda i: meas[i]) if pinned else None
     best_p = min(pinned, key=lambda i: pred[i]) if pinned else None
-    step = None
+    step = regret = None
     if best_m is not None and best_p is not None:
         step = abs(_step(table, observations[best_m].setting.gpu_hz) - _step(table, observations[best_p].setting.gpu_hz))
+        regret = 100.0 * (meas[best_p] / meas[best_m] - 1.0)
     maxn = next((i for i, ob in enumerate(observations) if ob.setting == MAXN), None)
     others = [i for i in range(len(observations)) if i != maxn]
     saving_m = saving_p = None
@@ -133,6 +135,7 @@ def sweep_error(profile: Any, observations: Sequence[Observation]) -> SweepError
         optimum_measured=None if best_m is None else observations[best_m].setting.label(),
         optimum_predicted=None if best_p is None else observations[best_p].setting.label(),
         optimum_step_error=step, saving_measured_pct=saving_m, saving_predicted_pct=saving_p,
+        optimum_regret_pct=regret,
     )
 
 
@@ -198,10 +201,12 @@ def loso_summary(errors: Sequence[SweepError]) -> dict[str, float | None]:
 
     steps = [float(e.optimum_step_error) for e in errors if e.optimum_step_error is not None]
     savings = [abs(e.saving_error_pts) for e in errors if e.saving_error_pts is not None]
+    regrets = [e.optimum_regret_pct for e in errors if e.optimum_regret_pct is not None]
     return {"curve_mape_pct": mean([e.curve_mape_pct for e in errors]),
             "curve_rmse_pct": mean([e.curve_rmse_pct for e in errors]),
             "optimum_step_error": mean(steps), "optimum_step_error_max": max(steps) if steps else None,
-            "saving_error_pts": mean(savings), "saving_error_pts_max": max(savings) if savings else None}
+            "saving_error_pts": mean(savings), "saving_error_pts_max": max(savings) if savings else None,
+            "optimum_regret_pct": mean(regrets), "optimum_regret_pct_max": max(regrets) if regrets else None}
 
 
 def mape(points: Sequence[PointError]) -> tuple[float, float | None]:
@@ -217,7 +222,16 @@ def point_errors(profile: Any, observations: Sequence[Observation]) -> tuple[Poi
                  for ob, p in zip(observations, predict(profile, observations)))
 
 
-def written_profile(base: Any, fitted: Any, moves: Sequence[ParamMove]) -> Any:
+CALIBRATED_SUFFIX = "-calibrated"
+
+
+def calibrated_name(base: Any) -> str:
+    """The default name of a calibration of `base`: "<root>-calibrated", where root is the shipped
+    profile a calibrated base itself overlays (so calibrating again replaces, not stacks)."""
+    return f"{base.base or base.name}{CALIBRATED_SUFFIX}"
+
+
+def written_profile(base: Any, fitted: Any, moves: Sequence[ParamMove], name: str | None = None) -> Any:
     """The calibrated profile as its overlay file states it: the base with the moved numbers
     only (a change under MOVED_SD prior sds is noise, not worth a line) and the fitted spreads.
     The report's figures are this profile's, so they are what `--twin NAME` reproduces."""
@@ -226,7 +240,8 @@ def written_profile(base: Any, fitted: Any, moves: Sequence[ParamMove]) -> Any:
     from engine.device.twin.params import with_params
 
     moved = {m.path: m.after for m in moves if m.moved}
-    return replace(with_params(base, moved), uncertainty=fitted.uncertainty)
+    return replace(with_params(base, moved), uncertainty=fitted.uncertainty, name=name or calibrated_name(base),
+                   base=base.base or base.name)
 
 
 def spreads_for(profile: Any, paths: Sequence[str] | None) -> tuple[ParamSpread, ...]:
@@ -247,9 +262,10 @@ def spreads_for(profile: Any, paths: Sequence[str] | None) -> tuple[ParamSpread,
 
 
 def calibrate_profile(profile: Any, observations: Sequence[Observation], *, paths: Sequence[str] | None = None,
-                      options: FitOptions | None = None, loso: bool = True) -> Calibration:
+                      options: FitOptions | None = None, loso: bool = True, name: str | None = None) -> Calibration:
     """Fit `profile`'s uncertain numbers (`paths`, default all of profile.uncertainty) to the
-    observations; with `loso`, also predict each sweep from a fit to the others."""
+    observations; with `loso`, also predict each sweep from a fit to the others. The fitted
+    profile is called `name` (default "<base>-calibrated")."""
     from engine.device.twin.calibration_fit import fit
 
     opts = options or FitOptions()
@@ -258,7 +274,7 @@ def calibrate_profile(profile: Any, observations: Sequence[Observation], *, path
         raise ConfigError("nothing to calibrate against", "give measured sweep points")
     spreads = spreads_for(profile, paths)
     fitted, cost = fit(profile, observations, spreads, opts)
-    result = written_profile(profile, fitted.profile, fitted.moves)
+    result = written_profile(profile, fitted.profile, fitted.moves, name)
     points = point_errors(result, observations)
     before = point_errors(profile, observations)
     e_after, t_after = mape(points)

@@ -10,16 +10,10 @@ from datetime import datetime, timezone
 from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
+from engine.device.twin.calibration import calibrated_name
 from engine.device.twin.params import get_param
 
-CALIBRATED_SUFFIX = "-calibrated"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
-
-
-def calibrated_name(base: Any) -> str:
-    """The default name of a calibration of `base`: "<root>-calibrated", where root is the shipped
-    profile a calibrated base itself overlays (so calibrating again replaces, not stacks)."""
-    return f"{base.base or base.name}{CALIBRATED_SUFFIX}"
 
 
 def check_profile_name(name: str) -> str:
@@ -41,7 +35,7 @@ def overlay_toml(cal: Any, *, name: str | None = None, root: Any = None, sweeps_
                               f"pass root=load_profile({base.base!r})")
     else:
         root = base
-    title = check_profile_name(name or calibrated_name(base))
+    title = check_profile_name(name or cal.profile.name or calibrated_name(base))
     if title == root.name:
         raise ConfigError(f"a calibrated profile cannot be named {title!r}: that is its base",
                           f"use e.g. {calibrated_name(base)}")
