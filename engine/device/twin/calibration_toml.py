@@ -53,8 +53,8 @@ def overlay_toml(cal: Any, *, name: str | None = None, root: Any = None, sweeps_
         f"base = {_str(root.name)}  # the shipped profile this overlays",
         f"name = {_str(title)}  # {tag}",
         f"description = {_str(f'{root.description}, {tag}')}  # {tag}",
-        "# The spreads a fit left (posterior sd from the fit's Jacobian, at most the prior's); unfitted ones are the prior's.",
-        "uncertainty = [",
+        "uncertainty = [  # the spreads the fit left (posterior sd from its Jacobian, at most the prior's); "
+        "unfitted ones are the prior's",
     ]
     for s in cal.profile.uncertainty:
         note = (f"posterior: {tag}" if s.path in fitted else f"prior of {root.name} (not fitted)")

@@ -1,0 +1,163 @@
+"""`slm-dvfs calibrate` end to end on a results store of measured sweeps (synthetic: a perturbed
+twin's figures with noise, written through the store API into a test's own data dir), what it
+writes, `--twin <name>-calibrated` afterwards, and its refusals (nothing written on any)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from engine.cli import main
+from engine.core.errors import ConfigError
+from engine.device.setting import MAXN, DvfsSetting
+from engine.device.twin.calibration import Observation, predict
+from engine.device.twin.profile import load_profile, user_profiles_dir
+from engine.device.twin.synthetic import gpu_sweep_settings, perturbed_profile, synthetic_sweep
+from engine.results.records import DeviceRecord, SweepPoint, WorkloadRecord
+from engine.results.store import Store, default_db_path
+from engine.run.calibrate import _observations, _rails, parse_sweep_ids
+
+SHIPPED = load_profile("agx-orin-64gb")
+TRUTH = perturbed_profile(SHIPPED)
+BOARD = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0000", l4t="36.3.0", jetpack="6.0")
+NANO = DeviceRecord("NVIDIA Jetson Orin Nano Developer Kit", "P3767-0005")
+RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV")
+SMALL = ("bert-small", "sst2", 16, 64)
+SMALL_QNLI = ("bert-small", "qnli", 16, 128)
+STEPS = 5  # measured steps a point
+FEW_PARAMS = "gpu.vf.knee_hz,gpu.capacitance_f,gpu.podgov_load_seen,rails.VDD_GPU_SOC.static_mw"
+
+
+def _steps(model: str, task: str, batch: int, length: int):
+    from engine.workload.resolve import resolve_workload
+
+    return resolve_workload(model, task, batch_size=batch, seq_len=length, padding="max_length")
+
+
+def store_sweep(store: Store, workload: tuple, *, device: DeviceRecord = BOARD, source: str = "measured",
+                settings=None, repeats: int = 2) -> int:
+    """A sweep "measured" on the perturbed twin (each repeat its own noise), stored as a board's."""
+    w = _steps(*workload)
+    sweep = store.find_or_create_sweep(device=device, workload=WorkloadRecord.from_workload(w),
+                                       space={"space": "gpu", "rails": "gpu+cpu", "method": "run"},
+                                       warmup_steps=1, steps=STEPS, repeats=repeats, source=source)
+    n = w.batch_size * STEPS
+    for r in range(repeats):
+        for ob in synthetic_sweep(w.steps, TRUTH, sweep=str(sweep.id), settings=settings, noise=0.01, seed=r):
+            assert ob.time_s_per_sample is not None
+            store.add_point(SweepPoint(sweep.id, ob.setting.to_json(), r, ob.time_s_per_sample * n,
+                                       ob.energy_j_per_sample * n, n))
+    store.finish_sweep(sweep.id)
+    return sweep.id
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys, tmp_path: Path) -> None:
+    with Store(default_db_path()) as store:
+        first = store_sweep(store, SMALL)
+        store_sweep(store, SMALL_QNLI, settings=gpu_sweep_settings(TRUTH, steps=(0, 2, 4, 6, 8, 10)))
+    # four of the numbers (a fit of all of them is the device layer's tests' business; this keeps it quick)
+    code, out, err = _run(capsys, "calibrate", "--params", FEW_PARAMS)
+    assert code == 0, err
+    for text in ("[measured]", "[predicted]", "Leave-one-sweep-out", "energy MAPE", "time MAPE",
+                 "gpu.vf.knee_hz", "Next: use it with --twin agx-orin-64gb-calibrated"):
+        assert text in out, text
+    folder = user_profiles_dir()
+    assert sorted(p.name for p in folder.iterdir()) == ["agx-orin-64gb-calibrated-report.json",
+                                                         "agx-orin-64gb-calibrated-report.md",
+                                                         "agx-orin-64gb-calibrated.toml"]
+    report = json.loads((folder / "agx-orin-64gb-calibrated-report.json").read_text())
+    assert report["calibration"]["n_points"] == 12 + 7 and report["calibration"]["sweeps"] == ["s1", "s2"]
+    assert report["calibration"]["energy_mape_pct"] < report["calibration"]["energy_mape_before_pct"]
+    assert "| sweep |" in (folder / "agx-orin-64gb-calibrated-report.md").read_text()
+    calibrated = load_profile("agx-orin-64gb-calibrated")
+    # the calibrated twin through the CLI: its MAXN figure is the calibrated model's, not the shipped one's
+    code, out, err = _run(capsys, "sweep", "--fast", "--twin", "agx-orin-64gb-calibrated", "--model", "bert-small",
+                          "--task", "sst2", "--batch-size", "16", "--max-seq-len", "64", "--pad", "max",
+                          "--rails", "gpu+cpu", "--db", str(tmp_path / "twin.sqlite"), "--json")
+    assert code == 0, err
+    maxn = json.loads(out)["maxn"]["joules_per_sample"]["mean"]
+    steps = _steps(*SMALL).steps
+    want = predict(calibrated, [Observation("x", steps, MAXN, RAILS, 1.0)])[0].energy_j_per_sample
+    shipped = predict(SHIPPED, [Observation("x", steps, MAXN, RAILS, 1.0)])[0].energy_j_per_sample
+    assert maxn == pytest.approx(want, rel=1e-9) and abs(maxn / shipped - 1) > 0.01
+    # a second calibration: named, every uncertain number, one sweep, JSON
+    code, out, err = _run(capsys, "calibrate", "--sweeps", f"s{first}", "--name", "mine", "--no-loso", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["profile"] == "mine" and data["next"] == "--twin mine"
+    assert [p["path"] for p in data["calibration"]["params"]] == [s.path for s in SHIPPED.uncertainty
+                                                                  if s.path != "gpu.podgov_target_load"]
+    assert data["calibration"]["leave_one_sweep_out"] == []
+    assert load_profile("mine").base == "agx-orin-64gb"
+
+
+def _nothing_written() -> bool:
+    folder = user_profiles_dir()
+    return not folder.exists() or not any(folder.iterdir())
+
+
+def test_refusals_say_what_to_do_and_write_nothing(isolated_env, capsys) -> None:
+    code, _out, err = _run(capsys, "calibrate")
+    assert code == 2 and "no measured sweeps" in err and "import-sweep" in err and "slm-dvfs sweep" in err
+    with Store(default_db_path()) as store:
+        twin_sweep = store_sweep(store, SMALL, source="twin", repeats=1)
+    code, _out, err = _run(capsys, "calibrate")
+    assert code == 2 and "no measured sweeps" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", str(twin_sweep))
+    assert code == 2 and "not measured" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", "s99")
+    assert code == 2 and "no sweep s99" in err
+    with Store(default_db_path()) as store:
+        nano = store_sweep(store, SMALL, device=NANO, repeats=1)
+        few = store_sweep(store, SMALL_QNLI, repeats=1, settings=(MAXN, DvfsSetting(gpu_hz=612000000, nvpmodel=0)))
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", f"s{nano}")
+    assert code == 2 and "P3767-0005" in err and "--sweeps" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", f"s{few}")
+    assert code == 2 and "too few measured points" in err and "at least 6" in err
+    with Store(default_db_path()) as store:
+        good = store_sweep(store, SMALL, repeats=1)
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", f"s{good}", "--name", "agx-orin-64gb")
+    assert code == 2 and "shipped profile's name" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", f"s{good}", "--name", "../evil")
+    assert code == 2 and "not a plain name" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", f"s{good}", "--params", "gpu.sms")
+    assert code == 2 and "no uncertainty for gpu.sms" in err
+    code, _out, err = _run(capsys, "calibrate", "--sweeps", "x1")
+    assert code == 2 and "not a sweep id" in err
+    assert _nothing_written()
+
+
+def test_stored_points_become_observations_energy_only_included() -> None:
+    s612 = {"gpu_hz": 612000000, "cpu_hz": None, "emc_hz": None, "nvpmodel": 0}
+    points = [SimpleNamespace(setting=s612, energy_j=10.0, time_s=2.0, samples=10, rail_energy_j={}),
+              SimpleNamespace(setting=s612, energy_j=12.0, time_s=None, samples=10, rail_energy_j={}),
+              SimpleNamespace(setting={"nvpmodel": 0}, energy_j=30.0, time_s=None, samples=20, rail_energy_j={})]
+    obs = _observations("s1", object(), RAILS, points)
+    assert [(o.setting, o.energy_j_per_sample, o.time_s_per_sample) for o in obs] == [
+        (DvfsSetting(gpu_hz=612000000, nvpmodel=0), pytest.approx(1.1), pytest.approx(0.2)),  # the repeat with a time
+        (MAXN, pytest.approx(1.5), None)]  # energy only
+
+
+def test_rails_of_a_sweep_from_its_preset() -> None:
+    pts = [SimpleNamespace(rail_energy_j={"VDD_CPU_CV": 1.0, "VDD_GPU_SOC": 2.0})]
+    assert _rails("gpu+cpu", pts, SHIPPED, 1) == RAILS
+    assert _rails("all", pts, SHIPPED, 1) == RAILS  # the rails the board reported, in the profile's order
+    assert _rails("all", [SimpleNamespace(rail_energy_j={})], SHIPPED, 1) == SHIPPED.rail_names
+    assert _rails("VDD_GPU_SOC", pts, SHIPPED, 1) == ("VDD_GPU_SOC",)
+    with pytest.raises(ConfigError, match="VDD_SOMETHING"):
+        _rails("VDD_GPU_SOC,VDD_SOMETHING", pts, SHIPPED, 1)
+
+
+def test_sweep_ids_parse_with_or_without_the_s() -> None:
+    assert parse_sweep_ids(["s3", "5", "s3,7"]) == (3, 5, 7)
+    with pytest.raises(ConfigError, match="not a sweep id"):
+        parse_sweep_ids(["r3"])
