@@ -46,9 +46,10 @@ from engine.workload.resolve import resolve_workload  # noqa: E402
 
 # (model, task, max length): families, tasks and lengths differ between the two sets.
 TRAIN = (("bert-base-uncased", "sst2", 128), ("bert-base-uncased", "mnli", 256),
-         ("pythia-160m", "qnli", 256), ("deberta-v3-small", "mnli", 256))
+         ("pythia-160m", "qnli", 256), ("deberta-v3-small", "mnli", 256), ("bert-mini", "qnli", 256))
 HELD_OUT = (("roberta-base", "rte", 256), ("distilbert-base-uncased", "qnli", 256), ("bert-medium", "sst2", 128),
-            ("smollm2-135m", "sst2", 128), ("bert-base-uncased", "mrpc", 128), ("pythia-70m", "cola", 128))
+            ("smollm2-135m", "sst2", 128), ("bert-base-uncased", "mrpc", 128), ("pythia-70m", "cola", 128),
+            ("bert-mini", "sst2", 128), ("bert-tiny", "qnli", 128))
 SIX_STEPS = (0, 2, 4, 6, 8, 10)  # 306, 510, 714, 918, 1122, 1300.5 MHz
 
 
