@@ -64,9 +64,12 @@ def test_the_fit_recovers_the_perturbation_and_predicts_held_out_sweeps(calibrat
     assert cal.time_mape_pct is not None and cal.time_mape_before_pct is not None
     assert cal.time_mape_pct < cal.time_mape_before_pct
     moves = {m.path: m for m in cal.params}
-    for path in ("gpu.vf.knee_hz", "gpu.podgov_load_seen", "gpu.matmul_efficiency", "gpu.leak_mw"):
+    for path in ("gpu.vf.knee_hz", "gpu.podgov_load_seen", "gpu.matmul_efficiency", "gpu.capacitance_f",
+                 "gpu.vf.max_v"):  # the numbers these sweeps pin down
         m, truth = moves[path], PERTURBATION[path]
         assert abs(m.after - truth) < 0.5 * abs(m.before - truth), path  # at least half way to the truth
+    for m in cal.params:  # and the posterior spreads are honest: the truth within 3 of them, moved or not
+        assert abs(m.after - get_param(TRUTH, m.path)) < 3 * m.sd_after, m.path
     for trace in HELD_OUT:  # other workloads, predicted against the noise-free truth: the targets
         truth_sweep = synthetic_sweep(trace, TRUTH, sweep=trace.model, noise=0.0)
         after, before = sweep_error(cal.profile, truth_sweep), sweep_error(SHIPPED, truth_sweep)
@@ -123,6 +126,12 @@ def test_only_the_named_parameters_move_and_unknown_ones_are_refused() -> None:
     for s in SHIPPED.uncertainty:
         if s.path != "gpu.vf.knee_hz":
             assert get_param(cal.profile, s.path) == get_param(SHIPPED, s.path)
+    # MAXN's governor is fitted from MAXN points: without any it keeps its prior and its spread
+    pinned_only = [ob for ob in obs if ob.setting != MAXN]
+    cal = calibrate_profile(SHIPPED, pinned_only, paths=("gpu.vf.knee_hz", "gpu.podgov_load_seen"), loso=False)
+    assert [m.path for m in cal.params] == ["gpu.vf.knee_hz"]
+    assert cal.profile.uncertainty == tuple(s if s.path != "gpu.vf.knee_hz" else cal.profile.uncertainty[i]
+                                            for i, s in enumerate(SHIPPED.uncertainty))
     with pytest.raises(ConfigError, match="no uncertainty for gpu.sms"):
         calibrate_profile(SHIPPED, obs, paths=("gpu.sms",), loso=False)
 

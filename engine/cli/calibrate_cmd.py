@@ -37,7 +37,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from engine.results.store import Store
-    from engine.run.calibrate import HOW_TO_MEASURE, CalibrateSpec, calibrate_gathered, gather, parse_sweep_ids
+    from engine.run.calibrate import (
+        HOW_TO_MEASURE,
+        CalibrateSpec,
+        calibrate_gathered,
+        observe,
+        parse_sweep_ids,
+        read_measured,
+    )
 
     params = None
     if args.params:
@@ -50,8 +57,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not path.exists():
         raise ConfigError(f"no results store at {path}: it holds no measured sweeps to calibrate against",
                           HOW_TO_MEASURE)
-    with Store(path, create=False) as store:  # read, then let go: the fit does not need the store
-        gathered = gather(store, spec)
+    with Store(path, create=False) as store:  # read, then let go: tracing and the fit do not need it
+        stored = read_measured(store, spec)
+    gathered = observe(stored, spec)
     print(f"fitting {gathered.base.name} to {len(gathered.sweeps)} measured sweep(s), "
           f"{len(gathered.observations)} settings...", file=sys.stderr)
     result = calibrate_gathered(gathered, spec)

@@ -106,11 +106,20 @@ def parse_sweep_ids(texts: Sequence[str]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def gather(store: Any, spec: CalibrateSpec) -> Gathered:
-    """The observations of the measured sweeps `spec` names (all when none), checked against the
-    profile: the same board, rails it models, enough points to fit. Re-traces each workload
-    (torch-free when its trace is cached)."""
-    base = load_profile(spec.twin or DEFAULT_BASE)
+@dataclass(frozen=True)
+class StoredSweep:
+    """What the fit needs of one stored sweep, read in one go (the store is let go before tracing)."""
+
+    id: int
+    device: Any  # DeviceRecord
+    workload: Any  # WorkloadRecord
+    rails: Any  # the sweep space's rails preset
+    points: tuple[Any, ...]  # SweepPoint
+
+
+def read_measured(store: Any, spec: CalibrateSpec) -> tuple[StoredSweep, ...]:
+    """The measured sweeps `spec` names (all when none), as stored; refuses unknown ids, sweeps
+    that are not measured when named, and a store without any."""
     wanted = set(spec.sweeps)
     sweeps = [s for s in store.list_sweeps() if not wanted or s.id in wanted]
     missing = sorted(wanted - {s.id for s in sweeps})
@@ -124,23 +133,33 @@ def gather(store: Any, spec: CalibrateSpec) -> Gathered:
     sweeps = sorted((s for s in sweeps if s.source == Source.MEASURED), key=lambda s: s.id)
     if not sweeps:
         raise ConfigError("the results store holds no measured sweeps to calibrate the twin against", HOW_TO_MEASURE)
+    return tuple(StoredSweep(s.id, store.get_device(s.device_id), store.get_workload(s.workload_id),
+                             s.space.get("rails", RAILS_ALL), tuple(store.sweep_points(s.id))) for s in sweeps)
+
+
+def observe(stored: Sequence[StoredSweep], spec: CalibrateSpec) -> Gathered:
+    """The observations of stored sweeps, checked against the profile: the same board, rails it
+    models, enough points to fit. Re-traces each workload (torch-free when its trace is cached)."""
+    base = load_profile(spec.twin or DEFAULT_BASE)
+    for sweep in stored:  # every board checked before anything is traced
+        _check_board(sweep.device, base, sweep.id)
     observations: list[Observation] = []
     used: list[SweepUsed] = []
-    for sweep in sweeps:
-        device = store.get_device(sweep.device_id)
-        _check_board(device, base, sweep.id)
-        points = store.sweep_points(sweep.id)
-        if not points:
+    for sweep in stored:
+        if not sweep.points:
             continue
-        record = store.get_workload(sweep.workload_id)
-        steps = _steps(record, sweep.id)
-        rails = _rails(sweep.space.get("rails", RAILS_ALL), points, base, sweep.id)
-        obs = _observations(f"s{sweep.id}", steps, rails, points)
+        rails = _rails(sweep.rails, sweep.points, base, sweep.id)
+        obs = _observations(f"s{sweep.id}", _steps(sweep.workload, sweep.id), rails, sweep.points)
         observations += obs
-        used.append(SweepUsed(sweep.id, _describe(record), len(obs),
+        used.append(SweepUsed(sweep.id, _describe(sweep.workload), len(obs),
                               sum(1 for o in obs if o.time_s_per_sample is None), rails))
     _check_enough(observations)
     return Gathered(tuple(observations), tuple(used), base)
+
+
+def gather(store: Any, spec: CalibrateSpec) -> Gathered:
+    """read_measured() then observe(): the observations of the measured sweeps `spec` names."""
+    return observe(read_measured(store, spec), spec)
 
 
 def calibrate_gathered(gathered: Gathered, spec: CalibrateSpec) -> CalibrateResult:
@@ -216,7 +235,7 @@ def _steps(record: Any, sweep_id: int) -> Any:
 
 
 def _rails(preset: Any, points: Sequence[Any], profile: Any, sweep_id: int) -> tuple[str, ...]:
-    text = str(preset or RAILS_ALL).strip()
+    text = ",".join(map(str, preset)) if isinstance(preset, (list, tuple)) else str(preset or RAILS_ALL).strip()
     if text.lower() == RAILS_ALL:
         seen = {r for p in points for r in (p.rail_energy_j or {})}
         names = tuple(r for r in profile.rail_names if r in seen) + tuple(sorted(seen - set(profile.rail_names)))
@@ -239,6 +258,10 @@ def _observations(name: str, steps: Any, rails: tuple[str, ...], points: Sequenc
         groups.setdefault(setting_key(p.setting), []).append(p)
     out = []
     for pts in groups.values():
+        bad = [p for p in pts if not p.samples or p.samples <= 0]
+        if bad:
+            raise ConfigError(f"sweep {name} holds a point of {bad[0].samples!r} samples at {bad[0].setting}",
+                              "every stored point needs the samples it measured; leave the sweep out with --sweeps")
         energy = statistics.fmean(p.energy_j / p.samples for p in pts)
         timed = [p.time_s / p.samples for p in pts if p.time_s is not None]
         out.append(Observation(name, steps, dvfs_setting(pts[0].setting), rails, energy,

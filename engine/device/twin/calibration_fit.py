@@ -47,7 +47,9 @@ class _Problem:
         self.cont = [s for s in fitted if s.path not in GOVERNOR_PATHS]
         # podgov's target and load_seen act only through their ratio: one of them is searched
         gov = sorted((s for s in fitted if s.path in GOVERNOR_PATHS), key=lambda s: GOVERNOR_PATHS.index(s.path))
-        self.gov: ParamSpread | None = gov[0] if gov else None
+        # only points the GPU governor decides depend on it: without any, it is not fitted
+        self.governed = [i for i, ob in enumerate(self.obs) if ob.setting.gpu_hz is None and not ob.setting.jetson_clocks]
+        self.gov: ParamSpread | None = gov[0] if gov and self.governed else None
         self.gov_prior = get_param(profile, self.gov.path) if self.gov else 0.0
         self.prior = np.array([get_param(profile, s.path) for s in self.cont], dtype=float)
         self.sd = np.array([s.sd for s in self.cont], dtype=float)
@@ -61,8 +63,6 @@ class _Problem:
             if timed:
                 self.groups.append((timed, "time"))
         self.m_data = sum(len(idx) + 1 for idx, _k in self.groups)
-        # only points the GPU governor decides depend on it
-        self.governed = [i for i, ob in enumerate(self.obs) if ob.setting.gpu_hz is None and not ob.setting.jetson_clocks]
         self._last: tuple[bytes, list[Prediction]] | None = None
 
     def profile_at(self, u: np.ndarray, gov: float) -> Any:
@@ -123,11 +123,14 @@ def fit(profile: Any, observations: Sequence[Observation], spreads: Sequence[Par
             u, jac = _least_squares(prob, u, gov)
         if prob.gov is None:
             break
-        new_gov, gov_sd = _grid(prob, u, gov)
+        new_gov, gov_sd = _grid(prob, u)
         log.debug("calibration round %d: %s %.4g -> %.4g", round_no + 1, prob.gov.path, gov, new_gov)
-        if new_gov == gov and round_no > 0:
+        if new_gov == gov:
             break
         gov = new_gov
+    else:  # the governor moved in the last round: the continuous numbers follow it once more
+        if prob.cont and prob.gov is not None:
+            u, jac = _least_squares(prob, u, gov)
     data_cost, prior_cost = prob.cost(u, gov)
     sds = _posterior_sd(prob, u, gov, data_cost) if jac is not None else prob.sd.copy()
     moves = [ParamMove(s.path, float(p), float(p + sd * x), s.sd, float(post))
@@ -158,7 +161,7 @@ def _least_squares(prob: _Problem, u0: np.ndarray, gov: float) -> tuple[np.ndarr
     return np.asarray(res.x, dtype=float), np.asarray(res.jac, dtype=float)
 
 
-def _grid(prob: _Problem, u: np.ndarray, current: float) -> tuple[float, float]:
+def _grid(prob: _Problem, u: np.ndarray) -> tuple[float, float]:
     """The governor value the MAXN points ask for, and its spread. The data cost is piecewise
     constant in it (MAXN moves by whole clock steps): among the values of least data cost, the
     prior stays if it is one of them, else the middle of the plateau nearest the prior; the
@@ -197,7 +200,6 @@ def _grid(prob: _Problem, u: np.ndarray, current: float) -> tuple[float, float]:
         hi += 1
     step = float(grid[1] - grid[0])
     sd = min(s.sd, max(0.5 * float(grid[hi] - grid[lo]), step))
-    del current
     return value, sd
 
 
