@@ -60,7 +60,9 @@ def format_calibration(cal: Any, *, sweeps: Sequence[Any] = (), profile_name: st
 
 def _loso(cal: Any, markdown: bool) -> list[str]:
     if not cal.loso:
-        return ["Leave-one-sweep-out: needs 2+ sweeps (each is predicted by a fit to the others)", ""]
+        why = ("needs 2+ sweeps (each is predicted by a fit to the others)" if cal.n_sweeps < 2
+               else "not computed (--no-loso)")
+        return [f"Leave-one-sweep-out: {why}", ""]
     out = [_title("Leave-one-sweep-out: each sweep predicted by a fit to the others [predicted vs measured]", markdown)]
     before = {e.sweep: e for e in cal.loso_before}
     rows = []
