@@ -94,6 +94,7 @@ def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys,
     assert code == 0, err
     data = json.loads(out)
     assert data["profile"] == "mine" and data["next"] == "--twin mine"
+    assert data["summary"].startswith("calibrated agx-orin-64gb to 1 measured sweep(s): energy MAPE ")
     assert [p["path"] for p in data["calibration"]["params"]] == [s.path for s in SHIPPED.uncertainty
                                                                   if s.path != "gpu.podgov_target_load"]
     assert data["calibration"]["leave_one_sweep_out"] == []

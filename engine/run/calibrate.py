@@ -84,8 +84,18 @@ class CalibrateResult:
                                   profile_path=self.profile_path,
                                   report_paths=(self.report_markdown, self.report_json))
 
+    def summary_line(self) -> str:
+        """One line for a status bar: what was fitted, how well, where it went."""
+        cal = self.calibration
+        loso = cal.loso_summary()
+        held = ("" if loso["curve_rmse_pct"] is None else
+                f"; held-out curve RMSE {loso['curve_rmse_pct']:.1f}%")
+        return (f"calibrated {cal.base.name} to {cal.n_sweeps} measured sweep(s): energy MAPE "
+                f"{cal.energy_mape_before_pct:.1f}% -> {cal.energy_mape_pct:.1f}%{held} [predicted vs measured]; "
+                f"use --twin {self.profile_name}")
+
     def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile_name, "profile_path": str(self.profile_path),
+        return {"profile": self.profile_name, "profile_path": str(self.profile_path), "summary": self.summary_line(),
                 "report_markdown": str(self.report_markdown), "report_json": str(self.report_json),
                 "sweeps": [s.to_json() for s in self.sweeps], "calibration": self.calibration.to_json(),
                 "next": f"--twin {self.profile_name}"}
