@@ -193,3 +193,18 @@ def test_the_overlay_round_trips_and_the_twin_runs_on_it(calibration, isolated_e
         overlay_toml(again)
     text2 = overlay_toml(again, root=SHIPPED)
     assert 'base = "agx-orin-64gb"' in text2 and '"gpu.podgov_load_seen"' in text2  # kept from the first
+
+
+def test_the_forward_model_is_the_fast_sweeps_for_traces_and_mixes() -> None:
+    from engine.core.trace import StepMix
+    from engine.device.twin.fast import fast_points
+
+    mix = StepMix(((0.7, variant("short", 0.5, 1.0, batch=32)), (0.3, variant("long", 1.0, 1.0, batch=32))))
+    settings = gpu_sweep_settings(SHIPPED, steps=(1, 5, 9))
+    rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
+    for steps in (BERT_BASE_LIKE, mix):
+        fast = fast_points(steps, SHIPPED, settings, steps=3, rails=rails)
+        pred = predict(SHIPPED, [Observation("s", steps, s, rails, 1.0) for s in settings])
+        for f, p in zip(fast, pred):
+            assert p.energy_j_per_sample == pytest.approx(f.measurement.energy_j / f.measurement.samples, rel=1e-12)
+            assert p.time_s_per_sample == pytest.approx(f.measurement.time_s / f.measurement.samples, rel=1e-12)
