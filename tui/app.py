@@ -36,6 +36,7 @@ from engine.device.snapshot import take_snapshot
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.selector import register_ml_policy
+from tui.actions.calibrate import CalibrateActions
 from tui.actions.experiments import ENGINE, ExperimentActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
@@ -64,7 +65,7 @@ PAGES = ("device", "setup", "run", "compare", "history", "sweep")
 PAGE_KEYS = Binding.Group("pages", compact=True)
 
 
-class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
+class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions, App):
     CSS_PATH = "styles.tcss"
     TITLE = "slm-dvfs"
     COMMANDS = App.COMMANDS | {SlmDvfsCommands}
@@ -115,7 +116,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, StoreActions, App):
         self.device_history = DeviceHistory()  # what the live graphs show; fills while a page is hidden
         self.clock_tables: dict[ClockDomain, tuple[int, ...]] = {}
         self.control: Any = None  # TrainControl of the experiment or sweep in progress
-        self.engine_busy: str | None = None  # "experiment" | "sweep" | "selector training"
+        self.engine_busy: str | None = None  # "experiment" | "sweep" | "selector training" | "calibration"
         self.run_tracker: RunTracker | None = None
         self.run_bridge: EventBridge | None = None
         self.run_view = RunView(status="idle", log=("no run yet: start one on the Setup page (2)",))

@@ -69,6 +69,14 @@ class SweepDone(Message):
         self.result = result
 
 
+class TwinCalibrated(Message):
+    """The twin's profile was fitted to measured sweeps (an engine.run.calibrate.CalibrateResult)."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__()
+        self.result = result
+
+
 class SelectorTrained(Message):
     def __init__(self, path: str, winner: str, rows: int, source: str) -> None:
         super().__init__()

@@ -1,10 +1,11 @@
-"""Modal dialogs: a yes/no confirmation before anything disruptive; the zoo's models to pick from."""
+"""Modal dialogs: a yes/no confirmation before anything disruptive; the zoo's models to pick from;
+a long text report to read (a calibration's)."""
 
 from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
@@ -76,3 +77,27 @@ class ZooPickerScreen(ModalScreen["str | None"]):
     def action_cancel(self) -> None:
         self.dismiss(None)
 
+
+
+class ReportScreen(ModalScreen[None]):
+    """A long plain-text report, scrolled with the arrows and page keys; escape or q closes it."""
+
+    BINDINGS = [Binding("escape,q", "close", "Close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="report-box"):
+            yield Static(f"{self.title_text}  (escape closes)", id="report-title")
+            with VerticalScroll(id="report-scroll"):
+                # markup off: the report's [twin]/[measured] labels are text, not Rich tags
+                yield Static(self.text, id="report-text", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#report-scroll", VerticalScroll).focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

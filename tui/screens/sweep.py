@@ -61,6 +61,7 @@ class SweepScreen(PageScreen):
     BINDINGS = [
         Binding("s", "start", "Start/resume"),
         Binding("t", "train", "Train selector"),
+        Binding("c", "calibrate", "Calibrate twin"),
         Binding("x", "app.cancel_run", "Cancel"),
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
@@ -226,6 +227,9 @@ class SweepScreen(PageScreen):
 
     def action_train(self) -> None:
         self.app.train_selector()  # type: ignore[attr-defined]
+
+    def action_calibrate(self) -> None:
+        self.app.calibrate_twin()  # type: ignore[attr-defined]
 
     def action_leave_form(self) -> None:
         self.set_focus(None)
