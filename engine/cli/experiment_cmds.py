@@ -22,6 +22,7 @@ from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
+from engine.results.format import format_pct, format_stat
 
 REDRAW_S = 0.1
 
@@ -280,19 +281,13 @@ def format_sweep(result: Any) -> str:
                  f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
-    lines.append(f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}")
-    for p in result.points:
-        mark = " *" if p is result.optimum else ("  (MAXN)" if p is result.maxn else "")
-        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} "
-                     f"{_ci(p.joules_per_sample.mean, p.joules_per_sample.ci95, '.4g'):>18} "
-                     f"{_ci(p.seconds_per_sample.mean * 1e3, None if p.seconds_per_sample.ci95 is None else p.seconds_per_sample.ci95 * 1e3, '.4g'):>18} "
-                     f"{_ci(p.power_w.mean, p.power_w.ci95, '.3g'):>14}  [{src}]")
+    lines += point_lines(result.points, result.optimum, result.maxn, src)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
         if vs_maxn is not None:
             lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                         f"slowdown {vs_maxn.slowdown_pct:+.1f}% per sample  [{src}]")
+                         f"slowdown {format_pct(vs_maxn.slowdown_pct)} per sample  [{src}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
@@ -301,8 +296,14 @@ def format_sweep(result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ci(mean: float, ci: float | None, fmt: str) -> str:
-    return format(mean, fmt) if ci is None else f"{format(mean, fmt)} ± {format(ci, fmt)}"
+def point_lines(points: Any, best: Any, maxn: Any, src: str) -> list[str]:
+    """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
+    lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
+    for p in points:
+        mark = " *" if p is best else ("  (MAXN)" if p is maxn else "")
+        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
+                     f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
+    return lines
 
 
 # --- report -------------------------------------------------------------------------------------

@@ -33,3 +33,19 @@ def setting_label(setting: Mapping[str, Any] | None) -> str:
 def format_when(stamp: str | None) -> str:
     """`2025-01-01 12:34` from an ISO timestamp; `-` when there is none."""
     return "-" if not stamp else stamp.replace("T", " ")[:16]
+
+
+UNKNOWN = "—"  # a figure that was not recorded (an energy-only point's time): never shown as 0
+
+
+def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
+    """A Stat (engine.core.stats) as `mean ± ci95` scaled; `—` for None (not recorded)."""
+    if stat is None:
+        return UNKNOWN
+    mean = format(stat.mean * scale, fmt)
+    return mean if stat.ci95 is None else f"{mean} ± {format(stat.ci95 * scale, fmt)}"
+
+
+def format_pct(value: float | None) -> str:
+    """`+12.3%`; `—` for None (not known, e.g. a slowdown of energy-only points)."""
+    return UNKNOWN if value is None else f"{value:+.1f}%"
