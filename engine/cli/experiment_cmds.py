@@ -22,7 +22,7 @@ from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
-from engine.results.format import format_pct, format_stat
+from engine.results.format import format_pct, sweep_point_lines
 
 REDRAW_S = 0.1
 
@@ -281,7 +281,7 @@ def format_sweep(result: Any) -> str:
                  f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
-    lines += point_lines(result.points, result.optimum, result.maxn, src)
+    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
@@ -294,16 +294,6 @@ def format_sweep(result: Any) -> str:
         lines.append("the sweep stopped early: run the same command again to resume it")
     lines.append(f"report: slm-dvfs report s{result.sweep_id}")
     return "\n".join(lines) + "\n"
-
-
-def point_lines(points: Any, best: Any, maxn: Any, src: str) -> list[str]:
-    """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
-    lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
-    for p in points:
-        mark = " *" if p is best else ("  (MAXN)" if p is maxn else "")
-        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
-                     f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
-    return lines
 
 
 # --- report -------------------------------------------------------------------------------------

@@ -64,6 +64,16 @@ batch_size = int_range(1, MAX_BATCH)
 seq_len = int_range(1, MAX_SEQ_LEN)
 samples = int_range(1, MAX_SAMPLES)
 row_id = int_range(1, MAX_ID)
+def run_or_sweep_id(text: str) -> tuple[str, int]:
+    """`12` or `r12`: ("run", 12); `s3`: ("sweep", 3) (an argparse type)."""
+    raw = text.strip()
+    kind = "sweep" if raw[:1] in ("s", "S") else "run"
+    if raw[:1] in ("s", "S", "r", "R"):
+        raw = raw[1:]
+    return kind, row_id(raw)
+
+
+run_or_sweep_id.__name__ = "run id (N) or sweep id (sN)"
 epochs = float_range(0.0, 10_000.0, low_open=True)
 learning_rate = float_range(0.0, 10.0, low_open=True)
 celsius = float_range(-40.0, 150.0)

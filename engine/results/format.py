@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError
@@ -49,3 +49,13 @@ def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
 def format_pct(value: float | None) -> str:
     """`+12.3%`; `—` for None (not known, e.g. a slowdown of energy-only points)."""
     return UNKNOWN if value is None else f"{value:+.1f}%"
+
+
+def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> list[str]:
+    """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
+    lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
+    for p in points:
+        mark = " *" if p is best else ("  (MAXN)" if p is maxn else "")
+        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
+                     f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
+    return lines

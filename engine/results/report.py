@@ -114,7 +114,9 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
         + ".  ",
         _method(sweep),
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
-        + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
+        + (" (computed by the digital twin)." if src == "twin" else
+           " (measured on a board, imported from a file)." if sweep.space.get("method") == "import"
+           else " (read on the board).") , "",
         "## Optimum", "",
         f"The optimum for objective `{objective.spec if objective is not None else 'energy'}` is **{best.setting.label()}**: "
         f"{format_stat(best.joules_per_sample, '.4g')} J/sample, "

@@ -81,6 +81,10 @@ class SweepTables(Database):
                 ).lastrowid)
         return self.get_sweep(sweep_id)
 
+    def sweeps_with(self, key: str, value: Any) -> list[SweepRecord]:
+        """The sweeps whose space holds `key` = `value` (e.g. an imported file's sha256), oldest first."""
+        return [s for s in reversed(self.list_sweeps()) if s.space.get(key) == value]
+
     def get_sweep(self, sweep_id: int) -> SweepRecord:
         rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
         if not rows:
@@ -136,11 +140,16 @@ class SweepTables(Database):
                              "skip the points completed_points() lists when resuming") from None
         return int(cur.lastrowid)
 
-    def add_finished_sweeps(self, device: DeviceRecord | int, sweeps: Sequence[FinishedSweep]) -> list[int]:
+    def add_finished_sweeps(self, device: DeviceRecord | int, sweeps: Sequence[FinishedSweep], *,
+                            replace: Sequence[int] = ()) -> list[int]:
         """Store whole sweeps measured elsewhere (an imported file), each finished, in one transaction:
-        all of them with all their points, or nothing. Returns the new sweep ids, in order."""
+        all of them with all their points, or nothing; the sweeps `replace` names (an earlier import
+        of the same file) are deleted in the same transaction. Returns the new sweep ids, in order."""
         ids: list[int] = []
         with self._tx("storing imported sweeps") as conn:
+            for old in replace:  # their points go with them (ON DELETE CASCADE)
+                if conn.execute("DELETE FROM sweeps WHERE id = ?", (int(old),)).rowcount == 0:
+                    raise UnknownRecordError(f"no sweep with id {old} in {self.path}", "check the id")
             device_id = self._ref(conn, device, "device")
             for sw in sweeps:
                 src = as_source(sw.source)
