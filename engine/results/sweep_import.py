@@ -346,7 +346,7 @@ class _RowReader:
             with self.at(where, "energy_j"):
                 energy = positive(cells["energy_j"], "energy", "J")
         if energy is None:
-            with self.at(where, "energy_j"):
+            with self.at(where, "energy_j" if power is None else "time_s"):
                 if power is None:
                     raise CellError("the row gives no energy", "add energy_j, or power_w with time_s")
                 if time_s is None:
