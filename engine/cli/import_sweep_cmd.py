@@ -1,7 +1,7 @@
 """`slm-dvfs import-sweep FILE`: a sweep measured elsewhere (CSV or JSON) stored as a measured sweep.
 
 The file is read and checked whole against the board's tables before anything is stored; then all
-of it is stored in one transaction. docs/results.md ("Importing measured sweeps") gives the formats.
+of it is stored in one transaction. docs/experiments.md ("Importing measured sweeps") gives the formats.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "setting=maxn; energy_j or power_w with time_s; time_s when known: energy-only rows are kept as such), "
         "check every value against the board's tables, and store it as a measured sweep of its workload "
         "(one sweep per workload and rail set), all in one transaction. The workload comes from the flags or "
-        "from columns. See docs/results.md, 'Importing measured sweeps'.",
+        "from columns. See docs/experiments.md, 'Importing measured sweeps'.",
     )
     add_db_arg(p)
     p.add_argument("file", metavar="FILE", help="the measurements: .csv (header row) or .json")

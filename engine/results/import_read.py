@@ -28,7 +28,7 @@ def read_bytes(path: Path) -> bytes:
 def _corrupt(path: Path, why: str) -> ConfigError:
     return ConfigError(f"{path} cannot be read as a sweep: {why}",
                        "give a CSV file with a header row, or JSON (a list of row objects, or "
-                       '{"workload": {...}, "rows": [...]}); see docs/results.md; nothing was stored')
+                       '{"workload": {...}, "rows": [...]}); see docs/experiments.md; nothing was stored')
 
 
 def table_rows(path: Path, raw: bytes) -> tuple[str, list[tuple[str, dict[str, Any]]], dict[str, Any]]:

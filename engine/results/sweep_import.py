@@ -9,7 +9,7 @@ workload and rail set, so energies over different rails are never mixed. Every v
 against the board's tables (BoardTables); the first wrong cell stops the import with the file,
 line (CSV) or row (JSON), column and what to do. torch-free.
 
-The formats and columns are documented in docs/results.md ("Importing measured sweeps").
+The formats and columns are documented in docs/experiments.md ("Importing measured sweeps").
 """
 
 from __future__ import annotations
