@@ -381,3 +381,24 @@ def test_the_oracle_runs_on_energy_only_sweeps_by_energy_and_refuses_edp(
         with pytest.raises(TimeUnknownError, match="objective edp weighs the time per sample, but 3 of the 3"):
             run_experiment(ExperimentSpec(**{**spec.__dict__, "objective": "edp"}), store=store, session=twin_session)
         assert len(store.list_runs()) == runs  # refused before any run started
+
+
+async def test_the_tui_lists_and_opens_an_imported_sweep(twin_session: object, results_store: Store) -> None:
+    from tui_helpers import drive, make_app, plain
+    from tui.screens.sweep import SweepScreen
+
+    f = read_sweep_file(EXAMPLE, TABLES)
+    (sid,) = results_store.add_finished_sweeps(DeviceRecord(TABLES.board, TABLES.module), f.finished_sweeps())
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("5")
+        sweeps = app.screen.query_one("#sweeps")
+        assert sweeps.row_count == 1 and "import" in [str(c).strip() for c in sweeps.get_row_at(0)]
+        sweeps.focus()
+        await ui.settle()
+        await ui.press("enter")
+        assert isinstance(app.screen, SweepScreen)
+        heat = plain(app.screen.query_one("#sweep-heat").content)
+        assert "GPU 612" in heat and "★" in heat and "[measured]" in heat and "GPU 714" in heat
+        assert f"sweep {sid}" in plain(app.screen.query_one("#sweep-summary").content)
+        await ui.press("q")
