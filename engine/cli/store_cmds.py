@@ -171,11 +171,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    kind, number = args.id
-    if kind == "sweep":
-        return _show_sweep(args, number)
+    if isinstance(args.id, numbers.SweepId):
+        return _show_sweep(args, int(args.id))
     with Store(_db_path(args), create=False) as store:
-        run = store.get_run(number)
+        run = store.get_run(args.id)
         comparisons = store.comparisons_for(run.id)
         n_samples = len(store.power_samples(run.id))
     if run.status_warning:
