@@ -101,6 +101,15 @@ def test_json_in_hz_with_a_workload_object_power_and_numbered_repeats(tmp_path: 
     assert sw.workload.key == stored_key("bert-tiny", "sst2", batch_size=16, seq_len=64, padding="max_length")
 
 
+def test_the_json_workload_object_may_hold_any_shared_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "m.json", json.dumps({
+        "workload": {"model": "bert-tiny", "task": "sst2", "mode": "lora", "nvpmodel": 0, "samples": 8, "rails": "all"},
+        "rows": [{"gpu_mhz": 612, "energy_j": 1.0}, {"gpu_mhz": 612, "energy_j": 2.0, "samples": 16}]}))
+    (sw,) = read_sweep_file(path, TABLES).sweeps
+    assert sw.workload.mode == "lora" and [p.samples for p in sw.points] == [8, 16]
+    assert sw.workload.key == stored_key("bert-tiny", "sst2", mode="lora", padding="dynamic")
+
+
 def test_a_json_list_of_rows_and_a_mode_only_row(tmp_path: Path) -> None:
     path = write(tmp_path, "m.json", json.dumps([{"nvpmodel": "MODE_30W", "energy_j": 5}, {"mode": 1, "energy_j": 6}]))
     (sw,) = read_sweep_file(path, TABLES, FLAGS).sweeps

@@ -136,6 +136,8 @@ def read_sweep_file(path: str | Path, tables: BoardTables, flags: WorkloadFlags 
     path = Path(path)
     raw = read_bytes(path)
     kind, rows, file_values = table_rows(path, raw)
+    # A JSON file's "workload" object holds what every row shares: a row's own cell wins.
+    rows = [(where, {**file_values, **{k: v for k, v in cells.items() if v is not None}}) for where, cells in rows]
     reader = _RowReader(path, tables, flags, file_values, default_mode)
     for where, cells in rows:
         reader.add(where, cells)
