@@ -101,6 +101,12 @@ def test_show_imports_nothing_heavy(stored_run: int) -> None:
     assert cli("show", str(stored_run)) == {"code": 0, "heavy": []}
 
 
+def test_import_sweep_and_show_of_a_sweep_import_nothing_heavy(isolated_env: IsolatedEnv) -> None:
+    example = str(ROOT / "docs" / "examples" / "measured-sweep.csv")
+    assert cli("import-sweep", example) == {"code": 0, "heavy": []}  # checked and stored without torch
+    assert cli("show", "s1") == {"code": 0, "heavy": []}  # one repetition per setting: no interval to compute
+
+
 def test_the_tuis_first_screen_imports_nothing_heavy(isolated_env: IsolatedEnv, tmp_path: Path) -> None:
     assert _run(_TUI, str(tmp_path / "twin")) == {"page": "device", "heavy": []}
 

@@ -18,7 +18,7 @@ from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pc
 @dataclass(frozen=True)
 class Cell:
     mj_per_sample: float  # mean energy per sample, millijoules
-    ms_per_sample: float
+    ms_per_sample: float | None  # None: energy-only (the time was not recorded)
     rel: float  # 0 = the least energy in the map, 1 = the most
     best: bool = False
     maxn: bool = False
@@ -71,37 +71,43 @@ def _sort_key(label: str) -> tuple[int, float, str]:
         return (2, 0.0, label)
 
 
-def heat_map(points: Iterable[tuple[DvfsSetting, float, float]], source: Source) -> HeatMap:
-    """From (setting, joules per sample, seconds per sample), repeats averaged."""
-    acc: dict[DvfsSetting, list[tuple[float, float]]] = {}
+def heat_map(points: Iterable[tuple[DvfsSetting, float, float | None]], source: Source) -> HeatMap:
+    """From (setting, joules per sample, seconds per sample or None when not recorded), repeats averaged."""
+    acc: dict[DvfsSetting, list[tuple[float, float | None]]] = {}
     n = 0
     for setting, jps, sps in points:
         acc.setdefault(setting, []).append((jps, sps))
         n += 1
     if not acc:
         return HeatMap((), (), {}, source)
-    means = {s: (sum(j for j, _ in v) / len(v), sum(t for _, t in v) / len(v)) for s, v in acc.items()}
+    means = {s: (sum(j for j, _ in v) / len(v), _mean([t for _, t in v if t is not None])) for s, v in acc.items()}
     lo = min(j for j, _ in means.values())
     hi = max(j for j, _ in means.values())
     best = min(means, key=lambda s: means[s][0])
     cells: dict[tuple[str, str], Cell] = {}
     for s, (j, t) in means.items():
         rel = 0.0 if hi == lo else (j - lo) / (hi - lo)
-        cells[row_col(s)] = Cell(j * 1000.0, t * 1000.0, rel, best=s == best, maxn=s == MAXN)
+        cells[row_col(s)] = Cell(j * 1000.0, None if t is None else t * 1000.0, rel, best=s == best, maxn=s == MAXN)
     rows = tuple(sorted({r for r, _ in cells}, key=_sort_key))
     cols = tuple(sorted({c for _, c in cells}, key=lambda c: (c != "gov", float(c) if c != "gov" else 0.0)))
     saving = slowdown = None
     if MAXN in means:
         mj, mt = means[MAXN]
         saving = per_sample_saving_pct(means[best][0], mj) if mj else None
-        slowdown = per_sample_slowdown_pct(means[best][1], mt) if mt else None
+        bt = means[best][1]
+        slowdown = per_sample_slowdown_pct(bt, mt) if mt and bt is not None else None
     return HeatMap(rows, cols, cells, source, best=short_label(best), saving_pct=saving, slowdown_pct=slowdown,
                    points=n)
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def from_summaries(summaries: Sequence[Any], source: Source) -> HeatMap:
-    """From engine.run.sweep.PointSummary (a finished or stored sweep)."""
-    return heat_map(((p.setting, p.joules_per_sample.mean, p.seconds_per_sample.mean) for p in summaries), source)
+    """From engine.run.sweep.PointSummary (a finished or stored sweep); energy-only points have no time."""
+    return heat_map(((p.setting, p.joules_per_sample.mean,
+                      None if p.seconds_per_sample is None else p.seconds_per_sample.mean) for p in summaries), source)
 
 
 def from_store(store: Any, sweep_id: int) -> HeatMap:

@@ -22,6 +22,7 @@ from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
+from engine.results.format import format_pct, sweep_point_lines
 
 REDRAW_S = 0.1
 
@@ -280,29 +281,19 @@ def format_sweep(result: Any) -> str:
                  f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
-    lines.append(f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}")
-    for p in result.points:
-        mark = " *" if p is result.optimum else ("  (MAXN)" if p is result.maxn else "")
-        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} "
-                     f"{_ci(p.joules_per_sample.mean, p.joules_per_sample.ci95, '.4g'):>18} "
-                     f"{_ci(p.seconds_per_sample.mean * 1e3, None if p.seconds_per_sample.ci95 is None else p.seconds_per_sample.ci95 * 1e3, '.4g'):>18} "
-                     f"{_ci(p.power_w.mean, p.power_w.ci95, '.3g'):>14}  [{src}]")
+    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
         if vs_maxn is not None:
             lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                         f"slowdown {vs_maxn.slowdown_pct:+.1f}% per sample  [{src}]")
+                         f"slowdown {format_pct(vs_maxn.slowdown_pct)} per sample  [{src}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
         lines.append("the sweep stopped early: run the same command again to resume it")
     lines.append(f"report: slm-dvfs report s{result.sweep_id}")
     return "\n".join(lines) + "\n"
-
-
-def _ci(mean: float, ci: float | None, fmt: str) -> str:
-    return format(mean, fmt) if ci is None else f"{format(mean, fmt)} ± {format(ci, fmt)}"
 
 
 # --- report -------------------------------------------------------------------------------------

@@ -64,6 +64,19 @@ batch_size = int_range(1, MAX_BATCH)
 seq_len = int_range(1, MAX_SEQ_LEN)
 samples = int_range(1, MAX_SAMPLES)
 row_id = int_range(1, MAX_ID)
+class SweepId(int):
+    """A sweep's id, written `sN`: an int told apart from a run's id by its type."""
+
+
+def run_or_sweep_id(text: str) -> int:
+    """`12` or `r12`: run 12 (an int); `s3`: sweep 3 (a SweepId). An argparse type."""
+    raw = text.strip()
+    if raw[:1] in ("s", "S"):
+        return SweepId(row_id(raw[1:]))
+    return row_id(raw[1:] if raw[:1] in ("r", "R") else raw)
+
+
+run_or_sweep_id.__name__ = "run id (N) or sweep id (sN)"
 epochs = float_range(0.0, 10_000.0, low_open=True)
 learning_rate = float_range(0.0, 10.0, low_open=True)
 celsius = float_range(-40.0, 150.0)

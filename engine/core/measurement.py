@@ -1,4 +1,8 @@
-"""A measurement: the time and energy of some training samples at one setting, with its source."""
+"""A measurement: the time and energy of some training samples at one setting, with its source.
+
+The time may be unknown (None): an energy-only measurement, as imported sweeps may hold
+(`slm-dvfs import-sweep`). Its energy per sample ranks settings; anything derived from the
+time (power, throughput, slowdown) raises TimeUnknownError instead of inventing a figure."""
 
 from __future__ import annotations
 
@@ -9,6 +13,10 @@ from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+
+
+class TimeUnknownError(ConfigError):
+    """A figure that needs the time was asked of an energy-only measurement."""
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,7 @@ class Measurement:
     source: Source = Source.TWIN
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.time_s) and self.time_s > 0):
+        if self.time_s is not None and not (math.isfinite(self.time_s) and self.time_s > 0):
             raise ConfigError(f"measurement time must be positive, got {self.time_s!r} s", "measure at least one step")
         if not (math.isfinite(self.energy_j) and self.energy_j >= 0):
             raise ConfigError(f"measurement energy must be >= 0, got {self.energy_j!r} J", "check the power source")
@@ -37,8 +45,22 @@ class Measurement:
         object.__setattr__(self, "samples", int(self.samples))
 
     @property
+    def has_time(self) -> bool:
+        """False for an energy-only measurement."""
+        return self.time_s is not None
+
+    def _time(self, what: str) -> float:
+        if self.time_s is None:
+            raise TimeUnknownError(
+                f"{what} needs the time, but this {self.source.value} measurement is energy-only (no time recorded)",
+                "rank energy-only points by energy per sample (objective `energy`), or import the measurements "
+                "with their times (a time_s column)",
+            )
+        return self.time_s
+
+    @property
     def avg_power_w(self) -> float:
-        return self.energy_j / self.time_s
+        return self.energy_j / self._time("the average power")
 
     @property
     def joules_per_sample(self) -> float:
@@ -46,11 +68,11 @@ class Measurement:
 
     @property
     def seconds_per_sample(self) -> float:
-        return self.time_s / self.samples
+        return self._time("the time per sample") / self.samples
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / self.time_s
+        return self.samples / self._time("the throughput")
 
     def slowdown(self, baseline: "Measurement") -> float:
         """Fractional increase of time per sample over the baseline (0.05 = 5% slower)."""
@@ -65,7 +87,7 @@ class Measurement:
             )
         peaks = [p for p in (self.peak_power_w, other.peak_power_w) if p is not None]
         return Measurement(
-            self.time_s + other.time_s,
+            None if self.time_s is None or other.time_s is None else self.time_s + other.time_s,
             self.energy_j + other.energy_j,
             self.samples + other.samples,
             max(peaks) if peaks else None,
@@ -79,16 +101,16 @@ class Measurement:
             "samples": self.samples,
             "peak_power_w": self.peak_power_w,
             "source": self.source.value,
-            "avg_power_w": self.avg_power_w,
+            "avg_power_w": self.avg_power_w if self.has_time else None,
             "joules_per_sample": self.joules_per_sample,
-            "samples_per_s": self.samples_per_s,
+            "samples_per_s": self.samples_per_s if self.has_time else None,
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
         try:
             return cls(
-                time_s=float(d["time_s"]),
+                time_s=None if d["time_s"] is None else float(d["time_s"]),
                 energy_j=float(d["energy_j"]),
                 samples=int(d["samples"]),
                 peak_power_w=None if d.get("peak_power_w") is None else float(d["peak_power_w"]),

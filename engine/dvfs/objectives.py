@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from engine.device.base import DeviceIdentity
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
-from engine.core.measurement import Measurement
+from engine.core.measurement import Measurement, TimeUnknownError
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +75,29 @@ class Objective:
     def needs_baseline(self) -> bool:
         return self.max_slowdown is not None
 
+    @property
+    def needs_time(self) -> bool:
+        """Whether ranking needs each point's time (all but plain `energy`): energy-only
+        measurements (imported without times) cannot be ranked by it."""
+        return self.name != "energy" or self.max_slowdown is not None
+
+    def check_times(self, measurements: Sequence[Measurement]) -> None:
+        """Refuse, with the remedy, to rank energy-only measurements by an objective that weighs time."""
+        missing = sum(1 for m in measurements if not m.has_time)
+        if self.needs_time and missing:
+            raise TimeUnknownError(
+                f"objective {self.spec} weighs the time per sample, but {missing} of the {len(measurements)} "
+                f"points are energy-only (their time was not recorded)",
+                "use --objective energy for energy-only sweeps, or import the measurements with their times "
+                "(a time_s column)",
+            )
+
     def cost(self, m: Measurement) -> float:
         """Lower is better; per sample (J, J·s, or J-equivalent for eta)."""
-        e, t = m.joules_per_sample, m.seconds_per_sample
         if self.name == "energy":
-            return e
+            return m.joules_per_sample
+        self.check_times([m])
+        e, t = m.joules_per_sample, m.seconds_per_sample
         if self.name == "edp":
             return e * t
         assert self.eta is not None
@@ -94,6 +112,7 @@ class Objective:
                 f"objective {self.spec} limits the slowdown against MAXN, but no MAXN measurement was given",
                 "measure MAXN Mode 0 on this workload first (sweeps include it unless told not to)",
             )
+        self.check_times([m, baseline])
         return m.slowdown(baseline) <= self.max_slowdown + _SLOWDOWN_EPS
 
     def best(
@@ -104,6 +123,7 @@ class Objective:
         feasible, the baseline setting (MAXN) is returned, and that is logged."""
         if not candidates:
             raise ConfigError("no candidate settings to choose from", "measure at least one setting (`slm-dvfs sweep`)")
+        self.check_times([m for _s, m in candidates])
         if baseline is None and self.needs_baseline:
             baseline = baseline_of(candidates)
         feasible = [(i, s, m) for i, (s, m) in enumerate(candidates) if self.feasible(m, baseline)]

@@ -143,7 +143,8 @@ class OraclePolicy(FixedPolicy):
         if self.baseline is not None and self.chosen is not None:
             out["baseline"] = self.baseline.to_json()
             out["energy_saving_vs_maxn"] = 1.0 - self.chosen.joules_per_sample / self.baseline.joules_per_sample
-            out["slowdown_vs_maxn"] = self.chosen.slowdown(self.baseline)
+            both_timed = self.chosen.has_time and self.baseline.has_time  # energy-only points: no slowdown
+            out["slowdown_vs_maxn"] = self.chosen.slowdown(self.baseline) if both_timed else None
         return out
 
 

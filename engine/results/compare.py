@@ -234,7 +234,7 @@ class SweepSaving:
     """A sweep's optimum against its MAXN Mode 0 point, per training sample."""
 
     saving_pct: float
-    slowdown_pct: float
+    slowdown_pct: float | None  # None: either point is energy-only (its time was not recorded)
     source: Source
 
 
@@ -242,11 +242,11 @@ def optimum_vs_maxn(optimum: PointSummary | None, maxn: PointSummary | None) -> 
     """None when the sweep has no optimum or did not measure MAXN."""
     if optimum is None or maxn is None:
         return None
+    slowdown = None
+    if optimum.seconds_per_sample is not None and maxn.seconds_per_sample is not None:
+        slowdown = per_sample_slowdown_pct(optimum.seconds_per_sample.mean, maxn.seconds_per_sample.mean)
     return SweepSaving(
-        per_sample_saving_pct(optimum.joules_per_sample.mean, maxn.joules_per_sample.mean),
-        per_sample_slowdown_pct(optimum.seconds_per_sample.mean, maxn.seconds_per_sample.mean),
-        optimum.source,
-    )
+        per_sample_saving_pct(optimum.joules_per_sample.mean, maxn.joules_per_sample.mean), slowdown, optimum.source)
 
 
 # --------------------------------------------------------------------------- stored baselines

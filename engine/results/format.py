@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError
@@ -33,3 +33,29 @@ def setting_label(setting: Mapping[str, Any] | None) -> str:
 def format_when(stamp: str | None) -> str:
     """`2025-01-01 12:34` from an ISO timestamp; `-` when there is none."""
     return "-" if not stamp else stamp.replace("T", " ")[:16]
+
+
+UNKNOWN = "—"  # a figure that was not recorded (an energy-only point's time): never shown as 0
+
+
+def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
+    """A Stat (engine.core.stats) as `mean ± ci95` scaled; `—` for None (not recorded)."""
+    if stat is None:
+        return UNKNOWN
+    mean = format(stat.mean * scale, fmt)
+    return mean if stat.ci95 is None else f"{mean} ± {format(stat.ci95 * scale, fmt)}"
+
+
+def format_pct(value: float | None) -> str:
+    """`+12.3%`; `—` for None (not known, e.g. a slowdown of energy-only points)."""
+    return UNKNOWN if value is None else f"{value:+.1f}%"
+
+
+def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> list[str]:
+    """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
+    lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
+    for p in points:
+        mark = " *" if p is best else ("  (MAXN)" if p is maxn else "")
+        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
+                     f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
+    return lines

@@ -209,8 +209,43 @@ _V7_PADDING = (
     "ALTER TABLE workloads ADD COLUMN padding TEXT NOT NULL DEFAULT 'max_length'",
 )
 
+# v8: energy-only sweep points: sweep_points.time_s becomes nullable (NULL: the time was not recorded,
+# as in measurements imported with `slm-dvfs import-sweep`). SQLite cannot drop a NOT NULL in place,
+# so the table is rebuilt (its rows, ids and index kept). Nothing references sweep_points, so
+# dropping the old table cascades to nothing.
+_SWEEP_POINTS_V8 = f"""CREATE TABLE sweep_points (
+        id INTEGER PRIMARY KEY,
+        sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+        setting TEXT NOT NULL,
+        gpu_hz INTEGER,
+        cpu_hz INTEGER,
+        emc_hz INTEGER,
+        nvpmodel INTEGER,
+        repeat INTEGER NOT NULL,
+        time_s REAL,
+        energy_j REAL NOT NULL,
+        rail_energy_j TEXT NOT NULL,
+        avg_power_w REAL,
+        samples INTEGER NOT NULL,
+        source TEXT NOT NULL CHECK (source IN {_SOURCES}),
+        created_at TEXT NOT NULL,
+        UNIQUE (sweep_id, setting, repeat)
+    )"""
+_POINT_COLUMNS = ("id, sweep_id, setting, gpu_hz, cpu_hz, emc_hz, nvpmodel, repeat, time_s, energy_j, rail_energy_j, "
+                  "avg_power_w, samples, source, created_at")
+
+
+def _v8(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE sweep_points RENAME TO sweep_points_v7")
+    conn.execute("DROP INDEX IF EXISTS sweep_points_clocks")
+    conn.execute(_SWEEP_POINTS_V8)
+    conn.execute(f"INSERT INTO sweep_points ({_POINT_COLUMNS}) SELECT {_POINT_COLUMNS} FROM sweep_points_v7")
+    conn.execute("DROP TABLE sweep_points_v7")
+    conn.execute("CREATE INDEX sweep_points_clocks ON sweep_points (sweep_id, gpu_hz, cpu_hz, emc_hz, nvpmodel)")
+
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -295,11 +295,11 @@ class SweepPoint:
     sweep_id: int
     setting: Mapping[str, Any]
     repeat: int
-    time_s: float
+    time_s: float | None  # None: energy only, the time was not recorded (imported; schema v8)
     energy_j: float  # total over the sweep's rails
     samples: int
     rail_energy_j: Mapping[str, float] = field(default_factory=dict)
-    avg_power_w: float | None = None  # None: energy_j / time_s
+    avg_power_w: float | None = None  # None: energy_j / time_s (None when the time is too)
     source: Source | None = None  # None: the sweep's
     id: int | None = None
     created_at: str | None = None

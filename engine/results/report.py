@@ -24,7 +24,7 @@ from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
 from engine.results.compare import SIGN_CONVENTION, optimum_vs_maxn
 from engine.core.text import clean_text
-from engine.results.format import setting_label
+from engine.results.format import UNKNOWN, format_pct, format_stat, setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 
 log = logging.getLogger(__name__)
@@ -95,35 +95,42 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     figures = [
         _sweep_figure(summaries, best, maxn, "joules_per_sample", 1.0, "energy per sample (J)",
                       f"Energy per sample vs GPU clock [{src}]", out / f"{prefix}-energy.png"),
-        _sweep_figure(summaries, best, maxn, "seconds_per_sample", 1000.0, "time per sample (ms)",
-                      f"Time per sample vs GPU clock [{src}]", out / f"{prefix}-time.png"),
-        _sweep_figure(summaries, best, maxn, "power_w", 1.0, "average power (W)",
-                      f"Average power vs GPU clock [{src}]", out / f"{prefix}-power.png"),
     ]
+    timed = [s for s in summaries if not s.energy_only]  # energy-only points have no time to draw
+    if timed:
+        figures += [
+            _sweep_figure(timed, best, maxn, "seconds_per_sample", 1000.0, "time per sample (ms)",
+                          f"Time per sample vs GPU clock [{src}]", out / f"{prefix}-time.png"),
+            _sweep_figure(timed, best, maxn, "power_w", 1.0, "average power (W)",
+                          f"Average power vs GPU clock [{src}]", out / f"{prefix}-power.png"),
+        ]
     rails = sweep.space.get("rails", "all")
+    untimed = len(summaries) - len(timed)
     lines = [
         f"# {title}", "",
         f"Workload: **{wl.model}** on **{wl.task}**, batch {wl.batch_size}, sequence {wl.seq_len}, "
         f"{wl.precision}, {wl.mode} fine-tuning.  ",
         f"Device: {device.board}, {device.module}" + (f" (digital twin {device.profile})" if device.is_twin else "")
         + ".  ",
-        f"Method: {sweep.space.get('method', 'run')} sweep of space `{sweep.space.get('space', 'explicit settings')}`, "
-        f"{sweep.steps} steps per point after {sweep.warmup_steps} uncounted warm-up step(s), "
-        f"{sweep.repeats} repetition(s); "
-        f"status {sweep.status}.  ",
+        _method(sweep),
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
-        + (" (computed by the digital twin)." if src == "twin" else " (read on the board).") , "",
+        + (" (computed by the digital twin)." if src == "twin" else
+           " (measured on a board, imported from a file)." if sweep.space.get("method") == "import"
+           else " (read on the board).") , "",
         "## Optimum", "",
         f"The optimum for objective `{objective.spec if objective is not None else 'energy'}` is **{best.setting.label()}**: "
-        f"{_stat(best.joules_per_sample.mean, best.joules_per_sample.ci95, '.4g')} J/sample, "
-        f"{_stat(best.seconds_per_sample.mean * 1000, _scale(best.seconds_per_sample.ci95, 1000), '.4g')} ms/sample, "
-        f"{_stat(best.power_w.mean, best.power_w.ci95, '.3g')} W [{src}].",
+        f"{format_stat(best.joules_per_sample, '.4g')} J/sample, "
+        f"{format_stat(best.seconds_per_sample, '.4g', 1000)} ms/sample, "
+        f"{format_stat(best.power_w, '.3g')} W [{src}].",
     ]
+    if untimed:
+        lines += ["", f"{untimed} of the {len(summaries)} settings are energy-only (their time was not recorded): "
+                      f"{UNKNOWN} marks the figures that need it."]
     vs_maxn = optimum_vs_maxn(best, maxn)
     if maxn is not None and vs_maxn is not None:
         lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
-                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{vs_maxn.slowdown_pct:+.1f}%** [{src}], per sample "
-                      f"({SIGN_CONVENTION})."]
+                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{format_pct(vs_maxn.slowdown_pct)}** [{src}], "
+                      f"per sample ({SIGN_CONVENTION})."]
     else:
         lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
     lines += ["", "## Figures", ""]
@@ -133,9 +140,9 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
     for s in summaries:
         mark = " **(optimum)**" if s is best else (" (MAXN)" if s is maxn else "")
         lines.append(
-            f"| {s.setting.label()}{mark} | {s.n} | {_stat(s.joules_per_sample.mean, s.joules_per_sample.ci95, '.4g')}"
-            f" | {_stat(s.seconds_per_sample.mean * 1000, _scale(s.seconds_per_sample.ci95, 1000), '.4g')}"
-            f" | {_stat(s.power_w.mean, s.power_w.ci95, '.3g')} | {s.samples_per_s.mean:.4g} |")
+            f"| {s.setting.label()}{mark} | {s.n} | {format_stat(s.joules_per_sample, '.4g')}"
+            f" | {format_stat(s.seconds_per_sample, '.4g', 1000)}"
+            f" | {format_stat(s.power_w, '.3g')} | {_mean(s.samples_per_s, '.4g')} |")
     lines += ["", "± is the half-width of the 95% confidence interval (Student's t over the repetitions); "
                   "a single repetition has none."]
     md = out / f"{prefix}.md"
@@ -170,7 +177,7 @@ def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: P
             ys = [getattr(p, attr).mean * scale for p in pts]
             errs = [(getattr(p, attr).ci95 or 0.0) * scale for p in pts]
             ax.errorbar(xs, ys, yerr=errs, marker="o", ms=4, capsize=3, label=name if len(series) > 1 else None)
-        if best.setting.gpu_hz is not None:
+        if best.setting.gpu_hz is not None and getattr(best, attr) is not None:
             ax.plot([best.setting.gpu_hz / 1e6], [getattr(best, attr).mean * scale], marker="*", ms=16,
                     color="tab:red", linestyle="none", label=f"optimum ({best.setting.gpu_hz / 1e6:g} MHz)")
         ax.set_xlabel("GPU clock (MHz)")
@@ -181,7 +188,7 @@ def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: P
         colors = ["tab:red" if s is best else "tab:blue" for s in summaries]
         ax.bar(range(len(ys)), ys, yerr=errs, color=colors, capsize=3)
         ax.set_xticks(range(len(ys)), labels, rotation=20, ha="right", fontsize=7)
-    if maxn is not None:
+    if maxn is not None and getattr(maxn, attr) is not None:
         ax.axhline(getattr(maxn, attr).mean * scale, color="tab:gray", linestyle="--", label="MAXN Mode 0")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -296,12 +303,19 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _stat(mean: float, ci: float | None, fmt: str) -> str:
-    return format(mean, fmt) if ci is None else f"{format(mean, fmt)} ± {format(ci, fmt)}"
+def _method(sweep: Any) -> str:
+    """How the sweep's points were obtained: run here, or imported from a file."""
+    space = sweep.space
+    if space.get("method") == "import":
+        return (f"Method: imported from `{space.get('file', '?')}` (measured elsewhere; steps per point not known), "
+                f"up to {sweep.repeats} repetition(s) per setting.  ")
+    return (f"Method: {space.get('method', 'run')} sweep of space `{space.get('space', 'explicit settings')}`, "
+            f"{sweep.steps} steps per point after {sweep.warmup_steps} uncounted warm-up step(s), "
+            f"{sweep.repeats} repetition(s); status {sweep.status}.  ")
 
 
-def _scale(value: float | None, factor: float) -> float | None:
-    return None if value is None else value * factor
+def _mean(stat: Any, fmt: str) -> str:
+    return UNKNOWN if stat is None else format(stat.mean, fmt)
 
 
 def _num(value: float | None, fmt: str) -> str:

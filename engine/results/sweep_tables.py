@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
@@ -26,6 +27,20 @@ from engine.results.records import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FinishedSweep:
+    """A whole sweep to store at once (Store.add_finished_sweeps): its points' sweep_id is ignored."""
+
+    workload: WorkloadRecord | int
+    space: Mapping[str, Any]
+    points: Sequence[SweepPoint]
+    repeats: int
+    source: Source = Source.MEASURED
+    label: str | None = None
+    warmup_steps: int = 0  # not known for measurements taken elsewhere
+    steps: int = 0
 
 
 class SweepTables(Database):
@@ -66,6 +81,10 @@ class SweepTables(Database):
                 ).lastrowid)
         return self.get_sweep(sweep_id)
 
+    def sweeps_with(self, key: str, value: Any) -> list[SweepRecord]:
+        """The sweeps whose space holds `key` = `value` (e.g. an imported file's sha256), oldest first."""
+        return [s for s in reversed(self.list_sweeps()) if s.space.get(key) == value]
+
     def get_sweep(self, sweep_id: int) -> SweepRecord:
         rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
         if not rows:
@@ -98,25 +117,55 @@ class SweepTables(Database):
         if src != sweep.source:
             raise ConfigError(f"sweep {sweep.id} is a {sweep.source.value} sweep; this point is {src.value}",
                               "record points with the sweep's source")
+        with self._tx("recording a sweep point") as conn:
+            return self._insert_point(conn, point, point.sweep_id, src)
+
+    def _insert_point(self, conn: sqlite3.Connection, point: SweepPoint, sweep_id: int, src: Source) -> int:
         setting = normalize_setting(point.setting)
         avg = point.avg_power_w
-        if avg is None and point.time_s > 0:
+        if avg is None and point.time_s is not None and point.time_s > 0:
             avg = point.energy_j / point.time_s
         key = setting_key(setting)
-        with self._tx("recording a sweep point") as conn:
-            try:
-                cur = conn.execute(
-                    "INSERT INTO sweep_points (sweep_id, setting, gpu_hz, cpu_hz, emc_hz, nvpmodel, repeat, time_s, "
-                    "energy_j, rail_energy_j, avg_power_w, samples, source, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (point.sweep_id, key, setting["gpu_hz"], setting["cpu_hz"], setting["emc_hz"],
-                     setting["nvpmodel"], point.repeat, point.time_s, point.energy_j,
-                     json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now()),
-                )
-            except sqlite3.IntegrityError:
-                raise StoreError(f"sweep {point.sweep_id} already holds repeat {point.repeat} of {key}",
-                                 "skip the points completed_points() lists when resuming") from None
-            return int(cur.lastrowid)
+        try:
+            cur = conn.execute(
+                "INSERT INTO sweep_points (sweep_id, setting, gpu_hz, cpu_hz, emc_hz, nvpmodel, repeat, time_s, "
+                "energy_j, rail_energy_j, avg_power_w, samples, source, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sweep_id, key, setting["gpu_hz"], setting["cpu_hz"], setting["emc_hz"],
+                 setting["nvpmodel"], point.repeat, point.time_s, point.energy_j,
+                 json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now()),
+            )
+        except sqlite3.IntegrityError:
+            raise StoreError(f"sweep {sweep_id} already holds repeat {point.repeat} of {key}",
+                             "skip the points completed_points() lists when resuming") from None
+        return int(cur.lastrowid)
+
+    def add_finished_sweeps(self, device: DeviceRecord | int, sweeps: Sequence[FinishedSweep], *,
+                            replace: Sequence[int] = ()) -> list[int]:
+        """Store whole sweeps measured elsewhere (an imported file), each finished, in one transaction:
+        all of them with all their points, or nothing; the sweeps `replace` names (an earlier import
+        of the same file) are deleted in the same transaction. Returns the new sweep ids, in order."""
+        ids: list[int] = []
+        with self._tx("storing imported sweeps") as conn:
+            for old in replace:  # their points go with them (ON DELETE CASCADE)
+                if conn.execute("DELETE FROM sweeps WHERE id = ?", (int(old),)).rowcount == 0:
+                    raise UnknownRecordError(f"no sweep with id {old} in {self.path}", "check the id")
+            device_id = self._ref(conn, device, "device")
+            for sw in sweeps:
+                src = as_source(sw.source)
+                workload_id = self._ref(conn, sw.workload, "workload")
+                space_text = json.dumps(sw.space, sort_keys=True, separators=(",", ":"), default=json_default)
+                now = utc_now()
+                sweep_id = int(conn.execute(
+                    "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
+                    "source, label, created_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, 'finished', ?, ?, ?, ?)",
+                    (device_id, workload_id, space_text, sw.warmup_steps, sw.steps, sw.repeats, src.value, sw.label,
+                     now, now),
+                ).lastrowid)
+                for point in sw.points:
+                    self._insert_point(conn, point, sweep_id, src)
+                ids.append(sweep_id)
+        return ids
 
     def sweep_points(self, sweep_id: int) -> list[SweepPoint]:
         rows = self._query("SELECT * FROM sweep_points WHERE sweep_id = ? ORDER BY id", (sweep_id,))

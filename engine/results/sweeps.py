@@ -18,32 +18,50 @@ RAILS_ALL = "all"
 
 @dataclass(frozen=True)
 class PointSummary:
-    """One setting of a sweep over its repetitions."""
+    """One setting of a sweep over its repetitions.
+
+    The time figures (time_s, power_w, samples_per_s, seconds_per_sample) are None for an
+    energy-only setting (no repetition recorded its time: an imported sweep); with some
+    repetitions timed they are over those (their Stat's n says how many)."""
 
     setting: DvfsSetting
     n: int  # repetitions
     samples: int  # training samples per repetition
-    time_s: Stat
+    time_s: Stat | None
     energy_j: Stat
-    power_w: Stat
+    power_w: Stat | None
     joules_per_sample: Stat
-    samples_per_s: Stat
-    seconds_per_sample: Stat
+    samples_per_s: Stat | None
+    seconds_per_sample: Stat | None
     rail_energy_j: Mapping[str, float]  # mean per rail
     source: Source
 
+    @property
+    def energy_only(self) -> bool:
+        """No repetition of this setting recorded its time."""
+        return self.time_s is None
+
     def measurement(self) -> Measurement:
-        """The means as one Measurement (what the oracle ranks)."""
-        return Measurement(self.time_s.mean, self.energy_j.mean, self.samples, source=self.source)
+        """The means as one Measurement (what the oracle ranks); its time is None when energy-only."""
+        return Measurement(None if self.time_s is None else self.time_s.mean, self.energy_j.mean, self.samples,
+                           source=self.source)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "setting": self.setting.to_json(), "label": self.setting.label(), "n": self.n, "samples": self.samples,
-            "time_s": self.time_s.to_json(), "energy_j": self.energy_j.to_json(), "power_w": self.power_w.to_json(),
-            "joules_per_sample": self.joules_per_sample.to_json(), "samples_per_s": self.samples_per_s.to_json(),
-            "seconds_per_sample": self.seconds_per_sample.to_json(),
-            "rail_energy_j": dict(self.rail_energy_j), "source": self.source.value,
+            "time_s": _json(self.time_s), "energy_j": self.energy_j.to_json(), "power_w": _json(self.power_w),
+            "joules_per_sample": self.joules_per_sample.to_json(), "samples_per_s": _json(self.samples_per_s),
+            "seconds_per_sample": _json(self.seconds_per_sample),
+            "rail_energy_j": dict(self.rail_energy_j), "source": self.source.value, "energy_only": self.energy_only,
         }
+
+
+def _json(stat: Stat | None) -> dict[str, Any] | None:
+    return None if stat is None else stat.to_json()
+
+
+def _timed(values: list[float]) -> Stat | None:
+    return mean_ci(values) if values else None
 
 
 def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
@@ -57,16 +75,17 @@ def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
         rails = sorted({r for p in pts for r in p.rail_energy_j})
         samples = [int(p.samples) for p in pts]
         source = pts[0].source or Source.TWIN
+        timed = [p for p in pts if p.time_s is not None]  # energy-only points (time None) have no time figures
         out.append(PointSummary(
             setting=setting,
             n=len(pts),
             samples=round(statistics.fmean(samples)),
-            time_s=mean_ci([p.time_s for p in pts]),
+            time_s=_timed([p.time_s for p in timed]),
             energy_j=mean_ci([p.energy_j for p in pts]),
-            power_w=mean_ci([p.energy_j / p.time_s for p in pts]),
+            power_w=_timed([p.energy_j / p.time_s for p in timed]),
             joules_per_sample=mean_ci([p.energy_j / p.samples for p in pts]),
-            samples_per_s=mean_ci([p.samples / p.time_s for p in pts]),
-            seconds_per_sample=mean_ci([p.time_s / p.samples for p in pts]),
+            samples_per_s=_timed([p.samples / p.time_s for p in timed]),
+            seconds_per_sample=_timed([p.time_s / p.samples for p in timed]),
             rail_energy_j={r: statistics.fmean(p.rail_energy_j.get(r, 0.0) for p in pts) for r in rails},
             source=Source(source),
         ))

@@ -186,6 +186,7 @@ def run_experiment(
                 f"than --rails {spec.rails}",
                 f"sweep again with --rails {spec.rails}, or run with the sweep's --rails",
             )
+        objective.check_times([m for _s, m in points])  # energy-only sweeps rank by energy alone
         guard = harness.thermal_guard(spec.thermal_overrides)
         ctx = PolicyContext(device, objective, tuple(points), workload=workload)
         notes = list(getattr(harness.session, "notes", []))

@@ -75,8 +75,9 @@ class HistoryScreen(PageScreen):
         st = self.query_one("#sweeps", DataTable)
         st.clear()
         for s, workload, n in sweeps:
-            space = s.space.get("space") or ("explicit" if s.space.get("settings") else "?")
+            space = s.space.get("space") or ("explicit" if s.space.get("settings") else "")
             method = s.space.get("method", "")
+            space = space or ("" if method else "?")  # an imported sweep reads `import`
             st.add_row(str(s.id), short_when(s.created_at, this_year), workload, f"{space} {method}".strip(), str(n),
                        s.source.value, s.status, key=str(s.id))
         if not runs and not sweeps:

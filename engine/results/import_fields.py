@@ -1,0 +1,150 @@
+"""The values of an imported sweep file's cells, checked against the board they were measured on:
+clocks in its tables (MHz or Hz), nvpmodel modes by id or name, rail sets named by its rails.
+
+torch-free: `slm-dvfs import-sweep` checks a file without building any model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.errors import ConfigError
+from engine.device.monitor import RAIL_PRESETS
+from engine.results.sweeps import RAILS_ALL
+
+NEAR_HZ = 1_000_000  # a clock within 1 MHz of exactly one table entry is that entry (1300 -> 1300.5 MHz)
+
+
+class CellError(ConfigError):
+    """One cell's value is wrong; the reader adds where (file, line, column)."""
+
+
+@dataclass(frozen=True)
+class BoardTables:
+    """What a board can be set to and which rails it reports: the checks an imported row must pass."""
+
+    profile: str  # the device profile the tables come from, e.g. agx-orin-64gb
+    gpu_hz: tuple[int, ...]
+    cpu_hz: tuple[int, ...]
+    emc_hz: tuple[int, ...]
+    rails: tuple[str, ...]
+    modes: tuple[Any, ...]  # engine.device.base.PowerMode: id, name, gpu/cpu/emc caps
+    board: str = ""
+    module: str = ""
+
+    @classmethod
+    def from_profile(cls, profile: Any) -> "BoardTables":
+        """From a device profile (engine.device.twin.profile.TwinProfile): its tables, rails and modes."""
+        return cls(profile=profile.name, gpu_hz=tuple(profile.gpu.table_hz), cpu_hz=tuple(profile.cpu.table_hz),
+                   emc_hz=tuple(profile.emc.table_hz), rails=tuple(profile.rail_names), modes=tuple(profile.modes),
+                   board=profile.identity.board, module=profile.identity.module)
+
+    def table(self, domain: str) -> tuple[int, ...]:
+        return {"gpu": self.gpu_hz, "cpu": self.cpu_hz, "emc": self.emc_hz}[domain]
+
+
+def number(text: Any, what: str) -> float:
+    """A finite number from a cell (a JSON number, or text like `12.5`)."""
+    if isinstance(text, bool):
+        raise CellError(f"{what} is {text!r}, not a number", "write a plain number")
+    try:
+        value = float(str(text).strip()) if not isinstance(text, (int, float)) else float(text)
+    except ValueError:
+        raise CellError(f"{what} {str(text)!r} is not a number", "write a plain number, without units") from None
+    if not math.isfinite(value):
+        raise CellError(f"{what} {text!r} is not a finite number", "write a plain number")
+    return value
+
+
+def positive(text: Any, what: str, unit: str) -> float:
+    value = number(text, what)
+    if value <= 0:
+        raise CellError(f"{what} must be positive, got {value:g} {unit}", f"give the {what} in {unit}")
+    return value
+
+
+def whole(text: Any, what: str, low: int) -> int:
+    value = number(text, what)
+    if value != int(value) or value < low:
+        raise CellError(f"{what} must be a whole number >= {low}, got {text!r}", f"give a whole number >= {low}")
+    return int(value)
+
+
+def clock_hz(text: Any, domain: str, unit: str, tables: BoardTables) -> int:
+    """A clock cell as one of the board's table entries (Hz). `unit` is "MHz" or "Hz" (from the
+    column's name). A value within 1 MHz of exactly one entry is that entry (1300 and 1300.5 MHz
+    both name 1300500000 Hz); anything else is refused with the table."""
+    value = number(text, f"the {domain.upper()} clock")
+    hz = value * 1e6 if unit == "MHz" else value
+    table = tables.table(domain)
+    near = [t for t in table if abs(t - hz) <= NEAR_HZ]
+    if len(near) == 1:
+        return near[0]
+    listed = ", ".join(f"{t / 1e6:g}" for t in table)
+    if near:
+        raise CellError(f"the {domain.upper()} clock {value:g} {unit} is ambiguous on {tables.profile}: it is within "
+                        f"1 MHz of {' and '.join(f'{t / 1e6:g}' for t in near)} MHz",
+                        f"write the table's value exactly; {tables.profile}'s {domain.upper()} table (MHz): {listed}")
+    raise CellError(f"{tables.profile} has no {domain.upper()} clock {value:g} {unit}",
+                    f"use one of its {domain.upper()} table (MHz): {listed}"
+                    + (" (the column's name says Hz: a value in MHz belongs in a *_mhz column)"
+                       if unit == "Hz" and value < 1e5 else ""))
+
+
+def power_mode(text: Any, tables: BoardTables) -> int:
+    """An nvpmodel mode by id (`0`) or name (`MAXN`, `MODE_15W`, `15W`), as the board's modes name them."""
+    raw = str(text).strip()
+    ids = {m.id for m in tables.modes}
+    try:
+        mode_id = int(float(raw))
+    except ValueError:
+        key = raw.upper().replace("-", "_").replace(" ", "_")
+        found = [m.id for m in tables.modes if m.name.upper() in (key, "MODE_" + key)]
+        if found:
+            return found[0]
+        mode_id = -1
+    if mode_id in ids:
+        return mode_id
+    known = ", ".join(f"{m.id} ({m.name})" for m in tables.modes)
+    raise CellError(f"{tables.profile} has no power mode {raw!r}", f"use one of its nvpmodel modes: {known}")
+
+
+def check_caps(mode_id: int, clocks: dict[str, int | None], tables: BoardTables) -> None:
+    """Refuse a pinned clock above what the mode allows (a board in that mode could not have run it)."""
+    mode = next((m for m in tables.modes if m.id == mode_id), None)
+    for domain, hz in clocks.items():
+        cap = getattr(mode, f"{domain}_max_hz", None)
+        if hz is not None and cap is not None and hz > cap:
+            raise CellError(f"{domain.upper()} {hz / 1e6:g} MHz is above power mode {mode_id} ({mode.name})'s cap "
+                            f"of {cap / 1e6:g} MHz", "check the mode column (mode 0, MAXN, has no caps)")
+
+
+def rail_set(text: str, tables: BoardTables) -> tuple[str, tuple[str, ...]]:
+    """A rail selection (`all`, `gpu+cpu`, `VDD_GPU_SOC+VDD_CPU_CV`, `A,B`) as (the sweep's rails
+    preset, the rails): a preset when it names one's rails (so `run --rails gpu+cpu` finds it),
+    else the names in the board's order joined by commas, as `--rails A,B` writes them."""
+    raw = str(text).strip()
+    if not raw:
+        raise CellError("no rails given", "name the rails the energy sums, e.g. gpu+cpu or VDD_GPU_SOC+VDD_CPU_CV")
+    preset = RAIL_PRESETS.get(raw.lower(), ())
+    if preset is None:
+        names: tuple[str, ...] = tables.rails
+    elif preset:
+        names = preset
+    else:
+        by_upper = {r.upper(): r for r in tables.rails}
+        parts = [p.strip() for p in raw.replace("+", ",").split(",") if p.strip()]
+        unknown = [p for p in parts if p.upper() not in by_upper]
+        if unknown:
+            raise CellError(f"{tables.profile} has no rail{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}",
+                            f"its rails are {', '.join(tables.rails)} (or write all, or gpu+cpu)")
+        names = tuple(by_upper[p.upper()] for p in parts)
+    chosen = tuple(r for r in tables.rails if r in set(names))
+    if set(chosen) == set(tables.rails):
+        return RAILS_ALL, chosen
+    for name, rails in RAIL_PRESETS.items():
+        if rails is not None and set(rails) == set(chosen):
+            return name, chosen
+    return ",".join(chosen), chosen

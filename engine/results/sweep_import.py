@@ -1,0 +1,362 @@
+"""Sweeps measured elsewhere, read from a CSV or JSON file (`slm-dvfs import-sweep`).
+
+One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode,
+or `maxn`: MAXN Mode 0 with its dynamic governors), the energy over the rails it sums, the time
+when known (energy-only rows are kept as such: their time is None, never 0), the training samples
+it covers, and optionally the repeat number. The workload comes from flags (WorkloadFlags) or from
+columns, constant per workload: a file with several workloads (or rail sets) becomes one sweep per
+workload and rail set, so energies over different rails are never mixed. Every value is checked
+against the board's tables (BoardTables); the first wrong cell stops the import with the file,
+line (CSV) or row (JSON), column and what to do. torch-free.
+
+The formats and columns are documented in docs/experiments.md ("Importing measured sweeps").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from engine.core.constants import DEFAULT_PADDING, MODES, PAD_FLAGS, PADDINGS, PRECISIONS
+from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.provenance import Source
+from engine.device.setting import MAXN, DvfsSetting
+from engine.results.import_read import read_bytes, table_rows
+from engine.results.import_fields import (
+    BoardTables,
+    CellError,
+    check_caps,
+    clock_hz,
+    positive,
+    power_mode,
+    rail_set,
+    whole,
+)
+from engine.results.records import SweepPoint, WorkloadRecord, setting_key
+from engine.results.sweep_tables import FinishedSweep
+from engine.workload.lora import LoraSettings
+
+IMPORT_METHOD = "import"  # the sweep space's "method" of an imported sweep
+CLOCK_COLUMNS = {f"{d}{suffix}": (d, unit) for d in ("gpu", "cpu", "emc")
+                 for suffix, unit in (("_mhz", "MHz"), ("_hz", "Hz"), ("", "MHz"))}
+MODE_COLUMNS = ("mode", "nvpmodel", "power_mode")  # `mode` holding full/bitfit/head/lora is the training mode
+WORKLOAD_COLUMNS = {"model": ("model",), "task": ("task",), "batch_size": ("batch_size", "batch"),
+                    "seq_len": ("max_seq_len", "seq_len"), "precision": ("precision",),
+                    "train_mode": ("train_mode", "training_mode"), "padding": ("pad", "padding")}
+OTHER_COLUMNS = ("setting", "energy_j", "power_w", "time_s", "samples", "repeat", "rails")
+KNOWN_COLUMNS = frozenset(CLOCK_COLUMNS) | frozenset(MODE_COLUMNS) | frozenset(OTHER_COLUMNS) | frozenset(
+    c for cols in WORKLOAD_COLUMNS.values() for c in cols)
+MAXN_LABELS = ("maxn", "maxn mode 0", "maxn_mode_0", "maxn-mode-0")
+GOVERNOR = ("gov", "governor", "dynamic", "auto")  # a clock cell that says its governor decided
+ENERGY_TOLERANCE = 0.02  # energy_j and power_w x time_s given together must agree to 2%
+
+
+@dataclass(frozen=True)
+class WorkloadFlags:
+    """The workload and file-wide values the command line gives (None: not given; a column may)."""
+
+    model: str | None = None
+    task: str | None = None
+    batch_size: int | None = None
+    seq_len: int | None = None
+    precision: str | None = None
+    mode: str | None = None  # training mode (engine.core.constants.MODES); None: full
+    padding: str | None = None  # max_length | dynamic; None: the CLI's default (dynamic)
+    samples: int | None = None  # training samples each point covers
+    rails: str | None = None  # the rails every energy sums, e.g. gpu+cpu
+    lora: LoraSettings | None = None
+    grad_checkpointing: bool = False
+
+
+@dataclass(frozen=True)
+class ImportedPoint:
+    setting: DvfsSetting
+    repeat: int
+    time_s: float | None  # None: energy only
+    energy_j: float
+    samples: int
+    where: str  # "line 4" (CSV) or "row 3" (JSON)
+
+
+@dataclass(frozen=True)
+class ImportedSweep:
+    """The points of one workload over one rail set."""
+
+    workload: WorkloadRecord
+    rails: str  # the sweep space's rails preset: all, gpu+cpu, or A,B
+    rail_names: tuple[str, ...]
+    points: tuple[ImportedPoint, ...]
+
+    @property
+    def settings(self) -> int:
+        return len({setting_key(p.setting) for p in self.points})
+
+    @property
+    def energy_only(self) -> int:
+        return sum(1 for p in self.points if p.time_s is None)
+
+    @property
+    def repeats(self) -> int:
+        return max(p.repeat for p in self.points) + 1
+
+
+@dataclass(frozen=True)
+class ImportedFile:
+    path: Path
+    sha256: str  # of the file's bytes: a file imported once is refused the second time
+    kind: str  # csv | json
+    rows: int
+    sweeps: tuple[ImportedSweep, ...]
+    ignored_columns: tuple[str, ...] = ()
+
+    def space(self, sweep: ImportedSweep) -> dict[str, Any]:
+        """The stored sweep's space: how it was obtained, from what, over which rails."""
+        return {"method": IMPORT_METHOD, "file": self.path.name, "sha256": self.sha256, "rails": sweep.rails,
+                "rails_summed": list(sweep.rail_names), "energy_only_points": sweep.energy_only}
+
+    def finished_sweeps(self, label: str | None = None, *, profile: str | None = None) -> list[FinishedSweep]:
+        """The sweeps as the store takes them (Store.add_finished_sweeps), labelled measured."""
+        out = []
+        for sw in self.sweeps:
+            space = self.space(sw) | ({"profile": profile} if profile else {})
+            points = [SweepPoint(sweep_id=0, setting=p.setting.to_json(), repeat=p.repeat, time_s=p.time_s,
+                                 energy_j=p.energy_j, samples=p.samples, source=Source.MEASURED) for p in sw.points]
+            out.append(FinishedSweep(workload=sw.workload, space=space, points=points, repeats=sw.repeats,
+                                     source=Source.MEASURED, label=label or f"imported from {self.path.name}"))
+        return out
+
+
+def read_sweep_file(path: str | Path, tables: BoardTables, flags: WorkloadFlags = WorkloadFlags(), *,
+                    default_mode: int = 0) -> ImportedFile:
+    """Read and check a whole file; raise ConfigError at the first wrong value (nothing is stored by
+    reading). Pinned rows without a mode get `default_mode` (sweeps pin clocks in mode 0, MAXN)."""
+    path = Path(path)
+    raw = read_bytes(path)
+    kind, rows, file_values = table_rows(path, raw)
+    # A JSON file's "workload" object holds what every row shares: a row's own cell wins.
+    rows = [(where, {**file_values, **{k: v for k, v in cells.items() if v is not None}}) for where, cells in rows]
+    reader = _RowReader(path, tables, flags, file_values, default_mode)
+    for where, cells in rows:
+        reader.add(where, cells)
+    sweeps = reader.sweeps()
+    ignored = sorted({k for _w, cells in rows for k in cells if k not in KNOWN_COLUMNS})
+    return ImportedFile(path=path, sha256=hashlib.sha256(raw).hexdigest(), kind=kind, rows=len(rows),
+                        sweeps=sweeps, ignored_columns=tuple(ignored))
+
+
+# --------------------------------------------------------------------------- reading the rows
+@dataclass
+class _Group:
+    workload: WorkloadRecord
+    rails: str
+    rail_names: tuple[str, ...]
+    rows: list[tuple[str, DvfsSetting, int | None, float | None, float, int]] = field(default_factory=list)
+
+
+class _RowReader:
+    def __init__(self, path: Path, tables: BoardTables, flags: WorkloadFlags, file_values: Mapping[str, Any],
+                 default_mode: int) -> None:
+        self.path, self.tables, self.flags, self.file_values = path, tables, flags, file_values
+        self.default_mode = default_mode
+        self.groups: dict[tuple[str, str], _Group] = {}
+        self._workloads: dict[tuple[Any, ...], WorkloadRecord] = {}
+
+    @contextmanager
+    def at(self, where: str, column: str | None) -> Iterator[None]:
+        """Re-raise a wrong value with where it is: the file, line or row, column."""
+        try:
+            yield
+        except SlmDvfsError as exc:
+            place = f"{self.path}, {where}" + (f", column {column}" if column else "")
+            raise ConfigError(f"{place}: {exc.what}",
+                              (exc.remedy + "; " if exc.remedy else "") + "nothing was stored") from None
+
+    def add(self, where: str, cells: dict[str, Any]) -> None:
+        workload = self._workload(where, cells)
+        setting = self._setting(where, cells)
+        energy, time_s = self._energy(where, cells)
+        samples = self._given(where, cells, "samples", self.flags.samples, "samples")
+        with self.at(where, "samples"):
+            if samples is None:
+                raise CellError("the training samples this point covers are not given",
+                                "add a samples column, or --samples N for the whole file")
+            samples = whole(samples, "samples", 1)
+        repeat = None
+        if cells.get("repeat") is not None:
+            with self.at(where, "repeat"):
+                repeat = whole(cells["repeat"], "repeat", 0)
+        rails_text = self._given(where, cells, "rails", self.flags.rails, "rails")
+        with self.at(where, "rails"):
+            if rails_text is None:
+                raise CellError("the rails the energy sums are not given",
+                                "add a rails column, or --rails (e.g. --rails gpu+cpu, or "
+                                "--rails VDD_GPU_SOC+VDD_CPU_CV); energies over different rails are never mixed")
+            preset, names = rail_set(str(rails_text), self.tables)
+        group = self.groups.setdefault((workload.key, preset), _Group(workload, preset, names))
+        group.rows.append((where, setting, repeat, time_s, energy, samples))
+
+    def sweeps(self) -> tuple[ImportedSweep, ...]:
+        return tuple(ImportedSweep(g.workload, g.rails, g.rail_names, self._numbered(g)) for g in self.groups.values())
+
+    def _numbered(self, group: _Group) -> tuple[ImportedPoint, ...]:
+        """Repeat numbers: as given; rows of one setting without one take the next free numbers, in order."""
+        taken: dict[str, dict[int, str]] = {}
+        for where, setting, repeat, *_rest in group.rows:
+            if repeat is None:
+                continue
+            seen = taken.setdefault(setting_key(setting), {})
+            if repeat in seen:
+                with self.at(where, "repeat"):
+                    raise CellError(f"{setting.label()} repeat {repeat} is already given at {seen[repeat]}",
+                                    "number each repetition of a setting once, or leave repeat empty")
+            seen[repeat] = where
+        points = []
+        for where, setting, repeat, time_s, energy, samples in group.rows:
+            if repeat is None:
+                seen = taken.setdefault(setting_key(setting), {})
+                repeat = next(i for i in range(len(seen) + 1) if i not in seen)
+                seen[repeat] = where
+            points.append(ImportedPoint(setting, repeat, time_s, energy, samples, where))
+        return tuple(points)
+
+    # -- one row's parts
+    def _given(self, where: str, cells: Mapping[str, Any], column: str, flag: Any, flag_name: str,
+               columns: tuple[str, ...] | None = None) -> Any:
+        """A workload-wide value: the row's cell, the file's workload object, or the flag; a cell that
+        disagrees with the flag is refused (the flag would silently lose)."""
+        names = columns or (column,)
+        cell = next((cells[c] for c in names if cells.get(c) is not None), None)
+        if cell is None:
+            cell = next((self.file_values[c] for c in names if self.file_values.get(c) is not None), None)
+        if cell is not None and flag is not None and str(cell).strip().lower() != str(flag).strip().lower():
+            with self.at(where, column):
+                raise CellError(f"{column} is {cell!r} here but --{flag_name.replace('_', '-')} says {flag!r}",
+                                f"drop --{flag_name.replace('_', '-')} (the column gives it per row), or fix the cell")
+        return cell if cell is not None else flag
+
+    def _workload(self, where: str, cells: dict[str, Any]) -> WorkloadRecord:
+        f = self.flags
+        train_mode = cells.get("mode") if str(cells.get("mode", "")).lower() in MODES else None
+        values = {
+            "model": self._given(where, cells, "model", f.model, "model"),
+            "task": self._given(where, cells, "task", f.task, "task"),
+            "batch_size": self._given(where, cells, "batch_size", f.batch_size, "batch_size",
+                                      WORKLOAD_COLUMNS["batch_size"]),
+            "seq_len": self._given(where, cells, "max_seq_len", f.seq_len, "max_seq_len", WORKLOAD_COLUMNS["seq_len"]),
+            "precision": self._given(where, cells, "precision", f.precision, "precision"),
+            "train_mode": self._given(where, {**cells, "train_mode": cells.get("train_mode") or train_mode},
+                                      "train_mode", f.mode, "mode", WORKLOAD_COLUMNS["train_mode"]),
+            "padding": self._given(where, cells, "pad", f.padding, "pad", WORKLOAD_COLUMNS["padding"]),
+        }
+        key = tuple(values.values())
+        if key not in self._workloads:
+            self._workloads[key] = self._resolve(where, values)
+        return self._workloads[key]
+
+    def _resolve(self, where: str, v: dict[str, Any]) -> WorkloadRecord:
+        from engine.workload.finetune import defaults_for
+        from engine.workload.glue import get_task
+        from engine.workload.models import resolve_model
+
+        for name, flag in (("model", "--model"), ("task", "--task")):
+            if v[name] is None:
+                with self.at(where, name):
+                    raise CellError(f"the workload's {name} is not given",
+                                    f"add a {name} column, or {flag} for the whole file")
+        with self.at(where, "model"):
+            resolved = resolve_model(str(v["model"]))
+        with self.at(where, "task"):
+            task = get_task(str(v["task"])).name
+        defaults = defaults_for(str(v["model"]))
+        with self.at(where, "batch_size"):
+            batch = defaults.batch_size if v["batch_size"] is None else whole(v["batch_size"], "batch size", 1)
+        with self.at(where, "max_seq_len"):
+            seq = defaults.seq_len if v["seq_len"] is None else whole(v["seq_len"], "max sequence length", 1)
+        precision = str(v["precision"] or defaults.precision).lower()
+        mode = str(v["train_mode"] or "full").lower()
+        padding = str(v["padding"] or DEFAULT_PADDING).lower()
+        padding = PAD_FLAGS.get(padding, padding)
+        with self.at(where, "precision"):
+            if precision not in PRECISIONS:
+                raise CellError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+        with self.at(where, "pad"):
+            if padding not in PADDINGS:
+                raise CellError(f"unknown padding {padding!r}", "use dynamic, or max (max_length)")
+        entry = resolved.entry
+        with self.at(where, "mode"):
+            return WorkloadRecord(
+                model=resolved.name, task=task, batch_size=batch, seq_len=seq, precision=precision, mode=mode,
+                family=resolved.family, params=entry.params if entry else None, padding=padding,
+                lora=(self.flags.lora or LoraSettings()) if mode == "lora" else None,
+                grad_checkpointing=self.flags.grad_checkpointing,
+            )
+
+    def _setting(self, where: str, cells: Mapping[str, Any]) -> DvfsSetting:
+        clocks: dict[str, int | None] = {"gpu": None, "cpu": None, "emc": None}
+        maxn = str(cells.get("setting") or "").strip().lower() in MAXN_LABELS
+        if cells.get("setting") is not None and not maxn:
+            with self.at(where, "setting"):
+                raise CellError(f"unknown setting {cells['setting']!r}",
+                                "write maxn (MAXN Mode 0, dynamic governors), or give the clocks in their columns")
+        for column, (domain, unit) in CLOCK_COLUMNS.items():
+            value = cells.get(column)
+            if value is None or str(value).strip().lower() in GOVERNOR:
+                continue
+            with self.at(where, column):
+                if domain == "gpu" and str(value).strip().lower() in MAXN_LABELS:
+                    maxn = True
+                    continue
+                if clocks[domain] is not None:
+                    raise CellError(f"the {domain.upper()} clock is given twice in this row",
+                                    f"keep one of the {domain}_mhz / {domain}_hz / {domain} columns")
+                clocks[domain] = clock_hz(value, domain, unit, self.tables)
+        mode_col = next((c for c in MODE_COLUMNS if cells.get(c) is not None
+                         and not (c == "mode" and str(cells[c]).lower() in MODES)), None)
+        mode = None
+        if mode_col is not None:
+            with self.at(where, mode_col):
+                mode = power_mode(cells[mode_col], self.tables)
+        if maxn:
+            with self.at(where, "setting"):
+                if any(hz is not None for hz in clocks.values()) or mode not in (None, 0):
+                    raise CellError("a maxn row pins nothing: MAXN Mode 0 leaves every clock to its governor",
+                                    "leave the clock and mode cells of a maxn row empty")
+            return MAXN
+        if all(hz is None for hz in clocks.values()):
+            if mode is None:
+                with self.at(where, None):
+                    raise CellError("the row names no setting",
+                                    "give gpu_mhz (or gpu_hz), a mode, or setting = maxn")
+            return DvfsSetting(nvpmodel=mode)  # a mode with its governors
+        mode = self.default_mode if mode is None else mode
+        with self.at(where, mode_col or "mode"):
+            check_caps(mode, clocks, self.tables)
+        return DvfsSetting(gpu_hz=clocks["gpu"], cpu_hz=clocks["cpu"], emc_hz=clocks["emc"], nvpmodel=mode)
+
+    def _energy(self, where: str, cells: Mapping[str, Any]) -> tuple[float, float | None]:
+        time_s = power = energy = None
+        if cells.get("time_s") is not None:
+            with self.at(where, "time_s"):
+                time_s = positive(cells["time_s"], "time", "s")
+        if cells.get("power_w") is not None:
+            with self.at(where, "power_w"):
+                power = positive(cells["power_w"], "power", "W")
+        if cells.get("energy_j") is not None:
+            with self.at(where, "energy_j"):
+                energy = positive(cells["energy_j"], "energy", "J")
+        if energy is None:
+            with self.at(where, "energy_j" if power is None else "time_s"):
+                if power is None:
+                    raise CellError("the row gives no energy", "add energy_j, or power_w with time_s")
+                if time_s is None:
+                    raise CellError("power_w alone gives no energy: the time is not given",
+                                    "add time_s (energy = power_w x time_s), or give energy_j")
+            energy = power * time_s  # type: ignore[operator]
+        elif power is not None and time_s is not None and abs(power * time_s / energy - 1) > ENERGY_TOLERANCE:
+            with self.at(where, "power_w"):
+                raise CellError(f"energy_j {energy:g} J disagrees with power_w x time_s = {power * time_s:g} J",
+                                "give energy_j or power_w, or fix whichever is wrong")
+        return energy, time_s
