@@ -33,7 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.core.measurement import Measurement
 from engine.core.provenance import Source
-from engine.device.setting import MAXN
 from engine.device.twin.fast import fast_sweep
 from engine.device.twin.params import get_param, with_params
 from engine.device.twin.profile import load_profile

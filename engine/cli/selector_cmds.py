@@ -234,7 +234,7 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     took = time.perf_counter() - started
     if args.json:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
-                          "base": str(base_path), "basis": selector.basis.to_json(), **report,
+                          "base": str(base_path), **report, "basis": selector.basis.to_json(),
                           "figures_source": "predicted (graded against measured sweeps)", "wall_s": round(took, 1)},
                          indent=2, default=str))
         return 0
@@ -268,9 +268,8 @@ def format_cv_table(rows: Sequence[dict[str, Any]], source: str, graded_on: str 
 
     title = (f"Leave-workloads-out cross-validation on {source} data "
              f"(regret of each candidate's choice against the oracle; figures predicted)")
-    if graded_on:
-        title += f"\nGraded on: {graded_on}"
-    return "\n".join([title, line(head)] + [line(b) for b in body])
+    graded = [f"Graded on: {graded_on}"] if graded_on else []
+    return "\n".join([title, line(head)] + [line(b) for b in body] + graded)
 
 
 # --------------------------------------------------------------------------- select

@@ -116,10 +116,10 @@ def basis_of(selector: Any) -> DataBasis:
     path = getattr(selector, "path", None)
     shipped = False
     if path is not None:
-        from engine.selector.persistence import shipped_selector_dir
+        from engine.core.paths import profiles_dir  # persistence.shipped_selector_dir (which imports this)
 
         try:
-            shipped = Path(path).resolve().parent == shipped_selector_dir().resolve()
+            shipped = Path(path).resolve().parent == (profiles_dir() / "selectors").resolve()
         except OSError:
             shipped = False
     note = "shipped, before issue 13" if shipped else "recorded before the data basis was"

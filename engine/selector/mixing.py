@@ -128,16 +128,25 @@ def energy_oracle(settings: Sequence[Any], energy: np.ndarray) -> Any:
 
 # --------------------------------------------------------------------------- sample weights in a fit
 
-# The final step of each candidate pipeline that takes sample_weight in fit. kNN cannot, nor can
-# VotingRegressor pass it into pipelines: those get weights by replicating rows.
+# The final step of each candidate pipeline that takes sample_weight in fit. kNN cannot: it gets
+# weights by replicating rows. VotingRegressor cannot pass them into pipelines: its members are
+# fitted one by one.
 _WEIGHTED_STEPS = ("ridge", "svr", "rf", "et", "hgb", "mlp")
 
 
 def fit_weighted(model: Any, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None) -> Any:
-    """`model.fit(x, y)` with per-row `weight`: passed to the estimator that takes it, else by
-    replicating each row round(weight / smallest weight) times (at most 1000)."""
+    """`model.fit(x, y)` with per-row `weight`: passed to the estimator that takes it, to each
+    member of an ensemble, else by replicating each row round(weight / smallest weight) times
+    (at most 1000)."""
     if weight is None or np.allclose(weight, weight[0]):
         return model.fit(x, y)
+    if type(model).__name__ == "VotingRegressor":  # the ensemble: each member fitted with the weights
+        from sklearn.base import clone
+        from sklearn.utils import Bunch
+
+        model.estimators_ = [fit_weighted(clone(est), x, y, weight) for _name, est in model.estimators]
+        model.named_estimators_ = Bunch(**{n: e for (n, _), e in zip(model.estimators, model.estimators_)})
+        return model
     step = _final_step(model)
     if step is not None:
         return model.fit(x, y, **{f"{step}__sample_weight": weight})
