@@ -8,7 +8,8 @@ The "board" is the shipped twin profile with parameters moved within their bound
 labelled **synthetic measured** (no board was measured). For each family of FAMILIES, k = 1, 2
 and 4 of its workloads (drawn at random, `--draws` times) are the "measured sweeps" the selector
 is adapted with (`engine.selector.transfer.transfer_selector`); the family's other workloads are
-held out, and both the shipped selector and the transferred one choose for them:
+held out, and both the shipped selector and the transferred one choose for them (and for every
+workload of the other families, which no measured sweep was of):
 
     regret = energy_truth(chosen) / energy_truth(oracle of the truth) - 1
     saving error = predicted saving vs MAXN - true saving vs MAXN of the chosen setting
@@ -88,17 +89,19 @@ def truth_dataset(wls: list[tuple[Any, Any]], truth: Any, settings: Any, encoder
 
 def grade(selector: Any, ds: Any, keys: list[str], objective: Objective) -> dict[str, Any]:
     by_wl = ds.by_workload()
-    regrets, saving_err = [], []
+    regrets, saving_err, worst = [], [], ("", -1.0)
     for key in keys:
         rows = by_wl[key]
         present = [ds.settings[i] for i in rows]
         choice = selector.choose(ds.workloads[rows[0]], objective, settings=present, as_source=Source.MEASURED)
         o = outcome(ds, key, rows, choice.setting, objective)
         regrets.append(o.regret)
+        if o.regret > worst[1]:
+            worst = (f"{key} (chose {choice.setting.label()}, oracle {o.oracle.label()})", o.regret)
         if o.saving is not None:
             saving_err.append(choice.saving - o.saving)
     return {"workloads": len(keys), "mean_regret": statistics.fmean(regrets), "worst_regret": max(regrets),
-            "within_2pct": sum(r <= 0.02 for r in regrets) / len(regrets),
+            "within_2pct": sum(r <= 0.02 for r in regrets) / len(regrets), "worst_workload": worst[0],
             "mean_abs_saving_error": statistics.fmean(abs(e) for e in saving_err) if saving_err else None}
 
 
@@ -125,12 +128,15 @@ def main(argv: list[str] | None = None) -> int:
         "choices": "predicted", "base_selector": str(base.path), "base_basis": base.basis.line(),
         "objective": objective.spec, "families": {},
     }
+    data = {}
     for family, models in families.items():
         wls = workloads(models, args.quick)
-        ds = truth_dataset(wls, truth, settings, encoder)
         twin_ds = from_points([(w, s, m) for w, trace in wls for s, m in fast_sweep(trace, profile, list(settings))],
                               encoder)
+        data[family] = (truth_dataset(wls, truth, settings, encoder), twin_ds)
+    for family, (ds, twin_ds) in data.items():
         keys = list(ds.by_workload())
+        others = {f: d for f, (d, _t) in data.items() if f != family}
         fam: dict[str, Any] = {"workloads": len(keys),
                                "shipped_on_its_twin": grade(base, twin_ds, keys, objective),
                                "shipped_on_truth": grade(base, ds, keys, objective)}
@@ -142,20 +148,26 @@ def main(argv: list[str] | None = None) -> int:
                 held = [key for key in keys if key not in measured]
                 rows = [i for key in measured for i in ds.by_workload()[key]]
                 adapted, _rep = transfer_selector(base, ds.subset(rows), objective, **kw)
-                runs.append({"measured": measured, "shipped": grade(base, ds, held, objective),
-                             "transferred": grade(adapted, ds, held, objective)})
-            fam[f"k{k}"] = {
-                "draws": len(runs),
-                "held_out_workloads": runs[0]["shipped"]["workloads"],
-                **{f"{who}_mean_regret": statistics.fmean(r[who]["mean_regret"] for r in runs)
-                   for who in ("shipped", "transferred")},
-                **{f"{who}_worst_regret": max(r[who]["worst_regret"] for r in runs) for who in ("shipped", "transferred")},
-                **{f"{who}_mean_abs_saving_error": statistics.fmean(r[who]["mean_abs_saving_error"] for r in runs)
-                   for who in ("shipped", "transferred")},
-                "runs": runs,
-            }
-            print(f"{family} k={k}: shipped {fam[f'k{k}']['shipped_mean_regret']:.2%} -> transferred "
-                  f"{fam[f'k{k}']['transferred_mean_regret']:.2%} mean regret", file=sys.stderr, flush=True)
+                run = {"measured": measured, "shipped": grade(base, ds, held, objective),
+                       "transferred": grade(adapted, ds, held, objective)}
+                for other, ods in others.items():  # a family none of the measured sweeps was of
+                    okeys = list(ods.by_workload())
+                    run[f"other_family_{other}"] = {"shipped": grade(base, ods, okeys, objective),
+                                                    "transferred": grade(adapted, ods, okeys, objective)}
+                runs.append(run)
+            summary: dict[str, Any] = {"draws": len(runs), "held_out_workloads": runs[0]["shipped"]["workloads"]}
+            for scope in ["same_family"] + [f"other_family_{o}" for o in others]:
+                pick = (lambda r, who: r[who]) if scope == "same_family" else (lambda r, who, s=scope: r[s][who])
+                summary[scope] = {
+                    f"{who}_{what}": (max if what == "worst_regret" else statistics.fmean)(
+                        pick(r, who)[what] for r in runs)
+                    for who in ("shipped", "transferred")
+                    for what in ("mean_regret", "worst_regret", "mean_abs_saving_error")}
+            summary["runs"] = runs
+            fam[f"k{k}"] = summary
+            same = summary["same_family"]
+            print(f"{family} k={k}: held-out regret shipped {same['shipped_mean_regret']:.2%} -> transferred "
+                  f"{same['transferred_mean_regret']:.2%}", file=sys.stderr, flush=True)
         report["families"][family] = fam
     report["wall_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report, indent=1, default=str))

@@ -291,3 +291,21 @@ def test_transfer_from_the_cli_then_select_says_what_it_rests_on(board, tmp_path
     assert f"Selector:  {path}" in text
     assert "Rests on:  2 measured workload(s) (24 points) on P3701-0005 (AGX Orin 64GB) L4T 36.4.0 [measured] " \
            "adapting twin zoo (912 workloads" in text and "transfer from default.joblib" in text
+
+
+def test_transfer_adapts_any_base_toward_its_measured_sweep(zoo, target):
+    """A base of the fitted estimators (not a compact form): the correction pulls its figures for
+    the measured workload toward what was measured (least squares with a free intercept)."""
+    _odd, measured = _contradicting(target)
+    base, _ = train_selector(zoo, candidates=RF, n_splits=2)
+    scaled = from_points(_sweep(target, scale=lambda s: 1.25), ENCODER)  # a board 25% costlier everywhere
+    for ds in (measured, scaled):
+        adapted, _report = transfer_selector(base, ds)
+        rows = ds.by_workload()[target[0].key]
+
+        def err(sel):
+            pred = {p.setting: p.energy_per_sample for p in sel.predict(target[0])}
+            return np.mean([abs(np.log(pred[ds.settings[i]] / ds.energy_per_sample[i])) for i in rows])
+
+        assert err(adapted) < err(base)
+    assert err(adapted) < 0.05 < err(base)  # a board-wide 25% is an intercept: learnt from one sweep
