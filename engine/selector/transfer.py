@@ -117,8 +117,7 @@ def _ridge(phi: np.ndarray, r: np.ndarray, w: np.ndarray, ridge: float) -> np.nd
     z[:, live] = (phi[:, live] - mean[live]) / sd[live]
     z[:, 0] = 1.0
     a = z.T @ (z * w[:, None])
-    pen = np.full(phi.shape[1], ridge * w.sum() / len(w))
-    pen[0] = 0.0
+    pen = np.full(phi.shape[1], ridge * w.sum() / len(w))  # `ridge` rows' worth of shrinkage
     pen[~live] = 1e12  # a dead term gets no coefficient
     pen[0] = 0.0
     beta = np.linalg.solve(a + np.diag(pen), z.T @ (w * r))
@@ -176,29 +175,44 @@ def fit_correction(base: Any, ds: Dataset, settings: Sequence[Any], encoder: Any
 def _with_model(base: Any, model: Any, training: dict[str, Any], cv_table: list[dict[str, Any]], winner: str) -> Any:
     from engine.selector.selector import Selector
 
-    return Selector(model=model, chooser=None, encoder=base.encoder, candidates=base.candidates, source=base.source,
+    # Labelled by what it learnt from: a twin base and measured sweeps are both.
+    source = "measured" if base.source == "measured" else "both"
+    return Selector(model=model, chooser=None, encoder=base.encoder, candidates=base.candidates, source=source,
                     source_column=base.source_column, winner=winner, cv_table=cv_table, objective=base.objective,
                     training=training, power_floor_w=base.power_floor_w, ranges=base.ranges)
 
 
-def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective) -> list[Any]:
+def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective) -> tuple[list[Any], dict[str, list]]:
+    """Each workload's outcome (its choice against its measured oracle), and the relative errors
+    of the selector's time, power and energy at its measured points."""
     from engine.selector.selection import outcome
 
     by_wl = ds.by_workload()
-    out = []
+    out, errs = [], {"time": [], "power": [], "energy": []}
     for key in keys:
         rows = by_wl[key]
         present = [ds.settings[i] for i in rows]
         choice = selector.choose(ds.workloads[rows[0]], objective, settings=present, as_source=Source.MEASURED)
         out.append(outcome(ds, key, rows, choice.setting, objective))
-    return out
+        pred = {p.setting: p for p in selector.predict(ds.workloads[rows[0]], present, as_source=Source.MEASURED)}
+        for i in rows:
+            p = pred[ds.settings[i]]
+            for name, got, true in (("time", p.time_per_sample, ds.time_per_sample[i]),
+                                    ("power", p.power_w, ds.power_w[i]),
+                                    ("energy", p.energy_per_sample, ds.energy_per_sample[i])):
+                if np.isfinite(true):  # an energy-only point has no time or power to err on
+                    errs[name].append(abs(got - true) / true)
+    return out, errs
 
 
-def _row(label: str, outcomes: Sequence[Any], what: str) -> dict[str, Any]:
+def _row(label: str, graded: tuple[list[Any], dict[str, list]], what: str) -> dict[str, Any]:
+    outcomes, errs = graded
     regrets = [o.regret for o in outcomes]
+    mape = {k: (float(np.mean(v)) if v else None) for k, v in errs.items()}
     return {"label": label, "name": "transfer", "target": "time+energy", "kind": "regressor",
-            "mean_regret": float(np.mean(regrets)), "worst_regret": float(np.max(regrets)), "mape_time": None,
-            "mape_power": None, "mape_energy": None, "fit_s": 0.0, "workloads": len(outcomes), "graded_on": what}
+            "mean_regret": float(np.mean(regrets)), "worst_regret": float(np.max(regrets)),
+            "mape_time": mape["time"], "mape_power": mape["power"], "mape_energy": mape["energy"], "fit_s": 0.0,
+            "workloads": len(outcomes), "graded_on": what}
 
 
 def transfer_selector(base: Any, ds: Dataset, objective: Objective | None = None, *, ridge: float = DEFAULT_RIDGE,
@@ -230,13 +244,17 @@ def transfer_selector(base: Any, ds: Dataset, objective: Objective | None = None
     cv_table: list[dict[str, Any]] = []
     if len(keys) >= 2:
         what = "measured workloads, each left out of the correction in turn"
-        loo, plain = [], _grade(base, ds, keys, objective)
+        plain = _grade(base, ds, keys, objective)
+        loo: tuple[list[Any], dict[str, list]] = ([], {"time": [], "power": [], "energy": []})
         for key in keys:
             train = np.concatenate([rows for k, rows in by_wl.items() if k != key])
             corr = fit_correction(base.model, ds, base.candidates, base.encoder, ridge=ridge, rows=train)
-            loo += _grade(_with_model(base, TransferredRegressor(base.model, corr), {}, [], winner), ds, [key],
-                          objective)
-        cv_table = [_row(winner, loo, what), {**_row(f"{base.winner} (base, uncorrected)", plain, what)}]
+            one = _grade(_with_model(base, TransferredRegressor(base.model, corr), {}, [], winner), ds, [key],
+                         objective)
+            loo[0].extend(one[0])
+            for name, v in one[1].items():
+                loo[1][name].extend(v)
+        cv_table = [_row(winner, loo, what), _row(f"{base.winner} (base, uncorrected)", plain, what)]
     else:
         note = "too few measured workloads to hold one out; the base's CV record, on its own data"
         cv_table = [{**r, "label": winner if r.get("label") == base.winner else r.get("label"), "graded_on": note}
