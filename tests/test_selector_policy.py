@@ -122,6 +122,7 @@ def test_ml_policy_registered_on_import(trained, device, workload):
     info = policy.describe()
     assert info["setting"] == setting.to_json() and info["choice"]["predicted"]["source"] == "predicted"
     assert info["selector_trained_on"] == "twin" and "expected saving" in info["reason"]
+    assert info["selector_basis"] == policy.selector.basis.line() and "[twin]" in info["selector_basis"]
     json.dumps(info)
     with pytest.raises(ConfigError):
         make_policy(f"ml:{trained}", probes=5)

@@ -403,6 +403,7 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
     assert preview.line().endswith("[predicted]") and "saves" in preview.short()
+    assert preview.basis == "twin zoo" and preview.line().startswith("selector (twin zoo) chooses")
 
 
 def test_the_run_tracker_keeps_whether_the_eval_metric_means_anything() -> None:

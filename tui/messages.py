@@ -78,9 +78,10 @@ class TwinCalibrated(Message):
 
 
 class SelectorTrained(Message):
-    def __init__(self, path: str, winner: str, rows: int, source: str) -> None:
+    def __init__(self, path: str, winner: str, rows: int, source: str, basis: str = "") -> None:
         super().__init__()
         self.path = path
         self.winner = winner
         self.rows = rows
         self.source = source
+        self.basis = basis  # what it rests on (engine.selector.basis.DataBasis.line)

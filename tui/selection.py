@@ -28,6 +28,7 @@ class SelectorPreview:
     confidence: str | None = None
     note: str = ""  # where the selector came from, or why there is none
     source: Source = Source.PREDICTED
+    basis: str = ""  # what the selector rests on, in a few words (engine.selector.basis.DataBasis.short)
 
     def short(self) -> str:
         """One short line (the Run page)."""
@@ -39,7 +40,8 @@ class SelectorPreview:
     def line(self) -> str:
         if not self.available:
             return f"selector: {self.note}"
-        return (f"selector chooses {self.setting}: saving {self.saving_pct:.1f}% energy, "
+        named = f"selector ({self.basis})" if self.basis else "selector"
+        return (f"{named} chooses {self.setting}: saving {self.saving_pct:.1f}% energy, "
                 f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]")
 
 
@@ -71,7 +73,13 @@ def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     return SelectorPreview(
         True, setting=choice.setting.label(), saving_pct=100.0 * choice.saving, slowdown_pct=100.0 * choice.slowdown,
         confidence=getattr(conf, "level", None), note=f"{getattr(selector, 'source', '?')}-trained selector",
+        basis=_basis(selector),
     )
+
+
+def _basis(selector: Any) -> str:
+    basis = getattr(selector, "basis", None)
+    return basis.short() if basis is not None else ""
 
 
 def _features(spec: Any, workload: Any) -> Any:

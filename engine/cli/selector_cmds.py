@@ -71,6 +71,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
     p.add_argument("--quick", action="store_true", help="smaller candidate models (fast; for trying things out)")
+    p.add_argument("--measured-weight", metavar="W", default="auto",
+                   help="with measured and twin data (--source both): the weight of a measured point against a "
+                        "twin point's 1 (default auto: the measured points weigh as much in total as the twin's)")
+    p.add_argument("--transfer", action="store_true",
+                   help="adapt a trained selector (--from) to the store's measured sweeps, a few are enough, "
+                        "instead of training anew (docs/selector.md)")
+    p.add_argument("--from", dest="base", metavar="SELECTOR",
+                   help="--transfer: the selector to adapt (default the shipped profiles/selectors/default.joblib)")
+    p.add_argument("--trust", action="store_true",
+                   help="--transfer: load --from from outside the trusted folders (unpickling runs code)")
     p.add_argument("--json", action="store_true", help="print the CV table and the saved file as JSON")
     p.set_defaults(func=cmd_train_selector)
 
@@ -111,6 +121,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.selector.candidates import default_candidates
     from engine.selector.dataset import from_twin_zoo
+    from engine.selector.mixing import parse_weight
     from engine.selector.persistence import save_selector, sidecar_path
     from engine.selector.training import train_from_store, train_on
 
@@ -123,10 +134,16 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     progress = _progress(not args.json)
     candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
     command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
+    measured_weight = parse_weight(args.measured_weight)
+    if args.transfer:
+        return _transfer(args, objective, command, started)
+    if args.base:
+        raise ConfigError("--from names the selector --transfer adapts", "add --transfer, or drop --from")
     if args.from_twin_zoo:
-        if args.source not in (None, "twin"):
+        if args.source not in (None, "twin", "both"):
             raise ConfigError(f"--from-twin-zoo makes twin data; --source {args.source} contradicts it",
-                              "drop --source, or train from the store without --from-twin-zoo")
+                              "drop --source, add the store's measured sweeps with --source both, or train from "
+                              "the store without --from-twin-zoo")
         zoo_args: dict[str, Any] = {}
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
                            ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
@@ -137,6 +154,13 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         progress("generating twin training data (fast sweeps)")
         ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
                            progress=progress, **zoo_args)
+        if args.source == "both":  # the zoo, and the store's measured sweeps weighted over it
+            from engine.results.store import Store, default_db_path
+            from engine.selector.training import with_measured
+
+            with Store(Path(args.db) if args.db else default_db_path(), create=False) as store:
+                ds = with_measured(ds, store, profile=args.profile, space=args.space, rails=args.rails,
+                                   measured_weight=measured_weight)
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
                            command=command)
     else:
@@ -150,21 +174,76 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         with Store(db, create=False) as store:
             trained = train_from_store(store, objective, source=args.source or "measured", profile=args.profile,
                                        space=args.space, rails=args.rails, candidates=candidates,
-                                       n_splits=args.splits, progress=progress, command=command)
+                                       n_splits=args.splits, progress=progress, command=command,
+                                       measured_weight=measured_weight)
     selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
     took = time.perf_counter() - started
     if args.json:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
                           "source": selector.source, "training": selector.training, "cv_table": report.table(),
+                          "cv_graded_on": report.graded_on, "basis": selector.basis.to_json(),
                           "figures_source": "predicted (CV on held-out workloads)", "wall_s": round(took, 1)},
                          indent=2, default=str))
         return 0
-    print(format_cv_table(report.table(), ds.source))
+    print(format_cv_table(report.table(), ds.source, report.graded_on))
     print(f"\nWinner: {selector.winner}" + (f" (figures from {selector.model.spec.label})"
                                           if selector.chooser is not None else ""))
     print(f"Saved: {path}\n       {sidecar_path(path)}  ({selector.source}-trained, {len(ds)} rows)")
+    print(f"Data basis: {selector.basis.line()}")
     print(f"Took {took:.0f} s ({ds.summary()['workloads']} workloads)")
+    return 0
+
+
+def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any], started: float) -> int:
+    """`train-selector --transfer`: the base selector with a correction fitted on the store's measured sweeps."""
+    import time
+
+    from engine.results.store import Store, default_db_path
+    from engine.selector.persistence import (DEFAULT_NAME, load_selector, resolve_selector_path, save_selector,
+                                             shipped_selector_dir, sidecar_path, user_selector_dir)
+    from engine.selector.training import store_dataset
+    from engine.selector.transfer import HOW_TO_MEASURE, transfer_selector
+
+    for flag in ("from_twin_zoo", "models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions",
+                 "modes", "candidates"):
+        if getattr(args, flag):
+            raise ConfigError(f"--{flag.replace('_', '-')} does not apply to --transfer (it adapts a trained "
+                              "selector to the store's measured sweeps)", "drop the option")
+    if args.source not in (None, "measured"):
+        raise ConfigError(f"--transfer adapts to measured sweeps; --source {args.source} contradicts it",
+                          "drop --source")
+    base_path = resolve_selector_path(args.base or shipped_selector_dir() / "default.joblib", trust=args.trust)
+    target = Path(args.out).expanduser() if args.out else user_selector_dir() / DEFAULT_NAME
+    if target.suffix != ".joblib":
+        target = target.with_suffix(".joblib")
+    if target.resolve() == base_path.resolve() or target.resolve().parent == shipped_selector_dir().resolve():
+        what = "the selector it adapts" if target.resolve() == base_path.resolve() else "the shipped folder"
+        raise ConfigError(f"--transfer would overwrite {target} ({what})",
+                          f"give another --out, e.g. --out {user_selector_dir() / 'transfer.joblib'}")
+    base = load_selector(base_path, trust=args.trust)
+    db = Path(args.db) if args.db else default_db_path()
+    try:
+        with Store(db, create=False) as store:
+            ds = store_dataset(store, source="measured", profile=base.encoder.profile or args.profile,
+                               space=base.training.get("space") or args.space, rails=args.rails)
+    except ConfigError as exc:
+        raise ConfigError(f"--transfer needs measured sweeps: {exc.what}", HOW_TO_MEASURE) from None
+    selector, report = transfer_selector(base, ds, objective, base_path=base_path, command=command)
+    path = save_selector(selector, target)
+    took = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
+                          "base": str(base_path), **report, "basis": selector.basis.to_json(),
+                          "figures_source": "predicted (graded against measured sweeps)", "wall_s": round(took, 1)},
+                         indent=2, default=str))
+        return 0
+    print(format_cv_table(report["cv_table"], "measured", report["cv_table"][0].get("graded_on")))
+    print(f"\nAdapted {base_path} with {report['measured']['workloads']} measured workload(s), "
+          f"{report['measured']['rows']} points")
+    print(f"Saved: {path}\n       {sidecar_path(path)}")
+    print(f"Data basis: {selector.basis.line()}")
+    print(f"Took {took:.1f} s")
     return 0
 
 
@@ -178,7 +257,7 @@ def _pct(v: Any, digits: int = 2) -> str:
     return "-" if v is None else f"{100 * v:.{digits}f}%"
 
 
-def format_cv_table(rows: Sequence[dict[str, Any]], source: str) -> str:
+def format_cv_table(rows: Sequence[dict[str, Any]], source: str, graded_on: str | None = None) -> str:
     head = ["#", "candidate", "mean regret", "worst regret", "MAPE time", "MAPE power", "MAPE energy", "fit s"]
     body = [[str(i + 1), r["label"], _pct(r["mean_regret"]), _pct(r["worst_regret"]), _pct(r["mape_time"], 1),
              _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"] for i, r in enumerate(rows)]
@@ -189,7 +268,8 @@ def format_cv_table(rows: Sequence[dict[str, Any]], source: str) -> str:
 
     title = (f"Leave-workloads-out cross-validation on {source} data "
              f"(regret of each candidate's choice against the oracle; figures predicted)")
-    return "\n".join([title, line(head)] + [line(b) for b in body])
+    graded = [f"Graded on: {graded_on}"] if graded_on else []
+    return "\n".join([title, line(head)] + [line(b) for b in body] + graded)
 
 
 # --------------------------------------------------------------------------- select
@@ -230,6 +310,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         out = choice.to_json()
         out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
         out["selector"].pop("cv_table", None)
+        out["basis"] = selector.basis.line()
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(clean_text(format_choice(choice, selector)))
@@ -241,6 +322,7 @@ def format_choice(choice: Any, selector: Any) -> str:
     conf = choice.confidence
     lines = [
         f"Selector:  {getattr(selector, 'path', '')} ({selector.source}-trained, {choice.chooser})",
+        f"Rests on:  {selector.basis.line()}",
         f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",

@@ -6,6 +6,9 @@
     selection    leave-workloads-out cross-validation ranked by the regret of the choices
     selector     the trained Selector: predict, choose (with optional probes)
     probes       probe planning and the per-workload correction
+    mixing       measured and twin data together: measured rows weighted, CV graded on them
+    transfer     a trained selector adapted with a few measured sweeps (a residual correction)
+    basis        what a selector's choices rest on (recorded in its metadata, printed by select)
     persistence  joblib + JSON sidecar, verified before unpickling
     policy       the `ml` policy of `slm-dvfs run`
 

@@ -174,7 +174,12 @@ class RegressorModel:
         self.models: dict[str, Any] = {}
         self.fit_s = 0.0
 
-    def fit(self, x: np.ndarray, time_ps: np.ndarray, power_w: np.ndarray, energy_ps: np.ndarray) -> "RegressorModel":
+    def fit(self, x: np.ndarray, time_ps: np.ndarray, power_w: np.ndarray, energy_ps: np.ndarray,
+            sample_weight: np.ndarray | None = None) -> "RegressorModel":
+        """Fit both targets; `sample_weight` per row (engine.selector.mixing.fit_weighted). Rows
+        without a time (energy-only: NaN) are left out of the time model and of a power target."""
+        from engine.selector.mixing import fit_weighted
+
         t0 = time.perf_counter()
         idx = _subsample(len(x), self.spec.max_rows)
         second = power_w if self.spec.target == "time+power" else energy_ps
@@ -182,9 +187,14 @@ class RegressorModel:
         self.bounds: dict[str, tuple[float, float]] = {}
         for key, y in (("time", time_ps), ("second", second)):
             model = clone(self.template)
-            logy = np.log(y[idx]) - self._offset(key, x[idx])
+            rows = idx[np.isfinite(y[idx])]
+            if len(rows) == 0:
+                raise ConfigError(f"no training row has a {'time' if key == 'time' else 'second target'} to learn",
+                                  "record sweeps with times (`slm-dvfs sweep`), or train on the twin as well "
+                                  "(--source both)")
+            logy = np.log(y[rows]) - self._offset(key, x[rows])
             with one_thread():
-                model.fit(x[idx], logy)
+                fit_weighted(model, x[rows], logy, None if sample_weight is None else sample_weight[rows])
             self.models[key] = model
             self.bounds[key] = (float(logy.min()) - LOG_MARGIN, float(logy.max()) + LOG_MARGIN)
         self.fit_s = time.perf_counter() - t0
@@ -211,12 +221,15 @@ class SettingClassifier:
         self.settings: tuple[DvfsSetting, ...] = ()
         self.fit_s = 0.0
 
-    def fit(self, workload_x: np.ndarray, best: Sequence[DvfsSetting]) -> "SettingClassifier":
+    def fit(self, workload_x: np.ndarray, best: Sequence[DvfsSetting],
+            sample_weight: np.ndarray | None = None) -> "SettingClassifier":
+        from engine.selector.mixing import fit_weighted
+
         t0 = time.perf_counter()
         self.settings = tuple(dict.fromkeys(best))
         labels = np.array([self.settings.index(s) for s in best])
         self.model = clone(self.template)
-        self.model.fit(workload_x, labels)
+        fit_weighted(self.model, workload_x, labels, sample_weight)
         self.fit_s = time.perf_counter() - t0
         return self
 

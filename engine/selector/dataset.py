@@ -59,11 +59,16 @@ class Dataset:
     space: str = "gpu"
     source_column: bool = False  # True when the user asked for both sources
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Per-row sample weights (None: every row 1); engine.selector.mixing.weigh_measured sets them.
+    weights: np.ndarray | None = None
+    devices: tuple[str, ...] = ()  # the boards the measured rows were taken on (names, for the data basis)
 
     def __post_init__(self) -> None:
         n = len(self.workloads)
         lengths = {len(self.settings), len(self.time_per_sample), len(self.power_w), len(self.energy_per_sample),
                    len(self.sources)}
+        if self.weights is not None:
+            lengths.add(len(self.weights))
         if lengths != {n}:
             raise ConfigError("dataset columns differ in length", "build datasets with from_store / from_twin_zoo")
         if n == 0:
@@ -102,8 +107,12 @@ class Dataset:
             out[f"{w.key}|{s.value}" if self.source_column else w.key].append(i)
         return {k: np.array(v) for k, v in out.items()}
 
+    def energy_only(self) -> np.ndarray:
+        """Rows measured without a time (an imported energy-only point): time and power are NaN."""
+        return ~np.isfinite(self.time_per_sample)
+
     def measurement(self, i: int) -> Measurement:
-        """Row i as a per-sample measurement (one sample), with its source."""
+        """Row i as a per-sample measurement (one sample), with its source (a row with a time)."""
         t = float(self.time_per_sample[i])
         return Measurement(t, float(self.energy_per_sample[i]), 1, None, self.sources[i])
 
@@ -113,6 +122,7 @@ class Dataset:
             tuple(self.workloads[i] for i in idx), tuple(self.settings[i] for i in idx),
             self.time_per_sample[idx], self.power_w[idx], self.energy_per_sample[idx],
             tuple(self.sources[i] for i in idx), self.encoder, self.space, self.source_column, self.notes,
+            None if self.weights is None else self.weights[idx], self.devices,
         )
 
     def digest(self) -> str:
@@ -123,6 +133,8 @@ class Dataset:
         for arr in (self.time_per_sample, self.power_w, self.energy_per_sample):
             h.update(np.ascontiguousarray(np.round(np.log(arr), 9)).tobytes())
         h.update("".join(s.value[0] for s in self.sources).encode())
+        if self.weights is not None:  # unweighted data keeps the digest it always had
+            h.update(np.ascontiguousarray(np.round(self.weights, 9)).tobytes())
         return h.hexdigest()
 
     def summary(self) -> dict[str, Any]:
@@ -137,26 +149,50 @@ class Dataset:
             "profile": self.encoder.profile,
             "digest": self.digest(),
             "notes": list(self.notes),
+            **self.source_counts(),
         }
+
+    def source_counts(self) -> dict[str, Any]:
+        """Workloads and rows of each source (and the boards of the measured ones): the data basis."""
+        out: dict[str, Any] = {}
+        for src in (Source.TWIN, Source.MEASURED):
+            rows = [i for i, s in enumerate(self.sources) if s == src]
+            out[f"{src.value}_rows"] = len(rows)
+            out[f"{src.value}_workloads"] = len({self.workloads[i].key for i in rows})
+        out["energy_only_rows"] = int(self.energy_only().sum())
+        out["devices"] = list(self.devices)
+        return out
 
 
 def from_points(points: Iterable[tuple[WorkloadFeatures, DvfsSetting, Measurement]], encoder: SettingEncoder, *,
-                space: str = "gpu", source_column: bool = False, notes: Sequence[str] = ()) -> Dataset:
+                space: str = "gpu", source_column: bool = False, notes: Sequence[str] = (),
+                energy_only: Iterable[tuple[WorkloadFeatures, DvfsSetting, float, int, Source]] = (),
+                devices: Sequence[str] = ()) -> Dataset:
     """A dataset from (workload, setting, measurement) triples; repeats of one
-    (workload, setting, source) are pooled (times, energies and samples summed)."""
+    (workload, setting, source) are pooled (times, energies and samples summed).
+    `energy_only` adds points measured without a time, as (workload, setting, joules,
+    samples, source): their time and power are NaN (never 0), pooled the same way, and a
+    point with a time at the same (workload, setting, source) wins over them."""
     pooled: dict[tuple[WorkloadFeatures, DvfsSetting, Source], Measurement] = {}
     for w, s, m in points:
         key = (w, s, m.source)
         pooled[key] = m if key not in pooled else pooled[key] + m
+    partial: dict[tuple[WorkloadFeatures, DvfsSetting, Source], tuple[float, int]] = {}
+    for w, s, joules, samples, src in energy_only:
+        key = (w, s, src)
+        if key not in pooled:
+            j0, n0 = partial.get(key, (0.0, 0))
+            partial[key] = (j0 + float(joules), n0 + int(samples))
     rows = list(pooled.items())
+    nan = float("nan")
     return Dataset(
-        workloads=tuple(k[0] for k, _ in rows),
-        settings=tuple(k[1] for k, _ in rows),
-        time_per_sample=np.array([m.seconds_per_sample for _, m in rows]),
-        power_w=np.array([m.avg_power_w for _, m in rows]),
-        energy_per_sample=np.array([m.joules_per_sample for _, m in rows]),
-        sources=tuple(k[2] for k, _ in rows),
-        encoder=encoder, space=space, source_column=source_column, notes=tuple(notes),
+        workloads=tuple(k[0] for k, _ in rows) + tuple(k[0] for k in partial),
+        settings=tuple(k[1] for k, _ in rows) + tuple(k[1] for k in partial),
+        time_per_sample=np.array([m.seconds_per_sample for _, m in rows] + [nan] * len(partial)),
+        power_w=np.array([m.avg_power_w for _, m in rows] + [nan] * len(partial)),
+        energy_per_sample=np.array([m.joules_per_sample for _, m in rows] + [j / n for j, n in partial.values()]),
+        sources=tuple(k[2] for k, _ in rows) + tuple(k[2] for k in partial),
+        encoder=encoder, space=space, source_column=source_column, notes=tuple(notes), devices=tuple(devices),
     )
 
 
@@ -179,8 +215,10 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
     encoder = SettingEncoder.from_profile(load_profile(profile))
     features: dict[int, WorkloadFeatures | None] = {}
     points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
+    energy_only: list[tuple[WorkloadFeatures, DvfsSetting, float, int, Source]] = []
     skipped: set[str] = set()
     spaces: set[str] = set()
+    devices: dict[int, str] = {}
     for sweep in store.list_sweeps():
         if sweep.source not in wanted:
             continue
@@ -201,13 +239,22 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
             continue
         if isinstance(sweep.space, Mapping) and sweep.space.get("space"):
             spaces.add(str(sweep.space["space"]))
+        if sweep.source == Source.MEASURED and sweep.device_id not in devices:
+            dev = store.get_device(sweep.device_id)
+            devices[sweep.device_id] = " ".join(x for x in (dev.module, dev.l4t and f"L4T {dev.l4t}") if x)
         for p in store.sweep_points(sweep.id):
             setting = DvfsSetting.from_json({k: v for k, v in p.setting.items()
                                              if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
-            if p.time_s <= 0 or p.samples <= 0:
+            if p.samples <= 0:
+                continue
+            if p.time_s is None:  # an energy-only point (imported without a time): energy rows only
+                if p.energy_j > 0:
+                    energy_only.append((w, setting, p.energy_j, p.samples, p.source or sweep.source))
+                continue
+            if p.time_s <= 0:
                 continue
             points.append((w, setting, Measurement(p.time_s, p.energy_j, p.samples, None, p.source or sweep.source)))
-    if not points:
+    if not points and not energy_only:
         have = sorted({s.source.value for s in store.list_sweeps()})
         raise ConfigError(
             f"the results store {getattr(store, 'path', '')} holds no {source} sweep points over rails "
@@ -218,7 +265,10 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
         )
     notes = [f"skipped {k}: model not resolvable offline" for k in sorted(skipped)]
     chosen_space = space or (spaces.pop() if len(spaces) == 1 else "mixed")
-    return from_points(points, encoder, space=chosen_space, source_column=source == "both", notes=notes)
+    if energy_only:
+        notes.append(f"{len(energy_only)} energy-only point(s) (no time): they teach energy, not time or power")
+    return from_points(points, encoder, space=chosen_space, source_column=source == "both", notes=notes,
+                       energy_only=energy_only, devices=sorted(set(devices.values())))
 
 
 # --------------------------------------------------------------------------- the twin zoo

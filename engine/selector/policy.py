@@ -178,6 +178,7 @@ class MLPolicy:
             "spec": self.spec,
             "selector": None if self.path is None else str(self.path),
             "selector_trained_on": None if sel is None else sel.source,
+            "selector_basis": None if sel is None else sel.basis.line(),  # what its choice rests on
             "winner": None if sel is None else sel.winner,
             "probes": self.probes,
             "probe_steps": self._steps,

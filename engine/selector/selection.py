@@ -84,20 +84,38 @@ class Outcome:
     oracle_saving: float | None
 
 
+def oracle_of(ds: Dataset, rows: np.ndarray, objective: Objective) -> DvfsSetting:
+    """A workload's best recorded setting; by energy alone where its rows carry no time
+    (engine.selector.mixing: only an objective that needs no time grades those)."""
+    from engine.selector.mixing import energy_oracle, gradable
+
+    settings = [ds.settings[i] for i in rows]
+    if ds.energy_only()[rows].any():
+        if not gradable(ds, rows, objective):
+            raise ConfigError(f"objective {objective.spec} needs times, and {ds.workloads[rows[0]].key} was "
+                              "measured with energy only", "grade it by energy, or import its times as well")
+        return energy_oracle(settings, ds.energy_per_sample[rows])
+    return choose(settings, ds.time_per_sample[rows], ds.energy_per_sample[rows], objective, ds.sources[rows[0]])
+
+
 def outcome(ds: Dataset, key: str, rows: np.ndarray, chosen: DvfsSetting, objective: Objective) -> Outcome:
     settings = [ds.settings[i] for i in rows]
     src = ds.sources[rows[0]]
     t, e = ds.time_per_sample[rows], ds.energy_per_sample[rows]
-    oracle = choose(settings, t, e, objective, src)
+    oracle = oracle_of(ds, rows, objective)
     if chosen not in settings:
         raise ConfigError(f"the chosen setting {chosen.label()} was not recorded for {key}",
                           "evaluate on workloads swept over the selector's space")
     i_c, i_o = settings.index(chosen), settings.index(oracle)
-    m_c, m_o = per_sample(t[i_c], e[i_c], src), per_sample(t[i_o], e[i_o], src)
+    if np.isfinite(t[[i_c, i_o]]).all():
+        regret = (objective.cost(per_sample(t[i_c], e[i_c], src)) / objective.cost(per_sample(t[i_o], e[i_o], src))
+                  - 1.0)
+    else:  # energy only (oracle_of admitted it: the objective is energy)
+        regret = float(e[i_c] / e[i_o] - 1.0)
     maxn = settings.index(MAXN) if MAXN in settings else None
     return Outcome(
         workload=key, chosen=chosen, oracle=oracle,
-        regret=objective.cost(m_c) / objective.cost(m_o) - 1.0,
+        regret=regret,
         energy_regret=float(e[i_c] / e[i_o] - 1.0),
         saving=None if maxn is None else float(1.0 - e[i_c] / e[maxn]),
         oracle_saving=None if maxn is None else float(1.0 - e[i_o] / e[maxn]),
@@ -133,6 +151,7 @@ class CVReport:
     folds: tuple[tuple[np.ndarray, np.ndarray], ...] = field(repr=False)
     outcomes: dict[str, tuple[Outcome, ...]] = field(repr=False)  # per candidate label
     objective: str = "energy"
+    graded_on: str = "twin workloads"  # which held-out workloads the regrets and MAPEs are over
 
     @property
     def winner(self) -> CVRow:
@@ -146,17 +165,28 @@ def _mape(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.mean(np.abs(pred - true) / true))
 
 
+def _weights(ds: Dataset, rows: np.ndarray) -> np.ndarray | None:
+    return None if ds.weights is None else ds.weights[rows]
+
+
 def evaluate(spec: CandidateSpec, ds: Dataset, folds: Sequence[tuple[np.ndarray, np.ndarray]],
              objective: Objective, x: np.ndarray | None = None) -> tuple[CVRow, tuple[Outcome, ...]]:
-    """Out-of-fold choices and errors of one candidate."""
+    """Out-of-fold choices and errors of one candidate, over the workloads mixing.graded_keys
+    grades (the measured ones when there are any)."""
+    from engine.selector.mixing import graded_keys
+
     x = ds.X() if x is None else x
     by_wl = ds.by_workload()
+    graded, _what = graded_keys(ds, objective)
+    graded_rows = np.zeros(len(ds), dtype=bool)
+    for k in graded:
+        graded_rows[by_wl[k]] = True
     outcomes: list[Outcome] = []
     errs: dict[str, list[np.ndarray]] = {"time": [], "power": [], "energy": []}
     fit_s = 0.0
     for train, test in folds:
         test_set = set(test.tolist())
-        held = {k: rows for k, rows in by_wl.items() if rows[0] in test_set}
+        held = {k: rows for k, rows in by_wl.items() if rows[0] in test_set and k in graded}
         if spec.kind == "classifier":
             clf = _fit_classifier(spec, ds, x, train, objective)
             fit_s += clf.fit_s
@@ -168,20 +198,25 @@ def evaluate(spec: CandidateSpec, ds: Dataset, folds: Sequence[tuple[np.ndarray,
             continue
         model = spec.build()
         assert isinstance(model, RegressorModel)
-        model.fit(x[train], ds.time_per_sample[train], ds.power_w[train], ds.energy_per_sample[train])
+        model.fit(x[train], ds.time_per_sample[train], ds.power_w[train], ds.energy_per_sample[train],
+                  _weights(ds, train))
         fit_s += model.fit_s
         t, p, e = model.predict(x[test])
+        on = graded_rows[test]
         for name, pred, true in (("time", t, ds.time_per_sample[test]), ("power", p, ds.power_w[test]),
                                  ("energy", e, ds.energy_per_sample[test])):
-            errs[name].append(np.abs(pred - true) / true)
+            keep = on & np.isfinite(true)  # energy-only rows have no time or power to err on
+            errs[name].append(np.abs(pred[keep] - true[keep]) / true[keep])
         pos = {r: j for j, r in enumerate(test.tolist())}
         for key, rows in held.items():
             j = [pos[r] for r in rows]
             chosen = choose([ds.settings[r] for r in rows], t[j], e[j], objective, Source.PREDICTED,
                             prefer_pinned=True)
             outcomes.append(outcome(ds, key, rows, chosen, objective))
+    if not outcomes:
+        raise ConfigError("cross-validation graded no workload", "record sweeps of more workloads")
     regrets = np.array([o.regret for o in outcomes])
-    mape = {k: (float(np.mean(np.concatenate(v))) if v else None) for k, v in errs.items()}
+    mape = {k: (float(np.mean(np.concatenate(v))) if v and sum(map(len, v)) else None) for k, v in errs.items()}
     row = CVRow(spec.label, spec.name, spec.target, spec.kind, float(regrets.mean()), float(regrets.max()),
                 mape["time"], mape["power"], mape["energy"], fit_s, len(outcomes))
     return row, tuple(outcomes)
@@ -189,19 +224,20 @@ def evaluate(spec: CandidateSpec, ds: Dataset, folds: Sequence[tuple[np.ndarray,
 
 def _fit_classifier(spec: CandidateSpec, ds: Dataset, x: np.ndarray, rows: np.ndarray,
                     objective: Objective) -> SettingClassifier:
-    """Fit on one row per training workload, labelled with its oracle setting."""
+    """Fit on one row per training workload, labelled with its oracle setting (weighted as its rows)."""
+    from engine.selector.mixing import gradable
+
     row_set = set(rows.tolist())
     firsts, best = [], []
     for wrows in ds.by_workload().values():
-        if wrows[0] not in row_set:
+        if wrows[0] not in row_set or not gradable(ds, wrows, objective):
             continue
-        settings = [ds.settings[i] for i in wrows]
-        best.append(choose(settings, ds.time_per_sample[wrows], ds.energy_per_sample[wrows], objective,
-                           ds.sources[wrows[0]]))
+        best.append(oracle_of(ds, wrows, objective))
         firsts.append(wrows[0])
     clf = spec.build()
     assert isinstance(clf, SettingClassifier)
-    return clf.fit(workload_part(x[np.array(firsts)], ds.source_column), best)
+    first = np.array(firsts)
+    return clf.fit(workload_part(x[first], ds.source_column), best, _weights(ds, first))
 
 
 def cross_validate(ds: Dataset, specs: Sequence[CandidateSpec], objective: Objective | None = None, *,
@@ -221,7 +257,9 @@ def cross_validate(ds: Dataset, specs: Sequence[CandidateSpec], objective: Objec
         rows.append(row)
         outs[spec.label] = oc
     rows.sort(key=CVRow.rank_key)
-    return CVReport(tuple(rows), tuple(folds), outs, objective.spec)
+    from engine.selector.mixing import graded_keys
+
+    return CVReport(tuple(rows), tuple(folds), outs, objective.spec, graded_keys(ds, objective)[1])
 
 
 def fit_all(spec: CandidateSpec, ds: Dataset, objective: Objective,
@@ -232,4 +270,4 @@ def fit_all(spec: CandidateSpec, ds: Dataset, objective: Objective,
         return _fit_classifier(spec, ds, x, np.arange(len(ds)), objective)
     model = spec.build()
     assert isinstance(model, RegressorModel)
-    return model.fit(x, ds.time_per_sample, ds.power_w, ds.energy_per_sample)
+    return model.fit(x, ds.time_per_sample, ds.power_w, ds.energy_per_sample, ds.weights)

@@ -262,8 +262,16 @@ class Selector:
             level, reason = "high", f"in range; held-out workloads saw {mean_r:.2%} mean, {worst_r:.2%} worst regret"
         return Confidence(level, mean_r, worst_r, mape, spread, margin, extra, reason)
 
+    @property
+    def basis(self) -> Any:
+        """What its choices rest on (engine.selector.basis.DataBasis)."""
+        from engine.selector.basis import basis_of
+
+        return basis_of(self)
+
     def describe(self) -> dict[str, Any]:
         return {
+            "basis": self.basis.to_json(),
             "winner": self.winner,
             "figures_from": self.model.spec.label,
             "source": self.source,
@@ -312,6 +320,7 @@ def train_selector(
         reg_spec, chooser_spec = by_label[best_reg.label], win
     selector = fit_selector(ds, reg_spec, objective, chooser=chooser_spec, cv_table=report.table(),
                             splits=len(report.folds), progress=progress, command=command)
+    selector.training["cv_graded_on"] = report.graded_on
     return selector, report
 
 
@@ -353,8 +362,13 @@ def fit_selector(
     if MAXN in settings:
         settings.remove(MAXN)
         settings.insert(0, MAXN)
+    from engine.selector.basis import from_training
+    from engine.selector.mixing import measured_weight_of
+
+    summary = ds.summary()
     training = {
-        **ds.summary(),
+        **summary,
+        "basis": from_training(summary, command=command, measured_weight=measured_weight_of(ds)).to_json(),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "objective": objective.spec,
         "splits": splits,
@@ -365,7 +379,7 @@ def fit_selector(
         model=model, chooser=clf, encoder=ds.encoder, candidates=settings, source=ds.source,
         source_column=ds.source_column, winner=(chooser or spec).label, cv_table=cv_table,
         objective=objective.spec, training=training,
-        power_floor_w=POWER_FLOOR_SHARE * float(ds.power_w.min()), ranges=_ranges(ds),
+        power_floor_w=POWER_FLOOR_SHARE * float(np.nanmin(ds.power_w)), ranges=_ranges(ds),
     )
 
 

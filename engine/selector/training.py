@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from engine.core.errors import ConfigError
 from engine.selector.candidates import CandidateSpec, default_candidates
 from engine.selector.dataset import Dataset, from_store, profile_settings
+from engine.selector.mixing import merge, weigh_measured
 from engine.selector.selection import DEFAULT_SPLITS, CVReport, Progress
 from engine.selector.selector import Selector, train_selector
 
@@ -27,10 +28,11 @@ class Trained:
 
 
 def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
-                  space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS) -> Dataset:
+                  space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS, measured_weight: float | None = None) -> Dataset:
     """The store's sweep points of `source` over `rails` (engine.selector.dataset.from_store),
     only those whose setting lies in the profile's `space`: a selector chooses among that
-    space, so points outside it would teach it settings it can never pick."""
+    space, so points outside it would teach it settings it can never pick. With both sources,
+    each measured point weighs `measured_weight` (None: engine.selector.mixing.auto_weight)."""
     from engine.device.twin.profile import load_profile
 
     ds = from_store(store, source=source, profile=profile, space=space, rails=rails)
@@ -39,7 +41,15 @@ def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAUL
     if not keep:
         raise ConfigError(f"no recorded sweep point lies in the {space} space",
                           "sweep that space (`slm-dvfs sweep --space ...`), or pick the space you swept")
-    return ds.subset(keep)
+    return weigh_measured(ds.subset(keep), measured_weight)
+
+
+def with_measured(twin: Dataset, store: Any, *, profile: str = DEFAULT_PROFILE, space: str = DEFAULT_SPACE,
+                  rails: str = DEFAULT_RAILS, measured_weight: float | None = None) -> Dataset:
+    """Twin data (e.g. the twin zoo) and the store's measured sweeps, the source a feature and
+    each measured point weighted (`train-selector --from-twin-zoo --source both`)."""
+    measured = store_dataset(store, source="measured", profile=profile, space=space, rails=rails)
+    return weigh_measured(merge(twin, measured), measured_weight)
 
 
 def train_on(ds: Dataset, objective: Any = None, *, candidates: Sequence[CandidateSpec] | None = None,
@@ -56,7 +66,9 @@ def train_on(ds: Dataset, objective: Any = None, *, candidates: Sequence[Candida
 def train_from_store(store: Any, objective: Any = None, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
                      space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS,
                      candidates: Sequence[CandidateSpec] | None = None, n_splits: int = DEFAULT_SPLITS,
-                     progress: Progress | None = None, command: Any = None) -> Trained:
+                     progress: Progress | None = None, command: Any = None,
+                     measured_weight: float | None = None) -> Trained:
     """store_dataset, then train_on: the selector the store's sweeps teach."""
-    ds = store_dataset(store, source=source, profile=profile, space=space, rails=rails)
+    ds = store_dataset(store, source=source, profile=profile, space=space, rails=rails,
+                       measured_weight=measured_weight)
     return train_on(ds, objective, candidates=candidates, n_splits=n_splits, progress=progress, command=command)

@@ -245,11 +245,13 @@ class SweepActions:
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("selector training", exc))
             return
-        self.post_message(SelectorTrained(str(path), trained.selector.winner, len(trained.dataset), source))
+        self.post_message(SelectorTrained(str(path), trained.selector.winner, len(trained.dataset), source,
+                                          trained.selector.basis.line()))
 
     def on_selector_trained(self, message: SelectorTrained) -> None:
         self._engine_idle()
-        self.notify(f"winner {message.winner}, {message.rows} {message.source} rows; saved to {message.path}",
+        rests = f"\nrests on {message.basis}" if message.basis else ""
+        self.notify(f"winner {message.winner}, {message.rows} {message.source} rows; saved to {message.path}{rests}",
                     title="Selector trained")
 
 

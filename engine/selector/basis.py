@@ -1,0 +1,138 @@
+"""What a selector's choices rest on: the data it learnt from, in one line.
+
+A selector trained on the twin zoo knows the twin; one trained or adapted on a board's sweeps
+knows that board. `fit_selector` records the basis in the selector's `training` metadata (so in
+its sidecar and its compact form): the twin and measured workloads and points, the profile, the
+boards, the weight of a measured row, and for a transferred selector its base. A file saved
+before the basis was recorded gets one derived from what it did record (source, rows,
+workloads, profile, the command): the shipped default reads "twin zoo (shipped, before issue 13)".
+
+`select` prints `line()`, `train-selector` prints it on save, the TUI shows `short()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+BASIS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DataBasis:
+    origin: str  # "twin zoo" | "store sweeps" | "transfer"
+    twin_workloads: int = 0
+    twin_points: int = 0
+    measured_workloads: int = 0
+    measured_points: int = 0
+    energy_only_points: int = 0  # of the measured points, those without a time
+    profile: str | None = None
+    devices: tuple[str, ...] = ()
+    measured_weight: float | None = None  # a measured row's weight against a twin row's 1
+    base: Mapping[str, Any] | None = None  # transfer: the base selector's file, digest and basis line
+    recorded: bool = True  # False: derived from an older selector's metadata
+    note: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return self.measured_points > 0
+
+    def _twin(self) -> str:
+        where = "twin zoo" if self.origin in ("twin zoo", "transfer") or not self.measured else "twin sweeps"
+        return f"{where} ({self.twin_workloads} workloads, {self.twin_points} points)"
+
+    def _measured(self) -> str:
+        only = f", {self.energy_only_points} energy-only" if self.energy_only_points else ""
+        boards = f" on {', '.join(self.devices)}" if self.devices else ""
+        return f"{self.measured_workloads} measured workload(s) ({self.measured_points} points{only}){boards}"
+
+    def line(self) -> str:
+        """One line: which data the selector's choices rest on, labelled by source."""
+        profile = f", profile {self.profile}" if self.profile else ""
+        note = f" ({self.note})" if self.note else ""
+        if self.origin == "transfer":
+            base = (self.base or {}).get("basis") or "its base selector"
+            return (f"{self._measured()} [measured] adapting {base} — "
+                    f"transfer from {(self.base or {}).get('name', 'a base selector')}{note}")
+        if not self.measured and not self.twin_points:  # an older file that did not record the split
+            return f"{self.origin}{profile}{note}"
+        if self.measured and self.twin_points:
+            weight = f", each weighted {self.measured_weight:g}x" if self.measured_weight else ""
+            return f"{self._measured()} [measured]{weight} over {self._twin()} [twin]{profile}{note}"
+        if self.measured:
+            return f"{self._measured()} [measured]{profile}{note}"
+        return f"{self._twin()} [twin]{profile}{note}"
+
+    def short(self) -> str:
+        """A few words for the TUI: twin zoo | N measured + twin | transfer (N measured)."""
+        if self.origin == "transfer":
+            return f"twin + {self.measured_workloads} measured sweep(s), transfer"
+        if self.measured and self.twin_points:
+            return f"{self.measured_workloads} measured + twin"
+        if self.measured:
+            return f"{self.measured_workloads} measured sweep(s)"
+        return "twin zoo" if self.origin == "twin zoo" else "twin sweeps"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
+        out["devices"] = list(self.devices)
+        out["base"] = None if self.base is None else dict(self.base)
+        out["version"] = BASIS_VERSION
+        out["line"] = self.line()
+        return {**dict(self.extra), **out}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "DataBasis":
+        names = set(cls.__dataclass_fields__) - {"extra", "devices", "base"}
+        kw = {k: data[k] for k in names if k in data}
+        return cls(**kw, devices=tuple(data.get("devices") or ()), base=data.get("base"))
+
+
+def from_training(summary: Mapping[str, Any], *, command: Any = None, measured_weight: float | None = None,
+                  base: Mapping[str, Any] | None = None) -> DataBasis:
+    """The basis of a selector fitted now, from its dataset's summary (Dataset.summary())."""
+    zoo = isinstance(command, Mapping) and bool(command.get("from_twin_zoo"))
+    return DataBasis(
+        origin="transfer" if base is not None else ("twin zoo" if zoo else "store sweeps"),
+        twin_workloads=int(summary.get("twin_workloads", 0)), twin_points=int(summary.get("twin_rows", 0)),
+        measured_workloads=int(summary.get("measured_workloads", 0)),
+        measured_points=int(summary.get("measured_rows", 0)),
+        energy_only_points=int(summary.get("energy_only_rows", 0)), profile=summary.get("profile"),
+        devices=tuple(summary.get("devices") or ()), measured_weight=measured_weight, base=base,
+    )
+
+
+def basis_of(selector: Any) -> DataBasis:
+    """The selector's recorded basis, or one derived from an older file's metadata."""
+    training = getattr(selector, "training", {}) or {}
+    if isinstance(training.get("basis"), Mapping):
+        return DataBasis.from_json(training["basis"])
+    source = str(getattr(selector, "source", training.get("source", "")))
+    command = training.get("command")
+    zoo = isinstance(command, Mapping) and bool(command.get("from_twin_zoo"))
+    rows, workloads = int(training.get("rows") or 0), int(training.get("workloads") or 0)
+    path = getattr(selector, "path", None)
+    shipped = False
+    if path is not None:
+        from engine.core.paths import profiles_dir  # persistence.shipped_selector_dir (which imports this)
+
+        try:
+            shipped = Path(path).resolve().parent == (profiles_dir() / "selectors").resolve()
+        except OSError:
+            shipped = False
+    note = "shipped, before issue 13" if shipped else "recorded before the data basis was"
+    profile = training.get("profile")
+    if source == "measured":
+        return DataBasis("store sweeps", measured_workloads=workloads, measured_points=rows, profile=profile,
+                         recorded=False, note=note)
+    if source == "both":  # the split between sources was not recorded
+        return DataBasis("store sweeps", profile=profile, recorded=False,
+                         note=f"{note}: measured and twin store sweeps, {workloads} workloads and {rows} points "
+                              "in all, split not recorded")
+    return DataBasis("twin zoo" if zoo or shipped else "store sweeps", twin_workloads=workloads, twin_points=rows,
+                     profile=profile, recorded=False, note=note)
+
+
+__all__ = ["BASIS_VERSION", "DataBasis", "basis_of", "from_training"]
