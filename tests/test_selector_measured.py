@@ -222,6 +222,22 @@ def test_transfer_refusals(tmp_path, monkeypatch, capsys, target):
     assert "--from names the selector --transfer adapts" in capsys.readouterr().err
 
 
+def test_an_imported_gpu_cpu_sweep_transfers_once_its_rails_are_named(isolated_env, capsys):
+    """import-sweep -> train-selector --transfer: the published way of measuring sums VDD_GPU_SOC and
+    VDD_CPU_CV; a transfer over the default rails (all) finds nothing and says which --rails would."""
+    from pathlib import Path
+
+    from engine.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "docs" / "examples" / "measured-sweep.csv"
+    assert main(["import-sweep", str(example)]) == 0
+    capsys.readouterr()
+    assert main(["train-selector", "--transfer"]) != 0
+    assert "give --rails gpu+cpu" in capsys.readouterr().err
+    assert main(["train-selector", "--transfer", "--rails", "gpu+cpu"]) == 0
+    assert "1 measured workload(s)" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- the data basis
 
 def test_the_shipped_selector_rests_on_the_twin_zoo_and_select_says_so(capsys):

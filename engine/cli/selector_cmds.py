@@ -228,7 +228,9 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
             ds = store_dataset(store, source="measured", profile=base.encoder.profile or args.profile,
                                space=base.training.get("space") or args.space, rails=args.rails)
     except ConfigError as exc:
-        raise ConfigError(f"--transfer needs measured sweeps: {exc.what}", HOW_TO_MEASURE) from None
+        # the store's own hint (another --rails) comes first when it has one
+        hint = exc.remedy.split(", record sweeps")[0] + "; or " if exc.remedy.startswith("give --rails") else ""
+        raise ConfigError(f"--transfer needs measured sweeps: {exc.what}", hint + HOW_TO_MEASURE) from None
     selector, report = transfer_selector(base, ds, objective, base_path=base_path, command=command)
     path = save_selector(selector, target)
     took = time.perf_counter() - started

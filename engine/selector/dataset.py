@@ -255,12 +255,18 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
                 continue
             points.append((w, setting, Measurement(p.time_s, p.energy_j, p.samples, None, p.source or sweep.source)))
     if not points and not energy_only:
-        have = sorted({s.source.value for s in store.list_sweeps()})
+        every = store.list_sweeps()
+        have = sorted({s.source.value for s in every})
+        # sweeps of the wanted source over other rails: the likely fix is --rails, not more sweeps
+        other_rails = sorted({str(s.space.get("rails", "all")) for s in every if s.source in wanted
+                              and isinstance(s.space, Mapping) and s.space.get("rails", "all") != rails})
         raise ConfigError(
             f"the results store {getattr(store, 'path', '')} holds no {source} sweep points over rails "
             f"{rails} to train on"
-            + (f" (it has {', '.join(have)} sweeps)" if have else ""),
-            "record sweeps with `slm-dvfs sweep` (on the board for measured data), pick another --source, "
+            + (f" (it has {', '.join(have)} sweeps)" if have else "")
+            + (f"; its {source} sweeps sum rails {', '.join(other_rails)}" if other_rails else ""),
+            (f"give --rails {other_rails[0]} to learn from those, " if other_rails else "")
+            + "record sweeps with `slm-dvfs sweep` (on the board for measured data), pick another --source, "
             "or train on the twin with --from-twin-zoo",
         )
     notes = [f"skipped {k}: model not resolvable offline" for k in sorted(skipped)]
