@@ -1,0 +1,102 @@
+"""Intervals on predicted figures: the value type, the twin ensemble's paired intervals."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine.core.errors import ConfigError
+from engine.core.interval import Interval, compact_pct, format_with, quantile, quantile_interval
+from engine.device.setting import MAXN, DvfsSetting
+from engine.device.twin.ensemble import ensemble
+from engine.device.twin.params import ParamSpread
+from engine.device.twin.profile import load_profile
+from tests.traces import BERT_BASE_LIKE
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_profile("agx-orin-64gb")
+
+
+def _settings(profile):
+    from engine.selector.dataset import profile_settings
+
+    return profile_settings(profile, "gpu")
+
+
+# --------------------------------------------------------------------------- the value type
+def test_interval_math_and_text() -> None:
+    iv = Interval(0.091, 0.150, 0.9, "twin ensemble")
+    assert iv.width == pytest.approx(0.059) and iv.contains(0.1) and not iv.contains(0.2)
+    assert format_with(0.123, iv, pct=True) == "12.3% (9.1–15.0%, 90%)"
+    assert format_with(0.123, None, pct=True) == "12.3%"
+    assert compact_pct(0.123, iv) == "12% (9–15%)"
+    assert iv.hull(0.2) == Interval(0.091, 0.2, 0.9, "twin ensemble")
+    assert iv.shifted(0.01).low == pytest.approx(0.101) and iv.scaled(-1).low == pytest.approx(-0.15)
+    assert Interval.from_json(iv.to_json()) == iv
+    for bad in ((0.2, 0.1), (float("nan"), 0.1)):
+        with pytest.raises(ConfigError):
+            Interval(*bad)
+    with pytest.raises(ConfigError):
+        Interval(0.0, 1.0, level=1.0)
+
+
+def test_quantiles_match_linear_interpolation() -> None:
+    vals = [float(v) for v in range(11)]  # 0..10
+    assert quantile(vals, 0.05) == pytest.approx(0.5) and quantile(vals, 0.95) == pytest.approx(9.5)
+    iv = quantile_interval(vals, 0.8)
+    assert (iv.low, iv.high) == (pytest.approx(1.0), pytest.approx(9.0))
+    assert quantile_interval([3.0]).width == 0.0
+    with pytest.raises(ConfigError):
+        quantile_interval([])
+
+
+# --------------------------------------------------------------------------- the twin ensemble
+def test_ensemble_is_deterministic_and_member_zero_is_the_nominal_twin(shipped) -> None:
+    from engine.device.twin.fast import fast_points
+
+    settings = _settings(shipped)
+    a = ensemble(BERT_BASE_LIKE, shipped, settings, members=12, seed=5)
+    b = ensemble(BERT_BASE_LIKE, shipped, settings, members=12, seed=5)
+    fresh = dataclasses.replace(shipped)  # an equal profile, not the cached object: the same figures
+    c = ensemble(BERT_BASE_LIKE, fresh, settings, members=12, seed=5)
+    assert a.energy_ps == b.energy_ps == c.energy_ps and a.members == 12
+    nominal = fast_points(BERT_BASE_LIKE, shipped, a.settings, warmup_steps=0, steps=1)
+    assert a.energy_ps[0] == tuple(p.measurement.joules_per_sample for p in nominal)
+    other = ensemble(BERT_BASE_LIKE, shipped, settings, members=12, seed=6)
+    assert other.energy_ps[1:] != a.energy_ps[1:]
+
+
+def test_paired_saving_interval_holds_the_nominal_and_is_narrower_than_unpaired(shipped) -> None:
+    settings = _settings(shipped)
+    ens = ensemble(BERT_BASE_LIKE, shipped, settings, members=32)
+    best = ens.optima()[0]
+    nominal_saving = ens.savings(best)[0]
+    iv = ens.saving(best)
+    assert iv.width > 0 and iv.level == 0.9 and "32" in iv.basis and "paired" in iv.basis
+    assert iv.low - 0.05 <= nominal_saving <= iv.high + 0.05
+    # Unpaired (each end from the other's extreme) would be far wider: errors common to both cancel.
+    e_best, e_maxn = ens.energy(best), ens.energy(MAXN)
+    unpaired = (1 - e_best.high / e_maxn.low, 1 - e_best.low / e_maxn.high)
+    assert unpaired[1] - unpaired[0] > iv.width
+    assert ens.optimum_gpu().low <= ens.optimum_gpu().high and ens.optimum_steps() >= 0
+    assert ens.time(best).width > 0 and ens.slowdown(best).high >= ens.slowdown(best).low
+
+
+def test_a_profile_without_uncertainty_gives_zero_width_intervals(shipped) -> None:
+    sure = dataclasses.replace(shipped, uncertainty=tuple(
+        ParamSpread(s.path, s.lower, s.upper, 0.0) for s in shipped.uncertainty))
+    ens = ensemble(BERT_BASE_LIKE, sure, _settings(sure), members=8)
+    for s in ens.settings:
+        assert ens.energy(s).width == 0.0 and ens.time(s).width == 0.0 and ens.saving(s).width == 0.0
+    assert ens.optimum_steps() == 0 and ens.optimum_gpu().width == 0.0
+
+
+def test_ensemble_adds_maxn_and_refuses_unknown_settings(shipped) -> None:
+    pinned = [s for s in _settings(shipped) if s != MAXN][:3]
+    ens = ensemble(BERT_BASE_LIKE, shipped, pinned, members=4)
+    assert ens.settings[0] == MAXN and len(ens.settings) == 4
+    with pytest.raises(KeyError):
+        ens.energy(DvfsSetting(nvpmodel=3))
