@@ -403,6 +403,22 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
     assert preview.line().endswith("[predicted]") and "saves" in preview.short()
+    iv = preview.saving_interval  # the shipped selector keeps no CV quantiles: the twin ensemble's interval
+    assert iv is not None and iv.low <= choice.saving <= iv.high and "twin ensemble" in iv.basis
+    assert f"({100 * iv.low:.1f}–{100 * iv.high:.1f}%, 90%)" in preview.line()
+    assert f"({100 * iv.low:.0f}–{100 * iv.high:.0f}%)" in preview.short()
+
+
+def test_selector_preview_lines_show_the_savings_interval_compactly() -> None:
+    from engine.core.interval import Interval
+    from tui.selection import SelectorPreview
+
+    preview = SelectorPreview(True, setting="GPU 816 · CPU gov · EMC gov · mode 0", saving_pct=13.0,
+                              slowdown_pct=21.4, saving_interval=Interval(0.041, 0.168))
+    assert preview.short() == "selector: GPU 816 · mode 0, saves 13% (4–17%) [predicted]"
+    assert "saving 13.0% (4.1–16.8%, 90%) energy, +21.4% time vs MAXN [predicted]" in preview.line()
+    bare = SelectorPreview(True, setting="GPU 816", saving_pct=13.0, slowdown_pct=21.4)
+    assert bare.short() == "selector: GPU 816, saves 13% [predicted]"
 
 
 def test_the_run_tracker_keeps_whether_the_eval_metric_means_anything() -> None:
