@@ -100,3 +100,41 @@ def test_ensemble_adds_maxn_and_refuses_unknown_settings(shipped) -> None:
     assert ens.settings[0] == MAXN and len(ens.settings) == 4
     with pytest.raises(KeyError):
         ens.energy(DvfsSetting(nvpmodel=3))
+
+
+# --------------------------------------------------------------------------- the CLI's twin estimates
+def test_twin_saving_interval_lies_around_the_twins_figure(shipped) -> None:
+    from engine.results.estimates import twin_saving_interval
+
+    setting = DvfsSetting(gpu_hz=612_000_000, nvpmodel=0)
+    iv = twin_saving_interval(BERT_BASE_LIKE, shipped, setting, 0.2)
+    assert iv is not None and iv.low <= 0.2 <= iv.high and iv.width > 0 and "paired" in iv.basis
+    assert twin_saving_interval(None, shipped, setting, 0.2) is None  # no steps: shown bare
+    assert twin_saving_interval(BERT_BASE_LIKE, shipped, MAXN, 0.0) is None
+    assert twin_saving_interval(BERT_BASE_LIKE, "no-such-profile", setting, 0.2) is None
+
+
+def test_twin_sweeps_and_runs_give_their_saving_an_interval_and_ml_runs_their_prediction(
+        isolated_env, tmp_path, capsys) -> None:
+    import json
+
+    from engine.cli import main
+
+    db = str(tmp_path / "db.sqlite")
+    shape = ["--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+             "--twin", "agx-orin-64gb", "--db", db]
+    assert main(["sweep", *shape, "--fast"]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if "as an estimate of a board's" in ln)
+    assert "%, 90%)" in line and "twin ensemble of 32 agx-orin-64gb profiles, paired" in line
+    run = ["run", *shape, "--simulate", "--steps", "5", "--compare", "maxn"]
+    assert main([*run, "--policy", "static:gpu=612"]) == 0
+    assert "as an estimate of a board's: saving" in capsys.readouterr().out
+    assert main([*run, "--policy", "ml:probes=0"]) == 0
+    text = capsys.readouterr().out
+    predicted = next(ln for ln in text.splitlines() if ln.startswith("policy's prediction:"))
+    assert "%, 90%) against MAXN [predicted]" in predicted
+    assert main([*run, "--policy", "ml:probes=0", "--json"]) == 0
+    detail = json.loads(capsys.readouterr().out)["run"]["policy_detail"]
+    iv, saving = detail["choice"]["expected_saving_interval"], detail["choice"]["expected_saving"]
+    assert iv["low"] <= saving <= iv["high"] and detail["probes_given"] is True

@@ -204,6 +204,8 @@ class MLPolicy:
             "setting": None if self.setting is None else self.setting.to_json(),
             "label": None if self.setting is None else self.setting.label(),
             "reason": self._reason(),
+            "predicted": None if self.choice is None else
+            f"{self.choice.setting.label()}, saving {self._saving_text()} against MAXN [predicted]",
             "choice": None if self.choice is None else self.choice.to_json(),
         }
 
