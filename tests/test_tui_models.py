@@ -78,6 +78,9 @@ def test_tracker_sums_twin_energy_over_its_rails_and_projects_to_the_end() -> No
     assert v.device_samples_per_s == pytest.approx(16 / 2.0)
     assert v.host_samples_per_s == pytest.approx(16 / 0.4)
     assert v.eta_s == pytest.approx(0.4 / 4 * 6)
+    # identical steps: the projections' intervals (from the steps' spread) have no width
+    assert v.projected_interval.width == pytest.approx(0.0, abs=1e-9) and v.projected_interval.level == 0.9
+    assert v.projected_interval.contains(v.projected_j) and v.eta_interval.width == pytest.approx(0.0, abs=1e-9)
     assert v.rail_now_w == {"GPU": 2.0, "CPU": 1.0, "SYS": 18.0}
     assert v.total_now_w == pytest.approx(3.0)
     assert v.chart_w == pytest.approx((3.0, 3.0, 3.0, 3.0))

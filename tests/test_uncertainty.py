@@ -138,3 +138,42 @@ def test_twin_sweeps_and_runs_give_their_saving_an_interval_and_ml_runs_their_pr
     detail = json.loads(capsys.readouterr().out)["run"]["policy_detail"]
     iv, saving = detail["choice"]["expected_saving_interval"], detail["choice"]["expected_saving"]
     assert iv["low"] <= saving <= iv["high"] and detail["probes_given"] is True
+
+
+# --------------------------------------------------------------------------- projections of a run
+def test_extrapolated_interval_grows_with_the_steps_spread_and_what_is_left() -> None:
+    from engine.core.interval import extrapolated
+
+    assert extrapolated(10.0, 5, 1, 1.0, 0.0) is None  # one step: no spread to go by
+    flat = extrapolated(10.0, 5, 4, 1.0, 0.0)
+    assert (flat.low, flat.high) == (15.0, 15.0)
+    a, b = extrapolated(10.0, 5, 4, 1.0, 0.01), extrapolated(10.0, 50, 4, 1.0, 0.01)
+    assert a.contains(15.0) and b.width > a.width > 0
+    assert a.high - 15.0 == pytest.approx(1.6449 * (0.01 * (5 + 25 / 4)) ** 0.5, rel=1e-3)
+    assert extrapolated(10.0, 0, 4, 1.0, 0.5).width == 0.0  # nothing left: the figure is what was done
+    assert extrapolated(10.0, 5, 4, 1.0, 100.0).low == 10.0  # never below what was already spent
+
+
+def test_the_run_pages_projections_carry_intervals_from_uneven_steps() -> None:
+    from engine.run.experiment import ExperimentPhase
+    from engine.workload.events import RunStarted, StepEnd, StepEnergy
+    from engine.core.provenance import Source
+    from tui.fmt import duration_pm, energy_pm
+    from tui.runstate import RunTracker, format_duration
+
+    t = RunTracker(Source.TWIN, ("GPU",))
+    t.feed(ExperimentPhase("policy", "online", 1, 1))
+    t.feed(RunStarted(model="m", task="sst2", mode="full", precision="fp32", device="cpu", batch_size=4,
+                      total_steps=100, steps_per_epoch=100, seed=0, trainable_params=1, total_params=1))
+    elapsed = 0.0
+    for i in range(1, 21):
+        j, dt = (1.0 if i % 2 else 2.0), (0.1 if i % 3 else 0.2)
+        elapsed += dt
+        t.feed(StepEnergy(step=i, time_s=0.5, energy_j={"GPU": j}, total_energy_j=j, avg_power_w=j / 0.5,
+                          rails=("GPU",), source=Source.TWIN, samples=4))
+        t.feed(StepEnd(step=i, epoch=0, loss=1.0, samples=4, tokens=64, lr=0.1, wall_s=dt, elapsed_s=elapsed))
+    v = t.view()
+    assert v.projected_interval.width > 0 and v.projected_interval.contains(v.projected_j)
+    assert v.projected_interval.low >= v.energy_j and v.eta_interval.width > 0
+    assert "±" in energy_pm(v.projected_j, v.projected_interval)
+    assert "±" in duration_pm(v.eta_s, v.eta_interval, format_duration)

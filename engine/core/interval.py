@@ -108,3 +108,19 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     i = int(math.floor(pos))
     j = min(i + 1, n - 1)
     return float(sorted_values[i] + (sorted_values[j] - sorted_values[i]) * (pos - i))
+
+
+def extrapolated(done: float, remaining: int, n: int, mean: float, variance: float, *, level: float = LEVEL,
+                 basis: str = "the run's step-to-step spread so far") -> Interval | None:
+    """The interval of `done + remaining x (a step's figure)` when `n` steps so far had this mean and
+    variance: steps taken as independent, so the remaining sum varies by remaining x variance and
+    the mean itself is uncertain by variance / n. None before two steps (no spread to go by)."""
+    if n < 2 or remaining < 0 or not (math.isfinite(mean) and math.isfinite(variance)):
+        return None
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.5 + level / 2.0)
+    half = z * math.sqrt(max(variance, 0.0) * (remaining + remaining * remaining / n))
+    centre = done + remaining * mean
+    return Interval(max(done, centre - half), centre + half, level, basis)
+
