@@ -99,7 +99,8 @@ def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None
     s = choice.saving
     notes = []
     if ens is not None:
-        offsets = [v - ens.savings(choice.setting)[0] for v in ens.savings(choice.setting)]
+        members = ens.savings(choice.setting)
+        offsets = [v - members[0] for v in members]
         spread = quantile_interval(offsets, LEVEL)
         low, high = s + spread.low, s + spread.high
         basis = ens.basis
