@@ -177,3 +177,46 @@ def test_the_run_pages_projections_carry_intervals_from_uneven_steps() -> None:
     assert v.projected_interval.low >= v.energy_j and v.eta_interval.width > 0
     assert "±" in energy_pm(v.projected_j, v.projected_interval)
     assert "±" in duration_pm(v.eta_s, v.eta_interval, format_duration)
+
+
+# --------------------------------------------------------------------------- the online policy's prior
+def test_online_prior_profiles_only_the_clocks_the_ensemble_finds_plausible(shipped) -> None:
+    from engine.device.twin.orin import VirtualOrin
+    from engine.dvfs.objectives import parse_objective
+    from engine.dvfs.policies import PolicyContext, make_policy
+    from tests.traces import bert_base_workload
+
+    workload = bert_base_workload()
+    sure = dataclasses.replace(shipped, uncertainty=tuple(
+        ParamSpread(s.path, s.lower, s.upper, 0.0) for s in shipped.uncertainty))
+    with VirtualOrin() as twin:
+        device = twin.device()
+        ctx = PolicyContext(device, parse_objective("energy"), workload=workload)
+        plain = make_policy("online")
+        plain.initial(ctx)
+        wide = make_policy("online:prior=twin")
+        wide.initial(ctx)
+        narrow = make_policy("online", prior="twin", profile=sure)  # no spread: the twin's optimum, +-1 step
+        narrow.initial(ctx)
+    table = plain.candidates_hz
+    best = ensemble(workload.steps, sure, [DvfsSetting(gpu_hz=f, nvpmodel=0) for f in table]).optima()[0].gpu_hz
+    i = table.index(best)
+    assert narrow.candidates_hz == table[i - 1:i + 2] and narrow.prior_summary["optimum_steps"] == 0
+    assert set(narrow.candidates_hz) <= set(wide.candidates_hz) <= set(table)
+    assert len(wide.candidates_hz) < len(table) and wide.max_profiling_steps < plain.max_profiling_steps
+    assert wide.describe()["prior"]["candidates"] == len(wide.candidates_hz) and plain.describe()["prior"] is None
+    assert "prior=twin" in wide.spec and "prior" not in plain.spec
+
+
+def test_online_prior_refuses_what_it_cannot_use() -> None:
+    from engine.device.twin.orin import VirtualOrin
+    from engine.dvfs.objectives import parse_objective
+    from engine.dvfs.policies import PolicyContext, make_policy
+
+    with pytest.raises(ConfigError):
+        make_policy("online:prior=guess")
+    with pytest.raises(ConfigError, match="candidates"):
+        make_policy("online:prior=twin,candidates=612/816")
+    with VirtualOrin() as twin:
+        with pytest.raises(ConfigError, match="step trace"):
+            make_policy("online:prior=twin").initial(PolicyContext(twin.device(), parse_objective("energy")))
