@@ -244,6 +244,7 @@ def test_training_keeps_the_winners_regret_quantiles_and_select_shows_intervals(
     assert iv["low"] <= data["expected_saving"] <= iv["high"] and iv["level"] == 0.9
     assert data["uncertainty"]["cv_regret_q90"] == pytest.approx(kept["q90"])
     assert data["uncertainty"]["ensemble_members"] == 32 and data["uncertainty"]["source"] == "predicted"
+    assert 0 <= data["probes_it_calls_for"]["probes"] <= 3 and "CV regret" in data["probes_it_calls_for"]["why"]
     e = data["uncertainty"]["energy_per_sample_j"]
     assert e["low"] <= data["predicted"]["energy_per_sample_j"] <= e["high"]
 

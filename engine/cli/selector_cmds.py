@@ -232,6 +232,9 @@ def cmd_select(args: argparse.Namespace) -> int:
     choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
         out = choice.to_json()
+        if not choice.probes:
+            n, why = _probes_advice(choice)
+            out["probes_it_calls_for"] = {"probes": n, "why": why}
         out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
         out["selector"].pop("cv_table", None)
         print(json.dumps(out, indent=2, default=str))
@@ -263,10 +266,7 @@ def format_choice(choice: Any, selector: Any) -> str:
                  f"{choice.slowdown:+.1%} time per sample [predicted]")
     lines += uncertainty_lines(unc)
     if not choice.probes:
-        from engine.selector.probes import MAX_PROBES
-        from engine.selector.uncertainty import probes_for
-
-        n, why = probes_for(choice, MAX_PROBES)
+        n, why = _probes_advice(choice)
         lines.append(f"  probes it calls for: {n} ({why}); the ml policy takes them unless told a number")
     lines.append(f"Confidence: {conf.level} ({conf.reason}); runner-up {conf.runner_up_margin:.2%} behind, "
                  f"top-3 spread {conf.top_spread:.2%} [predicted]")
@@ -276,6 +276,14 @@ def format_choice(choice: Any, selector: Any) -> str:
             lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
                          f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
     return "\n".join(lines)
+
+
+def _probes_advice(choice: Any) -> tuple[int, str]:
+    """How many probes the ml policy would take for this choice, and why (uncertainty.probes_for)."""
+    from engine.selector.probes import MAX_PROBES
+    from engine.selector.uncertainty import probes_for
+
+    return probes_for(choice, MAX_PROBES)
 
 
 def uncertainty_lines(unc: Any) -> list[str]:
