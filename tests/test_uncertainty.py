@@ -220,3 +220,18 @@ def test_online_prior_refuses_what_it_cannot_use() -> None:
     with VirtualOrin() as twin:
         with pytest.raises(ConfigError, match="step trace"):
             make_policy("online:prior=twin").initial(PolicyContext(twin.device(), parse_objective("energy")))
+
+
+def test_the_intervals_import_nothing_heavy() -> None:
+    # `select` and the ml policy compute them on every choice: no torch, transformers or scikit-learn
+    import subprocess
+    import sys
+
+    modules = ("engine.core.interval", "engine.device.twin.ensemble", "engine.selector.uncertainty",
+               "engine.results.estimates")
+    code = ("import importlib, sys\n"
+            f"for name in {modules!r}: importlib.import_module(name)\n"
+            "print(','.join(sorted({m.split('.')[0] for m in sys.modules}"
+            " & {'torch', 'transformers', 'sklearn', 'scipy', 'pandas', 'textual'})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
