@@ -235,3 +235,14 @@ def test_the_intervals_import_nothing_heavy() -> None:
             " & {'torch', 'transformers', 'sklearn', 'scipy', 'pandas', 'textual'})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+def test_a_run_past_its_planned_steps_still_projects_without_failing() -> None:
+    from tui.runstate import Welford
+
+    w = Welford()
+    for x in (1.0, 2.0, 1.5):
+        w.add(x)
+    iv = w.extrapolate(10.0, 0, 8.0)  # 10 J spent, nothing left, the projection below it (steps > total)
+    assert iv.contains(8.0) and iv.low <= iv.high
+    assert w.extrapolate(10.0, 5, 17.5).contains(17.5)

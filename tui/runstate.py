@@ -288,7 +288,9 @@ class Welford:
         if iv is None:
             return None
         shift = centre - (done + remaining * self.mean)  # the projection's own centre (steps without energy)
-        return Interval(max(done, iv.low + shift), iv.high + shift, iv.level, iv.basis).hull(centre)
+        high = iv.high + shift
+        # never below what was spent, unless the projection itself is (more steps than planned)
+        return Interval(min(max(done, iv.low + shift), high), high, iv.level, iv.basis).hull(centre)
 
 
 def format_duration(seconds: float | None) -> str:
