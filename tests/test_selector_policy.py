@@ -113,7 +113,7 @@ def test_select_command(trained, capsys):
 
 def test_ml_policy_registered_on_import(trained, device, workload):
     register_ml_policy()
-    policy = make_policy(f"ml:{trained}")
+    policy = make_policy(f"ml:{trained}", probes=0)  # a number given: no probes whatever the interval says
     assert isinstance(policy, MLPolicy) and policy.name == "ml" and not policy.profiling
     ctx = PolicyContext(device, parse_objective("energy"), workload=workload[0])
     setting = policy.initial(ctx)
@@ -223,3 +223,102 @@ def test_select_and_run_need_trust_outside_the_trusted_folders(trained, tmp_path
            "--policy", f"ml:{copy}",
            "--db", str(tmp_path / "r.sqlite")]
     assert main(run) == 2 and "--trust" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- intervals
+def test_training_keeps_the_winners_regret_quantiles_and_select_shows_intervals(trained, capsys):
+    side = json.loads(sidecar_path(trained).read_text())
+    kept = side["training"]["cv_regret"]
+    assert kept["label"] == side["winner"] and kept["workloads"] == 4
+    assert 0 <= kept["q50"] <= kept["q90"] <= kept["q95"]
+    args = ["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
+            "--selector", str(trained)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    saving_line = next(ln for ln in text.splitlines() if ln.startswith("Expected saving:"))
+    assert "%, 90%)" in saving_line and "twin ensemble of 32" in text and "selector CV regret" in text
+    assert "J (" in next(ln for ln in text.splitlines() if ln.strip().startswith("chosen"))
+    assert "probes it calls for:" in text
+    assert main(args + ["--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    iv = data["expected_saving_interval"]
+    assert iv["low"] <= data["expected_saving"] <= iv["high"] and iv["level"] == 0.9
+    assert data["uncertainty"]["cv_regret_q90"] == pytest.approx(kept["q90"])
+    assert data["uncertainty"]["ensemble_members"] == 32 and data["uncertainty"]["source"] == "predicted"
+    assert 0 <= data["probes_it_calls_for"]["probes"] <= 3 and "CV regret" in data["probes_it_calls_for"]["why"]
+    e = data["uncertainty"]["energy_per_sample_j"]
+    assert e["low"] <= data["predicted"]["energy_per_sample_j"] <= e["high"]
+
+
+def test_an_old_selector_file_gets_the_ensemble_interval_only_and_says_so(trained, workload):
+    from engine.selector.persistence import load_selector
+    from engine.selector.uncertainty import choice_uncertainty
+
+    sel = load_selector(trained)
+    w, trace = workload
+    choice = sel.choose(w, parse_objective("energy"))
+    both = choice_uncertainty(choice, sel, trace)
+    sel.training.pop("cv_regret")  # as a file written before the quantiles were kept
+    old = choice_uncertainty(choice, sel, trace)
+    assert "keeps no CV regret" in old.note and old.regret_q90 is None and "CV regret" not in old.basis
+    assert both.saving.high == pytest.approx(old.saving.high) and both.saving.low <= old.saving.low
+    assert choice_uncertainty(choice, sel, None) is None  # no trace, no record: no interval to give
+    assert old.saving.low <= choice.saving <= old.saving.high
+
+
+def test_probe_rule_on_both_sides(trained, workload):
+    import dataclasses
+
+    from engine.core.interval import Interval
+    from engine.selector.persistence import load_selector
+    from engine.selector.uncertainty import ChoiceUncertainty, probes_for
+
+    choice = load_selector(trained).choose(workload[0], parse_objective("energy"))
+    choice = dataclasses.replace(choice, confidence=dataclasses.replace(choice.confidence, extrapolating=()))
+
+    def with_(steps, r90):
+        unc = ChoiceUncertainty(Interval(0.1, 0.2), optimum_steps=steps, regret_q90=r90)
+        return dataclasses.replace(choice, uncertainty=unc)
+
+    assert probes_for(with_(0, 0.01), 3)[0] == 0  # the ensemble agrees, the record is good: none
+    assert probes_for(with_(1, None), 3)[0] == 0  # neighbouring optima: a flat curve
+    assert probes_for(with_(2, 0.0), 3)[0] == 1
+    assert probes_for(with_(4, 0.0), 3)[0] == 3 and probes_for(with_(9, 0.0), 2)[0] == 2  # at most the maximum
+    assert probes_for(with_(0, 0.03), 3)[0] == 1 and probes_for(with_(0, 0.08), 3)[0] == 3
+    far = dataclasses.replace(with_(0, 0.0), confidence=dataclasses.replace(choice.confidence,
+                                                                            extrapolating=("params",)))
+    assert probes_for(far, 3) == (3, "outside the training range (params)")
+    bare = dataclasses.replace(choice, uncertainty=None, confidence=dataclasses.replace(choice.confidence,
+                                                                                         level="high"))
+    assert probes_for(bare, 3)[0] == 0
+
+
+@pytest.mark.parametrize("steps, expected", [(0, 0), (3, 2)])
+def test_ml_policy_takes_the_probes_its_interval_calls_for(trained, device, workload, monkeypatch, steps, expected):
+    from engine.core.interval import Interval
+    from engine.selector import uncertainty
+
+    seen = []
+
+    def fake(choice, selector, trace=None, profile=None, **kw):
+        seen.append(trace)
+        return uncertainty.ChoiceUncertainty(Interval(0.05, 0.25), optimum_steps=steps, regret_q90=0.0)
+
+    monkeypatch.setattr(uncertainty, "choice_uncertainty", fake)
+    w, trace = workload
+    policy = make_policy(f"ml:{trained}")  # no number: the interval decides
+    from engine.workload.resolve import Workload
+
+    resolved = Workload(model="bert-tiny", task="sst2", family="bert", batch_size=16, seq_len=32, precision="fp32",
+                        mode="full", trace=trace, total_params=w.params, spec="bert-tiny")
+    first = policy.initial(PolicyContext(device, parse_objective("energy"), workload=resolved))
+    assert seen and seen[0] is not None  # the ensemble got the workload's steps
+    assert policy.probes == expected and policy.describe()["probes_given"] is False
+    assert "auto:" in policy.describe()["probes_rule"]
+    assert policy.profiling == bool(expected)
+    if not expected:
+        assert first == policy.setting and "(5.0–25.0%, 90%)" in policy.describe()["reason"]
+    given = make_policy(f"ml:probes=1,selector={trained}")  # a number given overrides the rule
+    given.initial(PolicyContext(device, parse_objective("energy"), workload=resolved))
+    assert given.probes == 1 and given.describe()["probes_rule"] == "given"
+    assert make_policy(f"ml:probes=auto,selector={trained}").given_probes is None

@@ -78,6 +78,9 @@ def test_tracker_sums_twin_energy_over_its_rails_and_projects_to_the_end() -> No
     assert v.device_samples_per_s == pytest.approx(16 / 2.0)
     assert v.host_samples_per_s == pytest.approx(16 / 0.4)
     assert v.eta_s == pytest.approx(0.4 / 4 * 6)
+    # identical steps: the projections' intervals (from the steps' spread) have no width
+    assert v.projected_interval.width == pytest.approx(0.0, abs=1e-9) and v.projected_interval.level == 0.9
+    assert v.projected_interval.contains(v.projected_j) and v.eta_interval.width == pytest.approx(0.0, abs=1e-9)
     assert v.rail_now_w == {"GPU": 2.0, "CPU": 1.0, "SYS": 18.0}
     assert v.total_now_w == pytest.approx(3.0)
     assert v.chart_w == pytest.approx((3.0, 3.0, 3.0, 3.0))
@@ -404,6 +407,22 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
     assert preview.line().endswith("[predicted]") and "saves" in preview.short()
     assert preview.basis == "twin zoo" and preview.line().startswith("selector (twin zoo) chooses")
+    iv = preview.saving_interval  # the shipped selector keeps no CV quantiles: the twin ensemble's interval
+    assert iv is not None and iv.low <= choice.saving <= iv.high and "twin ensemble" in iv.basis
+    assert f"({100 * iv.low:.1f}–{100 * iv.high:.1f}%, 90%)" in preview.line()
+    assert f"({100 * iv.low:.0f}–{100 * iv.high:.0f}%)" in preview.short()
+
+
+def test_selector_preview_lines_show_the_savings_interval_compactly() -> None:
+    from engine.core.interval import Interval
+    from tui.selection import SelectorPreview
+
+    preview = SelectorPreview(True, setting="GPU 816 · CPU gov · EMC gov · mode 0", saving_pct=13.0,
+                              slowdown_pct=21.4, saving_interval=Interval(0.041, 0.168))
+    assert preview.short() == "selector: GPU 816 · mode 0, saves 13% (4–17%) [predicted]"
+    assert "saving 13.0% (4.1–16.8%, 90%) energy, +21.4% time vs MAXN [predicted]" in preview.line()
+    bare = SelectorPreview(True, setting="GPU 816", saving_pct=13.0, slowdown_pct=21.4)
+    assert bare.short() == "selector: GPU 816, saves 13% [predicted]"
 
 
 def test_the_run_tracker_keeps_whether_the_eval_metric_means_anything() -> None:

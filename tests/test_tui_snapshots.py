@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 import pytest_textual_snapshot
 
+from engine.core.interval import Interval
 from engine.device.session import DeviceSession
 from engine.results.store import Store
 from tui import demo, forms
 from tui.app import SlmDvfsApp
 from tui.messages import SnapshotTaken
+from tui.selection import SelectorPreview
 from tui_helpers import make_app
 
 SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
@@ -61,14 +63,19 @@ def test_device_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) 
     assert snap_compare(app, run_before=run_before, terminal_size=size)
 
 
+# What the selector preview says of a workload (its saving's interval from the twin ensemble and the CV regret)
+PREVIEW = SelectorPreview(True, setting="GPU 816 · CPU gov · EMC gov · mode 0", saving_pct=13.0, slowdown_pct=21.4,
+                          confidence="high", note="twin-trained selector",
+                          saving_interval=Interval(0.041, 0.168, 0.9, "twin ensemble of 32 profiles"))
+
+
 @SIZES
 def test_setup_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         await _show(pilot, "2")
         setup = pilot.app.screen
         pilot.app.selector_key = forms.workload_key(setup.values())  # a preview of this workload
-        pilot.app.selector_line = ("selector chooses GPU 816 · CPU gov · EMC gov · mode 0: saving 13.0% energy, "
-                                   "+21.4% time vs MAXN [predicted]")  # the longest line: wrapped, not cut
+        pilot.app.selector_line = PREVIEW.line()  # the longest line, with its interval: wrapped, not cut
         setup.show_selector(pilot.app.selector_line)
         setup.query_one("#policy").value = "static:gpu="  # a bad value, marked where typed
         setup.mark_errors()
@@ -109,7 +116,7 @@ def test_setup_lora_and_a_workload_that_does_not_fit(app: SlmDvfsApp, snap_compa
 def test_run_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
     async def run_before(pilot: Any) -> None:
         pilot.app.run_view = demo.run_view()
-        pilot.app.selector_short = "selector: GPU 816 · CPU gov · EMC gov · mode 0, saves 13.0% [predicted]"
+        pilot.app.selector_short = PREVIEW.short()  # the saving with its interval, compact
         pilot.app.pinned_by_us = True
         await _show(pilot, "3")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 from rich.text import Text
 
@@ -19,6 +20,33 @@ def tag(source: Source | str) -> Text:
 
 def num(value: float | None, fmt: str = ".2f", none: str = "-") -> str:
     return none if value is None else format(value, fmt)
+
+
+def _half(centre: float, interval: Any) -> float:
+    """The wider side of an interval around `centre` (so `centre ± half` holds the interval)."""
+    return max(centre - interval.low, interval.high - centre, 0.0)
+
+
+def energy_pm(joules: float | None, interval: Any = None) -> str:
+    """Joules with their interval, compact for a narrow pane: `30.4±0.2 J`, `812±12 mJ`."""
+    if joules is None or interval is None:
+        return energy(joules)
+    half, a = _half(joules, interval), abs(joules)
+    scale, unit = (1000.0, "mJ") if a < 1.0 else (1.0, "J") if a < 1000.0 else (1e-3, "kJ")
+    v = a * scale
+    digits = 0 if v >= 100 else max(0, 2 - math.floor(math.log10(v))) if v > 0 else 0
+    return f"{joules * scale:.{digits}f}±{half * scale:.{digits}f} {unit}"
+
+
+def duration_pm(seconds: float | None, interval: Any, fmt: Callable[[float | None], str]) -> str:
+    """A duration with its interval: `4:05±15 s`, `7±1 s`; `fmt` writes a duration (`format_duration`)."""
+    text = fmt(seconds)
+    if seconds is None or interval is None:
+        return text
+    half = _half(seconds, interval)
+    if text.endswith(" s"):
+        return f"{text[:-2]}±{half:.0f} s"
+    return f"{text}±{fmt(half)}"
 
 
 def energy(joules: float | None) -> str:

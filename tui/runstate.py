@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.core.interval import Interval, extrapolated
 from engine.core.provenance import MetricProvenance, Source
 from tui.history import Span, group_stats, time_columns
 
@@ -48,10 +49,12 @@ class RunView:
     host_samples_per_s: float | None = None  # measured on the host
     device_samples_per_s: float | None = None  # on the board (measured) or the twin
     eta_s: float | None = None  # predicted, host clock
+    eta_interval: Interval | None = None  # of eta_s, from the steps' spread so far
     source: Source = Source.TWIN  # of the energy, power and device time
     device_time_s: float = 0.0
     energy_j: float = 0.0  # over `rails`
     projected_j: float | None = None  # predicted: this run at its last step
+    projected_interval: Interval | None = None  # of projected_j, from the steps' spread so far
     rails: tuple[str, ...] = ()  # what energy_j totals
     rail_now_w: Mapping[str, float] = field(default_factory=dict)
     rail_avg_w: Mapping[str, float] = field(default_factory=dict)  # over the chart's span
@@ -116,6 +119,9 @@ class RunTracker:
         self._merged = False  # whether the last span's mapping is our own (it was merged into)
         self.metrics: dict[str, float] = {}
         self.metrics_provenance: MetricProvenance | None = None
+        # per-step energy (over the rails) and host time: the spread the projections' intervals rest on
+        self._step_j = Welford()
+        self._step_host = Welford()
 
     def feed(self, event: Any) -> bool:
         """Fold one engine event in; True when the UI should hear of it at once (not a step)."""
@@ -175,6 +181,8 @@ class RunTracker:
         if not math.isnan(event.loss):
             self.loss = event.loss
         self.samples += event.samples
+        if self.host_elapsed > 0:  # the first step's time holds the start-up: not a step's spread
+            self._step_host.add(event.elapsed_s - self.host_elapsed)
         self.host_elapsed = event.elapsed_s
 
     def _energy(self, event: Any) -> None:
@@ -183,6 +191,7 @@ class RunTracker:
             return
         self.device_time += event.time_s
         energy = event.energy_j
+        self._step_j.add(sum(j for r, j in energy.items() if not self.rails or r in self.rails))
         for rail, joules in energy.items():
             self.energy[rail] = self.energy.get(rail, 0.0) + joules
         self.now_w = {rail: joules / event.time_s for rail, joules in energy.items()}
@@ -224,11 +233,15 @@ class RunTracker:
         with self._lock:
             rails = self.rails or tuple(self.energy) or tuple(self.now_w)
             energy = sum(self.energy.get(r, 0.0) for r in rails)
-            projected = eta = host_sps = dev_sps = None
+            projected = eta = host_sps = dev_sps = projected_iv = eta_iv = None
             if self.step > 0 and self.total_steps:
+                left = max(0, self.total_steps - self.step)
                 projected = energy / self.step * self.total_steps if energy else None
+                if projected is not None:
+                    projected_iv = self._step_j.extrapolate(energy, left, projected)
                 if self.host_elapsed > 0 and self.status in ETA_STATUSES:
-                    eta = self.host_elapsed / self.step * max(0, self.total_steps - self.step)
+                    eta = self.host_elapsed / self.step * left
+                    eta_iv = self._step_host.extrapolate(0.0, left, eta)
                 if self.host_elapsed > 0:
                     host_sps = self.samples / self.host_elapsed
             if self.device_time > 0 and self.samples:
@@ -242,8 +255,8 @@ class RunTracker:
                 status=self.status, role=role, policy=policy, index=index, total_runs=total, model=self.model,
                 task=self.task, step=self.step, total_steps=self.total_steps, epoch=self.epoch, loss=self.loss,
                 samples=self.samples, host_elapsed_s=self.host_elapsed, host_samples_per_s=host_sps,
-                device_samples_per_s=dev_sps, eta_s=eta, source=self.source, device_time_s=self.device_time,
-                energy_j=energy, projected_j=projected, rails=rails, rail_now_w=dict(self.now_w),
+                device_samples_per_s=dev_sps, eta_s=eta, eta_interval=eta_iv, source=self.source, device_time_s=self.device_time,
+                energy_j=energy, projected_j=projected, projected_interval=projected_iv, rails=rails, rail_now_w=dict(self.now_w),
                 metrics=dict(self.metrics), metrics_provenance=self.metrics_provenance, log=tuple(self._log),
                 log_count=self._logged, spans=spans,
             )
@@ -253,6 +266,31 @@ class RunTracker:
         return replace(view, chart_w=tuple(chart), chart_span_s=span,
                        rail_avg_w={r: s.avg for r, s in per_rail.items() if s.avg is not None},
                        rail_peak_w={r: s.peak for r, s in per_rail.items() if s.peak is not None})
+
+
+class Welford:
+    """A running mean and variance (Welford's update): a few float operations a step."""
+
+    __slots__ = ("n", "mean", "m2")
+
+    def __init__(self) -> None:
+        self.n, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        d = x - self.mean
+        self.mean += d / self.n
+        self.m2 += d * (x - self.mean)
+
+    def extrapolate(self, done: float, remaining: int, centre: float) -> Interval | None:
+        """The interval of a projection `centre` (done + remaining steps), laid around it."""
+        iv = extrapolated(done, remaining, self.n, self.mean, self.m2 / (self.n - 1) if self.n > 1 else 0.0)
+        if iv is None:
+            return None
+        shift = centre - (done + remaining * self.mean)  # the projection's own centre (steps without energy)
+        high = iv.high + shift
+        # never below what was spent, unless the projection itself is (more steps than planned)
+        return Interval(min(max(done, iv.low + shift), high), high, iv.level, iv.basis).hull(centre)
 
 
 def format_duration(seconds: float | None) -> str:

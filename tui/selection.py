@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import SlmDvfsError
+from engine.core.interval import Interval, compact_pct, format_with
 from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
@@ -29,19 +30,26 @@ class SelectorPreview:
     note: str = ""  # where the selector came from, or why there is none
     source: Source = Source.PREDICTED
     basis: str = ""  # what the selector rests on, in a few words (engine.selector.basis.DataBasis.short)
+    saving_interval: Interval | None = None  # of saving_pct, as fractions (engine.selector.uncertainty)
+
+    def _saving(self, short: bool) -> str:
+        frac = (self.saving_pct or 0.0) / 100.0
+        if short:
+            return compact_pct(frac, self.saving_interval)
+        return format_with(frac, self.saving_interval, pct=True)
 
     def short(self) -> str:
         """One short line (the Run page)."""
         if not self.available:
             return "selector: none available" if self.note.startswith("none") else "selector: no choice"
         setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "")
-        return f"selector: {setting}, saves {self.saving_pct:.1f}% [{self.source.value}]"
+        return f"selector: {setting}, saves {self._saving(True)} [{self.source.value}]"
 
     def line(self) -> str:
         if not self.available:
             return f"selector: {self.note}"
         named = f"selector ({self.basis})" if self.basis else "selector"
-        return (f"{named} chooses {self.setting}: saving {self.saving_pct:.1f}% energy, "
+        return (f"{named} chooses {self.setting}: saving {self._saving(False)} energy, "
                 f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]")
 
 
@@ -59,21 +67,23 @@ def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it."""
     from engine.dvfs.objectives import parse_objective
     from engine.selector.persistence import load_selector
+    from engine.selector.uncertainty import with_uncertainty
 
     try:
         selector = load_selector()
     except SlmDvfsError:
         return SelectorPreview(False, note=f"none available; train one with `{TRAIN_COMMAND}`")
     try:
-        features = _features(spec, workload)
-        choice = selector.choose(features, parse_objective(spec.objective))
+        features, steps = _features(spec, workload)
+        choice = with_uncertainty(selector.choose(features, parse_objective(spec.objective)), selector, steps)
     except SlmDvfsError as exc:
         return SelectorPreview(False, note=f"cannot choose for this workload: {exc.what}")
     conf = getattr(choice, "confidence", None)
+    unc = getattr(choice, "uncertainty", None)
     return SelectorPreview(
         True, setting=choice.setting.label(), saving_pct=100.0 * choice.saving, slowdown_pct=100.0 * choice.slowdown,
         confidence=getattr(conf, "level", None), note=f"{getattr(selector, 'source', '?')}-trained selector",
-        basis=_basis(selector),
+        basis=_basis(selector), saving_interval=None if unc is None else unc.saving,
     )
 
 
@@ -82,15 +92,16 @@ def _basis(selector: Any) -> str:
     return basis.short() if basis is not None else ""
 
 
-def _features(spec: Any, workload: Any) -> Any:
+def _features(spec: Any, workload: Any) -> tuple[Any, Any]:
+    """The selector's features of the workload, and the steps the twin ensemble costs for its interval."""
     if workload is not None:
         from engine.selector.policy import workload_features
 
-        return workload_features(workload)
+        return workload_features(workload), getattr(workload, "steps", None)
     from engine.selector.features import describe_workload
 
-    features, _trace = describe_workload(spec.model, spec.task, batch_size=spec.batch_size,
-                                         seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode,
-                                         lora=spec.lora, grad_checkpointing=spec.grad_checkpointing,
-                                         padding=spec.padding)
-    return features
+    features, trace = describe_workload(spec.model, spec.task, batch_size=spec.batch_size,
+                                        seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode,
+                                        lora=spec.lora, grad_checkpointing=spec.grad_checkpointing,
+                                        padding=spec.padding)
+    return features, trace

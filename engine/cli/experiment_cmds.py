@@ -217,11 +217,16 @@ def format_experiment(result: Any) -> str:
         lines.append(f"setting (last applied): {run.setting.label()}")
     if len(run.history) > 1:
         lines.append(f"  {len(run.history)} settings applied during the run (profiling included in its figures)")
+    predicted = (run.detail or {}).get("predicted")
+    if predicted:  # what the policy expected before the run (the ml policy's choice), with its interval
+        lines.append(f"policy's prediction: {predicted}")
     if cmp_ is not None:
         lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
                      f"[{cmp_.source.value}]  ({SIGN_CONVENTION})")
         if cmp_.rail_saving_pct:
             lines.append("  saving per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
+        if len(run.history) <= 1 and run.setting is not None and not base.reused:  # type: ignore[union-attr]
+            lines += _twin_interval_lines(result, run.setting, cmp_.saving_pct)
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -231,6 +236,22 @@ def format_experiment(result: Any) -> str:
                  + (f", comparison {cmp_.record_id}" if cmp_ is not None and cmp_.record_id else "")
                  + f"  (`slm-dvfs report {run.run_id}`)")
     return "\n".join(lines) + "\n"
+
+
+def _twin_interval_lines(result: Any, setting: Any, saving_pct: float) -> list[str]:
+    """A twin's saving against MAXN read as an estimate of a board's: the twin ensemble's interval.
+    Nothing for measured figures (a board's saving is what it is) or where no interval can be had."""
+    from engine.core.interval import format_with
+    from engine.core.provenance import Source
+    from engine.results.estimates import twin_saving_interval
+
+    if result.source is not Source.TWIN:
+        return []
+    w = result.workload
+    iv = twin_saving_interval(getattr(w, "steps", None), result.identity.profile, setting, saving_pct / 100.0)
+    if iv is None:
+        return []
+    return [f"  as an estimate of a board's: saving {format_with(saving_pct / 100.0, iv, pct=True)}  [{iv.basis}]"]
 
 
 def _mode_suffix(w: Any) -> str:
@@ -288,6 +309,7 @@ def format_sweep(result: Any) -> str:
         if vs_maxn is not None:
             lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
                          f"slowdown {format_pct(vs_maxn.slowdown_pct)} per sample  [{src}]")
+            lines += _twin_interval_lines(result, result.optimum.setting, vs_maxn.saving_pct)
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.core.interval import format_with
 from engine.core.text import clean_text
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
@@ -306,10 +307,16 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     from engine.core.provenance import Source
 
+    from engine.selector.uncertainty import with_uncertainty
+
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
+    choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
         out = choice.to_json()
+        if not choice.probes:
+            n, why = _probes_advice(choice)
+            out["probes_it_calls_for"] = {"probes": n, "why": why}
         out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
         out["selector"].pop("cv_table", None)
         out["basis"] = selector.basis.line()
@@ -320,6 +327,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def format_choice(choice: Any, selector: Any) -> str:
+    from engine.core.provenance import Source
+
     w = choice.workload
     conf = choice.confidence
     lines = [
@@ -331,12 +340,18 @@ def format_choice(choice: Any, selector: Any) -> str:
         "",
         f"  {'':<8}{'time/sample':>13}{'power':>10}{'energy/sample':>15}",
     ]
-    for name, p in (("chosen", choice.predicted), ("MAXN", choice.maxn)):
+    unc = getattr(choice, "uncertainty", None)
+    for name, p, iv in (("chosen", choice.predicted, unc and unc.energy), ("MAXN", choice.maxn, unc and unc.maxn_energy)):
+        span = "" if iv is None or p.source != Source.PREDICTED else f" ({iv.low:.4f}–{iv.high:.4f})"
         lines.append(f"  {name:<8}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
-                     f"{p.energy_per_sample:>13.4f} J  [{p.source}]")
+                     f"{p.energy_per_sample:>13.4f} J{span}  [{p.source}]")
     lines.append("")
-    lines.append(f"Expected saving: {choice.saving:.1%} energy against MAXN, "
+    lines.append(f"Expected saving: {format_with(choice.saving, unc and unc.saving, pct=True)} energy against MAXN, "
                  f"{choice.slowdown:+.1%} time per sample [predicted]")
+    lines += uncertainty_lines(unc)
+    if not choice.probes:
+        n, why = _probes_advice(choice)
+        lines.append(f"  probes it calls for: {n} ({why}); the ml policy takes them unless told a number")
     lines.append(f"Confidence: {conf.level} ({conf.reason}); runner-up {conf.runner_up_margin:.2%} behind, "
                  f"top-3 spread {conf.top_spread:.2%} [predicted]")
     if choice.probes:
@@ -345,3 +360,24 @@ def format_choice(choice: Any, selector: Any) -> str:
             lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
                          f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
     return "\n".join(lines)
+
+
+def _probes_advice(choice: Any) -> tuple[int, str]:
+    """How many probes the ml policy would take for this choice, and why (uncertainty.probes_for)."""
+    from engine.selector.probes import MAX_PROBES
+    from engine.selector.uncertainty import probes_for
+
+    return probes_for(choice, MAX_PROBES)
+
+
+def uncertainty_lines(unc: Any) -> list[str]:
+    """The basis of the saving's interval, the energies' intervals, the optimum's spread, what is left out."""
+    if unc is None:
+        return ["Interval: none (no step trace and no CV record to give one)"]
+    out = [f"  interval: {unc.saving.level:.0%}, from the {unc.basis}"]
+    if unc.optimum_gpu_hz is not None:
+        out.append(f"  the ensemble's optimum: GPU {unc.optimum_gpu_hz.low / 1e6:.0f}-{unc.optimum_gpu_hz.high / 1e6:.0f} "
+                   f"MHz ({unc.optimum_steps} step(s) apart)")
+    if unc.note:
+        out.append(f"  note: {unc.note}")
+    return out

@@ -22,6 +22,13 @@ profiled first as the reference; it is also a candidate.
 
 After the last window the policy applies the best setting for the objective
 (`Objective.best`) and keeps it for the rest of the run.
+
+Prior (`prior=twin`, off by default): before the run, the twin ensemble of plausible profiles
+(engine.device.twin.ensemble; the device's profile, or `profile=NAME`) costs the workload's steps at
+every candidate, and only the GPU steps its members find optimal (the central 90%), widened by one
+step on each side, are profiled: where the plausible boards agree, a few windows settle it; where
+they disagree, the search spans what they disagree over. Windows saved are training steps at the
+optimum instead of at worse clocks.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SEARCHES = ("coarse-to-fine", "sweep")
+PRIORS = ("none", "twin")
 ORDERS = ("descending", "ascending")
 DEFAULT_MIN_HZ = 306_000_000  # the bottom of the r35.2+/r36 table; r35.1's lower steps are not worth a window
 
@@ -72,6 +80,8 @@ class OnlinePolicy:
         search: str = "coarse-to-fine",
         coarse_stride: int = 2,
         order: str = "descending",
+        prior: str = "none",
+        profile: Any = None,
     ) -> None:
         _positive_int("warmup_steps", warmup_steps, allow_zero=True)
         _positive_int("measure_steps", measure_steps)
@@ -80,6 +90,11 @@ class OnlinePolicy:
             raise ConfigError(f"unknown online search {search!r}", f"use one of {', '.join(SEARCHES)}")
         if order not in ORDERS:
             raise ConfigError(f"unknown candidate order {order!r}", f"use one of {', '.join(ORDERS)}")
+        if prior not in PRIORS:
+            raise ConfigError(f"unknown online prior {prior!r}", f"use one of {', '.join(PRIORS)}")
+        if prior != "none" and candidates_hz is not None:
+            raise ConfigError("online: prior=twin chooses the candidates; candidates were given too",
+                              "drop one of prior= and candidates=")
         if candidates_hz is not None and not candidates_hz:
             raise ConfigError(
                 "the online policy got an empty candidate list", "give at least one GPU clock, or none for the table"
@@ -91,6 +106,8 @@ class OnlinePolicy:
         self.search = search
         self.coarse_stride = coarse_stride
         self.order = order
+        self.prior = prior
+        self.profile = profile  # the ensemble's profile (name or TwinProfile); None: the device's
         self._reset()
 
     def _reset(self) -> None:
@@ -107,6 +124,7 @@ class OnlinePolicy:
         self._chosen: DvfsSetting | None = None
         self._chosen_m: Measurement | None = None
         self._started = False
+        self.prior_summary: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ the Policy protocol
 
@@ -198,6 +216,7 @@ class OnlinePolicy:
             "warmup_steps": self.warmup_steps,
             "measure_steps": self.measure_steps,
             "candidates_hz": list(self.candidates_hz),
+            "prior": self.prior_summary,
             "profiling": self.profiling,
             "profiling_steps": self._steps,
             "max_profiling_steps": self.max_profiling_steps,
@@ -226,7 +245,8 @@ class OnlinePolicy:
     @property
     def spec(self) -> str:
         return (f"online:search={self.search},order={self.order},stride={self.coarse_stride},"
-                f"warmup={self.warmup_steps},measure={self.measure_steps}")
+                f"warmup={self.warmup_steps},measure={self.measure_steps}"
+                + (f",prior={self.prior}" if self.prior != "none" else ""))
 
     @property
     def max_profiling_steps(self) -> int:
@@ -253,6 +273,42 @@ class OnlinePolicy:
                 f"no GPU clock at or above {format_mhz(self.min_hz)} MHz in the device's table",
                 "lower min_hz, or give the candidates explicitly",
             )
+        return self._plausible(ctx, out) if self.prior == "twin" else out
+
+    def _plausible(self, ctx: "PolicyContext", table: tuple[int, ...]) -> tuple[int, ...]:
+        """The candidates the twin ensemble's members find optimal (central 90%), one step wider each side."""
+        from engine.device.twin.ensemble import ensemble
+        from engine.device.twin.profile import load_profile
+
+        steps = getattr(ctx.workload, "steps", None) or getattr(ctx.workload, "trace", None)
+        if steps is None:
+            raise ConfigError("online: prior=twin needs the workload's step trace, and the policy was given none",
+                              "run it through `slm-dvfs run` (the experiment passes it), or drop prior=twin")
+        name = self.profile or ctx.device.identity().profile
+        if name is None:
+            raise ConfigError("online: prior=twin needs a twin profile of this board", "add profile=NAME")
+        profile = load_profile(name) if isinstance(name, str) else name
+        settings = [DvfsSetting(gpu_hz=f, nvpmodel=SWEEP_MODE) for f in table]
+        ens = ensemble(steps, profile, settings)
+        assert self.objective is not None
+        optima = []
+        for e_row, t_row in zip(ens.energy_ps, ens.time_ps):
+            ms = [(s, Measurement(t, e, 1, None)) for s, t, e in zip(ens.settings, t_row, e_row)]
+            base = ms[ens.settings.index(MAXN)][1]
+            best, _m = self.objective.best([p for p in ms if p[0] != MAXN], base)
+            if best != MAXN:
+                optima.append(table.index(best.gpu_hz))
+        if not optima:
+            return table
+        optima.sort()
+        tail = (1.0 - ens.level) / 2.0
+        lo = optima[int(round(tail * (len(optima) - 1)))]
+        hi = optima[int(round((1.0 - tail) * (len(optima) - 1)))]
+        out = table[max(0, lo - 1):hi + 2]
+        self.prior_summary = {"basis": ens.basis, "level": ens.level, "optimum_gpu_mhz": [table[lo] / 1e6,
+                              table[hi] / 1e6], "optimum_steps": hi - lo, "candidates": len(out), "of": len(table)}
+        log.info("online prior: the ensemble's optima lie at %s-%s MHz; profiling %d of %d GPU clocks",
+                 format_mhz(table[lo]), format_mhz(table[hi]), len(out), len(table))
         return out
 
     def _phase(self, index: int, role: str) -> Phase:
@@ -298,12 +354,13 @@ def parse_online_options(arg: str) -> dict[str, Any]:
     (clocks in MHz) -> OnlinePolicy keyword arguments."""
     out: dict[str, Any] = {}
     keys = {"warmup": "warmup_steps", "measure": "measure_steps", "search": "search", "stride": "coarse_stride",
-            "order": "order", "min": "min_hz", "candidates": "candidates_hz"}
+            "order": "order", "min": "min_hz", "candidates": "candidates_hz", "prior": "prior",
+            "profile": "profile"}
     for item in arg.split(","):
         if not item.strip():
             continue
         key, eq, value = item.strip().partition("=")
-        key, value = key.strip().lower(), value.strip().lower()
+        key, value = key.strip().lower(), value.strip() if key.strip().lower() == "profile" else value.strip().lower()
         if key not in keys or not eq or not value:
             raise ConfigError(
                 f"bad online option {item.strip()!r}",

@@ -3,11 +3,15 @@
     --policy ml                      the user's selector, else the shipped twin-trained one
     --policy ml:/path/sel.joblib     that selector
     --policy ml:probes=3[,warmup=1][,measure=2][,selector=PATH]
-    (as make_policy keywords: selector=PATH, probes=K (0..3), warmup_steps=1, measure_steps=2)
+    (as make_policy keywords: selector=PATH, probes=K (0..3) or auto, warmup_steps=1, measure_steps=2)
 
 With probes, the first K x (warmup + measure) steps of the run are the probe windows,
 at the settings the selector picks (its predicted best and GPU-clock neighbours); their
 measured costs correct the predictions, then the final choice holds for the rest of the run.
+Without a number (`probes=auto`, the default) the choice's own doubt decides K
+(engine.selector.uncertainty.probes_for): none when the twin ensemble's plausible profiles agree
+on the optimum's GPU step and the selector's held-out regret is small, up to 3 when they do not
+or the workload lies outside what it was trained on. A number given is taken as it is.
 """
 
 from __future__ import annotations
@@ -81,13 +85,17 @@ class MLPolicy:
 
     name = "ml"
 
-    def __init__(self, selector: "str | Path | Selector | None" = None, *, probes: int = 0, warmup_steps: int = 1,
-                 measure_steps: int = 2) -> None:
+    def __init__(self, selector: "str | Path | Selector | None" = None, *, probes: int | str | None = None,
+                 warmup_steps: int = 1, measure_steps: int = 2) -> None:
         from engine.selector.persistence import resolve_selector_path
         from engine.selector.probes import MAX_PROBES
 
-        if isinstance(probes, bool) or not isinstance(probes, int) or not 0 <= probes <= MAX_PROBES:
-            raise ConfigError(f"the ml policy takes 0 to {MAX_PROBES} probes, got {probes!r}", "e.g. probes=1")
+        if probes == AUTO:
+            probes = None
+        if probes is not None and (isinstance(probes, bool) or not isinstance(probes, int)
+                                   or not 0 <= probes <= MAX_PROBES):
+            raise ConfigError(f"the ml policy takes 0 to {MAX_PROBES} probes or auto, got {probes!r}",
+                              "e.g. probes=1, or probes=auto (the default: the choice's interval decides)")
         for key, value, low in (("warmup_steps", warmup_steps, 0), ("measure_steps", measure_steps, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigError(f"{key} must be an integer >= {low}, got {value!r}", f"e.g. {key}={max(low, 1)}")
@@ -97,7 +105,9 @@ class MLPolicy:
             self.path = resolve_selector_path(selector)  # fails now, not at the first step, if there is none
         else:
             self._selector = selector
-        self.probes = probes
+        self.given_probes = probes  # None: decided per run from the choice's interval
+        self.probes = 0 if probes is None else probes  # the number this run takes (set by initial)
+        self.probe_rule = "" if probes is None else "given"
         self.warmup_steps = warmup_steps
         self.measure_steps = measure_steps
         self._reset()
@@ -107,6 +117,7 @@ class MLPolicy:
         self.setting: DvfsSetting | None = None
         self._ctx: PolicyContext | None = None
         self._features: WorkloadFeatures | None = None
+        self._trace: Any = None
         self._settings: list[DvfsSetting] = []
         self._plan: list[DvfsSetting] = []
         self._windows: dict[DvfsSetting, Measurement] = {}
@@ -125,7 +136,7 @@ class MLPolicy:
     @property
     def spec(self) -> str:
         out = "ml" if self.path is None else f"ml:{self.path}"
-        return out + (f" (probes={self.probes})" if self.probes else "")
+        return out + (f" (probes={self.given_probes})" if self.given_probes else "")
 
     # ------------------------------------------------------------------ the Policy protocol
     def initial(self, ctx: "PolicyContext") -> DvfsSetting:
@@ -133,10 +144,17 @@ class MLPolicy:
         self._ctx = ctx
         sel = self.selector
         self._features = workload_features(ctx.workload)
+        self._trace = _steps_of(ctx.workload)
         self._settings = [s for s in sel.candidates if accepts(ctx.device, s)]
         if not self._settings:
             raise ConfigError("no setting of the selector's space is available on this device",
                               "retrain the selector on this device's sweeps (`slm-dvfs train-selector`)")
+        if self.given_probes is None:
+            first = self._decide(ctx.objective, None)
+            self.probes, self.probe_rule = self._auto_probes()
+            if not self.probes:
+                return first
+            self.choice = self.setting = None  # the probes decide
         if self.probes:
             self._plan = self._probe_plan(ctx.objective)
             log.info("ml policy: probing %d setting(s) first: %s", len(self._plan),
@@ -181,10 +199,14 @@ class MLPolicy:
             "selector_basis": None if sel is None else sel.basis.line(),  # what its choice rests on
             "winner": None if sel is None else sel.winner,
             "probes": self.probes,
+            "probes_given": self.given_probes is not None,
+            "probes_rule": self.probe_rule,
             "probe_steps": self._steps,
             "setting": None if self.setting is None else self.setting.to_json(),
             "label": None if self.setting is None else self.setting.label(),
             "reason": self._reason(),
+            "predicted": None if self.choice is None else
+            f"{self.choice.setting.label()}, saving {self._saving_text()} against MAXN [predicted]",
             "choice": None if self.choice is None else self.choice.to_json(),
         }
 
@@ -201,6 +223,16 @@ class MLPolicy:
         return self.selector.probe_plan(self._features, objective, probes=self.probes,
                                         settings=self._with_maxn(), as_source=self._as_source())
 
+    def _auto_probes(self) -> tuple[int, str]:
+        """How many probes the first choice's interval calls for (uncertainty.probes_for)."""
+        from engine.selector.probes import MAX_PROBES
+        from engine.selector.uncertainty import probes_for
+
+        assert self.choice is not None
+        n, why = probes_for(self.choice, MAX_PROBES)
+        log.info("ml policy: %d probe(s) from the choice's interval: %s", n, why)
+        return n, f"auto: {why}"
+
     def _with_maxn(self) -> list[DvfsSetting]:
         from engine.device.setting import MAXN
 
@@ -215,12 +247,15 @@ class MLPolicy:
                                   "this is a bug: the probe plan changed between the windows and the choice")
             return windows[setting]
 
-        self.choice = self.selector.choose(self._features, objective, settings=self._with_maxn(),
-                                           probes=len(windows or {}), measure=measure, as_source=self._as_source())
+        from engine.selector.uncertainty import with_uncertainty
+
+        choice = self.selector.choose(self._features, objective, settings=self._with_maxn(),
+                                      probes=len(windows or {}), measure=measure, as_source=self._as_source())
+        self.choice = with_uncertainty(choice, self.selector, self._trace)
         self.setting = self.choice.setting
         check_setting(self._ctx.device, self.setting)
-        log.info("ml policy (%s): %s, predicted saving %.1f%% against MAXN", self.selector.winner,
-                 self.setting.label(), 100 * self.choice.saving)
+        log.info("ml policy (%s): %s, predicted saving %s against MAXN", self.selector.winner,
+                 self.setting.label(), self._saving_text())
         return self.setting
 
     def _reason(self) -> str:
@@ -231,11 +266,28 @@ class MLPolicy:
         c = self.choice
         probed = f" after {len(c.probes)} probe(s)" if c.probes else ""
         return (f"predicted lowest {c.objective} cost by the {c.trained_on}-trained selector ({c.chooser}){probed}; "
-                f"expected saving {c.saving:.1%} against MAXN (predicted), confidence {c.confidence.level}")
+                f"expected saving {self._saving_text()} against MAXN (predicted), confidence {c.confidence.level}")
+
+    def _saving_text(self) -> str:
+        from engine.core.interval import format_with
+
+        c = self.choice
+        assert c is not None
+        return format_with(c.saving, None if c.uncertainty is None else c.uncertainty.saving, pct=True)
 
 
+def _steps_of(workload: Any) -> Any:
+    """What the twin ensemble costs: a resolved workload's steps (its padding mix), a trace, or None
+    (features only: the interval then rests on the selector's record alone)."""
+    steps = getattr(workload, "steps", None)
+    if steps is not None and not callable(steps):
+        return steps
+    return getattr(workload, "trace", None)
+
+
+AUTO = "auto"
 _SPEC_KEYS = {"selector": "selector", "probes": "probes", "warmup": "warmup_steps", "measure": "measure_steps"}
-_OPTIONS_HELP = "ml, ml:PATH, ml:probes=K[,warmup=N][,measure=N][,selector=PATH]"
+_OPTIONS_HELP = "ml, ml:PATH, ml:probes=K|auto[,warmup=N][,measure=N][,selector=PATH]"
 
 
 def parse_ml_arg(arg: str | None) -> dict[str, Any]:
@@ -252,8 +304,8 @@ def parse_ml_arg(arg: str | None) -> dict[str, Any]:
             raise ConfigError(f"bad ml policy option {item.strip()!r}", f"use {_OPTIONS_HELP}")
         if name in out:
             raise ConfigError(f"ml policy option {key.strip()} given twice", "give each once")
-        if name == "selector":
-            out[name] = value.strip()
+        if name == "selector" or (name == "probes" and value.strip().lower() == AUTO):
+            out[name] = value.strip().lower() if name == "probes" else value.strip()
             continue
         try:
             out[name] = int(value)

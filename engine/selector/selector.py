@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compac
     from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier
     from engine.selector.compact import CompactRegressor
     from engine.selector.selection import CVReport, Progress
+    from engine.selector.uncertainty import ChoiceUncertainty
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class Choice:
     correction: Correction | None = None
     chooser: str = ""  # the winning candidate that chose
     trained_on: str = "twin"  # the selector's training source
+    # Intervals on the figures (engine.selector.uncertainty.with_uncertainty); None: not asked for
+    uncertainty: "ChoiceUncertainty | None" = None
 
     @property
     def saving(self) -> float:
@@ -112,6 +115,7 @@ class Choice:
             "maxn": self.maxn.to_json(),
             "expected_saving": self.saving,
             "expected_slowdown": self.slowdown,
+            "expected_saving_interval": None if self.uncertainty is None else self.uncertainty.saving.to_json(),
             "saving_source": Source.PREDICTED.value,
             "confidence": self.confidence.to_json(),
             "top": [p.to_json() for p in self.top],
@@ -119,6 +123,7 @@ class Choice:
             "correction": None if self.correction is None else self.correction.to_json(),
             "chooser": self.chooser,
             "selector_trained_on": self.trained_on,
+            "uncertainty": None if self.uncertainty is None else self.uncertainty.to_json(),
         }
 
 
@@ -321,6 +326,10 @@ def train_selector(
     selector = fit_selector(ds, reg_spec, objective, chooser=chooser_spec, cv_table=report.table(),
                             splits=len(report.folds), progress=progress, command=command)
     selector.training["cv_graded_on"] = report.graded_on
+    # The winner's held-out regrets, summarised: the choice's interval rests on them (uncertainty.py).
+    from engine.selector.uncertainty import regret_summary
+
+    selector.training["cv_regret"] = regret_summary([o.regret for o in report.outcomes[win.label]], win.label)
     return selector, report
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from engine.core.provenance import MetricProvenance, Source
-from tui.fmt import energy, num, tag
+from tui.fmt import duration_pm, energy, energy_pm, num, tag
 from tui.runstate import RunView, format_duration
 from tui.widgets.device_panes import Pane
 from tui.widgets.live import GraphStack, show_run_rails
@@ -55,7 +55,8 @@ class ProgressPane(Pane):
         text.append("█" * filled, style="green")
         text.append("░" * (BAR_WIDTH - filled), style="grey50")
         text.append(f" {view.step}/{view.total_steps or '?'} steps")
-        text.append(f"\nloss {num(view.loss, '.4f')} · ETA {format_duration(view.eta_s)} ")
+        eta = duration_pm(view.eta_s, view.eta_interval, format_duration)  # ± its interval: predicted
+        text.append(f"\nloss {num(view.loss, '.4f')} · ETA {eta} ")
         text.append_text(tag(Source.PREDICTED))
         if view.source is Source.TWIN:
             text.append(f"\nsamples/s host {num(view.host_samples_per_s, '.0f')} ")
@@ -70,7 +71,7 @@ class ProgressPane(Pane):
         text.append(" ")
         text.append_text(tag(view.source))
         text.append(" → ")
-        text.append(energy(view.projected_j), style="bold")
+        text.append(energy_pm(view.projected_j, view.projected_interval), style="bold")
         text.append(" ")
         text.append_text(tag(Source.PREDICTED))
         if view.metrics:

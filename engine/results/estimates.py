@@ -1,0 +1,39 @@
+"""How far a twin's saving against MAXN may be from a board's: the twin ensemble's paired interval
+laid around the figure the twin gave (engine.device.twin.ensemble; docs/twin.md, "Intervals").
+
+A twin sweep or run says what the twin computed (`twin`); read as an estimate of what a board
+would show, it is as uncertain as the profile's parameters, and this interval says how much.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from engine.core.errors import SlmDvfsError
+from engine.core.interval import LEVEL, Interval, quantile_interval
+from engine.device.setting import MAXN, DvfsSetting
+
+log = logging.getLogger(__name__)
+
+
+def twin_saving_interval(steps: Any, profile: Any, setting: DvfsSetting, saving: float) -> Interval | None:
+    """The interval of a twin's `saving` (a fraction) of `setting` against MAXN for a workload's
+    `steps` (a StepTrace or StepMix) under `profile` (a TwinProfile or its name): the members'
+    paired savings' spread around the nominal member, laid on `saving`. None when it cannot be had
+    (no steps, an unknown profile, a setting the profile refuses): the figure is then shown bare."""
+    from engine.device.twin.ensemble import ensemble
+    from engine.device.twin.profile import load_profile
+
+    if steps is None or profile is None or setting == MAXN:
+        return None
+    try:
+        prof = load_profile(profile) if isinstance(profile, str) else profile
+        ens = ensemble(steps, prof, [MAXN, setting])
+    except (SlmDvfsError, KeyError, ValueError) as exc:
+        log.info("no twin interval for %s: %s", setting.label(), exc)
+        return None
+    members = ens.savings(setting)
+    spread = quantile_interval([m - members[0] for m in members], LEVEL)
+    return Interval(saving + spread.low, saving + spread.high, LEVEL,
+                    f"{ens.basis}, paired").hull(saving)

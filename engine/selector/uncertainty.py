@@ -1,0 +1,184 @@
+"""How sure a choice is: intervals on the selector's figures, and how many probes they call for.
+
+Two sources of doubt, combined (docs/selector.md, "Intervals"):
+
+- the twin's parameters: an ensemble of plausible profiles (engine.device.twin.ensemble) costs the
+  workload at the chosen setting and at MAXN; the saving is taken within each member (paired) and
+  its spread around the nominal member is laid around the selector's predicted saving. The same
+  relative spread gives the chosen setting's and MAXN's energy intervals, and the members' own
+  optima say how far the optimum's GPU clock may lie from where the twin puts it.
+- the selector's record: the 90th percentile of its cross-validated regret on held-out workloads
+  (kept at training as `training["cv_regret"]`). A choice that cost (1 + r) times the oracle's
+  energy saves less: the interval's low end becomes 1 - (1 - low) * (1 + r90).
+
+A selector file trained before the quantiles were kept gives an interval from the ensemble only,
+and says so; a workload without a trace (features only) gets the regret part only.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
+from engine.core.provenance import Source
+from engine.device.setting import MAXN, DvfsSetting
+
+if TYPE_CHECKING:
+    from engine.device.twin.ensemble import Ensemble
+    from engine.selector.selector import Choice, Selector
+
+log = logging.getLogger(__name__)
+
+REGRET_QUANTILES = (0.5, 0.9, 0.95)
+# The probe rule (probes_for): how many probe windows a choice's doubt is worth.
+FLAT_STEPS = 1  # the ensemble's optima spanning this many GPU steps or fewer: neighbours cost alike
+REGRET_SMALL = 0.02  # held-out choices rarely (10%) cost more than this over the oracle
+REGRET_LARGE = 0.05
+
+
+def regret_summary(regrets: Sequence[float], label: str) -> dict[str, Any]:
+    """The quantiles of a candidate's held-out regrets, as a selector keeps them (training["cv_regret"])."""
+    vals = sorted(float(r) for r in regrets)
+    return {"label": label, "workloads": len(vals),
+            **{f"q{round(100 * q)}": quantile(vals, q) for q in REGRET_QUANTILES}}
+
+
+def cv_regret_q90(selector: Any) -> float | None:
+    """The 90th percentile of the selector's held-out regret, or None for a file without it."""
+    kept = (getattr(selector, "training", None) or {}).get("cv_regret")
+    if not isinstance(kept, Mapping) or "q90" not in kept:
+        return None
+    value = float(kept["q90"])
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class ChoiceUncertainty:
+    """Intervals on one choice's predicted figures (fractions, J per sample, Hz)."""
+
+    saving: Interval  # energy saving against MAXN
+    energy: Interval | None = None  # the chosen setting's energy per sample
+    maxn_energy: Interval | None = None
+    regret_q90: float | None = None  # the selector's held-out regret, 90th percentile
+    optimum_gpu_hz: Interval | None = None  # where the ensemble's members put the optimum's GPU clock
+    optimum_steps: int | None = None  # GPU steps that spread spans
+    members: int = 0  # the ensemble's size (0: none)
+    note: str = ""  # what the interval leaves out
+
+    @property
+    def basis(self) -> str:
+        return self.saving.basis
+
+    def to_json(self) -> dict[str, Any]:
+        return {"saving": self.saving.to_json(),
+                "energy_per_sample_j": None if self.energy is None else self.energy.to_json(),
+                "maxn_energy_per_sample_j": None if self.maxn_energy is None else self.maxn_energy.to_json(),
+                "cv_regret_q90": self.regret_q90,
+                "optimum_gpu_hz": None if self.optimum_gpu_hz is None else self.optimum_gpu_hz.to_json(),
+                "optimum_steps": self.optimum_steps, "ensemble_members": self.members, "note": self.note,
+                "source": Source.PREDICTED.value}
+
+
+def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, profile: Any = None, *,
+                       members: int | None = None, seed: int | None = None) -> ChoiceUncertainty | None:
+    """The intervals of `choice` from the ensemble of `profile` (default: the profile the selector
+    was trained for) over `trace` (a StepTrace or StepMix; None: no ensemble) and the selector's
+    CV regret. None when there is neither."""
+    from engine.device.twin.ensemble import MEMBERS, SEED
+
+    r90 = cv_regret_q90(selector)
+    ens = None
+    if trace is not None:
+        ens = _ensemble(choice, selector, trace, profile, MEMBERS if members is None else members,
+                        SEED if seed is None else seed)
+    if ens is None and r90 is None:
+        return None
+    s = choice.saving
+    notes = []
+    if ens is not None:
+        members = ens.savings(choice.setting)
+        offsets = [v - members[0] for v in members]
+        spread = quantile_interval(offsets, LEVEL)
+        low, high = s + spread.low, s + spread.high
+        basis = ens.basis
+    else:
+        low = high = s
+        basis = ""
+        notes.append("no step trace: the twin ensemble's part is left out")
+    if r90 is not None:
+        low = 1.0 - (1.0 - low) * (1.0 + r90)
+        basis = (basis + " + " if basis else "") + "selector CV regret, 90th percentile"
+    else:
+        notes.append("the selector file keeps no CV regret quantiles (trained before they were kept): "
+                     "the interval is the twin ensemble's only")
+    saving = Interval(min(low, s), max(high, s), LEVEL, basis)
+    energy = maxn_energy = opt_gpu = None
+    steps = None
+    if ens is not None:
+        energy = _relative(ens, choice.setting, choice.predicted.energy_per_sample)
+        maxn_energy = _relative(ens, MAXN, choice.maxn.energy_per_sample)
+        opt_gpu, steps = ens.optimum_gpu(), ens.optimum_steps()
+    return ChoiceUncertainty(saving, energy, maxn_energy, r90, opt_gpu, steps, 0 if ens is None else ens.members,
+                             "; ".join(notes))
+
+
+def with_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, profile: Any = None,
+                     **kwargs: Any) -> "Choice":
+    """`choice` with its intervals attached (Choice.uncertainty); unchanged when none can be had."""
+    try:
+        unc = choice_uncertainty(choice, selector, trace, profile, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - an interval never stops a choice; the log says why
+        log.warning("no interval for the choice of %s: %s: %s", choice.setting.label(), type(exc).__name__, exc)
+        return choice
+    return choice if unc is None else replace(choice, uncertainty=unc)
+
+
+def _ensemble(choice: "Choice", selector: "Selector", trace: Any, profile: Any, members: int,
+              seed: int) -> "Ensemble | None":
+    from engine.device.twin.ensemble import ensemble
+    from engine.device.twin.profile import load_profile
+
+    if profile is None or isinstance(profile, str):
+        profile = load_profile(profile or selector.encoder.profile)
+    settings: list[DvfsSetting] = list(dict.fromkeys([MAXN, choice.setting, *selector.candidates]))
+    return ensemble(trace, profile, settings, members=members, seed=seed)
+
+
+def _relative(ens: "Ensemble", setting: DvfsSetting, predicted: float) -> Interval:
+    """The members' spread of a setting's energy relative to the nominal member, laid on `predicted`."""
+    col = [row[ens.settings.index(setting)] for row in ens.energy_ps]
+    iv = quantile_interval([v / col[0] for v in col], LEVEL, ens.basis).scaled(predicted)
+    return iv.hull(predicted)
+
+
+# --------------------------------------------------------------------------- how many probes
+def probes_for(choice: "Choice", max_probes: int) -> tuple[int, str]:
+    """How many probe windows the choice's doubt is worth, and why (the rule of docs/selector.md):
+
+    - the workload lies outside the training range: `max_probes`;
+    - else the larger of what the ensemble and the regret ask for: the members' optima spanning
+      `FLAT_STEPS` GPU steps or fewer ask for none, each step more for one more probe; a 90th
+      percentile CV regret above REGRET_SMALL asks for one, above REGRET_LARGE for `max_probes`;
+    - with neither known (no trace, an old selector file), the confidence level decides:
+      high none, medium one, low `max_probes`.
+    """
+    conf = choice.confidence
+    if conf.extrapolating:
+        return max_probes, f"outside the training range ({', '.join(conf.extrapolating)})"
+    unc = getattr(choice, "uncertainty", None)
+    steps = None if unc is None else unc.optimum_steps
+    r90 = None if unc is None else unc.regret_q90
+    if steps is None and r90 is None:
+        n = {"high": 0, "medium": 1}.get(conf.level, max_probes)
+        return min(n, max_probes), f"no interval to go by; confidence {conf.level}"
+    need, why = 0, []
+    if steps is not None:
+        need = max(need, steps - FLAT_STEPS)
+        why.append(f"the ensemble's optima span {steps} GPU step(s)")
+    if r90 is not None:
+        need = max(need, max_probes if r90 > REGRET_LARGE else 1 if r90 > REGRET_SMALL else 0)
+        why.append(f"CV regret {r90:.1%} (90th percentile)")
+    return min(max(need, 0), max_probes), "; ".join(why)
