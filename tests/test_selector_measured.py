@@ -235,7 +235,8 @@ def test_an_imported_gpu_cpu_sweep_transfers_once_its_rails_are_named(isolated_e
     assert main(["train-selector", "--transfer"]) != 0
     assert "give --rails gpu+cpu" in capsys.readouterr().err
     assert main(["train-selector", "--transfer", "--rails", "gpu+cpu"]) == 0
-    assert "1 measured workload(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 measured workload(s)" in out and "measure a second, unlike it" in out
 
 
 # --------------------------------------------------------------------------- the data basis

@@ -244,6 +244,9 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     print(format_cv_table(report["cv_table"], "measured", report["cv_table"][0].get("graded_on")))
     print(f"\nAdapted {base_path} with {report['measured']['workloads']} measured workload(s), "
           f"{report['measured']['rows']} points")
+    if report["measured"]["workloads"] < 2:  # docs/selector.md, "Transfer": the c terms need two
+        print("Note: one measured workload cannot tell the correction how compute-bound and host-bound "
+              "workloads differ: it bends every workload as it bent this one; measure a second, unlike it")
     print(f"Saved: {path}\n       {sidecar_path(path)}")
     print(f"Data basis: {selector.basis.line()}")
     print(f"Took {took:.1f} s")
