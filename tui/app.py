@@ -296,13 +296,14 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
                 screen.show_sweep(self.sweep_view)
 
     @property
-    def page_shown(self) -> Screen:
+    def page_shown(self) -> Screen | None:
         """The page on view: the current screen, or the page under the dialogs over it (a
-        dialog shows the page beneath it, which must keep updating)."""
+        dialog shows the page beneath it, which must keep updating). None once quitting has
+        emptied the stack: a worker's last message may still arrive then."""
         for screen in reversed(self.screen_stack):
             if not isinstance(screen, ModalScreen):
                 return screen
-        return self.screen
+        return self.screen_stack[-1] if self.screen_stack else None
 
     def setup_values(self) -> Any:
         """What the Setup page holds (its initial values before it was first shown)."""
@@ -348,6 +349,8 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
         self.last_snapshot = snap
         self.device_history.add(snap)
         screen = self.page_shown
+        if screen is None:
+            return
         if (isinstance(screen, RunScreen) and self.run_view.status == "running"
                 and time.monotonic() - self.progress_drawn_at < 2 * self.run_refresh_s):
             self._device_behind = True  # drawn with the run's next progress: one redraw, not two
