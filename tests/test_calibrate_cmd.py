@@ -89,6 +89,10 @@ def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys,
     want = predict(calibrated, [Observation("x", steps, MAXN, RAILS, 1.0)])[0].energy_j_per_sample
     shipped = predict(SHIPPED, [Observation("x", steps, MAXN, RAILS, 1.0)])[0].energy_j_per_sample
     assert maxn == pytest.approx(want, rel=1e-9) and abs(maxn / shipped - 1) > 0.01
+    # predictions with no profile named rest on the calibration: select's interval names it
+    code, out, err = _run(capsys, "select", "--model", "bert-small", "--task", "sst2")
+    assert code == 0, err
+    assert "twin ensemble of 32 agx-orin-64gb-calibrated profiles" in out
     # a second calibration: named, every uncertain number, one sweep, JSON
     code, out, err = _run(capsys, "calibrate", "--sweeps", f"s{first}", "--name", "mine", "--no-loso", "--json")
     assert code == 0, err

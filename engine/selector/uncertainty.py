@@ -139,10 +139,11 @@ def with_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, 
 def _ensemble(choice: "Choice", selector: "Selector", trace: Any, profile: Any, members: int,
               seed: int) -> "Ensemble | None":
     from engine.device.twin.ensemble import ensemble
-    from engine.device.twin.profile import load_profile
+    from engine.device.twin.profile import calibrated_or, load_profile
 
     if profile is None or isinstance(profile, str):
-        profile = load_profile(profile or selector.encoder.profile)
+        # unnamed: the selector's board, calibrated to the user's measurements when they have been
+        profile = load_profile(profile or calibrated_or(selector.encoder.profile))
     settings: list[DvfsSetting] = list(dict.fromkeys([MAXN, choice.setting, *selector.candidates]))
     return ensemble(trace, profile, settings, members=members, seed=seed)
 

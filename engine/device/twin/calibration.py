@@ -40,6 +40,7 @@ from engine.device.twin.calibration_core import (
     predict,
 )
 from engine.device.twin.params import ParamSpread
+from engine.device.twin.profile import CALIBRATED_SUFFIX
 
 __all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "GOVERNOR_PATHS", "Calibration", "FitOptions", "Observation",
            "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "loso_summary", "mape",
@@ -220,9 +221,6 @@ def point_errors(profile: Any, observations: Sequence[Observation]) -> tuple[Poi
     return tuple(PointError(ob.sweep, ob.setting.label(), ob.energy_j_per_sample, p.energy_j_per_sample,
                             ob.time_s_per_sample, p.time_s_per_sample)
                  for ob, p in zip(observations, predict(profile, observations)))
-
-
-CALIBRATED_SUFFIX = "-calibrated"
 
 
 def calibrated_name(base: Any) -> str:

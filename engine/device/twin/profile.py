@@ -217,6 +217,16 @@ def available_profiles() -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
+CALIBRATED_SUFFIX = "-calibrated"  # what `slm-dvfs calibrate` names a calibration of a profile
+
+
+def calibrated_or(name: str) -> str:
+    """`<name>-calibrated` when `slm-dvfs calibrate` has written one to the data dir, else `name`:
+    what intervals of predictions for this board's kind rest on when no profile is named."""
+    candidate = f"{name}{CALIBRATED_SUFFIX}"
+    return candidate if (user_profiles_dir() / f"{candidate}.toml").is_file() else name
+
+
 def profile_path(name_or_path: str | Path) -> Path:
     """The TOML file of a profile name (shipped first, then the data dir's) or path."""
     text_name = str(name_or_path)
