@@ -68,7 +68,7 @@ def page_keys(screens: Mapping[str, Any]) -> tuple[tuple[str, tuple[tuple[str, s
             if (isinstance(binding, Binding) and binding.show and binding.description
                     and binding.action not in GLOBAL_ACTIONS):
                 key = binding.key_display or binding.key
-                keys.append((key, binding.description))
+                keys.append((key, binding.tooltip or binding.description))  # the longer text where a footer's is cut
         pages.append((getattr(cls, "TITLE_TEXT", "") or cls.__name__, tuple(keys)))
     return tuple(pages)
 

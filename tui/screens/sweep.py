@@ -59,9 +59,9 @@ class SweepScreen(PageScreen):
     PAGE = "sweep"
     TITLE_TEXT = "6 Sweep"
     BINDINGS = [
-        Binding("s", "start", "Start/resume"),
+        Binding("s", "start", "Start", tooltip="Start/resume"),  # short in the footer: 80 columns show every key
         Binding("t", "train", "Train selector"),
-        Binding("c", "calibrate", "Calibrate twin"),
+        Binding("c", "calibrate", "Calibrate", tooltip="Calibrate the twin to measured sweeps"),
         Binding("x", "app.cancel_run", "Cancel"),
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
