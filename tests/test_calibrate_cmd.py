@@ -166,3 +166,40 @@ def test_sweep_ids_parse_with_or_without_the_s() -> None:
     assert parse_sweep_ids(["s3", "5", "s3,7"]) == (3, 5, 7)
     with pytest.raises(ConfigError, match="not a sweep id"):
         parse_sweep_ids(["r3"])
+
+
+def test_import_then_calibrate_then_predict_from_files(isolated_env, capsys, tmp_path: Path) -> None:
+    """The user's path with logs from elsewhere: CSV files (a perturbed twin's figures with noise, some
+    rows energy-only) -> import-sweep -> calibrate -> a fast sweep on the calibrated twin, whose
+    MAXN saving lies nearer the truth's than the shipped profile's."""
+    rows = ["model,task,batch_size,max_seq_len,pad,rails,samples,gpu_mhz,setting,time_s,energy_j"]
+    n = SMALL[2] * STEPS
+    for model, task, batch, length in (SMALL, SMALL_QNLI):
+        steps = _steps(model, task, batch, length).steps
+        for ob in synthetic_sweep(steps, TRUTH, sweep=task, noise=0.01, energy_only=2):
+            pinned = "" if ob.setting == MAXN else f"{ob.setting.gpu_hz / 1e6:g}"
+            time_s = "" if ob.time_s_per_sample is None else f"{ob.time_s_per_sample * n:.6g}"
+            rows.append(f"{model},{task},{batch},{length},max,gpu+cpu,{n},{pinned},"
+                        f"{'maxn' if ob.setting == MAXN else ''},{time_s},{ob.energy_j_per_sample * n:.6g}")
+    measured = tmp_path / "measured.csv"
+    measured.write_text("\n".join(rows) + "\n")
+    code, out, err = _run(capsys, "import-sweep", str(measured))
+    assert code == 0, err
+    assert "2 sweep(s) [measured]" in out and "2 energy-only" in out
+    code, out, err = _run(capsys, "calibrate", "--sweeps", "s1,s2", "--params", FEW_PARAMS, "--json")
+    assert code == 0, err
+    report = json.loads(out)["calibration"]
+    assert report["n_points"] == 2 * 12 and report["energy_mape_pct"] < report["energy_mape_before_pct"]
+
+    def saving(twin: str) -> float:
+        code, out, err = _run(capsys, "sweep", "--fast", "--twin", twin, "--model", "bert-small", "--task", "mrpc",
+                              "--batch-size", "16", "--max-seq-len", "128", "--pad", "max", "--rails", "gpu+cpu",
+                              "--db", str(tmp_path / f"{twin}.sqlite"), "--json")
+        assert code == 0, err
+        data = json.loads(out)
+        return 1 - data["optimum"]["joules_per_sample"]["mean"] / data["maxn"]["joules_per_sample"]["mean"]
+
+    held_out = _steps("bert-small", "mrpc", 16, 128).steps
+    truth = {ob.setting: ob.energy_j_per_sample for ob in synthetic_sweep(held_out, TRUTH, sweep="t", noise=0.0)}
+    true_saving = 1 - min(truth.values()) / truth[MAXN]
+    assert abs(saving("agx-orin-64gb-calibrated") - true_saving) < abs(saving("agx-orin-64gb") - true_saving)
