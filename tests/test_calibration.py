@@ -24,7 +24,7 @@ from engine.device.twin.calibration_toml import overlay_toml
 from engine.device.twin.params import get_param
 from engine.device.twin.profile import available_profiles, load_profile, user_profiles_dir
 from engine.device.twin.synthetic import PERTURBATION, gpu_sweep_settings, perturbed_profile, synthetic_sweep
-from tests.traces import BERT_BASE_LIKE
+from traces import BERT_BASE_LIKE
 
 SHIPPED = load_profile("agx-orin-64gb")
 TRUTH = perturbed_profile(SHIPPED)
@@ -162,7 +162,7 @@ def test_the_perturbed_truth_is_synthetic_and_known() -> None:
 def test_the_overlay_round_trips_and_the_twin_runs_on_it(calibration, isolated_env, tmp_path: Path) -> None:
     from engine.results.store import Store
     from engine.run.sweep import SweepSpec, run_sweep
-    from tests.traces import bert_base_workload
+    from traces import bert_base_workload
 
     text = overlay_toml(calibration)
     assert all(line.startswith("#") or "#" in line or line in ("", "]", "[params]", "[calibration]")

@@ -12,7 +12,7 @@ from engine.device.setting import MAXN, DvfsSetting
 from engine.device.twin.ensemble import ensemble
 from engine.device.twin.params import ParamSpread
 from engine.device.twin.profile import load_profile
-from tests.traces import BERT_BASE_LIKE
+from traces import BERT_BASE_LIKE
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_online_prior_profiles_only_the_clocks_the_ensemble_finds_plausible(ship
     from engine.device.twin.orin import VirtualOrin
     from engine.dvfs.objectives import parse_objective
     from engine.dvfs.policies import PolicyContext, make_policy
-    from tests.traces import bert_base_workload
+    from traces import bert_base_workload
 
     workload = bert_base_workload()
     sure = dataclasses.replace(shipped, uncertainty=tuple(
