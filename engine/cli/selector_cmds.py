@@ -82,6 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--transfer: the selector to adapt (default the shipped profiles/selectors/default.joblib)")
     p.add_argument("--trust", action="store_true",
                    help="--transfer: load --from from outside the trusted folders (unpickling runs code)")
+    p.add_argument("--module", metavar="M", help="store: learn from the sweeps of this module, e.g. "
+                   "'P3701-0005 (AGX Orin 64GB)' (default: the store's only one, else the profile's)")
+    p.add_argument("--across-modules", action="store_true",
+                   help="store: learn across every module swept, the module a feature (`select --module`)")
     p.add_argument("--json", action="store_true", help="print the CV table and the saved file as JSON")
     p.set_defaults(func=cmd_train_selector)
 
@@ -100,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--probes", type=numbers.int_range(0, 1000), default=0, help="measure K (0-3) short windows first to correct the prediction")
     p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
                    help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
+    p.add_argument("--module", metavar="M", help="a selector trained --across-modules: predict for this module "
+                   "(default: --twin's profile's module where it learnt it, else its first)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_select)
 
@@ -136,6 +142,12 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
     command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
     measured_weight = parse_weight(args.measured_weight)
+    if args.module and args.across_modules:
+        raise ConfigError("--module picks one module's sweeps; --across-modules learns across all of them",
+                          "give one of the two")
+    if (args.module or args.across_modules) and (args.transfer or args.from_twin_zoo):
+        raise ConfigError("--module and --across-modules choose the store's sweeps to train on",
+                          "drop them, or train from the store (no --from-twin-zoo, no --transfer)")
     if args.transfer:
         return _transfer(args, objective, command, started)
     if args.base:
@@ -176,7 +188,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
             trained = train_from_store(store, objective, source=args.source or "measured", profile=args.profile,
                                        space=args.space, rails=args.rails, candidates=candidates,
                                        n_splits=args.splits, progress=progress, command=command,
-                                       measured_weight=measured_weight)
+                                       measured_weight=measured_weight, module=args.module,
+                                       across_modules=args.across_modules)
     selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
     took = time.perf_counter() - started
@@ -291,6 +304,11 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise ConfigError("--probes needs somewhere to measure",
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
     selector = load_selector(args.selector, trust=args.trust)
+    module = args.module
+    if module is None and args.twin and selector.modules:  # the twin's module, where the selector learnt it
+        twin_module = _load_profile(args.twin).identity.module
+        module = twin_module if twin_module in selector.modules else None
+    selector.use_module(module)
     objective = parse_objective(args.objective)
     padding = numbers.padding_of(args)
     workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,6 +38,9 @@ AUTO = "auto"
 def merge(twin: Dataset, measured: Dataset) -> Dataset:
     """One dataset of `twin` rows (e.g. the twin zoo) and `measured` rows (the store's), the
     source a feature column. Both must be over the same device profile's encoding."""
+    if twin.module_columns or measured.module_columns:
+        raise ConfigError("twin-zoo data cannot be merged with an across-module dataset (the zoo's rows have no module)",
+                          "train --across-modules on the store's sweeps alone")
     if twin.encoder != measured.encoder:
         raise ConfigError(f"the twin data is over profile {twin.encoder.profile}, the measured data over "
                           f"{measured.encoder.profile}", "train both with the same --profile")
@@ -53,6 +57,23 @@ def merge(twin: Dataset, measured: Dataset) -> Dataset:
         notes=twin.notes + measured.notes, weights=weights, devices=tuple(dict.fromkeys(twin.devices + measured.devices)),
     )
 
+
+def concat(parts: Sequence[Dataset], *, module_columns: tuple[str, ...] = ()) -> Dataset:
+    """Datasets of one encoding as one (their rows in order, notes and devices once each)."""
+    first = parts[0]
+    weights = None
+    if any(p.weights is not None for p in parts):
+        weights = np.concatenate([p.weights if p.weights is not None else np.ones(len(p)) for p in parts])
+    return Dataset(
+        workloads=sum((p.workloads for p in parts), ()), settings=sum((p.settings for p in parts), ()),
+        time_per_sample=np.concatenate([p.time_per_sample for p in parts]),
+        power_w=np.concatenate([p.power_w for p in parts]),
+        energy_per_sample=np.concatenate([p.energy_per_sample for p in parts]),
+        sources=sum((p.sources for p in parts), ()), encoder=first.encoder, space=first.space,
+        source_column=first.source_column, notes=tuple(dict.fromkeys(n for p in parts for n in p.notes)),
+        weights=weights, devices=tuple(dict.fromkeys(d for p in parts for d in p.devices)),
+        row_modules=sum((p.row_modules for p in parts), ()), module_columns=module_columns,
+    )
 
 def parse_weight(text: str | float | None) -> float | None:
     """`auto` (or None) -> None; else a positive number."""
@@ -82,8 +103,7 @@ def weigh_measured(ds: Dataset, measured_weight: float | None = None) -> Dataset
         return ds
     w = auto_weight(ds) if measured_weight is None else float(measured_weight)
     weights = np.array([w if s == Source.MEASURED else 1.0 for s in ds.sources])
-    return Dataset(ds.workloads, ds.settings, ds.time_per_sample, ds.power_w, ds.energy_per_sample, ds.sources,
-                   ds.encoder, ds.space, ds.source_column, ds.notes, weights, ds.devices)
+    return replace(ds, weights=weights)
 
 
 def measured_weight_of(ds: Dataset) -> float | None:
