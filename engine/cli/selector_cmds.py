@@ -341,6 +341,8 @@ def cmd_select(args: argparse.Namespace) -> int:
         out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
         out["selector"].pop("cv_table", None)
         out["basis"] = selector.basis.line()
+        if selector.modules:
+            out["module"] = selector.module
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(clean_text(format_choice(choice, selector)))
@@ -355,6 +357,8 @@ def format_choice(choice: Any, selector: Any) -> str:
     lines = [
         f"Selector:  {getattr(selector, 'path', '')} ({selector.source}-trained, {choice.chooser})",
         f"Rests on:  {selector.basis.line()}",
+        *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
+          if getattr(selector, "modules", ()) else []),
         f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",
