@@ -234,3 +234,25 @@ def test_train_selector_across_modules_then_select_for_a_module(two_modules: Pat
     trained = json.loads(capsys.readouterr().out)
     assert "module_columns" not in trained["training"] and trained["basis"]["modules"] == [OTHER]
     assert not load_selector(per).modules
+
+
+# --------------------------------------------------------------------------- what the CLI and reports say
+def test_show_runs_and_report_say_which_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+    from engine.results.report import write_report
+
+    db = tmp_path / "r.sqlite"
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    with Store(db) as store:
+        maxn_a = _run(store, a, "maxn", 100.0)
+        run_b = _run(store, b, "online", 80.0)
+        store.compare_runs(run_b, maxn_a)
+        md = write_report(store, run_b, out_dir=tmp_path / "rep").markdown.read_text()
+    assert f"{AGX} #B L4T 36.4.0" in md and "another board of the module (serial A)" in md
+    assert main(["show", str(run_b), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"{AGX} #B [board] L4T 36.4.0" in out and "(all, other board (#A))" in out
+    assert main(["runs", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "board" and lines[1].endswith("#B L4T 36.4.0")
