@@ -256,3 +256,40 @@ def test_show_runs_and_report_say_which_board(tmp_path: Path, capsys: pytest.Cap
     assert main(["runs", "--db", str(db)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[-1] == "board" and lines[1].endswith("#B L4T 36.4.0")
+
+
+# --------------------------------------------------------------------------- the TUI
+def test_the_compare_view_labels_another_board_and_refuses_another_module(tmp_path: Path) -> None:
+    from tui.compare_model import build_comparison
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    with Store(tmp_path / "r.sqlite") as store:
+        base = store.get_run(_run(store, a, "maxn", 100.0))
+        mine = store.get_run(_run(store, b, "online", 80.0))
+        theirs = store.get_run(_run(store, nx, "online", 50.0))
+    view = build_comparison(mine, base)
+    assert view.saving_pct == pytest.approx(20.0) and f"MAXN run {base.id} ran on other board (#A)" in view.notes
+    refused = build_comparison(theirs, base)
+    assert refused.base is None and refused.saving_pct is None
+    assert any("different modules never compare" in n for n in refused.notes)
+
+
+async def test_history_names_the_board_of_a_run_when_the_store_has_several(twin_session, results_store) -> None:
+    from tui_helpers import drive, make_app
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    _run(results_store, a, "maxn", 100.0)
+    newest = _run(results_store, b, "online", 80.0)
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("5")
+        await ui.settle()
+        status = str(app.screen.query_one("#history-status").render())
+        assert f"run {newest}: {AGX} #B L4T 36.4.0" in status
+        await ui.press("down")
+        await ui.settle()
+        assert "#A" in str(app.screen.query_one("#history-status").render())
+        await ui.press("q")

@@ -16,6 +16,7 @@ from engine.core.provenance import Source
 from engine.results.export import csv_text, write_export
 from engine.core.text import clean_text
 from engine.results.format import format_pct, format_setting, format_when, sweep_point_lines
+from engine.results.records import several_boards
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
@@ -95,10 +96,8 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
          _num(r.energy_j), _num(r.time_s), r.source.value, r.status)
         for r in runs
     ]
-    # Which board, only where it matters: runs of one kind (boards, or twins) from more than one
-    # (a twin's runs and a board's are told apart by the source column already).
-    boards = {(d.is_twin, d.module, d.serial, d.l4t) for d in (r.device for r in runs) if d is not None}
-    if any(len([b for b in boards if b[0] == twin]) > 1 for twin in (False, True)):
+    # Which board, only where it matters: runs of one kind (boards, or twins) from more than one.
+    if several_boards(r.device for r in runs):
         header += ("board",)
         rows = [row + (r.device.label() if r.device else "-",) for row, r in zip(rows, runs)]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]

@@ -20,7 +20,7 @@ from engine.workload.resolve import mode_variant, workload_key
 
 __all__ = [
     "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
-    "WorkloadRecord", "as_source", "dvfs_setting", "normalize_setting", "setting_key", "trace_features",
+    "WorkloadRecord", "as_source", "dvfs_setting", "several_boards", "normalize_setting", "setting_key", "trace_features",
     "workload_key",
 ]
 
@@ -140,6 +140,13 @@ class DeviceRecord:
         return {"board": self.board, "module": self.module, "l4t": self.l4t, "jetpack": self.jetpack,
                 "profile": self.profile, "is_twin": self.is_twin, "serial": self.serial,
                 "source": self.source.value}
+
+
+def several_boards(devices: Any) -> bool:
+    """Whether records of these devices need their board named: several boards (or twins) of one kind
+    (a twin's results and a board's are told apart by their source already)."""
+    boards = {(d.is_twin, d.module, d.serial, d.l4t) for d in devices if d is not None}
+    return any(sum(1 for b in boards if b[0] == twin) > 1 for twin in (False, True))
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from engine.dvfs.space import setting_space
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
-from engine.selector.modules import module_column_names, module_one_hot, pick_module
+from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
 
 log = logging.getLogger(__name__)
 
@@ -309,8 +309,6 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
                            source_column=source == "both", notes=notes, devices=sorted(set(devices.values())),
                            energy_only=[e for e, em in zip(energy_only, energy_module) if em == m])
         parts.append(replace(part, row_modules=(m,) * len(part)))
-    from engine.selector.mixing import concat
-
     return concat(parts, module_columns=tuple(modules) if across_modules else ())
 
 

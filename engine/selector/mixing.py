@@ -58,23 +58,6 @@ def merge(twin: Dataset, measured: Dataset) -> Dataset:
     )
 
 
-def concat(parts: Sequence[Dataset], *, module_columns: tuple[str, ...] = ()) -> Dataset:
-    """Datasets of one encoding as one (their rows in order, notes and devices once each)."""
-    first = parts[0]
-    weights = None
-    if any(p.weights is not None for p in parts):
-        weights = np.concatenate([p.weights if p.weights is not None else np.ones(len(p)) for p in parts])
-    return Dataset(
-        workloads=sum((p.workloads for p in parts), ()), settings=sum((p.settings for p in parts), ()),
-        time_per_sample=np.concatenate([p.time_per_sample for p in parts]),
-        power_w=np.concatenate([p.power_w for p in parts]),
-        energy_per_sample=np.concatenate([p.energy_per_sample for p in parts]),
-        sources=sum((p.sources for p in parts), ()), encoder=first.encoder, space=first.space,
-        source_column=first.source_column, notes=tuple(dict.fromkeys(n for p in parts for n in p.notes)),
-        weights=weights, devices=tuple(dict.fromkeys(d for p in parts for d in p.devices)),
-        row_modules=sum((p.row_modules for p in parts), ()), module_columns=module_columns,
-    )
-
 def parse_weight(text: str | float | None) -> float | None:
     """`auto` (or None) -> None; else a positive number."""
     if text is None or (isinstance(text, str) and text.strip().lower() == AUTO):

@@ -4,13 +4,13 @@ and `train-selector --across-modules` makes the module a one-hot feature (`modul
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from engine.core.errors import ConfigError
 
-__all__ = ["MODULE_PREFIX", "module_column_names", "module_one_hot", "modules_of_schema", "pick_module"]
+__all__ = ["MODULE_PREFIX", "concat", "module_column_names", "module_one_hot", "modules_of_schema", "pick_module"]
 
 
 MODULE_PREFIX = "module="
@@ -55,3 +55,21 @@ def pick_module(modules: Sequence[str], module: str | None, profile_module: str,
                       f"{profile} is of none of them", "give --module M to train for one, or --across-modules to "
                       "learn across them with the module as a feature")
 
+
+def concat(parts: Sequence[Any], *, module_columns: tuple[str, ...] = ()) -> Any:
+    """Datasets (engine.selector.dataset.Dataset) of one encoding as one: their rows in order, notes and
+    devices once each, the modules of their rows kept (`module_columns`: the one-hot features, if any)."""
+    first = parts[0]
+    weights = None
+    if any(p.weights is not None for p in parts):
+        weights = np.concatenate([p.weights if p.weights is not None else np.ones(len(p)) for p in parts])
+    return type(first)(
+        workloads=sum((p.workloads for p in parts), ()), settings=sum((p.settings for p in parts), ()),
+        time_per_sample=np.concatenate([p.time_per_sample for p in parts]),
+        power_w=np.concatenate([p.power_w for p in parts]),
+        energy_per_sample=np.concatenate([p.energy_per_sample for p in parts]),
+        sources=sum((p.sources for p in parts), ()), encoder=first.encoder, space=first.space,
+        source_column=first.source_column, notes=tuple(dict.fromkeys(n for p in parts for n in p.notes)),
+        weights=weights, devices=tuple(dict.fromkeys(d for p in parts for d in p.devices)),
+        row_modules=sum((p.row_modules for p in parts), ()), module_columns=module_columns,
+    )
