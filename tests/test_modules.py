@@ -293,3 +293,15 @@ async def test_history_names_the_board_of_a_run_when_the_store_has_several(twin_
         await ui.settle()
         assert "#A" in str(app.screen.query_one("#history-status").render())
         await ui.press("q")
+
+
+def test_an_imported_sweep_records_the_serial_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    db = tmp_path / "r.sqlite"
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "measured-sweep.csv"
+    assert main(["import-sweep", str(example), "--db", str(db), "--serial", "1422921012345", "--json"]) == 0
+    capsys.readouterr()
+    with Store(db) as store:
+        (sweep,) = store.list_sweeps()
+        assert store.get_device(sweep.device_id).serial == "1422921012345"

@@ -74,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--board", default="unknown board (imported tegrastats log)", help="board name to record")
     p.add_argument("--module", default="unknown", help="module name to record")
     p.add_argument("--l4t", help="L4T release of the board, e.g. 36.3.0")
+    p.add_argument("--serial", help="the board's serial-number (tells two boards of one module apart)")
     p.add_argument("--jetpack", help="JetPack release, e.g. 6.0")
     p.add_argument("--profile", help="device profile name, e.g. agx-orin-64gb")
     p.set_defaults(func=cmd_import_tegrastats)
@@ -340,7 +341,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.log} covers no time (one sample, or every line at one instant)",
                           "import a longer log, or pass --interval-ms")
     device = DeviceRecord(board=args.board, module=args.module, l4t=args.l4t, jetpack=args.jetpack,
-                          profile=args.profile, is_twin=False)
+                          profile=args.profile, is_twin=False, serial=args.serial or None)
     notes = (f"imported from {Path(args.log).resolve()}: {len(tlog.samples)} samples, {tlog.skipped} lines skipped, "
              f"times from {tlog.timing}")
     with Store(_db_path(args)) as store:
