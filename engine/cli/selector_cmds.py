@@ -145,9 +145,10 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     if args.module and args.across_modules:
         raise ConfigError("--module picks one module's sweeps; --across-modules learns across all of them",
                           "give one of the two")
-    if (args.module or args.across_modules) and (args.transfer or args.from_twin_zoo):
-        raise ConfigError("--module and --across-modules choose the store's sweeps to train on",
-                          "drop them, or train from the store (no --from-twin-zoo, no --transfer)")
+    if args.across_modules and (args.transfer or args.from_twin_zoo):
+        raise ConfigError("--across-modules learns from the store's sweeps alone (the twin zoo's rows, and a "
+                          "transferred selector's base, have no module)",
+                          "drop --across-modules, or train from the store (no --from-twin-zoo, no --transfer)")
     if args.transfer:
         return _transfer(args, objective, command, started)
     if args.base:
@@ -157,6 +158,9 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
             raise ConfigError(f"--from-twin-zoo makes twin data; --source {args.source} contradicts it",
                               "drop --source, add the store's measured sweeps with --source both, or train from "
                               "the store without --from-twin-zoo")
+        if args.module and args.source != "both":
+            raise ConfigError("--module picks the store's measured sweeps; --from-twin-zoo alone reads none",
+                              "add --source both to add that module's measured sweeps, or drop --module")
         zoo_args: dict[str, Any] = {}
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
                            ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
@@ -173,7 +177,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
 
             with Store(Path(args.db) if args.db else default_db_path(), create=False) as store:
                 ds = with_measured(ds, store, profile=args.profile, space=args.space, rails=args.rails,
-                                   measured_weight=measured_weight)
+                                   measured_weight=measured_weight, module=args.module)
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
                            command=command)
     else:
@@ -240,7 +244,8 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     try:
         with Store(db, create=False) as store:
             ds = store_dataset(store, source="measured", profile=base.encoder.profile or args.profile,
-                               space=base.training.get("space") or args.space, rails=args.rails)
+                               space=base.training.get("space") or args.space, rails=args.rails,
+                               module=args.module)
     except ConfigError as exc:
         # the store's own hint (another --rails) comes first when it has one
         hint = exc.remedy.split(", record sweeps")[0] + "; or " if exc.remedy.startswith("give --rails") else ""

@@ -49,10 +49,11 @@ def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAUL
 
 
 def with_measured(twin: Dataset, store: Any, *, profile: str = DEFAULT_PROFILE, space: str = DEFAULT_SPACE,
-                  rails: str = DEFAULT_RAILS, measured_weight: float | None = None) -> Dataset:
-    """Twin data (e.g. the twin zoo) and the store's measured sweeps, the source a feature and
-    each measured point weighted (`train-selector --from-twin-zoo --source both`)."""
-    measured = store_dataset(store, source="measured", profile=profile, space=space, rails=rails)
+                  rails: str = DEFAULT_RAILS, measured_weight: float | None = None,
+                  module: str | None = None) -> Dataset:
+    """Twin data (e.g. the twin zoo) and the store's measured sweeps (of one module: store_dataset),
+    the source a feature and each measured point weighted (`train-selector --from-twin-zoo --source both`)."""
+    measured = store_dataset(store, source="measured", profile=profile, space=space, rails=rails, module=module)
     return weigh_measured(merge(twin, measured), measured_weight)
 
 
