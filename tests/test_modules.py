@@ -197,6 +197,21 @@ def test_training_uses_one_module_by_default_and_learns_across_with_the_flag(two
     assert on_other > 1.15 * on_agx  # it learnt the stand-in module's 1.3x energy
     with pytest.raises(ConfigError, match="trained across"):
         sel.use_module("P3767-0005 (Orin Nano)")
+    # the ml policy predicts for the board's module, and refuses one the selector never learnt
+    from types import SimpleNamespace
+
+    from engine.device.base import DeviceIdentity
+    from engine.selector.policy import MLPolicy
+
+    policy = MLPolicy(sel, probes=0)
+    for module in (AGX, OTHER):
+        ident = DeviceIdentity("board", module, "36.4.0", "6.1", is_twin=False)
+        policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda ident=ident: ident))  # type: ignore[assignment]
+        assert policy._as_source() == Source.MEASURED and sel.module == module
+    ident = DeviceIdentity("board", "P3767-0005 (Orin Nano)", "36.4.0", "6.1", is_twin=False)
+    policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda: ident))  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="trained across"):
+        policy._as_source()
 
 
 def test_train_selector_across_modules_then_select_for_a_module(two_modules: Path, tmp_path: Path,
