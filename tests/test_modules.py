@@ -28,7 +28,7 @@ from engine.selector.dataset import from_store, profile_settings
 from engine.selector.features import describe_workload
 from engine.selector.modules import pick_module
 
-from tests.conftest import migrate
+from conftest import migrate
 
 AGX = "P3701-0000 (AGX Orin 64GB)"
 # Only the AGX Orin 64GB twin ships: the "other module" below is a label put on device records
