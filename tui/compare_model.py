@@ -15,6 +15,7 @@ from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
 from engine.results.compare import (
     Side,
+    board_note,
     comparison,
     mismatch,
     per_sample_saving_pct,
@@ -200,7 +201,7 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
         problem = mismatch(Side.of(run), Side.of(base))
         if problem is not None:
             notes.append(f"{problem.what}: not comparable")
-            if problem.kind == "hardware":  # a board's figures beside the twin's would mislead
+            if problem.kind in ("hardware", "module"):  # a board's figures beside the twin's, or another module's, mislead
                 base = None
         elif run.energy_j is not None and run.time_s is not None:
             c = comparison(Side.of(run), Side.of(base))
@@ -214,6 +215,9 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                                for r, rj in run.rail_energy_j.items() if base.rail_energy_j.get(r)}
                 notes.append(f"run {run.id} trained {run.samples} samples, MAXN run {base.id} {base.samples}: "
                              f"saving and slowdown are per sample")
+            other = board_note(run, base)
+            if other is not None:  # comparable (one module), but said
+                notes.append(f"MAXN run {base.id} ran on {other}")
             if base.seed != run.seed:
                 notes.append(f"MAXN run {base.id} used seed {base.seed}, run {run.id} seed {run.seed}")
     b = base

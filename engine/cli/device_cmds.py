@@ -93,6 +93,7 @@ def device_report(device: Device) -> dict[str, Any]:
         "module": ident.module,
         "l4t": ident.l4t,
         "jetpack": ident.jetpack,
+        "serial": ident.serial,
         "twin": ident.is_twin,
         "profile": ident.profile,
         "source": ident.source.value,
@@ -118,7 +119,7 @@ def format_device_report(rep: dict[str, Any]) -> str:
     src = rep["source"]
     kind = f"digital twin ({rep['profile']})" if rep["twin"] else "real board"
     lines = [
-        f"{rep['board']} · {rep['module']} · {kind}",
+        f"{rep['board']} · {rep['module']} · {kind}" + (f" · serial {rep['serial']}" if rep.get("serial") else ""),
         f"L4T {rep['l4t'] or '?'} · JetPack {rep['jetpack'] or '?'} · "
         "power mode: " + _mode_text(rep),
         "",

@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--board", help="board name to record (default: the profile's, as the board reports it)")
     p.add_argument("--module", help="module name to record (default: the profile's)")
     p.add_argument("--l4t", help="L4T release of the board that measured, e.g. 36.3.0 (`slm-dvfs device` shows it)")
+    p.add_argument("--serial", help="the board's serial-number (`slm-dvfs device` shows it): tells two boards of one "
+                   "module apart")
     p.add_argument("--jetpack", help="its JetPack release, e.g. 6.0")
     p.add_argument("--label", help="free text naming the sweep (default: imported from FILE)")
     p.add_argument("--replace", action="store_true",
@@ -81,7 +83,7 @@ def cmd_import_sweep(args: argparse.Namespace) -> int:
     tables = BoardTables.from_profile(profile)
     imported = read_sweep_file(args.file, tables, _flags(args), default_mode=SWEEP_MODE)
     device = DeviceRecord(board=args.board or tables.board, module=args.module or tables.module, l4t=args.l4t,
-                          jetpack=args.jetpack, profile=None, is_twin=False)
+                          jetpack=args.jetpack, profile=None, is_twin=False, serial=args.serial or None)
     path = _db_path(args)
     ids: list[int] = []
     earlier: list[int] = []

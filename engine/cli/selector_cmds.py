@@ -82,6 +82,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--transfer: the selector to adapt (default the shipped profiles/selectors/default.joblib)")
     p.add_argument("--trust", action="store_true",
                    help="--transfer: load --from from outside the trusted folders (unpickling runs code)")
+    p.add_argument("--module", metavar="M", help="store: learn from the sweeps of this module, e.g. "
+                   "'P3701-0005 (AGX Orin 64GB)' (default: the store's only one, else the profile's)")
+    p.add_argument("--across-modules", action="store_true",
+                   help="store: learn across every module swept, the module a feature (`select --module`)")
     p.add_argument("--json", action="store_true", help="print the CV table and the saved file as JSON")
     p.set_defaults(func=cmd_train_selector)
 
@@ -100,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--probes", type=numbers.int_range(0, 1000), default=0, help="measure K (0-3) short windows first to correct the prediction")
     p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
                    help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
+    p.add_argument("--module", metavar="M", help="a selector trained --across-modules: predict for this module "
+                   "(default: --twin's profile's module where it learnt it, else its first)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_select)
 
@@ -136,6 +142,13 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
     command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
     measured_weight = parse_weight(args.measured_weight)
+    if args.module and args.across_modules:
+        raise ConfigError("--module picks one module's sweeps; --across-modules learns across all of them",
+                          "give one of the two")
+    if args.across_modules and (args.transfer or args.from_twin_zoo):
+        raise ConfigError("--across-modules learns from the store's sweeps alone (the twin zoo's rows, and a "
+                          "transferred selector's base, have no module)",
+                          "drop --across-modules, or train from the store (no --from-twin-zoo, no --transfer)")
     if args.transfer:
         return _transfer(args, objective, command, started)
     if args.base:
@@ -145,6 +158,9 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
             raise ConfigError(f"--from-twin-zoo makes twin data; --source {args.source} contradicts it",
                               "drop --source, add the store's measured sweeps with --source both, or train from "
                               "the store without --from-twin-zoo")
+        if args.module and args.source != "both":
+            raise ConfigError("--module picks the store's measured sweeps; --from-twin-zoo alone reads none",
+                              "add --source both to add that module's measured sweeps, or drop --module")
         zoo_args: dict[str, Any] = {}
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
                            ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
@@ -161,7 +177,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
 
             with Store(Path(args.db) if args.db else default_db_path(), create=False) as store:
                 ds = with_measured(ds, store, profile=args.profile, space=args.space, rails=args.rails,
-                                   measured_weight=measured_weight)
+                                   measured_weight=measured_weight, module=args.module)
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
                            command=command)
     else:
@@ -176,7 +192,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
             trained = train_from_store(store, objective, source=args.source or "measured", profile=args.profile,
                                        space=args.space, rails=args.rails, candidates=candidates,
                                        n_splits=args.splits, progress=progress, command=command,
-                                       measured_weight=measured_weight)
+                                       measured_weight=measured_weight, module=args.module,
+                                       across_modules=args.across_modules)
     selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
     took = time.perf_counter() - started
@@ -227,7 +244,8 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     try:
         with Store(db, create=False) as store:
             ds = store_dataset(store, source="measured", profile=base.encoder.profile or args.profile,
-                               space=base.training.get("space") or args.space, rails=args.rails)
+                               space=base.training.get("space") or args.space, rails=args.rails,
+                               module=args.module)
     except ConfigError as exc:
         # the store's own hint (another --rails) comes first when it has one
         hint = exc.remedy.split(", record sweeps")[0] + "; or " if exc.remedy.startswith("give --rails") else ""
@@ -291,6 +309,11 @@ def cmd_select(args: argparse.Namespace) -> int:
         raise ConfigError("--probes needs somewhere to measure",
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
     selector = load_selector(args.selector, trust=args.trust)
+    module = args.module
+    if module is None and args.twin and selector.modules:  # the twin's module, where the selector learnt it
+        twin_module = _load_profile(args.twin).identity.module
+        module = twin_module if twin_module in selector.modules else None
+    selector.use_module(module)
     objective = parse_objective(args.objective)
     padding = numbers.padding_of(args)
     workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
@@ -323,6 +346,8 @@ def cmd_select(args: argparse.Namespace) -> int:
         out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
         out["selector"].pop("cv_table", None)
         out["basis"] = selector.basis.line()
+        if selector.modules:
+            out["module"] = selector.module
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(clean_text(format_choice(choice, selector)))
@@ -337,6 +362,8 @@ def format_choice(choice: Any, selector: Any) -> str:
     lines = [
         f"Selector:  {getattr(selector, 'path', '')} ({selector.source}-trained, {choice.chooser})",
         f"Rests on:  {selector.basis.line()}",
+        *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
+          if getattr(selector, "modules", ()) else []),
         f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",

@@ -6,16 +6,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from engine.cli import numbers
 from engine.cli.mode_args import describe_mode
 from engine.core.constants import MODES
-from engine.core.errors import ConfigError, ProfileError
+from engine.core.errors import ConfigError, ProfileError, SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.export import csv_text, write_export
 from engine.core.text import clean_text
 from engine.results.format import format_pct, format_setting, format_when, sweep_point_lines
+from engine.results.records import several_boards
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
@@ -73,6 +74,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--board", default="unknown board (imported tegrastats log)", help="board name to record")
     p.add_argument("--module", default="unknown", help="module name to record")
     p.add_argument("--l4t", help="L4T release of the board, e.g. 36.3.0")
+    p.add_argument("--serial", help="the board's serial-number (tells two boards of one module apart)")
     p.add_argument("--jetpack", help="JetPack release, e.g. 6.0")
     p.add_argument("--profile", help="device profile name, e.g. agx-orin-64gb")
     p.set_defaults(func=cmd_import_tegrastats)
@@ -88,12 +90,17 @@ def _metric(value: Any) -> str:
 
 
 def format_runs(runs: Sequence[RunRecord]) -> str:
-    header = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source", "status")
+    header: tuple[str, ...] = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source",
+                               "status")
     rows = [
         (str(r.id), format_when(r.started_at), r.model or "-", r.task or "-", r.policy, format_setting(r.setting),
          _num(r.energy_j), _num(r.time_s), r.source.value, r.status)
         for r in runs
     ]
+    # Which board, only where it matters: runs of one kind (boards, or twins) from more than one.
+    if several_boards(r.device for r in runs):
+        header += ("board",)
+        rows = [row + (r.device.label() if r.device else "-",) for row, r in zip(rows, runs)]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     right = {0, 6, 7}  # numbers line up on the right
 
@@ -103,7 +110,9 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
     return "\n".join([line(header)] + [line(row) for row in rows])
 
 
-def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> str:
+def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
+               boards: Mapping[int, DeviceRecord | None] | None = None) -> str:
+    """`show N`; `boards`: the device of each run it was compared with (another board of its module is said)."""
     src = run.source.value
     lines = [f"Run {run.id}  [{src}]  {run.status}" + (f"  {run.label}" if run.label else "")]
     lines.append(f"  started      {format_when(run.started_at)}" + (f"   finished {format_when(run.finished_at)}" if run.finished_at else ""))
@@ -111,7 +120,8 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> st
         d = run.device
         release = " ".join(x for x in (f"L4T {d.l4t}" if d.l4t else "", f"JetPack {d.jetpack}" if d.jetpack else "") if x)
         kind = f"digital twin ({d.profile})" if d.is_twin else (d.profile or "board")
-        lines.append(f"  device       {d.board}, {d.module} [{kind}] {release}".rstrip())
+        serial = f" #{d.serial}" if d.serial else ""
+        lines.append(f"  device       {d.board}, {d.module}{serial} [{kind}] {release}".rstrip())
     if run.workload:
         w = run.workload
         mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
@@ -139,8 +149,12 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int) -> st
     lines.append(f"  power trace  {n_samples} samples stored")
     for c in comparisons:
         other, role = (c.baseline_run_id, "vs baseline") if c.run_id == run.id else (c.run_id, "baseline of")
+        theirs = (boards or {}).get(other)
+        note = (f", other board (#{theirs.serial})" if run.device is not None and theirs is not None
+                and run.device.other_board(theirs) else "")
         lines.append(f"Comparison [{c.source.value}] {role} run {other}: energy saving {c.saving_pct:+.1f}%, "
-                     f"slowdown {c.slowdown_pct:+.1f}%" + (f" ({c.rails})" if c.rails else ""))
+                     f"slowdown {c.slowdown_pct:+.1f}%" + (f" ({c.rails}{note})" if c.rails else
+                                                           (f" ({note[2:]})" if note else "")))
     if run.notes:
         lines.append(f"Notes: {run.notes}")
     if run.error:
@@ -177,6 +191,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         run = store.get_run(args.id)
         comparisons = store.comparisons_for(run.id)
         n_samples = len(store.power_samples(run.id))
+        boards = {}
+        for c in comparisons:
+            other = c.baseline_run_id if c.run_id == run.id else c.run_id
+            try:
+                boards[other] = store.get_run(other).device
+            except SlmDvfsError:  # deleted since
+                boards[other] = None
     if run.status_warning:
         print(run.status_warning, file=sys.stderr)
     if args.json:
@@ -185,7 +206,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         out["power_samples"] = n_samples
         print(json.dumps(out, indent=2))
     else:
-        print(clean_text(format_run(run, comparisons, n_samples)))
+        print(clean_text(format_run(run, comparisons, n_samples, boards)))
     return 0
 
 
@@ -221,7 +242,9 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
     space = sweep.space
     lines = [f"Sweep s{sweep.id}  [{src}]  {sweep.status}" + (f"  {sweep.label}" if sweep.label else "")]
     kind = f"digital twin ({device.profile})" if device.is_twin else (device.profile or "board")
-    lines.append(f"  device       {device.board}, {device.module} [{kind}]")
+    serial = f" #{device.serial}" if device.serial else ""
+    release = f" L4T {device.l4t}" if device.l4t else ""
+    lines.append(f"  device       {device.board}, {device.module}{serial} [{kind}]{release}")
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
     lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {mode}  "
                  f"pad {w.padding}")
@@ -318,7 +341,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.log} covers no time (one sample, or every line at one instant)",
                           "import a longer log, or pass --interval-ms")
     device = DeviceRecord(board=args.board, module=args.module, l4t=args.l4t, jetpack=args.jetpack,
-                          profile=args.profile, is_twin=False)
+                          profile=args.profile, is_twin=False, serial=args.serial or None)
     notes = (f"imported from {Path(args.log).resolve()}: {len(tlog.samples)} samples, {tlog.skipped} lines skipped, "
              f"times from {tlog.timing}")
     with Store(_db_path(args)) as store:

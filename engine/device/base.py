@@ -30,6 +30,7 @@ class DeviceIdentity:
     jetpack: str | None  # e.g. "6.0"
     is_twin: bool
     profile: str | None = None  # device profile name, e.g. "agx-orin-64gb"
+    serial: str | None = None  # the device tree's serial-number; None where it has none (tells boards of a module apart)
 
     @property
     def source(self) -> Source:

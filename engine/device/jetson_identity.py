@@ -78,7 +78,17 @@ def read_identity(tree: SysfsTree) -> DeviceIdentity:
         jetpack=jetpack_for(l4t),
         is_twin=profile is not None,
         profile=profile or None,
+        serial=read_serial(tree),
     )
+
+
+def read_serial(tree: SysfsTree) -> str | None:
+    """The device tree's serial-number (NUL-terminated on a board), None where there is none."""
+    try:
+        serial = tree.read_str("proc/device-tree/serial-number").replace("\0", "").strip()
+    except (DeviceError, UnicodeDecodeError):
+        return None
+    return serial or None
 
 
 def read_l4t(tree: SysfsTree) -> str | None:

@@ -80,6 +80,7 @@ class TreeSpec:
     gpu_governors: tuple[str, ...] = GPU_GOVERNORS
     cpu_governors: tuple[str, ...] = CPU_GOVERNORS
     gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
+    serial: str = ""  # the device tree's serial-number; "" = none written (a board's identity: results, the lock)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,8 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
     # Device-tree strings end in NUL, as on a board; readers must strip it.
     w.file(f"{dt}/model", spec.board_model + "\0", newline=False)
     w.file(f"{dt}/compatible", spec.compatible, newline=False)
+    if spec.serial:
+        w.file(f"{dt}/serial-number", spec.serial + "\0", newline=False)
     w.link("proc/device-tree", dt)
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
     board = "generic" if spec.layout == "r36" else "t186ref"

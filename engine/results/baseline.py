@@ -18,12 +18,12 @@ BASELINE_POLICY = "maxn"
 
 def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: Source | str | None,
                       steps: int | None, seed: int | None, rails_preset: str | None, simulated: bool,
-                      exclude: int | None = None) -> RunRecord | None:
-    """The newest finished MAXN run of this workload on this device with energy figures, the
-    same steps, seed (None: any), rail preset and kind (simulated or trained); `exclude` is
-    never it."""
+                      exclude: int | None = None, scope: str = "board") -> RunRecord | None:
+    """The newest finished MAXN run of this workload on this board (`scope="module"`: on any board of
+    its module) with energy figures, the same steps, seed (None: any), rail preset and kind (simulated
+    or trained); `exclude` is never it."""
     for rec in store.find_runs(workload_key, device_id, policy=BASELINE_POLICY, steps=steps, seed=seed,
-                               source=source):
+                               source=source, scope=scope):
         if rec.id != exclude and rec.rails == rails_preset and rec.simulated == simulated and rec.energy_j:
             return rec
     return None
@@ -31,9 +31,10 @@ def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: 
 
 def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
     """The MAXN run this one was compared with, else matching_baseline for the run, else the
-    newest MAXN run of its workload on its device of the same kind (simulated or trained) and
-    rails, whatever its steps and seed (the Compare page then compares per sample); None when
-    there is none or the run is a MAXN run itself."""
+    newest MAXN run of its workload on its board of the same kind (simulated or trained) and
+    rails, whatever its steps and seed (the Compare page then compares per sample), else the
+    same on another board of its module (`compare.board_note` labels it); None when there is
+    none or the run is a MAXN run itself."""
     for c in reversed(store.comparisons_for(run.id)):
         if c.run_id == run.id:
             try:
@@ -48,5 +49,10 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
                               seed=run.seed, rails_preset=run.rails, simulated=run.simulated, exclude=run.id)
     if exact is not None:
         return exact
-    return matching_baseline(store, workload_key=key, device_id=run.device_id, source=run.source, steps=None,
-                             seed=None, rails_preset=run.rails, simulated=run.simulated, exclude=run.id)
+    for scope in ("board", "module"):
+        found = matching_baseline(store, workload_key=key, device_id=run.device_id, source=run.source, steps=None,
+                                  seed=None, rails_preset=run.rails, simulated=run.simulated, exclude=run.id,
+                                  scope=scope)
+        if found is not None:
+            return found
+    return None

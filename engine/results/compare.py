@@ -12,11 +12,12 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
 from engine.results.baseline import BASELINE_POLICY, matching_baseline
-from engine.results.records import RunRecord, dvfs_setting
+from engine.results.records import DeviceRecord, RunRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 __all__ = [
-    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "compare", "compare_records",
+    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "board_note",
+    "compare", "compare_records",
     "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
@@ -150,6 +151,7 @@ class Side:
     energy_j: float | None
     time_s: float | None
     rail_energy_j: Mapping[str, float] = field(default_factory=dict)
+    device: DeviceRecord | None = None  # the board it ran on; None: not known (one experiment's runs share it)
 
     @property
     def avg_power_w(self) -> float:
@@ -160,13 +162,14 @@ class Side:
         if isinstance(run, RunFigures):
             return cls(run.run_id, run.source, run.rails_preset, run.simulated, run.energy_j, run.time_s,
                        run.rail_energy_j)
-        return cls(run.id, run.source, run.rails, run.simulated, run.energy_j, run.time_s, run.rail_energy_j)
+        return cls(run.id, run.source, run.rails, run.simulated, run.energy_j, run.time_s, run.rail_energy_j,
+                   run.device)
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Why two runs do not compare. kind: hardware (board vs twin), kind (simulated vs trained),
-    rails (energy over other rails), baseline (it has no energy or time)."""
+    """Why two runs do not compare. kind: hardware (board vs twin), module (two modules), kind
+    (simulated vs trained), rails (energy over other rails), baseline (it has no energy or time)."""
 
     kind: str
     what: str
@@ -182,6 +185,10 @@ def mismatch(run: Side, base: Side) -> Mismatch | None:
     if {run.source, base.source} == {Source.MEASURED, Source.TWIN}:
         return Mismatch("hardware", f"run {run.run_id} is {run.source.value} but run {base.run_id} is "
                         f"{base.source.value}", "compare runs of one kind: both on the board, or both on the twin")
+    if run.device is not None and base.device is not None and run.device.module != base.device.module:
+        return Mismatch("module", f"run {run.run_id} ran on {run.device.module} but run {base.run_id} on "
+                        f"{base.device.module}: different modules never compare",
+                        "compare runs of one module (a baseline on another board of the same module is allowed)")
     if run.simulated != base.simulated:
         sim, trained = (run, base) if run.simulated else (base, run)
         return Mismatch("kind", f"run {sim.run_id} is simulated but run {trained.run_id} was trained",
@@ -194,6 +201,14 @@ def mismatch(run: Side, base: Side) -> Mismatch | None:
         return Mismatch("baseline", f"baseline run {base.run_id} has no energy or time figures",
                         "pick a finished baseline with figures, or run it again")
     return None
+
+
+def board_note(run: "Side | RunRecord", base: "Side | RunRecord") -> str | None:
+    """"other board (#SERIAL)" when the two ran on two boards of one module (comparable, but said), else None."""
+    a, b = run.device, base.device
+    if a is None or b is None or not a.other_board(b):
+        return None
+    return f"other board (#{b.serial})"
 
 
 def comparison(run: Side, base: Side) -> Comparison:

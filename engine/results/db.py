@@ -166,17 +166,43 @@ class Database:
     def _device_id(self, conn: sqlite3.Connection, d: DeviceRecord) -> int:
         row = conn.execute(
             "SELECT id FROM devices WHERE board = ? AND module = ? AND l4t IS ? AND jetpack IS ? "
-            "AND profile IS ? AND is_twin = ?",
-            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin)),
+            "AND profile IS ? AND is_twin = ? AND serial IS ?",
+            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin), d.serial),
         ).fetchone()
         if row:
             return int(row[0])
         cur = conn.execute(
-            "INSERT INTO devices (board, module, l4t, jetpack, profile, is_twin, source, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin), d.source.value, utc_now()),
+            "INSERT INTO devices (board, module, l4t, jetpack, profile, is_twin, source, created_at, serial) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin), d.source.value, utc_now(), d.serial),
         )
         return int(cur.lastrowid)
+
+    def device_ids(self, device_id: int, scope: str = "board") -> tuple[int, ...]:
+        """The devices whose results count as this one's, `device_id` first (docs/results.md, "Which board").
+
+        "board": this board, and rows of its identity whose serial is unknown (stored before schema v9,
+        or a twin without one): they may be this board. "module": every board of its identity (module,
+        board name, L4T, JetPack, profile, board or twin), whatever its serial."""
+        return self._device_ids(lambda sql, params: self._query(sql, params), device_id, scope)
+
+    def _device_ids(self, query: Any, device_id: int, scope: str) -> tuple[int, ...]:
+        if scope not in ("board", "module"):
+            raise ValueError(f"unknown device scope {scope!r}")
+        rows = list(query("SELECT * FROM devices WHERE id = ?", (device_id,)))
+        if not rows:
+            return (device_id,)
+        me = rows[0]
+        sql = ("SELECT id FROM devices WHERE board = ? AND module = ? AND l4t IS ? AND jetpack IS ? "
+               "AND profile IS ? AND is_twin = ?")
+        params: list[Any] = [me["board"], me["module"], me["l4t"], me["jetpack"], me["profile"], me["is_twin"]]
+        if scope == "board" and me["serial"] is not None:
+            sql += " AND (serial IS NULL OR serial = ?)"
+            params.append(me["serial"])
+        elif scope == "board":
+            sql += " AND serial IS NULL"
+        ids = [int(r[0]) for r in query(sql + " ORDER BY id", params)]
+        return (device_id, *[i for i in ids if i != device_id])
 
     def get_device(self, device_id: int) -> DeviceRecord:
         rows = self._query("SELECT * FROM devices WHERE id = ?", (device_id,))

@@ -244,8 +244,19 @@ def _v8(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX sweep_points_clocks ON sweep_points (sweep_id, gpu_hz, cpu_hz, emc_hz, nvpmodel)")
 
 
+# v9: the board's serial (the device tree's serial-number), so that two boards of one module are two
+# devices. Rows before it keep a NULL serial ("unknown") and their identity: the unique index is rebuilt
+# with the serial in it, which every existing row (all NULL, as '') still satisfies.
+_V9_SERIAL = (
+    "ALTER TABLE devices ADD COLUMN serial TEXT",
+    "DROP INDEX IF EXISTS devices_identity",
+    """CREATE UNIQUE INDEX devices_identity ON devices
+        (board, module, IFNULL(l4t, ''), IFNULL(jetpack, ''), IFNULL(profile, ''), is_twin, IFNULL(serial, ''))""",
+)
+
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8, _V9_SERIAL)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

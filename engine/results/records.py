@@ -20,7 +20,7 @@ from engine.workload.resolve import mode_variant, workload_key
 
 __all__ = [
     "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
-    "WorkloadRecord", "as_source", "dvfs_setting", "normalize_setting", "setting_key", "trace_features",
+    "WorkloadRecord", "as_source", "dvfs_setting", "several_boards", "normalize_setting", "setting_key", "trace_features",
     "workload_key",
 ]
 
@@ -110,6 +110,7 @@ class DeviceRecord:
     jetpack: str | None = None
     profile: str | None = None
     is_twin: bool = False
+    serial: str | None = None  # the device tree's serial-number; None: unknown (rows before schema v9) or none
 
     @property
     def source(self) -> Source:
@@ -117,11 +118,35 @@ class DeviceRecord:
 
     @classmethod
     def from_identity(cls, ident: DeviceIdentity) -> "DeviceRecord":
-        return cls(ident.board, ident.module, ident.l4t, ident.jetpack, ident.profile, ident.is_twin)
+        return cls(ident.board, ident.module, ident.l4t, ident.jetpack, ident.profile, ident.is_twin,
+                   getattr(ident, "serial", None))
+
+    def same_module(self, other: "DeviceRecord") -> bool:
+        """Results of the two compare and train together: the same module of the same kind (board or twin)."""
+        return self.module == other.module and self.is_twin == other.is_twin
+
+    def other_board(self, other: "DeviceRecord") -> bool:
+        """Of one module but known to be two boards (both serials recorded, and different)."""
+        return (self.same_module(other) and self.serial is not None and other.serial is not None
+                and self.serial != other.serial)
+
+    def label(self) -> str:
+        """Which board, compactly: `P3701-0005 (AGX Orin 64GB) #1422921012345 L4T 36.4.0` (twin: `[twin]`)."""
+        parts = [self.module, f"#{self.serial}" if self.serial else "", f"L4T {self.l4t}" if self.l4t else "",
+                 "[twin]" if self.is_twin else ""]
+        return " ".join(p for p in parts if p)
 
     def to_json(self) -> dict[str, Any]:
         return {"board": self.board, "module": self.module, "l4t": self.l4t, "jetpack": self.jetpack,
-                "profile": self.profile, "is_twin": self.is_twin, "source": self.source.value}
+                "profile": self.profile, "is_twin": self.is_twin, "serial": self.serial,
+                "source": self.source.value}
+
+
+def several_boards(devices: Any) -> bool:
+    """Whether records of these devices need their board named: several boards (or twins) of one kind
+    (a twin's results and a board's are told apart by their source already)."""
+    boards = {(d.is_twin, d.module, d.serial, d.l4t) for d in devices if d is not None}
+    return any(sum(1 for b in boards if b[0] == twin) > 1 for twin in (False, True))
 
 
 @dataclass(frozen=True)
@@ -335,7 +360,8 @@ def sample_from_row(row: Any) -> PowerSample:
 def device_from_row(r: sqlite3.Row, prefix: str = "") -> DeviceRecord:
     return DeviceRecord(board=r[prefix + "board"], module=r[prefix + "module"], l4t=r[prefix + "l4t"],
                         jetpack=r[prefix + "jetpack"], profile=r[prefix + "profile"],
-                        is_twin=bool(r[prefix + "is_twin"]))
+                        is_twin=bool(r[prefix + "is_twin"]),
+                        serial=r[prefix + "serial"] if prefix + "serial" in r.keys() else None)
 
 
 def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:

@@ -110,8 +110,9 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
         f"# {title}", "",
         f"Workload: **{wl.model}** on **{wl.task}**, batch {wl.batch_size}, sequence {wl.seq_len}, "
         f"{wl.precision}, {wl.mode} fine-tuning.  ",
-        f"Device: {device.board}, {device.module}" + (f" (digital twin {device.profile})" if device.is_twin else "")
-        + ".  ",
+        f"Device: {device.board}, {device.module}" + (f", serial {device.serial}" if device.serial else "")
+        + (f", L4T {device.l4t}" if device.l4t else "")
+        + (f" (digital twin {device.profile})" if device.is_twin else "") + ".  ",
         _method(sweep),
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
         + (" (computed by the digital twin)." if src == "twin" else
@@ -219,6 +220,8 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
                                      out / f"{prefix}-power.png"))
     setting = setting_label(run.setting)
     lines = [f"# {title}", ""]
+    if run.device is not None:
+        lines += [f"Device: {run.device.board}, {run.device.label()}.", ""]
     if run.simulated:
         lines += ["**Simulated**: the twin ran the workload's step trace; nothing was trained, so there is no "
                   "loss and no evaluation metric.", ""]
@@ -244,6 +247,8 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
     if comparison is not None:
         lines += ["", f"Against MAXN Mode 0 (run {base.id}): energy saving **{comparison.saving_pct:+.1f}%**, "  # type: ignore[union-attr]
                       f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}] ({SIGN_CONVENTION})."]
+        if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
+            lines += [f"The MAXN run was on another board of the module (serial {base.device.serial})."]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"

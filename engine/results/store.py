@@ -220,7 +220,7 @@ class Store(SweepTables):
 
     _RUN_SELECT = (
         "SELECT r.*, d.board AS d_board, d.module AS d_module, d.l4t AS d_l4t, d.jetpack AS d_jetpack, "
-        "d.profile AS d_profile, d.is_twin AS d_is_twin, w.model AS w_model, w.task AS w_task, "
+        "d.profile AS d_profile, d.is_twin AS d_is_twin, d.serial AS d_serial, w.model AS w_model, w.task AS w_task, "
         "w.batch_size AS w_batch_size, w.seq_len AS w_seq_len, w.precision AS w_precision, w.mode AS w_mode, "
         "w.family AS w_family, w.params AS w_params, w.data_source AS w_data_source, w.features AS w_features, "
         "w.source AS w_source, w.lora AS w_lora, w.grad_checkpointing AS w_grad_checkpointing, "
@@ -270,10 +270,14 @@ class Store(SweepTables):
         steps: int | None = None,
         seed: int | None = None,
         source: Source | str | None = None,
+        scope: str = "board",
     ) -> list[RunRecord]:
-        """Finished runs of the same workload on the same device (e.g. a MAXN baseline to reuse), newest first."""
-        runs = self.list_runs(workload_key=workload_key, device_id=device_id, policy=policy, status="finished",
-                              source=source, limit=None)
+        """Finished runs of the same workload on the same board (e.g. a MAXN baseline to reuse), newest first;
+        `scope="module"`: on any board of its module (Db.device_ids)."""
+        runs = [r for d in self.device_ids(device_id, scope)
+                for r in self.list_runs(workload_key=workload_key, device_id=d, policy=policy, status="finished",
+                                        source=source, limit=None)]
+        runs.sort(key=lambda r: r.id, reverse=True)
         return [r for r in runs if (steps is None or r.steps == steps) and (seed is None or r.seed == seed)]
 
     # ------------------------------------------------------------------ power samples

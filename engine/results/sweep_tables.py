@@ -64,10 +64,13 @@ class SweepTables(Database):
         with self._tx("starting a sweep") as conn:
             device_id = self._ref(conn, device, "device")
             workload_id = self._ref(conn, workload, "workload")
+            # This board's, or one stored before its serial was (schema v9): it may be this board's.
+            ids = self._device_ids(lambda q, p: conn.execute(q, p).fetchall(), device_id, "board")
             row = conn.execute(
-                "SELECT id FROM sweeps WHERE device_id = ? AND workload_id = ? AND space = ? AND warmup_steps = ? "
-                "AND steps = ? AND repeats = ? AND source = ? AND status != 'finished' ORDER BY id DESC LIMIT 1",
-                (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value),
+                f"SELECT id FROM sweeps WHERE device_id IN ({', '.join('?' * len(ids))}) AND workload_id = ? "
+                "AND space = ? AND warmup_steps = ? AND steps = ? AND repeats = ? AND source = ? "
+                "AND status != 'finished' ORDER BY id DESC LIMIT 1",
+                (*ids, workload_id, space_text, warmup_steps, steps, repeats, src.value),
             ).fetchone()
             if row is not None:
                 sweep_id = int(row[0])

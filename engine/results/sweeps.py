@@ -130,11 +130,12 @@ def stored_points(
     rails: str | None = None,
 ) -> list[tuple[DvfsSetting, Measurement]]:
     """(setting, mean measurement) of every setting the store's sweeps of this workload on
-    this device measured (all their repetitions together): the oracle's data. With
-    `rails`, only sweeps whose energy is over that preset."""
+    this device's module measured (all their repetitions together, on any board of the module:
+    Db.device_ids): the oracle's data. With `rails`, only sweeps whose energy is over that preset."""
     points: list[Any] = []
+    devices = set(store.device_ids(device_id, "module")) if hasattr(store, "device_ids") else {device_id}
     for sweep in store.list_sweeps():
-        if sweep.device_id != device_id or sweep.workload_id != workload_id:
+        if sweep.device_id not in devices or sweep.workload_id != workload_id:
             continue
         if source is not None and sweep.source != source:
             continue

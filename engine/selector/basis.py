@@ -31,6 +31,8 @@ class DataBasis:
     devices: tuple[str, ...] = ()
     measured_weight: float | None = None  # a measured row's weight against a twin row's 1
     base: Mapping[str, Any] | None = None  # transfer: the base selector's file, digest and basis line
+    modules: tuple[str, ...] = ()  # the modules its store sweeps were of (none recorded: the twin zoo, older files)
+    across_modules: bool = False  # the module a feature (`train-selector --across-modules`)
     recorded: bool = True  # False: derived from an older selector's metadata
     note: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -51,6 +53,10 @@ class DataBasis:
     def line(self) -> str:
         """One line: which data the selector's choices rest on, labelled by source."""
         profile = f", profile {self.profile}" if self.profile else ""
+        if self.across_modules:
+            profile += f", across modules {', '.join(self.modules)} (the module a feature)"
+        elif self.modules:
+            profile += f", module {', '.join(self.modules)}"
         note = f" ({self.note})" if self.note else ""
         if self.origin == "transfer":
             base = (self.base or {}).get("basis") or "its base selector"
@@ -78,6 +84,7 @@ class DataBasis:
     def to_json(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
         out["devices"] = list(self.devices)
+        out["modules"] = list(self.modules)
         out["base"] = None if self.base is None else dict(self.base)
         out["version"] = BASIS_VERSION
         out["line"] = self.line()
@@ -85,9 +92,10 @@ class DataBasis:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "DataBasis":
-        names = set(cls.__dataclass_fields__) - {"extra", "devices", "base"}
+        names = set(cls.__dataclass_fields__) - {"extra", "devices", "base", "modules"}
         kw = {k: data[k] for k in names if k in data}
-        return cls(**kw, devices=tuple(data.get("devices") or ()), base=data.get("base"))
+        return cls(**kw, devices=tuple(data.get("devices") or ()), base=data.get("base"),
+                   modules=tuple(data.get("modules") or ()))
 
 
 def from_training(summary: Mapping[str, Any], *, command: Any = None, measured_weight: float | None = None,
@@ -101,6 +109,7 @@ def from_training(summary: Mapping[str, Any], *, command: Any = None, measured_w
         measured_points=int(summary.get("measured_rows", 0)),
         energy_only_points=int(summary.get("energy_only_rows", 0)), profile=summary.get("profile"),
         devices=tuple(summary.get("devices") or ()), measured_weight=measured_weight, base=base,
+        modules=tuple(summary.get("modules") or ()), across_modules=bool(summary.get("module_columns")),
     )
 
 

@@ -229,6 +229,8 @@ def export_selector(selector: Any) -> dict[str, np.ndarray] | None:
         "cv_table": selector.cv_table, "objective": selector.objective, "training": selector.training,
         "power_floor_w": selector.power_floor_w, "ranges": {k: list(v) for k, v in selector.ranges.items()},
     }
+    if selector.modules:  # an across-module selector's one-hot columns (absent otherwise: the form is unchanged)
+        meta["modules"] = list(selector.modules)
     out: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta, default=str))}
     for k, tree in trees.items():
         assert tree is not None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -30,6 +30,7 @@ from engine.dvfs.space import setting_space
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
+from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ class Dataset:
     # Per-row sample weights (None: every row 1); engine.selector.mixing.weigh_measured sets them.
     weights: np.ndarray | None = None
     devices: tuple[str, ...] = ()  # the boards the measured rows were taken on (names, for the data basis)
+    # Each row's module (the store's device record; () where not known, e.g. the twin zoo), and with
+    # `train-selector --across-modules` the modules that are one-hot feature columns (MODULE_PREFIX).
+    row_modules: tuple[str, ...] = ()
+    module_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         n = len(self.workloads)
@@ -74,6 +79,11 @@ class Dataset:
         if n == 0:
             raise ConfigError("the training data is empty",
                               "record sweeps first (`slm-dvfs sweep`), or train with --from-twin-zoo")
+        if self.row_modules and len(self.row_modules) != n:
+            raise ConfigError("dataset columns differ in length", "build datasets with from_store / from_twin_zoo")
+        if self.module_columns and not set(self.row_modules) <= set(self.module_columns):
+            raise ConfigError("a training row's module has no feature column",
+                              "build across-module datasets with from_store(across_modules=True)")
         if not self.source_column and len(set(self.sources)) > 1:
             raise ConfigError("the training data mixes measured and twin points",
                               "train on one source, or ask for both (--source both) to make it a feature")
@@ -87,10 +97,12 @@ class Dataset:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return FEATURE_COLUMNS + ((SOURCE_COLUMN,) if self.source_column else ())
+        return FEATURE_COLUMNS + module_column_names(self.module_columns) + ((SOURCE_COLUMN,) if self.source_column else ())
 
     def X(self) -> np.ndarray:  # scikit-learn's name for the feature matrix
         x = feature_matrix(self.workloads, self.settings, self.encoder)
+        if self.module_columns:  # before the source column, which stays last
+            x = np.hstack([x, module_one_hot(self.row_modules, self.module_columns)])
         if self.source_column:
             x = np.hstack([x, np.array([[float(s == Source.MEASURED)] for s in self.sources])])
         return x
@@ -104,7 +116,8 @@ class Dataset:
         """Row indices of each workload (and source): the sweep a choice is made from."""
         out: dict[str, list[int]] = defaultdict(list)
         for i, (w, s) in enumerate(zip(self.workloads, self.sources)):
-            out[f"{w.key}|{s.value}" if self.source_column else w.key].append(i)
+            key = f"{w.key}|{s.value}" if self.source_column else w.key
+            out[f"{key}|{self.row_modules[i]}" if self.module_columns else key].append(i)
         return {k: np.array(v) for k, v in out.items()}
 
     def energy_only(self) -> np.ndarray:
@@ -123,6 +136,7 @@ class Dataset:
             self.time_per_sample[idx], self.power_w[idx], self.energy_per_sample[idx],
             tuple(self.sources[i] for i in idx), self.encoder, self.space, self.source_column, self.notes,
             None if self.weights is None else self.weights[idx], self.devices,
+            tuple(self.row_modules[i] for i in idx) if self.row_modules else (), self.module_columns,
         )
 
     def digest(self) -> str:
@@ -161,6 +175,10 @@ class Dataset:
             out[f"{src.value}_workloads"] = len({self.workloads[i].key for i in rows})
         out["energy_only_rows"] = int(self.energy_only().sum())
         out["devices"] = list(self.devices)
+        if self.row_modules:  # the modules it rests on (recorded only where known: not for the twin zoo)
+            out["modules"] = sorted(set(self.row_modules))
+        if self.module_columns:
+            out["module_columns"] = list(self.module_columns)
         return out
 
 
@@ -196,13 +214,17 @@ def from_points(points: Iterable[tuple[WorkloadFeatures, DvfsSetting, Measuremen
     )
 
 
+
 # --------------------------------------------------------------------------- the store
 
 
 def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin-64gb",
-               space: str | None = None, rails: str = "all") -> Dataset:
+               space: str | None = None, rails: str = "all", module: str | None = None,
+               across_modules: bool = False) -> Dataset:
     """Every recorded sweep point of `source` (measured | twin | both) in `store`, of the
-    sweeps whose energy is over the `rails` preset (energies over other rails do not mix).
+    sweeps whose energy is over the `rails` preset (energies over other rails do not mix),
+    of one module (`module`; None: the store's only one, else the profile's: modules_of_sweeps),
+    or with `across_modules` of every module, the module a one-hot feature.
     Workload features are recomputed from the model's architecture and trace, exactly as
     `select` computes them for a new workload; workloads whose model cannot be resolved
     offline are skipped with a warning."""
@@ -219,11 +241,17 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
     skipped: set[str] = set()
     spaces: set[str] = set()
     devices: dict[int, str] = {}
-    for sweep in store.list_sweeps():
-        if sweep.source not in wanted:
-            continue
-        if isinstance(sweep.space, Mapping) and sweep.space.get("rails", "all") != rails:
-            continue
+    sweeps = [sw for sw in store.list_sweeps() if sw.source in wanted
+              and not (isinstance(sw.space, Mapping) and sw.space.get("rails", "all") != rails)]
+    module_of = {sw.device_id: store.get_device(sw.device_id).module for sw in sweeps}
+    modules = sorted(set(module_of.values()))
+    if not across_modules:
+        chosen = pick_module(modules, module, load_profile(profile).identity.module, profile)
+        sweeps = [sw for sw in sweeps if chosen is None or module_of[sw.device_id] == chosen]
+        modules = [chosen] if chosen else []
+    row_module: list[str] = []  # each point's module, in the order of `points`
+    energy_module: list[str] = []
+    for sweep in sweeps:
         if sweep.workload_id not in features:
             rec = store.get_workload(sweep.workload_id)
             try:
@@ -250,10 +278,12 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
             if p.time_s is None:  # an energy-only point (imported without a time): energy rows only
                 if p.energy_j > 0:
                     energy_only.append((w, setting, p.energy_j, p.samples, p.source or sweep.source))
+                    energy_module.append(module_of[sweep.device_id])
                 continue
             if p.time_s <= 0:
                 continue
             points.append((w, setting, Measurement(p.time_s, p.energy_j, p.samples, None, p.source or sweep.source)))
+            row_module.append(module_of[sweep.device_id])
     if not points and not energy_only:
         every = store.list_sweeps()
         have = sorted({s.source.value for s in every})
@@ -273,8 +303,14 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
     chosen_space = space or (spaces.pop() if len(spaces) == 1 else "mixed")
     if energy_only:
         notes.append(f"{len(energy_only)} energy-only point(s) (no time): they teach energy, not time or power")
-    return from_points(points, encoder, space=chosen_space, source_column=source == "both", notes=notes,
-                       energy_only=energy_only, devices=sorted(set(devices.values())))
+    parts = []
+    for m in sorted(set(row_module) | set(energy_module)):  # pooled per module: a module's rows never mix
+        part = from_points([pt for pt, pm in zip(points, row_module) if pm == m], encoder, space=chosen_space,
+                           source_column=source == "both", notes=notes, devices=sorted(set(devices.values())),
+                           energy_only=[e for e, em in zip(energy_only, energy_module) if em == m])
+        parts.append(replace(part, row_modules=(m,) * len(part)))
+    return concat(parts, module_columns=tuple(modules) if across_modules else ())
+
 
 
 # --------------------------------------------------------------------------- the twin zoo

@@ -92,8 +92,9 @@ def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarr
 
 
 def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:
-    """The workload columns of feature rows (and the source column, when present)."""
-    cols = list(range(N_WORKLOAD_COLUMNS)) + ([x.shape[1] - 1] if source_column else [])
+    """The workload columns of feature rows, and every column after the schema's (module one-hots
+    of an across-module selector, then the source column, when present)."""
+    cols = list(range(N_WORKLOAD_COLUMNS)) + list(range(len(FEATURE_COLUMNS), x.shape[1]))
     return x[:, cols]
 
 

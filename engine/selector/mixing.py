@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -37,6 +38,9 @@ AUTO = "auto"
 def merge(twin: Dataset, measured: Dataset) -> Dataset:
     """One dataset of `twin` rows (e.g. the twin zoo) and `measured` rows (the store's), the
     source a feature column. Both must be over the same device profile's encoding."""
+    if twin.module_columns or measured.module_columns:
+        raise ConfigError("twin-zoo data cannot be merged with an across-module dataset (the zoo's rows have no module)",
+                          "train --across-modules on the store's sweeps alone")
     if twin.encoder != measured.encoder:
         raise ConfigError(f"the twin data is over profile {twin.encoder.profile}, the measured data over "
                           f"{measured.encoder.profile}", "train both with the same --profile")
@@ -82,8 +86,7 @@ def weigh_measured(ds: Dataset, measured_weight: float | None = None) -> Dataset
         return ds
     w = auto_weight(ds) if measured_weight is None else float(measured_weight)
     weights = np.array([w if s == Source.MEASURED else 1.0 for s in ds.sources])
-    return Dataset(ds.workloads, ds.settings, ds.time_per_sample, ds.power_w, ds.energy_per_sample, ds.sources,
-                   ds.encoder, ds.space, ds.source_column, ds.notes, weights, ds.devices)
+    return replace(ds, weights=weights)
 
 
 def measured_weight_of(ds: Dataset) -> float | None:

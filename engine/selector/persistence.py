@@ -250,6 +250,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
     """Check a selector file (or its bytes `data`, once read) without unpickling it; returns its sidecar."""
+    from engine.selector.modules import modules_of_schema
     from engine.selector.selector import selector_schema
 
     path = Path(path)
@@ -262,8 +263,9 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
             f"recorded {str(side.get('joblib_sha256'))[:12]}...): it was changed or damaged, and was not loaded",
             remedy)
     schema = side.get("feature_schema")
-    source_column = isinstance(schema, dict) and "source_measured" in schema.get("columns", [])
-    expected = selector_schema(source_column)
+    columns = schema.get("columns", []) if isinstance(schema, dict) else []
+    source_column = "source_measured" in columns
+    expected = selector_schema(source_column, modules_of_schema(columns))
     if schema != expected:
         version = schema.get("version") if isinstance(schema, dict) else schema
         older = isinstance(version, int) and version < expected["version"]
@@ -370,6 +372,7 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Any:
             objective=str(meta["objective"]), training=dict(meta["training"]),
             power_floor_w=float(meta["power_floor_w"]),
             ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},
+            modules=tuple(meta.get("modules", ())),
         )
     except SelectorFileError:
         raise

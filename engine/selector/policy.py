@@ -214,9 +214,12 @@ class MLPolicy:
     def _as_source(self) -> Source:
         assert self._ctx is not None
         try:
-            return self._ctx.device.identity().source
+            identity = self._ctx.device.identity()
         except SlmDvfsError:
             return Source.MEASURED
+        if self.selector.modules:  # learnt across modules: predict for this board's (refused if not learnt)
+            self.selector.use_module(identity.module)
+        return identity.source
 
     def _probe_plan(self, objective: Objective) -> list[DvfsSetting]:
         assert self._features is not None

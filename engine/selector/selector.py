@@ -25,6 +25,7 @@ from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.dataset import SOURCE_COLUMN, Dataset
+from engine.selector.modules import module_column_names, module_one_hot
 from engine.selector.features import (
     FEATURE_COLUMNS,
     LOG_COLUMNS,
@@ -50,8 +51,12 @@ POWER_FLOOR_SHARE = 0.9  # the power floor is this share of the lowest power in 
 RANGE_SLACK = math.log(1.25)  # a workload scale feature may lie 25% beyond the training range
 
 
-def selector_schema(source_column: bool) -> dict[str, Any]:
+def selector_schema(source_column: bool, modules: Sequence[str] = ()) -> dict[str, Any]:
+    """The feature schema of a selector: the schema's columns, an across-module selector's module
+    one-hots, then the source column of one trained on both sources."""
     schema = feature_schema()
+    if modules:
+        schema["columns"] = schema["columns"] + list(module_column_names(modules))
     if source_column:
         schema["columns"] = schema["columns"] + [SOURCE_COLUMN]
     return schema
@@ -145,6 +150,7 @@ class Selector:
         training: dict[str, Any],
         power_floor_w: float,
         ranges: dict[str, tuple[float, float]],
+        modules: Sequence[str] = (),
     ) -> None:
         self.model = model
         self.chooser = chooser
@@ -158,12 +164,36 @@ class Selector:
         self.training = dict(training)
         self.power_floor_w = float(power_floor_w)
         self.ranges = dict(ranges)
-        self.schema = selector_schema(source_column)
+        self.modules = tuple(modules)  # across modules: the modules it learnt, each a feature column
+        self.module = self.modules[0] if self.modules else None  # the module it predicts for (use_module)
+        self.schema = selector_schema(source_column, self.modules)
         self.path: Any = None  # set by load_selector to the file it was read from
+
+    # A selector pickled before modules were (every one trained per module) has none.
+    modules: tuple[str, ...] = ()
+    module: str | None = None
+
+    def use_module(self, module: str | None) -> None:
+        """Predict for `module` (an across-module selector: one it learnt; a per-module one: its own or None)."""
+        if module is None:
+            return
+        if not self.modules:
+            own = self.training.get("modules") or []
+            if own and module not in own:
+                log.warning("selector trained on %s predicts for %s: its choices rest on another module",
+                            ", ".join(own), module)
+            return
+        if module not in self.modules:
+            raise ConfigError(f"the selector was trained across {', '.join(self.modules)}, not {module!r}",
+                              f"give --module one of those, or train with `slm-dvfs train-selector --across-modules` "
+                              f"on sweeps of {module}")
+        self.module = module
 
     # ------------------------------------------------------------------ predictions
     def _rows(self, workload: WorkloadFeatures, settings: Sequence[DvfsSetting], as_source: Source) -> np.ndarray:
         x = feature_matrix([workload] * len(settings), list(settings), self.encoder)
+        if self.modules:
+            x = np.hstack([x, module_one_hot([self.module or self.modules[0]] * len(settings), self.modules)])
         if self.source_column:
             x = np.hstack([x, np.full((len(settings), 1), float(as_source == Source.MEASURED))])
         return x
@@ -389,6 +419,7 @@ def fit_selector(
         source_column=ds.source_column, winner=(chooser or spec).label, cv_table=cv_table,
         objective=objective.spec, training=training,
         power_floor_w=POWER_FLOOR_SHARE * float(np.nanmin(ds.power_w)), ranges=_ranges(ds),
+        modules=ds.module_columns,
     )
 
 

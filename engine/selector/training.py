@@ -28,14 +28,18 @@ class Trained:
 
 
 def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
-                  space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS, measured_weight: float | None = None) -> Dataset:
+                  space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS, measured_weight: float | None = None,
+                  module: str | None = None, across_modules: bool = False) -> Dataset:
     """The store's sweep points of `source` over `rails` (engine.selector.dataset.from_store),
     only those whose setting lies in the profile's `space`: a selector chooses among that
     space, so points outside it would teach it settings it can never pick. With both sources,
-    each measured point weighs `measured_weight` (None: engine.selector.mixing.auto_weight)."""
+    each measured point weighs `measured_weight` (None: engine.selector.mixing.auto_weight).
+    One module's sweeps (`module`, else engine.selector.modules.pick_module), or with
+    `across_modules` every module's, the module a feature."""
     from engine.device.twin.profile import load_profile
 
-    ds = from_store(store, source=source, profile=profile, space=space, rails=rails)
+    ds = from_store(store, source=source, profile=profile, space=space, rails=rails, module=module,
+                    across_modules=across_modules)
     allowed = set(profile_settings(load_profile(profile), space))
     keep = [i for i, s in enumerate(ds.settings) if s in allowed]
     if not keep:
@@ -45,10 +49,11 @@ def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAUL
 
 
 def with_measured(twin: Dataset, store: Any, *, profile: str = DEFAULT_PROFILE, space: str = DEFAULT_SPACE,
-                  rails: str = DEFAULT_RAILS, measured_weight: float | None = None) -> Dataset:
-    """Twin data (e.g. the twin zoo) and the store's measured sweeps, the source a feature and
-    each measured point weighted (`train-selector --from-twin-zoo --source both`)."""
-    measured = store_dataset(store, source="measured", profile=profile, space=space, rails=rails)
+                  rails: str = DEFAULT_RAILS, measured_weight: float | None = None,
+                  module: str | None = None) -> Dataset:
+    """Twin data (e.g. the twin zoo) and the store's measured sweeps (of one module: store_dataset),
+    the source a feature and each measured point weighted (`train-selector --from-twin-zoo --source both`)."""
+    measured = store_dataset(store, source="measured", profile=profile, space=space, rails=rails, module=module)
     return weigh_measured(merge(twin, measured), measured_weight)
 
 
@@ -67,8 +72,9 @@ def train_from_store(store: Any, objective: Any = None, *, source: str = "measur
                      space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS,
                      candidates: Sequence[CandidateSpec] | None = None, n_splits: int = DEFAULT_SPLITS,
                      progress: Progress | None = None, command: Any = None,
-                     measured_weight: float | None = None) -> Trained:
+                     measured_weight: float | None = None, module: str | None = None,
+                     across_modules: bool = False) -> Trained:
     """store_dataset, then train_on: the selector the store's sweeps teach."""
     ds = store_dataset(store, source=source, profile=profile, space=space, rails=rails,
-                       measured_weight=measured_weight)
+                       measured_weight=measured_weight, module=module, across_modules=across_modules)
     return train_on(ds, objective, candidates=candidates, n_splits=n_splits, progress=progress, command=command)

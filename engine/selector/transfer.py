@@ -179,7 +179,8 @@ def _with_model(base: Any, model: Any, training: dict[str, Any], cv_table: list[
     source = "measured" if base.source == "measured" else "both"
     return Selector(model=model, chooser=None, encoder=base.encoder, candidates=base.candidates, source=source,
                     source_column=base.source_column, winner=winner, cv_table=cv_table, objective=base.objective,
-                    training=training, power_floor_w=base.power_floor_w, ranges=base.ranges)
+                    training=training, power_floor_w=base.power_floor_w, ranges=base.ranges,
+                    modules=getattr(base, "modules", ()))
 
 
 def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective) -> tuple[list[Any], dict[str, list]]:

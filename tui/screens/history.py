@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from engine.results.format import format_setting, format_when
+from engine.results.records import several_boards
 from tui.fmt import energy, num
 from tui.screens.base import PageScreen
 
@@ -82,6 +83,14 @@ class HistoryScreen(PageScreen):
                        s.source.value, s.status, key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
+        self._boards = several_boards(r.device for r in runs)
+
+    @on(DataTable.RowHighlighted, "#runs")
+    def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Which board the run is from, where the store's runs come from several of one kind."""
+        run = self.selected_run()
+        if getattr(self, "_boards", False) and run is not None and run.device is not None:
+            self.say(f"run {run.id}: {run.device.label()}")
 
     def say(self, text: str) -> None:
         self.query_one("#history-status", Static).update(text)

@@ -74,7 +74,8 @@ class TwinStep:
 
 
 class VirtualOrin:
-    """A Jetson AGX Orin twin under `root` (a temporary folder by default)."""
+    """A Jetson AGX Orin twin under `root` (a temporary folder by default). `serial` writes a device-tree
+    serial-number (twins of one module are then told apart, as boards are); a reopened twin keeps its own."""
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class VirtualOrin:
         *,
         thermal: bool = False,
         layout: str = "r36",
+        serial: str | None = None,
     ) -> None:
         self.profile = profile if isinstance(profile, TwinProfile) else load_profile(profile)
         self._temporary = root is None
@@ -102,7 +104,7 @@ class VirtualOrin:
         self.layout_name = layout
         self.tree = SysfsTree(self.root)
         try:
-            self.layout: TreeLayout = render_tree(self.root, tree_spec(self.profile, layout))
+            self.layout: TreeLayout = render_tree(self.root, replace(tree_spec(self.profile, layout), serial=serial or ""))
             for rel, text in saved.items():
                 put_text(self.root / rel, text)
             marker.write_text(f'profile = "{self.profile.name}"\nlayout = "{layout}"\n')
