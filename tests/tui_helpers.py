@@ -23,16 +23,16 @@ from textual.pilot import Pilot
 from textual.worker import Worker, WorkerCancelled
 
 from tui.app import SlmDvfsApp
-from tui.messages import EngineFailed, PollFailed, RunProgress, SnapshotTaken, SweepProgress
+from tui.messages import EngineFailed, FleetPolled, PollFailed, RunProgress, SnapshotTaken, SweepProgress
 
 TWIN = "agx-orin-64gb"
 WAIT_S = 30.0  # the bound on one wait (a hang becomes a failure, not a stopwatch)
-POLL_GROUP = "poll"  # the device poll worker runs until the app exits: never awaited
+POLL_GROUPS = ("poll", "fleet-poll")  # the device and fleet polls run until the app exits: never awaited
 SETTLE_ROUNDS = 200  # settle() gives up (and says so) after this many rounds that saw news
 
-# Messages that keep coming while nothing the test did is pending: the device poll, the engine's
+# Messages that keep coming while nothing the test did is pending: the device and fleet polls, the engine's
 # coalesced progress, repaints and timers. settle() does not wait for these to stop.
-BACKGROUND = (SnapshotTaken, PollFailed, RunProgress, SweepProgress, events.Timer,
+BACKGROUND = (SnapshotTaken, PollFailed, FleetPolled, RunProgress, SweepProgress, events.Timer,
               textual_messages.Update, textual_messages.Layout, textual_messages.UpdateScroll)
 
 
@@ -172,7 +172,7 @@ class Ui:
         await self.settle()
 
     def _busy_workers(self) -> list[Worker]:
-        return [w for w in self.app.workers if w.group != POLL_GROUP and not w.is_finished]
+        return [w for w in self.app.workers if w.group not in POLL_GROUPS and not w.is_finished]
 
     async def settle(self, timeout: float = WAIT_S) -> None:
         """Until the app and the current page have handled everything queued, including what that

@@ -138,3 +138,26 @@ def fill_store(store: Any) -> dict[str, int]:
         conn.execute("UPDATE sweeps SET created_at = ?, finished_at = ?", (STAMP, STAMP))
         conn.execute("UPDATE comparisons SET created_at = ?", (STAMP,))
     return {"maxn": maxn, "static": static, "lone": lone, "sweep": sweep.id}
+
+
+def fleet_boards(i: int = 0, busy: bool = True) -> tuple[Any, ...]:
+    """Poll `i` of a fixed fleet of three: two twins of different modules (one sweeping) and a board
+    (sweeping), their power moving with `i` (for the Fleet page's graphs)."""
+    import math
+
+    from engine.run.fleet.model import BoardInfo
+
+    def watts(base: float, phase: float) -> float:
+        return round(base * (0.75 + 0.25 * math.sin(i / 4.0 + phase)), 2)
+
+    def temps(base: float) -> dict[str, float]:
+        return {"cpu-thermal": base, "gpu-thermal": base + 6.5, "tj-thermal": base + 9.0}
+
+    return (
+        BoardInfo("board-twin-0", "twin-0", IDENTITY.module, IDENTITY.l4t, "agx-orin-64gb", True, temps(52.0), watts(31.4, 0.0),
+                  busy, "bert-tiny/sst2 7/12" if busy else ""),
+        BoardInfo("board-twin-1", "twin-1", "P3701-0004 (AGX Orin 32GB)", "36.3.0", "agx-orin-32gb", True, temps(44.0),
+                  watts(12.8, 1.0), False, ""),
+        BoardInfo("board-10.0.0.7-4f2a91c0", "1423021034567", "P3767-0000 (Orin NX 16GB)", "35.4.1", None, False,
+                  temps(68.5), watts(17.95, 2.0), busy, "pythia-70m/rte 3/12" if busy else ""),
+    )
