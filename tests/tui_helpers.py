@@ -37,10 +37,11 @@ BACKGROUND = (SnapshotTaken, PollFailed, FleetPolled, RunProgress, SweepProgress
 
 
 def make_app(session: Any, *, store: Any = None, refresh_s: float = 0.05, poll: bool = True,
-             handle_signals: bool = True) -> SlmDvfsApp:
-    """The one way the TUI tests build the app (as Posting's tests build theirs through one factory)."""
+             handle_signals: bool = True, **fleet: Any) -> SlmDvfsApp:
+    """The one way the TUI tests build the app (as Posting's tests build theirs through one factory);
+    `fleet=`, `fleet_twins=`... go to the app as they are."""
     return SlmDvfsApp(session, refresh_s=refresh_s, store=store, poll=poll, handle_signals=handle_signals,
-                      run_refresh_s=refresh_s)
+                      run_refresh_s=refresh_s, **fleet)
 
 
 def _sentinel(done: asyncio.Future) -> None:

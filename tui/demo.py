@@ -161,3 +161,17 @@ def fleet_boards(i: int = 0, busy: bool = True) -> tuple[Any, ...]:
         BoardInfo("board-10.0.0.7-4f2a91c0", "1423021034567", "P3767-0000 (Orin NX 16GB)", "35.4.1", None, False,
                   temps(68.5), watts(17.95, 2.0), busy, "pythia-70m/rte 3/12" if busy else ""),
     )
+
+
+def fleet_events() -> tuple[Any, ...]:
+    """A fleet sweep's first events on the fixed fleet: two sweeps started, a few points stored."""
+    from engine.run.fleet.model import FleetEvent
+
+    return (
+        FleetEvent("started", "twin-0", 7, "bert-tiny/sst2 on twin-0: 12 of 12 points to measure (sweep s7)"),
+        FleetEvent("started", "1423021034567", 8, "pythia-70m/rte on 1423021034567: 12 of 12 points to measure "
+                   "(sweep s8)"),
+        *(FleetEvent("point", "twin-0", 7, f"GPU {mhz} · mode 0 (repeat 1)", energy_j=0.96, time_s=0.41, done=i,
+                     total=12) for i, mhz in enumerate((306, 408, 510), 1)),
+        FleetEvent("point", "1423021034567", 8, "MAXN (repeat 1)", energy_j=2.1, time_s=0.52, done=1, total=12),
+    )

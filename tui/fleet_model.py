@@ -55,6 +55,7 @@ class FleetView:
     boards: tuple[BoardRow, ...] = ()
     note: str = ""  # how to connect, or why connecting failed
     total_w: float | None = None  # the boards' power summed (None: none reports power)
+    total_by_source: tuple[tuple[Source, float], ...] = ()  # a mixed fleet's total, twin and measured apart
     total_trace: tuple[float, ...] = ()
     log: tuple[str, ...] = ()  # the latest fleet events, oldest first
 
@@ -78,7 +79,9 @@ class FleetView:
         parts = [f"fleet {self.where}", f"{len(self.boards) - gone} boards", f"{self.busy} busy"]
         if gone:
             parts.append(f"{gone} gone")
-        if self.total_w is not None:
+        if self.total_w is not None and len(self.total_by_source) > 1:  # figures of two sources are not summed
+            parts.append("total " + " + ".join(f"{w:.1f} W [{src.value}]" for src, w in self.total_by_source))
+        elif self.total_w is not None:
             parts.append(f"total {self.total_w:.1f} W")
         return " · ".join(parts)
 
@@ -112,6 +115,11 @@ def short_module(module: str) -> str:
     return module
 
 
+def display_name(info: Any) -> str:
+    """A board's name as the page shows it: the actor's name without `board-` (`twin-0`), else its serial."""
+    return (info.name or info.serial).removeprefix("board-") or info.serial
+
+
 def hottest(temps: Mapping[str, float]) -> tuple[str, float] | None:
     if not temps:
         return None
@@ -131,7 +139,7 @@ def sparkline(values: Iterable[float], width: int, top: float | None = None) -> 
 
 
 def event_line(event: Any, names: Mapping[str, str]) -> str:
-    """A FleetEvent as one log line: `twin-1 point: GPU 816 · 6.0 mJ/sample`."""
+    """A FleetEvent as one log line: `twin-1 point: GPU 816 (repeat 1)`."""
     board = getattr(event, "board", "") or ""
     who = names.get(board, board)
     text = getattr(event, "text", "") or ""
@@ -151,6 +159,7 @@ class FleetTracker:
     _traces: dict[str, deque] = field(default_factory=dict)
     _total: deque = field(default_factory=lambda: deque(maxlen=HISTORY))
     _running: dict[str, str] = field(default_factory=dict)  # serial -> what a sweep's events say it runs
+    _labels: dict[Any, str] = field(default_factory=dict)  # sweep id -> its workload, from "started"
     _log: deque = field(default_factory=deque)
     # A sweep's events come from its worker thread (through tui.bridge), polls on the UI thread.
     _lock: Any = field(default_factory=threading.RLock, repr=False)
@@ -205,10 +214,16 @@ class FleetTracker:
     def _feed(self, event: Any) -> bool:
         board = getattr(event, "board", None)
         if board:
+            sweep = getattr(event, "sweep_id", None)
             if event.kind in IDLE_KINDS:
                 self._running.pop(board, None)
-            elif event.kind in ("started", "point", "retried"):
-                self._running[board] = getattr(event, "text", "") or event.kind
+            elif event.kind == "started":  # "bert-tiny/sst2 on twin-0: 12 of 12 points to measure"
+                self._labels[sweep] = (getattr(event, "text", "") or "").split(" on ")[0].split(":")[0]
+                self._running[board] = self._labels[sweep]
+            elif event.kind == "point":
+                label = self._labels.get(sweep) or (f"sweep {sweep}" if sweep is not None else "sweep")
+                done, total = getattr(event, "done", None), getattr(event, "total", None)
+                self._running[board] = f"{label} {done}/{total}" if done is not None and total else label
             if event.kind == "board_lost":
                 self._gone.add(board)
         self._log.append(event_line(event, self.names()))
@@ -222,7 +237,7 @@ class FleetTracker:
         return None if info is None else (Source.TWIN if info.is_twin else Source.MEASURED)
 
     def names(self) -> dict[str, str]:
-        return {serial: info.name or serial for serial, info in self._boards.items()}
+        return {serial: display_name(info) for serial, info in self._boards.items()}
 
     def row(self, serial: str) -> BoardRow:
         info = self._boards[serial]
@@ -230,7 +245,7 @@ class FleetTracker:
         running = "" if gone else (self._running.get(serial) or info.running or "")
         busy = not gone and (bool(info.busy) or serial in self._running)
         return BoardRow(
-            name=info.name or serial, serial=serial, module=short_module(info.module), l4t=info.l4t or "-",
+            name=display_name(info), serial=serial, module=short_module(info.module), l4t=info.l4t or "-",
             source=Source.TWIN if info.is_twin else Source.MEASURED,
             state="gone" if gone else ("busy" if busy else "free"), running=running,
             power_w=None if gone else info.power_w, hottest=None if gone else hottest(info.temps_c),
@@ -241,9 +256,12 @@ class FleetTracker:
             return self._view()
 
     def _view(self) -> FleetView:
-        rows = tuple(self.row(s) for s in sorted(self._boards, key=lambda s: (self._boards[s].name or s, s)))
+        rows = tuple(self.row(s) for s in sorted(self._boards, key=lambda s: (display_name(self._boards[s]), s)))
         live = [r.power_w for r in rows if r.power_w is not None]
-        return FleetView(self.status, self.where, rows, self.note, sum(live) if live else None,
+        by_source = tuple((src, sum(r.power_w for r in rows if r.power_w is not None and r.source is src))
+                          for src in (Source.TWIN, Source.MEASURED)
+                          if any(r.source is src and r.power_w is not None for r in rows))
+        return FleetView(self.status, self.where, rows, self.note, sum(live) if live else None, by_source,
                          tuple(self._total), tuple(self._log))
 
 

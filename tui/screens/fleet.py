@@ -63,7 +63,7 @@ def boards_table(view: FleetView, wide: bool) -> Table | Text:
     table.add_column("hot °C", no_wrap=True)
     top = max((max(b.power_trace) for b in view.boards if b.power_trace), default=0.0)
     for b in view.boards:
-        cells: list[Text | str] = [b.name.removeprefix("board-")]
+        cells: list[Text | str] = [b.name]
         if wide:
             cells.append(b.serial)
         cells += [b.module, b.l4t, Text(b.state, style=STATE_STYLE.get(b.state, "")),
@@ -85,7 +85,7 @@ def summary_text(view: FleetView, wide: bool) -> Text:
     if view.status == STATUS_CONNECTED and view.total_w is not None and view.source is not None:
         text.append(" ")
         text.append_text(tag(view.source))
-    if view.status == STATUS_CONNECTED and view.total_trace:
+    if view.status == STATUS_CONNECTED and view.total_trace and view.source is not None:  # a mixed fleet: per board
         text.append("\ntotal W ")
         text.append(sparkline(view.total_trace, 60 if wide else 40), style="cyan")
     if view.note:
