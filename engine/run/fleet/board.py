@@ -59,6 +59,7 @@ class BoardWorker:
         self._running = ""
         self._control: TrainControl | None = None
         self._stop = threading.Event()
+        self._resolved: tuple[SweepSpec, Any] | None = None
 
     # ------------------------------------------------------------------ cheap, any time
     def pid(self) -> int:
@@ -98,10 +99,23 @@ class BoardWorker:
         from engine.results.records import DeviceRecord, WorkloadRecord
 
         spec = self.board_spec(spec)
-        workload = resolve_for(spec)
+        workload = self._workload(spec)
         settings = sweep_settings(spec, self.session.device)
         return UnitPlan(DeviceRecord.from_identity(self.identity), WorkloadRecord.from_workload(workload, spec.data),
                         settings, self.identity.source, spec.space_key(spec.rails))
+
+    def set_pace(self, pace: float) -> None:
+        self.pace = pace
+
+    def _workload(self, spec: SweepSpec) -> Any:
+        """The spec's workload, resolved once for prepare() and measure() (tracing is the slow part)."""
+        with self._lock:
+            if self._resolved is not None and self._resolved[0] == spec:
+                return self._resolved[1]
+        workload = resolve_for(spec)
+        with self._lock:
+            self._resolved = (spec, workload)
+        return workload
 
     def board_spec(self, spec: SweepSpec) -> SweepSpec:
         """The plan on this board: its device (its twin's profile, or none on a board), checked."""
@@ -133,7 +147,7 @@ class BoardWorker:
         def work() -> None:
             status, error = "failed", ""
             try:
-                workload = resolve_for(spec)
+                workload = self._workload(spec)
                 with open_harness(session=self.session, rails=spec.rails, control=control) as harness:
                     status, _thermal = measure_points(spec, harness, workload, list(plan), record, control=control)
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides

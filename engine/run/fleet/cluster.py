@@ -100,6 +100,12 @@ class Fleet:
             out.append(info)
         return tuple(out)
 
+    def set_pace(self, pace: float) -> None:
+        """Twins: each point also takes its twin time x `pace` in wall time (0: as fast as computed)."""
+        with self._lock:
+            workers = list(self._workers.values())
+        self.ray.get([w.set_pace.remote(pace) for w in workers])
+
     def sweep(self, plans: Sequence[SweepPlan], *, store: Any, on_event: Callable[[FleetEvent], None] | None = None,
               cancel: threading.Event | None = None) -> FleetSweepResult:
         """Run the plans' sweeps over the fleet, one unit per board at a time; see engine.run.fleet.dispatch."""

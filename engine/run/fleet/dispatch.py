@@ -38,6 +38,7 @@ class _Unit:
     stored: int = 0
     boards: list[str] = field(default_factory=list)
     retries: int = 0
+    source: Any = None  # engine.core.provenance.Source of the sweep
     status: str = "pending"  # pending | running | finished | cancelled | failed
     error: str = ""
 
@@ -192,7 +193,7 @@ class FleetSweep:
                 sweep = self.store.find_or_create_sweep(
                     device=device_id, workload=workload_id, space=dict(plan.space), warmup_steps=spec.warmup_steps,
                     steps=spec.steps, repeats=spec.repeats, source=plan.source)
-                unit.sweep_id, unit.module = sweep.id, module
+                unit.sweep_id, unit.module, unit.source = sweep.id, module, plan.source
                 unit.total = len(plan.settings) * spec.repeats
             done = self.store.completed_points(unit.sweep_id)
             unit.stored = len(done)
@@ -229,7 +230,7 @@ class FleetSweep:
             stored = unit.stored
         self._emit("point", serial, unit, f"{p.setting.label()} (repeat {p.repeat + 1})", setting=p.setting,
                    repeat=p.repeat, time_s=p.time_s, energy_j=p.energy_j, avg_power_w=p.avg_power_w, done=stored,
-                   total=unit.total)
+                   total=unit.total, source=unit.source)
 
     # ------------------------------------------------------------------ helpers
     def _emit(self, kind: str, serial: str, unit: _Unit, text: str, **figures: Any) -> None:

@@ -53,6 +53,7 @@ class FleetEvent:
     avg_power_w: float | None = None
     done: int | None = None  # "point": points of the sweep stored so far, of `total`
     total: int | None = None
+    source: Source | None = None  # "point": measured (a board) or twin
 
 
 @dataclass(frozen=True)
