@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "engine.cli.selector_cmds",
     "engine.cli.calibrate_cmd",
     "engine.cli.clockd_cmd",
+    "engine.cli.fleet_cmd",
 )
 
 log = logging.getLogger("slm_dvfs")
