@@ -55,6 +55,7 @@ async def test_fleet_page_and_a_fast_fleet_sweep_from_the_sweep_page(twin_fleet:
         assert view.source is Source.TWIN and view.total_w == pytest.approx(sum(b.power_w for b in view.boards))
         text = screen_text(app)
         assert "fleet local twins (2) · 2 boards · 0 busy" in text and "AGX Orin 64GB" in text and "[twin]" in text
+        assert "total W " in text  # the fleet's power over the last polls
         await ui.press("6")
         await ui.type_into("sw-model", "bert-tiny")
         await ui.type_into("sw-steps", "2")
