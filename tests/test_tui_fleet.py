@@ -272,6 +272,35 @@ async def test_connected_page_and_a_fleet_sweep_of_two_models(twin_session: Any,
     assert not fleet.closed  # a fleet handed to the app is its caller's to close
 
 
+async def test_the_launch_target_is_connected_in_a_worker_and_closed_after(twin_session: Any, results_store: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.run.fleet as fleet_pkg
+    from tui.messages import FleetConnected, FleetPolled
+
+    fleet = FixedFleet(demo.fleet_boards()[:2])
+    asked: list[tuple[Any, ...]] = []
+
+    def fake_connect(address: str | None = None, *, twins: int | None = None, profile: str = "") -> Any:
+        asked.append((address, twins, profile))
+        return fleet
+
+    monkeypatch.setattr(fleet_pkg, "connect", fake_connect)
+    app = make_app(twin_session, store=results_store, poll=False, handle_signals=False, fleet_twins=2,
+                   fleet_profile="agx-orin-32gb")
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.wait_for(FleetConnected)
+        await ui.press("7")
+        await ui.wait_for(FleetPolled)
+        assert asked == [(None, 2, "agx-orin-32gb")] and app.fleet is fleet
+        assert "fleet local twins (2) · 2 boards" in screen_text(app)
+        await ui.press("c")  # connected: nothing more to connect to
+        assert len(asked) == 1
+        await ui.press("q")
+    assert not fleet.closed
+    app.close_fleet()  # what the launch does once the app has exited
+    assert fleet.closed and app.fleet is None
+
+
 async def test_fleet_sweep_on_real_boards_asks_first(twin_session: Any, results_store: Any) -> None:
     from tui.messages import FleetPolled
     from tui.screens.modals import ConfirmScreen

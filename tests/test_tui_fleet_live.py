@@ -6,7 +6,6 @@ every board free. Ray's token auth is off for this local instance (nothing is wr
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
