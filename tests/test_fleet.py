@@ -132,6 +132,47 @@ def test_a_second_sweep_of_the_same_plans_resumes_nothing_to_do(fleet, tmp_path:
         _check_every_point_once(store, again, 1)
 
 
+def _gpu_files(fleet_env: Path) -> dict[str, tuple[str, ...]]:
+    out = {}
+    for twin in sorted((fleet_env / "twins").iterdir()):
+        gpu = twin / "sys/class/devfreq/17000000.gpu"
+        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
+    return out
+
+
+@pytest.mark.slow  # the real fine-tuning loop in two workers (torch imported there): ~20-40 s on two cores
+def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(fleet, fleet_env: Path,
+                                                                            tmp_path: Path) -> None:
+    import threading
+
+    from engine.device.setting import MAXN, DvfsSetting
+
+    few = (MAXN, DvfsSetting(gpu_hz=306_000_000, nvpmodel=0), DvfsSetting(gpu_hz=816_000_000, nvpmodel=0))
+    plans = [SweepPlan(model="bert-tiny", task=t, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4,
+                       warmup_steps=1, steps=2, settings=few) for t in TASKS]
+    before = _gpu_files(fleet_env)
+    cancel = threading.Event()
+
+    def cancel_after_a_point(event) -> None:  # type: ignore[no-untyped-def]
+        if event.kind == "point":
+            cancel.set()  # what Ctrl-C does in `fleet sweep`: the boards are mid-unit, clocks pinned
+
+    with Store(tmp_path / "cancel.sqlite") as store:
+        result = fleet.sweep(plans, store=store, on_event=cancel_after_a_point, cancel=cancel)
+        assert result.status == "cancelled"
+        assert _gpu_files(fleet_env) == before  # every twin's guard restored its clocks
+        stored = {o.sweep_id: o.points for o in result.sweeps}
+        assert all(store.get_sweep(i).status == "cancelled" for i in stored)
+        assert sum(stored.values()) < len(few) * len(plans)
+        again = fleet.sweep(plans, store=store)  # resumes from the stored points
+        assert again.status == "finished" and {o.sweep_id for o in again.sweeps} == set(stored)
+        assert sum(again.per_board.values()) == len(few) * len(plans) - sum(stored.values())
+        for o in again.sweeps:
+            points = _points(store, o.sweep_id)
+            assert len(points) == len(set(points)) == len(few)
+    assert _gpu_files(fleet_env) == before
+
+
 # Kept last: it loses one of the module's three boards.
 def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, tmp_path: Path) -> None:
     import signal
