@@ -181,8 +181,12 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, 
     victim: dict[str, str] = {}
     events = []
 
+    busy: list[object] = []
+
     def kill_on_third_point(event) -> None:  # type: ignore[no-untyped-def]
         events.append(event)
+        if event.kind == "point" and not busy:
+            busy.extend(b for b in fleet.boards() if b.busy)  # status answers while the boards sweep
         if event.kind == "point" and event.done == 3 and not victim:
             victim["serial"] = event.board
             os.kill(pids[event.board], signal.SIGKILL)  # the worker process dies mid-unit
@@ -195,8 +199,18 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, 
     finally:
         fleet.set_pace(0.0)
     dead = victim["serial"]
+    assert busy and all("/" in b.running and b.running.split()[-1].count("/") == 1 for b in busy)
     (retried,) = [o for o in result.sweeps if o.retries]
     assert retried.retries == 1 and retried.boards[0] == dead and len(retried.boards) == 2 and retried.boards[1] != dead
     assert [e.kind for e in events if e.board == dead and e.kind in ("board_lost", "retried")] == ["board_lost",
                                                                                                      "retried"]
     assert dead not in fleet.serials and len(fleet.boards()) == 2
+
+
+def test_importing_the_fleet_does_not_import_ray() -> None:
+    import subprocess
+
+    code = "import sys, engine.run.fleet, engine.cli.fleet_cmd; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "False"
