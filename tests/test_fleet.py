@@ -132,6 +132,47 @@ def test_a_second_sweep_of_the_same_plans_resumes_nothing_to_do(fleet, tmp_path:
         _check_every_point_once(store, again, 1)
 
 
+def _gpu_files(fleet_env: Path) -> dict[str, tuple[str, ...]]:
+    out = {}
+    for twin in sorted((fleet_env / "twins").iterdir()):
+        gpu = twin / "sys/class/devfreq/17000000.gpu"
+        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
+    return out
+
+
+@pytest.mark.slow  # the real fine-tuning loop in two workers (torch imported there): ~20-40 s on two cores
+def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(fleet, fleet_env: Path,
+                                                                            tmp_path: Path) -> None:
+    import threading
+
+    from engine.device.setting import MAXN, DvfsSetting
+
+    few = (MAXN, DvfsSetting(gpu_hz=306_000_000, nvpmodel=0), DvfsSetting(gpu_hz=816_000_000, nvpmodel=0))
+    plans = [SweepPlan(model="bert-tiny", task=t, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4,
+                       warmup_steps=1, steps=2, settings=few) for t in TASKS]
+    before = _gpu_files(fleet_env)
+    cancel = threading.Event()
+
+    def cancel_after_a_point(event) -> None:  # type: ignore[no-untyped-def]
+        if event.kind == "point":
+            cancel.set()  # what Ctrl-C does in `fleet sweep`: the boards are mid-unit, clocks pinned
+
+    with Store(tmp_path / "cancel.sqlite") as store:
+        result = fleet.sweep(plans, store=store, on_event=cancel_after_a_point, cancel=cancel)
+        assert result.status == "cancelled"
+        assert _gpu_files(fleet_env) == before  # every twin's guard restored its clocks
+        stored = {o.sweep_id: o.points for o in result.sweeps}
+        assert all(store.get_sweep(i).status == "cancelled" for i in stored)
+        assert sum(stored.values()) < len(few) * len(plans)
+        again = fleet.sweep(plans, store=store)  # resumes from the stored points
+        assert again.status == "finished" and {o.sweep_id for o in again.sweeps} == set(stored)
+        assert sum(again.per_board.values()) == len(few) * len(plans) - sum(stored.values())
+        for o in again.sweeps:
+            points = _points(store, o.sweep_id)
+            assert len(points) == len(set(points)) == len(few)
+    assert _gpu_files(fleet_env) == before
+
+
 # Kept last: it loses one of the module's three boards.
 def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, tmp_path: Path) -> None:
     import signal
@@ -140,8 +181,12 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, 
     victim: dict[str, str] = {}
     events = []
 
+    busy: list[object] = []
+
     def kill_on_third_point(event) -> None:  # type: ignore[no-untyped-def]
         events.append(event)
+        if event.kind == "point" and not busy:
+            busy.extend(b for b in fleet.boards() if b.busy)  # status answers while the boards sweep
         if event.kind == "point" and event.done == 3 and not victim:
             victim["serial"] = event.board
             os.kill(pids[event.board], signal.SIGKILL)  # the worker process dies mid-unit
@@ -154,8 +199,18 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, 
     finally:
         fleet.set_pace(0.0)
     dead = victim["serial"]
+    assert busy and all("/" in b.running and b.running.split()[-1].count("/") == 1 for b in busy)
     (retried,) = [o for o in result.sweeps if o.retries]
     assert retried.retries == 1 and retried.boards[0] == dead and len(retried.boards) == 2 and retried.boards[1] != dead
     assert [e.kind for e in events if e.board == dead and e.kind in ("board_lost", "retried")] == ["board_lost",
                                                                                                      "retried"]
     assert dead not in fleet.serials and len(fleet.boards()) == 2
+
+
+def test_importing_the_fleet_does_not_import_ray() -> None:
+    import subprocess
+
+    code = "import sys, engine.run.fleet, engine.cli.fleet_cmd; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "False"

@@ -165,6 +165,7 @@ def connect(address: str | None = None, *, twins: int | None = None, profile: st
     if not address:
         raise ConfigError("no fleet to connect to", "give --address HEAD:6379 (or set RAY_ADDRESS), or try a "
                           "local fleet of twins with --twins 3")
+    _probe(address)
     try:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
@@ -176,6 +177,21 @@ def connect(address: str | None = None, *, twins: int | None = None, profile: st
     except BaseException:
         ray.shutdown()
         raise
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on (Ray itself waits minutes for the GCS)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", ray://..., let Ray resolve it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}",
+                          "start the head with `ray start --head` and check the address and the firewall "
+                          "(docs/fleet.md)") from exc
 
 
 def _remote_class(ray: Any) -> Any:
