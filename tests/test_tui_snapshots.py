@@ -173,3 +173,28 @@ def test_help_screen(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) 
         await _show(pilot, "2", "question_mark")
 
     assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@SIZES
+def test_fleet_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
+    """Two twins and a board (a mixed fleet: each row says its source), two of them sweeping: fixed polls
+    and events (tui.demo), no cluster."""
+    async def run_before(pilot: Any) -> None:
+        tracker = pilot.app.fleet_tracker
+        tracker.connected("10.0.0.5:6379")
+        for i in range(40):
+            tracker.poll(demo.fleet_boards(i))
+        for event in demo.fleet_events():
+            tracker.feed(event)
+        await _show(pilot, "7")
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)
+
+
+@SIZES
+def test_fleet_page_unconnected(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -> None:
+    """Not connected: how to connect, and the field `c` connects to."""
+    async def run_before(pilot: Any) -> None:
+        await _show(pilot, "7")
+
+    assert snap_compare(app, run_before=run_before, terminal_size=size)

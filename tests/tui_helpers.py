@@ -23,24 +23,25 @@ from textual.pilot import Pilot
 from textual.worker import Worker, WorkerCancelled
 
 from tui.app import SlmDvfsApp
-from tui.messages import EngineFailed, PollFailed, RunProgress, SnapshotTaken, SweepProgress
+from tui.messages import EngineFailed, FleetPolled, PollFailed, RunProgress, SnapshotTaken, SweepProgress
 
 TWIN = "agx-orin-64gb"
 WAIT_S = 30.0  # the bound on one wait (a hang becomes a failure, not a stopwatch)
-POLL_GROUP = "poll"  # the device poll worker runs until the app exits: never awaited
+POLL_GROUPS = ("poll", "fleet-poll")  # the device and fleet polls run until the app exits: never awaited
 SETTLE_ROUNDS = 200  # settle() gives up (and says so) after this many rounds that saw news
 
-# Messages that keep coming while nothing the test did is pending: the device poll, the engine's
+# Messages that keep coming while nothing the test did is pending: the device and fleet polls, the engine's
 # coalesced progress, repaints and timers. settle() does not wait for these to stop.
-BACKGROUND = (SnapshotTaken, PollFailed, RunProgress, SweepProgress, events.Timer,
+BACKGROUND = (SnapshotTaken, PollFailed, FleetPolled, RunProgress, SweepProgress, events.Timer,
               textual_messages.Update, textual_messages.Layout, textual_messages.UpdateScroll)
 
 
 def make_app(session: Any, *, store: Any = None, refresh_s: float = 0.05, poll: bool = True,
-             handle_signals: bool = True) -> SlmDvfsApp:
-    """The one way the TUI tests build the app (as Posting's tests build theirs through one factory)."""
+             handle_signals: bool = True, **fleet: Any) -> SlmDvfsApp:
+    """The one way the TUI tests build the app (as Posting's tests build theirs through one factory);
+    `fleet=`, `fleet_twins=`... go to the app as they are."""
     return SlmDvfsApp(session, refresh_s=refresh_s, store=store, poll=poll, handle_signals=handle_signals,
-                      run_refresh_s=refresh_s)
+                      run_refresh_s=refresh_s, **fleet)
 
 
 def _sentinel(done: asyncio.Future) -> None:
@@ -172,7 +173,7 @@ class Ui:
         await self.settle()
 
     def _busy_workers(self) -> list[Worker]:
-        return [w for w in self.app.workers if w.group != POLL_GROUP and not w.is_finished]
+        return [w for w in self.app.workers if w.group not in POLL_GROUPS and not w.is_finished]
 
     async def settle(self, timeout: float = WAIT_S) -> None:
         """Until the app and the current page have handled everything queued, including what that

@@ -1,4 +1,4 @@
-"""The slm-dvfs app: six pages over one device session and one results store.
+"""The slm-dvfs app: seven pages over one device session and one results store (and a Ray fleet).
 
 Threads: a poll worker reads the device about twice a second (once a second while a run
 or sweep is measured); one engine worker at a time runs an experiment, a sweep or a
@@ -38,6 +38,7 @@ from engine.core.provenance import Source
 from engine.selector import register_ml_policy
 from tui.actions.calibrate import CalibrateActions
 from tui.actions.experiments import ENGINE, ExperimentActions
+from tui.actions.fleet import FLEET_QUIT_WAIT_S, FleetActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
 from tui.bridge import EventBridge
@@ -48,6 +49,7 @@ from tui.polling import SlowModeDevice
 from tui.runstate import RunTracker, RunView
 from tui.screens.compare import CompareScreen
 from tui.screens.device import DeviceScreen
+from tui.screens.fleet import FleetScreen
 from tui.screens.history import HistoryScreen
 from tui.screens.run import RunScreen
 from tui.screens.setup import SetupScreen
@@ -61,16 +63,16 @@ REFRESH_S = 0.5
 # drawn together with the run's progress: each redraw costs the CPU the run is measured on.
 RUN_REFRESH_S = 1.0
 QUIT_WAIT_S = 5.0  # how long quitting waits for the engine to reach a step boundary
-PAGES = ("device", "setup", "run", "compare", "history", "sweep")
+PAGES = ("device", "setup", "run", "compare", "history", "sweep", "fleet")
 PAGE_KEYS = Binding.Group("pages", compact=True)
 
 
-class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions, App):
+class SlmDvfsApp(ExperimentActions, SweepActions, FleetActions, CalibrateActions, StoreActions, App):
     CSS_PATH = "styles.tcss"
     TITLE = "slm-dvfs"
     COMMANDS = App.COMMANDS | {SlmDvfsCommands}
     BINDINGS = [
-        # One compact footer entry, "1 2 3 4 5 6 pages": the page's own keys, help and quit fit at 80 columns.
+        # One compact footer entry, "1234567 pages": the page's own keys, help and quit fit at 80 columns.
         *(Binding(str(i), f"page('{name}')", name.capitalize(), group=PAGE_KEYS) for i, name in enumerate(PAGES, 1)),
         Binding("question_mark,f1", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
@@ -83,6 +85,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
         "compare": CompareScreen,
         "history": HistoryScreen,
         "sweep": SweepScreen,
+        "fleet": FleetScreen,
     }
 
     def __init__(
@@ -96,6 +99,10 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
         quit_wait_s: float = QUIT_WAIT_S,
         handle_signals: bool = True,
         run_refresh_s: float = RUN_REFRESH_S,
+        fleet: Any = None,
+        fleet_address: str | None = None,
+        fleet_twins: int | None = None,
+        fleet_profile: str | None = None,
     ) -> None:
         super().__init__()
         register_ml_policy()  # the dvfs layer's `ml` plug point: filled by the client
@@ -134,6 +141,9 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
         self._signals: dict[int, Any] = {}
         self.polled = SlowModeDevice(session.device)  # what the poll reads: the mode seldom
         self._quitting = False
+        # A Ray fleet (page 7): `fleet` one already connected (its caller closes it), else the one
+        # the launch names is connected to in a worker once the app runs (closed by close_fleet).
+        self.init_fleet(fleet, fleet_address, fleet_twins, fleet_profile)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -170,6 +180,7 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
         self.push_screen("device")
         if self.poll:
             self.poll_device()
+        self.start_fleet()
         if self.handle_signals:
             self._install_signal_handlers()
 
@@ -223,7 +234,9 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
             return
         self._quitting = True
         self.quit_requested_at = time.monotonic()
-        await self.stop_engine("quit", self.quit_wait_s)
+        # a fleet sweep stops when every board's task has restored its clocks: Ray takes longer
+        wait = max(self.quit_wait_s, FLEET_QUIT_WAIT_S) if self.engine_busy == "fleet sweep" else self.quit_wait_s
+        await self.stop_engine("quit", wait)
         self.exited_at = time.monotonic()
         self.exit()
 
@@ -288,9 +301,12 @@ class SlmDvfsApp(ExperimentActions, SweepActions, CalibrateActions, StoreActions
                 screen.show_comparison(self.compare_view)
         elif isinstance(screen, HistoryScreen):
             self.reload_history()
+        elif isinstance(screen, FleetScreen):
+            screen.show_fleet(self.fleet_tracker.view())
         elif isinstance(screen, SweepScreen):
             screen.set_fast_allowed(self.is_twin)
-            if self.engine_busy != "sweep":  # the form says what runs while it runs
+            screen.refresh_bindings()  # `f` (fleet sweep) shows while a fleet is connected
+            if self.engine_busy not in ("sweep", "fleet sweep"):  # the form says what runs while it runs
                 screen.follow_setup(self.setup_values())
             if self.sweep_view is not None:
                 screen.show_sweep(self.sweep_view)

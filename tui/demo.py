@@ -138,3 +138,40 @@ def fill_store(store: Any) -> dict[str, int]:
         conn.execute("UPDATE sweeps SET created_at = ?, finished_at = ?", (STAMP, STAMP))
         conn.execute("UPDATE comparisons SET created_at = ?", (STAMP,))
     return {"maxn": maxn, "static": static, "lone": lone, "sweep": sweep.id}
+
+
+def fleet_boards(i: int = 0, busy: bool = True) -> tuple[Any, ...]:
+    """Poll `i` of a fixed fleet of three: two twins of different modules (one sweeping) and a board
+    (sweeping), their power moving with `i` (for the Fleet page's graphs)."""
+    import math
+
+    from engine.run.fleet.model import BoardInfo
+
+    def watts(base: float, phase: float) -> float:
+        return round(base * (0.75 + 0.25 * math.sin(i / 4.0 + phase)), 2)
+
+    def temps(base: float) -> dict[str, float]:
+        return {"cpu-thermal": base, "gpu-thermal": base + 6.5, "tj-thermal": base + 9.0}
+
+    return (
+        BoardInfo("board-twin-0", "twin-0", IDENTITY.module, IDENTITY.l4t, "agx-orin-64gb", True, temps(52.0), watts(31.4, 0.0),
+                  busy, "bert-tiny/sst2 7/12" if busy else ""),
+        BoardInfo("board-twin-1", "twin-1", "P3701-0004 (AGX Orin 32GB)", "36.3.0", "agx-orin-32gb", True, temps(44.0),
+                  watts(12.8, 1.0), False, ""),
+        BoardInfo("board-10.0.0.7-4f2a91c0", "1423021034567", "P3767-0000 (Orin NX 16GB)", "35.4.1", None, False,
+                  temps(68.5), watts(17.95, 2.0), busy, "pythia-70m/rte 3/12" if busy else ""),
+    )
+
+
+def fleet_events() -> tuple[Any, ...]:
+    """A fleet sweep's first events on the fixed fleet: two sweeps started, a few points stored."""
+    from engine.run.fleet.model import FleetEvent
+
+    return (
+        FleetEvent("started", "twin-0", 7, "bert-tiny/sst2 on twin-0: 12 of 12 points to measure (sweep s7)"),
+        FleetEvent("started", "1423021034567", 8, "pythia-70m/rte on 1423021034567: 12 of 12 points to measure "
+                   "(sweep s8)"),
+        *(FleetEvent("point", "twin-0", 7, f"GPU {mhz} · mode 0 (repeat 1)", energy_j=0.96, time_s=0.41, done=i,
+                     total=12) for i, mhz in enumerate((306, 408, 510), 1)),
+        FleetEvent("point", "1423021034567", 8, "MAXN (repeat 1)", energy_j=2.1, time_s=0.52, done=1, total=12),
+    )

@@ -100,6 +100,14 @@ def check_model(text: str) -> str | None:
     return f"{spec!r} is not in the zoo ({', '.join(zoo_names()) or 'none'}) nor a hub id or path"
 
 
+def check_models(text: str) -> str | None:
+    """The Sweep form's model field: one model, or several comma-separated (a fleet sweep's)."""
+    names = [m.strip() for m in text.split(",")]
+    if len(names) > 1 and not all(names):
+        return "models: comma-separated names, none blank"
+    return next((r for r in map(check_model, names) if r), None)
+
+
 def check_data(text: str) -> str | None:
     value = text.strip()
     if value in DATA_CHOICES:

@@ -85,3 +85,36 @@ class SelectorTrained(Message):
         self.rows = rows
         self.source = source
         self.basis = basis  # what it rests on (engine.selector.basis.DataBasis.line)
+
+
+class FleetConnected(Message):
+    """engine.run.fleet.connect returned: the app holds (and closes at exit) this Fleet."""
+
+    def __init__(self, fleet: Any, where: str) -> None:
+        super().__init__()
+        self.fleet = fleet
+        self.where = where
+
+
+class FleetConnectFailed(Message):
+    def __init__(self, where: str, error: str) -> None:
+        super().__init__()
+        self.where = where
+        self.error = error
+
+
+class FleetPolled(Message):
+    """One `Fleet.boards()` answer (a tuple of engine.run.fleet BoardInfo), or the error that stopped it."""
+
+    def __init__(self, boards: tuple[Any, ...], error: str = "") -> None:
+        super().__init__()
+        self.boards = boards
+        self.error = error
+
+
+class FleetSweepDone(Message):
+    """Fleet.sweep returned (finished or cancelled): an engine.run.fleet FleetSweepResult."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result

@@ -126,6 +126,7 @@ class SweepView:
     heat: HeatMap | None = None
     log: tuple[str, ...] = ()
     sweep_id: int | None = None
+    fleet: bool = False  # a fleet sweep: several sweeps at once, no single heat map
 
 
 class SweepTracker:

@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "engine.cli.selector_cmds",
     "engine.cli.calibrate_cmd",
     "engine.cli.clockd_cmd",
+    "engine.cli.fleet_cmd",
 )
 
 log = logging.getLogger("slm_dvfs")
@@ -42,6 +43,11 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"slm-dvfs {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    # the TUI's fleet (page 7); the `fleet` sub-commands take their own --address / --twins
+    parser.add_argument("--fleet", metavar="ADDRESS", help="TUI: connect to this Ray fleet (host:port; `auto` "
+                        "or RAY_ADDRESS); its boards show on page 7 and the Sweep page sweeps on them")
+    parser.add_argument("--fleet-twins", metavar="N[:PROFILE]", help="TUI: start a local fleet of N twins "
+                        "(each its own root, lock and serial) for page 7")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES if commands else ():
         try:
@@ -60,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     register_ml_policy()  # the dvfs layer's `ml` plug point, filled by the client (cheap: lazy imports)
     args_given = list(sys.argv[1:] if argv is None else argv)
     # `slm-dvfs` (or `slm-dvfs -v`) opens the TUI: the sub-commands' modules are not imported for it.
-    parser = build_parser(commands=any(a not in ("-v", "--verbose") for a in args_given))
+    parser = build_parser(commands=not _tui_only(args_given))
     try:
         args = parser.parse_args(args_given)
     except BrokenPipeError:  # `slm-dvfs --help | head`
@@ -89,6 +95,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("slm-dvfs: interrupted", file=sys.stderr)
         return 130
+
+
+def _tui_only(args: Sequence[str]) -> bool:
+    """Only the TUI's options (-v, --fleet ADDRESS, --fleet-twins N): no sub-command to import."""
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg in ("--fleet", "--fleet-twins"):
+            if not rest:
+                return False  # argparse says what is missing
+            rest.pop(0)
+        elif arg not in ("-v", "--verbose") and not arg.startswith(("--fleet=", "--fleet-twins=")):
+            return False
+    return True
 
 
 def _stdout_gone() -> int:

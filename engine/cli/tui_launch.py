@@ -1,20 +1,42 @@
-"""`slm-dvfs` with no sub-command: the TUI, on the board or else on the twin."""
+"""`slm-dvfs` with no sub-command: the TUI, on the board or else on the twin (and a Ray fleet with
+`--fleet ADDRESS` or `--fleet-twins N[:profile]`: page 7)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 
+from engine.core.errors import ConfigError
 from engine.device.session import open_device
 from engine.device.guard.notes import board_notes
 
 
+def fleet_twins(text: str | None) -> tuple[int | None, str | None]:
+    """`--fleet-twins N[:profile]` -> (N, profile or None)."""
+    if not text:
+        return None, None
+    count, _, profile = text.partition(":")
+    if not count.strip().isdigit() or int(count) < 1:
+        raise ConfigError(f"--fleet-twins {text}: not a count of twins",
+                          "give N[:profile], e.g. --fleet-twins 2 or --fleet-twins 2:agx-orin-32gb")
+    return int(count), profile.strip() or None
+
+
 def launch_tui(args: argparse.Namespace) -> int:
+    twins, profile = fleet_twins(getattr(args, "fleet_twins", None))
+    address = getattr(args, "fleet", None)
+    if twins and address:
+        raise ConfigError("--fleet and --fleet-twins both given", "connect to one fleet: an address or local twins")
     # The app is imported by name so that engine/ never imports textual at module level.
     app_module = importlib.import_module("tui.app")
     # thermal: on the twin the TUI shows temperatures that move with the run (a board has its own)
     with open_device(fallback_to_twin=True, thermal=True) as session:
         # A dead run's clocks are recovered; a pin left in place, or a session running now, is mentioned.
         session.notes.extend(board_notes(session.device))
-        app_module.SlmDvfsApp(session).run()
+        # Connecting (Ray starts in seconds) happens in the app's worker: the UI opens at once.
+        app = app_module.SlmDvfsApp(session, fleet_address=address, fleet_twins=twins, fleet_profile=profile)
+        try:
+            app.run()
+        finally:
+            app.close_fleet()  # a local fleet's Ray stops with the app
     return 0

@@ -165,7 +165,6 @@ def run_sweep(
     `session` (a DeviceSession) and `workload` (engine.workload.resolve.Workload) may be given
     by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
-    from engine.dvfs.space import setting_space
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
 
     spec.validate()
@@ -175,15 +174,9 @@ def run_sweep(
     with open_harness(session=session, twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal,
                       rails=spec.rails, listeners=listeners, control=control) as harness:
         device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
-        model = harness.session.fast_model() if spec.fast else None
-        if spec.settings:
-            from engine.device.setting import check_setting
-
-            for s in spec.settings:
-                check_setting(device, s)
-            settings = tuple(dict.fromkeys(spec.settings))
-        else:
-            settings = setting_space(device, spec.space, cpu_stride=spec.cpu_stride, include_maxn=spec.include_maxn)
+        if spec.fast:
+            harness.session.fast_model()  # a board has none: say so before the store is touched
+        settings = sweep_settings(spec, device)
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
         workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, spec.data))
         sweep = store.find_or_create_sweep(
@@ -203,22 +196,8 @@ def run_sweep(
                                        avg_power_w=m.avg_power_w, source=source))
             harness.emit(SweepPointDone(i, len(plan), setting, repeat, m))
 
-        status = "finished"
-        thermal: dict[str, Any] = {}
         try:
-            if spec.fast:
-                pts = fast_points(workload.steps, model, [s for s, _r in plan],
-                                  warmup_steps=spec.warmup_steps, steps=spec.steps, rails=rails)
-                for i, ((setting, repeat), p) in enumerate(zip(plan, pts), start=1):
-                    if control is not None and control.cancelled:
-                        status = "cancelled"
-                        break
-                    record(setting, repeat, p.measurement, p.rail_energy_j, i)
-                thermal = {"note": "fast mode computes points without heating the twin: no thermal guard"}
-            elif plan:
-                guard = harness.thermal_guard(spec.thermal_overrides, limits=limits)
-                status = _run_points(spec, harness, workload, plan, guard, record)
-                thermal = guard.describe()
+            status, thermal = measure_points(spec, harness, workload, plan, record, control=control, limits=limits)
         except BaseException:
             store.finish_sweep(sweep.id, "failed")  # resumable: find_or_create_sweep picks it up again
             raise
@@ -231,6 +210,45 @@ def run_sweep(
             points=tuple(summaries), optimum=optimum(summaries, objective), maxn=maxn_of(summaries),
             status=status, thermal=thermal,
         )
+
+
+def sweep_settings(spec: SweepSpec, device: Any) -> tuple[DvfsSetting, ...]:
+    """The settings a sweep measures on this device: its explicit ones (checked), or its space's."""
+    from engine.dvfs.space import setting_space
+
+    if spec.settings:
+        from engine.device.setting import check_setting
+
+        for s in spec.settings:
+            check_setting(device, s)
+        return tuple(dict.fromkeys(spec.settings))
+    return tuple(setting_space(device, spec.space, cpu_stride=spec.cpu_stride, include_maxn=spec.include_maxn))
+
+
+PointSink = Callable[[DvfsSetting, int, Measurement, Mapping[str, float], int], None]
+
+
+def measure_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[tuple[DvfsSetting, int]],
+                   record: PointSink, *, control: Any = None, limits: Any = None) -> tuple[str, dict[str, Any]]:
+    """Measure the planned (setting, repeat) points in order, each handed to `record(setting,
+    repeat, measurement, rail_j, i)` as it is done: the store's writer in a local sweep, the
+    stream back to the driver on a fleet board. Returns (finished | cancelled, the thermal notes)."""
+    status = "finished"
+    thermal: dict[str, Any] = {}
+    if spec.fast:
+        pts = fast_points(workload.steps, harness.session.fast_model(), [s for s, _r in plan],
+                          warmup_steps=spec.warmup_steps, steps=spec.steps, rails=harness.rails)
+        for i, ((setting, repeat), p) in enumerate(zip(plan, pts), start=1):
+            if control is not None and control.cancelled:
+                status = "cancelled"
+                break
+            record(setting, repeat, p.measurement, p.rail_energy_j, i)
+        thermal = {"note": "fast mode computes points without heating the twin: no thermal guard"}
+    elif plan:
+        guard = harness.thermal_guard(spec.thermal_overrides, limits=limits)
+        status = _run_points(spec, harness, workload, plan, guard, record)
+        thermal = guard.describe()
+    return status, thermal
 
 
 def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[tuple[DvfsSetting, int]],

@@ -185,7 +185,7 @@ class ExperimentActions:
             self.run_view = self.run_tracker.view()
             if (page := self._current(RunScreen)) is not None:
                 page.show_run(self.run_view)
-        if what == "sweep" and self.sweep_tracker is not None:
+        if what in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
             self.sweep_tracker.finish("failed", line=line)
             self.sweep_view = self.sweep_tracker.view()
             if (page := self._current(SweepScreen)) is not None:

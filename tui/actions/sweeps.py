@@ -190,6 +190,8 @@ class SweepActions:
         self.sweep_view = self.sweep_tracker.view()
         if (page := self._current(SweepScreen)) is not None:
             page.show_sweep(self.sweep_view)
+        if self.engine_busy == "fleet sweep":
+            self.draw_fleet()  # the boards' `running` column follows the sweep's events
 
     def on_sweep_done(self, message: SweepDone) -> None:
         from tui.sweep_model import from_summaries

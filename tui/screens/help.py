@@ -22,7 +22,7 @@ from tui.screens.base import GLOBAL_ACTIONS
 
 # Keys that work on every page (the app's own, and Textual's for forms), as the footer names them.
 GLOBAL_KEYS: tuple[tuple[str, str], ...] = (
-    ("1 … 6", "switch page: Device, Setup, Run, Compare, History, Sweep"),
+    ("1 … 7", "switch page: Device, Setup, Run, Compare, History, Sweep, Fleet"),
     ("? / F1", "this help (escape, q or ? closes it)"),
     ("q / ctrl+c", "quit: cancels any run or sweep at the next step and restores the clocks"),
     ("ctrl+p", "command palette: every action by name"),

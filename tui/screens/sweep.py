@@ -60,6 +60,9 @@ class SweepScreen(PageScreen):
     TITLE_TEXT = "6 Sweep"
     BINDINGS = [
         Binding("s", "start", "Start", tooltip="Start/resume"),  # short in the footer: 80 columns show every key
+        # shown only while a fleet is connected (page 7)
+        Binding("f", "fleet_sweep", "Fleet", tooltip="Fleet sweep: the form's workload on every board of the "
+                "connected fleet (page 7); the model field may list several, comma-separated"),
         Binding("t", "train", "Train selector"),
         Binding("c", "calibrate", "Calibrate", tooltip="Calibrate the twin to measured sweeps"),
         Binding("x", "app.cancel_run", "Cancel"),
@@ -114,7 +117,7 @@ class SweepScreen(PageScreen):
             with Vertical(id="sweep-left"):
                 with Vertical(id="sweep-form", classes="pane"):
                     yield field("model", Input(self.setup.model, id="sw-model", compact=True,
-                                               validators=[CheckValidator(forms.check_model)]))
+                                               validators=[CheckValidator(forms.check_models)]))
                     yield field("task", Select([(d, k) for d, k in forms.task_choices()], value=self.setup.task,
                                                id="sw-task", allow_blank=False, compact=True))
                     yield Static(self._workload_text(), id="sw-workload")
@@ -157,7 +160,7 @@ class SweepScreen(PageScreen):
     def errors(self) -> dict[str, str]:
         v = self.values()
         checks = {
-            "model": forms.check_model(v["model"]),
+            "model": forms.check_models(v["model"]),
             "warm-up": None if v["warmup"].isdigit() else "warm-up steps: a whole number, 0 or more",
             "steps": forms.check_count(v["steps"], blank_ok=False, what="number of steps"),
             "repeats": forms.check_count(v["repeats"], blank_ok=False, what="number of repeats"),
@@ -193,6 +196,10 @@ class SweepScreen(PageScreen):
         bar.update(total=view.total or 0, progress=view.done)
         if heat is not None:
             self.query_one("#sweep-heat", Static).update(heat_table(heat))
+        elif view.fleet:
+            self.query_one("#sweep-heat", Static).update(Text(
+                "a fleet sweep: one sweep per model on the boards; the Fleet page (7) shows who runs what, "
+                "History (5) opens each sweep's heat map", style="dim"))
         if view.log != self._log_lines:  # at most 200 lines, a few times a second: redraw it whole
             log = self.query_one("#sweep-log", Log)
             log.clear()
@@ -217,7 +224,27 @@ class SweepScreen(PageScreen):
         event.stop()
         self.focus_next()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "fleet_sweep":  # hidden (the footer keeps its room) unless a fleet is connected
+            return getattr(self.app, "fleet", None) is not None
+        return super().check_action(action, parameters)
+
+    def _form_ok(self) -> bool:
+        errors = self.errors()
+        if errors:
+            self.notify("; ".join(f"{k}: {v}" for k, v in errors.items()), title="Check the sweep form",
+                        severity="warning")
+        return not errors
+
+    def action_fleet_sweep(self) -> None:
+        if self._form_ok():
+            self.app.request_fleet_sweep(self.values())  # type: ignore[attr-defined]
+
     def action_start(self) -> None:
+        if "," in self.values()["model"]:
+            self.notify("a list of models sweeps on a fleet (f, once connected on page 7); s sweeps one model here",
+                        title="Check the sweep form", severity="warning")
+            return
         errors = self.errors()
         if errors:
             self.notify("; ".join(f"{k}: {v}" for k, v in errors.items()), title="Check the sweep form",

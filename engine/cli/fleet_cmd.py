@@ -1,0 +1,193 @@
+"""`slm-dvfs fleet status | sweep`: boards (or local twins) over a Ray cluster; see docs/fleet.md.
+
+Ray is imported only when a fleet command runs (the `fleet` extra). `--twins N[:profile]` starts
+a local fleet of N twins for trying it; `--address` (or $RAY_ADDRESS) joins a cluster of boards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+from typing import Any
+
+from engine.cli import numbers
+from engine.cli.interrupt import cancel_on_sigint
+from engine.cli.mode_args import add_mode_args, mode_options
+from engine.cli.store_cmds import add_db_arg
+from engine.core.text import clean_text
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps",
+                       description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them, and spread "
+                       "sweeps over them, one workload per board at a time, every point stored here as it comes.")
+    fsub = p.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
+
+    s = fsub.add_parser("status", help="the boards: identity, module, L4T, temperatures, power, what they run")
+    _fleet_args(s)
+    s.add_argument("--json", action="store_true", help="print the boards as JSON")
+    s.set_defaults(func=cmd_status)
+
+    w = fsub.add_parser("sweep", help="sweeps of every model x task x batch size, spread over the boards",
+                        description="The cross product of --model, --task and --batch-size, each one sweep (a unit) "
+                        "run on one board at a time; points stream back and are stored here as they come. A board "
+                        "lost mid-sweep: its sweep goes on on another board of the same module from its stored "
+                        "points. Ctrl-C stops every board at a step boundary (clocks restored); run the same "
+                        "command again to resume.")
+    _fleet_args(w)
+    w.add_argument("--model", nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
+    w.add_argument("--task", nargs="+", required=True, metavar="TASK", help="GLUE tasks, e.g. sst2 mrpc")
+    w.add_argument("--batch-size", nargs="+", type=numbers.batch_size, metavar="B", help="default: each zoo entry's")
+    w.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
+    w.add_argument("--space", choices=("gpu", "gpu+emc", "full", "modes"), default="gpu", help="default gpu")
+    w.add_argument("--warmup-steps", type=numbers.int_range(0, 10_000), default=1, metavar="W")
+    w.add_argument("--steps", type=numbers.int_range(1, 100_000), default=5, metavar="S",
+                   help="measured steps per point (default 5)")
+    w.add_argument("--repeats", type=numbers.int_range(1, 1000), default=1, metavar="R")
+    w.add_argument("--cpu-stride", type=numbers.int_range(1, 1000), default=4, metavar="K")
+    w.add_argument("--fast", action="store_true", help="twins only: compute points from the step trace")
+    w.add_argument("--rails", default="all", help="rails the energy total is over: all | gpu+cpu (default all)")
+    w.add_argument("--seed", type=numbers.seed, default=0, metavar="S")
+    w.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR")
+    w.add_argument("--train-samples", type=numbers.samples, metavar="N")
+    w.add_argument("--eval-samples", type=numbers.samples, metavar="N")
+    w.add_argument("--objective", default="energy", help="how each sweep's optimum is chosen (default energy)")
+    add_mode_args(w)
+    numbers.add_pad_argument(w)
+    w.add_argument("--pace", type=numbers.float_range(0.0, 1000.0), default=0.0, metavar="X",
+                   help="twins: each point also takes its twin time x X in wall time, as on a board (default 0)")
+    w.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    add_db_arg(w)
+    w.set_defaults(func=cmd_sweep)
+
+
+def _fleet_args(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--address", metavar="HOST:PORT", help="the Ray head (default $RAY_ADDRESS)")
+    where.add_argument("--twins", metavar="N[:PROFILE]", help="a local fleet of N twins (default profile agx-orin-64gb)")
+
+
+def _connect(args: argparse.Namespace) -> Any:
+    from engine.run.fleet import connect, parse_twins
+
+    if args.twins:
+        n, profile = parse_twins(args.twins)
+        return connect(twins=n, profile=profile, pace=getattr(args, "pace", 0.0))
+    return connect(args.address)
+
+
+# --- status ------------------------------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    with _connect(args) as fleet:
+        boards = fleet.boards()
+    if args.json:
+        json.dump([b.to_json() for b in boards], sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(clean_text(format_status(boards)))
+    return 0
+
+
+def format_status(boards: Any) -> str:
+    if not boards:
+        return "no boards answer\n"
+    lines = [f"{len(boards)} board{'s' if len(boards) != 1 else ''}",
+             f"{'serial':<18}{'module':<28}{'L4T':<9}{'power':>9}{'hottest':>10}  state"]
+    for b in sorted(boards, key=lambda b: b.serial):
+        power = "-" if b.power_w is None else f"{b.power_w:.1f} W"
+        hottest = f"{max(b.temps_c.values()):.1f} C" if b.temps_c else "-"
+        kind = f" [twin {b.profile}]" if b.is_twin else " [board]"
+        state = f"busy: {b.running}" if b.busy else "free"
+        lines.append(f"{b.serial:<18}{b.module[:27]:<28}{(b.l4t or '-'):<9}{power:>9}{hottest:>10}  {state}{kind}")
+    return "\n".join(lines) + "\n"
+
+
+# --- sweep -------------------------------------------------------------------------------------
+class _Cancel:
+    """What cancel_on_sigint drives: the fleet's cancel event."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.event.is_set()
+
+
+def sweep_plans(args: argparse.Namespace) -> list[Any]:
+    from engine.run.fleet import SweepPlan
+
+    sizes = args.batch_size or [None]
+    return [SweepPlan(model=m, task=t, batch_size=b, space=args.space, warmup_steps=args.warmup_steps,
+                      steps=args.steps, repeats=args.repeats, fast=args.fast, max_seq_len=args.max_seq_len,
+                      seed=args.seed, data=args.data, train_samples=args.train_samples,
+                      eval_samples=args.eval_samples if args.eval_samples is not None else 8, rails=args.rails,
+                      cpu_stride=args.cpu_stride, objective=args.objective, padding=numbers.padding_of(args),
+                      **mode_options(args))
+            for m, t, b in itertools.product(args.model, args.task, sizes)]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from engine.results.store import Store
+
+    plans = sweep_plans(args)
+    cancel = _Cancel()
+    out = sys.stderr if args.json else sys.stdout
+
+    def show(event: Any) -> None:
+        out.write(clean_text(format_event(event)) + "\n")
+        out.flush()
+
+    with _connect(args) as fleet, Store(args.db) as store, cancel_on_sigint(cancel):
+        result = fleet.sweep(plans, store=store, on_event=show, cancel=cancel.event)
+        summary = format_summary(result, store, args.objective)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(clean_text(summary))
+    return {"finished": 0, "cancelled": 130}.get(result.status, 1)
+
+
+def format_event(e: Any) -> str:
+    where = f"[{e.board}]" if e.board else "[fleet]"
+    sweep = f" s{e.sweep_id}" if e.sweep_id is not None else ""
+    if e.kind == "point":
+        src = e.source.value if e.source is not None else "?"
+        return (f"{where}{sweep} {e.done}/{e.total} {e.text}: {e.energy_j:.4g} J in {e.time_s:.4g} s, "
+                f"{(e.avg_power_w or 0.0):.3g} W [{src}]")
+    return f"{where}{sweep} {e.kind}: {e.text}"
+
+
+def format_summary(result: Any, store: Any, objective: str) -> str:
+    from engine.dvfs.objectives import parse_objective
+    from engine.results.compare import optimum_vs_maxn
+    from engine.results.sweeps import maxn_of, optimum, summarize_points
+
+    lines = [f"fleet sweep {result.status} in {result.wall_s:.1f} s"]
+    for s in result.sweeps:
+        where = ", ".join(dict.fromkeys(s.boards)) or "-"
+        line = (f"  {'s' + str(s.sweep_id) if s.sweep_id is not None else '-':<5} {s.model}/{s.task}: {s.status}, "
+                f"{s.points}/{s.total} points, on {where}" + (f", {s.retries} retried" if s.retries else ""))
+        if s.sweep_id is not None and s.points:
+            points = summarize_points(store.sweep_points(s.sweep_id))
+            best = optimum(points, parse_objective(objective))
+            vs = optimum_vs_maxn(best, maxn_of(points))
+            if best is not None:
+                line += f"; optimum {best.setting.label()}"
+                if vs is not None:
+                    line += f" saves {vs.saving_pct:+.1f}% vs MAXN [{store.get_sweep(s.sweep_id).source.value}]"
+        lines.append(line + (f" ({s.error})" if s.error else ""))
+    lines.append("points per board: " + ", ".join(f"{k} {v}" for k, v in sorted(result.per_board.items())))
+    if result.status != "finished":
+        lines.append("not every sweep finished: run the same command again to resume them")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["register", "format_status", "format_event", "format_summary"]

@@ -1,0 +1,174 @@
+"""A board's worker: what runs on each board of the fleet (one Ray actor per board).
+
+It opens its device once (a board at its sysfs root, or its own twin under its own root, so
+each twin has its own lock, journal and serial), answers `info()` at any time (the actor runs
+several methods at once: a snapshot read while a sweep runs), and measures a sweep's points
+through the same harness, clock guard and thermal guard as a local sweep (`measure_points`),
+handing each point back as it is done instead of writing a store: the driver is the writer.
+
+This module does not import Ray: `cluster` wraps the class in an actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from engine.core.measurement import Measurement
+from engine.device.setting import DvfsSetting
+from engine.run.fleet.model import BoardInfo, StreamedPoint, UnitPlan
+from engine.run.harness import open_harness, resolve_for
+from engine.run.sweep import SweepSpec, measure_points, sweep_settings
+from engine.workload.loop import TrainControl
+
+log = logging.getLogger(__name__)
+
+END = "end"  # the last item of a measure stream: (END, status, error)
+
+
+def board_serial(root: str | Path) -> str:
+    """The board's device-tree serial ('' where it has none)."""
+    try:
+        raw = (Path(root) / "proc/device-tree/serial-number").read_bytes()
+    except OSError:
+        return ""
+    return raw.strip(b"\0\n ").decode(errors="replace")
+
+
+class BoardWorker:
+    """One board (or one twin) and the sweep it runs; see the module's docstring."""
+
+    def __init__(self, name: str, *, twin: str | None = None, twin_dir: str | None = None, serial: str | None = None,
+                 sysfs_root: str | None = None, pace: float = 0.0) -> None:
+        from engine.device.session import open_device
+
+        self.name = name
+        self.pace = pace  # twins: sleep each point's twin time x pace, so a point takes wall time as on a board
+        self.session = open_device(twin=twin, sysfs_root=sysfs_root, realtime=False,
+                                   twin_dir=Path(twin_dir) if twin_dir else None)
+        ident = self.session.device.identity()
+        self.identity = ident
+        root = twin_dir or sysfs_root or "/"
+        self.serial = serial or board_serial(root) or f"{os.uname().nodename}:{root}"
+        self._lock = threading.Lock()
+        self._running = ""
+        self._control: TrainControl | None = None
+        self._stop = threading.Event()
+        self._resolved: tuple[SweepSpec, Any] | None = None
+
+    # ------------------------------------------------------------------ cheap, any time
+    def pid(self) -> int:
+        return os.getpid()
+
+    def info(self) -> BoardInfo:
+        device = self.session.device
+        try:
+            temps = {t.zone: t.celsius for t in device.temperatures()}
+        except Exception as exc:  # noqa: BLE001 - a status read must not fail the fleet's view
+            log.debug("temperatures of %s: %s", self.name, exc)
+            temps = {}
+        try:
+            power: float | None = sum(r.power_mw for r in device.rails()) / 1000.0
+        except Exception as exc:  # noqa: BLE001
+            log.debug("rails of %s: %s", self.name, exc)
+            power = None
+        with self._lock:
+            running = self._running
+        import platform
+
+        return BoardInfo(name=self.name, serial=self.serial, module=self.identity.module, l4t=self.identity.l4t,
+                         profile=self.identity.profile, is_twin=self.identity.is_twin, temps_c=temps, power_w=power,
+                         busy=bool(running), running=running, node=platform.node())
+
+    def cancel(self) -> None:
+        """Stop the running sweep at its next step boundary; its clock guard restores the clocks."""
+        with self._lock:
+            control, stop = self._control, self._stop
+        if control is not None:
+            control.cancel("the fleet's driver cancelled")
+            stop.set()
+
+    # ------------------------------------------------------------------ one workload's sweep
+    def prepare(self, spec: SweepSpec) -> UnitPlan:
+        """The records the driver stores for this workload on this board, and its settings."""
+        from engine.results.records import DeviceRecord, WorkloadRecord
+
+        spec = self.board_spec(spec)
+        workload = self._workload(spec)
+        settings = sweep_settings(spec, self.session.device)
+        return UnitPlan(DeviceRecord.from_identity(self.identity), WorkloadRecord.from_workload(workload, spec.data),
+                        settings, self.identity.source, spec.space_key(spec.rails))
+
+    def set_pace(self, pace: float) -> None:
+        self.pace = pace
+
+    def _workload(self, spec: SweepSpec) -> Any:
+        """The spec's workload, resolved once for prepare() and measure() (tracing is the slow part)."""
+        with self._lock:
+            if self._resolved is not None and self._resolved[0] == spec:
+                return self._resolved[1]
+        workload = resolve_for(spec)
+        with self._lock:
+            self._resolved = (spec, workload)
+        return workload
+
+    def board_spec(self, spec: SweepSpec) -> SweepSpec:
+        """The plan on this board: its device (its twin's profile, or none on a board), checked."""
+        spec = replace(spec, twin=self.session.profile_name, sysfs_root=None)
+        spec.validate()
+        return spec
+
+    def measure(self, spec: SweepSpec, plan: Sequence[tuple[DvfsSetting, int]]) -> Iterator[Any]:
+        """Measure the planned points, yielding a StreamedPoint for each as it is done, then
+        (END, status, error). Runs the harness in a thread so that points stream while it runs."""
+        spec = self.board_spec(spec)
+        out: queue.Queue[Any] = queue.Queue()
+        control = TrainControl()
+        stop = threading.Event()
+        label = f"{spec.model}/{spec.task}"
+        with self._lock:
+            if self._control is not None:
+                raise RuntimeError(f"board {self.name} already runs a sweep")
+            self._control, self._stop, self._running = control, stop, f"{label} 0/{len(plan)}"
+
+        def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Any, i: int) -> None:
+            if self.pace > 0:
+                stop.wait(m.time_s * self.pace)  # paced twin: the point's time, in wall time
+            with self._lock:
+                self._running = f"{label} {i}/{len(plan)}"
+            out.put(StreamedPoint(setting, repeat, m.time_s, m.energy_j, m.samples, dict(rail_j), m.avg_power_w,
+                                  m.peak_power_w))
+
+        def work() -> None:
+            status, error = "failed", ""
+            try:
+                workload = self._workload(spec)
+                with open_harness(session=self.session, rails=spec.rails, control=control) as harness:
+                    status, _thermal = measure_points(spec, harness, workload, list(plan), record, control=control)
+            except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
+                log.exception("sweep %s on %s failed", label, self.name)
+                error = f"{type(exc).__name__}: {exc}"
+            out.put((END, status, error))
+
+        thread = threading.Thread(target=work, name=f"fleet-{self.name}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = out.get()
+                yield item
+                if isinstance(item, tuple) and item[0] == END:
+                    break
+        finally:
+            control.cancel("the driver stopped reading")  # a generator closed early: stop the board too
+            stop.set()
+            thread.join()
+            with self._lock:
+                self._control, self._stop, self._running = None, threading.Event(), ""
+
+    def close(self) -> None:
+        self.session.close()

@@ -1,0 +1,256 @@
+"""Connecting to a fleet: a Ray cluster of boards, or a local Ray instance of twins.
+
+Each board joins the cluster with one "board" slot (`ray start --address HEAD:6379 --resources
+'{"board": 1, "module:P3701-0000": 1}'`); the driver places one `BoardWorker` actor on each node
+that has a slot (pinned to that node), so a board runs one unit at a time. `connect(twins=N)`
+starts a local instance with N slots and N actors, each driving its own twin under its own root
+(its own lock, journal and serial "twin-i"). Ray is imported here only, on connect.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from engine.core.errors import ConfigError
+from engine.run.fleet.model import BoardInfo, FleetEvent, FleetSweepResult, SweepPlan
+
+log = logging.getLogger(__name__)
+
+BOARD_RESOURCE = "board"
+NAMESPACE = "slm-dvfs-fleet"
+INFO_TIMEOUT_S = 10.0  # a board that cannot answer its status in this long is shown as unreachable
+START_TIMEOUT_S = 180.0  # a board's worker opening its device (imports, the twin's tree)
+ACTOR_CONCURRENCY = 4  # info() answers while measure() runs
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("the fleet runs on Ray, which is not installed here",
+                          "pip install -e '.[fleet]' (installs ray), on the driver and on every board") from exc
+    return ray
+
+
+def module_resource(module: str) -> str:
+    """The custom resource a board of `module` advertises, e.g. "module:P3701-0000"."""
+    return "module:" + (module.split()[0] if module.strip() else "unknown")
+
+
+def parse_twins(text: str, default_profile: str = "agx-orin-64gb") -> tuple[int, str]:
+    """`--twins N[:profile]` -> (N, profile)."""
+    count, _sep, profile = text.partition(":")
+    try:
+        n = int(count)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"--twins {text!r}: need a number of twins of 1 or more",
+                          "give e.g. --twins 3 or --twins 3:agx-orin-32gb")
+    return n, profile.strip() or default_profile
+
+
+class Fleet:
+    """A connected fleet: its boards' actors, their status, sweeps over them. Use `connect()`."""
+
+    def __init__(self, ray: Any, workers: dict[str, Any], *, owns_ray: bool, twin_root: Path | None = None,
+                 temporary: tempfile.TemporaryDirectory[str] | None = None) -> None:
+        self.ray = ray
+        self._workers = workers  # serial -> actor handle
+        self._modules: dict[str, str] = {}
+        self._owns_ray = owns_ray
+        self.twin_root = twin_root
+        self._temporary = temporary
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def serials(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._workers)
+
+    def actor(self, serial: str) -> Any:
+        """The board's actor handle (tests kill it; a caller can ask it for its pid)."""
+        with self._lock:
+            return self._workers[serial]
+
+    def boards(self) -> tuple[BoardInfo, ...]:
+        """Each live board's status now (boards that stopped answering are left out and forgotten)."""
+        with self._lock:
+            workers = dict(self._workers)
+        refs = {serial: actor.info.remote() for serial, actor in workers.items()}
+        ready, _pending = self.ray.wait(list(refs.values()), num_returns=len(refs), timeout=INFO_TIMEOUT_S)
+        ready_set = set(ready)
+        out = []
+        for serial, ref in refs.items():
+            if ref not in ready_set:
+                log.warning("board %s did not answer within %.0f s", serial, INFO_TIMEOUT_S)
+                continue
+            try:
+                info = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError:
+                self._forget(serial)
+                continue
+            self._modules[serial] = info.module
+            out.append(info)
+        return tuple(out)
+
+    def set_pace(self, pace: float) -> None:
+        """Twins: each point also takes its twin time x `pace` in wall time (0: as fast as computed)."""
+        with self._lock:
+            workers = list(self._workers.values())
+        self.ray.get([w.set_pace.remote(pace) for w in workers])
+
+    def sweep(self, plans: Sequence[SweepPlan], *, store: Any, on_event: Callable[[FleetEvent], None] | None = None,
+              cancel: threading.Event | None = None) -> FleetSweepResult:
+        """Run the plans' sweeps over the fleet, one unit per board at a time; see engine.run.fleet.dispatch."""
+        from engine.run.fleet.dispatch import FleetSweep
+
+        if not plans:
+            raise ConfigError("a fleet sweep needs at least one model and one task", "give --model and --task")
+        infos = self.boards()
+        if not infos:
+            raise ConfigError("no board of the fleet answers", "check `slm-dvfs fleet status`; join a board "
+                              "(docs/fleet.md) or use --twins N")
+        boards = {i.serial: (self.actor(i.serial), i.module) for i in infos}
+        return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
+                          lost=self._forget).run()
+
+    def _forget(self, serial: str) -> None:
+        with self._lock:
+            self._workers.pop(serial, None)
+
+    def close(self) -> None:
+        """Close the boards' devices; shut down the local instance this fleet started (or disconnect)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            workers = list(self._workers.values())
+            self._workers.clear()
+        try:
+            refs = [w.close.remote() for w in workers]
+            self.ray.wait(refs, num_returns=len(refs), timeout=INFO_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - closing is best effort: the instance goes anyway
+            log.debug("closing the boards: %s", exc)
+        self.ray.shutdown()  # a driver's actors end with its job; a local instance stops with it
+        if self._temporary is not None:
+            self._temporary.cleanup()
+
+    def __enter__(self) -> "Fleet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(address: str | None = None, *, twins: int | None = None, profile: str = "agx-orin-64gb",
+            folder: str | Path | None = None, pace: float = 0.0) -> Fleet:
+    """Join the Ray cluster at `address` (or $RAY_ADDRESS) and put a worker on each board, or
+    with `twins=N` start a local instance of N twins (under `folder`, else a temporary one).
+    `pace` (twins): each point also takes its twin time x pace in wall time, as on a board."""
+    ray = import_ray()
+    if ray.is_initialized():
+        raise ConfigError("this process is already connected to a Ray cluster", "close the other fleet first")
+    if twins is not None:
+        if address:
+            raise ConfigError("--twins starts a local fleet; --address joins a cluster", "give one of them")
+        return _local_twins(ray, twins, profile, folder, pace)
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise ConfigError("no fleet to connect to", "give --address HEAD:6379 (or set RAY_ADDRESS), or try a "
+                          "local fleet of twins with --twins 3")
+    _probe(address)
+    try:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}",
+                          "start the head with `ray start --head` and check the address, the firewall "
+                          "and the auth token (docs/fleet.md)") from exc
+    try:
+        return Fleet(ray, _board_actors(ray), owns_ray=False)
+    except BaseException:
+        ray.shutdown()
+        raise
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on (Ray itself waits minutes for the GCS)."""
+    import socket
+
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return  # "auto", ray://..., let Ray resolve it
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}",
+                          "start the head with `ray start --head` and check the address and the firewall "
+                          "(docs/fleet.md)") from exc
+
+
+def _remote_class(ray: Any) -> Any:
+    from engine.run.fleet.board import BoardWorker
+
+    return ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(BoardWorker)
+
+
+def _board_actors(ray: Any) -> dict[str, Any]:
+    """One worker on each alive node with a board slot, pinned to it."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(BOARD_RESOURCE, 0) >= 1]
+    if not nodes:
+        raise ConfigError("the cluster has no boards", "join each board with `ray start --address HEAD:6379 "
+                          "--resources '{\"board\": 1, \"module:P3701-0000\": 1}'` (docs/fleet.md)")
+    cls = _remote_class(ray)
+    actors = {}
+    for node in nodes:
+        name = f"board-{node['NodeManagerAddress']}-{node['NodeID'][:8]}"
+        actors[name] = cls.options(
+            name=name, resources={BOARD_RESOURCE: 1},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(name)
+    return _by_serial(ray, actors)
+
+
+def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace: float) -> Fleet:
+    from engine.device.twin.profile import load_profile
+
+    if n < 1:
+        raise ConfigError(f"a fleet of {n} twins", "give --twins 1 or more")
+    module = load_profile(profile).identity.module  # an unknown profile fails here, before Ray starts
+    temporary = None if folder is not None else tempfile.TemporaryDirectory(prefix="slm-dvfs-fleet-")
+    root = Path(folder if folder is not None else temporary.name)  # type: ignore[union-attr]
+    root.mkdir(parents=True, exist_ok=True)
+    ray.init(num_cpus=max(2, n), resources={BOARD_RESOURCE: n, module_resource(module): n}, namespace=NAMESPACE,
+             include_dashboard=False, log_to_driver=False)
+    try:
+        cls = _remote_class(ray)
+        actors = {}
+        for i in range(n):
+            name = f"board-twin-{i}"
+            actors[name] = cls.options(name=name, resources={BOARD_RESOURCE: 1}).remote(
+                name, twin=profile, twin_dir=str(root / f"twin-{i}"), serial=f"twin-{i}", pace=pace)
+        return Fleet(ray, _by_serial(ray, actors), owns_ray=True, twin_root=root, temporary=temporary)
+    except BaseException:
+        ray.shutdown()
+        if temporary is not None:
+            temporary.cleanup()
+        raise
+
+
+def _by_serial(ray: Any, actors: dict[str, Any]) -> dict[str, Any]:
+    """The started actors keyed by their board's serial (waits for them to open their devices)."""
+    names = list(actors)
+    try:
+        infos = ray.get([actors[name].info.remote() for name in names], timeout=START_TIMEOUT_S)
+    except ray.exceptions.GetTimeoutError as exc:
+        raise ConfigError(f"the boards' workers did not start within {START_TIMEOUT_S:.0f} s",
+                          "another fleet driver may hold the boards (one per board): stop it, or check the "
+                          "boards' Ray logs") from exc
+    return {info.serial: actors[name] for name, info in zip(names, infos)}

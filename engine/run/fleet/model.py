@@ -1,0 +1,112 @@
+"""The fleet's values: what a board reports, what a sweep plan is, what the driver emits and returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from engine.core.provenance import Source
+from engine.device.setting import DvfsSetting
+from engine.run.sweep import SweepSpec
+
+# A fleet sweep is the local sweep's spec; the board it runs on supplies the device (its twin or
+# its sysfs root), so a plan's `twin` / `sysfs_root` are ignored.
+SweepPlan = SweepSpec
+
+EVENT_KINDS = ("started", "point", "finished", "retried", "board_lost", "cancelled")
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    """One board of the fleet as its actor sees it now (a cheap snapshot)."""
+
+    name: str  # the actor's name, e.g. "board-twin-0"
+    serial: str
+    module: str
+    l4t: str | None
+    profile: str | None  # the twin profile; None on a board
+    is_twin: bool
+    temps_c: Mapping[str, float] = field(default_factory=dict)
+    power_w: float | None = None
+    busy: bool = False
+    running: str = ""  # what it runs, e.g. "bert-tiny/sst2 12/30"
+    node: str = ""  # the Ray node's address
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["temps_c"] = dict(self.temps_c)
+        return out
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """Something the driver saw: a unit started, a point stored, a board lost, a unit retried..."""
+
+    kind: str  # one of EVENT_KINDS
+    board: str  # the board's serial ("" when none)
+    sweep_id: int | None
+    text: str
+    setting: DvfsSetting | None = None  # "point": the point's figures
+    repeat: int | None = None
+    time_s: float | None = None
+    energy_j: float | None = None
+    avg_power_w: float | None = None
+    done: int | None = None  # "point": points of the sweep stored so far, of `total`
+    total: int | None = None
+    source: Source | None = None  # "point": measured (a board) or twin
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    """What a board answers for one workload before it measures: records the driver stores."""
+
+    device: Any  # engine.results.records.DeviceRecord
+    workload: Any  # engine.results.records.WorkloadRecord
+    settings: tuple[DvfsSetting, ...]
+    source: Source
+    space: Mapping[str, Any]  # the sweep's space key, as a local sweep of the same plan stores it
+
+
+@dataclass(frozen=True)
+class StreamedPoint:
+    """One measured point, streamed from a board to the driver."""
+
+    setting: DvfsSetting
+    repeat: int
+    time_s: float
+    energy_j: float
+    samples: int
+    rail_energy_j: Mapping[str, float]
+    avg_power_w: float | None
+    peak_power_w: float | None
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """One workload's sweep as the fleet left it."""
+
+    sweep_id: int | None
+    model: str
+    task: str
+    status: str  # finished | cancelled | failed
+    points: int  # points stored (all of them, resumed ones included)
+    total: int  # points the sweep has
+    boards: tuple[str, ...]  # serials that measured points of it (in order)
+    retries: int = 0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class FleetSweepResult:
+    sweeps: tuple[SweepOutcome, ...]
+    per_board: Mapping[str, int]  # serial -> points it measured in this invocation
+    wall_s: float
+    status: str  # finished | cancelled | failed
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "finished"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "wall_s": self.wall_s, "per_board": dict(self.per_board),
+                "sweeps": [dict(s.__dict__, boards=list(s.boards)) for s in self.sweeps]}

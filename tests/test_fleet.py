@@ -1,0 +1,216 @@
+"""The fleet over a local Ray instance of twins (engine.run.fleet, `slm-dvfs fleet`).
+
+One module-scoped local fleet of three twins serves the API tests; the CLI starts its own.
+Ray's token auth is turned off for these local instances (nothing listens beyond localhost
+that a test did not start), so nothing is written under ~/.ray."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+from engine.results.store import Store
+from engine.run.fleet import SweepPlan, connect, parse_twins
+
+ray = pytest.importorskip("ray")
+
+MODELS = ("bert-tiny", "bert-mini")
+TASKS = ("sst2", "mrpc")
+PLANS = [SweepPlan(model=m, task=t, fast=True, steps=2) for m in MODELS for t in TASKS]
+GPU_SETTINGS = 12  # the AGX Orin 64GB's GPU space: its 11 GPU steps and MAXN
+
+
+@pytest.fixture(scope="module")
+def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """State, data and cache folders of the module (the twins' actors inherit them), offline, no Ray auth."""
+    base = tmp_path_factory.mktemp("fleet")
+    with pytest.MonkeyPatch.context() as mp:
+        for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
+                          ("SLM_DVFS_DATA_DIR", "data")):
+            mp.setenv(var, str(base / name))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.delenv("RAY_ADDRESS", raising=False)
+        yield base
+
+
+@pytest.fixture(scope="module")
+def fleet(fleet_env: Path) -> Iterator[object]:
+    from engine.run.harness import resolve_for
+
+    for plan in PLANS:  # trace here once, into the module's cache, rather than in three workers at once
+        resolve_for(plan)
+    with connect(twins=3, folder=fleet_env / "twins") as f:
+        yield f
+
+
+def _points(store: Store, sweep_id: int) -> list[tuple[str, int]]:
+    return sorted((repr(p.setting), p.repeat) for p in store.sweep_points(sweep_id))
+
+
+def _check_every_point_once(store: Store, result: object, n_sweeps: int) -> None:
+    assert result.status == "finished" and len(result.sweeps) == n_sweeps
+    assert len(store.list_sweeps()) == n_sweeps
+    for outcome in result.sweeps:
+        sweep = store.get_sweep(outcome.sweep_id)
+        assert sweep.status == "finished" and sweep.source is Source.TWIN
+        points = _points(store, sweep.id)
+        assert len(points) == len(set(points)) == outcome.total == outcome.points == GPU_SETTINGS
+
+
+def test_status_lists_three_twins_with_their_own_serials_and_roots(fleet, fleet_env: Path) -> None:
+    boards = fleet.boards()
+    assert sorted(b.serial for b in boards) == ["twin-0", "twin-1", "twin-2"]
+    for b in boards:
+        assert b.is_twin and b.profile == "agx-orin-64gb" and "P3701" in b.module and b.l4t
+        assert not b.busy and b.running == ""
+        assert b.power_w is not None and b.power_w > 0 and b.temps_c
+    assert sorted(p.name for p in (fleet_env / "twins").iterdir()) == ["twin-0", "twin-1", "twin-2"]
+    pids = {ray.get(fleet.actor(s).pid.remote()) for s in fleet.serials}
+    assert len(pids) == 3 and os.getpid() not in pids  # each twin is driven by its own worker process
+
+
+def test_no_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def no_ray(name, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name == "ray" or name.startswith("ray."):
+            raise ImportError("No module named 'ray'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ray)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    with pytest.raises(ConfigError) as err:
+        connect(twins=2)
+    assert "pip install -e '.[fleet]'" in err.value.remedy
+
+
+def test_twins_syntax() -> None:
+    assert parse_twins("3") == (3, "agx-orin-64gb")
+    assert parse_twins("2:agx-orin-32gb") == (2, "agx-orin-32gb")
+    for bad in ("0", "x", "-1:agx-orin-64gb"):
+        with pytest.raises(ConfigError):
+            parse_twins(bad)
+
+
+def test_two_models_by_two_tasks_store_every_point_once_with_the_local_figures(fleet, tmp_path: Path) -> None:
+    from engine.run.sweep import run_sweep
+
+    events = []
+    with Store(tmp_path / "fleet.sqlite") as store:
+        result = fleet.sweep(PLANS, store=store, on_event=events.append)
+        _check_every_point_once(store, result, 4)
+        assert sum(result.per_board.values()) == 4 * GPU_SETTINGS
+        fleet_figures = {o.model + "/" + o.task: {(repr(p.setting), p.repeat): (p.energy_j, p.time_s)
+                                                  for p in store.sweep_points(o.sweep_id)} for o in result.sweeps}
+    kinds = [e.kind for e in events]
+    assert kinds.count("started") == 4 and kinds.count("finished") == 4 and kinds.count("point") == 4 * GPU_SETTINGS
+    point = next(e for e in events if e.kind == "point")
+    assert point.source is Source.TWIN and point.energy_j > 0 and point.board.startswith("twin-")
+    # the same sweep run locally stores the same figures: the boards run the local sweep's path
+    with Store(tmp_path / "local.sqlite") as store:
+        local = run_sweep(SweepPlan(model="bert-mini", task="mrpc", fast=True, steps=2, twin="agx-orin-64gb"),
+                          store=store)
+        figures = {(repr(p.setting), p.repeat): (p.energy_j, p.time_s) for p in store.sweep_points(local.sweep_id)}
+    assert figures == fleet_figures["bert-mini/mrpc"]
+
+
+def test_a_second_sweep_of_the_same_plans_resumes_nothing_to_do(fleet, tmp_path: Path) -> None:
+    with Store(tmp_path / "again.sqlite") as store:
+        first = fleet.sweep(PLANS[:1], store=store)
+        store.finish_sweep(first.sweeps[0].sweep_id, "cancelled")  # as if stopped after its last point
+        again = fleet.sweep(PLANS[:1], store=store)
+        assert again.sweeps[0].sweep_id == first.sweeps[0].sweep_id and again.per_board == {
+            s: 0 for s in again.per_board}
+        _check_every_point_once(store, again, 1)
+
+
+def _gpu_files(fleet_env: Path) -> dict[str, tuple[str, ...]]:
+    out = {}
+    for twin in sorted((fleet_env / "twins").iterdir()):
+        gpu = twin / "sys/class/devfreq/17000000.gpu"
+        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
+    return out
+
+
+@pytest.mark.slow  # the real fine-tuning loop in two workers (torch imported there): ~20-40 s on two cores
+def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(fleet, fleet_env: Path,
+                                                                            tmp_path: Path) -> None:
+    import threading
+
+    from engine.device.setting import MAXN, DvfsSetting
+
+    few = (MAXN, DvfsSetting(gpu_hz=306_000_000, nvpmodel=0), DvfsSetting(gpu_hz=816_000_000, nvpmodel=0))
+    plans = [SweepPlan(model="bert-tiny", task=t, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4,
+                       warmup_steps=1, steps=2, settings=few) for t in TASKS]
+    before = _gpu_files(fleet_env)
+    cancel = threading.Event()
+
+    def cancel_after_a_point(event) -> None:  # type: ignore[no-untyped-def]
+        if event.kind == "point":
+            cancel.set()  # what Ctrl-C does in `fleet sweep`: the boards are mid-unit, clocks pinned
+
+    with Store(tmp_path / "cancel.sqlite") as store:
+        result = fleet.sweep(plans, store=store, on_event=cancel_after_a_point, cancel=cancel)
+        assert result.status == "cancelled"
+        assert _gpu_files(fleet_env) == before  # every twin's guard restored its clocks
+        stored = {o.sweep_id: o.points for o in result.sweeps}
+        assert all(store.get_sweep(i).status == "cancelled" for i in stored)
+        assert sum(stored.values()) < len(few) * len(plans)
+        again = fleet.sweep(plans, store=store)  # resumes from the stored points
+        assert again.status == "finished" and {o.sweep_id for o in again.sweeps} == set(stored)
+        assert sum(again.per_board.values()) == len(few) * len(plans) - sum(stored.values())
+        for o in again.sweeps:
+            points = _points(store, o.sweep_id)
+            assert len(points) == len(set(points)) == len(few)
+    assert _gpu_files(fleet_env) == before
+
+
+# Kept last: it loses one of the module's three boards.
+def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, tmp_path: Path) -> None:
+    import signal
+
+    pids = {serial: ray.get(fleet.actor(serial).pid.remote()) for serial in fleet.serials}
+    victim: dict[str, str] = {}
+    events = []
+
+    busy: list[object] = []
+
+    def kill_on_third_point(event) -> None:  # type: ignore[no-untyped-def]
+        events.append(event)
+        if event.kind == "point" and not busy:
+            busy.extend(b for b in fleet.boards() if b.busy)  # status answers while the boards sweep
+        if event.kind == "point" and event.done == 3 and not victim:
+            victim["serial"] = event.board
+            os.kill(pids[event.board], signal.SIGKILL)  # the worker process dies mid-unit
+
+    fleet.set_pace(3.0)  # each point takes 3x its twin time in wall time: the kill lands mid-unit
+    try:
+        with Store(tmp_path / "killed.sqlite") as store:
+            result = fleet.sweep(PLANS, store=store, on_event=kill_on_third_point)
+            _check_every_point_once(store, result, 4)
+    finally:
+        fleet.set_pace(0.0)
+    dead = victim["serial"]
+    assert busy and all("/" in b.running and b.running.split()[-1].count("/") == 1 for b in busy)
+    (retried,) = [o for o in result.sweeps if o.retries]
+    assert retried.retries == 1 and retried.boards[0] == dead and len(retried.boards) == 2 and retried.boards[1] != dead
+    assert [e.kind for e in events if e.board == dead and e.kind in ("board_lost", "retried")] == ["board_lost",
+                                                                                                     "retried"]
+    assert dead not in fleet.serials and len(fleet.boards()) == 2
+
+
+def test_importing_the_fleet_does_not_import_ray() -> None:
+    import subprocess
+
+    code = "import sys, engine.run.fleet, engine.cli.fleet_cmd; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "False"

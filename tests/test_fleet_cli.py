@@ -1,0 +1,54 @@
+"""`slm-dvfs fleet`: the commands end to end on a local fleet of twins, and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.results.store import Store
+
+pytest.importorskip("ray")
+
+
+@pytest.fixture
+def fleet_cli_env(isolated_env, monkeypatch: pytest.MonkeyPatch) -> object:
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # a local instance only: nothing under ~/.ray
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return isolated_env
+
+
+def test_no_address_and_no_twins_says_how_to_name_a_fleet(fleet_cli_env, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "status"]) == 2
+    err = capsys.readouterr().err
+    assert "no fleet to connect to" in err and "--address" in err and "--twins 3" in err
+
+
+def test_bad_twins_count_is_refused_before_ray_starts(fleet_cli_env, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "sweep", "--twins", "0", "--model", "bert-tiny", "--task", "sst2", "--fast"]) == 2
+    assert "--twins 3" in capsys.readouterr().err
+
+
+def test_an_unreachable_head_is_a_clear_error(fleet_cli_env, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "status", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot reach the Ray cluster at 127.0.0.1:1" in err and "ray start --head" in err
+
+
+@pytest.mark.slow  # a local Ray instance and three workers: ~30-60 s on two cores
+def test_fleet_sweep_twins_3_over_two_models_and_two_tasks(fleet_cli_env, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "fleet.sqlite"
+    code = main(["fleet", "sweep", "--twins", "3", "--model", "bert-tiny", "bert-mini", "--task", "sst2", "mrpc",
+                 "--fast", "--steps", "2", "--db", str(db)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.count("[twin]") >= 4 * 12  # every point's line names its board and source
+    assert "fleet sweep finished" in out and "points per board: twin-0" in out
+    with Store(db) as store:
+        sweeps = store.list_sweeps()
+        assert len(sweeps) == 4 and all(s.status == "finished" for s in sweeps)
+        for s in sweeps:
+            keys = [(repr(p.setting), p.repeat) for p in store.sweep_points(s.id)]
+            assert len(keys) == len(set(keys)) == 12

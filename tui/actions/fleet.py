@@ -1,0 +1,251 @@
+"""The fleet from the app (docs/fleet.md): connecting to a Ray cluster (or starting a local fleet of
+twins), polling its boards for the Fleet page (7), and fleet sweeps from the Sweep page (6).
+
+Connecting takes seconds (Ray starts in ~10 s) and `boards()` asks every board: both run in
+thread workers that post messages, so the UI never waits on Ray. A fleet sweep runs in the
+engine worker like a local sweep: `x`, quitting, SIGHUP and SIGTERM cancel it through
+`self.control` (a FleetCancel), and quitting waits for the boards to restore their clocks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from textual import work
+from textual.worker import get_current_worker
+
+from engine.core.errors import SlmDvfsError
+from tui.actions.experiments import ENGINE
+from tui.bridge import EventBridge
+from tui.fleet_model import FleetSweepTracker, FleetTracker, fleet_where, parse_target
+from tui.messages import (
+    EngineFailed,
+    FleetConnected,
+    FleetConnectFailed,
+    FleetPolled,
+    FleetSweepDone,
+    SweepProgress,
+)
+from tui.screens.modals import ConfirmScreen
+from tui.screens.sweep import SweepScreen
+
+FLEET_POLL_S = 1.0  # Fleet.boards() asks every board: once a second is live enough
+FLEET_QUIT_WAIT_S = 20.0  # quitting mid fleet sweep: the boards' tasks stop and restore their clocks
+DEFAULT_PROFILE = "agx-orin-64gb"
+
+
+class FleetCancel:
+    """What the app cancels (`x`, quit, signals) during a fleet sweep, shaped like a TrainControl:
+    it sets the event Fleet.sweep watches."""
+
+    paused = False
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        self.reason = reason
+        self.event.set()
+
+
+def split_models(text: str) -> list[str]:
+    """The Sweep form's model field as a list: `bert-tiny, pythia-70m` (a fleet sweep takes several)."""
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+class FleetActions:
+    """Mixin of SlmDvfsApp."""
+
+    fleet: Any = None
+    fleet_tracker: FleetTracker
+    _own_fleet = False
+
+    def init_fleet(self, fleet: Any, address: str | None, twins: int | None, profile: str | None,
+                   refresh_s: float = FLEET_POLL_S) -> None:
+        """`fleet`: one already connected (the caller closes it); else `address`/`twins` are connected
+        to when the app starts (and closed by close_fleet)."""
+        self.fleet = fleet
+        self._fleet_target = (address, twins, profile)
+        self.fleet_refresh_s = refresh_s
+        self.fleet_tracker = FleetTracker()
+
+    def start_fleet(self) -> None:
+        """On mount: poll a fleet given, or connect to the one the launch named."""
+        address, twins, profile = self._fleet_target
+        if self.fleet is not None:
+            self.fleet_tracker.connected(getattr(self.fleet, "where", None) or fleet_where(address, twins))
+            self.poll_fleet(self.fleet)
+        elif address or twins:
+            self.connect_fleet(address, twins, profile)
+
+    def connect_fleet_from(self, text: str) -> None:
+        """The Fleet page's `c`: the field's address or `twins:N[:profile]`."""
+        if self.fleet is not None:
+            self.notify(f"already connected to {self.fleet_tracker.where}", severity="warning")
+            return
+        try:
+            address, twins, profile = parse_target(text)
+        except ValueError as exc:
+            self.notify(str(exc), title="Cannot connect", severity="error")
+            return
+        self.connect_fleet(address, twins, profile)
+
+    def connect_fleet(self, address: str | None, twins: int | None, profile: str | None) -> None:
+        if any(w.group == "fleet-connect" and not w.is_finished for w in self.workers):  # type: ignore[attr-defined]
+            self.notify("already connecting", severity="warning")
+            return
+        where = fleet_where(address, twins)
+        self.fleet_tracker.connecting(where)
+        self.draw_fleet()
+        self.fleet_connect_worker(address, twins, profile or DEFAULT_PROFILE, where)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-connect")
+    def fleet_connect_worker(self, address: str | None, twins: int | None, profile: str, where: str) -> None:
+        try:
+            from engine.run.fleet import connect
+
+            fleet = connect(address, twins=twins, profile=profile)
+        except BaseException as exc:  # noqa: BLE001 - said on the page, never a crash to the shell
+            text = f"{exc.what}: {exc.remedy}" if isinstance(exc, SlmDvfsError) else f"{type(exc).__name__}: {exc}"
+            self.post_message(FleetConnectFailed(where, text))
+            return
+        if self._quitting:  # type: ignore[attr-defined]
+            fleet.close()  # the app left while Ray started: nobody else will close it
+            return
+        self.post_message(FleetConnected(fleet, where))
+
+    def on_fleet_connected(self, message: FleetConnected) -> None:
+        self.fleet, self._own_fleet = message.fleet, True
+        self.fleet_tracker.connected(message.where)
+        self.draw_fleet()
+        self.notify(f"connected to {message.where}", title="Fleet")
+        self.poll_fleet(message.fleet)
+
+    def on_fleet_connect_failed(self, message: FleetConnectFailed) -> None:
+        self.fleet_tracker.failed(message.where, message.error)
+        self.draw_fleet()
+        self.notify(message.error, title=f"Cannot connect to {message.where}", severity="error", timeout=15)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-poll")
+    def poll_fleet(self, fleet: Any) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled and self.fleet is fleet:
+            try:
+                self.post_message(FleetPolled(tuple(fleet.boards())))
+            except Exception as exc:  # noqa: BLE001 - said on the page; the next poll tries again
+                self.post_message(FleetPolled((), f"{type(exc).__name__}: {exc}"))
+            time.sleep(self.fleet_refresh_s)
+
+    def on_fleet_polled(self, message: FleetPolled) -> None:
+        if message.error:
+            self.fleet_tracker.note = f"cannot read the boards: {message.error}"
+        else:
+            self.fleet_tracker.note = ""
+            self.fleet_tracker.poll(message.boards)
+        self.draw_fleet()
+
+    def draw_fleet(self) -> None:
+        from tui.screens.fleet import FleetScreen
+
+        if (page := self._current(FleetScreen)) is not None:  # type: ignore[attr-defined]
+            page.show_fleet(self.fleet_tracker.view())
+        if (page := self._current(SweepScreen)) is not None:  # type: ignore[attr-defined]
+            page.refresh_bindings()  # `f` shows once connected
+
+    def close_fleet(self) -> None:
+        """After the app exits: close a fleet the app connected to (a local fleet's Ray stops)."""
+        fleet, self.fleet = self.fleet, None
+        if fleet is not None and self._own_fleet:
+            fleet.close()
+
+    # ------------------------------------------------------------------ fleet sweeps
+    def action_fleet_sweep(self) -> None:
+        self.action_page("sweep")  # type: ignore[attr-defined]
+        self.call_after_refresh(lambda: self.get_screen("sweep").action_fleet_sweep())  # type: ignore[attr-defined]
+
+    def request_fleet_sweep(self, values: dict) -> None:
+        """The Sweep form's workload on every board: one sweep per model in its model field."""
+        from engine.run.sweep import SweepSpec
+
+        if self.fleet is None:
+            self.notify("not connected to a fleet: connect on the Fleet page (7)", severity="warning")
+            return
+        if self._refuse_if_busy():  # type: ignore[attr-defined]
+            return
+        boards = self.fleet_tracker.view().boards
+        twins_only = bool(boards) and all(b.source.value == "twin" for b in boards)
+        try:
+            plans = []
+            for model in split_models(values["model"]):
+                spec = SweepSpec(model=model, task=values["task"], space=values["space"],
+                                 warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
+                                 repeats=int(values["repeats"]), fast=bool(values["fast"]) and twins_only,
+                                 twin=DEFAULT_PROFILE if bool(values["fast"]) and twins_only else None,
+                                 **values.get("workload", {}))
+                spec.validate()
+                plans.append(spec)
+        except (SlmDvfsError, ValueError) as exc:
+            self.notify(str(exc), title="Cannot start the fleet sweep", severity="error")
+            return
+        if twins_only:
+            self.start_fleet_sweep(plans)
+            return
+        self.push_screen(  # type: ignore[attr-defined]
+            ConfirmScreen("Sweep the fleet's boards?",
+                          f"{len(plans)} sweep(s) over the {plans[0].space} space run on the fleet's boards, each "
+                          "setting applied in turn; every board restores its clocks when its work ends, is "
+                          "cancelled, or on quit.", yes="Sweep"),
+            lambda ok: self.start_fleet_sweep(plans) if ok else None,
+        )
+
+    def start_fleet_sweep(self, plans: list[Any]) -> Any:
+        if self._refuse_if_busy() or self.store is None or self.fleet is None:  # type: ignore[attr-defined]
+            return None
+        tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
+        tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
+                     + ", ".join(f"{p.model}/{p.task}" for p in plans) + f" over {plans[0].space}")
+        self.sweep_tracker = tracker
+        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),  # type: ignore[attr-defined]
+                                        min_interval_s=self.run_refresh_s)  # type: ignore[attr-defined]
+        self.control = FleetCancel()
+        self.engine_busy = "fleet sweep"
+        self.sweep_view = tracker.view()
+        if (page := self._current(SweepScreen)) is not None:  # type: ignore[attr-defined]
+            page.show_sweep(self.sweep_view)
+        self.fleet_sweep_worker(self.fleet, tuple(plans), self.control, self.sweep_bridge)
+        return self.control
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
+    def fleet_sweep_worker(self, fleet: Any, plans: tuple[Any, ...], cancel: FleetCancel, bridge: EventBridge) -> None:
+        try:
+            result = fleet.sweep(plans, store=self.store, on_event=bridge, cancel=cancel.event)  # type: ignore[attr-defined]
+        except BaseException as exc:  # noqa: BLE001 - shown in the app
+            self.post_message(EngineFailed("fleet sweep", exc))  # type: ignore[attr-defined]
+            return
+        self.post_message(FleetSweepDone(result))  # type: ignore[attr-defined]
+
+    def on_fleet_sweep_done(self, message: FleetSweepDone) -> None:
+        result = message.result
+        self._engine_idle()  # type: ignore[attr-defined]
+        line = fleet_result_line(result)
+        status = str(getattr(result, "status", "finished"))
+        if isinstance(self.sweep_tracker, FleetSweepTracker):
+            self.sweep_tracker.finish(status, line)
+            self.sweep_view = self.sweep_tracker.view()
+        if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:  # type: ignore[attr-defined]
+            page.show_sweep(self.sweep_view)
+        self.draw_fleet()
+        if not self._quitting:  # type: ignore[attr-defined]
+            self.notify(line, title="Fleet sweep " + status)
+
+
+def fleet_result_line(result: Any) -> str:
+    """A FleetSweepResult in one line: its status, each sweep's points, what was retried."""
+    sweeps = getattr(result, "sweeps", ())
+    parts = [f"sweep {s.sweep_id} {s.model}/{s.task} {s.status} {s.points}/{s.total}"
+             + (f" ({s.retries} retried)" if s.retries else "") for s in sweeps]
+    wall = getattr(result, "wall_s", None)
+    head = f"fleet sweep {result.status}" + (f" in {wall:.0f} s" if isinstance(wall, (int, float)) else "")
+    return head + (": " + "; ".join(parts) if parts else "")
