@@ -121,6 +121,8 @@ class FleetSweep:
             self._emit("board_lost", serial, unit, f"board {serial} lost during {unit.label}: {error}")
             if self.cancel.is_set():
                 unit.status = "cancelled"
+                if unit.sweep_id is not None:
+                    self.store.finish_sweep(unit.sweep_id, "cancelled")
                 return
             unit.retries += 1
             unit.status = "pending"
