@@ -121,6 +121,8 @@ class FleetSweep:
             self._emit("board_lost", serial, unit, f"board {serial} lost during {unit.label}: {error}")
             if self.cancel.is_set():
                 unit.status = "cancelled"
+                if unit.sweep_id is not None:
+                    self.store.finish_sweep(unit.sweep_id, "cancelled")
                 return
             unit.retries += 1
             unit.status = "pending"
@@ -170,8 +172,8 @@ class FleetSweep:
             todo = self._open_sweep(unit, plan, module)
             self._emit("started", serial, unit, f"{unit.label} on {serial}: {len(todo)} of {unit.total} points to "
                                                 f"measure (sweep s{unit.sweep_id})")
-            outcome = "finished"
-            if todo:
+            outcome = "finished" if len(todo) == 0 else "cancelled"
+            if todo and not self.cancel.is_set():
                 outcome, error = self._stream(serial, unit, actor, todo)
         except RayActorError as exc:  # ActorDiedError, ActorUnavailableError: the board (or its node) is gone
             outcome, error = "lost", type(exc).__name__
@@ -202,8 +204,12 @@ class FleetSweep:
     def _stream(self, serial: str, unit: _Unit, actor: Any, todo: list[Any]) -> tuple[str, str]:
         unit.boards.append(serial)
         stream = actor.measure.options(num_returns="streaming").remote(unit.spec, todo)
+        told = False
         for ref in stream:
             item = self.ray.get(ref)
+            if self.cancel.is_set() and not told:  # a cancel sent before the board's run began found nothing to stop
+                actor.cancel.remote()
+                told = True
             if isinstance(item, tuple) and item and item[0] == END:
                 _end, status, error = item
                 return status, error
