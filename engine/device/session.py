@@ -149,13 +149,15 @@ def open_device(
     realtime: bool = True,
     twin_dir: Path | None = None,
     thermal: bool = False,
+    twin_serial: str | None = None,
 ) -> DeviceSession:
     """Open a board at `sysfs_root` (default `/` or $SLM_DVFS_SYSFS_ROOT), or the named twin.
 
     With `fallback_to_twin`, a machine with no Jetson opens the default twin and says so.
     The twin keeps its tree under `twin_dir` (default: its persistent folder, so a pin in
     one command is seen by the next); `realtime` lets its idle time follow the wall clock
-    (False: virtual time only, so results repeat); `thermal` turns on its thermal model.
+    (False: virtual time only, so results repeat); `thermal` turns on its thermal model;
+    `twin_serial` gives a new twin a device-tree serial (a fleet's twins are distinct boards).
     """
     if twin is None:
         root = paths.sysfs_root(sysfs_root)
@@ -181,6 +183,6 @@ def open_device(
         notes = []
     from engine.device.twin.orin import VirtualOrin
 
-    orin = VirtualOrin(twin, root=twin_dir or twin_root(twin), thermal=thermal)
+    orin = VirtualOrin(twin, root=twin_dir or twin_root(twin), thermal=thermal, serial=twin_serial)
     orin.start(realtime=realtime)
     return DeviceSession(orin.device(), twin=orin, notes=notes)

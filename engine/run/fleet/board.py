@@ -49,8 +49,10 @@ class BoardWorker:
 
         self.name = name
         self.pace = pace  # twins: sleep each point's twin time x pace, so a point takes wall time as on a board
+        # a twin gets the fleet's serial in its device tree, so its results name it as a board's do
         self.session = open_device(twin=twin, sysfs_root=sysfs_root, realtime=False,
-                                   twin_dir=Path(twin_dir) if twin_dir else None)
+                                   twin_dir=Path(twin_dir) if twin_dir else None,
+                                   twin_serial=serial if twin else None)
         ident = self.session.device.identity()
         self.identity = ident
         root = twin_dir or sysfs_root or "/"
