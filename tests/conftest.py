@@ -3,6 +3,8 @@ test's tmp_path, the hub offline), and fake Jetson trees rendered by engine.devi
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,20 @@ def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield
     torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def fleet_isolation(base: Path) -> Iterator[None]:
+    """For a module's local Ray fleet: state, data and cache folders under `base` (the twins' board
+    actors inherit the environment), offline, no Ray token auth, no outside cluster."""
+    with pytest.MonkeyPatch.context() as mp:
+        for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
+                          ("SLM_DVFS_DATA_DIR", "data")):
+            mp.setenv(var, str(base / name))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("RAY_AUTH_MODE", "disabled")
+        mp.delenv("RAY_ADDRESS", raising=False)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from engine.core.provenance import Source
 from engine.results.store import Store
 from engine.run.fleet import SweepPlan, connect, parse_twins
 
+from conftest import fleet_isolation
+
 ray = pytest.importorskip("ray")
 
 MODELS = ("bert-tiny", "bert-mini")
@@ -31,13 +33,7 @@ GPU_SETTINGS = 12  # the AGX Orin 64GB's GPU space: its 11 GPU steps and MAXN
 def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """State, data and cache folders of the module (the twins' actors inherit them), offline, no Ray auth."""
     base = tmp_path_factory.mktemp("fleet")
-    with pytest.MonkeyPatch.context() as mp:
-        for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
-                          ("SLM_DVFS_DATA_DIR", "data")):
-            mp.setenv(var, str(base / name))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("RAY_AUTH_MODE", "disabled")
-        mp.delenv("RAY_ADDRESS", raising=False)
+    with fleet_isolation(base):
         yield base
 
 

@@ -17,6 +17,8 @@ from tui.messages import FleetPolled, FleetSweepDone, SweepProgress
 from tui.screens.fleet import FleetScreen
 from tui_helpers import drive, make_app, screen_text
 
+from conftest import fleet_isolation
+
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow  # a Ray instance and two twin workers start once for the module (~20 s)
 
@@ -26,13 +28,7 @@ GPU_SETTINGS = 12  # the AGX Orin 64GB's GPU space: its 11 GPU steps and MAXN
 @pytest.fixture(scope="module")
 def twin_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     base = tmp_path_factory.mktemp("tui-fleet")
-    with pytest.MonkeyPatch.context() as mp:
-        for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
-                          ("SLM_DVFS_DATA_DIR", "data")):
-            mp.setenv(var, str(base / name))
-        mp.setenv("HF_HUB_OFFLINE", "1")
-        mp.setenv("RAY_AUTH_MODE", "disabled")
-        mp.delenv("RAY_ADDRESS", raising=False)
+    with fleet_isolation(base):
         from engine.run.harness import resolve_for
 
         resolve_for(SweepPlan(model="bert-tiny", task="sst2", fast=True, steps=2))  # traced once, here
