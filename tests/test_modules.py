@@ -249,6 +249,10 @@ def test_train_selector_across_modules_then_select_for_a_module(two_modules: Pat
     trained = json.loads(capsys.readouterr().out)
     assert "module_columns" not in trained["training"] and trained["basis"]["modules"] == [OTHER]
     assert not load_selector(per).modules
+    # a per-module selector has no module feature: another --module is refused, its own accepted
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", AGX]) != 0
+    assert "not trained across modules (it rests on" in capsys.readouterr().err
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", OTHER]) == 0
 
 
 # --------------------------------------------------------------------------- what the CLI and reports say

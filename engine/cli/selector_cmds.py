@@ -310,6 +310,12 @@ def cmd_select(args: argparse.Namespace) -> int:
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
     selector = load_selector(args.selector, trust=args.trust)
     module = args.module
+    own = selector.training.get("modules") or []
+    if module is not None and not selector.modules and module not in own:
+        # a per-module selector has no module feature: an explicit --module would change nothing
+        raise ConfigError(f"--module {module!r}: this selector was not trained across modules"
+                          + (f" (it rests on {', '.join(own)})" if own else ""),
+                          "drop --module, or train one with `slm-dvfs train-selector --across-modules`")
     if module is None and args.twin and selector.modules:  # the twin's module, where the selector learnt it
         twin_module = _load_profile(args.twin).identity.module
         module = twin_module if twin_module in selector.modules else None

@@ -18,7 +18,7 @@ def fleet_twins(text: str | None) -> tuple[int | None, str | None]:
     count, _, profile = text.partition(":")
     if not count.strip().isdigit() or int(count) < 1:
         raise ConfigError(f"--fleet-twins {text}: not a count of twins",
-                          "give N[:profile], e.g. --fleet-twins 2 or --fleet-twins 2:agx-orin-32gb")
+                          "give N[:profile], e.g. --fleet-twins 2 or --fleet-twins 2:agx-orin-64gb")
     return int(count), profile.strip() or None
 
 

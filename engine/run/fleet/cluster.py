@@ -51,7 +51,7 @@ def parse_twins(text: str, default_profile: str = "agx-orin-64gb") -> tuple[int,
         n = 0
     if n < 1:
         raise ConfigError(f"--twins {text!r}: need a number of twins of 1 or more",
-                          "give e.g. --twins 3 or --twins 3:agx-orin-32gb")
+                          "give e.g. --twins 3 or --twins 3:agx-orin-64gb")
     return n, profile.strip() or default_profile
 
 
