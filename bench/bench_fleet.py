@@ -7,9 +7,9 @@ as a point takes its own time on a board. That makes the per-point work wall tim
 so the figure says how the fleet spreads work, not how three processes share this host's cores
 (on a 2-core machine three CPU-bound workers cannot go 3x). Each side's wall time is the sweep
 call alone (the Ray instance and its workers are started, and the traces cached, before the clock
-starts), median of `--rounds`. A sweep is one unit of work: four units on three boards take two
-rounds, so the best possible ratio here is about 0.5 (2/4 with equal units), not 1/3 (a third would need units split
-over boards, or 3k workloads).
+starts), median of `--rounds`. The fleet spreads each sweep's points over the boards in shares
+(engine.run.fleet.dispatch), so four sweeps on three boards can take a third of the time, not half
+as four whole sweeps would (two rounds).
 
     .venv/bin/python bench/bench_fleet.py [--pace 5] [--steps 2] [--rounds 1]
 """
@@ -74,7 +74,8 @@ def main() -> None:
         "workloads": [f"{p.model}/{p.task}" for p in plans], "mode": "fast, paced", "pace": args.pace,
         "steps": args.steps, "host_cpus": os.cpu_count(), "serial": serial, "fleet": fleet,
         "ratio_fleet_over_serial": round(fleet["wall_s"] / serial["wall_s"], 3),
-        "note": "4 sweep units on 3 boards: two rounds at best (0.5 with equal units; bert-mini points take longer than bert-tiny ones)",
+        "note": "each sweep's points spread over the boards in shares: 1/3 is the ideal on 3 boards "
+                "(bert-mini points take longer than bert-tiny ones: the shares differ in points, not in time)",
     }, indent=1))
 
 

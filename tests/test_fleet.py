@@ -16,7 +16,7 @@ import pytest
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.results.store import Store
+from engine.results.store import Store, setting_key
 from engine.run.fleet import SweepPlan, connect, parse_twins
 
 from conftest import fleet_isolation
@@ -107,9 +107,19 @@ def test_two_models_by_two_tasks_store_every_point_once_with_the_local_figures(f
         fleet_figures = {o.model + "/" + o.task: {(repr(p.setting), p.repeat): (p.energy_j, p.time_s)
                                                   for p in store.sweep_points(o.sweep_id)} for o in result.sweeps}
     kinds = [e.kind for e in events]
-    assert kinds.count("started") == 4 and kinds.count("finished") == 4 and kinds.count("point") == 4 * GPU_SETTINGS
+    assert kinds.count("finished") == 4 and kinds.count("point") == 4 * GPU_SETTINGS
+    # the sweeps are spread in shares over the boards: more shares than sweeps, each started and done
+    assert kinds.count("started") == kinds.count("done") > 4
     point = next(e for e in events if e.kind == "point")
     assert point.source is Source.TWIN and point.energy_j > 0 and point.board.startswith("twin-")
+    # every stored point names the board that measured it, as its event did
+    told = {(e.sweep_id, setting_key(e.setting), e.repeat): e.board for e in events if e.kind == "point"}
+    with Store(tmp_path / "fleet.sqlite") as store:
+        named = {(o.sweep_id, *p.key): store.get_device(p.device_id).serial
+                 for o in result.sweeps for p in store.sweep_points(o.sweep_id)}
+        spread = [len(store.sweep_boards(o.sweep_id)) for o in result.sweeps]
+    assert named == told and set(named.values()) == {"twin-0", "twin-1", "twin-2"}
+    assert max(spread) > 1  # a workload's sweep measured on more than one board
     # the same sweep run locally stores the same figures: the boards run the local sweep's path
     with Store(tmp_path / "local.sqlite") as store:
         local = run_sweep(SweepPlan(model="bert-mini", task="mrpc", fast=True, steps=2, twin="agx-orin-64gb"),
@@ -202,8 +212,11 @@ def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, 
         fleet.set_pace(0.0)
     dead = victim["serial"]
     assert busy and all("/" in b.running and b.running.split()[-1].count("/") == 1 for b in busy)
-    (retried,) = [o for o in result.sweeps if o.retries]
-    assert retried.retries == 1 and retried.boards[0] == dead and len(retried.boards) == 2 and retried.boards[1] != dead
+    (retried,) = [o for o in result.sweeps if o.retries]  # the dead board's share went back to the pool
+    assert retried.retries == 1 and dead in retried.boards and set(retried.boards) - {dead}
+    with Store(tmp_path / "killed.sqlite") as store:  # what the dead board stored stays, named after it
+        serials = {store.get_device(p.device_id).serial for o in result.sweeps for p in store.sweep_points(o.sweep_id)}
+    assert dead in serials and result.per_board[dead] >= 3
     assert [e.kind for e in events if e.board == dead and e.kind in ("board_lost", "retried")] == ["board_lost",
                                                                                                      "retried"]
     assert dead not in fleet.serials and len(fleet.boards()) == 2
@@ -216,3 +229,17 @@ def test_importing_the_fleet_does_not_import_ray() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert out.stdout.strip() == "False"
+
+
+def test_a_thermal_twin_board_runs_the_thermal_model_and_a_plain_one_does_not(tmp_path: Path) -> None:
+    from engine.run.fleet.board import BoardWorker
+
+    hot = BoardWorker("board-twin-t", twin="agx-orin-64gb", twin_dir=str(tmp_path / "t"), serial="twin-t",
+                      thermal=True)
+    plain = BoardWorker("board-twin-p", twin="agx-orin-64gb", twin_dir=str(tmp_path / "p"), serial="twin-p")
+    try:
+        assert hot.session.twin.thermal_enabled and not plain.session.twin.thermal_enabled
+        assert hot.info().serial == "twin-t" and hot.device_record().serial == "twin-t"
+    finally:
+        hot.close()
+        plain.close()

@@ -30,6 +30,11 @@ def test_bad_twins_count_is_refused_before_ray_starts(fleet_cli_env, capsys: pyt
     assert "--twins 3" in capsys.readouterr().err
 
 
+def test_thermal_is_refused_for_boards(fleet_cli_env, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", "status", "--address", "127.0.0.1:1", "--thermal"]) == 2
+    assert "--thermal is for a fleet of twins" in capsys.readouterr().err
+
+
 def test_an_unreachable_head_is_a_clear_error(fleet_cli_env, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fleet", "status", "--address", "127.0.0.1:1"]) == 2
     err = capsys.readouterr().err
@@ -52,3 +57,18 @@ def test_fleet_sweep_twins_3_over_two_models_and_two_tasks(fleet_cli_env, tmp_pa
         for s in sweeps:
             keys = [(repr(p.setting), p.repeat) for p in store.sweep_points(s.id)]
             assert len(keys) == len(set(keys)) == 12
+
+
+def test_fleet_sweep_takes_lists_of_batch_sizes_and_spaces() -> None:
+    from engine.cli import build_parser
+    from engine.cli.fleet_cmd import sweep_plans
+    from engine.run.fleet.model import plan_label
+
+    args = build_parser().parse_args(["fleet", "sweep", "--twins", "2", "--model", "bert-tiny", "--task", "sst2",
+                                      "mrpc", "--batch-size", "8", "16", "--space", "gpu", "modes", "gpu"])
+    plans = sweep_plans(args)
+    assert [plan_label(p) for p in plans] == [
+        "bert-tiny/sst2 batch 8", "bert-tiny/sst2 batch 8 modes", "bert-tiny/sst2 batch 16",
+        "bert-tiny/sst2 batch 16 modes", "bert-tiny/mrpc batch 8", "bert-tiny/mrpc batch 8 modes",
+        "bert-tiny/mrpc batch 16", "bert-tiny/mrpc batch 16 modes"]
+    assert {p.space for p in plans} == {"gpu", "modes"}

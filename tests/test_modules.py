@@ -74,7 +74,7 @@ def test_a_version_8_store_keeps_its_devices_with_an_unknown_serial(tmp_path: Pa
     conn.close()
     old = DeviceRecord(BOARD, AGX, "36.3.0", "6.0")
     with Store(db) as store:
-        assert store.schema_version() == migrations.SCHEMA_VERSION == 9
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 10
         assert store.get_device(3) == old and old.serial is None
         assert store.ensure_device(old) == 3  # its identity is unchanged
         new = store.ensure_device(DeviceRecord(BOARD, AGX, "36.3.0", "6.0", serial="1422921012345"))
@@ -137,6 +137,39 @@ def test_the_oracle_reads_the_sweeps_of_every_board_of_its_module(tmp_path: Path
         mine = store.find_or_create_sweep(device=b, workload=wl, space={"rails": "all"}, warmup_steps=0, steps=1,
                                           repeats=1, source=Source.MEASURED)
         assert mine.device_id == store.ensure_device(b)
+
+
+def test_a_fleet_sweep_resumes_on_any_board_of_the_module_and_its_points_name_their_board(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+    from engine.results.report import write_report
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    wl = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
+    db = tmp_path / "r.sqlite"
+    args = dict(workload=wl, space={"rails": "all"}, warmup_steps=0, steps=1, repeats=1, source=Source.MEASURED)
+    with Store(db) as store:
+        first = store.find_or_create_sweep(device=a, **args)
+        store.add_point(SweepPoint(first.id, MAXN.to_json(), 0, 1.0, 10.0, 10))  # device None: the sweep's (A)
+        store.finish_sweep(first.id, "cancelled")
+        # board B picks it up (scope "module"); the other module never does
+        again = store.find_or_create_sweep(device=b, scope="module", **args)
+        assert again.id == first.id and again.device_id == store.ensure_device(a)
+        assert store.find_or_create_sweep(device=nx, scope="module", **args).id != first.id
+        store.add_point(SweepPoint(first.id, {"gpu_hz": 816_000_000, "nvpmodel": 0}, 0, 2.0, 8.0, 10,
+                                   device_id=store.ensure_device(b)))
+        store.finish_sweep(first.id)
+        by_board = {p.key[0]: p.device_id for p in store.sweep_points(first.id)}
+        assert sorted(by_board.values(), key=str) == sorted([None, store.ensure_device(b)], key=str)
+        assert [d.serial for d in store.sweep_boards(first.id)] == ["A", "B"]
+        md = write_report(store, f"s{first.id}", out_dir=tmp_path / "rep").markdown.read_text()
+    assert "measured on 2 boards of the module (serials A, B)" in md
+    assert main(["show", f"s{first.id}", "--db", str(db)]) == 0
+    assert "boards       2 of the module measured its points: #A, #B" in capsys.readouterr().out
+    assert main(["show", f"s{first.id}", "--db", str(db), "--json"]) == 0
+    assert [d["serial"] for d in json.loads(capsys.readouterr().out)["boards"]] == ["A", "B"]
 
 
 # --------------------------------------------------------------------------- the selector

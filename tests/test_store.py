@@ -84,7 +84,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 9
+    assert store.schema_version() == SCHEMA_VERSION == 10
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -188,7 +188,7 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 9
+        assert s.schema_version() == SCHEMA_VERSION == 10
         assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
         assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
         assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged

@@ -307,9 +307,9 @@ def test_a_version_7_store_is_migrated_keeping_its_sweep_points(db: Path) -> Non
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == migrations.SCHEMA_VERSION == 9  # through v8 and v9
+        assert s.schema_version() == migrations.SCHEMA_VERSION == 10  # through v8, v9 and v10
         (old,) = s.sweep_points(4)
-        assert (old.id, old.time_s, old.energy_j, old.samples) == (9, 2.5, 30.0, 80)
+        assert (old.id, old.time_s, old.energy_j, old.samples, old.device_id) == (9, 2.5, 30.0, 80, None)
         s.add_point(SweepPoint(4, {"gpu_hz": 816_000_000}, 0, time_s=None, energy_j=33.0, samples=80))
         assert [p.time_s for p in s.sweep_points(4)] == [2.5, None]
         with pytest.raises(Exception, match="already holds"):  # the unique (sweep, setting, repeat) survived

@@ -21,7 +21,7 @@ from engine.core.provenance import Source
 HISTORY = 120  # polls of power kept per board (two minutes at the page's 1 s poll)
 SPARKS = "▁▂▃▄▅▆▇█"
 # Event kinds after which a board runs nothing of the sweep any more
-IDLE_KINDS = frozenset({"finished", "cancelled", "board_lost"})
+IDLE_KINDS = frozenset({"done", "finished", "cancelled", "board_lost"})
 
 STATUS_UNCONNECTED = "unconnected"
 STATUS_CONNECTING = "connecting"

@@ -17,13 +17,14 @@ from engine.cli import numbers
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, mode_options
 from engine.cli.store_cmds import add_db_arg
+from engine.core.errors import ConfigError
 from engine.core.text import clean_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps",
                        description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them, and spread "
-                       "sweeps over them, one workload per board at a time, every point stored here as it comes.")
+                       "sweeps over them, each sweep's points shared out among the boards, every point stored here as it comes.")
     fsub = p.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
 
     s = fsub.add_parser("status", help="the boards: identity, module, L4T, temperatures, power, what they run")
@@ -31,18 +32,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--json", action="store_true", help="print the boards as JSON")
     s.set_defaults(func=cmd_status)
 
-    w = fsub.add_parser("sweep", help="sweeps of every model x task x batch size, spread over the boards",
-                        description="The cross product of --model, --task and --batch-size, each one sweep (a unit) "
-                        "run on one board at a time; points stream back and are stored here as they come. A board "
-                        "lost mid-sweep: its sweep goes on on another board of the same module from its stored "
-                        "points. Ctrl-C stops every board at a step boundary (clocks restored); run the same "
-                        "command again to resume.")
+    w = fsub.add_parser("sweep", help="sweeps of every model x task x batch size x space, spread over the boards",
+                        description="The cross product of --model, --task, --batch-size and --space, each one sweep "
+                        "whose points are spread in shares over the free boards of one module (a board runs one "
+                        "share at a time); points stream back and are stored here as they come, each naming the "
+                        "board that measured it. A board lost mid-share: its unmeasured points go to another board "
+                        "of the module. Ctrl-C stops every board at a step boundary (clocks restored); run the "
+                        "same command again to resume.")
     _fleet_args(w)
     w.add_argument("--model", nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
     w.add_argument("--task", nargs="+", required=True, metavar="TASK", help="GLUE tasks, e.g. sst2 mrpc")
     w.add_argument("--batch-size", nargs="+", type=numbers.batch_size, metavar="B", help="default: each zoo entry's")
     w.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
-    w.add_argument("--space", choices=("gpu", "gpu+emc", "full", "modes"), default="gpu", help="default gpu")
+    w.add_argument("--space", nargs="+", choices=("gpu", "gpu+emc", "full", "modes"), default=["gpu"],
+                   help="setting spaces, each its own sweep (default gpu)")
     w.add_argument("--warmup-steps", type=numbers.int_range(0, 10_000), default=1, metavar="W")
     w.add_argument("--steps", type=numbers.int_range(1, 100_000), default=5, metavar="S",
                    help="measured steps per point (default 5)")
@@ -68,6 +71,8 @@ def _fleet_args(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--address", metavar="HOST:PORT", help="the Ray head (default $RAY_ADDRESS)")
     where.add_argument("--twins", metavar="N[:PROFILE]", help="a local fleet of N twins (default profile agx-orin-64gb)")
+    p.add_argument("--thermal", action="store_true", help="--twins: the twins run their thermal model (temperatures "
+                   "rise under load and the thermal guard acts, as on a board)")
 
 
 def _connect(args: argparse.Namespace) -> Any:
@@ -75,7 +80,9 @@ def _connect(args: argparse.Namespace) -> Any:
 
     if args.twins:
         n, profile = parse_twins(args.twins)
-        return connect(twins=n, profile=profile, pace=getattr(args, "pace", 0.0))
+        return connect(twins=n, profile=profile, pace=getattr(args, "pace", 0.0), thermal=args.thermal)
+    if args.thermal:
+        raise ConfigError("--thermal is for a fleet of twins: boards have real temperatures", "drop --thermal")
     return connect(args.address)
 
 
@@ -124,13 +131,13 @@ def sweep_plans(args: argparse.Namespace) -> list[Any]:
     from engine.run.fleet import SweepPlan
 
     sizes = args.batch_size or [None]
-    return [SweepPlan(model=m, task=t, batch_size=b, space=args.space, warmup_steps=args.warmup_steps,
+    return [SweepPlan(model=m, task=t, batch_size=b, space=space, warmup_steps=args.warmup_steps,
                       steps=args.steps, repeats=args.repeats, fast=args.fast, max_seq_len=args.max_seq_len,
                       seed=args.seed, data=args.data, train_samples=args.train_samples,
                       eval_samples=args.eval_samples if args.eval_samples is not None else 8, rails=args.rails,
                       cpu_stride=args.cpu_stride, objective=args.objective, padding=numbers.padding_of(args),
                       **mode_options(args))
-            for m, t, b in itertools.product(args.model, args.task, sizes)]
+            for m, t, b, space in itertools.product(args.model, args.task, sizes, dict.fromkeys(args.space))]
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -173,8 +180,8 @@ def format_summary(result: Any, store: Any, objective: str) -> str:
     lines = [f"fleet sweep {result.status} in {result.wall_s:.1f} s"]
     for s in result.sweeps:
         where = ", ".join(dict.fromkeys(s.boards)) or "-"
-        line = (f"  {'s' + str(s.sweep_id) if s.sweep_id is not None else '-':<5} {s.model}/{s.task}: {s.status}, "
-                f"{s.points}/{s.total} points, on {where}" + (f", {s.retries} retried" if s.retries else ""))
+        line = (f"  {'s' + str(s.sweep_id) if s.sweep_id is not None else '-':<5} {s.name}: {s.status}, "
+                f"{s.points}/{s.total} points, on {where}" + (f", {s.retries} share(s) retried" if s.retries else ""))
         if s.sweep_id is not None and s.points:
             points = summarize_points(store.sweep_points(s.sweep_id))
             best = optimum(points, parse_objective(objective))

@@ -218,6 +218,7 @@ def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
         sweep = store.get_sweep(sweep_id)
         device, workload = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
         points = summarize_points(store.sweep_points(sweep_id))
+        boards = store.sweep_boards(sweep_id)
     best, maxn = optimum(points), maxn_of(points)
     vs_maxn = optimum_vs_maxn(best, maxn)
     if args.json:
@@ -225,18 +226,19 @@ def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
             "id": sweep.id, "status": sweep.status, "source": sweep.source.value, "label": sweep.label,
             "created_at": sweep.created_at, "space": dict(sweep.space), "warmup_steps": sweep.warmup_steps,
             "steps": sweep.steps, "repeats": sweep.repeats, "device": device.to_json(), "workload": workload.to_json(),
+            "boards": [b.to_json() for b in boards],
             "points": [p.to_json() for p in points], "optimum": None if best is None else best.to_json(),
             "maxn": None if maxn is None else maxn.to_json(),
             "optimum_saving_vs_maxn_pct": None if vs_maxn is None else vs_maxn.saving_pct,
             "optimum_slowdown_vs_maxn_pct": None if vs_maxn is None else vs_maxn.slowdown_pct,
         }, indent=2))
         return 0
-    print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn)))
+    print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn, boards)))
     return 0
 
 
 def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, points: Sequence[Any], best: Any,
-                        maxn: Any, vs_maxn: Any) -> str:
+                        maxn: Any, vs_maxn: Any, boards: Sequence[DeviceRecord] = ()) -> str:
     """A stored sweep (run here or imported) for `show sN`: `—` where a time was not recorded."""
     src = sweep.source.value
     space = sweep.space
@@ -245,6 +247,9 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
     serial = f" #{device.serial}" if device.serial else ""
     release = f" L4T {device.l4t}" if device.l4t else ""
     lines.append(f"  device       {device.board}, {device.module}{serial} [{kind}]{release}")
+    if len(boards) > 1:  # a fleet sweep: its points were measured on several boards of the module
+        lines.append(f"  boards       {len(boards)} of the module measured its points: "
+                     + ", ".join(f"#{b.serial}" if b.serial else "(no serial)" for b in boards))
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
     lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {mode}  "
                  f"pad {w.padding}")

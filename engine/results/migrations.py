@@ -255,8 +255,16 @@ _V9_SERIAL = (
 )
 
 
+# v10: the board that measured each sweep point. A fleet spreads one workload's sweep over several
+# boards of a module (and a lost board's points are finished on another): the sweep keeps the board
+# it was opened on, each point names its own. NULL (every point before v10): the sweep's device.
+_V10_POINT_DEVICE = (
+    "ALTER TABLE sweep_points ADD COLUMN device_id INTEGER REFERENCES devices(id)",
+)
+
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8, _V9_SERIAL)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8, _V9_SERIAL, _V10_POINT_DEVICE)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

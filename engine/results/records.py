@@ -328,6 +328,7 @@ class SweepPoint:
     source: Source | None = None  # None: the sweep's
     id: int | None = None
     created_at: str | None = None
+    device_id: int | None = None  # the board that measured it; None: the sweep's device (schema v10)
 
     @property
     def key(self) -> tuple[str, int]:

@@ -113,6 +113,7 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
         f"Device: {device.board}, {device.module}" + (f", serial {device.serial}" if device.serial else "")
         + (f", L4T {device.l4t}" if device.l4t else "")
         + (f" (digital twin {device.profile})" if device.is_twin else "") + ".  ",
+        *_boards_line(store.sweep_boards(sweep_id)),
         _method(sweep),
         f"Energy is over the rails preset `{rails}`. All figures are **{src}**"
         + (" (computed by the digital twin)." if src == "twin" else
@@ -306,6 +307,15 @@ def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, format="png")
     return path
+
+
+def _boards_line(boards: Any) -> list[str]:
+    """A fleet sweep's boards (several boards of one module measured its points)."""
+    if len(boards) < 2:
+        return []
+    serials = ", ".join(b.serial or "(no serial)" for b in boards)
+    return [f"Its points were measured on {len(boards)} boards of the module (serials {serials}); "
+            "each stored point names its board.  "]
 
 
 def _method(sweep: Any) -> str:

@@ -57,15 +57,19 @@ class SweepTables(Database):
         repeats: int,
         source: Source | str,
         label: str | None = None,
+        scope: str = "board",
     ) -> SweepRecord:
-        """The newest unfinished sweep with these parameters (marked running again), or a new one."""
+        """The newest unfinished sweep with these parameters (marked running again), or a new one.
+
+        `scope` "board" resumes this board's sweeps only; "module" any board's of the same module
+        (a fleet spreads a sweep over its boards: each point names the board that measured it)."""
         src = as_source(source)
         space_text = json.dumps(space, sort_keys=True, separators=(",", ":"), default=json_default)
         with self._tx("starting a sweep") as conn:
             device_id = self._ref(conn, device, "device")
             workload_id = self._ref(conn, workload, "workload")
             # This board's, or one stored before its serial was (schema v9): it may be this board's.
-            ids = self._device_ids(lambda q, p: conn.execute(q, p).fetchall(), device_id, "board")
+            ids = self._device_ids(lambda q, p: conn.execute(q, p).fetchall(), device_id, scope)
             row = conn.execute(
                 f"SELECT id FROM sweeps WHERE device_id IN ({', '.join('?' * len(ids))}) AND workload_id = ? "
                 "AND space = ? AND warmup_steps = ? AND steps = ? AND repeats = ? AND source = ? "
@@ -132,11 +136,11 @@ class SweepTables(Database):
         try:
             cur = conn.execute(
                 "INSERT INTO sweep_points (sweep_id, setting, gpu_hz, cpu_hz, emc_hz, nvpmodel, repeat, time_s, "
-                "energy_j, rail_energy_j, avg_power_w, samples, source, created_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "energy_j, rail_energy_j, avg_power_w, samples, source, created_at, device_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (sweep_id, key, setting["gpu_hz"], setting["cpu_hz"], setting["emc_hz"],
                  setting["nvpmodel"], point.repeat, point.time_s, point.energy_j,
-                 json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now()),
+                 json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now(), point.device_id),
             )
         except sqlite3.IntegrityError:
             raise StoreError(f"sweep {sweep_id} already holds repeat {point.repeat} of {key}",
@@ -177,9 +181,18 @@ class SweepTables(Database):
                 sweep_id=r["sweep_id"], setting=json.loads(r["setting"]), repeat=r["repeat"], time_s=r["time_s"],
                 energy_j=r["energy_j"], samples=r["samples"], rail_energy_j=json.loads(r["rail_energy_j"]),
                 avg_power_w=r["avg_power_w"], source=Source(r["source"]), id=r["id"], created_at=r["created_at"],
+                device_id=r["device_id"],
             )
             for r in rows
         ]
+
+    def sweep_boards(self, sweep_id: int) -> tuple[DeviceRecord, ...]:
+        """The boards that measured the sweep's points, the sweep's own device first (one for a local sweep)."""
+        sweep = self.get_sweep(sweep_id)
+        rows = self._query("SELECT DISTINCT IFNULL(device_id, ?) FROM sweep_points WHERE sweep_id = ?",
+                           (sweep.device_id, sweep_id))
+        ids = [sweep.device_id] + sorted(int(r[0]) for r in rows if int(r[0]) != sweep.device_id)
+        return tuple(self.get_device(i) for i in ids)
 
     def completed_points(self, sweep_id: int) -> frozenset[tuple[str, int]]:
         """(setting_key(setting), repeat) of every recorded point: what a resumed sweep skips."""

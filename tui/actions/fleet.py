@@ -106,7 +106,7 @@ class FleetActions:
         try:
             from engine.run.fleet import connect
 
-            fleet = connect(address, twins=twins, profile=profile)
+            fleet = connect(address, twins=twins, profile=profile, thermal=twins is not None)  # as the app's twin
         except BaseException as exc:  # noqa: BLE001 - said on the page, never a crash to the shell
             text = f"{exc.what}: {exc.remedy}" if isinstance(exc, SlmDvfsError) else f"{type(exc).__name__}: {exc}"
             self.post_message(FleetConnectFailed(where, text))

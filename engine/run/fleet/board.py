@@ -29,6 +29,7 @@ from engine.workload.loop import TrainControl
 log = logging.getLogger(__name__)
 
 END = "end"  # the last item of a measure stream: (END, status, error)
+RESOLVED_KEPT = 16  # workloads a board keeps resolved (a fleet sweep's workloads, each measured in parts)
 
 
 def board_serial(root: str | Path) -> str:
@@ -44,13 +45,13 @@ class BoardWorker:
     """One board (or one twin) and the sweep it runs; see the module's docstring."""
 
     def __init__(self, name: str, *, twin: str | None = None, twin_dir: str | None = None, serial: str | None = None,
-                 sysfs_root: str | None = None, pace: float = 0.0) -> None:
+                 sysfs_root: str | None = None, pace: float = 0.0, thermal: bool = False) -> None:
         from engine.device.session import open_device
 
         self.name = name
         self.pace = pace  # twins: sleep each point's twin time x pace, so a point takes wall time as on a board
         # a twin gets the fleet's serial in its device tree, so its results name it as a board's do
-        self.session = open_device(twin=twin, sysfs_root=sysfs_root, realtime=False,
+        self.session = open_device(twin=twin, sysfs_root=sysfs_root, realtime=False, thermal=thermal,
                                    twin_dir=Path(twin_dir) if twin_dir else None,
                                    twin_serial=serial if twin else None)
         ident = self.session.device.identity()
@@ -61,7 +62,7 @@ class BoardWorker:
         self._running = ""
         self._control: TrainControl | None = None
         self._stop = threading.Event()
-        self._resolved: tuple[SweepSpec, Any] | None = None
+        self._resolved: dict[SweepSpec, Any] = {}  # the workloads of the sweeps it measures parts of
 
     # ------------------------------------------------------------------ cheap, any time
     def pid(self) -> int:
@@ -96,6 +97,12 @@ class BoardWorker:
             stop.set()
 
     # ------------------------------------------------------------------ one workload's sweep
+    def device_record(self) -> Any:
+        """What the store records for this board (engine.results.records.DeviceRecord)."""
+        from engine.results.records import DeviceRecord
+
+        return DeviceRecord.from_identity(self.identity)
+
     def prepare(self, spec: SweepSpec) -> UnitPlan:
         """The records the driver stores for this workload on this board, and its settings."""
         from engine.results.records import DeviceRecord, WorkloadRecord
@@ -110,13 +117,16 @@ class BoardWorker:
         self.pace = pace
 
     def _workload(self, spec: SweepSpec) -> Any:
-        """The spec's workload, resolved once for prepare() and measure() (tracing is the slow part)."""
+        """The spec's workload, resolved once per sweep (tracing is the slow part): a board measures
+        parts of several sweeps in turn."""
         with self._lock:
-            if self._resolved is not None and self._resolved[0] == spec:
-                return self._resolved[1]
+            if spec in self._resolved:
+                return self._resolved[spec]
         workload = resolve_for(spec)
         with self._lock:
-            self._resolved = (spec, workload)
+            if len(self._resolved) >= RESOLVED_KEPT:
+                self._resolved.pop(next(iter(self._resolved)))
+            self._resolved[spec] = workload
         return workload
 
     def board_spec(self, spec: SweepSpec) -> SweepSpec:
@@ -159,18 +169,22 @@ class BoardWorker:
 
         thread = threading.Thread(target=work, name=f"fleet-{self.name}", daemon=True)
         thread.start()
+        end = None
         try:
             while True:
                 item = out.get()
-                yield item
                 if isinstance(item, tuple) and item[0] == END:
+                    end = item
                     break
+                yield item
         finally:
             control.cancel("the driver stopped reading")  # a generator closed early: stop the board too
             stop.set()
             thread.join()
             with self._lock:
                 self._control, self._stop, self._running = None, threading.Event(), ""
+        # the board is free before the driver hears the end: its next share may come at once
+        yield end
 
     def close(self) -> None:
         self.session.close()

@@ -150,17 +150,19 @@ class Fleet:
 
 
 def connect(address: str | None = None, *, twins: int | None = None, profile: str = "agx-orin-64gb",
-            folder: str | Path | None = None, pace: float = 0.0) -> Fleet:
+            folder: str | Path | None = None, pace: float = 0.0, thermal: bool = False) -> Fleet:
     """Join the Ray cluster at `address` (or $RAY_ADDRESS) and put a worker on each board, or
     with `twins=N` start a local instance of N twins (under `folder`, else a temporary one).
-    `pace` (twins): each point also takes its twin time x pace in wall time, as on a board."""
+    `pace` (twins): each point also takes its twin time x pace in wall time, as on a board;
+    `thermal` (twins): they run the twin's thermal model (temperatures rise under load, the
+    thermal guard acts), as the TUI's own twin does."""
     ray = import_ray()
     if ray.is_initialized():
         raise ConfigError("this process is already connected to a Ray cluster", "close the other fleet first")
     if twins is not None:
         if address:
             raise ConfigError("--twins starts a local fleet; --address joins a cluster", "give one of them")
-        return _local_twins(ray, twins, profile, folder, pace)
+        return _local_twins(ray, twins, profile, folder, pace, thermal)
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
         raise ConfigError("no fleet to connect to", "give --address HEAD:6379 (or set RAY_ADDRESS), or try a "
@@ -218,7 +220,7 @@ def _board_actors(ray: Any) -> dict[str, Any]:
     return _by_serial(ray, actors)
 
 
-def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace: float) -> Fleet:
+def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace: float, thermal: bool) -> Fleet:
     from engine.device.twin.profile import load_profile
 
     if n < 1:
@@ -235,7 +237,7 @@ def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace
         for i in range(n):
             name = f"board-twin-{i}"
             actors[name] = cls.options(name=name, resources={BOARD_RESOURCE: 1}).remote(
-                name, twin=profile, twin_dir=str(root / f"twin-{i}"), serial=f"twin-{i}", pace=pace)
+                name, twin=profile, twin_dir=str(root / f"twin-{i}"), serial=f"twin-{i}", pace=pace, thermal=thermal)
         return Fleet(ray, _by_serial(ray, actors), owns_ray=True, twin_root=root, temporary=temporary)
     except BaseException:
         ray.shutdown()

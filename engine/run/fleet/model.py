@@ -13,7 +13,9 @@ from engine.run.sweep import SweepSpec
 # its sysfs root), so a plan's `twin` / `sysfs_root` are ignored.
 SweepPlan = SweepSpec
 
-EVENT_KINDS = ("started", "point", "finished", "retried", "board_lost", "cancelled")
+# started / done: a board's share (a chunk of a workload's points) began / ended; finished /
+# cancelled: a workload's whole sweep (board "")
+EVENT_KINDS = ("started", "point", "done", "finished", "retried", "board_lost", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,19 @@ class SweepOutcome:
     points: int  # points stored (all of them, resumed ones included)
     total: int  # points the sweep has
     boards: tuple[str, ...]  # serials that measured points of it (in order)
-    retries: int = 0
+    retries: int = 0  # shares handed back to the pool after their board was lost
     error: str = ""
+    label: str = ""  # model/task, and the batch size and space where the plan names them
+
+    @property
+    def name(self) -> str:
+        return self.label or f"{self.model}/{self.task}"
+
+
+def plan_label(plan: SweepPlan) -> str:
+    """A sweep plan as the fleet names it: `bert-tiny/sst2`, `bert-tiny/sst2 batch 8 full`."""
+    return (f"{plan.model}/{plan.task}" + (f" batch {plan.batch_size}" if plan.batch_size else "")
+            + ("" if plan.space == "gpu" or plan.settings else f" {plan.space}"))
 
 
 @dataclass(frozen=True)
