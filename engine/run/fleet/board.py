@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -49,6 +50,8 @@ class BoardWorker:
         from engine.device.session import open_device
 
         self.name = name
+        if twin and twin_dir is None:  # a cluster node's twin: its own tree on that machine, not the user's twin
+            twin_dir = str(Path(tempfile.gettempdir()) / "slm-dvfs-fleet" / name)
         self.pace = pace  # twins: sleep each point's twin time x pace, so a point takes wall time as on a board
         # a twin gets the fleet's serial in its device tree, so its results name it as a board's do
         self.session = open_device(twin=twin, sysfs_root=sysfs_root, realtime=False, thermal=thermal,

@@ -22,6 +22,7 @@ from engine.run.fleet.model import BoardInfo, FleetEvent, FleetSweepResult, Swee
 log = logging.getLogger(__name__)
 
 BOARD_RESOURCE = "board"
+TWIN_RESOURCE_PREFIX = "twin:"  # a node that advertises "twin:<profile>" runs that twin instead of a board
 NAMESPACE = "slm-dvfs-fleet"
 INFO_TIMEOUT_S = 10.0  # a board that cannot answer its status in this long is shown as unreachable
 START_TIMEOUT_S = 180.0  # a board's worker opening its device (imports, the twin's tree)
@@ -202,8 +203,15 @@ def _remote_class(ray: Any) -> Any:
     return ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(BoardWorker)
 
 
+def node_twin(resources: dict[str, float]) -> str | None:
+    """The twin profile a node advertises (`"twin:agx-orin-64gb": 1`): it stands in for a board."""
+    names = [k[len(TWIN_RESOURCE_PREFIX):] for k in resources if k.startswith(TWIN_RESOURCE_PREFIX)]
+    return names[0] if names else None
+
+
 def _board_actors(ray: Any) -> dict[str, Any]:
-    """One worker on each alive node with a board slot, pinned to it."""
+    """One worker on each alive node with a board slot, pinned to it: the node's board, or the twin
+    it advertises (a machine joined with `"twin:<profile>": 1` to try a cluster before its boards)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(BOARD_RESOURCE, 0) >= 1]
@@ -213,10 +221,13 @@ def _board_actors(ray: Any) -> dict[str, Any]:
     cls = _remote_class(ray)
     actors = {}
     for node in nodes:
-        name = f"board-{node['NodeManagerAddress']}-{node['NodeID'][:8]}"
+        node_id = node["NodeID"]
+        name = f"board-{node['NodeManagerAddress']}-{node_id[:8]}"
+        twin = node_twin(node.get("Resources", {}))
+        where = {} if twin is None else {"twin": twin, "serial": f"twin-{node_id[:8]}"}
         actors[name] = cls.options(
             name=name, resources={BOARD_RESOURCE: 1},
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(name)
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(name, **where)
     return _by_serial(ray, actors)
 
 
