@@ -172,5 +172,59 @@ class BoardWorker:
             with self._lock:
                 self._control, self._stop, self._running = None, threading.Event(), ""
 
+    # ------------------------------------------------------------------ one experiment (`fleet run`)
+    def plan_experiment(self, spec: Any) -> Any:
+        """The records an experiment's runs will carry on this board (board_runs.plan_experiment)."""
+        from engine.run.fleet.board_runs import plan_experiment
+
+        return plan_experiment(spec, self.session, self.identity)
+
+    def experiment(self, spec: Any, seeds: Sequence[Any] = (), selector: Any = None) -> Iterator[Any]:
+        """Run one experiment (engine.run.fleet.board_runs), yielding RunProgress items as it runs, then
+        its ExperimentRecords, then (END, status, error). A thread runs it so that progress streams."""
+        from engine.run.fleet.board_runs import run_on_board
+
+        out: queue.Queue[Any] = queue.Queue()
+        control = TrainControl()
+        stop = threading.Event()
+        label = f"{spec.model}/{spec.task} {spec.policy}"
+        with self._lock:
+            if self._control is not None:
+                raise RuntimeError(f"board {self.name} already runs something")
+            self._control, self._stop, self._running = control, stop, label
+
+        def running(text: str) -> None:
+            with self._lock:
+                self._running = f"{label} {text}"
+
+        def pause(time_s: float) -> None:
+            if self.pace > 0:
+                stop.wait(time_s * self.pace)  # paced twin: the step's time, in wall time
+
+        def work() -> None:
+            try:
+                records = run_on_board(spec, self.session, self.identity, seeds=seeds, selector=selector,
+                                       control=control, put=out.put, running=running, pause=pause)
+                out.put(records)
+                out.put((END, records.status, records.error))
+            except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
+                log.exception("experiment %s on %s failed", label, self.name)
+                out.put((END, "failed", f"{type(exc).__name__}: {exc}"))
+
+        thread = threading.Thread(target=work, name=f"fleet-run-{self.name}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = out.get()
+                yield item
+                if isinstance(item, tuple) and item[0] == END:
+                    break
+        finally:
+            control.cancel("the driver stopped reading")  # a generator closed early: stop the board too
+            stop.set()
+            thread.join()
+            with self._lock:
+                self._control, self._stop, self._running = None, threading.Event(), ""
+
     def close(self) -> None:
         self.session.close()

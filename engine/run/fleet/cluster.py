@@ -121,6 +121,22 @@ class Fleet:
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
 
+    def run(self, specs: Sequence[Any], *, store: Any, on_event: Callable[[Any], None] | None = None,
+            cancel: threading.Event | None = None) -> Any:
+        """Run the experiments (ExperimentSpec) over the fleet, each whole on one board (its policy run
+        and its MAXN baseline); see engine.run.fleet.runs. Returns a FleetRunResult."""
+        from engine.run.fleet.runs import FleetRun
+
+        if not specs:
+            raise ConfigError("a fleet run needs at least one experiment", "give --model, --task and --policy")
+        infos = self.boards()
+        if not infos:
+            raise ConfigError("no board of the fleet answers", "check `slm-dvfs fleet status`; join a board "
+                              "(docs/fleet.md) or use --twins N")
+        boards = {i.serial: (self.actor(i.serial), i) for i in infos}
+        return FleetRun(self.ray, boards, specs, store=store, on_event=on_event, cancel=cancel,
+                        lost=self._forget).run()
+
     def _forget(self, serial: str) -> None:
         with self._lock:
             self._workers.pop(serial, None)
