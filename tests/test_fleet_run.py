@@ -58,6 +58,34 @@ def test_cli_fleet_run_twins_2_simulate(tmp_path: Path, capsys: pytest.CaptureFi
     assert only["baseline_run_id"] is None and only["source"] == "twin" and only["board"] == "twin-0"
 
 
+def test_cli_fleet_run_refuses_a_bad_fleet_before_ray_starts(isolated_env, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert main(["fleet", "run", "--twins", "0", "--model", "bert-tiny", "--task", "sst2", "--policy", "online"]) == 2
+    assert "--twins 3" in capsys.readouterr().err
+    assert main(["fleet", "run", "--model", "bert-tiny", "--task", "sst2", "--policy", "online"]) == 2
+    assert "no fleet to connect to" in capsys.readouterr().err
+
+
+def test_cli_fleet_run_makes_one_experiment_per_combination() -> None:
+    import argparse
+
+    from engine.cli import build_parser
+    from engine.cli.fleet_run_cmd import run_specs
+
+    args = build_parser().parse_args(["fleet", "run", "--twins", "2", "--model", "bert-tiny", "bert-mini", "--task",
+                                      "sst2", "--batch-size", "4", "8", "--policy", "online", "oracle", "--compare",
+                                      "none", "--steps", "7", "--simulate"])
+    assert isinstance(args, argparse.Namespace)
+    specs = run_specs(args)
+    assert len(specs) == 8 and len(set(specs)) == 8
+    assert all(s.compare is None and s.steps == 7 and s.simulate and s.twin is None for s in specs)
+    assert [(s.model, s.batch_size, s.policy) for s in specs[:3]] == [
+        ("bert-tiny", 4, "online"), ("bert-tiny", 4, "oracle"), ("bert-tiny", 8, "online")]
+
+
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("fleet-run")

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from engine.device.power import PowerSample
 from engine.results.db import Database
+from engine.results.errors import StoreError
 from engine.results.records import ComparisonRecord, RunRecord, as_source, json_text, normalize_setting, utc_now
 
 
@@ -84,7 +85,8 @@ class RunImport(Database):
                 )
             for c in bundle.comparisons:
                 if c.run_id not in run_ids or c.baseline_run_id not in run_ids:
-                    raise ValueError(f"comparison {c.id} names a run the bundle does not carry")
+                    raise StoreError(f"comparison {c.id} names a run the imported runs do not include",
+                                     "export the comparison with both of its runs (export_runs)")
                 cur = conn.execute(
                     "INSERT INTO comparisons (run_id, baseline_run_id, saving_pct, slowdown_pct, rails, source, "
                     "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
