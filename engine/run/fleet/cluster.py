@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.core.errors import ConfigError
-from engine.run.fleet.model import BoardInfo, FleetEvent, FleetSweepResult, SweepPlan
+from engine.run.fleet.model import (BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
+                                    SweepPlan)
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +122,8 @@ class Fleet:
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
 
-    def run(self, specs: Sequence[Any], *, store: Any, on_event: Callable[[Any], None] | None = None,
-            cancel: threading.Event | None = None) -> Any:
+    def run(self, specs: Sequence[Any], *, store: Any, on_event: Callable[[ExperimentEvent], None] | None = None,
+            cancel: threading.Event | None = None) -> FleetRunResult:
         """Run the experiments (ExperimentSpec) over the fleet, each whole on one board (its policy run
         and its MAXN baseline); see engine.run.fleet.runs. Returns a FleetRunResult."""
         from engine.run.fleet.runs import FleetRun
