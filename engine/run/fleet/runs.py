@@ -89,7 +89,7 @@ class FleetRun:
         self._active: dict[str, tuple[_Exp, threading.Thread]] = {}
 
     # ------------------------------------------------------------------ before anything starts
-    def check(self) -> None:
+    def _check(self) -> None:
         """Refuse what cannot run, with the remedy, before any board starts (see the module's docstring)."""
         from engine.run.fleet.run_checks import oracle_seeds, selector_files
 
@@ -124,7 +124,7 @@ class FleetRun:
         from engine.run.fleet.run_checks import missing_oracle_error
 
         start = time.monotonic()
-        self.check()
+        self._check()
         for unit in self.units:
             if not unit.modules and unit.spec.policy.split(":", 1)[0].strip().lower() == "oracle":
                 raise missing_oracle_error(unit.spec, sorted({board_kind(i) for _a, i in self.boards.values()}))
