@@ -79,9 +79,12 @@ def with_selector(spec: ExperimentSpec, files: SelectorFiles, folder: Path) -> E
         path.with_suffix(".npz").write_bytes(files.compact)
     selector = load_selector(path, trust=True)
     _name, _colon, arg = spec.policy.partition(":")
-    options = {**parse_ml_arg(arg.strip() or None), **dict(spec.policy_options)}
-    options["selector"] = selector
-    return replace(spec, policy="ml", policy_options=tuple(options.items()))
+    parsed = parse_ml_arg(arg.strip() or None)
+    options = {**dict(spec.policy_options), "selector": selector}
+    if "selector" not in parsed:  # the policy's text (what its runs' notes say) stays as given
+        return replace(spec, policy_options=tuple(options.items()))
+    # it named the driver's file, which means nothing here: its other options become keywords
+    return replace(spec, policy="ml", policy_options=tuple({**parsed, **options}.items()))
 
 
 class _Progress:
