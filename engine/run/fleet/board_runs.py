@@ -140,8 +140,11 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                 error = f"{type(exc).__name__}: {getattr(exc, 'what', exc)}"
             runs = sorted(r.id for r in store.list_runs(limit=None))
             bundle = export_runs(store, runs)
-    base = None if result is None or result.baseline is None else result.baseline.run_id
+    if result is None:  # it failed: its runs in the order they began (the policy run, then MAXN's)
+        run_id, base = (runs + [None, None])[:2]
+    else:
+        run_id, base = result.run.run_id, None if result.baseline is None else result.baseline.run_id
     return ExperimentRecords(
-        bundle=bundle, run_id=None if result is None else result.run.run_id, baseline_run_id=base,
+        bundle=bundle, run_id=run_id, baseline_run_id=base,
         comparison_id=None if result is None or result.comparison is None else result.comparison.record_id,
         notes=() if result is None else tuple(result.notes), status=status, error=error)

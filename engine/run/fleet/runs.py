@@ -91,6 +91,7 @@ class FleetRun:
     # ------------------------------------------------------------------ before anything starts
     def _check(self) -> None:
         """Refuse what cannot run, with the remedy, before any board starts (see the module's docstring)."""
+        from engine.dvfs.policies import make_policy
         from engine.run.fleet.run_checks import oracle_seeds, selector_files
 
         modules = {board_kind(info) for _a, info in self.boards.values()}
@@ -109,6 +110,8 @@ class FleetRun:
                 allowed = frozenset(m for m in allowed if self._seed_oracle(i, spec, m, oracle_seeds))
             elif name == "ml":
                 self._selectors[i] = selector_files(spec)
+            else:
+                make_policy(spec.policy, **dict(spec.policy_options))  # its syntax, as a local run checks it
             self.units.append(_Exp(i, spec, frozenset(allowed)))
 
     def _seed_oracle(self, index: int, spec: ExperimentSpec, module: str, seeds_of: Any) -> bool:
