@@ -1,4 +1,4 @@
-"""`slm-dvfs fleet status | sweep`: boards (or local twins) over a Ray cluster; see docs/fleet.md.
+"""`slm-dvfs fleet status | sweep | run`: boards (or local twins) over a Ray cluster; see docs/fleet.md.
 
 Ray is imported only when a fleet command runs (the `fleet` extra). `--twins N[:profile]` starts
 a local fleet of N twins for trying it; `--address` (or $RAY_ADDRESS) joins a cluster of boards.
@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from engine.cli import numbers
+from engine.cli.fleet_run_cmd import add_run_args, format_run_event, format_run_summary, run_specs
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, mode_options
 from engine.cli.store_cmds import add_db_arg
@@ -22,7 +23,7 @@ from engine.core.text import clean_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps",
+    p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps, experiments",
                        description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them, and spread "
                        "sweeps over them, each sweep's points shared out among the boards, every point stored here as it comes.")
     fsub = p.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
@@ -65,6 +66,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--json", action="store_true", help="print the result as one JSON object")
     add_db_arg(w)
     w.set_defaults(func=cmd_sweep)
+
+    r = fsub.add_parser("run", help="experiments (policy runs vs MAXN) of every model x task x batch x policy, "
+                        "spread over the boards",
+                        description="The cross product of --model, --task, --batch-size, --policy and --objective, "
+                        "each one experiment run whole on one board: the policy run, then MAXN Mode 0 on the same "
+                        "board (--compare maxn), so each saving is within one board. Progress streams back; each "
+                        "experiment's runs are stored here when it ends. The oracle needs a stored sweep of the "
+                        "workload on the board's module (`fleet sweep`), ml a selector. A board lost mid-experiment: "
+                        "it starts again on another board of the same module. Ctrl-C stops every board at a step "
+                        "boundary (clocks restored); the runs are stored as cancelled.")
+    _fleet_args(r)
+    add_run_args(r)
+    add_db_arg(r)
+    r.set_defaults(func=cmd_run)
 
 
 def _fleet_args(p: argparse.ArgumentParser) -> None:
@@ -159,6 +174,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(clean_text(summary))
+    return {"finished": 0, "cancelled": 130}.get(result.status, 1)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from engine.results.store import Store
+
+    specs = run_specs(args)
+    cancel = _Cancel()
+    out = sys.stderr if args.json else sys.stdout
+
+    def show(event: Any) -> None:
+        out.write(clean_text(format_run_event(event)) + "\n")
+        out.flush()
+
+    with _connect(args) as fleet, Store(args.db) as store, cancel_on_sigint(cancel):
+        result = fleet.run(specs, store=store, on_event=show, cancel=cancel.event)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(clean_text(format_run_summary(result)))
     return {"finished": 0, "cancelled": 130}.get(result.status, 1)
 
 

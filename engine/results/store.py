@@ -45,6 +45,7 @@ from engine.results.records import (
     utc_now,
     workload_key,
 )
+from engine.results.run_import import RunImport
 from engine.results.sweep_tables import SweepTables
 from engine.results.traces import DEFAULT_MAX_SAMPLES, downsample
 
@@ -60,7 +61,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class Store(SweepTables):
+class Store(SweepTables, RunImport):
     """One results database: runs, their power traces and comparisons here; sweeps, devices,
     workloads and the connection in the classes below. Use as a context manager."""
 

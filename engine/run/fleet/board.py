@@ -18,7 +18,7 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
@@ -146,11 +146,6 @@ class BoardWorker:
         control = TrainControl()
         stop = threading.Event()
         label = f"{spec.model}/{spec.task}"
-        with self._lock:
-            if self._control is not None:
-                raise RuntimeError(f"board {self.name} already runs a sweep")
-            self._control, self._stop, self._running = control, stop, f"{label} 0/{len(plan)}"
-
         def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Any, i: int) -> None:
             if self.pace > 0:
                 stop.wait(m.time_s * self.pace)  # paced twin: the point's time, in wall time
@@ -170,13 +165,62 @@ class BoardWorker:
                 error = f"{type(exc).__name__}: {exc}"
             out.put((END, status, error))
 
+        yield from self._stream(work, out, control, stop, f"{label} 0/{len(plan)}")
+
+    # ------------------------------------------------------------------ one experiment (`fleet run`)
+    def plan_experiment(self, spec: Any) -> Any:
+        """The records an experiment's runs will carry on this board (board_runs.plan_experiment)."""
+        from engine.run.fleet.board_runs import plan_experiment
+
+        return plan_experiment(spec, self.session, self.identity)
+
+    def experiment(self, spec: Any, seeds: Sequence[Any] = (), selector: Any = None) -> Iterator[Any]:
+        """Run one experiment (engine.run.fleet.board_runs), yielding RunProgress items as it runs, then
+        its ExperimentRecords, then (END, status, error). A thread runs it so that progress streams."""
+        from engine.run.fleet.board_runs import run_on_board
+
+        out: queue.Queue[Any] = queue.Queue()
+        control = TrainControl()
+        stop = threading.Event()
+        label = f"{spec.model}/{spec.task} {spec.policy}"
+
+        def running(text: str) -> None:
+            with self._lock:
+                self._running = f"{label} {text}"
+
+        def pause(time_s: float) -> None:
+            if self.pace > 0:
+                stop.wait(time_s * self.pace)  # paced twin: the step's time, in wall time
+
+        def work() -> None:
+            try:
+                records = run_on_board(spec, self.session, self.identity, seeds=seeds, selector=selector,
+                                       control=control, put=out.put, running=running, pause=pause)
+                out.put(records)
+                out.put((END, records.status, records.error))
+            except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
+                log.exception("experiment %s on %s failed", label, self.name)
+                out.put((END, "failed", f"{type(exc).__name__}: {exc}"))
+
+        yield from self._stream(work, out, control, stop, label)
+
+    def _stream(self, work: Callable[[], None], out: queue.Queue[Any], control: TrainControl,
+                stop: threading.Event, running: str) -> Iterator[Any]:
+        """Run `work` in a thread (it puts items on `out`, ending with (END, status, error)) and
+        yield the items as they come: a sweep's points or an experiment's progress stream while it
+        runs. One job at a time per board; the board is free again before the END reaches the
+        driver, so the driver's next job for it may come at once."""
+        with self._lock:
+            if self._control is not None:
+                raise RuntimeError(f"board {self.name} already runs something")
+            self._control, self._stop, self._running = control, stop, running
         thread = threading.Thread(target=work, name=f"fleet-{self.name}", daemon=True)
         thread.start()
         end = None
         try:
             while True:
                 item = out.get()
-                if isinstance(item, tuple) and item[0] == END:
+                if isinstance(item, tuple) and item and item[0] == END:
                     end = item
                     break
                 yield item
@@ -186,7 +230,6 @@ class BoardWorker:
             thread.join()
             with self._lock:
                 self._control, self._stop, self._running = None, threading.Event(), ""
-        # the board is free before the driver hears the end: its next share may come at once
         yield end
 
     def close(self) -> None:

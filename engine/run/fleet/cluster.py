@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.core.errors import ConfigError
-from engine.run.fleet.model import BoardInfo, FleetEvent, FleetSweepResult, SweepPlan
+from engine.run.fleet.model import (BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
+                                    SweepPlan)
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,22 @@ class Fleet:
         boards = {i.serial: (self.actor(i.serial), i.module) for i in infos}
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
+
+    def run(self, specs: Sequence[Any], *, store: Any, on_event: Callable[[ExperimentEvent], None] | None = None,
+            cancel: threading.Event | None = None) -> FleetRunResult:
+        """Run the experiments (ExperimentSpec) over the fleet, each whole on one board (its policy run
+        and its MAXN baseline); see engine.run.fleet.runs. Returns a FleetRunResult."""
+        from engine.run.fleet.runs import FleetRun
+
+        if not specs:
+            raise ConfigError("a fleet run needs at least one experiment", "give --model, --task and --policy")
+        infos = self.boards()
+        if not infos:
+            raise ConfigError("no board of the fleet answers", "check `slm-dvfs fleet status`; join a board "
+                              "(docs/fleet.md) or use --twins N")
+        boards = {i.serial: (self.actor(i.serial), i) for i in infos}
+        return FleetRun(self.ray, boards, specs, store=store, on_event=on_event, cancel=cancel,
+                        lost=self._forget).run()
 
     def _forget(self, serial: str) -> None:
         with self._lock:

@@ -123,3 +123,126 @@ class FleetSweepResult:
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status, "wall_s": self.wall_s, "per_board": dict(self.per_board),
                 "sweeps": [dict(s.__dict__, boards=list(s.boards)) for s in self.sweeps]}
+
+
+# --------------------------------------------------------------------------- experiments (`fleet run`)
+# An experiment on the fleet is the local experiment's spec; the board supplies the device.
+RUN_EVENT_KINDS = ("started", "phase", "progress", "finished", "cancelled", "failed", "retried", "board_lost")
+
+
+@dataclass(frozen=True)
+class SelectorFiles:
+    """The `ml` policy's selector as the driver resolved and checked it, sent by value (a board cannot
+    see the driver's data folder): the joblib file, its sidecar and its compact form, if any."""
+
+    name: str  # the joblib file's name, e.g. "default.joblib"
+    joblib: bytes
+    sidecar: bytes
+    compact: bytes | None = None
+    origin: str = ""  # where the driver found it
+
+
+@dataclass(frozen=True)
+class ExperimentPlan:
+    """What a board answers for an experiment before it runs: the records its runs will carry."""
+
+    device: Any  # engine.results.records.DeviceRecord
+    workload: Any  # engine.results.records.WorkloadRecord
+    source: Source
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Streamed from a board while an experiment runs: a run begins ("phase") or a few more steps are done."""
+
+    kind: str  # "phase" | "step"
+    role: str  # "policy" | "baseline"
+    policy: str
+    step: int = 0  # steps done of `steps`
+    steps: int = 0
+    time_s: float = 0.0  # device time and energy of the run so far
+    energy_j: float = 0.0
+    source: Source | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentRecords:
+    """Streamed from a board when an experiment ends: what its own store recorded (board-local ids)."""
+
+    bundle: Any  # engine.results.run_import.RunBundle
+    run_id: int | None  # the policy run
+    baseline_run_id: int | None
+    comparison_id: int | None
+    notes: tuple[str, ...] = ()
+    status: str = "finished"  # finished | cancelled | failed
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ExperimentEvent:
+    """Something the driver saw of an experiment: started, a run's phase, progress, stored, retried..."""
+
+    kind: str  # one of RUN_EVENT_KINDS
+    board: str  # the board's serial ("" when none)
+    index: int  # the experiment's place in the list given
+    label: str  # e.g. "bert-tiny/sst2 b8 oracle"
+    text: str
+    role: str | None = None  # "phase" / "progress": which run
+    step: int | None = None
+    steps: int | None = None
+    time_s: float | None = None  # the run so far, or (finished) the policy run's
+    energy_j: float | None = None
+    saving_pct: float | None = None  # "finished": against the MAXN baseline on the same board
+    slowdown_pct: float | None = None
+    source: Source | None = None
+
+
+@dataclass(frozen=True)
+class ExperimentOutcome:
+    """One experiment as the fleet left it; ids are the driver's store's."""
+
+    index: int
+    label: str
+    model: str
+    task: str
+    batch_size: int | None
+    policy: str
+    objective: str
+    status: str  # finished | cancelled | failed
+    board: str = ""  # the serial of the board that ran it to the end ("" if none did)
+    boards: tuple[str, ...] = ()  # every board that started it (a lost one, then its retry)
+    retries: int = 0
+    run_id: int | None = None
+    baseline_run_id: int | None = None
+    comparison_id: int | None = None
+    source: Source | None = None
+    time_s: float | None = None
+    energy_j: float | None = None
+    baseline_time_s: float | None = None
+    baseline_energy_j: float | None = None
+    saving_pct: float | None = None
+    slowdown_pct: float | None = None
+    notes: tuple[str, ...] = ()
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out.update(boards=list(self.boards), notes=list(self.notes),
+                   source=None if self.source is None else self.source.value)
+        return out
+
+
+@dataclass(frozen=True)
+class FleetRunResult:
+    experiments: tuple[ExperimentOutcome, ...]
+    per_board: Mapping[str, int]  # serial -> experiments it ran to the end in this invocation
+    wall_s: float
+    status: str  # finished | cancelled | failed
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "finished"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "wall_s": self.wall_s, "per_board": dict(self.per_board),
+                "experiments": [e.to_json() for e in self.experiments]}
