@@ -243,3 +243,13 @@ def test_a_thermal_twin_board_runs_the_thermal_model_and_a_plain_one_does_not(tm
     finally:
         hot.close()
         plain.close()
+
+
+def test_only_boards_of_one_kind_share_a_sweep_or_stand_in_for_one_another() -> None:
+    from engine.run.fleet.loop import board_kind
+
+    agx = "P3701-0000 (AGX Orin 64GB)"
+    assert board_kind(agx, False, None) == board_kind(agx, False, None)  # two boards of the module
+    # a twin's points are twin figures, a board's measured ones; twins of two profiles compute differently
+    assert len({board_kind(agx, False, None), board_kind(agx, True, "agx-orin-64gb"),
+                board_kind(agx, True, "agx-orin-64gb-calibrated"), board_kind("P3767-0000", False, None)}) == 4

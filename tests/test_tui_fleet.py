@@ -280,7 +280,7 @@ async def test_the_launch_target_is_connected_in_a_worker_and_closed_after(twin_
     fleet = FixedFleet(demo.fleet_boards()[:2])
     asked: list[tuple[Any, ...]] = []
 
-    def fake_connect(address: str | None = None, *, twins: int | None = None, profile: str = "") -> Any:
+    def fake_connect(address: str | None = None, *, twins: int | None = None, profile: str = "", thermal: bool = False) -> Any:
         asked.append((address, twins, profile))
         return fleet
 

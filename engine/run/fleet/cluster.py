@@ -110,16 +110,15 @@ class Fleet:
 
     def sweep(self, plans: Sequence[SweepPlan], *, store: Any, on_event: Callable[[FleetEvent], None] | None = None,
               cancel: threading.Event | None = None) -> FleetSweepResult:
-        """Run the plans' sweeps over the fleet, one unit per board at a time; see engine.run.fleet.dispatch."""
+        """Run the plans' sweeps over the fleet, their points shared out among the boards, one share
+        per board at a time; see engine.run.fleet.dispatch."""
         from engine.run.fleet.dispatch import FleetSweep
+        from engine.run.fleet.loop import board_kind
 
         if not plans:
             raise ConfigError("a fleet sweep needs at least one model and one task", "give --model and --task")
-        infos = self.boards()
-        if not infos:
-            raise ConfigError("no board of the fleet answers", "check `slm-dvfs fleet status`; join a board "
-                              "(docs/fleet.md) or use --twins N")
-        boards = {i.serial: (self.actor(i.serial), i.module) for i in infos}
+        boards = {i.serial: (self.actor(i.serial), board_kind(i.module, i.is_twin, i.profile))
+                  for i in self._answering()}
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
 
@@ -131,13 +130,16 @@ class Fleet:
 
         if not specs:
             raise ConfigError("a fleet run needs at least one experiment", "give --model, --task and --policy")
+        boards = {i.serial: (self.actor(i.serial), i) for i in self._answering()}
+        return FleetRun(self.ray, boards, specs, store=store, on_event=on_event, cancel=cancel,
+                        lost=self._forget).run()
+
+    def _answering(self) -> tuple[BoardInfo, ...]:
         infos = self.boards()
         if not infos:
             raise ConfigError("no board of the fleet answers", "check `slm-dvfs fleet status`; join a board "
                               "(docs/fleet.md) or use --twins N")
-        boards = {i.serial: (self.actor(i.serial), i) for i in infos}
-        return FleetRun(self.ray, boards, specs, store=store, on_event=on_event, cancel=cancel,
-                        lost=self._forget).run()
+        return infos
 
     def _forget(self, serial: str) -> None:
         with self._lock:

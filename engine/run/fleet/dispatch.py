@@ -20,22 +20,18 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from engine.core.errors import ConfigError
 from engine.results.errors import StoreError
-from engine.run.fleet.board import END
+from engine.run.fleet.loop import BoardLoop
 from engine.run.fleet.model import FleetEvent, FleetSweepResult, StreamedPoint, SweepOutcome, SweepPlan, plan_label
 
 log = logging.getLogger(__name__)
 
-CANCEL_WAIT_S = 120.0  # how long cancelled boards get to stop at a step boundary and restore
-POLL_S = 0.2
-CHUNK_SHARE = 2  # a chunk is what is left over (boards of the module x this), at least one point
+CHUNK_SHARE = 2  # a share is what is left over (boards of the kind x this), at least one point
 
 Point = Any  # (DvfsSetting, repeat)
 
@@ -45,7 +41,7 @@ class _Work:
     """One workload's sweep as the driver spreads it."""
 
     spec: SweepPlan
-    module: str | None = None  # set by the board that plans it: its points stay on that module
+    kind: str | None = None  # set by the board that plans it: its points stay on boards of that kind
     sweep_id: int | None = None
     total: int = 0
     stored: int = 0
@@ -68,47 +64,26 @@ class _Work:
         return self.status in ("pending", "running")
 
 
-class FleetSweep:
-    """One `Fleet.sweep` call; see the module's docstring. `boards` maps serial -> (actor, module)."""
+class FleetSweep(BoardLoop):
+    """One `Fleet.sweep` call; see the module's docstring. `boards` maps serial -> (actor, kind):
+    engine.run.fleet.loop.board_kind, boards of one module (twins of one profile) share sweeps."""
 
     def __init__(self, ray: Any, boards: Mapping[str, tuple[Any, str]], plans: Sequence[SweepPlan], *, store: Any,
                  on_event: Callable[[FleetEvent], None] | None, cancel: threading.Event | None,
                  lost: Callable[[str], None] = lambda serial: None) -> None:
-        self.ray = ray
-        self.boards = dict(boards)
+        super().__init__(ray, boards, on_event=on_event, cancel=cancel, lost=lost)
         self.works = [_Work(plan) for plan in plans]
         self.store = store
-        self.on_event = on_event
-        self.cancel = cancel or threading.Event()
-        self.lost = lost
         self.per_board: dict[str, int] = {serial: 0 for serial in self.boards}
         self._device_ids: dict[str, int] = {}  # serial -> its device row
-        self._lock = threading.RLock()  # the works' pools and counters, the store's writes, events
-        self._done: queue.Queue[tuple[str, _Work, str, str]] = queue.Queue()  # (serial, work, outcome, error)
-        self._active: dict[str, tuple[_Work, threading.Thread]] = {}
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> FleetSweepResult:
         for work in self.works:  # what needs no board (the board checks the rest: --fast on a twin)
             replace(work.spec, fast=False).validate()
         start = time.monotonic()
-        try:
-            while True:
-                if self.cancel.is_set():
-                    self._stop("cancelled")
-                    break
-                self._assign()
-                if not self._active:
-                    break  # nothing runs and nothing more can start
-                try:
-                    serial, work, outcome, error = self._done.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                self._settle(serial, work, outcome, error)
-        except KeyboardInterrupt:
-            self._stop("cancelled")
-            raise
-        for work in self.works:  # left open: no board of its module is left
+        self._loop()
+        for work in self.works:  # left open: no board of its kind is left
             if work.open:
                 self._close(work, "failed", work.error or self._why_unplaced(work))
         statuses = {w.status for w in self.works}
@@ -120,37 +95,32 @@ class FleetSweep:
 
     def _assign(self) -> None:
         with self._lock:
-            for serial, (_actor, module) in self.boards.items():
-                if serial in self._active:
-                    continue
-                job = self._pick(serial, module)
-                if job is None:
-                    continue
-                work, chunk = job
-                thread = threading.Thread(target=self._run_job, args=(serial, work, chunk), name=f"fleet-{serial}",
-                                          daemon=True)
-                self._active[serial] = (work, thread)
-                thread.start()
+            for serial in self._free():
+                job = self._pick(serial, self.boards[serial][1])
+                if job is not None:
+                    work, chunk = job
+                    self._start(serial, work, lambda serial, work, chunk=chunk: self._report(
+                        serial, work, lambda: self._run_job(serial, work, chunk), f"sweep {work.label}"))
 
-    def _pick(self, serial: str, module: str) -> tuple[_Work, list[Point] | None] | None:
-        """The next job of a free board: plan a workload nobody planned yet (its chunk is taken once
-        planned), else a chunk of the workload of its module with the most points left."""
+    def _pick(self, serial: str, kind: str) -> tuple[_Work, list[Point] | None] | None:
+        """The next job of a free board: plan a workload nobody planned yet (its share is taken once
+        planned), else a share of the workload of its kind with the most points left."""
         for work in self.works:
-            if work.status == "pending" and not work.planning and not work.failing and work.module in (None, module):
+            if work.status == "pending" and not work.planning and not work.failing and work.kind in (None, kind):
                 work.planning = True
                 return work, None
-        ready = [w for w in self.works if w.status == "running" and w.module == module and w.todo]
+        ready = [w for w in self.works if w.status == "running" and w.kind == kind and w.todo]
         if not ready:
             return None
         work = max(ready, key=lambda w: len(w.todo))
         return work, self._take(work, serial)
 
     def _take(self, work: _Work, serial: str) -> list[Point]:
-        """A chunk of the work's pool for this board (guided self-scheduling over the module's boards)."""
-        n_boards = sum(1 for _a, m in self.boards.values() if m == work.module)
-        planned = [w for w in self.works if w.status == "running" and w.module == work.module]
+        """A share of the work's pool for this board (guided self-scheduling over the boards of its kind)."""
+        n_boards = sum(1 for _a, k in self.boards.values() if k == work.kind)
+        planned = [w for w in self.works if w.status == "running" and w.kind == work.kind]
         left = sum(len(w.todo) for w in planned)
-        unplanned = [w for w in self.works if w.status == "pending" and w.module in (None, work.module)]
+        unplanned = [w for w in self.works if w.status == "pending" and w.kind in (None, work.kind)]
         if unplanned:  # not planned yet: as many points as the planned ones have on average
             left += len(unplanned) * sum(w.total for w in planned) / max(1, len(planned))
         size = max(1, math.ceil(left / (CHUNK_SHARE * max(1, n_boards))))
@@ -159,29 +129,23 @@ class FleetSweep:
         return chunk
 
     def _settle(self, serial: str, work: _Work, outcome: str, error: str) -> None:
-        _work, thread = self._active.pop(serial)
-        thread.join()
         with self._lock:
             left = work.in_flight.pop(serial, [])
             work.planning = False
             if outcome == "cancelled" and not self.cancel.is_set():  # not ours: do not hand it out again
                 outcome, error = "failed", error or f"board {serial} stopped its share"
-            if outcome == "lost":
-                self.boards.pop(serial, None)
-                self.lost(serial)
-            elif outcome == "failed" and work.open:
+            if outcome == "failed" and work.open:
                 work.error, work.failing = error or f"board {serial} failed", True
                 work.todo.clear()
-            if left and work.open and not work.failing:  # unstored points of the chunk: back to the pool, first
+            if left and work.open and not work.failing:  # unstored points of the share: back to the pool, first
                 work.todo[:0] = left
             if outcome == "lost" and left and work.status == "running":
                 work.retries += 1
         if outcome == "lost":
-            self._emit("board_lost", serial, work, f"board {serial} lost during {work.label}: {error}")
-            if left and not self.cancel.is_set():
-                if any(module == work.module for _a, module in self.boards.values()):
-                    self._emit("retried", serial, work, f"{work.label}: {len(left)} points of {serial}'s share "
-                                                        f"go to another {work.module} board")
+            self._say("board_lost", serial, work, f"board {serial} lost during {work.label}: {error}")
+            if left and not self.cancel.is_set() and any(k == work.kind for _a, k in self.boards.values()):
+                self._say("retried", serial, work, f"{work.label}: {len(left)} points of {serial}'s share "
+                                                   f"go to another {work.kind} board")
         self._maybe_close(work)
 
     def _maybe_close(self, work: _Work) -> None:
@@ -200,62 +164,37 @@ class FleetSweep:
             if work.sweep_id is not None:
                 self.store.finish_sweep(work.sweep_id, status)
             work.status, work.error = status, error
-        kind = "cancelled" if status == "cancelled" else "finished"
-        self._emit(kind, "", work, f"{work.label}: {status} with {work.stored}/{work.total} points"
-                                   + (f" ({error})" if error else ""))
+        self._say("cancelled" if status == "cancelled" else "finished", "", work,
+                  f"{work.label}: {status} with {work.stored}/{work.total} points" + (f" ({error})" if error else ""))
 
-    def _stop(self, why: str) -> None:
-        """Cancel every running chunk and wait for the boards to stop and restore their clocks."""
-        self.cancel.set()
-        for serial in list(self._active):
-            actor, _module = self.boards[serial]
-            try:
-                actor.cancel.remote()
-            except Exception as exc:  # noqa: BLE001 - a dead board has nothing left to stop
-                log.debug("cancel on %s: %s", serial, exc)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while self._active and time.monotonic() < deadline:
-            try:
-                serial, work, outcome, error = self._done.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            self._settle(serial, work, outcome, error)
+    def _stopped(self, why: str) -> None:
         for work in self.works:
             if work.open:
                 self._close(work, why)
 
     # ------------------------------------------------------------------ one job on one board (a thread)
-    def _run_job(self, serial: str, work: _Work, chunk: list[Point] | None) -> None:
-        from ray.exceptions import GetTimeoutError, RayActorError
+    def _run_job(self, serial: str, work: _Work, chunk: list[Point] | None) -> tuple[str, str]:
+        actor, kind = self.boards[serial]
+        if chunk is None:
+            plan = self.ray.get(actor.prepare.remote(work.spec))
+            chunk = self._open_sweep(work, plan, kind, serial)
+        if not chunk:
+            return "finished", ""
+        if self.cancel.is_set():
+            return "cancelled", ""
+        device_id = self._device_id(serial, actor)
+        self._say("started", serial, work, f"{work.label} on {serial}: {len(chunk)} of the sweep's "
+                                           f"{work.total} points (sweep s{work.sweep_id})")
+        work.boards.append(serial)
+        stream = actor.measure.options(num_returns="streaming").remote(work.spec, chunk)
+        outcome, error = self._read(serial, actor, stream, lambda p: self._store_point(serial, work, p, device_id),
+                                    f"its share of {work.label}")
+        self._say("done", serial, work, f"{work.label}: {serial}'s share of {len(chunk)} points {outcome}"
+                                        + (f" ({error})" if error else ""))
+        return outcome, error
 
-        actor, module = self.boards[serial]
-        outcome, error = "failed", ""
-        try:
-            if chunk is None:
-                plan = self.ray.get(actor.prepare.remote(work.spec))
-                chunk = self._open_sweep(work, plan, module, serial)
-            if not chunk:
-                outcome = "finished"
-            elif self.cancel.is_set():
-                outcome = "cancelled"
-            else:
-                device_id = self._device_id(serial, actor)
-                self._emit("started", serial, work, f"{work.label} on {serial}: {len(chunk)} of the sweep's "
-                                                    f"{work.total} points (sweep s{work.sweep_id})")
-                outcome, error = self._stream(serial, work, actor, chunk, device_id)
-                self._emit("done", serial, work, f"{work.label}: {serial}'s share of {len(chunk)} points {outcome}"
-                                                 + (f" ({error})" if error else ""))
-        except RayActorError as exc:  # ActorDiedError, ActorUnavailableError: the board (or its node) is gone
-            outcome, error = "lost", type(exc).__name__
-        except GetTimeoutError as exc:
-            outcome, error = "lost", str(exc)
-        except Exception as exc:  # noqa: BLE001 - the workload fails; the others go on
-            log.exception("fleet sweep %s on %s", work.label, serial)
-            error = f"{type(exc).__name__}: {getattr(exc, 'what', exc)}"
-        self._done.put((serial, work, outcome, error))
-
-    def _open_sweep(self, work: _Work, plan: Any, module: str, serial: str) -> list[Point]:
-        """Find or open the workload's sweep (any board of the module's), fill its pool; this board's chunk."""
+    def _open_sweep(self, work: _Work, plan: Any, kind: str, serial: str) -> list[Point]:
+        """Find or open the workload's sweep (any board's of the module), fill its pool; this board's share."""
         from engine.results.store import setting_key
 
         spec = work.spec
@@ -267,7 +206,7 @@ class FleetSweep:
                 device=device_id, workload=workload_id, space=dict(plan.space), warmup_steps=spec.warmup_steps,
                 steps=spec.steps, repeats=spec.repeats, source=plan.source, scope="module")
             done = self.store.completed_points(sweep.id)
-            work.sweep_id, work.module, work.source = sweep.id, module, plan.source
+            work.sweep_id, work.kind, work.source = sweep.id, kind, plan.source
             work.total = len(plan.settings) * spec.repeats
             work.stored = len(done)
             work.todo = [(s, r) for r in range(spec.repeats) for s in plan.settings if (setting_key(s), r) not in done]
@@ -282,22 +221,6 @@ class FleetSweep:
         with self._lock:
             self._device_ids[serial] = self.store.ensure_device(record)
             return self._device_ids[serial]
-
-    def _stream(self, serial: str, work: _Work, actor: Any, chunk: list[Point], device_id: int) -> tuple[str, str]:
-        work.boards.append(serial)
-        stream = actor.measure.options(num_returns="streaming").remote(work.spec, chunk)
-        told = False
-        for ref in stream:
-            item = self.ray.get(ref)
-            if self.cancel.is_set() and not told:  # a cancel sent before the board's run began found nothing to stop
-                actor.cancel.remote()
-                told = True
-            if isinstance(item, tuple) and item and item[0] == END:
-                _end, status, error = item
-                return status, error
-            self._store_point(serial, work, item, device_id)
-        raise ConfigError(f"board {serial} ended its share of {work.label} without a status",
-                          "run the sweep again to resume it")
 
     def _store_point(self, serial: str, work: _Work, p: StreamedPoint, device_id: int) -> None:
         from engine.results.store import SweepPoint, setting_key
@@ -319,23 +242,15 @@ class FleetSweep:
                 return
             work.stored += 1
             self.per_board[serial] = self.per_board.get(serial, 0) + 1
-            stored = work.stored
-            self._emit("point", serial, work, f"{p.setting.label()} (repeat {p.repeat + 1})", setting=p.setting,
-                       repeat=p.repeat, time_s=p.time_s, energy_j=p.energy_j, avg_power_w=p.avg_power_w,
-                       done=stored, total=work.total, source=work.source)
+            self._say("point", serial, work, f"{p.setting.label()} (repeat {p.repeat + 1})", setting=p.setting,
+                      repeat=p.repeat, time_s=p.time_s, energy_j=p.energy_j, avg_power_w=p.avg_power_w,
+                      done=work.stored, total=work.total, source=work.source)
 
     # ------------------------------------------------------------------ helpers
-    def _emit(self, kind: str, serial: str, work: _Work, text: str, **figures: Any) -> None:
-        if self.on_event is None:
-            return
-        event = FleetEvent(kind, serial, work.sweep_id, text, **figures)
-        with self._lock:
-            try:
-                self.on_event(event)
-            except Exception:  # noqa: BLE001 - a listener's bug must not lose points
-                log.exception("fleet event listener failed on %s", event)
+    def _say(self, kind: str, serial: str, work: _Work, text: str, **figures: Any) -> None:
+        self._emit(FleetEvent(kind, serial, work.sweep_id, text, **figures))
 
     def _why_unplaced(self, work: _Work) -> str:
-        if work.module is not None:
-            return f"no board of module {work.module} is left to finish it: join one and run the sweep again"
+        if work.kind is not None:
+            return f"no board of {work.kind} is left to finish it: join one and run the sweep again"
         return "no board is left in the fleet: join one and run the sweep again"

@@ -14,7 +14,6 @@ its clocks); the cancelled runs come back and are stored as cancelled, as a loca
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -22,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.run.experiment import ExperimentSpec
-from engine.run.fleet.board import END
+from engine.run.fleet.loop import BoardLoop, board_kind as kind_of
 from engine.run.fleet.model import (
     BoardInfo,
     ExperimentEvent,
@@ -35,13 +34,10 @@ from engine.run.fleet.model import (
 
 log = logging.getLogger(__name__)
 
-CANCEL_WAIT_S = 120.0  # how long cancelled boards get to stop at a step boundary, restore and report
-POLL_S = 0.2
-
 
 def board_kind(info: BoardInfo) -> str:
-    """Which boards may stand in for one another: one module, boards or twins (their results' sources differ)."""
-    return info.module + (" [twin]" if info.is_twin else "")
+    """Which boards may stand in for one another (engine.run.fleet.loop.board_kind)."""
+    return kind_of(info.module, info.is_twin, info.profile)
 
 
 def experiment_label(spec: ExperimentSpec) -> str:
@@ -67,26 +63,21 @@ class _Exp:
         return experiment_label(self.spec)
 
 
-class FleetRun:
+class FleetRun(BoardLoop):
     """One `Fleet.run` call; see the module's docstring. `boards` maps serial -> (actor, BoardInfo)."""
 
     def __init__(self, ray: Any, boards: Mapping[str, tuple[Any, BoardInfo]], specs: Sequence[ExperimentSpec], *,
                  store: Any, on_event: Callable[[ExperimentEvent], None] | None, cancel: threading.Event | None,
                  lost: Callable[[str], None] = lambda serial: None) -> None:
-        self.ray = ray
-        self.boards = dict(boards)
+        super().__init__(ray, {s: (a, board_kind(info)) for s, (a, info) in boards.items()}, on_event=on_event,
+                         cancel=cancel, lost=lost)
+        self.infos = {s: info for s, (_a, info) in boards.items()}
         self.specs = list(specs)
         self.store = store
-        self.on_event = on_event
-        self.cancel = cancel or threading.Event()
-        self.lost = lost
         self.units: list[_Exp] = []
         self.per_board: dict[str, int] = {serial: 0 for serial in self.boards}
-        self._seeds: dict[tuple[int, str], tuple[Any, ...]] = {}  # (index, module) -> the oracle's sweeps
+        self._seeds: dict[tuple[int, str], tuple[Any, ...]] = {}  # (index, kind) -> the oracle's sweeps
         self._selectors: dict[int, SelectorFiles] = {}
-        self._lock = threading.Lock()  # the store's writes, the counters, events
-        self._done: queue.Queue[tuple[str, _Exp, str, str]] = queue.Queue()  # (serial, unit, outcome, error)
-        self._active: dict[str, tuple[_Exp, threading.Thread]] = {}
 
     # ------------------------------------------------------------------ before anything starts
     def _check(self) -> None:
@@ -94,8 +85,8 @@ class FleetRun:
         from engine.dvfs.policies import make_policy
         from engine.run.fleet.run_checks import oracle_seeds, selector_files
 
-        modules = {board_kind(info) for _a, info in self.boards.values()}
-        twin_modules = {board_kind(info) for _a, info in self.boards.values() if info.is_twin}
+        modules = {board_kind(info) for info in self.infos.values()}
+        twin_modules = {board_kind(info) for info in self.infos.values() if info.is_twin}
         for i, spec in enumerate(self.specs):
             replace(spec, simulate=False, twin=None, sysfs_root=None).validate()  # the board checks --simulate
             if spec.reuse_baseline:
@@ -116,7 +107,7 @@ class FleetRun:
 
     def _seed_oracle(self, index: int, spec: ExperimentSpec, module: str, seeds_of: Any) -> bool:
         """Whether the store holds the oracle's sweep of this workload on this module (kept, to send)."""
-        actor = next(a for a, info in self.boards.values() if board_kind(info) == module)
+        actor = next(a for a, kind in self.boards.values() if kind == module)
         seeds = seeds_of(self.store, self.ray.get(actor.plan_experiment.remote(spec)), spec)
         if seeds:
             self._seeds[(index, module)] = seeds
@@ -130,23 +121,8 @@ class FleetRun:
         self._check()
         for unit in self.units:
             if not unit.modules and unit.spec.policy.split(":", 1)[0].strip().lower() == "oracle":
-                raise missing_oracle_error(unit.spec, sorted({board_kind(i) for _a, i in self.boards.values()}))
-        try:
-            while True:
-                if self.cancel.is_set():
-                    self._stop("cancelled")
-                    break
-                self._assign()
-                if not self._active:
-                    break  # nothing runs and nothing more can start
-                try:
-                    serial, unit, outcome, error = self._done.get(timeout=POLL_S)
-                except queue.Empty:
-                    continue
-                self._settle(serial, unit, outcome, error)
-        except KeyboardInterrupt:
-            self._stop("cancelled")
-            raise
+                raise missing_oracle_error(unit.spec, sorted({kind for _a, kind in self.boards.values()}))
+        self._loop()
         outcomes = []
         for unit in self.units:
             if unit.status == "pending":
@@ -158,114 +134,70 @@ class FleetRun:
         return FleetRunResult(tuple(outcomes), dict(self.per_board), time.monotonic() - start, status)
 
     def _assign(self) -> None:
-        busy = set(self._active)
         for unit in self.units:
             if unit.status != "pending":
                 continue
-            free = [s for s, (_a, info) in self.boards.items() if s not in busy and board_kind(info) in unit.modules
-                    and (unit.module is None or board_kind(info) == unit.module)]
-            if not free:
-                continue
-            serial = free[0]
-            busy.add(serial)
-            unit.status = "running"
-            thread = threading.Thread(target=self._run_unit, args=(serial, unit), name=f"fleet-run-{serial}",
-                                      daemon=True)
-            self._active[serial] = (unit, thread)
-            thread.start()
+            free = [s for s in self._free() if self.boards[s][1] in unit.modules
+                    and unit.module in (None, self.boards[s][1])]
+            if free:
+                unit.status = "running"
+                self._start(free[0], unit, lambda serial, unit: self._report(
+                    serial, unit, lambda: self._run_unit(serial, unit), f"experiment {unit.label}"))
 
     def _settle(self, serial: str, unit: _Exp, outcome: str, error: str) -> None:
-        _unit, thread = self._active.pop(serial)
-        thread.join()
+        if outcome == "lost" and unit.outcome is not None:
+            outcome = unit.outcome.status  # its records arrived (and are stored) before the board went
         if outcome == "lost":
-            self.boards.pop(serial, None)
-            self.lost(serial)
-            self._emit("board_lost", serial, unit, f"board {serial} lost during {unit.label}: {error}; nothing of "
+            self._say("board_lost", serial, unit, f"board {serial} lost during {unit.label}: {error}; nothing of "
                                                    "it was stored")
             if self.cancel.is_set():
                 unit.status = "cancelled"
                 return
             unit.retries += 1
             unit.status = "pending"
-            if any(board_kind(info) == unit.module for _a, info in self.boards.values()):
-                self._emit("retried", serial, unit, f"{unit.label}: retried from the start on another "
+            if any(kind == unit.module for _a, kind in self.boards.values()):
+                self._say("retried", serial, unit, f"{unit.label}: retried from the start on another "
                                                     f"{unit.module} board")
             return
         unit.status = outcome
         unit.error = unit.error or error
         if unit.outcome is None:  # it ended without records (failed before its first run)
             unit.outcome = self._empty_outcome(unit)
-        self._emit(outcome if outcome in ("cancelled", "failed") else "finished", serial, unit,
+        self._say(outcome if outcome in ("cancelled", "failed") else "finished", serial, unit,
                    _outcome_text(unit), time_s=unit.outcome.time_s, energy_j=unit.outcome.energy_j,
                    saving_pct=unit.outcome.saving_pct, slowdown_pct=unit.outcome.slowdown_pct,
                    source=unit.outcome.source)
 
-    def _stop(self, why: str) -> None:
-        """Cancel every running experiment; wait for the boards to stop, restore and send their runs."""
-        self.cancel.set()
-        for serial in list(self._active):
-            actor, _info = self.boards[serial]
-            try:
-                actor.cancel.remote()
-            except Exception as exc:  # noqa: BLE001 - a dead board has nothing left to stop
-                log.debug("cancel on %s: %s", serial, exc)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while self._active and time.monotonic() < deadline:
-            try:
-                serial, unit, outcome, error = self._done.get(timeout=POLL_S)
-            except queue.Empty:
-                continue
-            self._settle(serial, unit, outcome, error)
-        for unit, _thread in self._active.values():
+    def _stopped(self, why: str) -> None:
+        for unit, _thread in self._active.values():  # boards that did not report within the wait
             unit.status = why
         for unit in self.units:
             if unit.status == "pending":
                 unit.status = why
 
     # ------------------------------------------------------------------ one experiment on one board (a thread)
-    def _run_unit(self, serial: str, unit: _Exp) -> None:
-        from ray.exceptions import GetTimeoutError, RayActorError
+    def _run_unit(self, serial: str, unit: _Exp) -> tuple[str, str]:
+        actor, kind = self.boards[serial]
+        unit.module = unit.module or kind
+        unit.boards.append(serial)
+        self._say("started", serial, unit, f"{unit.label} on {serial}")
+        stream = actor.experiment.options(num_returns="streaming").remote(
+            unit.spec, self._seeds.get((unit.index, kind), ()), self._selectors.get(unit.index))
 
-        actor, info = self.boards[serial]
-        outcome, error = "failed", ""
-        try:
-            unit.module = unit.module or board_kind(info)
-            unit.boards.append(serial)
-            self._emit("started", serial, unit, f"{unit.label} on {serial}")
-            stream = actor.experiment.options(num_returns="streaming").remote(
-                unit.spec, self._seeds.get((unit.index, board_kind(info)), ()), self._selectors.get(unit.index))
-            told = False
-            for ref in stream:
-                item = self.ray.get(ref)
-                if self.cancel.is_set() and not told:  # a cancel sent before the board's run began found nothing
-                    actor.cancel.remote()
-                    told = True
-                if isinstance(item, tuple) and item and item[0] == END:
-                    _end, outcome, error = item
-                    break
-                if isinstance(item, RunProgress):
-                    self._progress(serial, unit, item)
-                elif isinstance(item, ExperimentRecords):
-                    self._store(serial, unit, item)
-            else:
-                raise ConfigError(f"board {serial} ended {unit.label} without a status", "run it again")
-        except RayActorError as exc:  # ActorDiedError, ActorUnavailableError: the board (or its node) is gone
-            outcome, error = "lost", type(exc).__name__
-        except GetTimeoutError as exc:
-            outcome, error = "lost", str(exc)
-        except Exception as exc:  # noqa: BLE001 - the experiment fails; the others go on
-            log.exception("fleet experiment %s on %s", unit.label, serial)
-            error = f"{type(exc).__name__}: {getattr(exc, 'what', exc)}"
-        if outcome == "lost" and unit.outcome is not None:
-            outcome = unit.outcome.status  # its records arrived (and are stored) before the board went
-        self._done.put((serial, unit, outcome, error))
+        def take(item: Any) -> None:
+            if isinstance(item, RunProgress):
+                self._progress(serial, unit, item)
+            elif isinstance(item, ExperimentRecords):
+                self._store(serial, unit, item)
+
+        return self._read(serial, actor, stream, take, unit.label)
 
     def _progress(self, serial: str, unit: _Exp, p: RunProgress) -> None:
         if p.kind == "phase":
-            self._emit("phase", serial, unit, f"{p.role} run ({p.policy}) begins", role=p.role, step=0,
+            self._say("phase", serial, unit, f"{p.role} run ({p.policy}) begins", role=p.role, step=0,
                        steps=p.steps)
             return
-        self._emit("progress", serial, unit, f"{p.role} step {p.step}/{p.steps}", role=p.role, step=p.step,
+        self._say("progress", serial, unit, f"{p.role} step {p.step}/{p.steps}", role=p.role, step=p.step,
                    steps=p.steps, time_s=p.time_s, energy_j=p.energy_j, source=p.source)
 
     def _store(self, serial: str, unit: _Exp, records: ExperimentRecords) -> None:
@@ -295,15 +227,8 @@ class FleetRun:
             notes=records.notes, error=records.error)
 
     # ------------------------------------------------------------------ helpers
-    def _emit(self, kind: str, serial: str, unit: _Exp, text: str, **figures: Any) -> None:
-        if self.on_event is None:
-            return
-        event = ExperimentEvent(kind, serial, unit.index, unit.label, text, **figures)
-        with self._lock:
-            try:
-                self.on_event(event)
-            except Exception:  # noqa: BLE001 - a listener's bug must not lose runs
-                log.exception("fleet event listener failed on %s", event)
+    def _say(self, kind: str, serial: str, unit: _Exp, text: str, **figures: Any) -> None:
+        self._emit(ExperimentEvent(kind, serial, unit.index, unit.label, text, **figures))
 
     def _empty_outcome(self, unit: _Exp) -> ExperimentOutcome:
         spec = unit.spec
