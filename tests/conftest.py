@@ -90,6 +90,16 @@ def fleet_isolation(base: Path) -> Iterator[None]:
         yield
 
 
+def twin_gpu_files(folder: Path) -> dict[str, tuple[str, ...]]:
+    """Each twin's GPU clock files (min, max, governor) under a fleet's twins folder: what a board's
+    clock guard must leave as it found them."""
+    out = {}
+    for twin in sorted(folder.iterdir()):
+        gpu = twin / "sys/class/devfreq/17000000.gpu"
+        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
+    return out
+
+
 @pytest.fixture(scope="module")
 def selector_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One trace cache for a module's tests (the selector tests trace the same zoo models),

@@ -19,7 +19,7 @@ from engine.core.provenance import Source
 from engine.results.store import Store, setting_key
 from engine.run.fleet import SweepPlan, connect, parse_twins
 
-from conftest import fleet_isolation
+from conftest import fleet_isolation, twin_gpu_files
 
 ray = pytest.importorskip("ray")
 
@@ -138,14 +138,6 @@ def test_a_second_sweep_of_the_same_plans_resumes_nothing_to_do(fleet, tmp_path:
         _check_every_point_once(store, again, 1)
 
 
-def _gpu_files(fleet_env: Path) -> dict[str, tuple[str, ...]]:
-    out = {}
-    for twin in sorted((fleet_env / "twins").iterdir()):
-        gpu = twin / "sys/class/devfreq/17000000.gpu"
-        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
-    return out
-
-
 @pytest.mark.slow  # the real fine-tuning loop in two workers (torch imported there): ~20-40 s on two cores
 def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(fleet, fleet_env: Path,
                                                                             tmp_path: Path) -> None:
@@ -156,7 +148,7 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
     few = (MAXN, DvfsSetting(gpu_hz=306_000_000, nvpmodel=0), DvfsSetting(gpu_hz=816_000_000, nvpmodel=0))
     plans = [SweepPlan(model="bert-tiny", task=t, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4,
                        warmup_steps=1, steps=2, settings=few) for t in TASKS]
-    before = _gpu_files(fleet_env)
+    before = twin_gpu_files(fleet_env / "twins")
     cancel = threading.Event()
 
     def cancel_after_a_point(event) -> None:  # type: ignore[no-untyped-def]
@@ -168,7 +160,7 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
         with Store(tmp_path / "cancel.sqlite") as store:
             result = fleet.sweep(plans, store=store, on_event=cancel_after_a_point, cancel=cancel)
             assert result.status == "cancelled"
-            assert _gpu_files(fleet_env) == before  # every twin's guard restored its clocks
+            assert twin_gpu_files(fleet_env / "twins") == before  # every twin's guard restored its clocks
             stored = {o.sweep_id: o.points for o in result.sweeps if o.sweep_id is not None}
             assert stored and all(store.get_sweep(i).status == "cancelled" for i in stored)
             assert sum(stored.values()) < len(few) * len(plans)
@@ -182,7 +174,7 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
         for o in again.sweeps:
             points = _points(store, o.sweep_id)
             assert len(points) == len(set(points)) == len(few)
-    assert _gpu_files(fleet_env) == before
+    assert twin_gpu_files(fleet_env / "twins") == before
 
 
 # Kept last: it loses one of the module's three boards.

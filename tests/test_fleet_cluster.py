@@ -13,7 +13,7 @@ import pytest
 from engine.core.provenance import Source
 from engine.results.store import Store
 from engine.run.fleet import SweepPlan, connect
-from engine.run.fleet.cluster import node_twin
+from engine.run.fleet.cluster import node_worker_args
 
 from conftest import fleet_isolation
 
@@ -22,9 +22,10 @@ ray = pytest.importorskip("ray")
 NODE = {"board": 1, "module:P3701-0000": 1, "twin:agx-orin-64gb": 1}
 
 
-def test_a_node_advertising_a_twin_names_its_profile() -> None:
-    assert node_twin({"board": 1.0, "twin:agx-orin-64gb": 1.0, "CPU": 4.0}) == "agx-orin-64gb"
-    assert node_twin({"board": 1.0, "module:P3701-0000": 1.0}) is None
+def test_a_node_advertising_a_twin_runs_that_twin_and_a_board_node_its_board() -> None:
+    assert node_worker_args({"board": 1.0, "twin:agx-orin-64gb": 1.0, "CPU": 4.0}, "0123456789abcdef") == {
+        "twin": "agx-orin-64gb", "serial": "twin-01234567"}
+    assert node_worker_args({"board": 1.0, "module:P3701-0000": 1.0}, "0123456789abcdef") == {}
 
 
 @pytest.mark.slow  # a three-node Ray cluster and two workers: ~30-60 s on two cores

@@ -20,7 +20,7 @@ from engine.results.store import Store
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet import SweepPlan, connect
 
-from conftest import fleet_isolation
+from conftest import fleet_isolation, twin_gpu_files
 
 ray = pytest.importorskip("ray")
 
@@ -113,14 +113,6 @@ def _local(spec: ExperimentSpec, tmp_path: Path) -> object:
     with open_device(twin="agx-orin-64gb", realtime=False, twin_dir=tmp_path / "local-twin") as session, \
             Store(tmp_path / "local.sqlite") as store:
         return run_experiment(replace(spec, twin="agx-orin-64gb"), store=store, session=session)
-
-
-def _gpu_files(fleet_env: Path) -> dict[str, tuple[str, ...]]:
-    out = {}
-    for twin in sorted((fleet_env / "twins").iterdir()):
-        gpu = twin / "sys/class/devfreq/17000000.gpu"
-        out[twin.name] = tuple((gpu / n).read_text().strip() for n in ("min_freq", "max_freq", "governor"))
-    return out
 
 
 def test_two_models_by_two_policies_store_every_run_and_comparison_once_within_one_board(
@@ -229,7 +221,7 @@ def test_cancel_stores_the_runs_as_cancelled_and_every_twin_restores_its_clocks(
                                                                                  tmp_path: Path) -> None:
     specs = [ExperimentSpec(model="bert-tiny", task="sst2", policy=p, compare="maxn", steps=200, simulate=True)
              for p in ("static:gpu=306", "static:gpu=816")]
-    before = _gpu_files(fleet_env)
+    before = twin_gpu_files(fleet_env / "twins")
     cancel = threading.Event()
 
     def cancel_on_progress(event) -> None:  # type: ignore[no-untyped-def]
@@ -241,7 +233,7 @@ def test_cancel_stores_the_runs_as_cancelled_and_every_twin_restores_its_clocks(
         with Store(tmp_path / "cancel.sqlite") as store:
             result = fleet.run(specs, store=store, on_event=cancel_on_progress, cancel=cancel)
             assert result.status == "cancelled"
-            assert _gpu_files(fleet_env) == before  # every twin's guard restored its clocks
+            assert twin_gpu_files(fleet_env / "twins") == before  # every twin's guard restored its clocks
             stored = [o for o in result.experiments if o.run_id is not None]
             assert stored and all(o.status == "cancelled" and o.baseline_run_id is None for o in stored)
             runs = store.list_runs(limit=None)

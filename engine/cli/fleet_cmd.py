@@ -11,7 +11,7 @@ import itertools
 import json
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from engine.cli import numbers
 from engine.cli.fleet_run_cmd import add_run_args, format_run_event, format_run_summary, run_specs
@@ -24,8 +24,9 @@ from engine.core.text import clean_text
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps, experiments",
-                       description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them, and spread "
-                       "sweeps over them, each sweep's points shared out among the boards, every point stored here as it comes.")
+                       description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them; spread "
+                       "sweeps over them, each sweep's points shared out among the boards, every point stored here "
+                       "as it comes; spread experiments over them, each whole on one board.")
     fsub = p.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
 
     s = fsub.add_parser("status", help="the boards: identity, module, L4T, temperatures, power, what they run")
@@ -156,45 +157,38 @@ def sweep_plans(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from engine.results.store import Store
-
     plans = sweep_plans(args)
-    cancel = _Cancel()
-    out = sys.stderr if args.json else sys.stdout
-
-    def show(event: Any) -> None:
-        out.write(clean_text(format_event(event)) + "\n")
-        out.flush()
-
-    with _connect(args) as fleet, Store(args.db) as store, cancel_on_sigint(cancel):
-        result = fleet.sweep(plans, store=store, on_event=show, cancel=cancel.event)
-        summary = format_summary(result, store, args.objective)
-    if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1)
-        sys.stdout.write("\n")
-    else:
-        sys.stdout.write(clean_text(summary))
-    return {"finished": 0, "cancelled": 130}.get(result.status, 1)
+    return _drive(args, lambda fleet, store, show, cancel: fleet.sweep(plans, store=store, on_event=show, cancel=cancel),
+                  format_event, lambda result, store: format_summary(result, store, args.objective))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    specs = run_specs(args)
+    return _drive(args, lambda fleet, store, show, cancel: fleet.run(specs, store=store, on_event=show, cancel=cancel),
+                  format_run_event, lambda result, store: format_run_summary(result))
+
+
+def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], None], threading.Event], Any],
+           line: Callable[[Any], str], summary: Callable[[Any, Any], str]) -> int:
+    """Connect, start the fleet's work with a line per event (stderr with --json), print its summary
+    (or its JSON); exit 0 finished, 130 cancelled (Ctrl-C: every board restores its clocks), 1 failed."""
     from engine.results.store import Store
 
-    specs = run_specs(args)
     cancel = _Cancel()
     out = sys.stderr if args.json else sys.stdout
 
     def show(event: Any) -> None:
-        out.write(clean_text(format_run_event(event)) + "\n")
+        out.write(clean_text(line(event)) + "\n")
         out.flush()
 
     with _connect(args) as fleet, Store(args.db) as store, cancel_on_sigint(cancel):
-        result = fleet.run(specs, store=store, on_event=show, cancel=cancel.event)
+        result = start(fleet, store, show, cancel.event)
+        text = summary(result, store)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(clean_text(format_run_summary(result)))
+        sys.stdout.write(clean_text(text))
     return {"finished": 0, "cancelled": 130}.get(result.status, 1)
 
 

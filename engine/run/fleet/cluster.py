@@ -222,10 +222,11 @@ def _remote_class(ray: Any) -> Any:
     return ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(BoardWorker)
 
 
-def node_twin(resources: dict[str, float]) -> str | None:
-    """The twin profile a node advertises (`"twin:agx-orin-64gb": 1`): it stands in for a board."""
+def node_worker_args(resources: dict[str, float], node_id: str) -> dict[str, str]:
+    """A node's worker arguments: none on a board (it opens the machine's), the twin's profile and
+    a serial on a node that advertises one (`"twin:agx-orin-64gb": 1`: it stands in for a board)."""
     names = [k[len(TWIN_RESOURCE_PREFIX):] for k in resources if k.startswith(TWIN_RESOURCE_PREFIX)]
-    return names[0] if names else None
+    return {"twin": names[0], "serial": f"twin-{node_id[:8]}"} if names else {}
 
 
 def _board_actors(ray: Any) -> dict[str, Any]:
@@ -242,8 +243,7 @@ def _board_actors(ray: Any) -> dict[str, Any]:
     for node in nodes:
         node_id = node["NodeID"]
         name = f"board-{node['NodeManagerAddress']}-{node_id[:8]}"
-        twin = node_twin(node.get("Resources", {}))
-        where = {} if twin is None else {"twin": twin, "serial": f"twin-{node_id[:8]}"}
+        where = node_worker_args(node.get("Resources", {}), node_id)
         actors[name] = cls.options(
             name=name, resources={BOARD_RESOURCE: 1},
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(name, **where)
