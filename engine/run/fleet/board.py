@@ -146,6 +146,7 @@ class BoardWorker:
         control = TrainControl()
         stop = threading.Event()
         label = f"{spec.model}/{spec.task}"
+
         def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Any, i: int) -> None:
             if self.pace > 0:
                 stop.wait(m.time_s * self.pace)  # paced twin: the point's time, in wall time
