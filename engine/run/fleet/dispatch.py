@@ -1,21 +1,21 @@
-"""The fleet driver's sweep loop: each workload's points spread over the free boards of its module.
+"""The fleet driver's sweep loop (`fleet sweep`): each workload's points shared out among the free
+boards of one kind (one module; twins of one profile: engine.run.fleet.loop.board_kind).
 
 The driver is the store's single writer. The first board free for a workload plans it (its
 records and settings: `BoardWorker.prepare`); the driver finds or opens the workload's sweep
-(any board's unfinished sweep of the same module and parameters is resumed) and puts the points
-not yet stored (`completed_points`) in the workload's pool. A free board then takes a *chunk* of
-points from the workload with the most points left, measures it through the local sweep's path
-and streams each point back (a Ray streaming generator); the driver stores each point as it
-comes, naming the board that measured it. Chunks shrink as the pool drains (guided
-self-scheduling: a share of what is left, over twice the module's boards), so the boards finish
-together instead of one board measuring a whole last sweep alone.
+(an unfinished sweep of the same parameters on any board of the module is resumed) and puts the
+points not yet stored (`completed_points`) in the workload's pool. A free board then takes a
+*share* of the pool of the workload with the most points left, measures it through the local
+sweep's path and streams each point back (a Ray streaming generator); the driver stores each
+point as it comes, naming the board that measured it. Shares shrink as the pools drain (guided
+self-scheduling: what is left over twice the boards of the kind), so the boards finish together
+instead of one board measuring a whole last sweep alone.
 
-A board that dies mid-chunk (its actor or node lost) is dropped; the chunk's unstored points go
-back to the pool for the module's other boards. A cancel (the event, or Ctrl-C in the caller)
+A board that dies mid-share (its actor or node lost) is dropped; the share's unstored points go
+back to the pool for the other boards of its kind. A cancel (the event, or Ctrl-C in the caller)
 stops every board at its next step boundary (its clock guard restores its clocks); the sweeps
 are left cancelled: resumable.
 """
-
 from __future__ import annotations
 
 import logging
@@ -31,7 +31,7 @@ from engine.run.fleet.model import FleetEvent, FleetSweepResult, StreamedPoint, 
 
 log = logging.getLogger(__name__)
 
-CHUNK_SHARE = 2  # a share is what is left over (boards of the kind x this), at least one point
+SHARE_DIVISOR = 2  # a share is what is left over (boards of the kind x this), at least one point
 
 Point = Any  # (DvfsSetting, repeat)
 
@@ -46,11 +46,11 @@ class _Work:
     total: int = 0
     stored: int = 0
     todo: list[Point] = field(default_factory=list)  # neither stored nor handed to a board
-    in_flight: dict[str, list[Point]] = field(default_factory=dict)  # serial -> its chunk's unstored points
+    in_flight: dict[str, list[Point]] = field(default_factory=dict)  # serial -> its share's unstored points
     planning: bool = False
     failing: bool = False  # a board failed on it: nothing more is handed out; closed once its boards stop
     boards: list[str] = field(default_factory=list)  # serials that measured points of it, in order
-    retries: int = 0  # chunks handed back after their board was lost
+    retries: int = 0  # shares handed back after their board was lost
     source: Any = None  # engine.core.provenance.Source of the sweep
     status: str = "pending"  # pending (not planned) | running | finished | cancelled | failed
     error: str = ""
@@ -98,9 +98,9 @@ class FleetSweep(BoardLoop):
             for serial in self._free():
                 job = self._pick(serial, self.boards[serial][1])
                 if job is not None:
-                    work, chunk = job
-                    self._start(serial, work, lambda serial, work, chunk=chunk: self._report(
-                        serial, work, lambda: self._run_job(serial, work, chunk), f"sweep {work.label}"))
+                    work, share = job
+                    self._start(serial, work, lambda serial, work, share=share: self._report(
+                        serial, work, lambda: self._run_job(serial, work, share), f"sweep {work.label}"))
 
     def _pick(self, serial: str, kind: str) -> tuple[_Work, list[Point] | None] | None:
         """The next job of a free board: plan a workload nobody planned yet (its share is taken once
@@ -123,10 +123,10 @@ class FleetSweep(BoardLoop):
         unplanned = [w for w in self.works if w.status == "pending" and w.kind in (None, work.kind)]
         if unplanned:  # not planned yet: as many points as the planned ones have on average
             left += len(unplanned) * sum(w.total for w in planned) / max(1, len(planned))
-        size = max(1, math.ceil(left / (CHUNK_SHARE * max(1, n_boards))))
-        chunk, work.todo = work.todo[:size], work.todo[size:]
-        work.in_flight[serial] = list(chunk)
-        return chunk
+        size = max(1, math.ceil(left / (SHARE_DIVISOR * max(1, n_boards))))
+        share, work.todo = work.todo[:size], work.todo[size:]
+        work.in_flight[serial] = list(share)
+        return share
 
     def _settle(self, serial: str, work: _Work, outcome: str, error: str) -> None:
         with self._lock:
@@ -173,23 +173,23 @@ class FleetSweep(BoardLoop):
                 self._close(work, why)
 
     # ------------------------------------------------------------------ one job on one board (a thread)
-    def _run_job(self, serial: str, work: _Work, chunk: list[Point] | None) -> tuple[str, str]:
+    def _run_job(self, serial: str, work: _Work, share: list[Point] | None) -> tuple[str, str]:
         actor, kind = self.boards[serial]
-        if chunk is None:
+        if share is None:
             plan = self.ray.get(actor.prepare.remote(work.spec))
-            chunk = self._open_sweep(work, plan, kind, serial)
-        if not chunk:
+            share = self._open_sweep(work, plan, kind, serial)
+        if not share:
             return "finished", ""
         if self.cancel.is_set():
             return "cancelled", ""
         device_id = self._device_id(serial, actor)
-        self._say("started", serial, work, f"{work.label} on {serial}: {len(chunk)} of the sweep's "
+        self._say("started", serial, work, f"{work.label} on {serial}: {len(share)} of the sweep's "
                                            f"{work.total} points (sweep s{work.sweep_id})")
         work.boards.append(serial)
-        stream = actor.measure.options(num_returns="streaming").remote(work.spec, chunk)
+        stream = actor.measure.options(num_returns="streaming").remote(work.spec, share)
         outcome, error = self._read(serial, actor, stream, lambda p: self._store_point(serial, work, p, device_id),
                                     f"its share of {work.label}")
-        self._say("done", serial, work, f"{work.label}: {serial}'s share of {len(chunk)} points {outcome}"
+        self._say("done", serial, work, f"{work.label}: {serial}'s share of {len(share)} points {outcome}"
                                         + (f" ({error})" if error else ""))
         return outcome, error
 
