@@ -48,8 +48,10 @@ async def test_fleet_page_and_a_fast_fleet_sweep_from_the_sweep_page(twin_fleet:
         assert [b.name for b in view.boards] == ["twin-0", "twin-1"]
         assert all(b.state == "free" and b.power_w and b.power_w > 0 and b.hottest for b in view.boards)
         assert view.source is Source.TWIN and view.total_w == pytest.approx(sum(b.power_w for b in view.boards))
+        header = "fleet local twins (2) · 2 boards · 0 busy"
+        await ui.until(lambda: header in screen_text(app), "the page drawn with the polled boards")  # after the poll
         text = screen_text(app)
-        assert "fleet local twins (2) · 2 boards · 0 busy" in text and "AGX Orin 64GB" in text and "[twin]" in text
+        assert header in text and "AGX Orin 64GB" in text and "[twin]" in text
         assert "total W " in text  # the fleet's power over the last polls
         await ui.press("6")
         await ui.type_into("sw-model", "bert-tiny")
