@@ -177,6 +177,17 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
     assert twin_gpu_files(fleet_env / "twins") == before
 
 
+def test_a_bad_model_fails_its_sweep_with_the_error_and_its_remedy_and_the_others_go_on(fleet, tmp_path: Path) -> None:
+    with Store(tmp_path / "bad.sqlite") as store:
+        result = fleet.sweep([SweepPlan(model="no-such-model", task="sst2", fast=True, steps=2), PLANS[0]],
+                             store=store)
+    bad, good = result.sweeps
+    assert result.status == "failed" and good.status == "finished" and good.points == GPU_SETTINGS
+    assert bad.status == "failed" and bad.sweep_id is None
+    # the board's own error, said on one line with what to do (not Ray's wrapper around it)
+    assert bad.error.startswith("'no-such-model' is not in the model zoo; what to do:") and "Ray" not in bad.error
+
+
 # Kept last: it loses one of the module's three boards.
 def test_a_worker_killed_mid_sweep_loses_nothing_and_its_unit_is_retried(fleet, tmp_path: Path) -> None:
     import signal

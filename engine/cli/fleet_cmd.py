@@ -223,7 +223,9 @@ def format_summary(result: Any, store: Any, objective: str) -> str:
         lines.append(line + (f" ({s.error})" if s.error else ""))
     lines.append("points per board: " + ", ".join(f"{k} {v}" for k, v in sorted(result.per_board.items())))
     if result.status != "finished":
-        lines.append("not every sweep finished: run the same command again to resume them")
+        lines.append("not every sweep finished: " + ("fix what each failed one's error says, then " if any(
+            s.status == "failed" for s in result.sweeps) else "") + "run the same command again to resume them "
+                     "(stored points are kept)")
     return "\n".join(lines) + "\n"
 
 

@@ -28,6 +28,14 @@ class SlmDvfsError(Exception):
         return self.what
 
 
+def one_line(exc: BaseException) -> str:
+    """An error on one line (a fleet's event or summary): ours as `what; what to do: remedy`,
+    another with its type."""
+    if isinstance(exc, SlmDvfsError):  # also a board's error re-raised by Ray (a subclass of both)
+        return f"{exc.what}; what to do: {exc.remedy}" if exc.remedy else exc.what
+    return f"{type(exc).__name__}: {exc}"
+
+
 class DeviceError(SlmDvfsError):
     """Something about the board (or its twin) is missing or refused."""
 

@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from engine.core.errors import one_line
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
 from engine.run.fleet.model import BoardInfo, StreamedPoint, UnitPlan
@@ -163,7 +164,7 @@ class BoardWorker:
                     status, _thermal = measure_points(spec, harness, workload, list(plan), record, control=control)
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
                 log.exception("sweep %s on %s failed", label, self.name)
-                error = f"{type(exc).__name__}: {exc}"
+                error = one_line(exc)
             out.put((END, status, error))
 
         yield from self._stream(work, out, control, stop, f"{label} 0/{len(plan)}")
@@ -201,7 +202,7 @@ class BoardWorker:
                 out.put((END, records.status, records.error))
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
                 log.exception("experiment %s on %s failed", label, self.name)
-                out.put((END, "failed", f"{type(exc).__name__}: {exc}"))
+                out.put((END, "failed", one_line(exc)))
 
         yield from self._stream(work, out, control, stop, label)
 

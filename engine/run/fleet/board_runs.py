@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from engine.core.errors import one_line
 from engine.run.experiment import ExperimentPhase, ExperimentSpec, run_experiment
 from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
 from engine.run.harness import resolve_for
@@ -137,7 +138,7 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                 status = "cancelled" if cancelled else "finished"
             except Exception as exc:  # noqa: BLE001 - the failed runs are shipped too, with the error
                 log.exception("experiment %s/%s (%s) failed on this board", spec.model, spec.task, spec.policy)
-                error = f"{type(exc).__name__}: {getattr(exc, 'what', exc)}"
+                error = one_line(exc)
             runs = sorted(r.id for r in store.list_runs(limit=None))
             bundle = export_runs(store, runs)
     if result is None:  # it failed: its runs in the order they began (the policy run, then MAXN's)

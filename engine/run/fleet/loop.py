@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, one_line
 from engine.run.fleet.board import END
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class BoardLoop:
             outcome, error = "lost", str(exc)
         except Exception as exc:  # noqa: BLE001 - this job fails; the others go on
             log.exception("fleet: %s on %s", what, serial)
-            outcome, error = "failed", f"{type(exc).__name__}: {getattr(exc, 'what', exc)}"
+            outcome, error = "failed", one_line(exc)
         self._done.put((serial, unit, outcome, error))
 
     def _read(self, serial: str, actor: Any, stream: Any, take: Callable[[Any], None], what: str) -> tuple[str, str]:
