@@ -31,7 +31,7 @@ from engine.workload.loop import TrainControl
 log = logging.getLogger(__name__)
 
 END = "end"  # the last item of a measure stream: (END, status, error)
-RESOLVED_KEPT = 16  # workloads a board keeps resolved (a fleet sweep's workloads, each measured in parts)
+RESOLVED_KEPT = 16  # workloads a board keeps resolved (a fleet's sweeps and experiments, in turn)
 
 
 def board_serial(root: str | Path) -> str:
@@ -66,7 +66,7 @@ class BoardWorker:
         self._running = ""
         self._control: TrainControl | None = None
         self._stop = threading.Event()
-        self._resolved: dict[SweepSpec, Any] = {}  # the workloads of the sweeps it measures parts of
+        self._resolved: dict[Any, Any] = {}  # resolved workloads of its sweeps' shares and experiments
 
     # ------------------------------------------------------------------ cheap, any time
     def pid(self) -> int:
@@ -112,7 +112,7 @@ class BoardWorker:
         from engine.results.records import DeviceRecord, WorkloadRecord
 
         spec = self.board_spec(spec)
-        workload = self._workload(spec)
+        workload = self._workload(spec, spec)
         settings = sweep_settings(spec, self.session.device)
         return UnitPlan(DeviceRecord.from_identity(self.identity), WorkloadRecord.from_workload(workload, spec.data),
                         settings, self.identity.source, spec.space_key(spec.rails))
@@ -120,18 +120,23 @@ class BoardWorker:
     def set_pace(self, pace: float) -> None:
         self.pace = pace
 
-    def _workload(self, spec: SweepSpec) -> Any:
-        """The spec's workload, resolved once per sweep (tracing is the slow part): a board measures
-        parts of several sweeps in turn."""
+    def _workload(self, key: Any, spec: Any) -> Any:
+        """The spec's workload, resolved once per `key` (tracing is the slow part): a board measures
+        shares of several sweeps in turn, and experiments of several policies on one workload."""
         with self._lock:
-            if spec in self._resolved:
-                return self._resolved[spec]
+            if key in self._resolved:
+                return self._resolved[key]
         workload = resolve_for(spec)
         with self._lock:
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.pop(next(iter(self._resolved)))
-            self._resolved[spec] = workload
+            self._resolved[key] = workload
         return workload
+
+    def _experiment_workload(self, spec: Any) -> Any:
+        from engine.run.fleet.board_runs import workload_key
+
+        return self._workload(("experiment", *workload_key(spec)), spec)
 
     def board_spec(self, spec: SweepSpec) -> SweepSpec:
         """The plan on this board: its device (its twin's profile, or none on a board), checked."""
@@ -159,7 +164,7 @@ class BoardWorker:
         def work() -> None:
             status, error = "failed", ""
             try:
-                workload = self._workload(spec)
+                workload = self._workload(spec, spec)
                 with open_harness(session=self.session, rails=spec.rails, control=control) as harness:
                     status, _thermal = measure_points(spec, harness, workload, list(plan), record, control=control)
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
@@ -174,7 +179,7 @@ class BoardWorker:
         """The records an experiment's runs will carry on this board (board_runs.plan_experiment)."""
         from engine.run.fleet.board_runs import plan_experiment
 
-        return plan_experiment(spec, self.session, self.identity)
+        return plan_experiment(spec, self.session, self.identity, self._experiment_workload)
 
     def experiment(self, spec: Any, seeds: Sequence[Any] = (), selector: Any = None) -> Iterator[Any]:
         """Run one experiment (engine.run.fleet.board_runs), yielding RunProgress items as it runs, then
@@ -197,7 +202,7 @@ class BoardWorker:
         def work() -> None:
             try:
                 records = run_on_board(spec, self.session, self.identity, seeds=seeds, selector=selector,
-                                       control=control, put=out.put, running=running, pause=pause)
+                                       workload_of=self._experiment_workload, control=control, put=out.put, running=running, pause=pause)
                 out.put(records)
                 out.put((END, records.status, records.error))
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -21,15 +20,11 @@ from typing import Any, Callable, Sequence
 from engine.core.errors import one_line
 from engine.run.experiment import ExperimentPhase, ExperimentSpec, run_experiment
 from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
-from engine.run.harness import resolve_for
 from engine.workload.events import StepEnergy
 
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10  # a run reports its progress about this many times (and at its last step)
-_workloads: dict[tuple[Any, ...], Any] = {}  # this board's resolved workloads (tracing is the slow part)
-_workloads_lock = threading.Lock()
-_KEEP = 8
 
 
 def board_spec(spec: ExperimentSpec, session: Any) -> ExperimentSpec:
@@ -39,22 +34,16 @@ def board_spec(spec: ExperimentSpec, session: Any) -> ExperimentSpec:
     return spec
 
 
-def workload_of(spec: ExperimentSpec) -> Any:
-    key = (spec.model, spec.task, spec.batch_size, spec.max_seq_len, spec.precision, spec.mode, spec.seed,
-           spec.allow_download, spec.lora, spec.grad_checkpointing, spec.padding)
-    with _workloads_lock:
-        if key in _workloads:
-            return _workloads[key]
-    workload = resolve_for(spec)
-    with _workloads_lock:
-        if len(_workloads) >= _KEEP:
-            _workloads.pop(next(iter(_workloads)))
-        _workloads[key] = workload
-    return workload
+def workload_key(spec: ExperimentSpec) -> tuple[Any, ...]:
+    """What an experiment's workload depends on: its experiments of other policies share it."""
+    return (spec.model, spec.task, spec.batch_size, spec.max_seq_len, spec.precision, spec.mode, spec.seed,
+            spec.allow_download, spec.lora, spec.grad_checkpointing, spec.padding)
 
 
-def plan_experiment(spec: ExperimentSpec, session: Any, identity: Any) -> ExperimentPlan:
-    """The records this experiment's runs will carry on this board (what the driver's checks need)."""
+def plan_experiment(spec: ExperimentSpec, session: Any, identity: Any,
+                    workload_of: Callable[[ExperimentSpec], Any]) -> ExperimentPlan:
+    """The records this experiment's runs will carry on this board (what the driver's checks need);
+    `workload_of` is the board's (cached) workload resolution."""
     from engine.results.records import DeviceRecord, WorkloadRecord
 
     spec = board_spec(spec, session)
@@ -116,7 +105,8 @@ class _Progress:
 
 
 def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Sequence[Any],
-                 selector: SelectorFiles | None, control: Any, put: Callable[[Any], None],
+                 selector: SelectorFiles | None, workload_of: Callable[[ExperimentSpec], Any],
+                 control: Any, put: Callable[[Any], None],
                  running: Callable[[str], None], pause: Callable[[float], None]) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
     from engine.results.records import DeviceRecord
