@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FinishedSweep:
-    """A whole sweep to store at once (Store.add_finished_sweeps): its points' sweep_id is ignored."""
+    """A whole sweep to store at once (Store.add_finished_sweeps): its points' sweep_id and device_id
+    are ignored (they were measured on the device the sweeps are stored under)."""
 
     workload: WorkloadRecord | int
     space: Mapping[str, Any]
@@ -125,9 +126,10 @@ class SweepTables(Database):
             raise ConfigError(f"sweep {sweep.id} is a {sweep.source.value} sweep; this point is {src.value}",
                               "record points with the sweep's source")
         with self._tx("recording a sweep point") as conn:
-            return self._insert_point(conn, point, point.sweep_id, src)
+            return self._insert_point(conn, point, point.sweep_id, src, point.device_id)
 
-    def _insert_point(self, conn: sqlite3.Connection, point: SweepPoint, sweep_id: int, src: Source) -> int:
+    def _insert_point(self, conn: sqlite3.Connection, point: SweepPoint, sweep_id: int, src: Source,
+                      device_id: int | None = None) -> int:
         setting = normalize_setting(point.setting)
         avg = point.avg_power_w
         if avg is None and point.time_s is not None and point.time_s > 0:
@@ -140,7 +142,7 @@ class SweepTables(Database):
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (sweep_id, key, setting["gpu_hz"], setting["cpu_hz"], setting["emc_hz"],
                  setting["nvpmodel"], point.repeat, point.time_s, point.energy_j,
-                 json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now(), point.device_id),
+                 json_text(dict(point.rail_energy_j)), avg, point.samples, src.value, utc_now(), device_id),
             )
         except sqlite3.IntegrityError:
             raise StoreError(f"sweep {sweep_id} already holds repeat {point.repeat} of {key}",

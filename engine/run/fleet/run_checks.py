@@ -4,7 +4,6 @@ the oracle's stored sweeps of the workload on a board's module, the `ml` policy'
 from __future__ import annotations
 
 import shlex
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,9 +37,7 @@ def oracle_seeds(store: Any, plan: ExperimentPlan, spec: ExperimentSpec) -> tupl
         raise ConfigError(f"the store's sweeps of {spec.model}/{spec.task} on {plan.device.module} total other "
                           f"rails than --rails {spec.rails}",
                           f"sweep again with --rails {spec.rails}, or run with the sweep's --rails")
-    # a point's board (device_id) is a row of this store, not the board's: there they are the sweep's
-    return tuple(FinishedSweep(workload=workload, space=dict(s.space),
-                               points=tuple(replace(p, device_id=None) for p in store.sweep_points(s.id)),
+    return tuple(FinishedSweep(workload=workload, space=dict(s.space), points=tuple(store.sweep_points(s.id)),
                                repeats=s.repeats, source=s.source, label=s.label, warmup_steps=s.warmup_steps,
                                steps=s.steps)
                  for s in sorted(matching, key=lambda s: s.id))
