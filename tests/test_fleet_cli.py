@@ -72,3 +72,20 @@ def test_fleet_sweep_takes_lists_of_batch_sizes_and_spaces() -> None:
         "bert-tiny/sst2 batch 16 modes", "bert-tiny/mrpc batch 8", "bert-tiny/mrpc batch 8 modes",
         "bert-tiny/mrpc batch 16", "bert-tiny/mrpc batch 16 modes"]
     assert {p.space for p in plans} == {"gpu", "modes"}
+
+
+def test_fleet_status_lists_each_board_with_its_figures_labelled_by_source() -> None:
+    from engine.cli.fleet_cmd import format_status
+    from engine.run.fleet.model import BoardInfo
+
+    board = BoardInfo(name="board-a", serial="1422921012345", module="P3701-0005 (AGX Orin 64GB)", l4t="36.4.0",
+                      profile=None, is_twin=False, temps_c={"gpu": 51.5, "cpu": 48.0}, power_w=23.4, busy=True,
+                      running="bert-tiny/sst2 3/8")
+    twin = BoardInfo(name="board-twin-0", serial="twin-0", module="P3701-0005 (AGX Orin 64GB)", l4t="36.4.0",
+                     profile="agx-orin-64gb", is_twin=True, temps_c={}, power_w=None)
+    lines = format_status([twin, board]).splitlines()
+    assert lines[0] == "2 boards"
+    assert lines[2].startswith("1422921012345") and "36.4.0" in lines[2] and "23.4 W" in lines[2]
+    assert "51.5 C" in lines[2] and lines[2].endswith("busy: bert-tiny/sst2 3/8 [measured]")
+    assert lines[3].startswith("twin-0") and lines[3].endswith("free [twin agx-orin-64gb]") and " - " in lines[3]
+    assert format_status([]) == "no boards answer\n"

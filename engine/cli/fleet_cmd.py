@@ -122,7 +122,7 @@ def format_status(boards: Any) -> str:
     for b in sorted(boards, key=lambda b: b.serial):
         power = "-" if b.power_w is None else f"{b.power_w:.1f} W"
         hottest = f"{max(b.temps_c.values()):.1f} C" if b.temps_c else "-"
-        kind = f" [twin {b.profile}]" if b.is_twin else " [board]"
+        kind = f" [twin {b.profile}]" if b.is_twin else " [measured]"  # the row's power and temperature
         state = f"busy: {b.running}" if b.busy else "free"
         lines.append(f"{b.serial:<18}{b.module[:27]:<28}{(b.l4t or '-'):<9}{power:>9}{hottest:>10}  {state}{kind}")
     return "\n".join(lines) + "\n"
