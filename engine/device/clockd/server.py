@@ -328,6 +328,8 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
                 log.exception("request %r from %s failed", line[:200], peer.describe())
                 send(error_reply(DeviceError(f"the service failed on this request: {type(exc).__name__}: {exc}",
                                              "see the service's log (`journalctl -u slm-dvfs-clockd`)")))
+    except TimeoutError:  # reading has its own errors above: this is a reply that could not go out
+        log.warning("dropped %s: its replies went unread for %g s", peer.describe(), service.idle_timeout_s)
     except OSError as exc:
         log.info("connection of %s ended: %s", peer.describe(), exc)
     finally:
