@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +78,15 @@ class Daemon:
     socket: Path
     root: Path  # the twin's tree the daemon serves
     base: Path
+    log: list[str]  # what it wrote to stderr (read all along: a full pipe would stall it)
 
     def gpu(self) -> tuple[int, int, str | None]:
         state = JetsonDevice(self.root).clock(ClockDomain.GPU)
         return state.min_hz, state.max_hz, state.governor
+
+    def fds(self) -> int:
+        """The descriptors the daemon has open."""
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
 
 def _start_daemon(users: Users, base: Path, *extra: str) -> Daemon:
@@ -91,12 +97,15 @@ def _start_daemon(users: Users, base: Path, *extra: str) -> Daemon:
          "--state-dir", str(base / "clockd-state"), "--group", users.group, *extra],
         env=env, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
+    log: list[str] = []
     for line in proc.stderr:  # wait for it to say it serves (or die)
+        log.append(line)
         if line.startswith("slm-dvfs clockd: serving"):
             break
     else:
-        pytest.fail(f"the clock service did not start (exit {proc.wait()})")
-    return Daemon(proc, sock, base / "root-home" / "twin" / TWIN, base)
+        pytest.fail(f"the clock service did not start (exit {proc.wait()}): {''.join(log)}")
+    threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True).start()
+    return Daemon(proc, sock, base / "root-home" / "twin" / TWIN, base, log)
 
 
 def _stop_daemon(daemon: Daemon) -> int:
@@ -180,6 +189,42 @@ CHILD = textwrap.dedent('''
             say("rc", engine.cli.main(["pin", "--sysfs-root", root, "--gpu", "612"]))
         elif what == "hello":
             say("hello", ClockdClient().hello()["client"])
+        elif what == "raw":  # connections of this uid, driven by commands on stdin (see `Conns`)
+            import socket
+            conns = {}
+            for command in sys.stdin:
+                c = json.loads(command)
+                k, failed = c["conn"], None
+                try:
+                    if c.get("open"):
+                        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                        s.settimeout(60)
+                        s.connect(sock)
+                        conns[k] = (s, s.makefile("rb"))
+                    if c.get("send"):
+                        try:
+                            conns[k][0].sendall(bytes.fromhex(c["send"]))
+                        except OSError as exc:  # it may have refused us and closed: its reply says why
+                            failed = exc
+                    if c.get("read"):
+                        line = conns[k][1].readline()
+                        say("reply", line.decode().strip()) if line else say("eof")
+                    elif failed is not None:
+                        raise failed
+                    else:
+                        say("ok")
+                    if c.get("close"):
+                        conns.pop(k)[0].close()
+                except OSError as exc:
+                    say("oserror", type(exc).__name__)
+        elif what == "session-close":  # sessions opened and closed, still referenced (as a TUI keeps them)
+            kept = []
+            for _ in range(int(wait())):
+                with open_device(sysfs_root=root) as session:
+                    assert session.device.client is not None  # writes through the service: a connection
+                kept.append(session)
+            say("closed", len(kept))
+            wait()
     except DeviceError as exc:
         say("ERROR", json.dumps({"what": exc.what, "remedy": exc.remedy}))
 ''')
@@ -247,6 +292,69 @@ class Raw:
         self.sock.close()
 
 
+class Conns:
+    """Connections of a real client uid sending raw lines (the CHILD's `raw` mode): what a
+    misbehaving member could send, through the kernel's own credentials check."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+
+    def _do(self, **command: object) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return _line(self.proc)
+
+    @staticmethod
+    def _reply(said: str) -> dict[str, object] | None:
+        """A reply, or None where the service closed the connection (a reset: it closed with
+        some of our bytes unread)."""
+        if said in ("eof", "oserror ConnectionResetError"):
+            return None
+        assert said.startswith("reply "), said
+        return json.loads(said[len("reply "):])
+
+    def open(self, k: int, first: bytes | None = None) -> dict[str, object] | None | str:
+        """Connect; with `first`, send it at once and give the reply."""
+        if first is None:
+            return self._do(conn=k, open=True)
+        return self._reply(self._do(conn=k, open=True, send=first.hex(), read=True))
+
+    def ask(self, k: int, raw: bytes) -> dict[str, object] | None:
+        return self._reply(self._do(conn=k, send=raw.hex(), read=True))
+
+    def send(self, k: int, raw: bytes) -> str:
+        return self._do(conn=k, send=raw.hex())
+
+    def read(self, k: int) -> dict[str, object] | None:
+        return self._reply(self._do(conn=k, read=True))
+
+    def close(self, k: int) -> str:
+        return self._do(conn=k, close=True)
+
+
+@contextlib.contextmanager
+def conns(daemon: Daemon, users: Users) -> Iterator[Conns]:
+    with client(daemon, users.member, "raw", [users.gid]) as proc:
+        yield Conns(proc)
+
+
+@pytest.fixture
+def make_daemon(users: Users, base: Path) -> Iterator[object]:
+    """Start daemons with options of their own (stopped, SIGTERM, at the end if still running)."""
+    started: list[Daemon] = []
+
+    def start(name: str, *extra: str) -> Daemon:
+        d = _start_daemon(users, base / f"{name}-{len(started)}-{time.monotonic_ns()}", *extra)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        if d.proc.poll() is None:
+            _stop_daemon(d)
+
+
 # ------------------------------------------------------------------------------------------------
 def test_a_member_pins_through_the_socket_and_restores(daemon: Daemon, users: Users) -> None:
     original = daemon.gpu()
@@ -311,7 +419,27 @@ def test_the_open_device_path_guards_through_the_service(daemon: Daemon, users: 
 def test_a_user_outside_the_group_is_refused(daemon: Daemon, users: Users) -> None:
     with client(daemon, users.outsider, "hello", []) as proc:
         err = _error(_line(proc))
-    assert "permission denied" in err["what"] and "usermod -aG" in err["remedy"]
+    assert f"user {users.outsider.pw_name} (uid {users.outsider.pw_uid}) is not in group {users.group}" in err["what"]
+    assert f"sudo usermod -aG {users.group} {users.outsider.pw_name}" in err["remedy"]
+
+
+def test_a_non_members_pin_says_which_group_to_join(daemon: Daemon, users: Users) -> None:
+    """Issue 20: `slm-dvfs pin` by a user outside the service's group said the service could not
+    leave a pin (and to use a policy, which fails the same way); it names the group and how to
+    join it. A user added to the group whose login predates it is told to log in again."""
+    original = daemon.gpu()
+    with client(daemon, users.outsider, "pin-cmd", []) as proc:
+        assert _line(proc) == "rc 2"
+        proc.wait(timeout=30)
+        err = proc.stderr.read() if proc.stderr else ""
+    assert f"is not in group {users.group}, which may use the clock service at {daemon.socket}" in err
+    assert f"sudo usermod -aG {users.group} {users.outsider.pw_name}" in err and "cannot leave one" not in err
+    with client(daemon, users.member, "pin-cmd", []) as proc:  # listed in the group, not in this login
+        assert _line(proc) == "rc 2"
+        proc.wait(timeout=30)
+        err = proc.stderr.read() if proc.stderr else ""
+    assert f"was added to group {users.group}" in err and f"newgrp {users.group}" in err
+    assert daemon.gpu() == original
 
 
 def test_bad_requests_get_error_replies_and_the_service_keeps_serving(daemon: Daemon) -> None:
@@ -320,7 +448,7 @@ def test_bad_requests_get_error_replies_and_the_service_keeps_serving(daemon: Da
     try:
         assert raw.ask(b"this is not json\n")["ok"] is False
         reply = raw.ask(b'{"v": 1, "op": "run", "command": "/bin/sh -c id"}\n')
-        assert reply["ok"] is False and "unknown operation 'run'" in str(reply["error"])
+        assert reply["ok"] is False and 'unknown operation "run"' in str(reply["error"])
         reply = raw.ask(b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 613000000}\n')
         assert reply["ok"] is False and reply["kind"] == "UnsupportedFrequencyError"
         assert "nearest" in str(reply["remedy"])
@@ -337,6 +465,178 @@ def test_bad_requests_get_error_replies_and_the_service_keeps_serving(daemon: Da
     finally:
         again.close()
     assert daemon.gpu() == original
+
+
+HELLO = b'{"v": 1, "op": "hello"}\n'
+# Issue 20: values of the wrong kind, size or shape, each with what its error says.
+MALFORMED = [
+    (b'{"v": 1, "op": ["pin"]}\n', "unknown operation [...]"),
+    (b'{"v": 1, "op": {"pin": 1}}\n', "unknown operation {...}"),
+    (b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 1' + b"0" * 400 + b"}\n", "has 401 digits"),
+    (b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 1e400}\n', 'field "hz" is Infinity, not an integer'),
+    (b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 612000000.0}\n', 'field "hz" is 612000000.0, not an integer'),
+    (b'{"v": 1, "op": "pin", "domain": "gpu", "hz": true}\n', 'field "hz" is true, not an integer'),
+    (b'{"v": 1, "op": "pin", "domain": "gpu", "hz": null}\n', 'field "hz" is null, not an integer'),
+    (b'{"v": 1, "op": "set_mode", "mode": NaN}\n', "NaN, which is not a JSON number"),
+    (b'{"v": 1, "op": "jetson_clocks", "on": null}\n', 'field "on" is null, not a boolean'),
+    (b'{"v": 1.0, "op": "hello"}\n', "protocol version 1.0"),
+    (b'{"v": 1, "op": "hello", "x": ' + b"[" * 2000 + b"]" * 2000 + b"}\n", "nests too deeply"),
+    (b'{"v": 1, "op": "\xff\xfe"}\n', "not UTF-8 text (byte 0xff at position 16)"),
+]
+
+
+def test_malformed_values_get_the_protocols_error_and_the_connection_stays_usable(daemon: Daemon,
+                                                                                users: Users) -> None:
+    """Each malformed request of a member gets the protocol's error reply (not a TypeError with a
+    traceback in the log) and the connection serves the next request; a line past the length
+    cap, with or without its newline, gets the error and ends the connection."""
+    original, logged = daemon.gpu(), len(daemon.log)
+    with conns(daemon, users) as c:
+        assert c.open(1, HELLO)["ok"] is True  # type: ignore[index]
+        for raw, said in MALFORMED:
+            reply = c.ask(1, raw)
+            assert reply is not None and reply["ok"] is False, (raw[:60], reply)
+            assert reply["kind"] == "ProtocolError" and said in str(reply["error"]) and reply["remedy"], reply
+            assert c.ask(1, HELLO)["ok"] is True  # type: ignore[index]  # still served
+        reply = c.ask(1, b'{"v": 1, "op": "pin", "domain": "gpu", "hz": ' + b"9" * 5000 + b"}\n")
+        assert reply is not None and "over the 4096-byte limit" in str(reply["error"]) and reply["remedy"]
+        assert c.read(1) is None  # the rest of that line cannot be told from a request: closed
+        assert c.open(2, HELLO)["ok"] is True  # type: ignore[index]
+        reply = c.ask(2, b'{"v": 1, "op": "hello", "x": "' + b"a" * 5000)  # and no newline at all
+        assert reply is not None and "over the 4096-byte limit" in str(reply["error"])
+        assert c.read(2) is None
+    assert not [line for line in daemon.log[logged:] if "Traceback" in line or "TypeError" in line]
+    assert daemon.gpu() == original
+
+
+def test_a_client_that_sends_nothing_or_stops_mid_line_is_dropped_and_restored(make_daemon, users: Users) -> None:
+    """Issue 20: the idle timeout. A connection that sends nothing after connecting, and a holder
+    that stops in the middle of a line, get the protocol's error and are dropped (the holder's
+    clocks restored as when it leaves); one idle between whole requests keeps its connection."""
+    d = make_daemon("idle", "--idle-timeout", "0.5")
+    original = d.gpu()
+    with conns(d, users) as c:
+        assert c.open(4, HELLO)["ok"] is True  # type: ignore[index]
+        assert c.open(1) == "ok"  # connects, sends nothing
+        pin = b'{"v": 1, "op": "pin", "domain": "gpu", "hz": 612000000}\n'
+        assert c.open(2, pin)["ok"] is True  # type: ignore[index]
+        assert d.gpu()[:2] == (GPU_PIN, GPU_PIN)
+        assert c.send(2, b'{"v": 1, "op": "sta') == "ok"  # ... and stops mid-line
+        reply = c.read(1)
+        assert reply is not None and reply["kind"] == "ProtocolError", reply
+        assert "no request within 0.5 s of connecting" in str(reply["error"]) and reply["remedy"]
+        assert c.read(1) is None
+        reply = c.read(2)
+        assert reply is not None and "did not end (no newline) within 0.5 s" in str(reply["error"]), reply
+        assert c.read(2) is None  # restored before the connection closed
+        assert d.gpu() == original
+        status = c.ask(4, b'{"v": 1, "op": "status"}\n')  # idle between whole requests longer than that: served
+        assert status is not None and status["ok"] is True and status["holder"] is None
+
+
+@pytest.mark.slow
+def test_a_client_that_never_reads_its_replies_is_dropped(make_daemon, users: Users) -> None:
+    """A connection that asks and never reads: once its replies fill the socket and stay unread
+    for the idle timeout, the service drops it rather than block its thread for ever."""
+    d = make_daemon("unread", "--idle-timeout", "1")
+    with conns(d, users) as c:
+        assert c.open(1, b'{"v": 1, "op": "status"}\n')["ok"] is True  # type: ignore[index]
+        assert c.send(1, b'{"v": 1, "op": "status"}\n' * 300) == "ok"
+        _until(lambda: any("its replies went unread for 1 s" in line for line in d.log),
+               "the service drops a client that reads none of its replies")
+
+
+def test_a_users_connections_are_capped_and_the_daemons_descriptors_stay_bounded(make_daemon, users: Users) -> None:
+    """Issue 20: a member opening many connections gets the protocol's error on those over the
+    cap, each closed at once; the daemon's descriptors grow by the cap at most, other users still
+    get in, and a connection that ends makes room for another."""
+    d = make_daemon("cap", "--max-connections", "3")
+    baseline = d.fds()
+    with conns(d, users) as c:
+        for k in range(3):
+            assert c.open(k, HELLO)["ok"] is True  # type: ignore[index]
+        for k in range(3, 10):
+            reply = c.open(k, HELLO)
+            assert isinstance(reply, dict) and reply["ok"] is False and reply["kind"] == "ProtocolError", reply
+            assert f"{users.member.pw_name} already has 3 connections open" in str(reply["error"])
+            assert "--max-connections" in str(reply["remedy"])
+            assert c.read(k) is None  # closed, not kept
+        assert d.fds() <= baseline + 3
+        other = Raw(d.socket)  # root is another user: not counted against the member
+        try:
+            assert other.ask(HELLO)["ok"] is True
+        finally:
+            other.close()
+        assert c.close(0) == "ok"
+        _until(lambda: (c.open(10, HELLO) or {}).get("ok") is True,  # type: ignore[union-attr]
+               "a connection that ended makes room for another")
+    assert sum("refusing further connections" in line for line in d.log) == 1  # logged once, not per refusal
+
+
+def test_a_closed_session_holds_no_connection_to_the_service(daemon: Daemon, users: Users) -> None:
+    """A session the caller closed (and still refers to, as a long-lived TUI may) gives its
+    connection back, so the cap counts only live sessions."""
+    before = daemon.fds()
+    with client(daemon, users.member, "session-close", [users.gid]) as proc:
+        proc.stdin.write("5\n")  # type: ignore[union-attr]
+        proc.stdin.flush()  # type: ignore[union-attr]
+        assert _line(proc) == "closed 5"
+        _until(lambda: daemon.fds() <= before, "the service closed the closed sessions' connections")
+
+
+def _stopped_by(d: Daemon, users: Users, sig: int) -> None:
+    """`sig` to a daemon whose client holds a pin: the pin is restored, the socket removed, and
+    the exit status says how it stopped."""
+    from engine.device.clockd.listener import CLEAN_STOP, signal_name
+
+    original = d.gpu()
+    with client(d, users.member, "pin-wait", [users.gid]) as proc:
+        assert _line(proc) == f"pinned {GPU_PIN}"
+        d.proc.send_signal(sig)
+        assert d.proc.wait(timeout=30) == (0 if sig in CLEAN_STOP else 128 + sig)
+    assert d.gpu() == original
+    assert not d.socket.exists()
+    _until(lambda: any(f"stopping on {signal_name(sig)}: restoring the clocks" in line for line in d.log),
+           "the daemon logged why it stopped")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1], ids=lambda s: signal.Signals(s).name)
+def test_hup_quit_and_usr1_restore_the_clocks_and_end_the_daemon(make_daemon, users: Users, sig: int) -> None:
+    """Issue 20: these ended the daemon without restoring what a client held."""
+    _stopped_by(make_daemon("sig"), users, sig)
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:  # a real-time signal between SIGRTMIN and SIGRTMAX
+        return f"SIGRTMIN+{sig - signal.SIGRTMIN}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", sorted(set(signal.valid_signals()) - {signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+                                                                       signal.SIGTERM}), ids=_signame)
+def test_every_other_stopping_signal_restores_the_clocks(make_daemon, users: Users, sig: int) -> None:
+    from engine.device.clockd.listener import LEFT_ALONE, STOP_SIGNALS
+
+    if sig not in STOP_SIGNALS:
+        pytest.skip(f"left alone: {LEFT_ALONE[_signame(sig)]}")
+    _stopped_by(make_daemon("sig"), users, sig)
+
+
+def test_every_signal_that_would_end_the_daemon_is_handled_or_documented_as_not() -> None:
+    """Each signal this OS has either makes the daemon restore and exit, or is left alone for a
+    reason the code states; docs/security.md names each."""
+    from engine.device.clockd.listener import LEFT_ALONE, STOP_SIGNALS, signal_name
+
+    handled = {signal_name(s) for s in STOP_SIGNALS}
+    assert handled | set(LEFT_ALONE) == {signal_name(s) for s in signal.valid_signals()}
+    assert not handled & set(LEFT_ALONE)
+    docs = (REPO / "docs" / "security.md").read_text()
+    section = docs[docs.index("## The clock service"):]
+    for name in sorted((handled - {"SIGRTMAX"} - {n for n in handled if n.startswith("SIGRTMIN")}) | set(LEFT_ALONE)):
+        assert name in section, f"docs/security.md's clock service section does not name {name}"
+    assert "SIGRTMIN" in section and "SIGRTMAX" in section
 
 
 @pytest.mark.slow
@@ -371,7 +671,7 @@ def test_sigterm_restores_what_a_client_holds(users: Users, base: Path) -> None:
 
 
 def test_without_the_service_a_user_reads_but_is_told_how_to_write(daemon: Daemon, users: Users) -> None:
-    gone = Daemon(daemon.proc, daemon.base / "no-such.sock", daemon.root, daemon.base)
+    gone = Daemon(daemon.proc, daemon.base / "no-such.sock", daemon.root, daemon.base, [])
     with client(gone, users.member, "noservice", [users.gid]) as proc:
         assert _line(proc) == f"clock {daemon.gpu()[1]}"
         err = _error(_line(proc))
@@ -511,13 +811,22 @@ def test_install_refuses_a_venv_in_a_temp_folder(tmp_path: Path, monkeypatch: py
 def test_the_accept_loop_survives_a_failed_accept_and_a_failed_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from engine.device.clockd import server
+    from engine.device.clockd import listener
 
     class Listener:
         def accept(self):  # type: ignore[no-untyped-def]
             raise OSError(errno.EMFILE, "Too many open files")
 
-    server._accept(None, Listener(), 1)  # type: ignore[arg-type]  # logged, backed off, no raise
+    listener._accept(None, Listener(), 1)  # type: ignore[arg-type]  # logged, backed off, no raise
+
+    class Service:
+        counted = 0
+
+        def admit(self, peer):  # type: ignore[no-untyped-def]
+            self.counted += 1
+
+        def left(self, peer):  # type: ignore[no-untyped-def]
+            self.counted -= 1
 
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 
@@ -532,9 +841,11 @@ def test_the_accept_loop_survives_a_failed_accept_and_a_failed_thread(monkeypatc
         def start(self) -> None:
             raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(server.threading, "Thread", NoThread)
-    server._accept(None, Paired(), 2)  # type: ignore[arg-type]
+    monkeypatch.setattr(listener.threading, "Thread", NoThread)
+    service = Service()
+    listener._accept(service, Paired(), 2)  # type: ignore[arg-type]
     assert a.fileno() == -1  # the connection was closed
+    assert service.counted == 0  # and counted out of its user's connections
     b.close()
 
 
@@ -542,18 +853,19 @@ def test_a_connection_is_closed_even_when_its_restore_crashes() -> None:
     from engine.device.clockd import server
 
     class Broken:
-        group = "x"
-
-        def refusal(self, peer):  # type: ignore[no-untyped-def]
-            return None
+        group, idle_timeout_s, counted = "x", 30.0, 1
 
         def disconnected(self, peer):  # type: ignore[no-untyped-def]
             raise RuntimeError("boom")
 
+        def left(self, peer):  # type: ignore[no-untyped-def]
+            self.counted -= 1
+
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     b.close()  # the client went away at once
-    server.serve_connection(Broken(), a, server.Peer(1, os.getpid(), 0, 0))  # type: ignore[arg-type]
-    assert a.fileno() == -1
+    service = Broken()
+    server.serve_connection(service, a, server.Peer(1, os.getpid(), 0, 0))  # type: ignore[arg-type]
+    assert a.fileno() == -1 and service.counted == 0
 
 
 class Flaky:

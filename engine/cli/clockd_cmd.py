@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine.cli.numbers import int_range, seconds
 from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
 
@@ -27,7 +28,8 @@ def _mode(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from engine.device.clockd.server import DEFAULT_GROUP, DEFAULT_SOCKET, DEFAULT_STATE_DIR
+    from engine.device.clockd.framing import DEFAULT_IDLE_TIMEOUT_S
+    from engine.device.clockd.server import DEFAULT_GROUP, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOCKET, DEFAULT_STATE_DIR
 
     p = sub.add_parser("clockd", help="the clock service: the one root process that writes clocks (see docs/security.md)",
                        description="Run the clock service (as root, normally from its systemd unit), or set it up "
@@ -37,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--socket-mode", type=_mode, default=0o660, help="socket permissions, octal (default 0660)")
     p.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                    help=f"its journals and jetson_clocks' store (default {DEFAULT_STATE_DIR})")
+    p.add_argument("--idle-timeout", type=seconds, default=DEFAULT_IDLE_TIMEOUT_S, metavar="SECONDS",
+                   help="drop a client that sends no request this long after connecting, or stops this long in "
+                        f"the middle of one, restoring what it held (default {DEFAULT_IDLE_TIMEOUT_S:g})")
+    p.add_argument("--max-connections", type=int_range(1, 4096), default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                   help=f"connections one user may hold open at once (default {DEFAULT_MAX_CONNECTIONS})")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--sysfs-root", metavar="DIR", help="serve the board under DIR (tests; default /)")
     where.add_argument("--twin", metavar="PROFILE", help="serve a digital twin (tests)")
@@ -90,16 +97,20 @@ def _device(args: argparse.Namespace) -> Iterator[Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from engine.device.clockd.server import ClockService, serve
+    from engine.device.clockd.listener import CLEAN_STOP, serve
+    from engine.device.clockd.server import ClockService
 
     if not logging.getLogger().handlers or logging.getLogger().level > logging.INFO:
         logging.getLogger("engine").setLevel(logging.INFO)  # the service's log is its audit trail
     with _device(args) as device, service_state_dir(args.state_dir):
-        service = ClockService(device, group=args.group, state_dir=args.state_dir)
-        serve(service, args.socket, mode=args.socket_mode,
-              ready=lambda path: print(f"slm-dvfs clockd: serving {device.describe().get('root')} on {path} "
-                                       f"(group {args.group})", file=sys.stderr, flush=True))
-    return 0
+        service = ClockService(device, group=args.group, state_dir=args.state_dir,
+                               idle_timeout_s=args.idle_timeout, max_connections=args.max_connections)
+        signum = serve(service, args.socket, mode=args.socket_mode,
+                       ready=lambda path: print(f"slm-dvfs clockd: serving {device.describe().get('root')} on "
+                                                f"{path} (group {args.group})", file=sys.stderr, flush=True))
+    # A stop asked for (systemctl stop, Ctrl-C) is a success; any other signal is reported as the
+    # shell would (128+N), which systemd's Restart=on-failure answers by starting the service again.
+    return 0 if signum in CLEAN_STOP else 128 + signum
 
 
 @contextlib.contextmanager

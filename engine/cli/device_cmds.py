@@ -211,6 +211,10 @@ def cmd_pin(args: argparse.Namespace) -> int:
     with session_from_args(args) as session:
         device = session.device
         if isinstance(device, ServiceWriter):
+            from engine.device.clockd.client import ServiceDevice
+
+            if isinstance(device, ServiceDevice):
+                device.require_client()  # no service this user may write through: why (its group, none running)
             # The clock service restores a client's clocks when it disconnects: a pin cannot
             # outlive this command through it. Refuse before changing anything.
             raise ConfigError(

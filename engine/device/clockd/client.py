@@ -24,6 +24,7 @@ from typing import Any
 
 from engine.core.errors import DeviceError
 from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings, PowerMode
+from engine.device.clockd.membership import NotInGroupError, refused_at_socket
 from engine.device.clockd.protocol import PROTOCOL_VERSION, Request, clock_from_json
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ class ClockdClient:
             sock.connect(os.fspath(self.path))
         except PermissionError:
             sock.close()
-            raise DeviceError(f"not allowed to connect to the clock service at {self.path} (permission denied)",
-                              "ask an administrator to add you to group slm-dvfs "
-                              "(`sudo usermod -aG slm-dvfs $USER`), then log out and in") from None
+            raise refused_at_socket(self.path) from None  # names the socket's group and how to join it
         except OSError as exc:
             sock.close()
             if exc.errno in (errno.ENOENT, errno.ECONNREFUSED, errno.ENOTSOCK):
@@ -123,8 +122,8 @@ class ClockdClient:
             raise DeviceError(f"{self.path} is not an slm-dvfs clock service (it answered `{op}` with "
                               f"{raw[:80]!r})", NOT_OURS_REMEDY)
         if not reply.get("ok"):
-            raise DeviceError(reply.get("error") or "the clock service refused the request",
-                              reply.get("remedy") or "")
+            kind = NotInGroupError if reply.get("kind") == NotInGroupError.__name__ else DeviceError
+            raise kind(reply.get("error") or "the clock service refused the request", reply.get("remedy") or "")
         return reply
 
     def hello(self) -> dict[str, Any]:
@@ -152,6 +151,7 @@ class ClockdClient:
         return self.request("status")
 
     def close(self) -> None:
+        self._dead = self._dead or "it was closed"  # a later request says so, rather than failing on the file
         try:
             self._reader.close()
         finally:
@@ -174,10 +174,23 @@ class ServiceDevice:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # reads the protocol does not name (root, tree, rail, ...)
 
-    def _service(self) -> ClockdClient:
+    def require_client(self) -> ClockdClient:
+        """The connection writes go through; without one, why this process cannot write (not
+        in the service's group, no service running)."""
         if self.client is None:
             raise self.problem or DeviceError("this process may not write the board's clocks (not root)", SETUP_REMEDY)
         return self.client
+
+    def close(self) -> None:
+        """Close the board's files and the connection (the service restores what it still held):
+        a closed session holds none of its user's connections to the service."""
+        try:
+            close_inner = getattr(self.inner, "close", None)
+            if callable(close_inner):
+                close_inner()
+        finally:
+            if self.client is not None:
+                self.client.close()
 
     # reads: straight from the kernel files
     def identity(self) -> Any:
@@ -241,24 +254,24 @@ class ServiceDevice:
 
     # writes: requests to the service
     def pin(self, domain: ClockDomain, hz: int) -> ClockState:
-        return self._service().pin(domain, hz)
+        return self.require_client().pin(domain, hz)
 
     def unpin(self, domain: ClockDomain) -> ClockState:
-        return self._service().unpin(domain)
+        return self.require_client().unpin(domain)
 
     def set_power_mode(self, mode_id: int) -> None:
-        self._service().set_mode(mode_id)
+        self.require_client().set_mode(mode_id)
 
     def jetson_clocks(self, store: Path | None = None) -> None:
         # The service keeps jetson_clocks' store in its own directory: a client names no files.
-        self._service().jetson_clocks(True)
+        self.require_client().jetson_clocks(True)
 
     def jetson_clocks_restore(self, store: Path) -> None:
-        self._service().jetson_clocks(False)
+        self.require_client().jetson_clocks(False)
 
     # the guard's side: the service snapshots, journals, locks and restores
     def service_snapshot(self) -> DeviceSettings:
-        self._snapshot = self._service().snapshot()
+        self._snapshot = self.require_client().snapshot()
         return self._snapshot
 
     def apply_settings(self, settings: DeviceSettings) -> None:
@@ -266,7 +279,7 @@ class ServiceDevice:
             raise DeviceError("through the clock service only the snapshot it took can be restored",
                               "restore inside the clock guard that took it (the service also restores when "
                               "this process exits)")
-        self._service().restore()
+        self.require_client().restore()
         self._snapshot = None
 
 
@@ -321,4 +334,5 @@ def attach_service(device: Device) -> Device:
     return ServiceDevice(device, None, problem)
 
 
-__all__ = ["ClockdClient", "ServiceDevice", "ServiceUnavailableError", "attach_service", "socket_path"]
+__all__ = ["ClockdClient", "NotInGroupError", "ServiceDevice", "ServiceUnavailableError", "attach_service",
+           "socket_path"]

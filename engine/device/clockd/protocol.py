@@ -17,7 +17,9 @@ from engine.core.errors import ConfigError, SlmDvfsError
 from engine.device.base import ClockDomain, ClockState
 
 PROTOCOL_VERSION = 1
-MAX_LINE = 4096  # bytes per request line; longer is refused (and the connection closed)
+MAX_LINE = 4096  # bytes per request line, its newline included; longer is refused (and the connection closed)
+MAX_DIGITS = 19  # an integer field fits in 64 bits (what the kernel's clock files hold)
+_EXAMPLE = '{"v": 1, "op": "hello"}'
 
 # op -> {field: type}: the whole whitelist.
 _FIELDS: dict[str, dict[str, type]] = {
@@ -32,10 +34,17 @@ _FIELDS: dict[str, dict[str, type]] = {
 }
 OPS = tuple(_FIELDS)
 CHANGING_OPS = frozenset({"snapshot", "pin", "unpin", "set_mode", "jetson_clocks"})
+_TYPE_NAMES = {str: "string", int: "integer", bool: "boolean"}
+_A_TYPE = {str: "a string", int: "an integer", bool: "a boolean (true or false)"}
+# integer field -> (its smallest value, what a smaller one is, what to send instead)
+_LOWEST = {"hz": (1, "a frequency of {} Hz is not positive", "send a frequency the board lists, in Hz"),
+           "mode": (0, "mode id {} is negative", "send a mode id that `slm-dvfs device` lists")}
 
 
 class ProtocolError(ConfigError):
-    """A request the service does not accept (malformed, unknown, or with fields it does not take)."""
+    """A request line or a connection the service does not accept (malformed, unknown, with
+    fields it does not take, too long or too slow, one connection too many); its reply is the
+    protocol's error reply."""
 
 
 @dataclass(frozen=True)
@@ -62,51 +71,101 @@ def encode(data: Mapping[str, Any]) -> bytes:
 
 
 def _usage(op: str) -> str:
-    fields = ", ".join(f'"{k}": <{t.__name__}>' for k, t in _FIELDS[op].items())
+    fields = ", ".join(f'"{k}": <{_TYPE_NAMES[t]}>' for k, t in _FIELDS[op].items())
     return '{"v": %d, "op": "%s"%s}' % (PROTOCOL_VERSION, op, f", {fields}" if fields else "")
 
 
+def _shown(value: Any) -> str:
+    """A client's value in an error, as JSON spells it (`null`, `true`, `"612"`), cut short: a
+    reply never echoes a request at length (nor walks a nested value again)."""
+    if isinstance(value, (list, dict)):
+        return "[...]" if isinstance(value, list) else "{...}"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:32]}... ({len(text)} characters)"
+
+
+def _not_json(what: str) -> ProtocolError:
+    return ProtocolError(f"request is not a JSON object: {what}", f"send one JSON object per line, e.g. {_EXAMPLE}")
+
+
+# The decoder's hooks refuse, while it reads, what no request holds: an integer too long to be
+# a field (before Python converts thousands of digits), NaN and the infinities, a repeated key.
+def _integer(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_DIGITS:
+        raise ProtocolError(f"a number in the request has {len(digits.lstrip('-'))} digits, more than any field "
+                            f"takes ({MAX_DIGITS})", "send frequencies in Hz and mode ids as plain integers")
+    return int(digits)
+
+
+def _constant(name: str) -> Any:
+    raise ProtocolError(f"request holds {name}, which is not a JSON number", "send finite numbers only")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ProtocolError(f"request gives field {_shown(key)} twice", "send each field once")
+        data[key] = value
+    return data
+
+
+def _decode(line: bytes) -> Any:
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolError(f"request is not UTF-8 text (byte 0x{line[exc.start]:02x} at position {exc.start})",
+                            f"send one JSON object per line, in UTF-8, e.g. {_EXAMPLE}") from None
+    try:
+        return json.loads(text, parse_int=_integer, parse_constant=_constant, object_pairs_hook=_object)
+    except RecursionError:
+        raise _not_json("it nests too deeply (a request is one flat object)") from None
+    except ValueError as exc:  # json.JSONDecodeError
+        raise _not_json(str(exc)) from None
+
+
 def parse_request(line: bytes) -> Request:
-    """One request line, checked field by field; a ProtocolError says what was wrong."""
+    """One request line, checked field by field. Whatever the bytes, the result is a Request
+    or a ProtocolError saying what was wrong and what to send, never another exception."""
     if len(line) > MAX_LINE:
         raise ProtocolError(f"request of {len(line)} bytes is over the {MAX_LINE}-byte limit",
                             "send one short JSON object per line")
-    try:
-        data = json.loads(line.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"request is not a JSON object: {exc}",
-                            'send one JSON object per line, e.g. {"v": 1, "op": "hello"}') from None
+    data = _decode(line)
     if not isinstance(data, dict):
         raise ProtocolError(f"request is a JSON {type(data).__name__}, not an object",
-                            'send one JSON object per line, e.g. {"v": 1, "op": "hello"}')
+                            f"send one JSON object per line, e.g. {_EXAMPLE}")
     version = data.pop("v", None)
-    if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise ProtocolError(f"protocol version {version!r} is not spoken here (this service speaks {PROTOCOL_VERSION})",
+    if type(version) is not int or version != PROTOCOL_VERSION:  # not `true`, not `1.0`
+        raise ProtocolError(f"protocol version {_shown(version)} is not spoken here (this service speaks "
+                            f"{PROTOCOL_VERSION})",
                             "use the slm-dvfs that matches the service (`slm-dvfs --version` on both sides)")
     op = data.pop("op", None)
-    if op not in _FIELDS:
-        raise ProtocolError(f"unknown operation {op!r}", f"use one of {', '.join(OPS)}")
+    if not isinstance(op, str) or op not in _FIELDS:
+        raise ProtocolError(f"unknown operation {_shown(op)}", f"use one of {', '.join(OPS)}")
     wanted = _FIELDS[op]
     extra = sorted(set(data) - set(wanted))
     missing = sorted(set(wanted) - set(data))
     if extra or missing:
-        what = "; ".join(p for p in (f"unexpected field(s) {extra}" if extra else "",
-                                     f"missing field(s) {missing}" if missing else "") if p)
+        shown = ", ".join([_shown(k) for k in extra[:5]] + (["..."] if len(extra) > 5 else []))
+        what = "; ".join(p for p in (f"unexpected field(s) {shown}" if extra else "",
+                                     f"missing field(s) {', '.join(map(_shown, missing))}" if missing else "") if p)
         raise ProtocolError(f"`{op}`: {what}", f"send {_usage(op)}")
     for name, kind in wanted.items():
         value = data[name]
         # bool is an int in Python: keep `true` out of hz/mode and numbers out of `on`.
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ProtocolError(f"`{op}`: field {name!r} is {value!r}, not a {kind.__name__}", f"send {_usage(op)}")
+        if type(value) is not kind:
+            raise ProtocolError(f'`{op}`: field "{name}" is {_shown(value)}, not {_A_TYPE[kind]}',
+                                f"send {_usage(op)}")
+        if kind is int and value < _LOWEST[name][0]:
+            _, what, remedy = _LOWEST[name]
+            raise ProtocolError(f"`{op}`: {what.format(value)}", remedy)
     domain = None
     if "domain" in data:
         try:
             domain = ClockDomain(data["domain"])
         except ValueError:
-            raise ProtocolError(f"`{op}`: unknown clock domain {data['domain']!r}",
+            raise ProtocolError(f"`{op}`: unknown clock domain {_shown(data['domain'])}",
                                 f"use one of {', '.join(d.value for d in ClockDomain)}") from None
-    if op == "pin" and data["hz"] <= 0:
-        raise ProtocolError(f"`pin`: frequency {data['hz']} Hz is not positive", "send a frequency the board lists, in Hz")
     return Request(op, domain=domain, hz=data.get("hz"), mode=data.get("mode"), on=data.get("on"))
 
 

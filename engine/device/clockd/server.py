@@ -4,24 +4,20 @@ It listens on a Unix socket owned by root and a group (mode 0660), checks each c
 credentials (SO_PEERCRED) and serves the whitelisted requests of `protocol.py`. One client
 holds the board at a time: its first changing request takes a `ClockGuard` snapshot (journalled
 in the service's own state directory, holding the board lock), and the snapshot is restored
-when the client sends `restore`, disconnects or dies. SIGTERM/SIGINT restore everything.
-Nothing is ever executed but the device layer's fixed nvpmodel and jetson_clocks.
+when the client sends `restore`, disconnects, dies, or is dropped (a connection that sends
+nothing, or stops mid-line, for the idle timeout: `framing`). Each user may hold a bounded number
+of connections. `listener` runs all this as a process: the socket, the accept loop, and the
+signals that stop it. Nothing is ever executed but the device layer's fixed nvpmodel and
+jetson_clocks.
 """
 
 from __future__ import annotations
 
-import errno
 import grp
 import logging
-import os
-import pwd
-import selectors
-import signal
 import socket
-import stat
 import struct
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,9 +25,10 @@ from typing import Any
 from engine import __version__
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
 from engine.device.base import ClockDomain, Device
+from engine.device.clockd.framing import DEFAULT_IDLE_TIMEOUT_S, LineReader
+from engine.device.clockd.membership import not_in_group, process_groups, user_name
 from engine.device.clockd.protocol import (
     CHANGING_OPS,
-    MAX_LINE,
     PROTOCOL_VERSION,
     ProtocolError,
     Request,
@@ -52,11 +49,10 @@ log = logging.getLogger(__name__)
 DEFAULT_SOCKET = Path("/run/slm-dvfs/clockd.sock")
 DEFAULT_GROUP = "slm-dvfs"
 DEFAULT_STATE_DIR = Path("/var/lib/slm-dvfs/clockd")
+DEFAULT_MAX_CONNECTIONS = 16  # per user: a TUI, a run and a few `slm-dvfs device` at once fit well within
 _RECOVERY_REMEDY = ("fix the cause (see `journalctl -u slm-dvfs-clockd`); the service retries before the "
                     "next client takes the board, and restores at start (`sudo systemctl restart slm-dvfs-clockd`); "
                     "`sudo nvpmodel -m <id>` resets a mode's clocks, a reboot resets everything")
-_JOIN_REMEDY = ("ask an administrator to add you to group {group} (`sudo usermod -aG {group} $USER`), "
-                "then log out and in")
 
 
 @dataclass(frozen=True)
@@ -70,10 +66,7 @@ class Peer:
 
     @property
     def user(self) -> str:
-        try:
-            return pwd.getpwuid(self.uid).pw_name
-        except KeyError:
-            return f"uid {self.uid}"
+        return user_name(self.uid)
 
     def describe(self) -> str:
         return f"{self.user} (uid {self.uid}, pid {self.pid})"
@@ -85,23 +78,15 @@ def peer_credentials(conn: socket.socket, conn_id: int) -> Peer:
     return Peer(conn_id, pid, uid, gid)
 
 
-def process_groups(pid: int) -> set[int]:
-    """The supplementary groups the client process really has (not what /etc/group says now:
-    a user added to the group counts once they log in again, as for any group)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Groups:"):
-                return {int(g) for g in line.split()[1:]}
-    except (OSError, ValueError):
-        pass
-    return set()
-
-
 class ClockService:
     """The board, who holds it, and the holder's guard; every request goes through `handle`."""
 
-    def __init__(self, device: Device, *, group: str = DEFAULT_GROUP, state_dir: Path = DEFAULT_STATE_DIR) -> None:
+    def __init__(self, device: Device, *, group: str = DEFAULT_GROUP, state_dir: Path = DEFAULT_STATE_DIR,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
         self.device = device
+        self.idle_timeout_s = idle_timeout_s
+        self.max_connections = max_connections
         self.group = group
         try:
             self.gid = grp.getgrnam(group).gr_gid
@@ -116,6 +101,11 @@ class ClockService:
         self._guard: ClockGuard | None = None
         self._jc_store: Path | None = None
         self._closed = False
+        # Connections per uid, under a lock of their own: admission must not wait for a request
+        # that holds `_lock` for seconds (nvpmodel).
+        self._conn_lock = threading.Lock()
+        self._connections: dict[int, int] = {}
+        self._capped: set[int] = set()  # uids refused for the cap, logged once until one of theirs ends
 
     @property
     def journal_dir(self) -> Path:
@@ -138,8 +128,40 @@ class ClockService:
         """Why `peer` may not use the service (None: it may): root and the group only."""
         if peer.uid == 0 or peer.gid == self.gid or self.gid in process_groups(peer.pid):
             return None
-        return DeviceError(f"{peer.describe()} is not in group {self.group}, which may use the clock service",
-                           _JOIN_REMEDY.format(group=self.group))
+        return not_in_group(peer.describe(), peer.user, self.group)
+
+    def admit(self, peer: Peer) -> SlmDvfsError | None:
+        """Count `peer`'s connection in, or say why not: not in the group, or its user already
+        has `max_connections` open (so a member cannot exhaust the service's descriptors and
+        threads). An admitted connection is counted out with `left`."""
+        refusal = self.refusal(peer)
+        if refusal is not None:
+            log.warning("refused %s: %s", peer.describe(), refusal.what)
+            return refusal
+        with self._conn_lock:
+            held = self._connections.get(peer.uid, 0)
+            if held >= self.max_connections:
+                if peer.uid not in self._capped:
+                    self._capped.add(peer.uid)
+                    log.warning("refusing further connections of %s: %d open, the most one user may have",
+                                peer.user, held)
+                return ProtocolError(f"{peer.user} already has {held} connections open to the clock service, "
+                                     "the most one user may have",
+                                     "close the ones you no longer use (each slm-dvfs process with a board open "
+                                     "holds one; `ss -xp` lists them), or ask an administrator to raise the "
+                                     "service's --max-connections")
+            self._connections[peer.uid] = held + 1
+        return None
+
+    def left(self, peer: Peer) -> None:
+        """An admitted connection has ended (and its descriptor is closed)."""
+        with self._conn_lock:
+            held = self._connections.get(peer.uid, 0) - 1
+            if held > 0:
+                self._connections[peer.uid] = held
+            else:
+                self._connections.pop(peer.uid, None)
+            self._capped.discard(peer.uid)
 
     # --- requests --------------------------------------------------------------------
     def handle(self, peer: Peer, req: Request) -> dict[str, Any]:
@@ -279,26 +301,25 @@ class ClockService:
 
 
 def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> None:
-    """One client's requests, each answered; a bad one gets an error reply, never a crash."""
+    """One admitted client's requests, each answered; a bad one gets an error reply, never a
+    crash. A client that sends nothing, stops mid-line or sends an overlong line gets the
+    protocol's error and is dropped; whatever ends the connection restores what it held."""
+    reader = LineReader(conn, service.idle_timeout_s)
+
     def send(reply: dict[str, Any]) -> None:
+        conn.settimeout(service.idle_timeout_s)  # a client that never reads its replies is dropped too
         conn.sendall(encode(reply))
 
-    reader = None
     try:
-        refusal = service.refusal(peer)
-        if refusal is not None:
-            log.warning("refused %s: not in group %s", peer.describe(), service.group)
-            send(error_reply(refusal))
-            return
-        reader = conn.makefile("rb")
         while True:
-            line = reader.readline(MAX_LINE + 1)
+            try:
+                line = reader.readline()
+            except ProtocolError as exc:  # too slow, or too long: the connection is done
+                log.warning("dropped %s: %s", peer.describe(), exc.what)
+                send(error_reply(exc))
+                return
             if not line:
                 return
-            if len(line) > MAX_LINE:
-                send(error_reply(ProtocolError(f"request over the {MAX_LINE}-byte limit",
-                                               "send one short JSON object per line")))
-                return  # cannot find the next line boundary safely
             try:
                 send(service.handle(peer, parse_request(line)))
             except SlmDvfsError as exc:
@@ -307,6 +328,8 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
                 log.exception("request %r from %s failed", line[:200], peer.describe())
                 send(error_reply(DeviceError(f"the service failed on this request: {type(exc).__name__}: {exc}",
                                              "see the service's log (`journalctl -u slm-dvfs-clockd`)")))
+    except TimeoutError:  # reading has its own errors above: this is a reply that could not go out
+        log.warning("dropped %s: its replies went unread for %g s", peer.describe(), service.idle_timeout_s)
     except OSError as exc:
         log.info("connection of %s ended: %s", peer.describe(), exc)
     finally:
@@ -315,89 +338,5 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
         except Exception:  # noqa: BLE001 - the connection is closed whatever happened
             log.exception("restoring after %s failed", peer.describe())
         finally:
-            if reader is not None:
-                reader.close()  # else the descriptor stays open as long as the reader lives
             conn.close()
-
-
-def bind_socket(path: Path, gid: int, mode: int = 0o660) -> socket.socket:
-    """Listen at `path`, owned by root and `gid` with `mode`; a stale socket is replaced, a live
-    one (another service) refused."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise ConfigError(f"{path} exists and is not a socket", "pass another --socket path, or remove it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(os.fspath(path))
-        except OSError:
-            path.unlink()  # left by a service that died
-        else:
-            raise ConfigError(f"a clock service is already listening on {path}",
-                              "stop it first (`sudo systemctl stop slm-dvfs-clockd`) or pass another --socket")
-        finally:
-            probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)  # never world-connectable, not even between bind and chmod
-    try:
-        sock.bind(os.fspath(path))
-    finally:
-        os.umask(old)
-    os.chown(path, 0, gid)
-    os.chmod(path, mode)
-    sock.listen(16)
-    return sock
-
-
-def _accept(service: ClockService, listener: socket.socket, conn_id: int) -> None:
-    """Accept one client and start its thread; whatever fails (no descriptors left, no thread,
-    no credentials) is logged, the connection closed, and the service carries on."""
-    try:
-        conn, _ = listener.accept()
-    except OSError as exc:
-        log.error("accepting a connection failed: %s", exc)
-        if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-            time.sleep(0.1)  # out of descriptors or memory: let connections end before the next try
-        return
-    try:
-        peer = peer_credentials(conn, conn_id)
-        threading.Thread(target=serve_connection, args=(service, conn, peer),
-                         name=f"clockd-{conn_id}", daemon=True).start()
-    except Exception as exc:  # noqa: BLE001 - OSError (credentials), RuntimeError (no thread): one client
-        log.error("serving connection %d failed: %s: %s", conn_id, type(exc).__name__, exc)
-        conn.close()
-        if isinstance(exc, RuntimeError):
-            time.sleep(0.1)
-
-
-def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = None) -> None:
-    """Serve until SIGTERM/SIGINT, then restore everything and remove the socket."""
-    service.recover()
-    listener = bind_socket(path, service.gid, mode)
-    stop_r, stop_w = os.pipe()
-    os.set_blocking(stop_w, False)
-    old = {s: signal.signal(s, lambda *_: os.write(stop_w, b"x")) for s in (signal.SIGTERM, signal.SIGINT)}
-    log.info("clock service listening on %s (group %s)", path, service.group)
-    if ready is not None:
-        ready(path)
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
-    selector.register(stop_r, selectors.EVENT_READ)
-    conn_id = 0
-    try:
-        while True:
-            events = selector.select()
-            if any(key.fileobj == stop_r for key, _ in events):
-                log.info("stopping: restoring the clocks")
-                return
-            conn_id += 1
-            _accept(service, listener, conn_id)
-    finally:
-        selector.close()
-        listener.close()
-        path.unlink(missing_ok=True)
-        for s, handler in old.items():
-            signal.signal(s, handler)
-        os.close(stop_r)
-        os.close(stop_w)
-        service.close()
+            service.left(peer)
