@@ -192,6 +192,18 @@ def test_device_flags_a_negative_rail_and_leaves_it_out_of_the_total(r36_tree, i
     assert rep["total_power_mw"] > 0
 
 
+def test_a_snapshot_totals_only_plausible_rails(r36_tree, isolated_env) -> None:
+    """What every dashboard totals (the TUI's poll reads this snapshot too)."""
+    from engine.device.jetson import JetsonDevice
+    from engine.device.snapshot import take_snapshot
+
+    root, layout = r36_tree
+    _set_rail_current(root, layout, "VDDQ_VDD2_1V8AO", -2000)
+    snap = take_snapshot(JetsonDevice(root))
+    assert set(snap.implausible) == {"VDDQ_VDD2_1V8AO"}
+    assert snap.total_power_mw == pytest.approx(sum(r.power_mw for r in snap.rails if r.name != "VDDQ_VDD2_1V8AO"))
+
+
 def test_monitor_refuses_an_implausible_rail_instead_of_summing_it(r36_tree, isolated_env, capsys) -> None:
     root, layout = r36_tree
     _set_rail_current(root, layout, "VDD_CPU_CV", 9_000_000)  # 45 kW at 5 V

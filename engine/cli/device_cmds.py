@@ -94,14 +94,8 @@ def device_report(device: Device) -> dict[str, Any]:
             clocks["cpu"]["pinned"] = all(c["pinned"] for c in clusters if c["state"] != "offline") and all(
                 c["state"] != "unknown" for c in clusters)
             clocks["cpu"]["clusters"] = clusters
-    from engine.device.twin.profile import board_limits
-
-    limits = board_limits(ident.profile)
-    rails = []
-    for r in snap.rails:
-        problem = limits.rail_problem(r.voltage_mv, r.current_ma)
-        rails.append({"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma,
-                      "power_mw": r.power_mw, "implausible": problem})
+    rails = [{"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw,
+              "implausible": snap.implausible.get(r.name)} for r in snap.rails]
     return {
         "board": ident.board,
         "module": ident.module,
@@ -121,8 +115,7 @@ def device_report(device: Device) -> dict[str, Any]:
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
         "rails": rails,
-        # over the plausible rails only: an implausible reading is flagged, never summed
-        "total_power_mw": sum(r["power_mw"] for r in rails if not r["implausible"]),
+        "total_power_mw": snap.total_power_mw,  # over the plausible rails: an implausible one is flagged, never summed
         "temperatures": {t.zone: t.celsius for t in snap.temperatures},
         "errors": dict(snap.errors),
     }

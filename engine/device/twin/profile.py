@@ -9,6 +9,7 @@ All parameters sit in one frozen `TwinProfile` so the model stays a pure functio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import sys
 import types
@@ -221,6 +222,7 @@ def limits_for(profile: str | None) -> BoardLimits:
     return load_profile(profile or DEFAULT_PROFILE).limits
 
 
+@functools.lru_cache(maxsize=16)  # read on every poll of a dashboard: a profile's limits do not change while we run
 def board_limits(profile: str | None) -> BoardLimits:
     """The plausible ranges of a board whose identity names `profile` (a twin's; None on a board:
     the spec's AGX Orin 64GB); the default profile's where that one cannot be loaded (logged)."""
