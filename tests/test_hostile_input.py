@@ -149,8 +149,6 @@ def test_cli_numbers_are_strict_and_quoted_short(argv: list[str], message: str, 
     (["calibrate", "--sweeps", "s" + HUGE], "is not a sweep id"),
     (["select", "--model", "bert-tiny", "--task", "sst2", "--objective", "eta:" + HUGE], "is not a number"),
     (["select", "--model", "bert-tiny", "--task", "sst2", "--objective", "eta:0_5"], "is not a number"),
-    (["train-selector", "--from-twin-zoo", "--models", "bert-tiny", "--batch-sizes", HUGE],
-     "not a comma-separated list of integers"),
 ])
 def test_numbers_inside_other_arguments_are_strict(argv: list[str], message: str, capsys, tmp_path: Path,
                                                     monkeypatch) -> None:
@@ -163,6 +161,17 @@ def test_numbers_inside_other_arguments_are_strict(argv: list[str], message: str
     err = capsys.readouterr().err
     assert message in err
     _err_lines_short(err)
+
+
+def test_train_selector_lists_are_strict() -> None:
+    """(`train-selector --batch-sizes`: the CLI path is test_cli_inputs' list test; it loads scikit-learn first.)"""
+    from engine.cli.selector_cmds import _ints
+
+    for text in (HUGE, "16,2_5", "٣"):
+        with pytest.raises(ConfigError, match="not a comma-separated list of integers") as err:
+            _ints(text, "batch-sizes")
+        assert len(str(err.value).splitlines()[0]) < 200
+    assert _ints("16, 32", "batch-sizes") == (16, 32)
 
 
 @pytest.mark.parametrize("spec", ["mode:" + HUGE, "static:gpu=816,mode=" + HUGE, "static:gpu=" + HUGE,
