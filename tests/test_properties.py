@@ -6,6 +6,7 @@ seconds in the default suite."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from pathlib import Path
 
@@ -122,7 +123,8 @@ def _numeric_types() -> list[tuple[str, object]]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return sorted({(f"{name} {a.dest}", a.type) for name, p in sub.choices.items() for a in p._actions
-                   if a.type is not None and a.type not in (str, Path)}, key=lambda t: t[0])
+                   if a.type is not None and a.type not in (str, Path) and not getattr(a.type, "is_name", False)},
+                  key=lambda t: t[0])
 
 
 NUMERIC = _numeric_types()
@@ -157,3 +159,84 @@ def test_clean_text_leaves_no_controls_and_keeps_printable_text(text: str) -> No
 def test_clean_text_keeps_printable_text(text: str) -> None:
     if all(c.isprintable() for c in text):
         assert clean_text(text) == text
+
+
+# --- issue 20: one strict reader for every number, JSON and name a user hands the engine ---------------
+from engine.core.userinput import MAX_NAME_CHARS, check_name, load_json, parse_float, parse_int  # noqa: E402
+
+_NUMBERISH = st.one_of(
+    st.text(max_size=20),
+    st.text(alphabet="0123456789_.,+-eE ٣", max_size=20),
+    st.integers(-10**6, 10**6).map(lambda n: f"{n:_}"),  # `1_000`: Python reads it, we must not
+    st.integers(1, 6000).map(lambda n: "9" * n),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+)
+
+
+@FAST
+@given(_NUMBERISH)
+@example("2_5")
+@example("1" * 5000)
+@example("٣")
+def test_strict_numbers_are_plain_ascii_finite_or_a_config_error(text: str) -> None:
+    try:
+        value = parse_float(text, "x")
+    except ConfigError as exc:
+        assert exc.remedy and len(exc.what) < 200
+    else:
+        assert math.isfinite(value) and value == float(text.strip())
+        assert text.strip().isascii() and "_" not in text and len(text.strip()) <= 64
+    try:
+        whole = parse_int(text, "x")
+    except ConfigError as exc:
+        assert exc.remedy and len(exc.what) < 200
+    else:
+        assert whole == int(text.strip()) and "_" not in text and text.strip().isascii()
+
+
+@pytest.mark.parametrize("name, parse", NUMERIC, ids=[n for n, _ in NUMERIC])
+@settings(max_examples=15, deadline=None, database=None)
+@given(text=st.integers(1000, 10**6).map(lambda n: f"{n:_}"))
+def test_no_cli_number_reads_a_separator(name: str, parse, text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse(text)
+
+
+_JSONISH = st.one_of(
+    st.text(max_size=60),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5)),
+                 lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                         st.dictionaries(st.text(max_size=3), inner, max_size=3)),
+                 max_leaves=20).map(json.dumps),
+    st.integers(1, 100_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(1, 100_000).map(lambda n: '{"a":' * n + "1" + "}" * n),
+    st.integers(300, 6000).map(lambda n: "[" + "7" * n + "]"),
+)
+
+
+@FAST
+@given(_JSONISH)
+def test_user_json_is_data_or_a_config_error(text: str) -> None:
+    try:
+        load_json(text, "the file", "give JSON")
+    except ConfigError as exc:
+        assert exc.remedy.endswith("give JSON") and len(exc.what) < 300
+
+
+@FAST
+@given(st.text(max_size=80) | st.integers(1, 6000).map(lambda n: "m" * n))
+def test_names_are_one_bounded_printable_line_or_a_config_error(text: str) -> None:
+    try:
+        name = check_name(text, "model")
+    except ConfigError as exc:
+        assert len(exc.what) < 200 and "\n" not in exc.what
+    else:
+        assert name.isprintable() and len(name) <= MAX_NAME_CHARS and name == text.strip()
+
+
+@pytest.mark.parametrize("line", ["RAM " + "1" * 5000 + "/2MB VDD_GPU_SOC 1mW/1mW",
+                                  "12-01-2025 10:00:00 RAM 1/2MB CPU [" + "9" * 5000 + "%@729]",
+                                  "RAM 1/2MB VDD_GPU_SOC 99999999999999999999mW/1mW", "RAM ٣/٣MB"])
+def test_tegrastats_lines_with_huge_or_foreign_numbers_are_format_errors(line: str) -> None:
+    with pytest.raises(TegrastatsFormatError):
+        parse_line(line)

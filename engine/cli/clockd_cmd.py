@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -13,15 +14,16 @@ from typing import Any, Iterator
 from engine.cli.numbers import int_range, seconds
 from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
+from engine.core.text import shown
 
 log = logging.getLogger(__name__)
 
 
 def _mode(text: str) -> int:
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode (e.g. 0660)") from None
+    # Octal digits only: int(text, 8) would also read `6_60` and other scripts' digits.
+    if not re.fullmatch(r"0?[0-7]{1,3}", text.strip(), re.ASCII):
+        raise argparse.ArgumentTypeError(f"{shown(text)!r} is not an octal mode (e.g. 0660)")
+    mode = int(text.strip(), 8)
     if mode & ~0o666:
         raise argparse.ArgumentTypeError(f"{text} sets more than read/write bits")
     return mode

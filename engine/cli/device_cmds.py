@@ -13,7 +13,7 @@ from engine.device.base import ClockDomain, Device
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
-from engine.core.errors import ConfigError, NodeNotFoundError
+from engine.core.errors import ConfigError, NodeNotFoundError, SlmDvfsError
 
 NO_CONF = "unknown (no nvpmodel.conf - a container?)"
 
@@ -75,6 +75,7 @@ def device_report(device: Device) -> dict[str, Any]:
     except NodeNotFoundError:  # every L4T container: the board is there, its modes are not
         modes, no_conf = (), True
     clocks: dict[str, Any] = {}
+    clusters = _cpu_clusters(device)
     for domain in ClockDomain:
         state = snap.clock(domain)
         if state is None:
@@ -88,6 +89,13 @@ def device_report(device: Device) -> dict[str, Any]:
             "governor": state.governor,
             "pinned": state.pinned,
         }
+        if domain is ClockDomain.CPU and clusters:
+            # The line shows the first online cluster: pinned only when every cluster is known and pinned.
+            clocks["cpu"]["pinned"] = all(c["pinned"] for c in clusters if c["state"] != "offline") and all(
+                c["state"] != "unknown" for c in clusters)
+            clocks["cpu"]["clusters"] = clusters
+    rails = [{"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw,
+              "implausible": snap.implausible.get(r.name)} for r in snap.rails]
     return {
         "board": ident.board,
         "module": ident.module,
@@ -106,13 +114,44 @@ def device_report(device: Device) -> dict[str, Any]:
         ],
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
-        "rails": [
-            {"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw}
-            for r in snap.rails
-        ],
+        "rails": rails,
+        "total_power_mw": snap.total_power_mw,  # over the plausible rails: an implausible one is flagged, never summed
         "temperatures": {t.zone: t.celsius for t in snap.temperatures},
         "errors": dict(snap.errors),
     }
+
+
+def _cpu_clusters(device: Device) -> list[dict[str, Any]]:
+    """Each CPU cluster's state (a board or the twin; [] for a device that cannot tell)."""
+    read = getattr(device, "cpu_clusters", None)
+    if read is None:
+        return []
+    try:
+        clusters = read()
+    except SlmDvfsError:
+        return []
+    return [{"cpus": list(c.cpus), "label": c.label, "policy": c.policy,
+             "state": "online" if c.known else "offline" if not c.online else "unknown",
+             "min_hz": c.min_hz, "cur_hz": c.cur_hz, "max_hz": c.max_hz, "governor": c.governor,
+             "pinned": c.pinned, "why": c.why} for c in clusters]
+
+
+def _cluster_lines(c: dict[str, Any]) -> list[str]:
+    """The CPU's clusters under its line, where they are not all alike and online."""
+    clusters = c.get("clusters") or []
+    same = len({(k["state"], k["min_hz"], k["max_hz"], k["governor"]) for k in clusters}) <= 1
+    if not clusters or (same and clusters[0]["state"] == "online"):
+        return []
+    out = []
+    for k in clusters:
+        if k["state"] == "online":
+            pin = "  (pinned)" if k["pinned"] else ""
+            out.append(f"    {k['label']:10} {format_mhz(k['min_hz']):>6} / {format_mhz(k['cur_hz']):>8} / "
+                       f"{format_mhz(k['max_hz']):>8}   {k['governor'] or '-'}{pin}")
+        else:
+            what = "offline" if k["state"] == "offline" else "unknown"
+            out.append(f"    {k['label']:10} {what}" + (f": {k['why']}" if k["why"] != "offline" else ""))
+    return out
 
 
 def format_device_report(rep: dict[str, Any]) -> str:
@@ -135,17 +174,20 @@ def format_device_report(rep: dict[str, Any]) -> str:
             f"  {name.upper():4} {format_mhz(c['min_hz']):>8} / {format_mhz(c['cur_hz']):>8} / {format_mhz(c['max_hz']):>8}"
             f"   {gov}{pin}"
         )
+        lines += _cluster_lines(c)
     lines += ["", "Clock tables (MHz)"]
     for name, c in rep["clocks"].items():
         if "table_hz" in c:
             table = " ".join(format_mhz(f) for f in c["table_hz"])
             lines.append(f"  {name.upper():4} {table}  ({len(c['table_hz'])} steps)")
     lines += ["", f"Rails [{src}]            mV       mA       mW"]
-    total = 0.0
+    flagged = [r for r in rep["rails"] if r.get("implausible")]
     for r in rep["rails"]:
-        total += r["power_mw"]
-        lines.append(f"  {r['name']:18} {r['voltage_mv']:7.0f}  {r['current_ma']:7.0f}  {r['power_mw']:7.0f}")
-    lines.append(f"  {'total':18} {'':7}  {'':7}  {total:7.0f}")
+        mark = "  implausible" if r.get("implausible") else ""
+        lines.append(f"  {r['name']:18} {r['voltage_mv']:7.0f}  {r['current_ma']:7.0f}  {r['power_mw']:7.0f}{mark}")
+    left_out = f"  (without {', '.join(r['name'] for r in flagged)})" if flagged else ""
+    lines.append(f"  {'total':18} {'':7}  {'':7}  {rep['total_power_mw']:7.0f}{left_out}")
+    lines += [f"  implausible {r['name']}: {r['implausible']}; not summed" for r in flagged]
     load = "unknown" if rep["gpu_load"] is None else f"{rep['gpu_load'] * 100:.1f}%"
     lines += ["", f"GPU load [{src}] {load}", f"Temperatures [{src}] (°C)"]
     lines += [f"  {zone:18} {c:6.1f}" for zone, c in rep["temperatures"].items()]

@@ -82,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, metavar="NAME", help="zoo name (e.g. bert-tiny, pythia-410m), hub id or folder")
+    p.add_argument("--model", type=numbers.model, required=True, metavar="NAME", help="zoo name (e.g. bert-tiny, pythia-410m), hub id or folder")
     p.add_argument("--task", required=True, metavar="TASK", help="GLUE task, e.g. sst2, mnli")
     p.add_argument("--batch-size", type=numbers.batch_size, metavar="B", help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")

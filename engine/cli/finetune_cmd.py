@@ -46,7 +46,7 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         "length default to the model zoo's entry. Offline by default: without a cached "
         "checkpoint the model starts from random weights, and --data synthetic needs no download.",
     )
-    p.add_argument("--model", required=True, metavar="NAME|ID|DIR|config.json",
+    p.add_argument("--model", type=numbers.model, required=True, metavar="NAME|ID|DIR|config.json",
                    help="zoo name (e.g. bert-tiny), hub id, checkpoint folder or config.json")
     p.add_argument("--task", required=True, metavar="TASK", help="GLUE task, e.g. sst2, mrpc, stsb")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR",

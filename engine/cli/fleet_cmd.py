@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "of the module. Ctrl-C stops every board at a step boundary (clocks restored); run the "
                         "same command again to resume.")
     _fleet_args(w)
-    w.add_argument("--model", nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
+    w.add_argument("--model", type=numbers.model, nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
     w.add_argument("--task", nargs="+", required=True, metavar="TASK", help="GLUE tasks, e.g. sst2 mrpc")
     w.add_argument("--batch-size", nargs="+", type=numbers.batch_size, metavar="B", help="default: each zoo entry's")
     w.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")

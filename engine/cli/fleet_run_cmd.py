@@ -17,7 +17,7 @@ from engine.core.constants import PRECISIONS
 
 def add_run_args(r: argparse.ArgumentParser) -> None:
     """Everything `fleet run` takes besides where the fleet is (--address / --twins) and --db."""
-    r.add_argument("--model", nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
+    r.add_argument("--model", type=numbers.model, nargs="+", required=True, metavar="NAME", help="zoo names, hub ids or folders")
     r.add_argument("--task", nargs="+", required=True, metavar="TASK", help="GLUE tasks, e.g. sst2 mrpc")
     r.add_argument("--batch-size", nargs="+", type=numbers.batch_size, metavar="B", help="default: each zoo entry's")
     r.add_argument("--policy", nargs="+", required=True, metavar="POLICY",

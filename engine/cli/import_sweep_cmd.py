@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_db_arg(p)
     p.add_argument("file", metavar="FILE", help="the measurements: .csv (header row) or .json")
-    p.add_argument("--model", metavar="NAME", help="the model fine-tuned (zoo name or hub id); or a model column")
+    p.add_argument("--model", type=numbers.model, metavar="NAME", help="the model fine-tuned (zoo name or hub id); or a model column")
     p.add_argument("--task", metavar="TASK", help="its GLUE task, e.g. sst2; or a task column")
     p.add_argument("--batch-size", type=numbers.batch_size, metavar="B", help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
@@ -110,7 +110,7 @@ def _as_json(imported: Any, ids: list[int], replaced: list[int], device: Any, ar
     return {
         "file": str(imported.path), "sha256": imported.sha256, "format": imported.kind, "rows": imported.rows,
         "dry_run": bool(args.dry_run), "replaced": replaced if args.replace else [], "device": device.to_json(),
-        "ignored_columns": list(imported.ignored_columns),
+        "ignored_columns": list(imported.ignored_columns), "warnings": list(imported.warnings),
         "sweeps": [{"sweep_id": ids[i] if ids else None, "workload": sw.workload.key, "rails": sw.rails,
                     "rails_summed": list(sw.rail_names), "points": len(sw.points), "settings": sw.settings,
                     "repeats": sw.repeats, "energy_only": sw.energy_only}
@@ -128,6 +128,7 @@ def _summary(imported: Any, ids: list[int], replaced: list[int], device: Any, ar
                      f"{sw.repeats} repeat(s){only}; energy over {sw.rails} = {' + '.join(sw.rail_names)}")
     if imported.ignored_columns:
         lines.append(f"  ignored columns (not ones import-sweep reads): {', '.join(imported.ignored_columns)}")
+    lines += [f"  warning: {w}" for w in imported.warnings]
     if args.dry_run:
         lines.append("dry run: nothing was stored" + (f" (the file was imported before as "
                                                        f"{', '.join(f's{i}' for i in replaced)})" if replaced else ""))

@@ -1,22 +1,27 @@
-"""Numeric command-line arguments, checked where they are parsed.
+"""Numeric and name command-line arguments, checked where they are parsed.
 
 Every numeric flag of every sub-command takes one of these as its argparse `type`, so a
 value out of range is refused with argparse's usage line and a message that says the
-range (exit 2, no traceback), before anything opens a board or allocates. `--pad` (the
-padding vocabulary of run, sweep, select and finetune) is parsed here too.
+range (exit 2, no traceback), before anything opens a board or allocates. Numbers are read
+strictly (engine.core.userinput: no `2_5`, no Unicode digits, no 5000-digit text), and
+their bounds are engine.core.plausible's. `--model` and other names are one printable line
+of bounded length (`name`). `--pad` (the padding vocabulary of run, sweep, select and
+finetune) is parsed here too.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Callable
 
+from engine.core.errors import SlmDvfsError
+from engine.core.plausible import MAX_BATCH, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS
+from engine.core.text import shown
+from engine.core.userinput import MAX_NAME_CHARS, check_name, parse_float, parse_int
+
+__all__ = ["MAX_BATCH", "MAX_SAMPLES", "MAX_SEQ_LEN", "MAX_STEPS", "SEED_MAX", "MAX_ID"]
+
 SEED_MAX = 2**32 - 1  # NumPy's legacy seeding takes 0..2**32-1; torch and Python take more
-MAX_STEPS = 10_000_000
-MAX_BATCH = 2**31 - 1  # the memory estimate refuses what the board cannot hold, with the figure
-MAX_SEQ_LEN = 2**20
-MAX_SAMPLES = 10**9
 MAX_ID = 2**63 - 1  # SQLite's INTEGER
 
 
@@ -25,9 +30,10 @@ def int_range(low: int, high: int) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         try:
-            value = int(text.strip(), 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number (give one from {low} to {high})") from None
+            value = parse_int(text, "")
+        except SlmDvfsError:
+            raise argparse.ArgumentTypeError(f"{shown(text)!r} is not a whole number (give one from {low} to {high}"
+                                             f"{_hint(text)})") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is out of range: give a whole number from {low} to {high}")
         return value
@@ -39,21 +45,49 @@ def int_range(low: int, high: int) -> Callable[[str], int]:
 def float_range(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [low, high] (or (low, high] with `low_open`)."""
     opening = "(" if low_open else "["
-    shown = f"{opening}{low:g}, {high:g}]"
+    interval = f"{opening}{low:g}, {high:g}]"
 
     def parse(text: str) -> float:
+        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise argparse.ArgumentTypeError(f"{shown(text)!r} is not a finite number (give one in {interval})")
         try:
-            value = float(text.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number (give one in {shown})") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (give one in {shown})")
+            value = parse_float(text, "")
+        except SlmDvfsError:
+            raise argparse.ArgumentTypeError(f"{shown(text)!r} is not a number (give one in {interval}"
+                                             f"{_hint(text)})") from None
         if value < low or value > high or (low_open and value == low):
-            raise argparse.ArgumentTypeError(f"{value:g} is out of range: give a number in {shown}")
+            raise argparse.ArgumentTypeError(f"{value:g} is out of range: give a number in {interval}")
         return value
 
     parse.__name__ = "number"
     return parse
+
+
+def _hint(text: str) -> str:
+    """Why a number-like text is not read, where it says more than "not a number"."""
+    if "_" in text or "," in text:
+        return "; write it without separators: `2_5` is not read as 25"
+    if any(c.isdigit() and not c.isascii() for c in text):
+        return "; write it in ASCII digits 0-9"
+    return ""
+
+
+def name(what: str, limit: int = MAX_NAME_CHARS) -> Callable[[str], str]:
+    """An argparse type: a name or path (a model, a profile) on one printable line of at most
+    `limit` characters; a longer or multi-line one is a usage error that quotes it short."""
+
+    def parse(text: str) -> str:
+        try:
+            return check_name(text, what, limit=limit)
+        except SlmDvfsError as exc:
+            raise argparse.ArgumentTypeError(f"{exc.what} ({exc.remedy})") from None
+
+    parse.__name__ = what
+    parse.is_name = True  # type: ignore[attr-defined]  # a name, not a number (the tests' sweep tells them apart)
+    return parse
+
+
+model = name("model")  # zoo name, hub id, folder or config.json
 
 
 # The shared ones, named for what they count.

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from engine.core.interval import format_with
-from engine.core.text import clean_text
+from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
 from engine.cli.mode_args import add_mode_args, mode_options
 from engine.core.errors import ConfigError
+from engine.core.userinput import parse_int
 
 DEFAULT_PROFILE = "agx-orin-64gb"
 
@@ -31,13 +32,14 @@ def _ints(text: str | None, what: str, high: int = numbers.MAX_BATCH) -> tuple[i
     if items is None:
         return None
     try:
-        out = tuple(int(t) for t in items)
-    except ValueError:
-        raise ConfigError(f"--{what} {text!r} is not a comma-separated list of integers", f"e.g. --{what} 16,32") from None
+        out = tuple(parse_int(t, f"--{what}") for t in items)
+    except ConfigError:
+        raise ConfigError(f"--{what} {shown(text)!r} is not a comma-separated list of integers",
+                          f"e.g. --{what} 16,32") from None
     if any(v <= 0 for v in out):
-        raise ConfigError(f"--{what} {text!r} holds a value below 1", "give positive integers")
+        raise ConfigError(f"--{what} {shown(text)!r} holds a value below 1", "give positive integers")
     if any(v > high for v in out):
-        raise ConfigError(f"--{what} {text!r} holds a value above {high}", f"give integers from 1 to {high}")
+        raise ConfigError(f"--{what} {shown(text)!r} holds a value above {high}", f"give integers from 1 to {high}")
     return out
 
 
@@ -90,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_train_selector)
 
     p = sub.add_parser("select", help="predict the best DVFS setting for a workload (no run, no board needed)")
-    p.add_argument("--model", required=True, help="zoo name, hub id, checkpoint folder or config.json")
+    p.add_argument("--model", type=numbers.model, required=True, help="zoo name, hub id, checkpoint folder or config.json")
     p.add_argument("--task", required=True, help="GLUE task, e.g. sst2")
     p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
     p.add_argument("--max-seq-len", type=numbers.seq_len, help="default: the zoo entry's")

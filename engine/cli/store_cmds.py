@@ -34,7 +34,7 @@ def _db_path(args: argparse.Namespace) -> Path:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list stored runs, newest first")
     add_db_arg(p)
-    p.add_argument("--model", help="only runs of this model")
+    p.add_argument("--model", type=numbers.model, help="only runs of this model")
     p.add_argument("--task", help="only runs of this task")
     p.add_argument("--policy", help="only runs of this policy (maxn, static, oracle, online, ml, imported, ...)")
     p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", required=True, help="free text naming the run")
     p.add_argument("--interval-ms", type=numbers.float_range(0.0, 3_600_000.0, low_open=True), help="the log's --interval, for lines without dates")
     p.add_argument("--rails", default="all", help="rails in the total: all | gpu+cpu | NAME,NAME (default all)")
-    p.add_argument("--model", help="the model fine-tuned while the log ran (zoo name or any name)")
+    p.add_argument("--model", type=numbers.model, help="the model fine-tuned while the log ran (zoo name or any name)")
     p.add_argument("--task", help="its task (needed with --model)")
     p.add_argument("--batch-size", type=numbers.batch_size, help="default: the zoo entry's")
     p.add_argument("--seq-len", type=numbers.seq_len, help="default: the zoo entry's")
@@ -76,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--l4t", help="L4T release of the board, e.g. 36.3.0")
     p.add_argument("--serial", help="the board's serial-number (tells two boards of one module apart)")
     p.add_argument("--jetpack", help="JetPack release, e.g. 6.0")
-    p.add_argument("--profile", help="device profile name, e.g. agx-orin-64gb")
+    p.add_argument("--profile", help="device profile name, e.g. agx-orin-64gb: what the board can show (power "
+                   "limit, memory; lines beyond it are skipped; default agx-orin-64gb's)")
     p.set_defaults(func=cmd_import_tegrastats)
 
 
@@ -337,8 +338,12 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
     from engine.device.tegra_parse import import_log
     from engine.device.monitor import resolve_rails
 
+    from engine.device.twin.profile import limits_for
+
     workload = _workload_from_args(args)
-    tlog = import_log(args.log, interval_ms=args.interval_ms)
+    # What the board can show (its profile's power limit and memory; the default profile's when
+    # --profile is not given): lines beyond it are skipped, saying why.
+    tlog = import_log(args.log, interval_ms=args.interval_ms, limits=limits_for(args.profile))
     rails = resolve_rails(args.rails, tlog.rails)
     energy = sum(tlog.energy_j[r] for r in rails)
     duration = tlog.duration_s

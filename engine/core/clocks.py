@@ -11,6 +11,7 @@ import re
 from typing import Sequence
 
 from engine.core.errors import ConfigError, DeviceError
+from engine.core.text import shown
 
 
 def highest_at_most(table: Sequence[int], cap: int | None) -> int:
@@ -26,7 +27,8 @@ def highest_at_most(table: Sequence[int], cap: int | None) -> int:
     return below[-1] if below else ordered[0]
 
 
-_MHZ_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:mhz)?\s*", re.IGNORECASE)
+# ASCII digits only (Python's \d also takes other scripts' digits), and a bounded length: see engine.core.userinput.
+_MHZ_TEXT = re.compile(r"\s*([0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12})\s*(?:mhz)?\s*", re.IGNORECASE | re.ASCII)
 
 
 _SNAP_HZ = 500_000  # a typed MHz this close to a listed step (and equal to 0.1 MHz) means that step
@@ -41,7 +43,7 @@ def parse_mhz(text: str, table: Sequence[int] | None = None, *, what: str = "clo
     steps. `what` names the value in the error (e.g. "gpu clock")."""
     m = _MHZ_TEXT.fullmatch(text) if isinstance(text, str) else None
     if m is None:
-        raise ConfigError(f"{what} {text!r} is not a number of MHz", "write MHz as a number, e.g. 816 or 1300.5")
+        raise ConfigError(f"{what} {shown(text)!r} is not a number of MHz", "write MHz as a number, e.g. 816 or 1300.5")
     hz = int(round(float(m.group(1)) * 1e6))
     for f in table or ():
         if abs(f - hz) < _SNAP_HZ and round(f / 1e5) == round(hz / 1e5):

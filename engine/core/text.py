@@ -19,6 +19,18 @@ _ESCAPES = re.compile(
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
+SHOWN_CHARS = 60  # how much of a user's text an error quotes back: enough to recognise it, never a screenful
+
+
+def shown(text: object, limit: int = SHOWN_CHARS) -> str:
+    """A user's text as an error quotes it: printable, on one line, at most `limit` characters
+    (a 5000-character name or number is cut, saying how long it was)."""
+    out = " ".join(clean_text(text).split())  # newlines and tabs too: one line
+    if len(out) <= limit:
+        return out
+    return f"{out[:limit - 1]}… ({len(out)} characters)"
+
+
 def clean_text(text: object) -> str:
     """`text` safe to print on a terminal: escape sequences and control characters (but
     newline and tab) removed, so stored labels, notes and names cannot move the cursor,

@@ -312,6 +312,10 @@ class JetsonDevice:
 
     # ------------------------------------------------------------------ snapshot
 
+    def cpu_clusters(self) -> tuple[jetson_snapshot.CpuCluster, ...]:
+        """Each CPU cluster: clocked, offline, or without a cpufreq folder (unknown, never pinned)."""
+        return jetson_snapshot.cpu_clusters(self)
+
     def read_settings(self) -> DeviceSettings:
         """Every setting we may change; the CPU once per cpufreq policy, since a mode switch
         hot-plugs whole clusters and each must get its own range back."""

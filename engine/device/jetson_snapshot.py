@@ -2,12 +2,14 @@
 
 The CPU is read once per cpufreq policy, since a mode switch hot-plugs whole clusters and
 each must get its own range back. Restoring is best effort per setting, in the order a
-board accepts: see `restore_steps`.
+board accepts: see `restore_steps`. `cpu_clusters` says what each cluster is (clocked,
+offline, or without a cpufreq folder), for `slm-dvfs device`.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from engine.core.errors import DeviceError, NodeNotFoundError
@@ -91,6 +93,75 @@ def _cpu_settings(dev: JetsonBoard) -> list[DomainSettings]:
             # The kernel answers EBUSY for a fully offline cluster: restored from another policy.
             log.debug("offline CPU policy %d not in the snapshot: %s", pol.cpu, exc.what)
     return out
+
+
+@dataclass(frozen=True)
+class CpuCluster:
+    """CPUs that share a clock: a cpufreq policy, or CPUs no policy covers (their cpufreq folder is
+    missing: offline with their policy gone, or the driver lacks them). Only a cluster whose clock
+    was read can be called pinned."""
+
+    cpus: tuple[int, ...]
+    policy: int | None  # the policy's CPU; None: no cpufreq folder covers these CPUs
+    online: bool  # at least one of its CPUs is online
+    min_hz: int | None = None  # None: not read (no policy, or the kernel refused the read)
+    cur_hz: int | None = None
+    max_hz: int | None = None
+    governor: str | None = None
+    why: str = ""  # why the clock is unknown
+
+    @property
+    def known(self) -> bool:
+        return self.online and self.min_hz is not None and self.max_hz is not None
+
+    @property
+    def pinned(self) -> bool:
+        return self.known and self.min_hz == self.max_hz
+
+    @property
+    def label(self) -> str:
+        """`cpu0-3`, `cpu4`, `cpu0-3,5-7`."""
+        runs: list[list[int]] = []
+        for cpu in self.cpus:
+            if runs and cpu == runs[-1][-1] + 1:
+                runs[-1].append(cpu)
+            else:
+                runs.append([cpu])
+        return "cpu" + ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def cpu_clusters(dev: JetsonBoard) -> tuple[CpuCluster, ...]:
+    """Every CPU cluster of the board, in CPU order: each policy with its clocks where it is online,
+    and runs of CPUs that no cpufreq policy covers, as unknown (never as pinned)."""
+    nodes = dev.nodes
+    online = set(w.online_cpus(dev.tree, nodes))
+    present = sorted({cpu for cpu, _f in nodes.cpu_online} | {c for p in nodes.cpu_policies for c in p.cpus})
+    out: list[CpuCluster] = []
+    for pol in nodes.cpu_policies:
+        is_online = not online or bool(online.intersection(pol.cpus))
+        if not is_online:
+            out.append(CpuCluster(pol.cpus, pol.cpu, False, why="offline"))
+            continue
+        try:
+            t, p = dev.tree, pol.path
+            out.append(CpuCluster(pol.cpus, pol.cpu, True, min_hz=t.read_int(f"{p}/scaling_min_freq") * 1000,
+                                  cur_hz=t.read_int(f"{p}/scaling_cur_freq") * 1000,
+                                  max_hz=t.read_int(f"{p}/scaling_max_freq") * 1000,
+                                  governor=t.read_str(f"{p}/scaling_governor")))
+        except DeviceError as exc:
+            out.append(CpuCluster(pol.cpus, pol.cpu, True, why=f"its cpufreq files cannot be read: {exc.what}"))
+    covered = {c for p in nodes.cpu_policies for c in p.cpus}
+    run: list[int] = []
+    for cpu in [c for c in present if c not in covered] + [-2]:  # -2: closes the last run
+        if run and cpu != run[-1] + 1:
+            is_online = bool(online.intersection(run))
+            out.append(CpuCluster(tuple(run), None, is_online,
+                                  why=f"no cpufreq policy covers {'it' if len(run) == 1 else 'them'}"
+                                  + ("" if is_online else " (offline)")))
+            run = []
+        if cpu >= 0:
+            run.append(cpu)
+    return tuple(sorted(out, key=lambda c: c.cpus[0]))
 
 
 def restore_steps(dev: JetsonBoard, settings: DeviceSettings) -> list[str]:

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
+from engine.core.errors import DeviceError
 from engine.device.base import Device
 from engine.core.provenance import Source
 
@@ -46,21 +47,36 @@ class PowerSource(Protocol):
 
 
 class DeviceRailSource:
-    """Rail power from any Device (the Jetson sysfs backend, on a board or on the twin's tree)."""
+    """Rail power from any Device (the Jetson sysfs backend, on a board or on the twin's tree).
+
+    A reading the board cannot show (engine.core.plausible, by its profile: a negative current, a
+    power over twice the module's limit) stops the sampling with a DeviceError naming the rail:
+    summed, it would make every energy after it wrong."""
 
     def __init__(self, device: Device, clock: Callable[[], float] = time.monotonic) -> None:
+        from engine.device.twin.profile import board_limits
+
         self.device = device
         self._clock = clock
         # Read once: the sensor's update interval does not change while we sample.
         self.min_interval_s = float(device.rail_update_interval_s())
         self.interval_reason = f"the INA3221 sensor updates only every {self.min_interval_s * 1000:.0f} ms"
-        self.source = device.identity().source
+        identity = device.identity()
+        self.source = identity.source
+        self.limits = board_limits(identity.profile)
 
     def now(self) -> float:
         return self._clock()
 
     def read(self) -> PowerSample:
         readings = self.device.rails()
+        for r in readings:
+            problem = self.limits.rail_problem(r.voltage_mv, r.current_ma)
+            if problem:
+                raise DeviceError(
+                    f"rail {r.name} reads {r.voltage_mv:g} mV, {r.current_ma:g} mA, which is implausible: {problem}",
+                    "check the board's INA3221 (its shunt resistor files and driver; `slm-dvfs device` flags the "
+                    "rail); nothing is measured from it until it reads sensibly")
         return PowerSample(self._clock(), {r.name: r.power_mw for r in readings})
 
     def energy_counter(self) -> None:

@@ -29,10 +29,13 @@ class DeviceSnapshot:
     gpu_load: float | None
     # A domain or reading that failed, with why: one missing node must not hide the rest.
     errors: Mapping[str, str] = field(default_factory=dict)
+    # Rails whose reading the board cannot show (engine.core.plausible), with why: never summed.
+    implausible: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def total_power_mw(self) -> float:
-        return sum(r.power_mw for r in self.rails)
+        """Over the plausible rails only."""
+        return sum(r.power_mw for r in self.rails if r.name not in self.implausible)
 
     def clock(self, domain: ClockDomain) -> ClockState | None:
         return next((c for c in self.clocks if c.domain == domain), None)
@@ -49,18 +52,25 @@ def take_snapshot(device: Device, identity: DeviceIdentity | None = None) -> Dev
             errors[key] = exc.what
             return default
 
+    from engine.device.twin.profile import board_limits
+
     clocks = []
     for domain in ClockDomain:
         state = attempt(domain.value, lambda d=domain: device.clock(d), None)
         if state is not None:
             clocks.append(state)
+    identity = identity or device.identity()
+    rails = attempt("rails", device.rails, ())
+    limits = board_limits(identity.profile)
+    implausible = {r.name: why for r in rails if (why := limits.rail_problem(r.voltage_mv, r.current_ma))}
     return DeviceSnapshot(
         t=time.monotonic(),
-        identity=identity or device.identity(),
+        identity=identity,
         mode=attempt("nvpmodel", device.power_mode, None),
         clocks=tuple(clocks),
-        rails=attempt("rails", device.rails, ()),
+        rails=rails,
         temperatures=attempt("temperatures", device.temperatures, ()),
         gpu_load=attempt("gpu_load", device.gpu_load, None),
         errors=errors,
+        implausible=implausible,
     )

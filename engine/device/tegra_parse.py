@@ -8,14 +8,21 @@ A line looks like (Orin, r35; r36 is alike with lower-case temperature names):
     CPU [1%@729,off,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305,305] VIC_FREQ 729 APE 174
     CPU@44.812C tj@44.812C ... VDD_GPU_SOC 2399mW/2399mW VDD_CPU_CV 400mW/400mW ...
 Rails are `NAME instant/average` in mW (older boards print no unit); they come last.
+
+A log is read as measured, so what no board writes is left out, saying why: a line with a value
+the board cannot show (engine.core.plausible: a rail above twice the module's power limit, more
+RAM than it has) is skipped like a torn one; dates that go backwards, or jump by more than a
+log's gap, refuse the log (two recordings in one file), naming the lines.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +30,9 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.plausible import BoardLimits, log_gap_s
 from engine.core.provenance import Source
+from engine.core.userinput import open_user_file
 from engine.core.stats import trapezoid_j
 from engine.device.power import PowerSample
 
@@ -35,19 +44,25 @@ _NOT_CONNECTED = frozenset({"NC"})
 _TEMP_OFFLINE_C = -256.0
 # Warn about the first few bad lines one by one; the rest only in the summary.
 WARN_LINES = 5
+# tegrastats prints numbers of a few digits; a longer run of digits is no field of it (and int()
+# of thousands of digits fails with its own message).
+_LONG_NUMBER = re.compile(r"[0-9]{13,}")
+# A day of tegrastats at a 100 ms interval is about 350 MB; anything larger is not one recording.
+MAX_LOG_BYTES = 1 << 30
 
 _DATE_RE = re.compile(
-    r"^\s*(?P<date>\d{1,2}-\d{1,2}-\d{4}|\d{4}-\d{1,2}-\d{1,2})[ T](?P<time>\d{1,2}:\d{2}:\d{2}(?:\.\d+)?)\s+"
+    r"^\s*(?P<date>\d{1,2}-\d{1,2}-\d{4}|\d{4}-\d{1,2}-\d{1,2})[ T](?P<time>\d{1,2}:\d{2}:\d{2}(?:\.\d+)?)\s+",
+    re.ASCII,
 )
-_RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b")
-_CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?")
+_RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b", re.ASCII)
+_CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?", re.ASCII)
 # `GR3D_FREQ 0%@[305,305]`, `GR3D_FREQ 0%@305`, `GR3D_FREQ 0%`, `GR3D_FREQ @[1000,1000]` (Thor)
 _ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
-_EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"))
-_GR3D_RE = re.compile(_ENGINE_RE.format(name="GR3D_FREQ"))
-_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?=\s|$)")
+_EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"), re.ASCII)
+_GR3D_RE = re.compile(_ENGINE_RE.format(name="GR3D_FREQ"), re.ASCII)
+_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?=\s|$)", re.ASCII)
 # Both values carry the same unit: `2399mW/2399mW`, `1.2W/1.2W`, or none (`2545/2547`, r32).
-_RAIL_RE = re.compile(r"\b([A-Za-z][\w]*) (\d+(?:\.\d+)?)(mW|W|)/(\d+(?:\.\d+)?)\3(?=\s|$)")
+_RAIL_RE = re.compile(r"\b([A-Za-z][\w]*) (\d+(?:\.\d+)?)(mW|W|)/(\d+(?:\.\d+)?)\3(?=\s|$)", re.ASCII)
 _UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
 
 
@@ -99,6 +114,11 @@ def parse_line(line: str) -> TegrastatsSample:
     text = line.strip()
     if not text:
         raise TegrastatsFormatError("empty line", "skip it")
+    long_number = _LONG_NUMBER.search(text)
+    if long_number:
+        digits = long_number.group()
+        raise TegrastatsFormatError(f"a number of {len(digits)} digits ({_clip(digits, 20)}): no field tegrastats "
+                                    "prints", "the line is corrupt; it is skipped")
     timestamp = None
     m = _DATE_RE.match(text)
     if m:
@@ -168,7 +188,7 @@ def _parse_cpus(text: str) -> tuple[CpuCore, ...]:
         if entry == "off":
             cores.append(CpuCore(idx, online=False))
             continue
-        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry)
+        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry, re.ASCII)
         if cm is None:
             raise TegrastatsFormatError(f"CPU entry {entry!r} is not `N%@MHz` or `off`", "the line is skipped")
         freq = int(cm.group(2)) if cm.group(2) else shared_mhz
@@ -203,8 +223,20 @@ class ParseResult:
     skipped: int  # malformed lines left out (blank lines are not counted)
 
 
-def parse_lines(lines: Iterable[str], origin: str = "<lines>") -> ParseResult:
-    """Parse many lines, skipping malformed ones with a warning (one bad line must not sink a log)."""
+def sample_problem(sample: TegrastatsSample, limits: BoardLimits) -> str | None:
+    """Why a parsed line cannot be this board's (a rail over what it can draw, more RAM than it
+    has); None when it can."""
+    for name, rail in sample.rails.items():
+        for kind, mw in (("", rail.instant_mw), (" average", rail.average_mw)):
+            problem = limits.power_problem(mw / 1000.0, f"rail {name}{kind}")
+            if problem:
+                return problem
+    return limits.memory_problem(sample.ram_total_mb, sample.ram_used_mb)
+
+
+def parse_lines(lines: Iterable[str], origin: str = "<lines>", limits: BoardLimits | None = None) -> ParseResult:
+    """Parse many lines, skipping malformed ones with a warning (one bad line must not sink a log);
+    with `limits`, a line with a value the board cannot show is skipped too, saying why."""
     samples: list[TegrastatsSample] = []
     numbers: list[int] = []
     skipped = 0
@@ -212,7 +244,11 @@ def parse_lines(lines: Iterable[str], origin: str = "<lines>") -> ParseResult:
         if not line.strip():
             continue
         try:
-            samples.append(parse_line(line))
+            sample = parse_line(line)
+            problem = None if limits is None else sample_problem(sample, limits)
+            if problem:
+                raise TegrastatsFormatError(f"implausible: {problem}", "the line is skipped")
+            samples.append(sample)
             numbers.append(number)
         except TegrastatsFormatError as exc:
             skipped += 1
@@ -254,22 +290,25 @@ class TegrastatsLog:
         return [PowerSample(t, s.rails_mw()) for t, s in zip(self.times_s, self.samples)]
 
 
-def import_log(path: str | os.PathLike[str], interval_ms: float | None = None) -> TegrastatsLog:
+def import_log(path: str | os.PathLike[str], interval_ms: float | None = None,
+               limits: BoardLimits | None = None) -> TegrastatsLog:
     """Read a tegrastats log (`tegrastats --interval N --logfile F`) into times and energy per rail.
 
     Times come from the lines' dates where present. tegrastats prints whole seconds, so when
     several lines share a second: with `interval_ms` they are index x interval from the first
     date; without it they are spread evenly over their second. Lines without dates need
-    `interval_ms`.
+    `interval_ms`. Lines the board (`limits`: its profile's; None: the default profile's) cannot
+    have written are skipped; dates out of order or with a gap no log has refuse the log.
     """
     p = Path(path)
-    try:
-        with open(p, encoding="utf-8", errors="replace") as fh:
-            parsed = parse_lines(fh, origin=str(p))
-    except FileNotFoundError:
-        raise ConfigError(f"tegrastats log {p} does not exist", "check the path") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{p} is a folder, not a tegrastats log", "pass one log file") from None
+    if limits is None:
+        from engine.device.twin.profile import limits_for
+
+        limits = limits_for(None)
+    with open_user_file(p, "tegrastats log", max_bytes=MAX_LOG_BYTES,
+                        remedy="pass a log written by `tegrastats --logfile FILE`") as raw:
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as fh:
+            parsed = parse_lines(fh, origin=str(p), limits=limits)
     if not parsed.samples:
         raise TegrastatsFormatError(
             f"{p} holds no tegrastats line ({parsed.skipped} malformed lines)",
@@ -282,7 +321,7 @@ def import_log(path: str | os.PathLike[str], interval_ms: float | None = None) -
             f"{p} has no power rails (`NAME XmW/YmW` fields)",
             "record on a board whose tegrastats prints rails (run it with sudo on older L4T)",
         )
-    times, timing = _times(samples, interval_ms, p)
+    times, timing = _times(samples, numbers, interval_ms, p)
     energy = {r: trapezoid_j(times, [s.rails[r].instant_mw for s in samples]) for r in rails}
     if skipped:
         log.info("%s: imported %d samples, skipped %d lines", p, len(samples), skipped)
@@ -314,7 +353,8 @@ def _consistent_rails(parsed: ParseResult, origin: str) -> tuple[list[Tegrastats
     return kept, numbers, skipped
 
 
-def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Path) -> tuple[list[float], str]:
+def _times(samples: Sequence[TegrastatsSample], numbers: Sequence[int], interval_ms: float | None,
+           p: Path) -> tuple[list[float], str]:
     if interval_ms is not None and not (math.isfinite(interval_ms) and interval_ms > 0):
         raise ConfigError(f"interval_ms must be a positive, finite number of milliseconds, got {interval_ms}",
                           "pass the --interval the log was recorded with, in ms (tegrastats' default is 1000)")
@@ -322,8 +362,7 @@ def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Pa
     if all(ts is not None for ts in stamps):
         t0 = stamps[0]
         secs = [(ts - t0).total_seconds() for ts in stamps]  # type: ignore[operator]
-        if any(b < a for a, b in zip(secs, secs[1:])):
-            log.warning("%s: dates go backwards (clock change or concatenated logs)", p)
+        _check_dates(secs, numbers, interval_ms, p)
         if all(b > a for a, b in zip(secs, secs[1:])):
             return secs, "timestamps"
         if interval_ms is not None:
@@ -335,6 +374,28 @@ def _times(samples: Sequence[TegrastatsSample], interval_ms: float | None, p: Pa
             "pass interval_ms (the --interval the log was recorded with; tegrastats' default is 1000)",
         )
     return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+
+
+def _check_dates(secs: Sequence[float], numbers: Sequence[int], interval_ms: float | None, p: Path) -> None:
+    """Refuse dates that go backwards, or jump by more than a log's gap (engine.core.plausible):
+    two recordings in one file (concatenated, or appended after a stop), or a clock change.
+    The energy over them would be guessed, not measured."""
+    steps = [b - a for a, b in zip(secs, secs[1:])]
+    for i, step in enumerate(steps):
+        if step < 0:
+            raise ConfigError(
+                f"{p}: the dates go backwards at line {numbers[i + 1]} ({-step:g} s before line {numbers[i]})",
+                f"the log holds two recordings (or the clock was changed): split the log at line {numbers[i + 1]} "
+                "and import each part")
+    interval_s = interval_ms / 1000.0 if interval_ms else statistics.median([d for d in steps if d > 0] or [1.0])
+    gap = log_gap_s(interval_s)
+    for i, step in enumerate(steps):
+        if step > gap:
+            raise ConfigError(
+                f"{p}: {step:g} s pass between line {numbers[i]} and line {numbers[i + 1]}, longer than any gap "
+                f"in one recording ({gap:g} s at its {interval_s:g} s interval)",
+                f"tegrastats stopped there (a suspend, or a second recording appended): split the log at line "
+                f"{numbers[i + 1]} and import each part")
 
 
 def _spread(secs: list[float]) -> list[float]:

@@ -15,9 +15,10 @@ import time
 from typing import IO, Callable, Sequence
 
 from engine.core.errors import ConfigError, DeviceError
+from engine.core.plausible import BoardLimits
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
-from engine.device.tegra_parse import WARN_LINES, TegrastatsFormatError, TegrastatsSample, parse_line
+from engine.device.tegra_parse import WARN_LINES, TegrastatsFormatError, TegrastatsSample, parse_line, sample_problem
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,8 @@ class TegrastatsSource:
     """Runs `tegrastats --interval N` and serves its latest line as a PowerSource (measured).
 
     The child is ours: `close()` terminates it (no `tegrastats --stop` needed). Sample
-    times are when each line arrived (`clock`, monotonic by default).
+    times are when each line arrived (`clock`, monotonic by default). A line with a value the
+    board cannot show (`limits`; None: the default profile's) is skipped like a torn one.
     """
 
     source = Source.MEASURED
@@ -38,6 +40,7 @@ class TegrastatsSource:
         command: str | Sequence[str] = "tegrastats",
         clock: Callable[[], float] = time.monotonic,
         first_sample_timeout_s: float = 5.0,
+        limits: BoardLimits | None = None,
     ) -> None:
         if interval_ms <= 0:
             raise ConfigError(f"tegrastats interval must be positive, got {interval_ms} ms", "use e.g. 100")
@@ -46,6 +49,11 @@ class TegrastatsSource:
         self.min_interval_s = self.interval_ms / 1000.0
         self._clock = clock
         self._first_timeout_s = first_sample_timeout_s
+        if limits is None:
+            from engine.device.twin.profile import limits_for
+
+            limits = limits_for(None)
+        self.limits = limits
         self._cond = threading.Condition()
         self._latest: tuple[float, TegrastatsSample] | None = None
         self._proc: subprocess.Popen[str] | None = None
@@ -145,6 +153,9 @@ class TegrastatsSource:
                     continue
                 try:
                     sample = parse_line(line)
+                    problem = sample_problem(sample, self.limits)
+                    if problem:
+                        raise TegrastatsFormatError(f"implausible: {problem}", "the line is skipped")
                 except TegrastatsFormatError as exc:
                     self.skipped += 1
                     if self.skipped <= WARN_LINES:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -25,6 +24,8 @@ from engine.device.base import DeviceIdentity
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.measurement import Measurement, TimeUnknownError
+from engine.core.text import shown
+from engine.core.userinput import parse_float
 
 log = logging.getLogger(__name__)
 
@@ -155,26 +156,30 @@ def parse_objective(text: str, *, max_power_w: float = DEFAULT_MAX_POWER_W) -> O
     base, sep, limit = raw.partition("@")
     max_slowdown = None
     if sep:
-        m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)%", limit)
-        if not m:
+        try:
+            if not limit.endswith("%"):
+                raise ConfigError("no percent sign", "")
+            max_slowdown = parse_float(limit[:-1], "slowdown limit") / 100.0
+        except ConfigError:
             raise ConfigError(
-                f"slowdown limit {limit!r} in objective {text!r} is not a percentage",
+                f"slowdown limit {shown(limit)!r} in objective {shown(text)!r} is not a percentage",
                 "write it with a percent sign, e.g. energy@5% (at most 5% slower than MAXN)",
-            )
-        max_slowdown = float(m.group(1)) / 100.0
+            ) from None
     eta = None
     name, colon, arg = base.partition(":")
     if name == "eta":
         if not colon or not arg:
             raise ConfigError(f"objective {text!r} needs its weight", "write eta:0.5 (0 = time only, 1 = energy only)")
         try:
-            eta = float(arg)
-        except ValueError:
-            raise ConfigError(f"eta {arg!r} in objective {text!r} is not a number", "e.g. eta:0.5") from None
+            eta = parse_float(arg, "eta")
+        except ConfigError:
+            raise ConfigError(f"eta {shown(arg)!r} in objective {shown(text)!r} is not a number",
+                              "e.g. eta:0.5") from None
     elif colon:
-        raise ConfigError(f"objective {name!r} takes no argument (got {text!r})", f"use one of: {_SYNTAX}")
+        raise ConfigError(f"objective {shown(name)!r} takes no argument (got {shown(text)!r})",
+                          f"use one of: {_SYNTAX}")
     elif name not in OBJECTIVES:
-        raise ConfigError(f"unknown objective {text!r}", f"use one of: {_SYNTAX}")
+        raise ConfigError(f"unknown objective {shown(text)!r}", f"use one of: {_SYNTAX}")
     return Objective(name=name, max_slowdown=max_slowdown, eta=eta, max_power_w=max_power_w)
 
 

@@ -34,7 +34,6 @@ optimum instead of at worse clocks.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -46,6 +45,8 @@ from engine.device.setting import MAXN, DvfsSetting, check_setting
 from engine.dvfs.space import SWEEP_MODE
 from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, DeviceError
+from engine.core.text import shown
+from engine.core.userinput import parse_int
 
 if TYPE_CHECKING:
     from engine.dvfs.policies import PolicyContext
@@ -363,16 +364,18 @@ def parse_online_options(arg: str) -> dict[str, Any]:
         key, value = key.strip().lower(), value.strip() if key.strip().lower() == "profile" else value.strip().lower()
         if key not in keys or not eq or not value:
             raise ConfigError(
-                f"bad online option {item.strip()!r}",
+                f"bad online option {shown(item.strip())!r}",
                 "use key=value with keys " + ", ".join(keys) + " (e.g. online:warmup=1,measure=2,search=sweep)",
             )
         name = keys[key]
         if name in out:
             raise ConfigError(f"online option {key} given twice", "give each once")
         if name in ("warmup_steps", "measure_steps", "coarse_stride"):
-            if not re.fullmatch(r"\d+", value):
-                raise ConfigError(f"online option {key}={value} is not a whole number", f"e.g. {key}=2")
-            out[name] = int(value)
+            try:
+                out[name] = parse_int(value, f"online option {key}")
+            except ConfigError:
+                raise ConfigError(f"online option {key}={shown(value)} is not a whole number",
+                                  f"e.g. {key}=2") from None
         elif name == "min_hz":
             out[name] = parse_mhz(value, what=f"online option {key}:")
         elif name == "candidates_hz":

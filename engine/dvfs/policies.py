@@ -28,6 +28,8 @@ from engine.dvfs.objectives import Objective, baseline_of
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
 from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError
+from engine.core.text import shown
+from engine.core.userinput import parse_int
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +166,7 @@ def parse_static(arg: str) -> DvfsSetting:
         if not eq or not value:
             raise ConfigError(f"static clock {item.strip()!r} has no value", "write domain=MHz, e.g. gpu=816")
         if key in ("mode", "nvpmodel"):
-            if not re.fullmatch(r"\d+", value):
-                raise ConfigError(f"static mode {value!r} is not a mode id", "e.g. mode=0")
-            mode = int(value)
+            mode = _mode_id(value, f"static mode {shown(value)!r} is not a mode id", "e.g. mode=0")
             continue
         if key not in ("gpu", "cpu", "emc"):
             raise ConfigError(f"unknown clock domain {key!r} in static:{arg}", "use gpu, cpu, emc (and mode=N)")
@@ -176,6 +176,17 @@ def parse_static(arg: str) -> DvfsSetting:
     if not clocks:
         raise ConfigError("static needs at least one clock", "e.g. static:gpu=816 (MHz)")
     return DvfsSetting(gpu_hz=clocks.get("gpu"), cpu_hz=clocks.get("cpu"), emc_hz=clocks.get("emc"), nvpmodel=mode)
+
+
+def _mode_id(text: str, what: str, remedy: str) -> int:
+    """An nvpmodel mode id, read strictly (engine.core.userinput): a whole number >= 0."""
+    try:
+        n = parse_int(text, "mode id")
+    except ConfigError:
+        raise ConfigError(what, remedy) from None
+    if n < 0:
+        raise ConfigError(what, remedy)
+    return n
 
 
 def _no_options(spec: str, options: dict[str, Any]) -> None:
@@ -206,9 +217,8 @@ def _maxn_pinned(arg: str | None, **options: Any) -> Policy:
 
 def _mode(arg: str | None, **options: Any) -> Policy:
     _no_options(f"mode:{arg}", options)
-    if arg is None or not re.fullmatch(r"\s*\d+\s*", arg):
-        raise ConfigError(f"mode needs a mode id (got {arg!r})", "e.g. mode:2 (`slm-dvfs device` lists the modes)")
-    n = int(arg)
+    n = _mode_id(arg or "", f"mode needs a mode id (got {shown(arg)!r})",
+                 "e.g. mode:2 (`slm-dvfs device` lists the modes)")
     return FixedPolicy("mode", f"mode:{n}", DvfsSetting(nvpmodel=n), f"nvpmodel mode {n} with its default governors")
 
 

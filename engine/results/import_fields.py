@@ -6,11 +6,13 @@ torch-free: `slm-dvfs import-sweep` checks a file without building any model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import ConfigError
+from engine.core.plausible import BoardLimits
+from engine.core.text import shown
+from engine.core.userinput import number_value
 from engine.device.monitor import RAIL_PRESETS
 from engine.results.sweeps import RAILS_ALL
 
@@ -33,29 +35,24 @@ class BoardTables:
     modes: tuple[Any, ...]  # engine.device.base.PowerMode: id, name, gpu/cpu/emc caps
     board: str = ""
     module: str = ""
+    limits: BoardLimits | None = None  # what its power, energy and memory can plausibly be; None: unchecked
 
     @classmethod
     def from_profile(cls, profile: Any) -> "BoardTables":
-        """From a device profile (engine.device.twin.profile.TwinProfile): its tables, rails and modes."""
+        """From a device profile (engine.device.twin.profile.TwinProfile): its tables, rails, modes and limits."""
         return cls(profile=profile.name, gpu_hz=tuple(profile.gpu.table_hz), cpu_hz=tuple(profile.cpu.table_hz),
                    emc_hz=tuple(profile.emc.table_hz), rails=tuple(profile.rail_names), modes=tuple(profile.modes),
-                   board=profile.identity.board, module=profile.identity.module)
+                   board=profile.identity.board, module=profile.identity.module,
+                   limits=BoardLimits.from_profile(profile))
 
     def table(self, domain: str) -> tuple[int, ...]:
         return {"gpu": self.gpu_hz, "cpu": self.cpu_hz, "emc": self.emc_hz}[domain]
 
 
 def number(text: Any, what: str) -> float:
-    """A finite number from a cell (a JSON number, or text like `12.5`)."""
-    if isinstance(text, bool):
-        raise CellError(f"{what} is {text!r}, not a number", "write a plain number")
-    try:
-        value = float(str(text).strip()) if not isinstance(text, (int, float)) else float(text)
-    except ValueError:
-        raise CellError(f"{what} {str(text)!r} is not a number", "write a plain number, without units") from None
-    if not math.isfinite(value):
-        raise CellError(f"{what} {text!r} is not a finite number", "write a plain number")
-    return value
+    """A finite number from a cell (a JSON number, or text like `12.5`), read strictly
+    (engine.core.userinput: no `2_5`, no 5000 digits)."""
+    return number_value(text, what)
 
 
 def positive(text: Any, what: str, unit: str) -> float:
@@ -65,10 +62,14 @@ def positive(text: Any, what: str, unit: str) -> float:
     return value
 
 
-def whole(text: Any, what: str, low: int) -> int:
+def whole(text: Any, what: str, low: int, high: int) -> int:
+    """A whole number in [low, high] (`32` or `32.0`); `high` is the bound engine.core.plausible gives it."""
     value = number(text, what)
     if value != int(value) or value < low:
         raise CellError(f"{what} must be a whole number >= {low}, got {text!r}", f"give a whole number >= {low}")
+    if value > high:
+        raise CellError(f"{what} {value:g} is more than any run has ({high:,} at most)",
+                        f"give the {what} as measured, from {low} to {high:,}")
     return int(value)
 
 
@@ -98,8 +99,9 @@ def power_mode(text: Any, tables: BoardTables) -> int:
     raw = str(text).strip()
     ids = {m.id for m in tables.modes}
     try:
-        mode_id = int(float(raw))
-    except ValueError:
+        value = number(raw, "mode")
+        mode_id = int(value) if value.is_integer() else -1
+    except ConfigError:
         key = raw.upper().replace("-", "_").replace(" ", "_")
         found = [m.id for m in tables.modes if m.name.upper() in (key, "MODE_" + key)]
         if found:
@@ -108,7 +110,7 @@ def power_mode(text: Any, tables: BoardTables) -> int:
     if mode_id in ids:
         return mode_id
     known = ", ".join(f"{m.id} ({m.name})" for m in tables.modes)
-    raise CellError(f"{tables.profile} has no power mode {raw!r}", f"use one of its nvpmodel modes: {known}")
+    raise CellError(f"{tables.profile} has no power mode {shown(raw)!r}", f"use one of its nvpmodel modes: {known}")
 
 
 def check_caps(mode_id: int, clocks: dict[str, int | None], tables: BoardTables) -> None:

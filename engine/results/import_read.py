@@ -7,22 +7,22 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
+from engine.core.userinput import load_json, read_user_file
+
+# A sweep of every GPU x EMC setting of the AGX Orin (44) repeated ten times is about 50 KB of CSV;
+# 16 MiB is hundreds of such sweeps, and keeps a wrong file (a disk image, /dev/zero) from being read whole.
+MAX_SWEEP_FILE_BYTES = 16 << 20
 
 
 def read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"no such file: {path}", "check the path of the measurements file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path} is a folder", "pass the CSV or JSON file itself") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", "check the file's permissions") from None
+    """The file's bytes: a regular file of at most MAX_SWEEP_FILE_BYTES (a device, FIFO or folder is
+    refused before it is opened)."""
+    return read_user_file(path, "measurements file", max_bytes=MAX_SWEEP_FILE_BYTES,
+                          remedy="give a CSV or JSON file of measured points (docs/experiments.md)")
 
 
 def _corrupt(path: Path, why: str) -> ConfigError:
@@ -48,10 +48,7 @@ def table_rows(path: Path, raw: bytes) -> tuple[str, list[tuple[str, dict[str, A
 
 
 def _json_rows(path: Path, text: str) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, Any]]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _corrupt(path, f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    data = load_json(text, f"{path} cannot be read as a sweep: its JSON", _corrupt(path, "").remedy)
     file_values: dict[str, Any] = {}
     if isinstance(data, dict):
         if not isinstance(data.get("rows"), list):

@@ -26,6 +26,7 @@ from engine.results.compare import SIGN_CONVENTION, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.format import UNKNOWN, format_pct, format_stat, setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
+from engine.core.text import shown
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,9 @@ class Report:
 
 def parse_report_id(text: str) -> tuple[str, int]:
     """`s12` -> ("sweep", 12); `12` or `r12` -> ("run", 12)."""
-    m = re.fullmatch(r"\s*([sSrR]?)(\d+)\s*", str(text))
+    m = re.fullmatch(r"\s*([sSrR]?)([0-9]{1,19})\s*", str(text))  # ASCII digits; 19: SQLite's ids fit
     if not m:
-        raise ConfigError(f"{text!r} is not a report id",
+        raise ConfigError(f"{shown(text)!r} is not a report id",
                           "give a run id (e.g. 12 or r12; `slm-dvfs runs` lists them) or a sweep id (e.g. s3)")
     return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
 

@@ -22,6 +22,9 @@ from typing import Any, Iterator, Mapping
 
 from engine.core.constants import DEFAULT_PADDING, MODES, PAD_FLAGS, PADDINGS, PRECISIONS
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.plausible import MAX_BATCH, MAX_REPEATS, MAX_SAMPLES, MAX_SEQ_LEN, time_problem
+from engine.core.text import shown
+from engine.core.userinput import check_name, number_value
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.import_read import read_bytes, table_rows
@@ -46,9 +49,9 @@ MODE_COLUMNS = ("mode", "nvpmodel", "power_mode")  # `mode` holding full/bitfit/
 WORKLOAD_COLUMNS = {"model": ("model",), "task": ("task",), "batch_size": ("batch_size", "batch"),
                     "seq_len": ("max_seq_len", "seq_len"), "precision": ("precision",),
                     "train_mode": ("train_mode", "training_mode"), "padding": ("pad", "padding")}
+WORKLOAD_NAMES = frozenset(c for cols in WORKLOAD_COLUMNS.values() for c in cols)
 OTHER_COLUMNS = ("setting", "energy_j", "power_w", "time_s", "samples", "repeat", "rails")
-KNOWN_COLUMNS = frozenset(CLOCK_COLUMNS) | frozenset(MODE_COLUMNS) | frozenset(OTHER_COLUMNS) | frozenset(
-    c for cols in WORKLOAD_COLUMNS.values() for c in cols)
+KNOWN_COLUMNS = frozenset(CLOCK_COLUMNS) | frozenset(MODE_COLUMNS) | frozenset(OTHER_COLUMNS) | WORKLOAD_NAMES
 MAXN_LABELS = ("maxn", "maxn mode 0", "maxn_mode_0", "maxn-mode-0")
 GOVERNOR = ("gov", "governor", "dynamic", "auto")  # a clock cell that says its governor decided
 ENERGY_TOLERANCE = 0.02  # energy_j and power_w x time_s given together must agree to 2%
@@ -111,6 +114,7 @@ class ImportedFile:
     rows: int
     sweeps: tuple[ImportedSweep, ...]
     ignored_columns: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # possible but unusual values, kept (e.g. a power above the module's limit)
 
     def space(self, sweep: ImportedSweep) -> dict[str, Any]:
         """The stored sweep's space: how it was obtained, from what, over which rails."""
@@ -136,15 +140,41 @@ def read_sweep_file(path: str | Path, tables: BoardTables, flags: WorkloadFlags 
     path = Path(path)
     raw = read_bytes(path)
     kind, rows, file_values = table_rows(path, raw)
-    # A JSON file's "workload" object holds what every row shares: a row's own cell wins.
-    rows = [(where, {**file_values, **{k: v for k, v in cells.items() if v is not None}}) for where, cells in rows]
     reader = _RowReader(path, tables, flags, file_values, default_mode)
+    # A JSON file's "workload" object holds what every row shares; a row's own cell wins (samples,
+    # rails, a mode), but a row of another workload than the file's is refused: one of the two is
+    # wrong, and which the file cannot tell.
+    for where, cells in rows:
+        for column, cell in cells.items():
+            shared = file_values.get(column)
+            if cell is None or shared is None or not _names_workload(column, cell, shared):
+                continue
+            if not same_value(cell, shared):
+                with reader.at(where, column):
+                    raise CellError(f"{column} is {shown(cell)!r} here but the file's workload says {shown(shared)!r}",
+                                    "give the value once (in the workload object, or in every row), or fix the row")
+    rows = [(where, {**file_values, **{k: v for k, v in cells.items() if v is not None}}) for where, cells in rows]
     for where, cells in rows:
         reader.add(where, cells)
     sweeps = reader.sweeps()
     ignored = sorted({k for _w, cells in rows for k in cells if k not in KNOWN_COLUMNS})
     return ImportedFile(path=path, sha256=hashlib.sha256(raw).hexdigest(), kind=kind, rows=len(rows),
-                        sweeps=sweeps, ignored_columns=tuple(ignored))
+                        sweeps=sweeps, ignored_columns=tuple(ignored), warnings=tuple(reader.warnings))
+
+
+def _names_workload(column: str, *values: Any) -> bool:
+    """Whether a column names the workload (model, task, shape...); `mode` only when it holds training modes."""
+    if column == "mode":
+        return all(str(v).strip().lower() in MODES for v in values)
+    return column in WORKLOAD_NAMES
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two cells say the same: as numbers where both are (`32` and `32.0`), else as words."""
+    try:
+        return number_value(a, "") == number_value(b, "")
+    except SlmDvfsError:
+        return str(a).strip().lower() == str(b).strip().lower()
 
 
 # --------------------------------------------------------------------------- reading the rows
@@ -163,6 +193,7 @@ class _RowReader:
         self.default_mode = default_mode
         self.groups: dict[tuple[str, str], _Group] = {}
         self._workloads: dict[tuple[Any, ...], WorkloadRecord] = {}
+        self.warnings: list[str] = []
 
     @contextmanager
     def at(self, where: str, column: str | None) -> Iterator[None]:
@@ -183,11 +214,11 @@ class _RowReader:
             if samples is None:
                 raise CellError("the training samples this point covers are not given",
                                 "add a samples column, or --samples N for the whole file")
-            samples = whole(samples, "samples", 1)
+            samples = whole(samples, "samples", 1, MAX_SAMPLES)
         repeat = None
         if cells.get("repeat") is not None:
             with self.at(where, "repeat"):
-                repeat = whole(cells["repeat"], "repeat", 0)
+                repeat = whole(cells["repeat"], "repeat", 0, MAX_REPEATS)
         rails_text = self._given(where, cells, "rails", self.flags.rails, "rails")
         with self.at(where, "rails"):
             if rails_text is None:
@@ -231,9 +262,10 @@ class _RowReader:
         cell = next((cells[c] for c in names if cells.get(c) is not None), None)
         if cell is None:
             cell = next((self.file_values[c] for c in names if self.file_values.get(c) is not None), None)
-        if cell is not None and flag is not None and str(cell).strip().lower() != str(flag).strip().lower():
+        if cell is not None and flag is not None and not same_value(cell, flag):
             with self.at(where, column):
-                raise CellError(f"{column} is {cell!r} here but --{flag_name.replace('_', '-')} says {flag!r}",
+                raise CellError(f"{column} is {shown(cell)!r} here but --{flag_name.replace('_', '-')} says "
+                                f"{shown(flag)!r}",
                                 f"drop --{flag_name.replace('_', '-')} (the column gives it per row), or fix the cell")
         return cell if cell is not None else flag
 
@@ -267,39 +299,65 @@ class _RowReader:
                     raise CellError(f"the workload's {name} is not given",
                                     f"add a {name} column, or {flag} for the whole file")
         with self.at(where, "model"):
-            resolved = resolve_model(str(v["model"]))
+            resolved = resolve_model(check_name(v["model"], "model"))
         with self.at(where, "task"):
-            task = get_task(str(v["task"])).name
+            task = get_task(check_name(v["task"], "task", limit=64)).name
         defaults = defaults_for(str(v["model"]))
         with self.at(where, "batch_size"):
-            batch = defaults.batch_size if v["batch_size"] is None else whole(v["batch_size"], "batch size", 1)
+            batch = defaults.batch_size if v["batch_size"] is None else whole(v["batch_size"], "batch size", 1,
+                                                                              MAX_BATCH)
         with self.at(where, "max_seq_len"):
-            seq = defaults.seq_len if v["seq_len"] is None else whole(v["seq_len"], "max sequence length", 1)
+            seq = (defaults.seq_len if v["seq_len"] is None
+                   else whole(v["seq_len"], "max sequence length", 1, MAX_SEQ_LEN))
+            positions = int(resolved.config.get("max_position_embeddings", seq))
+            if seq > positions:
+                raise CellError(f"max sequence length {seq} is more than {resolved.name} takes ({positions} positions)",
+                                f"give the length it was fine-tuned at, {positions} or less")
         precision = str(v["precision"] or defaults.precision).lower()
         mode = str(v["train_mode"] or "full").lower()
         padding = str(v["padding"] or DEFAULT_PADDING).lower()
         padding = PAD_FLAGS.get(padding, padding)
         with self.at(where, "precision"):
             if precision not in PRECISIONS:
-                raise CellError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
+                raise CellError(f"unknown precision {shown(precision)!r}", f"use one of {', '.join(PRECISIONS)}")
         with self.at(where, "pad"):
             if padding not in PADDINGS:
-                raise CellError(f"unknown padding {padding!r}", "use dynamic, or max (max_length)")
+                raise CellError(f"unknown padding {shown(padding)!r}", "use dynamic, or max (max_length)")
         entry = resolved.entry
         with self.at(where, "mode"):
-            return WorkloadRecord(
+            record = WorkloadRecord(
                 model=resolved.name, task=task, batch_size=batch, seq_len=seq, precision=precision, mode=mode,
                 family=resolved.family, params=entry.params if entry else None, padding=padding,
                 lora=(self.flags.lora or LoraSettings()) if mode == "lora" else None,
                 grad_checkpointing=self.flags.grad_checkpointing,
             )
+        with self.at(where, None):
+            self._check_fits(resolved, record)
+        return record
+
+    def _check_fits(self, resolved: Any, w: WorkloadRecord) -> None:
+        """A workload whose step cannot fit the board's memory was not measured on it."""
+        from engine.workload.fit import board_budget, check_memory
+        from engine.workload.memory import estimate_memory
+
+        limits = self.tables.limits
+        if limits is None:
+            return
+        memory = limits.memory_bytes
+        try:
+            check_memory(estimate_memory(resolved.config, w.batch_size, w.seq_len, w.precision, w.mode, lora=w.lora,
+                                         checkpointing=w.grad_checkpointing, params=w.params),
+                         resolved.name, w.batch_size, w.seq_len, None if memory is None else board_budget(memory))
+        except ConfigError as exc:
+            raise CellError(f"this workload cannot have run on {limits.profile}: {exc.what}",
+                            "check the batch size, length, precision and mode the file gives (or --profile)") from None
 
     def _setting(self, where: str, cells: Mapping[str, Any]) -> DvfsSetting:
         clocks: dict[str, int | None] = {"gpu": None, "cpu": None, "emc": None}
         maxn = str(cells.get("setting") or "").strip().lower() in MAXN_LABELS
         if cells.get("setting") is not None and not maxn:
             with self.at(where, "setting"):
-                raise CellError(f"unknown setting {cells['setting']!r}",
+                raise CellError(f"unknown setting {shown(cells['setting'])!r}",
                                 "write maxn (MAXN Mode 0, dynamic governors), or give the clocks in their columns")
         for column, (domain, unit) in CLOCK_COLUMNS.items():
             value = cells.get(column)
@@ -359,4 +417,27 @@ class _RowReader:
             with self.at(where, "power_w"):
                 raise CellError(f"energy_j {energy:g} J disagrees with power_w x time_s = {power * time_s:g} J",
                                 "give energy_j or power_w, or fix whichever is wrong")
+        self._plausible(where, energy, time_s, power)
         return energy, time_s
+
+    def _plausible(self, where: str, energy: float, time_s: float | None, power: float | None) -> None:
+        """Refuse what the board cannot have drawn (engine.core.plausible); keep, with a warning,
+        an average above its power limit."""
+        limits = self.tables.limits
+        if limits is None:
+            return
+        with self.at(where, "time_s"):
+            problem = None if time_s is None else time_problem(time_s)
+            if problem:
+                raise CellError(problem, "give the point's time in seconds, as measured")
+        column = "power_w" if power is not None else "energy_j"
+        with self.at(where, column):
+            problem = limits.power_problem(power, "power_w") if power is not None else \
+                limits.energy_problem(energy, time_s, "energy_j")
+            if problem:
+                raise CellError(problem, f"give the {'power in W' if power is not None else 'energy in J'} over the "
+                                "rails named, as measured")
+        if time_s is not None:
+            warning = limits.power_warning(energy / time_s, "average power")
+            if warning:
+                self.warnings.append(f"{where}: {warning} (kept: possible for a short point, unusual as an average)")

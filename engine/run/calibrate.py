@@ -23,6 +23,7 @@ from engine.device.twin.profile import devices_dir, load_profile, user_profiles_
 from engine.results.calibration_report import format_calibration
 from engine.results.records import dvfs_setting, setting_key
 from engine.results.sweeps import RAILS_ALL
+from engine.core.text import shown
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +109,9 @@ def parse_sweep_ids(texts: Sequence[str]) -> tuple[int, ...]:
         for part in str(text).split(","):
             if not part.strip():
                 continue
-            m = re.fullmatch(r"\s*[sS]?(\d+)\s*", part)
+            m = re.fullmatch(r"\s*[sS]?([0-9]{1,19})\s*", part)  # ASCII digits; 19: SQLite's ids fit
             if not m:
-                raise ConfigError(f"{part!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs runs` "
+                raise ConfigError(f"{shown(part)!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs runs` "
                                   "does not list sweeps; each sweep prints its id, reports use s<id>)")
             out.append(int(m.group(1)))
     return tuple(dict.fromkeys(out))

@@ -19,7 +19,6 @@ and a workload without times is graded only by an objective that needs no time (
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import replace
 from typing import Any, Sequence
 
@@ -29,6 +28,8 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.dvfs.objectives import Objective
 from engine.selector.dataset import Dataset
+from engine.core.text import shown
+from engine.core.userinput import number_value
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,11 @@ def parse_weight(text: str | float | None) -> float | None:
     if text is None or (isinstance(text, str) and text.strip().lower() == AUTO):
         return None
     try:
-        value = float(text)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--measured-weight {text!r} is not a number", "give e.g. 50, or auto") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"--measured-weight {text!r} must be positive", "give e.g. 50, or auto")
+        value = number_value(text, "--measured-weight")
+    except ConfigError:
+        raise ConfigError(f"--measured-weight {shown(text)!r} is not a number", "give e.g. 50, or auto") from None
+    if not value > 0:
+        raise ConfigError(f"--measured-weight {shown(text)!r} must be positive", "give e.g. 50, or auto")
     return value
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from engine import __version__
 from engine.core import paths
 from engine.core.errors import ConfigError
+from engine.core.userinput import load_json
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +234,14 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     side = sidecar_path(path)
     remedy = f"retrain with `slm-dvfs train-selector --out {path}`, or use another selector"
     try:
-        data = json.loads(side.read_text())
+        text = side.read_text()
     except FileNotFoundError:
         raise SelectorFileError(f"the selector {path} has no sidecar {side.name}; it cannot be verified",
                                 remedy) from None
     except (OSError, ValueError) as exc:
         raise SelectorFileError(f"the sidecar {side} is unreadable ({exc})", remedy) from None
+    # load_json: a hostile sidecar is an error of ours, never a RecursionError
+    data = load_json(text, f"the sidecar {side} is unreadable: it", remedy, error=SelectorFileError, finite=False)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise SelectorFileError(f"{side} is not an slm-dvfs selector sidecar", remedy)
     if data.get("format_version") != FORMAT_VERSION:

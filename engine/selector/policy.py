@@ -26,6 +26,8 @@ from engine.dvfs.objectives import Objective
 from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
 from engine.core.provenance import Source
+from engine.core.text import shown
+from engine.core.userinput import parse_int
 
 if TYPE_CHECKING:
     from engine.dvfs.policies import PolicyContext
@@ -304,16 +306,16 @@ def parse_ml_arg(arg: str | None) -> dict[str, Any]:
         key, _eq, value = item.strip().partition("=")
         name = _SPEC_KEYS.get(key.strip().lower())
         if name is None or not value.strip():
-            raise ConfigError(f"bad ml policy option {item.strip()!r}", f"use {_OPTIONS_HELP}")
+            raise ConfigError(f"bad ml policy option {shown(item.strip())!r}", f"use {_OPTIONS_HELP}")
         if name in out:
             raise ConfigError(f"ml policy option {key.strip()} given twice", "give each once")
         if name == "selector" or (name == "probes" and value.strip().lower() == AUTO):
             out[name] = value.strip().lower() if name == "probes" else value.strip()
             continue
         try:
-            out[name] = int(value)
-        except ValueError:
-            raise ConfigError(f"ml policy option {key.strip()}={value.strip()} is not a whole number",
+            out[name] = parse_int(value, f"ml policy option {key.strip()}")
+        except ConfigError:
+            raise ConfigError(f"ml policy option {key.strip()}={shown(value.strip())} is not a whole number",
                               f"use {_OPTIONS_HELP}") from None
     return out
 

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from engine.core.errors import ConfigError
+from engine.core.userinput import load_json
 
 CHECKPOINT_FILE = "state.pt"
 META_FILE = "meta.json"
@@ -88,9 +89,11 @@ def read_meta(path: Path) -> dict[str, Any]:
             f"{path} is not an slm-dvfs checkpoint of this version (no {META_FILE} beside it; "
             "an older slm-dvfs's checkpoint, or a foreign file, is not loaded: it could run code)", RESTART)
     try:
-        meta = json.loads(meta_path.read_text())
+        text = meta_path.read_text()
     except (OSError, ValueError) as exc:
         raise ConfigError(f"the checkpoint metadata {meta_path} is unreadable ({exc})", RESTART) from None
+    # load_json: a hostile file is an error of ours, never a RecursionError
+    meta = load_json(text, f"the checkpoint metadata {meta_path} is unreadable: it", RESTART, finite=False)
     if not isinstance(meta, dict) or meta.get("magic") != MAGIC:
         raise ConfigError(f"{meta_path} is not slm-dvfs checkpoint metadata", RESTART)
     if meta.get("format") != FORMAT:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from engine.core.text import shown
 from engine.core.errors import ConfigError
 
 
@@ -87,7 +88,7 @@ def get_task(name: str | GlueTask) -> GlueTask:
     canonical = _ALIASES.get(_key(str(name)))
     if canonical is None:
         raise ConfigError(
-            f"unknown GLUE task {name!r}",
+            f"unknown GLUE task {shown(name)!r}",
             "use one of " + ", ".join(t.display for t in TASKS.values()),
         )
     return TASKS[canonical]

@@ -9,13 +9,14 @@ the model is built from its configuration with random weights and says so
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.text import shown
+from engine.core.userinput import check_name, load_json, read_user_file
 from engine.workload.sizing import check_config
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
@@ -71,13 +72,19 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
     if not spec:
         raise ConfigError("no model given", "name a zoo model (e.g. bert-tiny), a hub id, "
                                             "a checkpoint folder or a config.json")
+    spec = check_name(spec, "model")  # bounded, one printable line: it is quoted back in errors
     path = Path(spec).expanduser()
-    if path.is_file():
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except OSError as exc:  # a path the kernel refuses to look up (EACCES on a parent, ...)
+        raise ConfigError(f"cannot look at {shown(spec)}: {exc.strerror or exc}",
+                          "check the path, or give a zoo name or hub id instead") from None
+    if is_file:
         config = _read_config(path)
         name = path.stem if path.stem != "config" else (path.resolve().parent.name or "config")
         return ResolvedModel(f"config:{path.resolve()}", config, _family(config, spec),
                              name, None, None)
-    if path.is_dir():
+    if is_dir:
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
             raise ConfigError(
@@ -89,7 +96,7 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
         return ResolvedModel(f"dir:{path.resolve()}", config, _family(config, spec),
                              path.resolve().name, str(path.resolve()), None)
     if spec.endswith(".json") or spec.startswith((".", "/", "~")):
-        raise ConfigError(f"no such file or folder: {spec}",
+        raise ConfigError(f"no such file or folder: {shown(spec)}",
                           "check the path, or give a zoo name or hub id instead")
     try:
         entry = zoo.get_entry(spec)
@@ -103,7 +110,7 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
             if "/" not in spec:
                 raise not_in_zoo from None
             raise ConfigError(
-                f"{spec!r} is neither in the model zoo nor in the local Hugging Face cache",
+                f"{shown(spec)!r} is neither in the model zoo nor in the local Hugging Face cache",
                 "download it once (`--download`, allow_download=True, network needed), copy "
                 "a checkpoint folder onto the board, or use a zoo model (`slm-dvfs models`)",
             ) from None
@@ -267,12 +274,18 @@ def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
                           "check the hub id and the network, or use a zoo model") from None
 
 
+MAX_CONFIG_BYTES = 4 << 20  # a Hugging Face config.json is a few KB (with a tokenizer's id maps, under 1 MB)
+
+
 def _read_config(path: Path) -> dict[str, Any]:
+    remedy = "give a valid config.json (as save_pretrained writes it)"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read the model configuration {path}: {exc}",
-                          "give a valid config.json (as save_pretrained writes it)") from None
+        raw = read_user_file(path, "model configuration", max_bytes=MAX_CONFIG_BYTES, remedy=remedy)
+        config = load_json(raw.decode("utf-8"), f"cannot read the model configuration {path}: the file", remedy)
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read the model configuration {path}: {exc}", remedy) from None
+    except SlmDvfsError as exc:
+        raise ConfigError(exc.what, exc.remedy) from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise ConfigError(f"{path} has no model_type",
                           "give a Hugging Face config.json (it names its model_type)")

@@ -19,6 +19,7 @@ else:  # pragma: no cover - Python 3.10 (JetPack 6)
 
 from engine.core.constants import PRECISIONS
 from engine.core import paths
+from engine.core.text import shown
 from engine.core.errors import ConfigError, ProfileError
 
 FAMILIES = ("bert", "pythia", "roberta", "distilbert", "electra", "deberta", "gpt2", "opt", "llama",
@@ -122,7 +123,7 @@ def get_entry(name: str) -> ZooEntry:
     if name.lower() in lowered:
         return lowered[name.lower()]
     raise ConfigError(
-        f"{name!r} is not in the model zoo",
+        f"{shown(name)!r} is not in the model zoo",
         "use one of " + ", ".join(zoo) + "; a hub id (e.g. prajjwal1/bert-tiny), a local "
         "checkpoint folder or a config.json (architecture only, random weights) also work",
     )

@@ -9,6 +9,8 @@ All parameters sit in one frozen `TwinProfile` so the model stays a pure functio
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import sys
 import types
 import typing
@@ -17,9 +19,14 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from engine.device.base import PowerMode
-from engine.core.errors import ProfileError
+from engine.core.errors import ProfileError, SlmDvfsError
 from engine.core.paths import data_dir, profiles_dir
+from engine.core.plausible import BoardLimits
+from engine.core.text import shown
+from engine.core.userinput import read_user_file
 from engine.device.twin.params import ParamSpread, get_param, with_params
+
+log = logging.getLogger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -178,6 +185,7 @@ class TwinProfile:
     thermal_guard: ThermalGuardParams | None = None  # experiments' heat limits; None: engine.run.thermal's defaults
     uncertainty: tuple[ParamSpread, ...] = ()  # the uncertain numbers (engine.device.twin.params)
     base: str = ""  # a calibrated profile: the profile its [params] overlay
+    memory_total_mb: float | None = None  # the memory Linux sees (MemTotal); None: not known
     source_path: str = field(default="", compare=False)
 
     def mode(self, mode_id: int) -> PowerMode:
@@ -198,6 +206,31 @@ class TwinProfile:
     @property
     def rail_names(self) -> tuple[str, ...]:
         return tuple(r.name for r in self.rails)
+
+    @property
+    def limits(self) -> BoardLimits:
+        """What this board can plausibly show (engine.core.plausible)."""
+        return BoardLimits.from_profile(self)
+
+
+DEFAULT_PROFILE = "agx-orin-64gb"  # the board the project is written against (shared/spec)
+MAX_PROFILE_BYTES = 1 << 20  # the shipped profile is 15 KB
+
+
+def limits_for(profile: str | None) -> BoardLimits:
+    """The plausible ranges of the profile a user named; the default profile's where none is named."""
+    return load_profile(profile or DEFAULT_PROFILE).limits
+
+
+@functools.lru_cache(maxsize=16)  # read on every poll of a dashboard: a profile's limits do not change while we run
+def board_limits(profile: str | None) -> BoardLimits:
+    """The plausible ranges of a board whose identity names `profile` (a twin's; None on a board:
+    the spec's AGX Orin 64GB); the default profile's where that one cannot be loaded (logged)."""
+    try:
+        return limits_for(profile)
+    except ProfileError as exc:
+        log.warning("plausible ranges from %s, not %s: %s", DEFAULT_PROFILE, profile, exc.what)
+        return limits_for(None)
 
 
 def devices_dir() -> Path:
@@ -231,8 +264,13 @@ def profile_path(name_or_path: str | Path) -> Path:
     """The TOML file of a profile name (shipped first, then the data dir's) or path."""
     text_name = str(name_or_path)
     path = Path(text_name)
-    if path.suffix == ".toml" or path.is_file():
-        return path
+    try:
+        if path.suffix == ".toml" or path.is_file():
+            return path
+    except OSError as exc:  # ENAMETOOLONG and the like: no profile of that name
+        raise ProfileError(f"no device profile {shown(text_name)!r} ({exc.strerror or exc})",
+                           f"use one of: {', '.join(available_profiles())}; or the path of a profile TOML file",
+                           ) from None
     shipped = devices_dir() / f"{text_name}.toml"
     user = user_profiles_dir() / f"{text_name}.toml"
     return shipped if shipped.is_file() or not user.is_file() else user
@@ -265,14 +303,19 @@ def _load(name_or_path: str | Path, seen: tuple[str, ...]) -> TwinProfile:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
+        raw = read_user_file(path, "device profile", max_bytes=MAX_PROFILE_BYTES,
+                             remedy="give a profile TOML file (profiles/devices/ shows one)")
+    except SlmDvfsError as exc:
+        raise ProfileError(exc.what, exc.remedy) from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(
-            f"device profile {path} is not valid TOML: {exc}",
+            f"device profile {path} is not valid TOML: {shown(exc, 200)}",
             "fix the syntax there, or restore the shipped file",
         ) from None
-    except OSError as exc:
-        raise ProfileError(f"cannot read device profile {path}: {exc.strerror}", "check the file's permissions") from None
+    except RecursionError:
+        raise ProfileError(f"device profile {path} nests too deeply to be read", "restore the shipped file") from None
 
 
 def _overlay(data: Mapping[str, Any], path: Path, seen: tuple[str, ...]) -> TwinProfile:

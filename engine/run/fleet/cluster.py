@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.text import shown
+from engine.core.userinput import parse_int
 from engine.run.fleet.model import (BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
                                     SweepPlan)
 
@@ -48,11 +50,11 @@ def parse_twins(text: str, default_profile: str = "agx-orin-64gb") -> tuple[int,
     """`--twins N[:profile]` -> (N, profile)."""
     count, _sep, profile = text.partition(":")
     try:
-        n = int(count)
-    except ValueError:
+        n = parse_int(count, "--twins")
+    except ConfigError:
         n = 0
     if n < 1:
-        raise ConfigError(f"--twins {text!r}: need a number of twins of 1 or more",
+        raise ConfigError(f"--twins {shown(text)!r}: need a number of twins of 1 or more",
                           "give e.g. --twins 3 or --twins 3:agx-orin-64gb")
     return n, profile.strip() or default_profile
 
