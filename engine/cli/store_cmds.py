@@ -1,4 +1,4 @@
-"""`slm-dvfs runs | show | export | import-tegrastats`: the results store from the command line."""
+"""`slm-dvfs runs | sweeps | show | export | import-tegrastats`: the results store from the command line."""
 
 from __future__ import annotations
 
@@ -13,13 +13,21 @@ from engine.cli.mode_args import describe_mode
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError, SlmDvfsError
 from engine.core.provenance import Source
-from engine.results.export import csv_text, write_export
+from engine.results.export import (
+    csv_text,
+    default_name,
+    sweep_csv_text,
+    sweep_table,
+    write_export,
+    write_sweep_export,
+)
 from engine.core.text import clean_text
-from engine.results.format import format_pct, format_setting, format_when, sweep_point_lines
-from engine.results.records import several_boards
-from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
+from engine.results.format import describe_space, format_pct, format_setting, format_when, sweep_point_lines
+from engine.results.records import ABANDONED, RUN_STATUSES, several_boards
+from engine.results.store import DeviceRecord, RunRecord, Store, SweepRecord, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
+SWEEP_STATUSES = (*RUN_STATUSES, ABANDONED)
 
 
 def add_db_arg(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=cmd_runs)
 
+    p = sub.add_parser("sweeps", help="list stored sweeps, newest first (their ids are sN: `show sN`, `export sN`)")
+    add_db_arg(p)
+    p.add_argument("--model", help="only sweeps of this model")
+    p.add_argument("--task", help="only sweeps of this task")
+    p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
+    p.add_argument("--status", choices=SWEEP_STATUSES, help="only sweeps in this state")
+    p.add_argument("--limit", type=numbers.int_range(1, 10**9), default=50, help="at most N sweeps (default 50)")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+    p.set_defaults(func=cmd_sweeps)
+
     p = sub.add_parser("show", help="everything about one stored run (N) or sweep (sN)")
     add_db_arg(p)
     p.add_argument("id", type=numbers.run_or_sweep_id,
@@ -50,11 +68,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("export", help="a run's power samples and summary as CSV or Parquet")
+    what = ("a run's power samples (N), or a sweep's points (sN), with its summary, as CSV or Parquet: "
+            "by default into run-N.csv or sweep-sN.csv in the current folder (--out names another file)")
+    p = sub.add_parser("export", help=what, description=what[0].upper() + what[1:] + ".")
     add_db_arg(p)
-    p.add_argument("id", type=numbers.row_id, help="run id")
+    p.add_argument("id", type=numbers.run_or_sweep_id,
+                   help="run id (`slm-dvfs runs` lists them), or a sweep id as sN (`slm-dvfs sweeps` lists them)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format (default csv)")
-    p.add_argument("--out", metavar="FILE", help="output file (default run-ID.csv|.parquet; `-` = stdout, csv only)")
+    p.add_argument("--out", metavar="FILE", help="output file (default: run-N.csv or sweep-sN.csv, .parquet with "
+                   "--format parquet, in the current folder; `-` = stdout, csv only)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import-tegrastats", help="store an existing tegrastats log as a measured run")
@@ -184,6 +206,55 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def format_sweeps(sweeps: Sequence[SweepRecord], workloads: Mapping[int, WorkloadRecord],
+                  done: Mapping[int, int]) -> str:
+    """`slm-dvfs sweeps`: one line a sweep, then how an unfinished one resumes."""
+    header = ("id", "when", "workload", "space", "points", "status", "source")
+    rows = []
+    for sw in sweeps:
+        w = workloads.get(sw.workload_id)
+        n = done.get(sw.id, 0)
+        total = sw.planned if sw.planned is not None else (n if sw.status == "finished" else None)
+        rows.append((f"s{sw.id}", format_when(sw.created_at), w.label if w else "-", describe_space(sw.space),
+                     f"{n}/{'?' if total is None else total}",
+                     sw.status + (", resumable" if sw.resumable else ""), f"[{sw.source.value}]"))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i == 4 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    lines = [line(header)] + [line(row) for row in rows]
+    if any(sw.resumable for sw in sweeps):
+        lines.append("resumable: running the same `slm-dvfs sweep` command again (same workload, space, steps and "
+                     "repeats) carries on from the stored points; `slm-dvfs show sN` says more")
+    return "\n".join(lines)
+
+
+def cmd_sweeps(args: argparse.Namespace) -> int:
+    path = _db_path(args)
+    if not path.exists():
+        print(f"no sweeps stored yet ({path} does not exist)")
+        return 0
+    with Store(path) as store:  # opening it marks sweeps whose process died `abandoned`
+        sweeps = [sw for sw in store.list_sweeps(status=args.status)
+                  if args.source is None or sw.source.value == args.source]
+        workloads = {i: store.get_workload(i) for i in {sw.workload_id for sw in sweeps}}
+        done = store.stored_point_counts()
+    sweeps = [sw for sw in sweeps if (args.model is None or workloads[sw.workload_id].model == args.model)
+              and (args.task is None or workloads[sw.workload_id].task == args.task)][:args.limit]
+    if args.json:
+        print(json.dumps([{"id": f"s{sw.id}", "created_at": sw.created_at, "finished_at": sw.finished_at,
+                           "workload": workloads[sw.workload_id].to_json(), "space": dict(sw.space),
+                           "points_done": done.get(sw.id, 0), "points_planned": sw.planned, "status": sw.status,
+                           "resumable": sw.resumable, "source": sw.source.value, "label": sw.label}
+                          for sw in sweeps], indent=2))
+    elif not sweeps:
+        print(f"no sweeps match in {path}")
+    else:
+        print(clean_text(format_sweeps(sweeps, workloads, done)))
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     if isinstance(args.id, numbers.SweepId):
         return _show_sweep(args, int(args.id))
@@ -217,15 +288,20 @@ def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
     with Store(_db_path(args), create=False) as store:
         sweep = store.get_sweep(sweep_id)
         device, workload = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
-        points = summarize_points(store.sweep_points(sweep_id))
+        stored = store.sweep_points(sweep_id)
+        points = summarize_points(stored)
         boards = store.sweep_boards(sweep_id)
     best, maxn = optimum(points), maxn_of(points)
     vs_maxn = optimum_vs_maxn(best, maxn)
+    note = sweep.status_note(len(stored))
     if args.json:
         print(json.dumps({
-            "id": sweep.id, "status": sweep.status, "source": sweep.source.value, "label": sweep.label,
+            "id": sweep.id, "status": sweep.status, "resumable": sweep.resumable, "status_note": note,
+            "points_done": len(stored), "points_planned": sweep.planned,
+            "source": sweep.source.value, "label": sweep.label,
             "created_at": sweep.created_at, "space": dict(sweep.space), "warmup_steps": sweep.warmup_steps,
-            "steps": sweep.steps, "repeats": sweep.repeats, "device": device.to_json(), "workload": workload.to_json(),
+            "steps": sweep.steps, "repeats": sweep.repeats, "device": device.to_json(),
+            "workload": workload.to_json(definition=True),
             "boards": [b.to_json() for b in boards],
             "points": [p.to_json() for p in points], "optimum": None if best is None else best.to_json(),
             "maxn": None if maxn is None else maxn.to_json(),
@@ -233,6 +309,8 @@ def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
             "optimum_slowdown_vs_maxn_pct": None if vs_maxn is None else vs_maxn.slowdown_pct,
         }, indent=2))
         return 0
+    if note:
+        print(note, file=sys.stderr)
     print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn, boards)))
     return 0
 
@@ -262,7 +340,8 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
     summed = space.get("rails_summed")
     lines.append(f"  energy over  {rails}" + (f" = {' + '.join(summed)}" if summed else ""))
     untimed = sum(1 for p in points if p.energy_only)
-    lines.append(f"  points       {sum(p.n for p in points)} over {len(points)} settings, up to {sweep.repeats} "
+    planned = f" of {sweep.planned} planned" if sweep.planned and sweep.status != "finished" else ""
+    lines.append(f"  points       {sum(p.n for p in points)}{planned} over {len(points)} settings, up to {sweep.repeats} "
                  f"repeat(s)" + (f"; {untimed} setting(s) energy-only (time not recorded: —)" if untimed else ""))
     lines += ["  " + line for line in sweep_point_lines(points, best, maxn, src)]
     if best is not None:
@@ -275,24 +354,35 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with Store(_db_path(args), create=False) as store:
-        run = store.get_run(args.id)
-        samples = store.power_samples(run.id)
-    if run.status_warning:
-        print(run.status_warning, file=sys.stderr)
-    out = args.out or f"run-{run.id}.{args.format}"
+    sweep = isinstance(args.id, numbers.SweepId)
+    out = args.out or default_name("sweep" if sweep else "run", int(args.id), args.format)
     if args.format == "parquet" and out == "-":
         raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
+    with Store(_db_path(args), create=False) as store:
+        if sweep:
+            table = sweep_table(store, int(args.id))
+            note = store.get_sweep(int(args.id)).status_note(len(table.rows))
+        else:
+            run = store.get_run(args.id)
+            samples = store.power_samples(run.id)
+            note = run.status_warning
+    if note:
+        print(note, file=sys.stderr)
     if out == "-":
-        sys.stdout.write(csv_text(run, samples))
+        sys.stdout.write(sweep_csv_text(table) if sweep else csv_text(run, samples))
         return 0
     path = _writable(Path(out))
     try:
-        write_export(path, run, samples, args.format)
+        if sweep:
+            write_sweep_export(path, table, args.format)
+        else:
+            write_export(path, run, samples, args.format)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}",
                           "pass --out a file in a folder you can write to") from None
-    print(f"wrote run {run.id} ({len(samples)} power samples, {run.source.value}) to {out}")
+    what = (f"sweep s{int(args.id)} ({len(table.rows)} points, {table.source})" if sweep
+            else f"run {run.id} ({len(samples)} power samples, {run.source.value})")
+    print(f"wrote {what} to {path.resolve()}")
     return 0
 
 

@@ -97,6 +97,10 @@ class SweepTables(Database):
                 ).lastrowid)
         return self.get_sweep(sweep_id)
 
+    def _unknown_sweep(self, sweep_id: int) -> UnknownRecordError:
+        return UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}",
+                                  "`slm-dvfs sweeps` lists the stored sweeps and their ids (sN)")
+
     def sweeps_with(self, key: str, value: Any) -> list[SweepRecord]:
         """The sweeps whose space holds `key` = `value` (e.g. an imported file's sha256), oldest first."""
         return [s for s in reversed(self.list_sweeps()) if s.space.get(key) == value]
@@ -104,7 +108,7 @@ class SweepTables(Database):
     def get_sweep(self, sweep_id: int) -> SweepRecord:
         rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
         if not rows:
-            raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+            raise self._unknown_sweep(sweep_id)
         r = rows[0]
         return SweepRecord(
             id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
@@ -130,7 +134,7 @@ class SweepTables(Database):
         with self._tx("finishing a sweep") as conn:
             if conn.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE id = ?",
                             (status, utc_now(), sweep_id)).rowcount == 0:
-                raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+                raise self._unknown_sweep(sweep_id)
 
     def add_point(self, point: SweepPoint) -> int:
         """Record one measured sweep point, committed on its own; returns its id."""
@@ -172,7 +176,7 @@ class SweepTables(Database):
         with self._tx("storing imported sweeps") as conn:
             for old in replace:  # their points go with them (ON DELETE CASCADE)
                 if conn.execute("DELETE FROM sweeps WHERE id = ?", (int(old),)).rowcount == 0:
-                    raise UnknownRecordError(f"no sweep with id {old} in {self.path}", "check the id")
+                    raise self._unknown_sweep(int(old))
             device_id = self._ref(conn, device, "device")
             for sw in sweeps:
                 src = as_source(sw.source)

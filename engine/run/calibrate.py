@@ -110,8 +110,8 @@ def parse_sweep_ids(texts: Sequence[str]) -> tuple[int, ...]:
                 continue
             m = re.fullmatch(r"\s*[sS]?(\d+)\s*", part)
             if not m:
-                raise ConfigError(f"{part!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs runs` "
-                                  "does not list sweeps; each sweep prints its id, reports use s<id>)")
+                raise ConfigError(f"{part!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs sweeps` "
+                                  "lists them)")
             out.append(int(m.group(1)))
     return tuple(dict.fromkeys(out))
 
@@ -135,7 +135,8 @@ def read_measured(store: Any, spec: CalibrateSpec) -> tuple[StoredSweep, ...]:
     missing = sorted(wanted - {s.id for s in sweeps})
     if missing:
         raise ConfigError(f"no sweep {', '.join(f's{i}' for i in missing)} in the results store",
-                          "check the ids (each sweep prints its id; `slm-dvfs report s<id>` shows one)")
+                          "check the ids (`slm-dvfs sweeps` lists them; `slm-dvfs sweeps --source measured` the "
+                          "measured ones)")
     not_measured = [s for s in sweeps if s.source != Source.MEASURED]
     if wanted and not_measured:
         raise ConfigError(f"sweep {', '.join(f's{s.id}' for s in not_measured)} is {not_measured[0].source.value}, "
