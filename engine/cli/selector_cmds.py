@@ -332,7 +332,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         profile = _load_profile(args.twin)
         # Probes run the workload's steps: with dynamic padding, the mix of its batch lengths.
         steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                 precision=args.precision, mode=args.mode, padding=padding).steps
+                                 precision=args.precision, **mode_options(args), padding=padding).steps
 
         def measure(setting: Any) -> Any:
             return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
