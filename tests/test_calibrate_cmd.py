@@ -263,3 +263,8 @@ def test_calibrate_rebuilds_a_model_imported_from_a_config_file_as_itself(isolat
         assert code == 0, err
         before[sweep] = json.loads(out)["calibration"]["energy_mape_before_pct"]
     assert before["s2"] == pytest.approx(before["s1"])  # one architecture, so the same twin figures
+    from engine.selector.training import store_dataset  # what train-selector learns from: the same model
+
+    with Store(default_db_path()) as store:
+        ds = store_dataset(store, source="measured", rails="gpu+cpu")
+    assert {(w.model, w.hidden, w.layers) for w in ds.workloads} == {("bert-small", 512, 4), ("bert-tiny", 512, 4)}
