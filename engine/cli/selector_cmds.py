@@ -346,6 +346,9 @@ def cmd_select(args: argparse.Namespace) -> int:
     choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
         out = choice.to_json()
+        about = maxn_about_optimal(choice)
+        out["maxn_about_optimal"] = {"value": about is not None, "why": about,
+                                     "says": MAXN_ABOUT_OPTIMAL if about is not None else None}
         if not choice.probes:
             n, why = _probes_advice(choice)
             out["probes_it_calls_for"] = {"probes": n, "why": why}
@@ -358,6 +361,10 @@ def cmd_select(args: argparse.Namespace) -> int:
         return 0
     print(clean_text(format_choice(choice, selector)))
     return 0
+
+
+# What select says when another setting is not worth its while (engine.selector.uncertainty.maxn_about_optimal).
+MAXN_ABOUT_OPTIMAL = "MAXN Mode 0 is already about optimal for this workload: another setting saves little or nothing"
 
 
 def format_choice(choice: Any, selector: Any) -> str:
@@ -384,6 +391,9 @@ def format_choice(choice: Any, selector: Any) -> str:
     lines.append("")
     lines.append(f"Expected saving: {format_with(choice.saving, unc and unc.saving, pct=True)} energy against MAXN, "
                  f"{choice.slowdown:+.1%} time per sample [predicted]")
+    about = maxn_about_optimal(choice)
+    if about is not None:
+        lines += [f"Verdict:   {MAXN_ABOUT_OPTIMAL}", f"           because {about}"]
     lines += uncertainty_lines(unc)
     if not choice.probes:
         n, why = _probes_advice(choice)
@@ -396,6 +406,12 @@ def format_choice(choice: Any, selector: Any) -> str:
             lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
                          f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
     return "\n".join(lines)
+
+
+def maxn_about_optimal(choice: Any) -> str | None:
+    from engine.selector.uncertainty import maxn_about_optimal as about
+
+    return about(choice)
 
 
 def _probes_advice(choice: Any) -> tuple[int, str]:
