@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IsolatedEnv
+from test_store_cmds import _read_csv
 from engine.cli import main
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 from engine.results.sweep_tables import FinishedSweep
@@ -105,24 +106,13 @@ def test_a_running_sweep_whose_process_lives_is_not_abandoned(db: Path, capsys: 
     assert listed["id"] == f"s{sweep.id}" and listed["status"] == "running" and not listed["resumable"]
 
 
-def _read(path: Path) -> tuple[dict[str, str], list[dict[str, str]]]:
-    summary, body = {}, []
-    for line in path.read_text().splitlines():
-        if line.startswith("# ") and ": " in line:
-            key, _, value = line[2:].partition(": ")
-            summary[key] = value
-        elif not line.startswith("#"):
-            body.append(line)
-    return summary, list(csv.DictReader(body))
-
-
 def test_export_of_a_sweep_writes_its_points_where_the_help_says(db: Path, tmp_path: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     done, _killed, imported = _stored(db, tmp_path / "state" / "sessions" / "1-2.lock")
     assert main(["export", f"s{done}"]) == 0
     written = tmp_path / f"sweep-s{done}.csv"  # the help: sweep-sN.csv in the current folder
     assert f"wrote sweep s{done} (3 points, twin) to {written}" in capsys.readouterr().out
-    summary, rows = _read(written)
+    summary, rows = _read_csv(written)
     assert summary["sweep"] == f"s{done}" and summary["workload_key"] == TINY.key and summary["source"] == "twin"
     assert [r["setting"] for r in rows] == ["GPU gov · CPU gov · EMC gov · mode 0", "GPU 306 · CPU gov · EMC gov · mode 0",
                                             "GPU 612 · CPU gov · EMC gov · mode 0"]

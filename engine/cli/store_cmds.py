@@ -114,13 +114,17 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
     if several_boards(r.device for r in runs):
         header += ("board",)
         rows = [row + (r.device.label() if r.device else "-",) for row, r in zip(rows, runs)]
+    return "\n".join(table_lines(header, rows, right={0, 6, 7}))
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """A plain table's lines: columns as wide as their widest cell, those in `right` (numbers) right-aligned."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    right = {0, 6, 7}  # numbers line up on the right
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    return "\n".join([line(header)] + [line(row) for row in rows])
+    return [line(header)] + [line(row) for row in rows]
 
 
 def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,

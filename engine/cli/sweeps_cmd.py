@@ -8,7 +8,7 @@ import json
 from typing import Mapping, Sequence
 
 from engine.cli import numbers
-from engine.cli.store_cmds import _db_path, add_db_arg
+from engine.cli.store_cmds import _db_path, add_db_arg, table_lines
 from engine.core.provenance import Source
 from engine.core.text import clean_text
 from engine.results.format import describe_space, format_when
@@ -42,12 +42,7 @@ def format_sweeps(sweeps: Sequence[SweepRecord], workloads: Mapping[int, Workloa
         rows.append((f"s{sw.id}", format_when(sw.created_at), w.label if w else "-", describe_space(sw.space),
                      f"{n}/{'?' if total is None else total}",
                      sw.status + (", resumable" if sw.resumable else ""), f"[{sw.source.value}]"))
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i == 4 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    lines = [line(header)] + [line(row) for row in rows]
+    lines = table_lines(header, rows, right={4})
     if any(sw.resumable for sw in sweeps):
         lines.append("resumable: running the same `slm-dvfs sweep` command again (same workload, space, steps and "
                      "repeats) carries on from the stored points; `slm-dvfs show sN` says more")
