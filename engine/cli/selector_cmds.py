@@ -345,6 +345,8 @@ def cmd_select(args: argparse.Namespace) -> int:
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
     choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
+        from engine.selector.uncertainty import maxn_about_optimal
+
         out = choice.to_json()
         about = maxn_about_optimal(choice)
         out["maxn_about_optimal"] = {"value": about is not None, "why": about,
@@ -391,6 +393,8 @@ def format_choice(choice: Any, selector: Any) -> str:
     lines.append("")
     lines.append(f"Expected saving: {format_with(choice.saving, unc and unc.saving, pct=True)} energy against MAXN, "
                  f"{choice.slowdown:+.1%} time per sample [predicted]")
+    from engine.selector.uncertainty import maxn_about_optimal
+
     about = maxn_about_optimal(choice)
     if about is not None:
         lines += [f"Verdict:   {MAXN_ABOUT_OPTIMAL}", f"           because {about}"]
@@ -406,12 +410,6 @@ def format_choice(choice: Any, selector: Any) -> str:
             lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
                          f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
     return "\n".join(lines)
-
-
-def maxn_about_optimal(choice: Any) -> str | None:
-    from engine.selector.uncertainty import maxn_about_optimal as about
-
-    return about(choice)
 
 
 def _probes_advice(choice: Any) -> tuple[int, str]:

@@ -169,9 +169,3 @@ def write_sweep_export(path: Path, table: SweepTable, fmt: str = "csv") -> Path:
     pq.write_table(pa.table(columns).replace_schema_metadata(meta), str(path))
     return path
 
-
-def export_sweep(store: Any, sweep_id: int, path: Path, fmt: str = "csv") -> SweepTable:
-    """Write a stored sweep's points to `path`; returns what was written."""
-    table = sweep_table(store, sweep_id)
-    write_sweep_export(path, table, fmt)
-    return table

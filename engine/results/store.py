@@ -377,4 +377,4 @@ def _owner_gone(owner_lock: str | None) -> bool:
     """Whether the session that recorded a running item is gone (its lock free); no owner: cannot tell."""
     from engine.device.guard.lock import session_alive
 
-    return bool(owner_lock) and not session_alive(Path(owner_lock))  # type: ignore[arg-type]
+    return bool(owner_lock) and not session_alive(Path(str(owner_lock)))

@@ -70,7 +70,6 @@ class SweepTables(Database):
         that measures it (engine.device.guard.lock.session_lock), so that the next store open marks the
         sweep abandoned once that process is gone; without one (a library caller) it is left running."""
         src = as_source(source)
-        owner = owner_lock
         space_text = json.dumps(space, sort_keys=True, separators=(",", ":"), default=json_default)
         with self._tx("starting a sweep") as conn:
             device_id = self._ref(conn, device, "device")
@@ -86,14 +85,14 @@ class SweepTables(Database):
             if row is not None:
                 sweep_id = int(row[0])
                 conn.execute("UPDATE sweeps SET status = 'running', finished_at = NULL, owner_lock = ?, "
-                             "planned = IFNULL(?, planned) WHERE id = ?", (owner, planned, sweep_id))
+                             "planned = IFNULL(?, planned) WHERE id = ?", (owner_lock, planned, sweep_id))
                 log.info("resuming sweep %d", sweep_id)
             else:
                 sweep_id = int(conn.execute(
                     "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
                     "source, label, created_at, owner_lock, planned) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value, label, utc_now(),
-                     owner, planned),
+                     owner_lock, planned),
                 ).lastrowid)
         return self.get_sweep(sweep_id)
 
