@@ -203,3 +203,68 @@ def test_import_then_calibrate_then_predict_from_files(isolated_env, capsys, tmp
     truth = {ob.setting: ob.energy_j_per_sample for ob in synthetic_sweep(held_out, TRUTH, sweep="t", noise=0.0)}
     true_saving = 1 - min(truth.values()) / truth[MAXN]
     assert abs(saving("agx-orin-64gb-calibrated") - true_saving) < abs(saving("agx-orin-64gb") - true_saving)
+
+
+
+def _import_rows() -> list[str]:
+    """A "measured" GPU sweep of bert-small on sst2 (the perturbed twin's figures), as import-sweep reads it."""
+    n = SMALL[2] * STEPS
+    rows = ["task,batch_size,max_seq_len,precision,pad,rails,samples,gpu_mhz,setting,time_s,energy_j"]
+    for ob in synthetic_sweep(_steps(*SMALL).steps, TRUTH, sweep="s", noise=0.01):
+        pinned = "" if ob.setting == MAXN else f"{ob.setting.gpu_hz / 1e6:g}"
+        rows.append(f"sst2,16,64,fp32,max,gpu+cpu,{n},{pinned},{'maxn' if ob.setting == MAXN else ''},"
+                    f"{ob.time_s_per_sample * n:.6g},{ob.energy_j_per_sample * n:.6g}")
+    return rows
+
+
+def _import_as(capsys, tmp_path: Path, rows: list[str], model: str, name: str) -> tuple[int, str, str]:
+    measured = tmp_path / name
+    measured.write_text("\n".join(rows) + "\n")
+    return _run(capsys, "import-sweep", str(measured), "--model", model)
+
+
+def test_a_config_files_model_is_kept_with_its_sweep_and_never_taken_for_the_zoos(isolated_env, capsys,
+                                                                                 tmp_path: Path) -> None:
+    """import-sweep --model path/to/bert-tiny.json keeps the file's model with the sweep (schema v11), and the
+    zoo's bert-tiny of that shape is refused rather than filed with its points (the oracle would mix them)."""
+    from engine.workload.models import resolve_model
+
+    custom = tmp_path / "bert-tiny.json"  # the zoo's name as its stem, bert-small's architecture inside
+    custom.write_text(json.dumps(dict(resolve_model("bert-small").config)))
+    rows = _import_rows()
+    code, out, err = _import_as(capsys, tmp_path, rows, str(custom), "a.csv")
+    assert code == 0, err
+    code, out, err = _run(capsys, "show", "s1", "--json")
+    shown = json.loads(out)["workload"]
+    assert shown["model"] == "bert-tiny" and shown["config"] == json.loads(custom.read_text())
+    code, out, err = _import_as(capsys, tmp_path, rows[:1] + rows[:0:-1], "bert-tiny", "b.csv")
+    assert code == 2 and "already holds results of another model named 'bert-tiny'" in err
+    assert "hidden_size 128 vs 512" in err and "my-bert-tiny.json" in err
+    code, out, err = _import_as(capsys, tmp_path, rows[:1] + rows[:0:-1], str(custom), "c.csv")
+    assert code == 0, err  # the same model again is the same workload
+
+
+def test_calibrate_rebuilds_a_model_imported_from_a_config_file_as_itself(isolated_env, capsys,
+                                                                          tmp_path: Path) -> None:
+    """calibrate rebuilds the model kept with the sweep (bert-small's architecture in bert-tiny.json), not the
+    zoo's bert-tiny its stem names, after the file is gone: the twin's figures are those of bert-small."""
+    from engine.workload.models import resolve_model
+
+    custom = tmp_path / "bert-tiny.json"
+    custom.write_text(json.dumps(dict(resolve_model("bert-small").config)))
+    rows = _import_rows()
+    assert _import_as(capsys, tmp_path, rows, "bert-small", "a.csv")[0] == 0
+    assert _import_as(capsys, tmp_path, rows[:1] + rows[:0:-1], str(custom), "b.csv")[0] == 0
+    custom.unlink()  # what calibrate rebuilds is in the store
+    before = {}
+    for sweep in ("s1", "s2"):
+        code, out, err = _run(capsys, "calibrate", "--sweeps", sweep, "--params", FEW_PARAMS, "--name", f"c-{sweep}",
+                              "--json")
+        assert code == 0, err
+        before[sweep] = json.loads(out)["calibration"]["energy_mape_before_pct"]
+    assert before["s2"] == pytest.approx(before["s1"])  # one architecture, so the same twin figures
+    from engine.selector.training import store_dataset  # what train-selector learns from: the same model
+
+    with Store(default_db_path()) as store:
+        ds = store_dataset(store, source="measured", rails="gpu+cpu")
+    assert {(w.model, w.hidden, w.layers) for w in ds.workloads} == {("bert-small", 512, 4), ("bert-tiny", 512, 4)}

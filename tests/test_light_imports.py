@@ -99,12 +99,15 @@ def test_pin_and_restore_import_nothing_heavy(isolated_env: IsolatedEnv) -> None
 def test_show_imports_nothing_heavy(stored_run: int) -> None:
     assert cli("runs") == {"code": 0, "heavy": []}
     assert cli("show", str(stored_run)) == {"code": 0, "heavy": []}
+    assert cli("compare", str(stored_run)) == {"code": 2, "heavy": []}  # a MAXN run: refused, lightly
 
 
 def test_import_sweep_and_show_of_a_sweep_import_nothing_heavy(isolated_env: IsolatedEnv) -> None:
     example = str(ROOT / "docs" / "examples" / "measured-sweep.csv")
     assert cli("import-sweep", example) == {"code": 0, "heavy": []}  # checked and stored without torch
     assert cli("show", "s1") == {"code": 0, "heavy": []}  # one repetition per setting: no interval to compute
+    assert cli("sweeps") == {"code": 0, "heavy": []}
+    assert cli("export", "s1", "--out", "-") == {"code": 0, "heavy": []}
 
 
 def test_the_tuis_first_screen_imports_nothing_heavy(isolated_env: IsolatedEnv, tmp_path: Path) -> None:

@@ -250,3 +250,22 @@ def test_the_stored_key_is_the_resolved_workloads_key() -> None:
              {"mode": "bitfit", "grad_checkpointing": True, "batch_size": 8, "seq_len": 64})
     for kw in cases:
         assert stored_key("BERT-Tiny", "SST-2", **kw) == resolve_workload("bert-tiny", "sst2", **kw).key, kw
+
+
+def test_the_selectors_workload_key_is_the_stores_key(tmp_path: Path) -> None:
+    """The selector keys each workload's rows (the sweep a choice is made from) by the store's key: a max-length
+    and a dynamically padded sweep of one shape (or a LoRA variant) are two workloads, not one."""
+    from engine.selector.dataset import from_store
+    from engine.selector.features import describe_workload
+    from engine.run.sweep import run_sweep
+    from engine.workload.lora import LoraSettings
+
+    for kw in ({}, {"padding": "dynamic"}, {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"}):
+        assert describe_workload("bert-tiny", "sst2", **kw)[0].key == resolve_workload("bert-tiny", "sst2", **kw).key
+    with Store(tmp_path / "r.sqlite") as store:
+        for pad in ("dynamic", "max_length"):
+            run_sweep(SweepSpec(model="bert-tiny", task="sst2", fast=True, twin="agx-orin-64gb", padding=pad),
+                      store=store)
+        ds = from_store(store, source="twin")
+    assert set(ds.by_workload()) == {resolve_workload("bert-tiny", "sst2", padding=pad).key
+                                     for pad in ("dynamic", "max_length")}

@@ -181,7 +181,7 @@ def test_transfer_saves_a_new_selector_that_records_its_base(board, tmp_path, mo
     basis = side["training"]["basis"]
     assert basis["origin"] == "transfer" and basis["measured_workloads"] == 1 and basis["measured_points"] == 12
     assert basis["base"]["name"] == "default.joblib" and len(basis["base"]["joblib_sha256"]) == 64
-    assert "shipped, before issue 13" in basis["base"]["basis"]
+    assert "shipped with slm-dvfs: learnt on the twin, from no board's measurements" in basis["base"]["basis"]
     assert side["training"]["transfer"]["measured"]["rows"] == 12
     # One sweep cannot be held out: the CV record is the base's, and says so.
     assert "too few measured workloads" in report["cv_table"][0]["graded_on"]
@@ -248,13 +248,34 @@ def test_the_shipped_selector_rests_on_the_twin_zoo_and_select_says_so(capsys):
     basis = basis_of(shipped)
     assert not basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 912
     assert basis.line() == ("twin zoo (912 workloads, 10944 points) [twin], profile agx-orin-64gb "
-                            "(shipped, before issue 13)")
+                            "(shipped with slm-dvfs: learnt on the twin, from no board's measurements)")
     assert main(["select", "--model", "bert-tiny", "--task", "sst2"]) == 0
     out = capsys.readouterr().out
     assert f"Rests on:  {basis.line()}" in out
+    assert "issue" not in out and "trained before" not in out  # what it means for the user, not our history
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["basis"] == basis.line() and data["selector"]["basis"]["origin"] == "twin zoo"
+
+
+def test_select_says_when_maxn_is_already_about_optimal(capsys):
+    """bert-tiny/sst2: the shipped selector predicted "saving 2.9% (2.9-22.2%)" and the run then measured -0.6%.
+    A saving within the selector's own error of zero (or an interval reaching zero) is said to be none."""
+    from engine.cli import main
+
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--twin"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    verdict = out.index("Verdict:   MAXN Mode 0 is already about optimal for this workload: another setting saves "
+                        "little or nothing")
+    assert out[verdict + 1].strip().startswith("because the predicted saving (2.9%) is within the selector's own error")
+    assert "regret quantiles" not in "\n".join(out)
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--twin", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["maxn_about_optimal"]["value"] is True and "9.5% more energy" in data["maxn_about_optimal"]["why"]
+    # a workload the selector expects to save clearly on gets no such verdict
+    assert main(["select", "--model", "bert-small", "--task", "mnli", "--twin", "--json"]) == 0
+    clear = json.loads(capsys.readouterr().out)
+    assert clear["expected_saving"] > 0.1 and clear["maxn_about_optimal"] == {"value": False, "why": None, "says": None}
 
 
 def test_an_older_selector_file_loads_and_gets_a_derived_basis(zoo, tmp_path, monkeypatch):
@@ -266,7 +287,8 @@ def test_an_older_selector_file_loads_and_gets_a_derived_basis(zoo, tmp_path, mo
     path = save_selector(sel, user_selector_dir() / "old.joblib")
     back = load_selector(path)
     assert not back.basis.recorded and back.basis.origin == "twin zoo"
-    assert back.basis.line().endswith("(recorded before the data basis was)")
+    assert back.basis.line().endswith("(counts from the file's metadata: its data was not itemised by source and "
+                                      "board)")
     # A measured+twin one of then did not record the split: said, not invented.
     back.source = "both"
     assert "split not recorded" in back.basis.line()

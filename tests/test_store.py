@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import IsolatedEnv
+
 from engine.results import migrations as store_schema
 from engine.core.errors import ConfigError
 from engine.device.monitor import WindowResult
@@ -84,7 +86,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 10
+    assert store.schema_version() == SCHEMA_VERSION == 11
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -188,7 +190,7 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 10
+        assert s.schema_version() == SCHEMA_VERSION == 11
         assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
         assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
         assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged
@@ -383,10 +385,11 @@ def test_each_commit_is_visible_to_another_process_at_once(store: Store, db: Pat
 CRASHING_SWEEP = textwrap.dedent("""
     import os, sys
     from engine.results.store import Store, DeviceRecord, WorkloadRecord, SweepPoint
+    from engine.device.guard.lock import session_lock
     s = Store(sys.argv[1])
     sweep = s.find_or_create_sweep(device=DeviceRecord("Orin", "P3701", is_twin=True),
         workload=WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32"), space={"gpu": [1, 2, 3, 4]},
-        warmup_steps=1, steps=5, repeats=1, source="twin")
+        warmup_steps=1, steps=5, repeats=1, source="twin", planned=4, owner_lock=str(session_lock()))
     run = s.start_run(policy="sweep", source="twin")
     for gpu in (306, 408, 510):
         s.add_point(SweepPoint(sweep.id, {"gpu_hz": gpu * 1000000}, 0, time_s=1.0, energy_j=gpu / 10, samples=160))
@@ -397,11 +400,13 @@ CRASHING_SWEEP = textwrap.dedent("""
 """)
 
 
-def test_a_crash_loses_only_the_point_in_progress_and_the_sweep_resumes(db: Path) -> None:
+def test_a_crash_loses_only_the_point_in_progress_and_the_sweep_resumes(db: Path, isolated_env: IsolatedEnv) -> None:
     proc = subprocess.run([sys.executable, "-c", CRASHING_SWEEP, str(db)], capture_output=True, text=True)
     assert proc.returncode == 9, proc.stderr
     with Store(db) as s:
-        [sweep] = s.list_sweeps(status="running")
+        [sweep] = s.list_sweeps()
+        assert sweep.status == "abandoned" and sweep.resumable  # its owner's session lock is free
+        assert "running the same sweep command again" in (sweep.status_note(3) or "") and sweep.planned == 4
         done = s.completed_points(sweep.id)
         assert done == {(setting_key({"gpu_hz": mhz * 1_000_000}), 0) for mhz in (306, 408, 510)}
         assert [r.status for r in s.list_runs()] == ["running"]  # left by the dead process, for all to see
@@ -628,3 +633,35 @@ def test_a_damaged_page_is_refused_when_the_store_opens(db: Path) -> None:
     with pytest.raises(CorruptStoreError) as err:
         Store(db)
     assert "damaged pages found on opening" in err.value.what and "move it aside" in err.value.remedy
+
+
+def test_a_version_10_store_gains_abandoned_sweeps_their_plan_and_workload_definitions(db: Path) -> None:
+    """Schema v11: sweeps take `abandoned` and an owner lock, workloads their model's config; rows kept as they were."""
+    conn = sqlite3.connect(db)
+    conn.isolation_level = None
+    for step in store_schema.MIGRATIONS[:10]:
+        if callable(step):
+            step(conn)
+        else:
+            for statement in step:
+                conn.execute(statement)
+    conn.execute("INSERT INTO devices (board, module, is_twin, source, created_at) VALUES ('b', 'm', 1, 'twin', 'x')")
+    conn.execute("INSERT INTO workloads (key, model, task, batch_size, seq_len, precision, mode, source, created_at) "
+                 "VALUES ('bert-tiny|sst2|32|128|fp32|full', 'bert-tiny', 'sst2', 32, 128, 'fp32', 'full', "
+                 "'predicted', 'x')")
+    conn.execute("INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, source, "
+                 "created_at) VALUES (1, 1, '{}', 1, 5, 1, 'running', 'twin', 'x')")
+    conn.execute("PRAGMA user_version = 10")
+    conn.close()
+    with Store(db) as s:
+        assert s.schema_version() == SCHEMA_VERSION == 11
+        [sweep] = s.list_sweeps()
+        assert sweep.status == "running" and sweep.planned is None  # no owner recorded before v11: left as it is
+        assert s.get_workload(1).config is None and s.get_workload(1).key == "bert-tiny|sst2|32|128|fp32|full"
+        with s._tx("test") as c:
+            c.execute("UPDATE sweeps SET owner_lock = ? WHERE id = ?", (str(db.parent / "sessions" / "1-2.lock"), sweep.id))
+    with Store(db) as s:  # its owner's lock is gone: the CHECK takes `abandoned` now
+        assert s.get_sweep(sweep.id).status == "abandoned"
+        with pytest.raises(StoreError):
+            with s._tx("test") as c:
+                c.execute("UPDATE sweeps SET status = 'bogus' WHERE id = ?", (sweep.id,))

@@ -270,8 +270,11 @@ async def test_history_opens_compares_exports_and_deletes(twin_session: DeviceSe
         assert isinstance(app.screen, CompareScreen)
         assert app.compare_view.run.id == ids["static"] and app.compare_view.base.id == ids["maxn"]
         await ui.press("5")
-        await ui.press("up", "m", "down", "down", "m", "c")  # lone against maxn
-        assert app.compare_view.run.id == ids["lone"] and app.compare_view.base.id == ids["maxn"]
+        await ui.press("up", "m", "down", "down", "m", "c")  # lone (pythia-70m/rte) against maxn (bert-tiny/sst2)
+        view = app.compare_view  # two workloads: refused, both named, no saving
+        assert view.run.id == ids["lone"] and view.base is None and view.saving_pct is None
+        assert view.baseline_note == f"not compared with run {ids['maxn']}"
+        assert any("pythia-70m/rte (" in n and "bert-tiny/sst2 (" in n and "not comparable" in n for n in view.notes)
         await ui.press("5")
         await ui.press("up", "up", "e")  # back on the lone run
         out = Path(os.environ["SLM_DVFS_DATA_DIR"]) / "exports" / f"run-{ids['lone']}.csv"

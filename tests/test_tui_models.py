@@ -413,6 +413,18 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert f"({100 * iv.low:.0f}–{100 * iv.high:.0f}%)" in preview.short()
 
 
+@pytest.mark.slow  # traces bert-tiny and loads the shipped selector: ~5 s
+def test_setups_selector_preview_says_when_maxn_is_already_about_optimal(isolated_env) -> None:
+    """What `select` says (engine.selector.uncertainty.maxn_about_optimal), Setup's preview says too."""
+    from tui.selection import preview_choice
+
+    spec = forms.build_spec(forms.SetupValues(model="bert-tiny", task="sst2", objective="energy"),
+                            twin_profile="agx-orin-64gb", is_twin=True)
+    preview = preview_choice(spec)
+    assert preview.available and preview.maxn_about_optimal is not None
+    assert preview.line().endswith("[predicted]; MAXN is already about optimal for this workload")
+
+
 def test_selector_preview_lines_show_the_savings_interval_compactly() -> None:
     from engine.core.interval import Interval
     from tui.selection import SelectorPreview

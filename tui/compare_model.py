@@ -13,15 +13,7 @@ from typing import Any
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
-from engine.results.compare import (
-    Side,
-    board_note,
-    comparison,
-    mismatch,
-    per_sample_saving_pct,
-    per_sample_slowdown_pct,
-    rail_saving_pct,
-)
+from engine.results.compare import Side, compare_pair, mismatch, rail_saving_pct
 from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
 
@@ -30,6 +22,8 @@ from tui.fmt import nice_ceiling
 # `saving` is positive when the run used less than MAXN (energy, energy per sample), `slowdown`
 # positive when it took longer, `change` positive when the figure went up (power, throughput).
 DELTA_KINDS = ("saving", "slowdown", "change")
+# Mismatches (engine.results.compare.Mismatch.kind) whose baseline is not shown beside the run at all.
+MISLEADING = ("workload", "hardware", "module")
 
 
 @dataclass(frozen=True)
@@ -143,6 +137,11 @@ class CompareView:
     def title(self, rec: RunRecord) -> str:
         return f"run {rec.id} · {rec.policy}"
 
+    @property
+    def workload_text(self) -> str:
+        """Which workload the figures are of: the run's, and its baseline's (one: mismatch() refuses two)."""
+        return self.run.workload.label if self.run.workload is not None else "unknown workload"
+
 
 def primary_metric(run: RunRecord) -> tuple[str | None, float | None]:
     """The task's primary metric in a run's stored metrics (any split), if recorded."""
@@ -197,29 +196,18 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
     saving = slowdown = None
     per_sample = False
     rail_saving: dict[str, float] = {}
+    refused: RunRecord | None = None
     if base is not None:
         problem = mismatch(Side.of(run), Side.of(base))
         if problem is not None:
             notes.append(f"{problem.what}: not comparable")
-            if problem.kind in ("hardware", "module"):  # a board's figures beside the twin's, or another module's, mislead
-                base = None
+            if problem.kind in MISLEADING:  # another workload's, module's or the twin's figures beside a board's mislead
+                refused, base = base, None
         elif run.energy_j is not None and run.time_s is not None:
-            c = comparison(Side.of(run), Side.of(base))
+            pair = compare_pair(run, base)
+            c, per_sample = pair.comparison, pair.per_sample
             saving, slowdown, src, rail_saving = c.saving_pct, c.slowdown_pct, c.source, dict(c.rail_saving_pct)
-            if run.samples and base.samples and run.samples != base.samples and run.joules_per_sample \
-                    and base.joules_per_sample and run.samples_per_s and base.samples_per_s:
-                per_sample = True  # totals of runs of different lengths do not compare; per sample they do
-                saving = per_sample_saving_pct(run.joules_per_sample, base.joules_per_sample)
-                slowdown = per_sample_slowdown_pct(1.0 / run.samples_per_s, 1.0 / base.samples_per_s)
-                rail_saving = {r: per_sample_saving_pct(rj / run.samples, base.rail_energy_j[r] / base.samples)
-                               for r, rj in run.rail_energy_j.items() if base.rail_energy_j.get(r)}
-                notes.append(f"run {run.id} trained {run.samples} samples, MAXN run {base.id} {base.samples}: "
-                             f"saving and slowdown are per sample")
-            other = board_note(run, base)
-            if other is not None:  # comparable (one module), but said
-                notes.append(f"MAXN run {base.id} ran on {other}")
-            if base.seed != run.seed:
-                notes.append(f"MAXN run {base.id} used seed {base.seed}, run {run.id} seed {run.seed}")
+            notes += pair.notes
     b = base
     m_name, m_run = primary_metric(run)
     b_name, m_base = primary_metric(b) if b is not None else (None, None)
@@ -257,14 +245,16 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
     peak = max(rs.peak_w, bs.peak_w if bs else 0.0)
     return CompareView(run=run, base=b, figures=figures, saving_pct=saving, slowdown_pct=slowdown, source=src,
                        rails=tuple(rails), run_series=rs, base_series=bs, span_s=span,
-                       peak_w=nice_ceiling(peak), notes=tuple(notes), baseline_note=baseline_note(run, b),
+                       peak_w=nice_ceiling(peak), notes=tuple(notes), baseline_note=baseline_note(run, b, refused),
                        per_sample=per_sample)
 
 
-def baseline_note(run: RunRecord, base: RunRecord | None) -> str:
-    """What the Compare page's title says of the baseline."""
+def baseline_note(run: RunRecord, base: RunRecord | None, refused: RunRecord | None = None) -> str:
+    """What the Compare page's title says of the baseline (`refused`: a run it does not compare with)."""
     if base is not None:
         return "MAXN Mode 0"
+    if refused is not None:  # the notes say why, naming both
+        return f"not compared with run {refused.id}"
     if run.policy == BASELINE_POLICY:
         return "this run is the MAXN Mode 0 baseline"
     return "no MAXN Mode 0 run of this workload on this device, of this kind, in the store"

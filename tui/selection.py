@@ -31,6 +31,7 @@ class SelectorPreview:
     source: Source = Source.PREDICTED
     basis: str = ""  # what the selector rests on, in a few words (engine.selector.basis.DataBasis.short)
     saving_interval: Interval | None = None  # of saving_pct, as fractions (engine.selector.uncertainty)
+    maxn_about_optimal: str | None = None  # why MAXN is already about optimal (uncertainty.maxn_about_optimal)
 
     def _saving(self, short: bool) -> str:
         frac = (self.saving_pct or 0.0) / 100.0
@@ -49,8 +50,9 @@ class SelectorPreview:
         if not self.available:
             return f"selector: {self.note}"
         named = f"selector ({self.basis})" if self.basis else "selector"
+        verdict = "; MAXN is already about optimal for this workload" if self.maxn_about_optimal else ""
         return (f"{named} chooses {self.setting}: saving {self._saving(False)} energy, "
-                f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]")
+                f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]{verdict}")
 
 
 def selector_available() -> bool:
@@ -67,7 +69,7 @@ def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it."""
     from engine.dvfs.objectives import parse_objective
     from engine.selector.persistence import load_selector
-    from engine.selector.uncertainty import with_uncertainty
+    from engine.selector.uncertainty import maxn_about_optimal, with_uncertainty
 
     try:
         selector = load_selector()
@@ -84,6 +86,7 @@ def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
         True, setting=choice.setting.label(), saving_pct=100.0 * choice.saving, slowdown_pct=100.0 * choice.slowdown,
         confidence=getattr(conf, "level", None), note=f"{getattr(selector, 'source', '?')}-trained selector",
         basis=_basis(selector), saving_interval=None if unc is None else unc.saving,
+        maxn_about_optimal=maxn_about_optimal(choice),
     )
 
 

@@ -23,6 +23,8 @@ COMMAND_MODULES = (
     "engine.cli.device_cmds",
     "engine.cli.finetune_cmd",
     "engine.cli.store_cmds",
+    "engine.cli.sweeps_cmd",
+    "engine.cli.compare_cmd",
     "engine.cli.import_sweep_cmd",
     "engine.cli.experiment_cmds",
     "engine.cli.selector_cmds",

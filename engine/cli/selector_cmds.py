@@ -334,7 +334,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         profile = _load_profile(args.twin)
         # Probes run the workload's steps: with dynamic padding, the mix of its batch lengths.
         steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                 precision=args.precision, mode=args.mode, padding=padding).steps
+                                 precision=args.precision, **mode_options(args), padding=padding).steps
 
         def measure(setting: Any) -> Any:
             return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
@@ -347,7 +347,12 @@ def cmd_select(args: argparse.Namespace) -> int:
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
     choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
+        from engine.selector.uncertainty import maxn_about_optimal
+
         out = choice.to_json()
+        about = maxn_about_optimal(choice)
+        out["maxn_about_optimal"] = {"value": about is not None, "why": about,
+                                     "says": MAXN_ABOUT_OPTIMAL if about is not None else None}
         if not choice.probes:
             n, why = _probes_advice(choice)
             out["probes_it_calls_for"] = {"probes": n, "why": why}
@@ -360,6 +365,10 @@ def cmd_select(args: argparse.Namespace) -> int:
         return 0
     print(clean_text(format_choice(choice, selector)))
     return 0
+
+
+# What select says when another setting is not worth its while (engine.selector.uncertainty.maxn_about_optimal).
+MAXN_ABOUT_OPTIMAL = "MAXN Mode 0 is already about optimal for this workload: another setting saves little or nothing"
 
 
 def format_choice(choice: Any, selector: Any) -> str:
@@ -386,6 +395,11 @@ def format_choice(choice: Any, selector: Any) -> str:
     lines.append("")
     lines.append(f"Expected saving: {format_with(choice.saving, unc and unc.saving, pct=True)} energy against MAXN, "
                  f"{choice.slowdown:+.1%} time per sample [predicted]")
+    from engine.selector.uncertainty import maxn_about_optimal
+
+    about = maxn_about_optimal(choice)
+    if about is not None:
+        lines += [f"Verdict:   {MAXN_ABOUT_OPTIMAL}", f"           because {about}"]
     lines += uncertainty_lines(unc)
     if not choice.probes:
         n, why = _probes_advice(choice)

@@ -1,4 +1,5 @@
-"""`slm-dvfs runs | show | export | import-tegrastats`: the results store from the command line."""
+"""`slm-dvfs runs | show | export | import-tegrastats`: the results store from the command line
+(`sweeps`: sweeps_cmd; `compare`: compare_cmd)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from engine.cli.mode_args import describe_mode
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError, SlmDvfsError
 from engine.core.provenance import Source
-from engine.results.export import csv_text, write_export
+from engine.results.compare import Side, mismatch
+from engine.results.export import (
+    csv_text,
+    default_name,
+    sweep_csv_text,
+    sweep_table,
+    write_export,
+    write_sweep_export,
+)
 from engine.core.text import clean_text
 from engine.results.format import format_pct, format_setting, format_when, sweep_point_lines
 from engine.results.records import several_boards
@@ -50,11 +59,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_show)
 
-    p = sub.add_parser("export", help="a run's power samples and summary as CSV or Parquet")
+    what = ("a run's power samples (N), or a sweep's points (sN), with its summary, as CSV or Parquet: "
+            "by default into run-N.csv or sweep-sN.csv in the current folder (--out names another file)")
+    p = sub.add_parser("export", help=what, description=what[0].upper() + what[1:] + ".")
     add_db_arg(p)
-    p.add_argument("id", type=numbers.row_id, help="run id")
+    p.add_argument("id", type=numbers.run_or_sweep_id,
+                   help="run id (`slm-dvfs runs` lists them), or a sweep id as sN (`slm-dvfs sweeps` lists them)")
     p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format (default csv)")
-    p.add_argument("--out", metavar="FILE", help="output file (default run-ID.csv|.parquet; `-` = stdout, csv only)")
+    p.add_argument("--out", metavar="FILE", help="output file (default: run-N.csv or sweep-sN.csv, .parquet with "
+                   "--format parquet, in the current folder; `-` = stdout, csv only)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import-tegrastats", help="store an existing tegrastats log as a measured run")
@@ -102,18 +115,23 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
     if several_boards(r.device for r in runs):
         header += ("board",)
         rows = [row + (r.device.label() if r.device else "-",) for row, r in zip(rows, runs)]
+    return "\n".join(table_lines(header, rows, right={0, 6, 7}))
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """A plain table's lines: columns as wide as their widest cell, those in `right` (numbers) right-aligned."""
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    right = {0, 6, 7}  # numbers line up on the right
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    return "\n".join([line(header)] + [line(row) for row in rows])
+    return [line(header)] + [line(row) for row in rows]
 
 
 def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
-               boards: Mapping[int, DeviceRecord | None] | None = None) -> str:
-    """`show N`; `boards`: the device of each run it was compared with (another board of its module is said)."""
+               others: Mapping[int, RunRecord | None] | None = None) -> str:
+    """`show N`; `others`: each run it was compared with (None: deleted since), whose other board of its
+    module is said, and which is refused when it does not compare (a comparison stored before it was checked)."""
     src = run.source.value
     lines = [f"Run {run.id}  [{src}]  {run.status}" + (f"  {run.label}" if run.label else "")]
     lines.append(f"  started      {format_when(run.started_at)}" + (f"   finished {format_when(run.finished_at)}" if run.finished_at else ""))
@@ -150,7 +168,13 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
     lines.append(f"  power trace  {n_samples} samples stored")
     for c in comparisons:
         other, role = (c.baseline_run_id, "vs baseline") if c.run_id == run.id else (c.run_id, "baseline of")
-        theirs = (boards or {}).get(other)
+        rec = (others or {}).get(other)
+        compared, base = (run, rec) if c.run_id == run.id else (rec, run)
+        problem = None if rec is None else mismatch(Side.of(compared), Side.of(base))
+        if problem is not None:
+            lines.append(f"Comparison {role} run {other}: not comparable ({problem.what})")
+            continue
+        theirs = rec.device if rec is not None else None
         note = (f", other board (#{theirs.serial})" if run.device is not None and theirs is not None
                 and run.device.other_board(theirs) else "")
         lines.append(f"Comparison [{c.source.value}] {role} run {other}: energy saving {c.saving_pct:+.1f}%, "
@@ -187,18 +211,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     if isinstance(args.id, numbers.SweepId):
-        return _show_sweep(args, int(args.id))
+        return show_sweep(args, int(args.id))
     with Store(_db_path(args), create=False) as store:
         run = store.get_run(args.id)
         comparisons = store.comparisons_for(run.id)
         n_samples = len(store.power_samples(run.id))
-        boards = {}
+        others: dict[int, RunRecord | None] = {}
         for c in comparisons:
             other = c.baseline_run_id if c.run_id == run.id else c.run_id
             try:
-                boards[other] = store.get_run(other).device
+                others[other] = store.get_run(other)
             except SlmDvfsError:  # deleted since
-                boards[other] = None
+                others[other] = None
     if run.status_warning:
         print(run.status_warning, file=sys.stderr)
     if args.json:
@@ -207,26 +231,32 @@ def cmd_show(args: argparse.Namespace) -> int:
         out["power_samples"] = n_samples
         print(json.dumps(out, indent=2))
     else:
-        print(clean_text(format_run(run, comparisons, n_samples, boards)))
+        print(clean_text(format_run(run, comparisons, n_samples, others)))
     return 0
 
 
-def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
+def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
+    """`show sN`."""
     from engine.results.compare import optimum_vs_maxn
     from engine.results.sweeps import maxn_of, optimum, summarize_points
 
     with Store(_db_path(args), create=False) as store:
         sweep = store.get_sweep(sweep_id)
         device, workload = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
-        points = summarize_points(store.sweep_points(sweep_id))
+        stored = store.sweep_points(sweep_id)
+        points = summarize_points(stored)
         boards = store.sweep_boards(sweep_id)
     best, maxn = optimum(points), maxn_of(points)
     vs_maxn = optimum_vs_maxn(best, maxn)
+    note = sweep.status_note(len(stored))
     if args.json:
         print(json.dumps({
-            "id": sweep.id, "status": sweep.status, "source": sweep.source.value, "label": sweep.label,
+            "id": sweep.id, "status": sweep.status, "resumable": sweep.resumable, "status_note": note,
+            "points_done": len(stored), "points_planned": sweep.planned,
+            "source": sweep.source.value, "label": sweep.label,
             "created_at": sweep.created_at, "space": dict(sweep.space), "warmup_steps": sweep.warmup_steps,
-            "steps": sweep.steps, "repeats": sweep.repeats, "device": device.to_json(), "workload": workload.to_json(),
+            "steps": sweep.steps, "repeats": sweep.repeats, "device": device.to_json(),
+            "workload": workload.to_json(definition=True),
             "boards": [b.to_json() for b in boards],
             "points": [p.to_json() for p in points], "optimum": None if best is None else best.to_json(),
             "maxn": None if maxn is None else maxn.to_json(),
@@ -234,6 +264,8 @@ def _show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
             "optimum_slowdown_vs_maxn_pct": None if vs_maxn is None else vs_maxn.slowdown_pct,
         }, indent=2))
         return 0
+    if note:
+        print(note, file=sys.stderr)
     print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn, boards)))
     return 0
 
@@ -263,7 +295,8 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
     summed = space.get("rails_summed")
     lines.append(f"  energy over  {rails}" + (f" = {' + '.join(summed)}" if summed else ""))
     untimed = sum(1 for p in points if p.energy_only)
-    lines.append(f"  points       {sum(p.n for p in points)} over {len(points)} settings, up to {sweep.repeats} "
+    planned = f" of {sweep.planned} planned" if sweep.planned and sweep.status != "finished" else ""
+    lines.append(f"  points       {sum(p.n for p in points)}{planned} over {len(points)} settings, up to {sweep.repeats} "
                  f"repeat(s)" + (f"; {untimed} setting(s) energy-only (time not recorded: —)" if untimed else ""))
     lines += ["  " + line for line in sweep_point_lines(points, best, maxn, src)]
     if best is not None:
@@ -276,24 +309,35 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    with Store(_db_path(args), create=False) as store:
-        run = store.get_run(args.id)
-        samples = store.power_samples(run.id)
-    if run.status_warning:
-        print(run.status_warning, file=sys.stderr)
-    out = args.out or f"run-{run.id}.{args.format}"
+    sweep = isinstance(args.id, numbers.SweepId)
+    out = args.out or default_name("sweep" if sweep else "run", int(args.id), args.format)
     if args.format == "parquet" and out == "-":
         raise ConfigError("parquet cannot go to stdout", "pass --out FILE.parquet")
+    with Store(_db_path(args), create=False) as store:
+        if sweep:
+            table = sweep_table(store, int(args.id))
+            note = store.get_sweep(int(args.id)).status_note(len(table.rows))
+        else:
+            run = store.get_run(args.id)
+            samples = store.power_samples(run.id)
+            note = run.status_warning
+    if note:
+        print(note, file=sys.stderr)
     if out == "-":
-        sys.stdout.write(csv_text(run, samples))
+        sys.stdout.write(sweep_csv_text(table) if sweep else csv_text(run, samples))
         return 0
     path = _writable(Path(out))
     try:
-        write_export(path, run, samples, args.format)
+        if sweep:
+            write_sweep_export(path, table, args.format)
+        else:
+            write_export(path, run, samples, args.format)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}",
                           "pass --out a file in a folder you can write to") from None
-    print(f"wrote run {run.id} ({len(samples)} power samples, {run.source.value}) to {out}")
+    what = (f"sweep s{int(args.id)} ({len(table.rows)} points, {table.source})" if sweep
+            else f"run {run.id} ({len(samples)} power samples, {run.source.value})")
+    print(f"wrote {what} to {path.resolve()}")
     return 0
 
 

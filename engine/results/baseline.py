@@ -9,7 +9,6 @@ from typing import Any
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.records import RunRecord
-from engine.workload.resolve import workload_key as make_workload_key
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +42,7 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
                 log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
     if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
         return None
-    w = run.workload
-    key = make_workload_key(w.model, w.task, w.batch_size, w.seq_len, w.precision, w.mode)
+    key = run.workload.key  # the store's one key: with its padding and its LoRA / checkpointing variant
     exact = matching_baseline(store, workload_key=key, device_id=run.device_id, source=run.source, steps=run.steps,
                               seed=run.seed, rails_preset=run.rails, simulated=run.simulated, exclude=run.id)
     if exact is not None:

@@ -5,19 +5,19 @@ TUI's Compare page, the sweep result and the report all call these."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
 from engine.results.baseline import BASELINE_POLICY, matching_baseline
-from engine.results.records import DeviceRecord, RunRecord, dvfs_setting
+from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 __all__ = [
-    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "RunFigures", "Side", "SweepSaving", "board_note",
-    "compare", "compare_records",
+    "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "PairComparison", "RunFigures", "Side",
+    "SweepSaving", "board_note", "compare", "compare_pair", "compare_records",
     "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
@@ -152,6 +152,7 @@ class Side:
     time_s: float | None
     rail_energy_j: Mapping[str, float] = field(default_factory=dict)
     device: DeviceRecord | None = None  # the board it ran on; None: not known (one experiment's runs share it)
+    workload: WorkloadRecord | None = None  # what it fine-tuned; None: not known (one experiment's runs share it)
 
     @property
     def avg_power_w(self) -> float:
@@ -163,13 +164,13 @@ class Side:
             return cls(run.run_id, run.source, run.rails_preset, run.simulated, run.energy_j, run.time_s,
                        run.rail_energy_j)
         return cls(run.id, run.source, run.rails, run.simulated, run.energy_j, run.time_s, run.rail_energy_j,
-                   run.device)
+                   run.device, run.workload)
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Why two runs do not compare. kind: hardware (board vs twin), module (two modules), kind
-    (simulated vs trained), rails (energy over other rails), baseline (it has no energy or time)."""
+    """Why two runs do not compare. kind: workload (two workloads), hardware (board vs twin), module (two
+    modules), kind (simulated vs trained), rails (energy over other rails), baseline (it has no energy or time)."""
 
     kind: str
     what: str
@@ -180,8 +181,16 @@ class Mismatch:
 
 
 def mismatch(run: Side, base: Side) -> Mismatch | None:
-    """None when `run` compares with `base`: same kind of hardware (not a board against the twin),
-    both simulated or both trained, energy over the same rails preset, a baseline with energy and time."""
+    """None when `run` compares with `base`: one workload (the store's key: model, task, shape, precision,
+    mode and its variant, padding), same kind of hardware (not a board against the twin), one module, both
+    simulated or both trained, energy over the same rails preset, a baseline with energy and time. The one
+    check of comparability: the experiment's, the store's, `slm-dvfs compare`, the report and the Compare page."""
+    if run.workload is not None and base.workload is not None and run.workload.key != base.workload.key:
+        return Mismatch("workload", f"run {run.run_id} fine-tuned {run.workload.label} but run {base.run_id} "
+                        f"{base.workload.label}: a saving between two workloads says nothing about the setting",
+                        "compare a run with a MAXN run of its own workload (`slm-dvfs compare N` finds it; "
+                        f"`slm-dvfs runs --model {run.workload.model} --task {run.workload.task} --policy maxn` "
+                        "lists them)")
     if {run.source, base.source} == {Source.MEASURED, Source.TWIN}:
         return Mismatch("hardware", f"run {run.run_id} is {run.source.value} but run {base.run_id} is "
                         f"{base.source.value}", "compare runs of one kind: both on the board, or both on the twin")
@@ -227,6 +236,49 @@ def comparison(run: Side, base: Side) -> Comparison:
         source=Source.PREDICTED if Source.PREDICTED in (run.source, base.source) else run.source,
         rails_preset=run.rails_preset,
     )
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    """Two stored runs compared (compare_pair): totals, or per training sample when their lengths differ."""
+
+    run: RunRecord
+    base: RunRecord
+    comparison: Comparison  # its saving and slowdown are per sample when `per_sample`
+    per_sample: bool
+    notes: tuple[str, ...]  # what the figures rest on: per sample, another board, another seed
+
+    def to_json(self) -> dict[str, Any]:
+        def side(r: RunRecord) -> dict[str, Any]:
+            return {"run_id": r.id, "policy": r.policy, "source": r.source.value, "status": r.status,
+                    "workload": None if r.workload is None else {"label": r.workload.label, "key": r.workload.key},
+                    "device": None if r.device is None else r.device.label(), "steps": r.steps, "samples": r.samples,
+                    "seed": r.seed, "energy_j": r.energy_j, "time_s": r.time_s, "joules_per_sample": r.joules_per_sample}
+        return {"run": side(self.run), "baseline": side(self.base), **self.comparison.to_json(),
+                "per_sample": self.per_sample, "notes": list(self.notes), "sign_convention": SIGN_CONVENTION}
+
+
+def compare_pair(run: RunRecord, base: RunRecord) -> PairComparison:
+    """A stored run against a stored baseline (`slm-dvfs compare`, the Compare page): refused with the
+    mismatch's error when they do not compare; runs of different lengths (a MAXN run of other steps) are
+    compared per training sample, and said so."""
+    c = comparison(Side.of(run), Side.of(base))
+    notes: list[str] = []
+    per_sample = bool(run.samples and base.samples and run.samples != base.samples and run.joules_per_sample
+                      and base.joules_per_sample and run.samples_per_s and base.samples_per_s)
+    if per_sample:  # totals of runs of different lengths do not compare; per sample they do
+        c = replace(c, saving_pct=per_sample_saving_pct(run.joules_per_sample, base.joules_per_sample),  # type: ignore[arg-type]
+                    slowdown_pct=per_sample_slowdown_pct(1.0 / run.samples_per_s, 1.0 / base.samples_per_s),  # type: ignore[operator]
+                    rail_saving_pct={r: per_sample_saving_pct(rj / run.samples, base.rail_energy_j[r] / base.samples)  # type: ignore[operator]
+                                     for r, rj in run.rail_energy_j.items() if base.rail_energy_j.get(r)})
+        notes.append(f"run {run.id} trained {run.samples} samples, MAXN run {base.id} {base.samples}: "
+                     f"saving and slowdown are per sample")
+    other = board_note(run, base)
+    if other is not None:  # comparable (one module), but said
+        notes.append(f"MAXN run {base.id} ran on {other}")
+    if base.seed != run.seed:
+        notes.append(f"MAXN run {base.id} used seed {base.seed}, run {run.id} seed {run.seed}")
+    return PairComparison(run, base, c, per_sample, tuple(notes))
 
 
 def compare(run: RunFigures, baseline: RunFigures) -> Comparison:

@@ -8,6 +8,7 @@ thread or process.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
 from engine.core import paths
+from engine.core.errors import ConfigError
 from engine.results import migrations
 from engine.results.errors import CorruptStoreError, StoreError, UnknownRecordError
 from engine.results.records import (
@@ -216,18 +218,20 @@ class Database:
             return self._workload_id(conn, workload)
 
     def _workload_id(self, conn: sqlite3.Connection, w: WorkloadRecord) -> int:
-        row = conn.execute("SELECT id, family, params, data_source, features FROM workloads WHERE key = ?",
+        row = conn.execute("SELECT id, family, params, data_source, features, config FROM workloads WHERE key = ?",
                            (w.key,)).fetchone()
         if row is None:
             cur = conn.execute(
                 "INSERT INTO workloads (key, model, family, params, task, batch_size, seq_len, precision, mode, "
-                "data_source, features, source, created_at, lora, grad_checkpointing, padding) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "data_source, features, source, created_at, lora, grad_checkpointing, padding, config) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (w.key, w.model, w.family, w.params, w.task, w.batch_size, w.seq_len, w.precision, w.mode,
                  w.data_source, json_text(dict(w.features)), w.source.value, utc_now(), w.lora_text(),
-                 int(w.grad_checkpointing), w.padding),
+                 int(w.grad_checkpointing), w.padding, None if w.config is None else json_text(dict(w.config))),
             )
             return int(cur.lastrowid)
+        if row["config"] is not None and w.config is not None:
+            self._check_same_model(w, json.loads(row["config"]))
         conn.execute(
             "UPDATE workloads SET family = IFNULL(family, ?), params = IFNULL(params, ?), "
             "data_source = IFNULL(data_source, ?), features = CASE WHEN features = '{}' THEN ? ELSE features END "
@@ -235,6 +239,22 @@ class Database:
             (w.family, w.params, w.data_source, json_text(dict(w.features)), row["id"]),
         )
         return int(row["id"])
+
+    def _check_same_model(self, w: WorkloadRecord, stored: Any) -> None:
+        """Refuse a workload whose model is not the one stored under its key: a config file's stem names
+        the model in the key (`gemma-2b.json` is `gemma-2b`), so another architecture may come by that name."""
+        from engine.workload.models import architecture
+
+        if architecture(stored) == architecture(w.config or {}):
+            return
+        ours, theirs = architecture(w.config or {}), architecture(stored)
+        differ = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+        shown = ", ".join(f"{k} {ours.get(k)!r} vs {theirs.get(k)!r}" for k in differ[:3])
+        raise ConfigError(
+            f"{self.path} already holds results of another model named {w.model!r} for this workload "
+            f"({shown}{', ...' if len(differ) > 3 else ''}): its results would be taken for this model's",
+            f"give this model a name of its own (the store names a config file's model by its stem, a hub id's by "
+            f"its last part: copy it as e.g. my-{w.model}.json, or into a folder my-{w.model}/), or pass another --db")
 
     def get_workload(self, workload_id: int) -> WorkloadRecord:
         rows = self._query("SELECT * FROM workloads WHERE id = ?", (workload_id,))

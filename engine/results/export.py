@@ -1,17 +1,19 @@
-"""A stored run as a file: its power samples, one row each, with the run's summary (CSV
-comment lines, or Parquet metadata). The CLI's `export` and the TUI's export key both call this."""
+"""A stored run or sweep as a file: a run's power samples, or a sweep's points, one row each, with
+the run's or sweep's summary (CSV comment lines, or Parquet metadata). The CLI's `export` and the
+TUI's export key both call this."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.device.power import PowerSample
-from engine.results.records import RunRecord
+from engine.results.records import RunRecord, SweepPoint, dvfs_setting
 
 FORMATS = ("csv", "parquet")
 
@@ -50,12 +52,7 @@ def csv_text(run: RunRecord, samples: Sequence[PowerSample]) -> str:
 
 def write_parquet(path: Path, run: RunRecord, samples: Sequence[PowerSample]) -> None:
     """One row per sample; the summary travels in the file's metadata (`slm_dvfs.run`)."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError("parquet export needs pyarrow, which is not installed",
-                          "`pip install pyarrow`, or export with --format csv") from None
+    pa, pq = _pyarrow()
     rails, t0 = rail_columns(samples), samples[0].t if samples else 0.0
     columns: dict[str, Any] = {"t_s": pa.array([s.t - t0 for s in samples], pa.float64())}
     for r in rails:
@@ -66,6 +63,16 @@ def write_parquet(path: Path, run: RunRecord, samples: Sequence[PowerSample]) ->
     # The summary travels in the file's metadata, where pandas and pyarrow readers find it.
     meta = {b"slm_dvfs.run": json.dumps(run.to_json(), sort_keys=True).encode()}
     pq.write_table(table.replace_schema_metadata(meta), str(path))
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("parquet export needs pyarrow, which is not installed",
+                          "`pip install pyarrow`, or export with --format csv") from None
+    return pa, pq
 
 
 def write_export(path: Path, run: RunRecord, samples: Sequence[PowerSample], fmt: str = "csv") -> Path:
@@ -79,9 +86,86 @@ def write_export(path: Path, run: RunRecord, samples: Sequence[PowerSample], fmt
     return path
 
 
+def default_name(what: str, item_id: int, fmt: str) -> str:
+    """The file `export` writes when not told where: `run-12.csv`, `sweep-s3.parquet` (in the current folder)."""
+    return f"{'sweep-s' if what == 'sweep' else 'run-'}{item_id}.{fmt}"
+
+
 def export_run(store: Any, run_id: int, path: Path, fmt: str = "csv") -> tuple[RunRecord, int]:
     """Write a stored run and its power samples to `path`; returns the run and how many samples went."""
     run = store.get_run(run_id)
     samples = store.power_samples(run.id)
     write_export(path, run, samples, fmt)
     return run, len(samples)
+
+
+# --------------------------------------------------------------------------- sweeps
+POINT_COLUMNS = ("setting", "gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "repeat", "samples", "time_s", "energy_j",
+                 "avg_power_w", "joules_per_sample", "seconds_per_sample")
+
+
+@dataclass(frozen=True)
+class SweepTable:
+    """A stored sweep's points, one row each (repetitions apart, as measured), and its summary."""
+
+    summary: Mapping[str, Any]
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    source: str
+
+
+def sweep_table(store: Any, sweep_id: int) -> SweepTable:
+    """The sweep's points with their setting, figures (None where not recorded: an energy-only point's time),
+    energy per rail, the board that measured each and their source."""
+    sweep = store.get_sweep(sweep_id)
+    device, workload = store.get_device(sweep.device_id), store.get_workload(sweep.workload_id)
+    points: list[SweepPoint] = store.sweep_points(sweep_id)
+    rails = sorted({r for p in points for r in p.rail_energy_j})
+    serials = {b: store.get_device(b).serial for b in {p.device_id for p in points if p.device_id is not None}}
+    rows = []
+    for p in points:
+        st = dvfs_setting(p.setting)
+        rows.append((st.label(), st.gpu_hz, st.cpu_hz, st.emc_hz, st.nvpmodel, p.repeat, p.samples, p.time_s,
+                     p.energy_j, p.avg_power_w, p.energy_j / p.samples if p.samples else None,
+                     p.time_s / p.samples if p.time_s is not None and p.samples else None,
+                     *(p.rail_energy_j.get(r) for r in rails),
+                     serials.get(p.device_id) if p.device_id is not None else device.serial,
+                     (p.source or sweep.source).value))
+    summary = {
+        "sweep": f"s{sweep.id}", "status": sweep.status, "source": sweep.source.value, "label": sweep.label,
+        "created_at": sweep.created_at, "finished_at": sweep.finished_at, "points": len(points),
+        "planned": sweep.planned, "warmup_steps": sweep.warmup_steps, "steps": sweep.steps, "repeats": sweep.repeats,
+        "space": json.dumps(dict(sweep.space), sort_keys=True, default=str), "workload": workload.label,
+        "workload_key": workload.key, "device": device.label(), "device_serial": device.serial,
+    }
+    return SweepTable(summary, (*POINT_COLUMNS, *(f"{r}_j" for r in rails), "board_serial", "source"),
+                      tuple(rows), sweep.source.value)
+
+
+def sweep_csv_text(table: SweepTable) -> str:
+    """The summary as leading `# key: value` comment lines, then one row per stored point (empty: not recorded)."""
+    buf = io.StringIO()
+    buf.write(f"# slm-dvfs sweep {table.summary['sweep']}; figures are {table.source}; one row per point "
+              f"and repetition; an empty time_s: not recorded (energy-only)\n")
+    for key, value in table.summary.items():
+        buf.write(f"# {key}: {'' if value is None else value}\n")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(table.columns)
+    for row in table.rows:
+        writer.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in row])
+    return buf.getvalue()
+
+
+def write_sweep_export(path: Path, table: SweepTable, fmt: str = "csv") -> Path:
+    """Write a sweep's points to `path` as `fmt` (csv | parquet). OSError is the caller's to word."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}", f"use one of {', '.join(FORMATS)}")
+    if fmt == "csv":
+        path.write_text(sweep_csv_text(table), encoding="utf-8")
+        return path
+    pa, pq = _pyarrow()
+    columns = {name: [row[i] for row in table.rows] for i, name in enumerate(table.columns)}
+    meta = {b"slm_dvfs.sweep": json.dumps(dict(table.summary), sort_keys=True, default=str).encode()}
+    pq.write_table(pa.table(columns).replace_schema_metadata(meta), str(path))
+    return path
+

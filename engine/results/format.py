@@ -30,6 +30,14 @@ def setting_label(setting: Mapping[str, Any] | None) -> str:
         return str(dict(setting))
 
 
+def describe_space(space: Mapping[str, Any]) -> str:
+    """What a stored sweep covered, in a few words: `gpu`, `gpu+emc (fast)`, `5 settings`, `imported (a.csv)`."""
+    if space.get("method") == "import":
+        return f"imported ({space.get('file', '?')})"
+    what = f"{len(space['settings'])} settings" if space.get("settings") else str(space.get("space") or "?")
+    return what + (" (fast)" if space.get("method") == "fast" else "")
+
+
 def format_when(stamp: str | None) -> str:
     """`2025-01-01 12:34` from an ISO timestamp; `-` when there is none."""
     return "-" if not stamp else stamp.replace("T", " ")[:16]

@@ -167,7 +167,12 @@ _STATUSES_V4 = "('running', 'finished', 'failed', 'cancelled', 'abandoned')"
 def _v4(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs ADD COLUMN owner_lock TEXT")
     conn.execute("ALTER TABLE runs ADD COLUMN last_sample_t REAL")
-    sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone()[0]
+    _widen_status(conn, "runs")
+
+
+def _widen_status(conn: sqlite3.Connection, table: str) -> None:
+    """Let `table`'s status CHECK take `abandoned` too, by editing its SQL text in sqlite_master."""
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()[0]
     widened, n = re.subn(r"CHECK\s*\(\s*status\s+IN\s*\([^)]*\)\s*\)", f"CHECK (status IN {_STATUSES_V4})", sql,
                          count=1, flags=re.IGNORECASE)
     if n == 0:
@@ -175,7 +180,7 @@ def _v4(conn: sqlite3.Connection) -> None:
     schema = int(conn.execute("PRAGMA schema_version").fetchone()[0])
     conn.execute("PRAGMA writable_schema = ON")
     try:
-        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = 'runs'", (widened,))
+        conn.execute("UPDATE sqlite_master SET sql = ? WHERE type = 'table' AND name = ?", (widened, table))
         conn.execute(f"PRAGMA schema_version = {schema + 1}")
     finally:
         conn.execute("PRAGMA writable_schema = OFF")
@@ -263,8 +268,22 @@ _V10_POINT_DEVICE = (
 )
 
 
+# v11: a killed sweep is `abandoned`, as a killed run is since v4: the session lock of the process
+# that measures it (free once that process is gone) and the status CHECK widened the same way. With
+# them, the points a sweep plans (settings x repeats; NULL before v11: not recorded), so a listing
+# can say how far it got. And a workload's full definition: the model's config as resolved (JSON),
+# so that a model named by a config file is rebuilt as itself and not as the zoo model its file's
+# stem names. Keys stay as they were; NULL (rows before v11): not recorded, rebuilt from the name.
+def _v11(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE sweeps ADD COLUMN owner_lock TEXT")
+    conn.execute("ALTER TABLE sweeps ADD COLUMN planned INTEGER")
+    conn.execute("ALTER TABLE workloads ADD COLUMN config TEXT")
+    _widen_status(conn, "sweeps")
+
+
 Migration = Union[Sequence[str], Callable[[sqlite3.Connection], None]]
-MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8, _V9_SERIAL, _V10_POINT_DEVICE)
+MIGRATIONS: tuple[Migration, ...] = (_V1, _V2, _V3, _v4, _V5, _V6, _V7_PADDING, _v8, _V9_SERIAL, _V10_POINT_DEVICE,
+                                        _v11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 RUN_STATUSES = ("running", "finished", "failed", "cancelled")  # a sweep's too
-ABANDONED = "abandoned"  # a run's only: its process died while it ran (schema v4)
+ABANDONED = "abandoned"  # its process died while it ran: a run's since schema v4, a sweep's since v11
 SETTING_KEYS = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel")
 _SETTING_ALIASES = {"nvpmodel_id": "nvpmodel", "mode": "nvpmodel"}
 
@@ -166,6 +166,9 @@ class WorkloadRecord:
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings as given (schema v6)
     grad_checkpointing: bool = False  # schema v6
     padding: str = "max_length"  # engine.core.constants.PADDINGS; rows before schema v7 are max_length
+    # The model's config as resolved (schema v11): what rebuilds exactly this model, whatever its name
+    # says (a config file's stem may be a zoo model's name). None: not recorded (rows before v11).
+    config: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -184,13 +187,14 @@ class WorkloadRecord:
     @classmethod
     def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
-                   grad_checkpointing: bool = False, padding: str = "max_length") -> "WorkloadRecord":
+                   grad_checkpointing: bool = False, padding: str = "max_length",
+                   config: Mapping[str, Any] | None = None) -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
             data_source=data_source, features=trace_features(trace), padding=padding,
-            lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing,
+            lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing, config=config,
         )
 
     @classmethod
@@ -199,16 +203,31 @@ class WorkloadRecord:
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
                               data_source=data_source, lora=getattr(workload, "lora", None),
                               grad_checkpointing=bool(getattr(workload, "grad_checkpointing", False)),
-                              padding=getattr(workload, "padding", "max_length"))
+                              padding=getattr(workload, "padding", "max_length"),
+                              config=getattr(workload, "config", None))
 
     def lora_text(self) -> str | None:
         """The LoRA settings as the store's column holds them (JSON), or None."""
         return None if self.lora is None else json.dumps(self.lora.to_json(), sort_keys=True)
 
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+    @property
+    def label(self) -> str:
+        """Which workload, for a line that names it: `bert-tiny/sst2 (batch 32, length 128, fp32, full)`,
+        with its padding, LoRA or checkpointing where they are not the defaults."""
+        mode = f"lora r{self.lora.rank}" if self.mode == "lora" and self.lora is not None else self.mode
+        parts = (f"batch {self.batch_size}", f"length {self.seq_len}", self.precision, mode,
+                 "checkpointed" if self.grad_checkpointing else "",
+                 "" if self.padding == "max_length" else f"pad {self.padding}")
+        return f"{self.model}/{self.task} ({', '.join(p for p in parts if p)})"
+
+    def to_json(self, definition: bool = False) -> dict[str, Any]:
+        """As JSON; the model's config (its full definition) only with `definition`, else whether it was recorded."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         out.update(features=dict(self.features), source=self.source.value, key=self.key,
-                   lora=None if self.lora is None else self.lora.to_json(self.family))
+                   lora=None if self.lora is None else self.lora.to_json(self.family),
+                   config_recorded=self.config is not None)
+        if definition:
+            out["config"] = None if self.config is None else dict(self.config)
         return out
 
 
@@ -313,6 +332,22 @@ class SweepRecord:
     created_at: str
     finished_at: str | None = None
     label: str | None = None
+    planned: int | None = None  # the points it plans (settings x repeats); None: not recorded (before schema v11)
+
+    @property
+    def resumable(self) -> bool:
+        """Whether running its sweep command again carries on from its stored points (any end but finished)."""
+        return self.status in ("failed", "cancelled", ABANDONED)
+
+    def status_note(self, done: int) -> str | None:
+        """A line for `show sN` and `sweeps`: how it ended, when it did not finish, and that it resumes."""
+        if not self.resumable:
+            return None
+        how = {ABANDONED: "was abandoned: its process died while it ran (killed, or the board lost power)",
+               "failed": "failed", "cancelled": "was cancelled"}[self.status]
+        of = f" of {self.planned}" if self.planned else ""
+        return (f"sweep s{self.id} {how}; its {done}{of} stored point(s) are kept: running the same sweep command "
+                f"again (same workload, space, steps and repeats) resumes it")
 
 
 @dataclass(frozen=True)
@@ -375,6 +410,7 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
         else False,
         padding=r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length",
+        config=from_json_text(r[prefix + "config"]) if prefix + "config" in r.keys() else None,
     )
 
 

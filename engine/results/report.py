@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
-from engine.results.compare import SIGN_CONVENTION, optimum_vs_maxn
+from engine.results.compare import SIGN_CONVENTION, Side, mismatch, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.format import UNKNOWN, format_pct, format_stat, setting_label
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
@@ -208,9 +208,12 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
     comparisons = [c for c in store.comparisons_for(run_id) if c.run_id == run_id]
     comparison = comparisons[-1] if comparisons else None
     base = store.get_run(comparison.baseline_run_id) if comparison is not None else None
-    model = run.workload.model if run.workload else "?"
-    task = run.workload.task if run.workload else "?"
-    title = f"Run {run_id}: {model} / {task}, policy {run.policy} [{src}]"
+    # a comparison stored before comparability was checked (two workloads, ...) is not reported as a saving
+    refused = None if base is None else mismatch(Side.of(run), Side.of(base))
+    if refused is not None:
+        comparison = base = None
+    what = run.workload.label if run.workload else "unknown workload"
+    title = f"Run {run_id}: {what}, policy {run.policy} [{src}]"
     prefix = f"run-{run_id}"
     figures: list[Path] = []
     if run.rail_energy_j:
@@ -246,9 +249,13 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
             other = base.metrics.get(metric)
             row += f" {'-' if other is None else format(other, '.4f')} |"
         lines.append(row)
+    if refused is not None:
+        lines += ["", f"Not compared with its stored baseline: {refused.what}."]
     if comparison is not None:
-        lines += ["", f"Against MAXN Mode 0 (run {base.id}): energy saving **{comparison.saving_pct:+.1f}%**, "  # type: ignore[union-attr]
-                      f"slowdown **{comparison.slowdown_pct:+.1f}%** [{comparison.source.value}] ({SIGN_CONVENTION})."]
+        same = ", of the same workload" if base is not None and base.workload is not None else ""
+        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): energy saving "  # type: ignore[union-attr]
+                      f"**{comparison.saving_pct:+.1f}%**, slowdown **{comparison.slowdown_pct:+.1f}%** "
+                      f"[{comparison.source.value}] ({SIGN_CONVENTION})."]
         if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
             lines += [f"The MAXN run was on another board of the module (serial {base.device.serial})."]
     if figures:

@@ -76,13 +76,12 @@ class Store(SweepTables, RunImport):
     def reap_abandoned(self, run_ids: Sequence[int] = ()) -> list[int]:
         """Mark `abandoned` every running run whose owner is gone (its session lock is free), and the
         runs `run_ids` names (a recovered journal's) if still running; returns their ids. A run
-        with no owner (recorded before schema v4, or by a library caller) is left as it is."""
-        from engine.device.guard.lock import session_alive
-
+        with no owner (recorded before schema v4, or by a library caller) is left as it is.
+        Running sweeps whose owner is gone are marked abandoned too (reap_abandoned_sweeps)."""
+        self.reap_abandoned_sweeps()
         rows = self._query("SELECT id, owner_lock FROM runs WHERE status = 'running'")
         named = {int(i) for i in run_ids}
-        dead = [int(r["id"]) for r in rows
-                if int(r["id"]) in named or (r["owner_lock"] and not session_alive(Path(r["owner_lock"])))]
+        dead = [int(r["id"]) for r in rows if int(r["id"]) in named or _owner_gone(r["owner_lock"])]
         if not dead:
             return []
         with self._tx("marking abandoned runs") as conn:
@@ -95,6 +94,21 @@ class Store(SweepTables, RunImport):
                      "board lost power); its figures are incomplete", run_id),
                 )
         log.warning("marked run(s) %s abandoned: their process died while they ran", ", ".join(map(str, dead)))
+        return dead
+
+    def reap_abandoned_sweeps(self) -> list[int]:
+        """Mark `abandoned` every running sweep whose owner is gone (schema v11); returns their ids. Its points
+        stay: running the same sweep again resumes it. A sweep with no owner (before v11) is left as it is."""
+        rows = self._query("SELECT id, owner_lock FROM sweeps WHERE status = 'running'")
+        dead = [int(r["id"]) for r in rows if _owner_gone(r["owner_lock"])]
+        if not dead:
+            return []
+        with self._tx("marking abandoned sweeps") as conn:
+            for sweep_id in dead:
+                conn.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE id = ? AND status = 'running'",
+                             (ABANDONED, utc_now(), sweep_id))
+        log.warning("marked sweep(s) %s abandoned: their process died while they ran; the same sweep resumes them",
+                    ", ".join(f"s{i}" for i in dead))
         return dead
 
     def start_run(
@@ -225,7 +239,7 @@ class Store(SweepTables, RunImport):
         "w.batch_size AS w_batch_size, w.seq_len AS w_seq_len, w.precision AS w_precision, w.mode AS w_mode, "
         "w.family AS w_family, w.params AS w_params, w.data_source AS w_data_source, w.features AS w_features, "
         "w.source AS w_source, w.lora AS w_lora, w.grad_checkpointing AS w_grad_checkpointing, "
-        "w.padding AS w_padding FROM runs r LEFT JOIN devices d ON d.id = r.device_id "
+        "w.padding AS w_padding, w.config AS w_config FROM runs r LEFT JOIN devices d ON d.id = r.device_id "
         "LEFT JOIN workloads w ON w.id = r.workload_id"
     )
 
@@ -357,3 +371,10 @@ class Store(SweepTables, RunImport):
                                  saving_pct=r["saving_pct"], slowdown_pct=r["slowdown_pct"],
                                  source=Source(r["source"]), rails=r["rails"], id=r["id"],
                                  created_at=r["created_at"]) for r in rows]
+
+
+def _owner_gone(owner_lock: str | None) -> bool:
+    """Whether the session that recorded a running item is gone (its lock free); no owner: cannot tell."""
+    from engine.device.guard.lock import session_alive
+
+    return bool(owner_lock) and not session_alive(Path(str(owner_lock)))

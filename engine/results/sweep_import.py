@@ -330,6 +330,7 @@ class _RowReader:
                 family=resolved.family, params=entry.params if entry else None, padding=padding,
                 lora=(self.flags.lora or LoraSettings()) if mode == "lora" else None,
                 grad_checkpointing=self.flags.grad_checkpointing,
+                config=resolved.config,  # the model itself: a config file's stem may name another (schema v11)
             )
         with self.at(where, None):
             self._check_fits(resolved, record)

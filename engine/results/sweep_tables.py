@@ -59,11 +59,16 @@ class SweepTables(Database):
         source: Source | str,
         label: str | None = None,
         scope: str = "board",
+        planned: int | None = None,
+        owner_lock: str | None = None,
     ) -> SweepRecord:
         """The newest unfinished sweep with these parameters (marked running again), or a new one.
 
         `scope` "board" resumes this board's sweeps only; "module" any board's of the same module
-        (a fleet spreads a sweep over its boards: each point names the board that measured it)."""
+        (a fleet spreads a sweep over its boards: each point names the board that measured it).
+        `planned`: the points it plans (settings x repeats). `owner_lock`: the session lock of the process
+        that measures it (engine.device.guard.lock.session_lock), so that the next store open marks the
+        sweep abandoned once that process is gone; without one (a library caller) it is left running."""
         src = as_source(source)
         space_text = json.dumps(space, sort_keys=True, separators=(",", ":"), default=json_default)
         with self._tx("starting a sweep") as conn:
@@ -79,15 +84,21 @@ class SweepTables(Database):
             ).fetchone()
             if row is not None:
                 sweep_id = int(row[0])
-                conn.execute("UPDATE sweeps SET status = 'running', finished_at = NULL WHERE id = ?", (sweep_id,))
+                conn.execute("UPDATE sweeps SET status = 'running', finished_at = NULL, owner_lock = ?, "
+                             "planned = IFNULL(?, planned) WHERE id = ?", (owner_lock, planned, sweep_id))
                 log.info("resuming sweep %d", sweep_id)
             else:
                 sweep_id = int(conn.execute(
                     "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
-                    "source, label, created_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
-                    (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value, label, utc_now()),
+                    "source, label, created_at, owner_lock, planned) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
+                    (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value, label, utc_now(),
+                     owner_lock, planned),
                 ).lastrowid)
         return self.get_sweep(sweep_id)
+
+    def _unknown_sweep(self, sweep_id: int) -> UnknownRecordError:
+        return UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}",
+                                  "`slm-dvfs sweeps` lists the stored sweeps and their ids (sN)")
 
     def sweeps_with(self, key: str, value: Any) -> list[SweepRecord]:
         """The sweeps whose space holds `key` = `value` (e.g. an imported file's sha256), oldest first."""
@@ -96,12 +107,13 @@ class SweepTables(Database):
     def get_sweep(self, sweep_id: int) -> SweepRecord:
         rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
         if not rows:
-            raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+            raise self._unknown_sweep(sweep_id)
         r = rows[0]
         return SweepRecord(
             id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
             warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"], status=r["status"],
             source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
+            planned=r["planned"],
         )
 
     def list_sweeps(self, status: str | None = None) -> list[SweepRecord]:
@@ -110,13 +122,18 @@ class SweepTables(Database):
             sql, params = sql + " WHERE status = ?", [status]
         return [self.get_sweep(r[0]) for r in self._query(sql + " ORDER BY id DESC", params)]
 
+    def stored_point_counts(self) -> dict[int, int]:
+        """The points stored of each sweep that has any, in one query (a listing's `done`)."""
+        rows = self._query("SELECT sweep_id, count(*) FROM sweep_points GROUP BY sweep_id")
+        return {int(r[0]): int(r[1]) for r in rows}
+
     def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
         if status not in RUN_STATUSES[1:]:
             raise ConfigError(f"a sweep cannot end as {status!r}", "use finished, failed or cancelled")
         with self._tx("finishing a sweep") as conn:
             if conn.execute("UPDATE sweeps SET status = ?, finished_at = ? WHERE id = ?",
                             (status, utc_now(), sweep_id)).rowcount == 0:
-                raise UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}", "check the id")
+                raise self._unknown_sweep(sweep_id)
 
     def add_point(self, point: SweepPoint) -> int:
         """Record one measured sweep point, committed on its own; returns its id."""
@@ -158,7 +175,7 @@ class SweepTables(Database):
         with self._tx("storing imported sweeps") as conn:
             for old in replace:  # their points go with them (ON DELETE CASCADE)
                 if conn.execute("DELETE FROM sweeps WHERE id = ?", (int(old),)).rowcount == 0:
-                    raise UnknownRecordError(f"no sweep with id {old} in {self.path}", "check the id")
+                    raise self._unknown_sweep(int(old))
             device_id = self._ref(conn, device, "device")
             for sw in sweeps:
                 src = as_source(sw.source)
@@ -167,9 +184,10 @@ class SweepTables(Database):
                 now = utc_now()
                 sweep_id = int(conn.execute(
                     "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
-                    "source, label, created_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, 'finished', ?, ?, ?, ?)",
+                    "source, label, created_at, finished_at, planned) VALUES (?, ?, ?, ?, ?, ?, 'finished', ?, ?, ?, "
+                    "?, ?)",
                     (device_id, workload_id, space_text, sw.warmup_steps, sw.steps, sw.repeats, src.value, sw.label,
-                     now, now),
+                     now, now, len(sw.points)),
                 ).lastrowid)
                 for point in sw.points:
                     self._insert_point(conn, point, sweep_id, src)
@@ -201,3 +219,4 @@ class SweepTables(Database):
         self.get_sweep(sweep_id)
         rows = self._query("SELECT setting, repeat FROM sweep_points WHERE sweep_id = ?", (sweep_id,))
         return frozenset((r[0], int(r[1])) for r in rows)
+

@@ -50,7 +50,7 @@ class SweepUsed:
     """A measured sweep the fit saw."""
 
     id: int
-    workload: str  # model / task, batch, length, precision, mode, padding
+    workload: str  # WorkloadRecord.label: model/task (batch, length, precision, mode, ...)
     points: int  # settings (repeats averaged)
     energy_only: int  # of which without a time
     rails: tuple[str, ...]
@@ -111,8 +111,8 @@ def parse_sweep_ids(texts: Sequence[str]) -> tuple[int, ...]:
                 continue
             m = re.fullmatch(r"\s*[sS]?([0-9]{1,19})\s*", part)  # ASCII digits; 19: SQLite's ids fit
             if not m:
-                raise ConfigError(f"{shown(part)!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs runs` "
-                                  "does not list sweeps; each sweep prints its id, reports use s<id>)")
+                raise ConfigError(f"{shown(part)!r} is not a sweep id", "give sweep ids as s3 or 3 (`slm-dvfs sweeps` "
+                                  "lists them)")
             out.append(int(m.group(1)))
     return tuple(dict.fromkeys(out))
 
@@ -136,7 +136,8 @@ def read_measured(store: Any, spec: CalibrateSpec) -> tuple[StoredSweep, ...]:
     missing = sorted(wanted - {s.id for s in sweeps})
     if missing:
         raise ConfigError(f"no sweep {', '.join(f's{i}' for i in missing)} in the results store",
-                          "check the ids (each sweep prints its id; `slm-dvfs report s<id>` shows one)")
+                          "check the ids (`slm-dvfs sweeps` lists them; `slm-dvfs sweeps --source measured` the "
+                          "measured ones)")
     not_measured = [s for s in sweeps if s.source != Source.MEASURED]
     if wanted and not_measured:
         raise ConfigError(f"sweep {', '.join(f's{s.id}' for s in not_measured)} is {not_measured[0].source.value}, "
@@ -162,7 +163,7 @@ def observe(stored: Sequence[StoredSweep], spec: CalibrateSpec) -> Gathered:
         rails = _rails(sweep.rails, sweep.points, base, sweep.id)
         obs = _observations(f"s{sweep.id}", _steps(sweep.workload, sweep.id), rails, sweep.points)
         observations += obs
-        used.append(SweepUsed(sweep.id, _describe(sweep.workload), len(obs),
+        used.append(SweepUsed(sweep.id, sweep.workload.label, len(obs),
                               sum(1 for o in obs if o.time_s_per_sample is None), rails))
     _check_enough(observations)
     return Gathered(tuple(observations), tuple(used), base)
@@ -236,11 +237,13 @@ def _steps(record: Any, sweep_id: int) -> Any:
     from engine.workload.resolve import resolve_workload
 
     try:
+        # the model as the store recorded it (schema v11), not what its name resolves to now
         workload = resolve_workload(record.model, record.task, batch_size=record.batch_size, seq_len=record.seq_len,
                                     precision=record.precision, mode=record.mode, lora=record.lora,
-                                    grad_checkpointing=record.grad_checkpointing, padding=record.padding)
+                                    grad_checkpointing=record.grad_checkpointing, padding=record.padding,
+                                    config=record.config)
     except ConfigError as exc:
-        raise ConfigError(f"sweep s{sweep_id}'s workload ({_describe(record)}) cannot be traced: {exc.what}",
+        raise ConfigError(f"sweep s{sweep_id}'s workload ({record.label}) cannot be traced: {exc.what}",
                           f"{exc.remedy}; or leave the sweep out with --sweeps") from None
     return workload.steps  # with dynamic padding, the mix of its batch lengths
 
@@ -292,9 +295,3 @@ def _check_enough(observations: Sequence[Observation]) -> None:
                           f"{MIN_GPU_STEPS}+ GPU clocks in one sweep (better: 3+ workloads x 6+ GPU steps, plus MAXN)",
                           HOW_TO_MEASURE)
 
-
-def _describe(record: Any) -> str:
-    extra = "" if record.mode == "full" else f", {record.mode}"
-    pad = "" if record.padding == "max_length" else f", pad {record.padding}"
-    return (f"{record.model} / {record.task}, batch {record.batch_size}, length {record.seq_len}, "
-            f"{record.precision}{extra}{pad}")

@@ -166,6 +166,7 @@ def run_sweep(
     by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
+    from engine.device.guard.lock import session_lock
 
     spec.validate()
     listeners = list(callbacks)
@@ -182,6 +183,8 @@ def run_sweep(
         sweep = store.find_or_create_sweep(
             device=device_id, workload=workload_id, space=spec.space_key(spec.rails),
             warmup_steps=spec.warmup_steps, steps=spec.steps, repeats=spec.repeats, source=source,
+            planned=len(settings) * spec.repeats,
+            owner_lock=str(session_lock()),  # free once we are gone: the sweep is then marked abandoned
         )
         done = store.completed_points(sweep.id)
         plan = [(s, r) for r in range(spec.repeats) for s in settings if (setting_key(s), r) not in done]

@@ -5,7 +5,8 @@ knows that board. `fit_selector` records the basis in the selector's `training` 
 its sidecar and its compact form): the twin and measured workloads and points, the profile, the
 boards, the weight of a measured row, and for a transferred selector its base. A file saved
 before the basis was recorded gets one derived from what it did record (source, rows,
-workloads, profile, the command): the shipped default reads "twin zoo (shipped, before issue 13)".
+workloads, profile, the command): the shipped default reads "twin zoo (shipped with slm-dvfs: learnt on the
+twin, from no board's measurements)".
 
 `select` prints `line()`, `train-selector` prints it on save, the TUI shows `short()`.
 """
@@ -131,7 +132,9 @@ def basis_of(selector: Any) -> DataBasis:
             shipped = Path(path).resolve().parent == (profiles_dir() / "selectors").resolve()
         except OSError:
             shipped = False
-    note = "shipped, before issue 13" if shipped else "recorded before the data basis was"
+    # what the derivation means for the user, not when the basis began to be recorded
+    note = ("shipped with slm-dvfs: learnt on the twin, from no board's measurements" if shipped
+            else "counts from the file's metadata: its data was not itemised by source and board")
     profile = training.get("profile")
     if source == "measured":
         return DataBasis("store sweeps", measured_workloads=workloads, measured_points=rows, profile=profile,

@@ -255,9 +255,10 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
         if sweep.workload_id not in features:
             rec = store.get_workload(sweep.workload_id)
             try:
-                features[sweep.workload_id] = describe_workload(
-                    rec.model, rec.task, batch_size=rec.batch_size, seq_len=rec.seq_len,
-                    precision=rec.precision, mode=rec.mode, padding=rec.padding)[0]
+                features[sweep.workload_id] = describe_workload(  # the model as recorded, where it was (v11)
+                    rec.model, rec.task, batch_size=rec.batch_size, seq_len=rec.seq_len, precision=rec.precision,
+                    mode=rec.mode, config=rec.config, lora=rec.lora, grad_checkpointing=rec.grad_checkpointing,
+                    padding=rec.padding)[0]
             except ConfigError as exc:
                 log.warning("skipping sweeps of %s: %s", rec.key, exc.what)
                 skipped.add(rec.key)

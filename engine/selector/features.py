@@ -34,7 +34,7 @@ import numpy as np
 from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.workload.resolve import workload_key
+from engine.workload.resolve import mode_variant, workload_key
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
@@ -134,6 +134,8 @@ class WorkloadFeatures:
     task_num_labels: int = 2
     task_regression: bool = False
     ops: tuple[OpCost, ...] = ()  # the trace's op groups (a record written before them has none)
+    padding: str = "max_length"  # what else tells two workloads apart in the store's key (no feature columns):
+    variant: str = ""  # engine.workload.resolve.mode_variant (LoRA settings, checkpointing)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -154,7 +156,8 @@ class WorkloadFeatures:
     @property
     def key(self) -> str:
         """The store's workload key."""
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode)
+        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
+                            self.padding, variant=self.variant)
 
     @property
     def shape_key(self) -> str:
@@ -216,8 +219,8 @@ class WorkloadFeatures:
 
 
 def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers: int, hidden: int,
-               heads: int, mode: str = "full") -> WorkloadFeatures:
-    """Workload features from a step trace and the model's shape."""
+               heads: int, mode: str = "full", padding: str = "max_length", variant: str = "") -> WorkloadFeatures:
+    """Workload features from a step trace and the model's shape (padding and variant: for its key)."""
     from engine.workload.glue import get_task
 
     glue = get_task(task)
@@ -227,7 +230,8 @@ def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers:
         precision=trace.precision, flops=trace.flops, bytes=trace.bytes, kernels=trace.kernels,
         arithmetic_intensity=trace.arithmetic_intensity, host_cycles=trace.host_cycles,
         trainable_params=int(trace.params or params), mode=mode,
-        task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops,
+        task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops, padding=padding,
+        variant=variant,
     )
 
 
@@ -288,7 +292,8 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
         raise ConfigError(f"unknown padding {padding!r}", "use --pad dynamic or --pad max")
     feats = from_trace(trace, task=glue.name, family=family, params=params,
                        layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
-                       heads=int(dims(config)["num_attention_heads"]), mode=mode)
+                       heads=int(dims(config)["num_attention_heads"]), mode=mode, padding=padding,
+                       variant=mode_variant(mode, lora, grad_checkpointing))
     return feats, trace
 
 

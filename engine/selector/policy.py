@@ -43,6 +43,7 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
     naming model, task, batch_size, seq_len, precision (a store WorkloadRecord, a mapping)."""
     from engine.selector.features import WorkloadFeatures, describe_workload, from_trace
     from engine.workload.models import resolve_model
+    from engine.workload.resolve import mode_variant
     from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
     if isinstance(workload, WorkloadFeatures):
@@ -61,16 +62,21 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
         raise ConfigError(f"the ml policy cannot tell the model and task of {type(workload).__name__}",
                           "pass selector features, or a workload with model and task")
     trace = get("trace")
+    mode, padding = str(get("mode", "full") or "full"), str(get("padding", "max_length") or "max_length")
+    lora, checkpointing = get("lora"), bool(get("grad_checkpointing", False))
+    config = get("config")  # the model as resolved (or as a store recorded it): never re-resolved by name
     if trace is not None:
-        config = resolve_model(str(model)).config
+        config = config or resolve_model(str(model)).config
         family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")), get("family"))
         return from_trace(trace, task=str(task), family=str(family),
                           params=int(get("total_params") or get("params") or trace.params),
                           layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
-                          heads=int(dims(config)["num_attention_heads"]), mode=str(get("mode", "full")))
-    return describe_workload(str(model), str(task), batch_size=get("batch_size"), seq_len=get("seq_len"),
-                             precision=get("precision"), mode=str(get("mode", "full") or "full"),
-                             padding=str(get("padding", "max_length") or "max_length"))[0]
+                          heads=int(dims(config)["num_attention_heads"]), mode=mode, padding=padding,
+                          variant=mode_variant(mode, lora, checkpointing))
+    return describe_workload(str(get("model") if config else model), str(task), batch_size=get("batch_size"),
+                             seq_len=get("seq_len"), precision=get("precision"), mode=mode, config=config,
+                             lora=lora if mode == "lora" else None, grad_checkpointing=checkpointing,
+                             padding=padding)[0]
 
 
 def accepts(device: Device, setting: DvfsSetting) -> bool:

@@ -112,8 +112,9 @@ def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None
         low = 1.0 - (1.0 - low) * (1.0 + r90)
         basis = (basis + " + " if basis else "") + "selector CV regret, 90th percentile"
     else:
-        notes.append("the selector file keeps no CV regret quantiles (trained before they were kept): "
-                     "the interval is the twin ensemble's only")
+        notes.append("this selector file does not record how far its held-out choices missed the optimum, so the "
+                     "interval covers the twin's uncertainty only, not the selector's own error (a selector "
+                     "trained with `slm-dvfs train-selector` records it)")
     saving = Interval(min(low, s), max(high, s), LEVEL, basis)
     energy = maxn_energy = opt_gpu = None
     steps = None
@@ -153,6 +154,30 @@ def _relative(ens: "Ensemble", setting: DvfsSetting, predicted: float) -> Interv
     col = [row[ens.settings.index(setting)] for row in ens.energy_ps]
     iv = quantile_interval([v / col[0] for v in col], LEVEL, ens.basis).scaled(predicted)
     return iv.hull(predicted)
+
+
+# --------------------------------------------------------------------------- MAXN about optimal
+NEAR_ZERO = 0.01  # a saving of 1% or less: within what runs of one setting differ by, no saving to speak of
+
+
+def maxn_about_optimal(choice: "Choice") -> str | None:
+    """Why MAXN Mode 0 is already about optimal for the choice's workload, or None when the choice
+    clearly saves: its predicted saving is near zero; or MAXN lies within the optimum's interval (the
+    saving's interval, paired within each twin member, reaches down to about zero); or the saving is
+    within the selector's own error of zero (its held-out regret's 90th percentile, or where a file
+    records none, the worst regret it saw: the part of the doubt that interval then leaves out)."""
+    s = choice.saving
+    if s <= NEAR_ZERO:
+        return f"the predicted saving is {s:.1%}"
+    unc = getattr(choice, "uncertainty", None)
+    if unc is not None and unc.saving.low <= NEAR_ZERO:
+        return f"the saving's {unc.saving.level:.0%} interval reaches down to {unc.saving.low:.1%}"
+    r90 = None if unc is None else unc.regret_q90
+    regret, which = (r90, "90% of") if r90 is not None else (choice.confidence.cv_worst_regret, "all")
+    if regret is not None and math.isfinite(regret) and s <= regret:
+        return (f"the predicted saving ({s:.1%}) is within the selector's own error: {which} its choices for "
+                f"workloads it was tested on cost up to {regret:.1%} more energy than the best setting")
+    return None
 
 
 # --------------------------------------------------------------------------- how many probes

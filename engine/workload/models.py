@@ -36,6 +36,11 @@ _NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
                      "torch_dtype", "dtype", "id2label", "label2id", "num_labels", "problem_type")
 
 
+def architecture(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config without its bookkeeping keys: two configs that build the same model are equal here."""
+    return {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
+
+
 @dataclass(frozen=True)
 class ModelInfo:
     name: str
@@ -146,7 +151,7 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     task = get_task(task)
-    arch = {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
+    arch = architecture(config)
     model_type = arch.pop("model_type")
     arch.update(head_kwargs(config, task))
     hf_config = AutoConfig.for_model(model_type, **arch)

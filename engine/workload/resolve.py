@@ -62,6 +62,7 @@ class Workload:
     padding: str = "max_length"  # engine.core.constants.PADDINGS
     mix: StepMix | None = None  # the steps at each padded length with their weights; None: `trace` alone
     lengths: Mapping[str, Any] | None = None  # the length distribution's summary (dynamic padding)
+    config: Mapping[str, Any] | None = None  # the model's config as resolved: what the store keeps to rebuild it
 
     @property
     def key(self) -> str:
@@ -121,11 +122,14 @@ def resolve_workload(
     lora: LoraSettings | None = None,
     grad_checkpointing: bool = False,
     padding: str = "max_length",
+    config: Mapping[str, Any] | None = None,
 ) -> Workload:
     """The workload a run or sweep of `model` on `task` fine-tunes, with its step trace
     (cached; captured on meta tensors when not). Defaults come from the zoo entry. With
     `padding="dynamic"` its steps are a mix of the lengths a batch pads to under the task's
-    published length distribution (engine.workload.lengths), each traced (and cached)."""
+    published length distribution (engine.workload.lengths), each traced (and cached).
+    `config` (a stored workload's definition) is the model's architecture, `model` then only its
+    name: the model is rebuilt as it was recorded, whatever the name resolves to now."""
     from engine.core.constants import MODES, PADDINGS, PRECISIONS
     from engine.workload.finetune import defaults_for
     from engine.workload.glue import get_task
@@ -142,7 +146,7 @@ def resolve_workload(
         if value is not None and value < 1:
             raise ConfigError(f"{name} must be at least 1, not {value}", f"give a {name} of 1 or more")
     glue = get_task(task)
-    resolved = resolve_model(model, allow_download=allow_download)
+    resolved = resolve_model(model, allow_download=allow_download) if config is None else _as_recorded(model, config)
     defaults = defaults_for(model)
     batch = batch_size or defaults.batch_size
     length = seq_len or defaults.seq_len
@@ -165,8 +169,20 @@ def resolve_workload(
         model=resolved.name, task=glue.name, family=resolved.family, batch_size=batch, seq_len=length,
         precision=prec, mode=mode, trace=traced.trace if mix is None else mix.mean_trace(length),
         total_params=traced.total_params, spec=str(model), padding=padding, mix=mix, lengths=lengths,
-        lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing,
+        lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing, config=resolved.config,
     )
+
+
+def _as_recorded(name: str, config: Mapping[str, Any]) -> Any:
+    """A model as a store recorded it (its name and config): a ResolvedModel with no weights to load."""
+    from engine.workload.models import ResolvedModel
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
+    if family is None:
+        raise ConfigError(f"{name}: the recorded model type {config.get('model_type')!r} is not one slm-dvfs supports",
+                          "leave this workload's results out")
+    return ResolvedModel(f"recorded:{name}", dict(config), family, name, None, None)
 
 
 def padded_steps(name: str, config: Mapping[str, Any], task: GlueTask, *, batch_size: int, seq_len: int,

@@ -61,6 +61,7 @@ class CompareScreen(PageScreen):
         for note in view.notes:
             title.append(f"\n{note}", style="yellow")
         self.query_one("#compare-title", Static).update(title)
+        self.query_one("#compare-figures").border_title = f"Side by side · {view.workload_text}"
 
         table = Table(box=None, expand=True, padding=(0, 1))
         table.add_column("")

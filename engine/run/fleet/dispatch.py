@@ -195,6 +195,7 @@ class FleetSweep(BoardLoop):
 
     def _open_sweep(self, work: _Work, plan: Any, kind: str, serial: str) -> list[Point]:
         """Find or open the workload's sweep (any board's of the module), fill its pool; this board's share."""
+        from engine.device.guard.lock import session_lock
         from engine.results.store import setting_key
 
         spec = work.spec
@@ -204,7 +205,8 @@ class FleetSweep(BoardLoop):
             workload_id = self.store.ensure_workload(plan.workload)
             sweep = self.store.find_or_create_sweep(
                 device=device_id, workload=workload_id, space=dict(plan.space), warmup_steps=spec.warmup_steps,
-                steps=spec.steps, repeats=spec.repeats, source=plan.source, scope="module")
+                steps=spec.steps, repeats=spec.repeats, source=plan.source, scope="module",
+                planned=len(plan.settings) * spec.repeats, owner_lock=str(session_lock()))
             done = self.store.completed_points(sweep.id)
             work.sweep_id, work.kind, work.source = sweep.id, kind, plan.source
             work.total = len(plan.settings) * spec.repeats

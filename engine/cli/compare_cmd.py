@@ -1,0 +1,77 @@
+"""`slm-dvfs compare N [BASELINE]`: a stored run against its MAXN Mode 0 baseline, through the results
+API's one check of comparability (engine.results.compare.compare_pair), as the TUI's Compare page."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from engine.cli import numbers
+from engine.cli.store_cmds import _db_path, _num, add_db_arg
+from engine.core.errors import ConfigError
+from engine.core.text import clean_text
+from engine.results.compare import SIGN_CONVENTION
+from engine.results.store import RunRecord, Store
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="a stored run against its MAXN Mode 0 baseline (found, or the run given): "
+                       "saving and slowdown, refused for runs that do not compare (two workloads, board vs twin, ...)")
+    add_db_arg(p)
+    p.add_argument("id", type=numbers.row_id, help="the run (`slm-dvfs runs` lists them)")
+    p.add_argument("baseline", type=numbers.row_id, nargs="?",
+                   help="the MAXN run to compare it with (default: the one it was compared with, else the newest "
+                        "MAXN run of its workload on its board, as the TUI's Compare page finds it)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from engine.results.baseline import find_baseline
+    from engine.results.compare import BASELINE_POLICY, compare_pair
+
+    with Store(_db_path(args), create=False) as store:
+        run = store.get_run(args.id)
+        base = store.get_run(args.baseline) if args.baseline is not None else find_baseline(store, run)
+    if base is None:
+        what = run.workload.label if run.workload is not None else "its workload"
+        if run.policy == BASELINE_POLICY:
+            raise ConfigError(f"run {run.id} is a MAXN Mode 0 run itself: it is the baseline",
+                              "compare another run of its workload with it: slm-dvfs compare N " + str(run.id))
+        raise ConfigError(f"no MAXN Mode 0 run of {what} on run {run.id}'s board, of its kind and rails, in the store",
+                          "run one (`slm-dvfs run ... --policy maxn`, or `--compare maxn` with the policy), or name "
+                          "the baseline: slm-dvfs compare N BASELINE")
+    if run.id == base.id:
+        raise ConfigError(f"run {run.id} cannot be compared with itself", "name another run as the baseline")
+    pair = compare_pair(run, base)  # refused, with its remedy, when the two do not compare
+    if args.json:
+        print(json.dumps(pair.to_json(), indent=2))
+    else:
+        print(clean_text(format_pair(pair)))
+    return 0
+
+
+def format_pair(pair: Any) -> str:
+    """`slm-dvfs compare`: each run's workload and figures, then the saving and slowdown against MAXN."""
+    run, base, c = pair.run, pair.base, pair.comparison
+
+    def head(r: RunRecord, role: str) -> str:
+        what = r.workload.label if r.workload is not None else "unknown workload"
+        return f"{role:9} run {r.id:<5} [{r.source.value}] {r.policy:12} {what}"
+
+    lines = [head(run, "run"), head(base, "baseline")]
+    unit = "per sample " if pair.per_sample else ""
+    lines.append(f"energy saving {unit}{c.saving_pct:+.1f}%, slowdown {unit}{c.slowdown_pct:+.1f}%  "
+                 f"[{c.source.value}]  ({SIGN_CONVENTION})")
+    for name, key, fmt in (("energy J", "energy_j", ".2f"), ("time s", "time_s", ".2f"),
+                           ("J/sample", "joules_per_sample", ".4f")):
+        lines.append(f"  {name:10} {_num(getattr(run, key), fmt):>12}  vs {_num(getattr(base, key), fmt):>12}")
+    if c.rail_saving_pct:
+        lines.append("  per rail   " + ", ".join(f"{r} {v:+.1f}%" for r, v in c.rail_saving_pct.items()))
+    lines += [f"note: {n}" for n in pair.notes]
+    return "\n".join(lines)
+
+
+
+__all__ = ["register", "cmd_compare", "format_pair"]
