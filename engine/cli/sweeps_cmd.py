@@ -21,7 +21,7 @@ SWEEP_STATUSES = (*RUN_STATUSES, ABANDONED)
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweeps", help="list stored sweeps, newest first (their ids are sN: `show sN`, `export sN`)")
     add_db_arg(p)
-    p.add_argument("--model", help="only sweeps of this model")
+    p.add_argument("--model", type=numbers.model, help="only sweeps of this model")
     p.add_argument("--task", help="only sweeps of this task")
     p.add_argument("--source", choices=[s.value for s in Source], help="only figures of this source")
     p.add_argument("--status", choices=SWEEP_STATUSES, help="only sweeps in this state")
