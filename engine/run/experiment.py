@@ -165,6 +165,10 @@ def run_experiment(
     from engine.results.store import DeviceRecord, WorkloadRecord
 
     spec.validate()
+    if not spec.simulate:  # a data folder that holds no such task, say: refused before any run is recorded
+        from engine.workload.data import check_source  # torch, as training needs anyway
+
+        check_source(spec.task, spec.data, train_samples=spec.train_samples, eval_samples=spec.eval_samples)
     if workload is None:
         workload = resolve_for(spec)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
@@ -249,6 +253,8 @@ class _Runner:
         from engine.device.guard.guard import active_guard
         from engine.device.guard.lock import session_lock
 
+        controller = DvfsController(harness.device, policy, ctx)
+        controller.prepare()  # a setting the board refuses stops here: no run is recorded
         run_id = self.store.start_run(
             owner_lock=str(session_lock()),  # free once we are gone: the run is then marked abandoned
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
@@ -256,17 +262,16 @@ class _Runner:
             synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
             label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
-        clock_guard = active_guard(harness.device)
-        if clock_guard is not None:
-            clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
-        controller = DvfsController(harness.device, policy, ctx)
         assert harness.monitor is not None
         recorder = RunRecorder(harness.monitor)
         callbacks = [controller, recorder, self._thermal_check]
         metric = metric_value = None
         metrics: dict[str, Any] = {}
         learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
-        try:
+        try:  # from here on, whatever stops the run leaves it stored as failed
+            clock_guard = active_guard(harness.device)
+            if clock_guard is not None:
+                clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
             if spec.simulate:
                 sim = harness.simulate(self.workload, steps=spec.steps, seed=spec.seed, callbacks=callbacks)
                 cancelled, wall_s = sim.cancelled, sim.wall_s
