@@ -1,13 +1,19 @@
-"""What a run leaves in the store when it is refused and when it fails.
+"""What a run leaves in the store when it is refused, when it fails, and when the disk fills.
 
 A run the board refuses before it starts (an unlisted clock, an undefined mode, an oracle with
 no sweep, a data folder that is not there) stores nothing; one that fails once started is stored
-as failed. Runs stored before stay whole.
+as failed; one whose figures and trace the store cannot take (a full disk) is never `finished`:
+it is marked failed, and the error says what was and was not kept. Runs stored before stay whole.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +90,76 @@ def test_a_run_that_fails_once_started_is_stored_as_failed(isolated_env: Any,
     assert "over the 44 degC abort limit" in capsys.readouterr().err
     (run,) = stored_runs(isolated_env.data_dir / "results.sqlite")
     assert run.status == "failed" and "ThermalAbortError" in run.error
+
+
+# --------------------------------------------------------------------------- a full disk
+def _cap_pages(monkeypatch: pytest.MonkeyPatch, db: Path, spare_pages: int) -> None:
+    """The store's file may grow by `spare_pages` pages more, as on a disk that is nearly full:
+    SQLite's own limit (max_page_count), so its writes fail with SQLITE_FULL where a full disk's would."""
+    connect = sqlite3.connect
+
+    def capped(path: Any, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(path, *args, **kwargs)
+        if Path(str(path)) == db:
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {pages + spare_pages}")
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", capped)
+
+
+def test_a_run_whose_trace_the_full_disk_cannot_take_is_failed_not_finished(
+        isolated_env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    db = isolated_env.data_dir / "results.sqlite"
+    assert main(["run", *SIM, "--policy", "static:gpu=612", "--compare", "maxn", "--steps", "5"]) == 0
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp:
+        _cap_pages(mp, db, 3)  # room to start a run, none for a 100-step online run's trace
+        assert main(["run", *SIM, "--policy", "online", "--steps", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "run 3 ran, but its figures and power trace could not be stored" in err and "full" in err
+    assert "Stored: the run, marked failed, without its figures and power trace" in err
+    assert "J in" in err and "[twin], said here only" in err  # what it measured is not lost to the user
+    assert "the runs stored before it are intact" in err and "Traceback" not in err
+    runs = {r.id: r for r in stored_runs(db)}
+    assert runs[3].status == "failed" and runs[3].energy_j is None and "could not be stored" in runs[3].error
+    with Store(db) as store:
+        assert store.power_samples(3) == []
+    for run_id in (1, 2):  # the comparison's two runs, stored before
+        assert_whole(db, run_id)
+    assert main(["show", "3"]) == 0
+    assert "failed" in capsys.readouterr().out
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    where.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(where)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.slow
+def test_a_real_full_disk_mid_run(isolated_env: Any, tmp_path: Path) -> None:
+    """The same on a real small file system (a 256 KB tmpfs, mounted as root), in a process of its
+    own: a run fills the disk with its trace; the run before it is whole."""
+    mnt = tmp_path / "small"
+    if not _can_mount_tmpfs(mnt):
+        pytest.skip("needs root and mount(8) to mount a small tmpfs")
+    try:
+        db = mnt / "r.sqlite"
+        cli = "import sys; from engine.cli import main; sys.exit(main(sys.argv[1:]))"
+        cmd = [sys.executable, "-c", cli, "run", *SIM, "--db", str(db), "--policy", "static:gpu=612"]
+        first = subprocess.run([*cmd, "--steps", "5"], capture_output=True, text=True, env=os.environ.copy())
+        assert first.returncode == 0, first.stderr
+        free = shutil.disk_usage(mnt).free
+        (mnt / "filler").write_bytes(b"\0" * max(0, free - 96 * 1024))  # leave ~96 KB
+        full = subprocess.run([*cmd, "--steps", "1500", "--policy", "online"], capture_output=True, text=True,
+                              env=os.environ.copy())
+        assert full.returncode == 2 and "could not be stored" in full.stderr and "Traceback" not in full.stderr
+        (mnt / "filler").unlink()
+        runs = {r.id: r for r in stored_runs(db)}
+        assert runs[2].status == "failed" and runs[2].energy_j is None
+        assert_whole(db, 1)
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
