@@ -82,7 +82,7 @@ POLICIES = st.one_of(
 )
 RUNS = st.fixed_dictionaries({
     "policy": POLICIES, "steps": st.integers(1, 12), "pad": st.sampled_from(("dynamic", "max")),
-    "rails": st.sampled_from(("all", "gpu+cpu")), "compare": st.booleans(),
+    "rails": st.sampled_from(("all", "gpu+cpu")), "compare": st.booleans(), "thermal": st.booleans(),
 })
 
 
@@ -95,6 +95,8 @@ def _run_case(db: Path, case: dict[str, Any], extra: list[str], swept: set[tuple
     argv = ["run", *common, *extra, "--policy", case["policy"], "--steps", str(case["steps"]), "--json"]
     if case["compare"]:
         argv += ["--compare", "maxn"]
+    if case["thermal"]:  # the twin's thermal model: a hotter board draws more, and may throttle mid-run
+        argv += ["--thermal"]
     capsys.readouterr()
     assert main(argv) == 0, capsys.readouterr().err
     for run_id in run_ids(json.loads(capsys.readouterr().out)):
