@@ -315,8 +315,8 @@ class _Runner:
             measured = dict(time_s=time_s, energy_j=energy, rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s,
                             samples=samples, steps=steps, metrics=metrics, setting=controller.current,
                             power_samples=recorder.samples)
-        self._finish(run_id, "cancelled" if cancelled or figures is None else "finished",
-                     notes=notes, **learnt, **measured)
+        self._finish(run_id, "finished" if measured and not cancelled else "cancelled", notes=notes, **learnt,
+                     **measured)
         log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, time_s, energy,
                  spec.rails, self.source)
         return RunFigures(
