@@ -26,6 +26,7 @@ from engine.results.compare import RunFigures, compare, flatten_metrics
 from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
+from engine.core.stats import trapezoid_j
 from engine.results.store import Store
 from engine.run.recorder import RunRecorder
 from engine.run.sweep import SweepSpec, run_sweep
@@ -122,7 +123,9 @@ def test_static_policy_against_maxn_with_training(store: Store, tmp_path: Path) 
     assert (rec.status, rec.policy, rec.source, rec.rails) == ("finished", "static", Source.TWIN, "all")
     assert rec.energy_j == pytest.approx(run.energy_j) and rec.metrics["accuracy"] == run.metric_value
     assert rec.setting["gpu_hz"] == 612 * MHZ and brec.policy == "maxn" and brec.seed == rec.seed == 0
-    assert len(store.power_samples(run.run_id)) == 4
+    trace = store.power_samples(run.run_id)  # the run's start and each step's end (one power: flat)
+    assert len(trace) == 5 and trace[-1].t - trace[0].t == pytest.approx(run.time_s, rel=1e-12)
+    assert trapezoid_j([s.t for s in trace], [s.total_mw for s in trace]) == pytest.approx(run.energy_j, rel=1e-9)
     # offline: bert-tiny starts from random weights on generated data, so its accuracy means nothing
     assert (rec.weights, rec.synthetic, rec.data_source) == ("random", True, "synthetic") == (
         brec.weights, brec.synthetic, brec.data_source)
@@ -356,10 +359,16 @@ def test_twin_run_energy_is_the_sum_of_its_step_windows_and_the_run_window(store
         for e in steps:
             current = settings.get(e.step, current)
             assert e.total_energy_j == pytest.approx(per_step(current).measurement.energy_j, rel=1e-9)
-        # the stored trace has a sample per step, at the step's average power
+        # the stored trace holds each step flat at its average power (a sample at its end), and so
+        # integrates to the run's energy
         trace = store.power_samples(run.run_id)
-        assert len(trace) == 12
-        assert [s.total_mw / 1000.0 for s in trace] == pytest.approx([e.avg_power_w for e in steps], rel=1e-9)
+        end = trace[0].t
+        for e in steps:
+            end += e.time_s
+            at_end = min(trace, key=lambda s: abs(s.t - end))
+            assert at_end.t == pytest.approx(end, rel=1e-12) and at_end.total_mw / 1000.0 == pytest.approx(
+                e.avg_power_w, rel=1e-9)
+        assert trapezoid_j([s.t for s in trace], [s.total_mw for s in trace]) == pytest.approx(run.energy_j, rel=1e-6)
 
 
 def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(store: Store) -> None:

@@ -474,8 +474,8 @@ def test_downsampling_keeps_the_energy() -> None:
     raw = _trace(20_000)
     small = downsample(raw, 2000)
     assert len(small) == 2000
-    assert small[0] == raw[0] and small[-1] == raw[-1]
-    assert _energy(small) == pytest.approx(_energy(raw), rel=0.01)
+    assert small[0].t == raw[0].t and small[-1].t == raw[-1].t  # the span is kept
+    assert _energy(small) == pytest.approx(_energy(raw), rel=1e-9)  # and the energy, exactly
     duration = raw[-1].t - raw[0].t
     mean_w = sum(s.total_mw for s in small[1:-1]) / (len(small) - 2) / 1000.0  # equal-time buckets
     assert mean_w * duration == pytest.approx(_energy(raw), rel=0.01)
@@ -486,14 +486,16 @@ def test_the_store_keeps_at_most_n_samples_per_run(store: Store) -> None:
     raw = _trace(12_000, seed=1)
     whole = store.start_run(policy="maxn", source="twin")
     assert store.add_power_samples(whole, raw) == 2000
-    assert _energy(store.power_samples(whole)) == pytest.approx(_energy(raw), rel=0.01)
+    assert _energy(store.power_samples(whole)) == pytest.approx(_energy(raw), rel=1e-9)
     chunked = store.start_run(policy="maxn", source="twin")
     for i in range(0, len(raw), 700):  # as a runner flushing every few seconds would
         held = store.add_power_samples(chunked, raw[i:i + 700], max_samples=1000)
         assert held <= 1000
     stored = store.power_samples(chunked)
     assert stored[0].t == raw[0].t and stored[-1].t == raw[-1].t
-    assert _energy(stored) == pytest.approx(_energy(raw), rel=0.01)
+    # down-sampled again and again: only where a chunk meets the stored part (the stored edge holds
+    # its bucket's mean, not the instant reading) does the trapezoid move, by a part in 10^5 or so
+    assert _energy(stored) == pytest.approx(_energy(raw), rel=1e-3)
     with pytest.raises(ConfigError, match="must come after"):
         store.add_power_samples(chunked, raw[:5])
     rows = sqlite3.connect(store.path).execute("SELECT DISTINCT source FROM power_samples").fetchall()

@@ -405,11 +405,10 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
             started_at=tlog.started_at.isoformat(timespec="seconds") if tlog.started_at else None,
         )
         try:
-            store.finish_run(
+            store.finish_run(  # with its trace, in one transaction: never finished without it
                 run_id, time_s=duration, wall_s=duration, energy_j=energy, rail_energy_j=dict(tlog.energy_j),
-                samples=args.samples, finished_at=_finished_at(tlog),
+                samples=args.samples, finished_at=_finished_at(tlog), power_samples=tlog.power_samples(),
             )
-            store.add_power_samples(run_id, tlog.power_samples())
         except BaseException as exc:
             store.fail_run(run_id, exc)
             raise

@@ -50,10 +50,10 @@ class UnsupportedFrequencyError(DeviceError):
     def __init__(self, domain: str, requested_hz: int, available_hz: tuple[int, ...]) -> None:
         nearest = sorted(available_hz, key=lambda f: (abs(f - requested_hz), f))[:2]
         listed = ", ".join(f"{format_mhz(f)} MHz" for f in sorted(nearest))
+        table = ", ".join(format_mhz(f) for f in sorted(set(available_hz)))
         super().__init__(
             f"{domain.upper()} clock {format_mhz(requested_hz)} MHz is not one the board lists",
-            f"use a listed step; the nearest are {listed} "
-            f"(`slm-dvfs device` shows the whole table)",
+            f"use a listed step; the nearest are {listed}. The board's {domain.upper()} table (MHz): {table}",
         )
         self.domain = domain
         self.requested_hz = requested_hz

@@ -7,15 +7,18 @@
 
 Sources that know energy exactly (the twin) give exact windows from their counter, and
 their windows sample at their edges, so a run's trace has a sample per step (the twin's
-time moves with its steps; reading it is a memory read). The others (the INA3221 rails)
-are integrated with the trapezoid rule from the sampler thread's samples: a window's
-edges read no sensor in the calling thread (the training loop) while the sampler runs;
-a start edge is interpolated between the samples around it once the next one arrives,
-an end edge holds the latest sample's power (a sensor read there would not be newer than
-the sensor's own update interval anyway). Without the sampler thread (a monitor driven by
-`sample_once`), edges sample when the sensor can have a newer value. Each window keeps
-the count and the peak of the samples inside it as they arrive, so closing one costs
+time moves with its steps; reading it is a memory read). Such a source's sample is its
+counter's mean power since the previous sample (the first one: the source's own reading),
+so the samples account for every joule between them, whatever the power did inside a step.
+The others (the INA3221 rails) are integrated with the trapezoid rule from the sampler
+thread's samples: a window's edges read no sensor in the calling thread (the training loop)
+while the sampler runs; a start edge is interpolated between the samples around it once the
+next one arrives, an end edge holds the latest sample's power (a sensor read there would not
+be newer than the sensor's own update interval anyway). Without the sampler thread (a monitor
+driven by `sample_once`), edges sample when the sensor can have a newer value. Each window
+keeps the count and the peak of the samples inside it as they arrive, so closing one costs
 the same however long the run (no walk over the ring buffer).
+A window opened with `trace=True` also keeps its power trace (engine/device/window_trace.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, DeviceError
 from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource
+from engine.device.window_trace import WindowTrace, power_at
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
 
@@ -94,6 +98,7 @@ class WindowResult:
     exact: bool  # from the source's energy counter, not integrated samples
     samples: int = 0  # samples taken inside the window (0 for exact windows)
     peak_power_w: float | None = None  # highest sample over `rails` inside it (None: exact, or no sample)
+    trace: tuple[PowerSample, ...] = ()  # with begin_window(trace=True): samples whose trapezoid is energy_j
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +124,7 @@ class _Window:
     exact: bool
     samples: int = 0  # samples after `start`, counted as they arrive
     peak_mw: float | None = None  # the highest of them, over the preset's rails
+    trace: WindowTrace | None = None  # the window's power trace, when asked for
 
 
 class PowerMonitor:
@@ -157,6 +163,7 @@ class PowerMonitor:
         self._prev: PowerSample | None = None
         self._cum: dict[str, float] = {}  # joules per rail up to _last.t
         self._cum_prev: dict[str, float] = {}  # ... up to _prev.t
+        self._counter: tuple[float, dict[str, float]] | None = None  # an exact source's reading at _last
         self._count = 0
         self._windows: dict[str, _Window] = {}
         self._thread: threading.Thread | None = None
@@ -238,11 +245,34 @@ class PowerMonitor:
         """Read the source once and take the sample in; None when it brought nothing new."""
         if raise_pending:
             self._raise_pending()
+        counter = self.source.energy_counter()
+        if counter is not None:
+            with self._lock:
+                return self._ingest_counter(*counter)
         sample = self.source.read()
         with self._lock:
             return sample if self._ingest(sample) else None
 
-    def _ingest(self, sample: PowerSample) -> bool:
+    def _ingest_counter(self, t: float, energy: Mapping[str, float]) -> PowerSample | None:
+        """(Under the lock.) An exact source's sample at its counter reading (t, joules per rail): the
+        mean power since the last sample, so the samples hold every joule (an instant reading at a
+        step's end has only that moment's power: a dynamically padded step's last part's, say)."""
+        last, before = self._last, self._counter
+        if last is not None and t <= last.t:
+            return None  # stale: its time has not moved
+        if before is not None and last is not None and before[0] == last.t and set(energy) <= set(before[1]):
+            dt = t - before[0]
+            sample, mean = PowerSample(t, {r: (j - before[1][r]) * 1000.0 / dt for r, j in energy.items()}), True
+        else:  # the first sample: nothing to take a mean over, so the source's own reading
+            sample, mean = PowerSample(t, dict(self.source.read().rails_mw)), False
+        if not self._ingest(sample, mean=mean):
+            return None
+        self._counter = (t, dict(energy))
+        return sample
+
+    def _ingest(self, sample: PowerSample, *, mean: bool = False) -> bool:
+        """Take a sample in (under the lock); `mean`: its power is the mean since the last sample
+        (an exact source's), not an instant reading."""
         last = self._last
         if last is not None and sample.t <= last.t:
             return False  # stale: the sensor (or tegrastats) has no newer value yet
@@ -260,7 +290,7 @@ class PowerMonitor:
         if last is not None:
             dt = sample.t - last.t
             for rail, p in sample.rails_mw.items():
-                p0 = last.rails_mw.get(rail)
+                p0 = p if mean else last.rails_mw.get(rail)
                 if p0 is not None:
                     self._cum[rail] = self._cum.get(rail, 0.0) + (p0 + p) * 0.5 * dt / 1000.0
         for rail in sample.rails_mw:
@@ -273,7 +303,13 @@ class PowerMonitor:
             for w in self._windows.values():
                 if w.start_energy is None and w.start <= sample.t:
                     w.start_energy = self._energy_at(w.start)
-                if sample.t > w.start and not w.exact:
+                    if w.trace is not None:  # the start edge, at the power the integral takes there
+                        w.trace.edge(w.start, self._power_at(w.start))
+                if sample.t <= w.start:
+                    continue
+                if w.trace is not None:
+                    w.trace.add(sample, w.start if last is None else max(last.t, w.start))
+                if not w.exact:
                     w.samples += 1
                     if w.peak_mw is None or total > w.peak_mw:
                         w.peak_mw = total
@@ -298,6 +334,11 @@ class PowerMonitor:
             pt = p0 + f * (p1 - p0)
             out[r] = self._cum_prev.get(r, 0.0) + (p0 + pt) * 0.5 * (t - prev.t) / 1000.0
         return out
+
+    def _power_at(self, t: float) -> dict[str, float]:
+        """Power per rail at time t, as `_energy_at` integrates it."""
+        assert self._last is not None
+        return power_at(self._prev, self._last, t)
 
     def latest(self) -> PowerSample | None:
         return self._last
@@ -330,26 +371,34 @@ class PowerMonitor:
     def open_windows(self) -> tuple[str, ...]:
         return tuple(self._windows)
 
-    def begin_window(self, name: str) -> None:
-        """Open a named window now; windows may nest and overlap, names must be unique while open."""
+    def begin_window(self, name: str, *, trace: bool = False) -> None:
+        """Open a named window now; windows may nest and overlap, names must be unique while open.
+        `trace`: keep the window's power trace (WindowResult.trace; the module's docstring)."""
         self._raise_pending()
         if name in self._windows:
             raise ConfigError(f"window {name!r} is already open", "end it first, or give the new one another name")
         counter = self.source.energy_counter()
         if counter is not None:
             t, energy = counter
-            self._fresh_sample(t, exact=True)
-            with self._lock:
+            with self._lock:  # the edge's sample is this very reading: the trace starts where the window does
+                self._ingest_counter(t, energy)
                 if self._rails is None:
                     self._rails = resolve_rails(self.rail_preset, energy)
-                self._windows[name] = _Window(t, dict(energy), exact=True)
+                self._windows[name] = _Window(t, dict(energy), exact=True, trace=WindowTrace(True) if trace else None)
             return
         t = self._edge_time()
         with self._lock:
             if t is None:  # the sampler runs: the edge's time taken under the lock, so no older sample counts after it
                 t = self._clock()
-            ready = self._last is not None and self._last.t >= t
-            self._windows[name] = _Window(t, self._energy_at(t) if ready else None, exact=False)
+            last = self._last
+            ready = last is not None and last.t >= t
+            window = _Window(t, self._energy_at(t) if ready else None, exact=False,
+                             trace=WindowTrace(False) if trace else None)
+            if ready and window.trace is not None:
+                window.trace.edge(t, self._power_at(t))
+                if last.t > t:  # type: ignore[union-attr]
+                    window.trace.add(last, t)  # type: ignore[arg-type]
+            self._windows[name] = window
 
     def end_window(self, name: str) -> WindowResult:
         """Close a window: its duration and energy (raises what the sampler raised, if anything)."""
@@ -363,8 +412,9 @@ class PowerMonitor:
             if counter is None:
                 raise DeviceError("the power source stopped offering its energy counter", "restart the run")
             end, end_energy = counter
-            self._fresh_sample(end, exact=True)
-            with self._lock:
+            with self._lock:  # the edge's sample is this very reading: the trace ends where the window does
+                self._ingest_counter(end, end_energy)
+                trace = () if w.trace is None else tuple(w.trace.samples)
                 del self._windows[name]
         else:
             edge = self._edge_time()
@@ -373,6 +423,11 @@ class PowerMonitor:
                 end_energy = self._energy_at(end)
                 if w.start_energy is None:  # no sample after the start yet: hold the last power
                     w.start_energy = self._energy_at(w.start)
+                    if w.trace is not None:
+                        w.trace.edge(w.start, self._power_at(w.start))
+                trace = ()  # the end edge, at the power the integral held there
+                if w.trace is not None and end > w.start:
+                    trace = w.trace.close(end, self._power_at(end))
                 del self._windows[name]
         assert w.start_energy is not None and self._rails is not None
         energy = {r: end_energy[r] - w.start_energy.get(r, 0.0) for r in end_energy}
@@ -391,6 +446,7 @@ class PowerMonitor:
             exact=w.exact,
             samples=w.samples,
             peak_power_w=None if w.peak_mw is None else w.peak_mw / 1000.0,
+            trace=trace,
         )
 
     def _edge_time(self) -> float | None:
@@ -403,10 +459,9 @@ class PowerMonitor:
         self._fresh_sample(t)
         return t
 
-    def _fresh_sample(self, t: float, *, exact: bool = False) -> None:
-        """Sample at a window edge unless the sensor cannot have a newer value yet (an exact
-        source always can: its time moves with its steps, whatever its idle tick)."""
+    def _fresh_sample(self, t: float) -> None:
+        """Sample at a window edge unless the sensor cannot have a newer value yet."""
         last = self._last
-        sensor_s = 0.0 if exact else float(getattr(self.source, "min_interval_s", 0.0) or 0.0)
+        sensor_s = float(getattr(self.source, "min_interval_s", 0.0) or 0.0)
         if last is None or t - last.t >= sensor_s:
             self.sample_once(raise_pending=False)

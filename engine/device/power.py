@@ -87,7 +87,8 @@ class TwinSource:
     """Rail power and exact energy straight from the digital twin (`VirtualOrin`).
 
     Duck-typed on `now()`, `rail_powers_mw()` and `energy_j()` so the engine does not
-    import the twin unless one is used.
+    import the twin unless one is used. The monitor takes its samples from the counter (the
+    mean power since the last sample); `read()`, the twin's power at this instant, gives the first.
     """
 
     source = Source.TWIN
@@ -117,4 +118,9 @@ class TwinSource:
                 return PowerSample(t, rails)
 
     def energy_counter(self) -> tuple[float, dict[str, float]]:
-        return float(self.orin.now()), {k: float(v) for k, v in self.orin.energy_j().items()}
+        # Two reads as well: retry if a step landed between them (the time must be the energy's).
+        while True:
+            t = float(self.orin.now())
+            energy = {k: float(v) for k, v in self.orin.energy_j().items()}
+            if float(self.orin.now()) == t:
+                return t, energy

@@ -4,7 +4,8 @@
     with ClockGuard(device):                  # the guard restores; the controller never does
         Trainer(..., callbacks=[controller, ...]).run()
 
-RunStarted applies the policy's initial setting. Each `StepEnergy` (the run harness's
+RunStarted applies the policy's initial setting (`prepare()` chooses and checks it before the
+run is recorded, so a setting the board refuses stores no run). Each `StepEnergy` (the run harness's
 power-monitor window over one step, summed over the run's rails; exact on the twin,
 measured on a board) gives the policy that step's cost; a setting the policy returns is
 applied before the next step (callbacks run synchronously on the training thread).
@@ -50,13 +51,15 @@ class DvfsController:
         self.current: DvfsSetting | None = None
         self.last_cost: Measurement | None = None
         self._next_step = 1
+        self._prepared: DvfsSetting | None = None
 
     # ------------------------------------------------------------------ the callback
 
     def __call__(self, event: Any) -> None:
         if isinstance(event, RunStarted):
             self._next_step = event.start_step + 1
-            self.apply(self.policy.initial(self.ctx))
+            first, self._prepared = self._prepared, None
+            self.apply(first if first is not None else self.policy.initial(self.ctx))
         elif isinstance(event, StepBegin):
             self._next_step = event.step
         elif isinstance(event, StepEnd):
@@ -76,6 +79,15 @@ class DvfsController:
             log.debug("step %d: empty power window, no cost", event.step)
             return None
         return Measurement(event.time_s, event.total_energy_j, event.samples, event.peak_power_w, event.source)
+
+    def prepare(self) -> DvfsSetting:
+        """The policy's first setting, chosen and checked against the board now (an unlisted clock,
+        an undefined mode, an oracle without a sweep raise here), before anything is recorded or
+        changed; RunStarted then applies it without asking the policy again."""
+        setting = self.policy.initial(self.ctx)
+        check_setting(self.device, setting)
+        self._prepared = setting
+        return setting
 
     # ------------------------------------------------------------------ applying a setting
 

@@ -118,7 +118,8 @@ class Database:
             return StoreError(f"the results database {self.path} is busy ({what}): {text}",
                               "another slm-dvfs process holds it; wait for it to finish, or use another --db")
         return StoreError(f"results database {self.path}: {what} failed: {text}",
-                          "check the disk (space, permissions); the file itself was not changed")
+                          "check the disk (space, permissions); nothing of this step was written, and what "
+                          "the file held before it is intact")
 
     @contextmanager
     def _tx(self, what: str) -> Iterator[sqlite3.Connection]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -173,11 +174,13 @@ class Store(SweepTables, RunImport):
         weights: str | None = None,
         synthetic: bool | None = None,
         data_source: str | None = None,
+        power_samples: Sequence[PowerSample] = (),
     ) -> RunRecord:
         """Close a run with its figures. `window` (a monitor WindowResult) fills time, energy and
         rails; explicit arguments win. Throughput and J/sample are derived where not given.
         `weights`, `synthetic`, `data_source`: what the run learnt from, once known (None keeps
-        what start_run stored)."""
+        what start_run stored). `power_samples`: its trace, stored in the same transaction (as
+        add_power_samples does), so a run is never finished without the trace it was given."""
         if status not in ("finished", "cancelled"):
             raise ConfigError(f"finish_run cannot set status {status!r}", "use finished or cancelled; fail_run for errors")
         run = self.get_run(run_id)
@@ -212,6 +215,8 @@ class Store(SweepTables, RunImport):
                  None if setting is None else json_text(normalize_setting(setting)), notes, weights,
                  None if synthetic is None else int(synthetic), data_source, run_id),
             )
+            if power_samples:
+                self._put_samples(conn, run, power_samples, DEFAULT_MAX_SAMPLES)
         return self.get_run(run_id)
 
     def fail_run(self, run_id: int, error: BaseException | str) -> None:
@@ -305,31 +310,37 @@ class Store(SweepTables, RunImport):
         half the limit (so chunks that follow are kept at full resolution for a while).
         Returns how many samples the run now holds.
         """
-        new = sorted(samples, key=lambda s: s.t)
-        if not new:
+        if not samples:
             return len(self.power_samples(run_id))
         run = self.get_run(run_id)
         with self._tx("storing power samples") as conn:
-            stored = [sample_from_row(r) for r in conn.execute(
-                "SELECT t, rails_mw FROM power_samples WHERE run_id = ? ORDER BY t", (run_id,))]
-            if stored and new[0].t <= stored[-1].t:
-                raise ConfigError(
-                    f"power samples for run {run_id} must come after those stored (t > {stored[-1].t:g})",
-                    "add each part of the trace once, in time order",
-                )
-            if len(stored) + len(new) <= max_samples:
-                keep, fresh = new, False
-            else:
-                target = max(3, max_samples // 2) if stored else max_samples
-                keep, fresh = downsample(stored + new, target), True
-            if fresh:
-                conn.execute("DELETE FROM power_samples WHERE run_id = ?", (run_id,))
-            conn.executemany(
-                "INSERT INTO power_samples (run_id, t, total_mw, rails_mw, source) VALUES (?, ?, ?, ?, ?)",
-                # rails keep the board's order (exports list them so)
-                [(run_id, float(s.t), s.total_mw, json.dumps(dict(s.rails_mw)), run.source.value) for s in keep],
+            return self._put_samples(conn, run, samples, max_samples)
+
+    def _put_samples(self, conn: sqlite3.Connection, run: RunRecord, samples: Sequence[PowerSample],
+                     max_samples: int) -> int:
+        """Add samples to a run's trace inside a transaction (add_power_samples' rules)."""
+        run_id = run.id
+        new = sorted(samples, key=lambda s: s.t)
+        stored = [sample_from_row(r) for r in conn.execute(
+            "SELECT t, rails_mw FROM power_samples WHERE run_id = ? ORDER BY t", (run_id,))]
+        if stored and new[0].t <= stored[-1].t:
+            raise ConfigError(
+                f"power samples for run {run_id} must come after those stored (t > {stored[-1].t:g})",
+                "add each part of the trace once, in time order",
             )
-            return int(conn.execute("SELECT count(*) FROM power_samples WHERE run_id = ?", (run_id,)).fetchone()[0])
+        if len(stored) + len(new) <= max_samples:
+            keep, fresh = new, False
+        else:
+            target = max(3, max_samples // 2) if stored else max_samples
+            keep, fresh = downsample(stored + new, target), True
+        if fresh:
+            conn.execute("DELETE FROM power_samples WHERE run_id = ?", (run_id,))
+        conn.executemany(
+            "INSERT INTO power_samples (run_id, t, total_mw, rails_mw, source) VALUES (?, ?, ?, ?, ?)",
+            # rails keep the board's order (exports list them so)
+            [(run_id, float(s.t), s.total_mw, json.dumps(dict(s.rails_mw)), run.source.value) for s in keep],
+        )
+        return int(conn.execute("SELECT count(*) FROM power_samples WHERE run_id = ?", (run_id,)).fetchone()[0])
 
     def power_samples(self, run_id: int) -> list[PowerSample]:
         """The run's stored power samples (mW per rail, in the run's timebase), oldest first."""

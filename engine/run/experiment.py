@@ -35,6 +35,7 @@ from engine.dvfs.objectives import Objective, module_power_limit_w, parse_object
 from engine.core.errors import ConfigError
 from engine.core.constants import DEFAULT_PADDING
 from engine.core.provenance import Source
+from engine.results.errors import StoreError
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
 from engine.run.harness import RunHarness, open_harness, resolve_for
 from engine.run.recorder import RunRecorder
@@ -165,6 +166,10 @@ def run_experiment(
     from engine.results.store import DeviceRecord, WorkloadRecord
 
     spec.validate()
+    if not spec.simulate:  # a data folder that holds no such task, say: refused before any run is recorded
+        from engine.workload.data import check_source  # torch, as training needs anyway
+
+        check_source(spec.task, spec.data, train_samples=spec.train_samples, eval_samples=spec.eval_samples)
     if workload is None:
         workload = resolve_for(spec)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
@@ -249,6 +254,8 @@ class _Runner:
         from engine.device.guard.guard import active_guard
         from engine.device.guard.lock import session_lock
 
+        controller = DvfsController(harness.device, policy, ctx)
+        controller.prepare()  # a setting the board refuses stops here: no run is recorded
         run_id = self.store.start_run(
             owner_lock=str(session_lock()),  # free once we are gone: the run is then marked abandoned
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
@@ -256,17 +263,16 @@ class _Runner:
             synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
             label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
-        clock_guard = active_guard(harness.device)
-        if clock_guard is not None:
-            clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
-        controller = DvfsController(harness.device, policy, ctx)
         assert harness.monitor is not None
         recorder = RunRecorder(harness.monitor)
         callbacks = [controller, recorder, self._thermal_check]
         metric = metric_value = None
         metrics: dict[str, Any] = {}
         learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
-        try:
+        try:  # from here on, whatever stops the run leaves it stored as failed
+            clock_guard = active_guard(harness.device)
+            if clock_guard is not None:
+                clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
             if spec.simulate:
                 sim = harness.simulate(self.workload, steps=spec.steps, seed=spec.seed, callbacks=callbacks)
                 cancelled, wall_s = sim.cancelled, sim.wall_s
@@ -297,21 +303,20 @@ class _Runner:
                          + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
             figures = recorder.figures()
         except BaseException as exc:
-            self.store.fail_run(run_id, exc)
+            try:
+                self.store.fail_run(run_id, exc)
+            except StoreError as store_exc:  # the run's own error is the one to report
+                log.error("run %d could not be marked failed: %s", run_id, store_exc.what)
             raise
-        if figures is None:  # cancelled before the first step
-            self.store.finish_run(run_id, status="cancelled", notes=notes, **learnt)
-            figures = (0.0, {}, 0, 0)
-        time_s, rail_j, samples, steps = figures
+        time_s, rail_j, samples, steps = figures or (0.0, {}, 0, 0)  # None: cancelled before the first step
         energy = sum(rail_j.get(r, 0.0) for r in self.rails)
+        measured: dict[str, Any] = {}
         if time_s > 0:
-            self.store.finish_run(
-                run_id, status="cancelled" if cancelled else "finished", time_s=time_s, energy_j=energy,
-                rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s, samples=samples, steps=steps,
-                metrics=metrics, setting=controller.current, notes=notes, **learnt,
-            )
-            if recorder.samples:
-                self.store.add_power_samples(run_id, recorder.samples)
+            measured = dict(time_s=time_s, energy_j=energy, rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s,
+                            samples=samples, steps=steps, metrics=metrics, setting=controller.current,
+                            power_samples=recorder.samples)
+        self._finish(run_id, "finished" if measured and not cancelled else "cancelled", notes=notes, **learnt,
+                     **measured)
         log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, time_s, energy,
                  spec.rails, self.source)
         return RunFigures(
@@ -321,6 +326,26 @@ class _Runner:
             history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
             cancelled=cancelled, weights=learnt.get("weights"), synthetic=learnt.get("synthetic"),
         )
+
+    def _finish(self, run_id: int, status: str, **figures: Any) -> None:
+        """Store the run's end: its figures with its power trace, in one transaction. When the store
+        cannot take them (a full disk), the run is marked failed and the error says what was kept."""
+        try:
+            self.store.finish_run(run_id, status=status, **figures)
+        except StoreError as exc:
+            try:
+                self.store.fail_run(run_id, f"its figures and power trace could not be stored: {exc.what}")
+                kept = "the run, marked failed, without its figures and power trace"
+            except StoreError:  # not even that much fits
+                kept = ("the run as running, until the next slm-dvfs command marks it abandoned (it could not be "
+                        "marked failed either)")
+            if figures.get("time_s"):
+                kept += (f"; it measured {figures['energy_j']:.2f} J in {figures['time_s']:.3f} s "
+                         f"[{self.source.value}], said here only")
+            raise StoreError(f"run {run_id} ran, but its figures and power trace could not be stored ({exc.what}). "
+                             f"Stored: {kept}",
+                             f"free space on the disk that holds {self.store.path} (or pass another --db), then run "
+                             f"again; the runs stored before it are intact") from None
 
     def _thermal_check(self, event: Any) -> None:
         if isinstance(event, StepEnd):

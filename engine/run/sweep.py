@@ -167,6 +167,7 @@ def run_sweep(
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
     from engine.device.guard.lock import session_lock
+    from engine.run.thermal import limits_for
 
     spec.validate()
     listeners = list(callbacks)
@@ -177,6 +178,11 @@ def run_sweep(
         device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
         if spec.fast:
             harness.session.fast_model()  # a board has none: say so before the store is touched
+        else:  # its thermal limits and its data: refused before the store is touched too
+            from engine.workload.data import check_source  # torch, as training needs anyway
+
+            limits = limits or limits_for(harness.session, **dict(spec.thermal_overrides))
+            check_source(spec.task, spec.data, train_samples=spec.train_samples, eval_samples=spec.eval_samples)
         settings = sweep_settings(spec, device)
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
         workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, spec.data))

@@ -26,7 +26,7 @@ from engine.core.constants import PADDINGS, SYNTHETIC_EVAL_MAX, SYNTHETIC_TRAIN_
 from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import Example, GlueTask, get_task
-from engine.workload.glue_folder import read_folder
+from engine.workload.glue_folder import read_folder, task_folder
 from engine.workload.synthetic import synthetic_splits
 
 log = logging.getLogger(__name__)
@@ -49,16 +49,27 @@ class GlueText:
 # --------------------------------------------------------------------------- loading
 
 
-def load_glue_text(task: str | GlueTask, source: str | Path = "synthetic", *,
-                   train_samples: int | None = None, eval_samples: int | None = None,
-                   seed: int = 0, allow_download: bool = False) -> GlueText:
-    """A task's train and eval examples. `train_samples`/`eval_samples` take a seeded
-    random subset (file order kept); for synthetic data they are the sizes generated."""
+def check_source(task: str | GlueTask, source: str | Path = "synthetic", *, train_samples: int | None = None,
+                 eval_samples: int | None = None) -> GlueTask:
+    """Refuse what can be refused before any text is read (an experiment asks before it records a
+    run): a sample count under 1, a GLUE folder that does not exist or holds no train split of the
+    task. Returns the task."""
     task = get_task(task)
     for name, value in (("train_samples", train_samples), ("eval_samples", eval_samples)):
         if value is not None and value <= 0:
             raise ConfigError(f"{name} must be positive, not {value}",
                               f"leave {name} unset to use the whole split")
+    if not (isinstance(source, str) and source in ("synthetic", "hub")):
+        task_folder(task, Path(source).expanduser())
+    return task
+
+
+def load_glue_text(task: str | GlueTask, source: str | Path = "synthetic", *,
+                   train_samples: int | None = None, eval_samples: int | None = None,
+                   seed: int = 0, allow_download: bool = False) -> GlueText:
+    """A task's train and eval examples. `train_samples`/`eval_samples` take a seeded
+    random subset (file order kept); for synthetic data they are the sizes generated."""
+    task = check_source(task, source, train_samples=train_samples, eval_samples=eval_samples)
     if isinstance(source, str) and source == "synthetic":
         n_train = train_samples or min(task.train_size, SYNTHETIC_TRAIN_MAX)
         sizes = [eval_samples or min(size, SYNTHETIC_EVAL_MAX) for size in task.eval_sizes]

@@ -61,7 +61,8 @@ def split_file(task: GlueTask, split: str) -> str:
     return "dev.tsv"
 
 
-def _task_dir(task: GlueTask, root: Path) -> Path:
+def task_folder(task: GlueTask, root: Path) -> Path:
+    """The folder under `root` that holds the task's train.tsv (a clear error when none does)."""
     if not root.exists():
         raise ConfigError(
             f"the GLUE folder {root} does not exist",
@@ -82,7 +83,7 @@ def read_folder(task: GlueTask, root: Path
                 ) -> tuple[tuple[Example, ...], dict[str, tuple[Example, ...]], str, bool]:
     """A task's train and eval splits from a GLUE folder, where they came from, and whether
     generate_glue_folder wrote them (synthetic)."""
-    folder = _task_dir(task, root)
+    folder = task_folder(task, root)
     train = _read_split(task, folder / "train.tsv", dev=False)
     evals = {}
     for split in task.eval_splits:

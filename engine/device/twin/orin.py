@@ -118,7 +118,7 @@ class VirtualOrin:
         self._files = TwinFiles(self.root, self.layout, self.profile)
         self._t = 0.0
         self._energy = {name: 0.0 for name in self.profile.rail_names}
-        self._trace: StepTrace | None = None
+        self._trace: StepTrace | StepMix | None = None  # the load the state shows (None: idle)
         self._driven = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -224,7 +224,9 @@ class VirtualOrin:
         """One training step at the current control state: advances virtual time by its
         duration, adds its exact energy, and leaves the rails showing its power. A StepMix
         (dynamic padding) runs each part for its weight of a step, in order: the step's time
-        and energy are the weighted means of the parts' (engine.device.twin.fast.mix_estimate)."""
+        and energy are the weighted means of the parts' (engine.device.twin.fast.mix_estimate),
+        and the state it leaves is the whole step's (its mean power, its heaviest part's clocks),
+        not its last part's."""
         if isinstance(trace, StepMix):
             if not trace.is_single:
                 return self._run_mix(trace)
@@ -249,9 +251,8 @@ class VirtualOrin:
         with self._lock:
             self._note_step()
             time_s, energy, util = 0.0, {}, 0.0
-            clocks = None
             for weight, part in mix.parts:
-                clocks, est, power = self._refresh(part)
+                _clocks, est, power = self._refresh(part)
                 assert est is not None
                 self._accumulate(power, weight * est.time_s)
                 self._write_temps(power)
@@ -259,7 +260,9 @@ class VirtualOrin:
                 util += weight * est.gpu_util * est.time_s
                 for name, joules in est.energy_j.items():
                     energy[name] = energy.get(name, 0.0) + weight * joules
-            assert clocks is not None
+            # What the board shows after the step (its power, clocks and files, and what the sync
+            # thread keeps re-resolving) is the step as a whole, not its last, rarest part.
+            clocks, _est, _power = self._refresh(mix)
             return TwinStep(time_s=time_s, energy_j=energy, gpu_hz=clocks.gpu_hz, cpu_hz=clocks.cpu_hz,
                             emc_hz=clocks.emc_hz, power_mw={n: 1000.0 * j / time_s for n, j in energy.items()},
                             gpu_util=util / time_s)
@@ -327,18 +330,28 @@ class VirtualOrin:
         if self._thermal is not None:
             self._thermal = self._thermal.advance(sum(power.values()), dt, self.profile.thermal)
 
-    def _refresh(self, trace: StepTrace | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
+    def _refresh(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
+        """Settle the state on `trace` (None: idle) at the control files' settings and write it out.
+        A multi-part StepMix shows its mean power (fast.mix_estimate) and its heaviest part's clocks,
+        load and phases; the estimate returned is then that part's."""
         self._trace = trace
         control = self._read_control()
         cap = self.profile.thermal.throttle_gpu_hz if throttling(self._temps, self.profile.thermal) and self._thermal else None
-        clocks, est = resolve(trace, control, self.profile, gpu_cap_hz=cap)
-        if est is not None:
+        step = trace
+        if isinstance(trace, StepMix):
+            step = max(trace.parts, key=lambda p: p[0])[1]
+        clocks, est = resolve(step, control, self.profile, gpu_cap_hz=cap)
+        if isinstance(trace, StepMix) and not trace.is_single:
+            from engine.device.twin.fast import mix_estimate
+
+            power = dict(mix_estimate(trace, control, self.profile, gpu_cap_hz=cap).power_mw)
+        elif est is not None:
             power = dict(est.power_mw)
         else:
             power = idle_power_mw(clocks, self.profile, online_cpus=control.online_cpus)
         self._clocks = clocks
         self._power = power
-        self._write_state(clocks, est, power, control)
+        self._write_state(clocks, est, power, control, step)
         return clocks, est, power
 
     def _read_control(self) -> ControlState:
@@ -352,15 +365,16 @@ class VirtualOrin:
         self._control, self._policy_ctl, self._main_policy = control, policies, main
         return control
 
-    def _write_state(self, clocks: Clocks, est: StepEstimate | None, power: Mapping[str, float], control: ControlState) -> None:
+    def _write_state(self, clocks: Clocks, est: StepEstimate | None, power: Mapping[str, float], control: ControlState,
+                     step: StepTrace | None) -> None:
         lay = self.layout
         self._files.put(f"{lay.gpu_devfreq}/cur_freq", clocks.gpu_hz)
         self._files.put(f"{lay.gpu_devfreq}/target_freq", clocks.gpu_hz)
-        if est is not None and self._trace is not None:
+        if est is not None and step is not None:
             last = self._last_step
-            if last is None or last[0] is not self._trace or last[1] != clocks or last[3] != control.online_cpus:
+            if last is None or last[0] is not step or last[1] != clocks or last[3] != control.online_cpus:
                 self._phases = None
-            self._last_step = (self._trace, clocks, est, control.online_cpus)
+            self._last_step = (step, clocks, est, control.online_cpus)
         _phase, rails, util = self._shown(power, est.gpu_util if est else 0.0)
         self._files.put(f"{lay.gpu_device}/load", int(round(1000 * util)))
         for i, (p, ctl) in enumerate(zip(lay.cpu_policy_dirs, self._policy_ctl)):
