@@ -213,6 +213,39 @@ def test_monitor_refuses_an_implausible_rail_instead_of_summing_it(r36_tree, iso
     assert "total" not in captured.out
 
 
+def test_monitor_bridges_a_brief_implausible_reading_and_stops_on_a_lasting_one(r36_tree, isolated_env) -> None:
+    """A glitch mid-run costs one skipped sample (the trapezoid joins its neighbours), not the run;
+    a rail that stays implausible past the grace stops the monitor with the rail named."""
+    from engine.core.errors import ImplausibleReadingError
+    from engine.device.jetson import JetsonDevice
+    from engine.device.monitor import IMPLAUSIBLE_GRACE_S, PowerMonitor
+    from engine.device.power import DeviceRailSource
+
+    root, layout = r36_tree
+    now = [0.0]
+    source = DeviceRailSource(JetsonDevice(root), clock=lambda: now[0])
+    source.min_interval_s = 0.0
+    monitor = PowerMonitor(source, rate_hz=10.0)
+    good = open(root / layout.rails["VDD_CPU_CV"][1]).read()
+    assert monitor.sample_once() is not None
+    first = monitor.energy_j()
+    _set_rail_current(root, layout, "VDD_CPU_CV", -5000)
+    now[0] = 0.1
+    assert monitor.sample_once() is None and monitor.skipped == 1  # bridged
+    (root / layout.rails["VDD_CPU_CV"][1]).write_text(good)
+    now[0] = 0.2
+    assert monitor.sample_once() is not None
+    gained = monitor.energy_j()["VDD_CPU_CV"] - first["VDD_CPU_CV"]
+    assert gained == pytest.approx(monitor.latest().rails_mw["VDD_CPU_CV"] * 0.2 / 1000.0)  # no negative power summed
+    _set_rail_current(root, layout, "VDD_CPU_CV", -5000)
+    now[0] = 0.3
+    assert monitor.sample_once() is None
+    now[0] = 0.3 + IMPLAUSIBLE_GRACE_S + 0.1
+    with pytest.raises(ImplausibleReadingError) as err:
+        monitor.sample_once()
+    assert err.value.rail == "VDD_CPU_CV" and "negative current" in err.value.what
+
+
 # --------------------------------------------------------------------------- CPU clusters
 def test_a_cluster_without_cpufreq_is_unknown_never_pinned(r36_tree, isolated_env, capsys) -> None:
     root, layout = r36_tree

@@ -73,6 +73,14 @@ class PermissionDeniedError(DeviceError):
         self.path = path
 
 
+class ImplausibleReadingError(DeviceError):
+    """A sensor reading the board cannot show (a negative current, a power past its limit)."""
+
+    def __init__(self, what: str, remedy: str, rail: str) -> None:
+        super().__init__(what, remedy)
+        self.rail = rail
+
+
 class ClockNotAppliedError(DeviceError):
     """A clock was written but the hardware did not follow."""
 

@@ -31,7 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from engine.core.errors import ConfigError, DeviceError
+from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
 from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource
 from engine.device.window_trace import WindowTrace, power_at
 from engine.core.stats import trapezoid_j
@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# A rail that reads what the board cannot show (ImplausibleReadingError) for a moment (a sensor
+# glitch) is bridged: the sample is skipped and the trapezoid joins the samples around it. Past
+# this long the energy between them would be a guess, not a measurement: the monitor stops.
+IMPLAUSIBLE_GRACE_S = 2.0
 
 # None = every rail the source reports. gpu+cpu is what published Orin studies report.
 RAIL_PRESETS: dict[str, tuple[str, ...] | None] = {
@@ -169,6 +174,8 @@ class PowerMonitor:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self._implausible_since: float | None = None  # when the current run of implausible readings began
+        self.skipped = 0  # implausible samples skipped (bridged) so far
 
     # ------------------------------------------------------------------ properties
     @property
@@ -249,9 +256,28 @@ class PowerMonitor:
         if counter is not None:
             with self._lock:
                 return self._ingest_counter(*counter)
-        sample = self.source.read()
+        try:
+            sample = self.source.read()
+        except ImplausibleReadingError as exc:
+            return self._skip_implausible(exc)
+        self._implausible_since = None
         with self._lock:
             return sample if self._ingest(sample) else None
+
+    def _skip_implausible(self, exc: ImplausibleReadingError) -> None:
+        """Bridge a brief implausible reading; raise it when nothing was measured yet (no run
+        starts on a faulty sensor) or when it has lasted IMPLAUSIBLE_GRACE_S."""
+        if self._last is None:
+            raise exc
+        now = self._clock()
+        if self._implausible_since is None:
+            self._implausible_since = now
+            log.warning("power sample skipped and bridged: %s", exc.what)
+        elif now - self._implausible_since > IMPLAUSIBLE_GRACE_S:
+            raise ImplausibleReadingError(
+                f"{exc.what}, for {now - self._implausible_since:.1f} s", exc.remedy, rail=exc.rail) from exc
+        self.skipped += 1
+        return None
 
     def _ingest_counter(self, t: float, energy: Mapping[str, float]) -> PowerSample | None:
         """(Under the lock.) An exact source's sample at its counter reading (t, joules per rail): the

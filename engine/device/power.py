@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-from engine.core.errors import DeviceError
+from engine.core.errors import ImplausibleReadingError
 from engine.device.base import Device
 from engine.core.provenance import Source
 
@@ -50,8 +50,8 @@ class DeviceRailSource:
     """Rail power from any Device (the Jetson sysfs backend, on a board or on the twin's tree).
 
     A reading the board cannot show (engine.core.plausible, by its profile: a negative current, a
-    power over twice the module's limit) stops the sampling with a DeviceError naming the rail:
-    summed, it would make every energy after it wrong."""
+    power over twice the module's limit) raises ImplausibleReadingError naming the rail: summed, it
+    would make every energy after it wrong (the monitor bridges a brief one, stops on a lasting one)."""
 
     def __init__(self, device: Device, clock: Callable[[], float] = time.monotonic) -> None:
         from engine.device.twin.profile import board_limits
@@ -73,10 +73,10 @@ class DeviceRailSource:
         for r in readings:
             problem = self.limits.rail_problem(r.voltage_mv, r.current_ma)
             if problem:
-                raise DeviceError(
+                raise ImplausibleReadingError(
                     f"rail {r.name} reads {r.voltage_mv:g} mV, {r.current_ma:g} mA, which is implausible: {problem}",
                     "check the board's INA3221 (its shunt resistor files and driver; `slm-dvfs device` flags the "
-                    "rail); nothing is measured from it until it reads sensibly")
+                    "rail); nothing is measured from it until it reads sensibly", rail=r.name)
         return PowerSample(self._clock(), {r.name: r.power_mw for r in readings})
 
     def energy_counter(self) -> None:
