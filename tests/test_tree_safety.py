@@ -6,6 +6,7 @@ temporary journals are cleaned or reported, and `restore` takes the board like e
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pwd
@@ -22,6 +23,7 @@ import pytest
 
 from engine.cli import main
 from engine.device.guard.guard import list_journals
+from engine.device.guard.journal import PINNED
 from engine.device.treegen import default_orin_spec, render_tree
 from engine.device.twin.orin import VirtualOrin
 
@@ -295,3 +297,169 @@ def test_a_fifo_in_a_tree_is_refused_never_waited_on(r36_tree, fake_tools, isola
     assert {n: (tree / n).read_text() for n in before} == before and list_journals() == []
     rc, out, err = res["twin"]  # the twin's own tree: the file is rendered again, a regular file
     assert rc == 0 and (twin / "sys/kernel/debug/bpmp/debug/clk/emc/rate").is_file()
+
+
+@pytest.fixture
+def full_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_env) -> Iterator[Path]:
+    """The state dir on a tmpfs that is full."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mnt)],
+                          capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with pytest.raises(OSError, match="No space"):
+                while True:
+                    os.write(fd, b"\0" * 4096)
+        finally:
+            os.close(fd)
+        monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(mnt))
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
+
+
+def test_a_full_state_dir_is_a_clear_error_and_changes_no_clock(full_state_dir: Path, r36_tree, capsys) -> None:
+    tree, _lay = r36_tree
+    before = _files(tree)
+    assert main(["pin", "--sysfs-root", str(tree), "--gpu", "612"]) == 2
+    err = capsys.readouterr().err
+    assert "ENOSPC" in err and "df " in err and "nothing was changed" in err and "Traceback" not in err
+    assert _files(tree) == before  # no clock changed without its journal
+    assert main(["pin", "--twin", "--gpu", "612"]) == 2  # the twin's tree lives in the state dir too
+    err = capsys.readouterr().err
+    assert "cannot write the twin's tree" in err and "ENOSPC" in err and "What to do" in err
+
+
+def test_stale_temporary_journals_are_cleaned_when_ours_and_dead_and_reported_otherwise(
+    user: pwd.struct_passwd, isolated_env, capsys, caplog: pytest.LogCaptureFixture
+) -> None:
+    journals = isolated_env.state_dir / "journals"
+    journals.mkdir(parents=True, mode=0o700)
+    dead = journals / ".0123abcd-session-41-7.json.41.9.tmp"  # its writer was killed before the rename
+    dead.write_text('{"version": 2, "ki')
+    live = journals / ".0123abcd-session-42-7.json.42.9.tmp"  # being written now: its writer holds it
+    live.write_text("{")
+    foreign = journals / ".0123abcd-session-43-7.json.43.9.tmp"
+    foreign.write_text("{}")
+    os.chown(foreign, user.pw_uid, user.pw_gid)
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert main(["restore"]) == 1
+        out = capsys.readouterr()
+        assert not dead.exists() and live.exists() and foreign.exists()
+        assert str(foreign) in out.err and f"owned by uid {user.pw_uid}" in out.err and "What to do" in out.err
+        caplog.clear()
+        assert main(["device", "--twin"]) == 0  # `device` reports it too (a warning line, as other journals')
+        assert any(str(foreign) in r.getMessage() and "did not write" in r.getMessage() for r in caplog.records)
+    finally:
+        os.close(fd)
+
+
+# --- item 2: the lock and the pin key on the board -------------------------------------------------
+@pytest.fixture
+def bind_mount(tmp_path: Path) -> Iterator[Callable[[Path], Path]]:
+    """`mount --bind` a tree at a second path (unmounted afterwards)."""
+    made: list[Path] = []
+
+    def mount(src: Path) -> Path:
+        dst = tmp_path / f"bind-{len(made)}"
+        dst.mkdir()
+        result = subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True, text=True, timeout=60)
+        if result.returncode != 0:
+            pytest.skip(f"cannot bind-mount here: {result.stderr.strip()}")
+        made.append(dst)
+        return dst
+
+    yield mount
+    for dst in reversed(made):
+        subprocess.run(["umount", "-l", str(dst)], capture_output=True, timeout=60)
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from engine.device.base import ClockDomain
+    from engine.device.jetson import JetsonDevice
+    from engine.device.guard.guard import ClockGuard
+
+    dev = JetsonDevice(sys.argv[1])
+    with ClockGuard(dev):
+        dev.pin(ClockDomain.GPU, 306000000)
+        print("pinned", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_a_bind_mount_of_a_tree_meets_the_same_board_lock(r36_tree, fake_tools, bind_mount, isolated_env,
+                                                           tmp_path: Path, capsys) -> None:
+    tree, _lay = r36_tree
+    fake_tools(tree)
+    before = _files(tree)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SLM_DVFS_STATE_DIR": str(tmp_path / "other-state")}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(tree)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "pinned"
+        assert main(["pin", "--sysfs-root", str(bind_mount(tree)), "--gpu", "816"]) == 2
+        err = capsys.readouterr().err
+        assert f"pid {holder.pid}" in err and "What to do" in err
+        assert _gpu_max(tree) == STATIC_HZ and list_journals() == []
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)
+    assert _files(tree) == before
+
+
+@pytest.mark.parametrize("path", ["symlink", "bind mount"])
+def test_a_pin_from_another_state_dir_is_refused_whatever_path_reaches_the_board(
+    path: str, r36_tree, fake_tools, bind_mount, isolated_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys
+) -> None:
+    tree, _lay = r36_tree
+    fake_tools(tree)
+    before = _files(tree)
+    if path == "symlink":
+        other = tmp_path / "linked"
+        other.symlink_to(tree)
+    else:
+        other = bind_mount(tree)
+    assert main(["pin", "--sysfs-root", str(tree), "--gpu", STATIC_MHZ]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "state-b"))  # `sudo` vs `sudo -E`
+    assert main(["pin", "--sysfs-root", str(other), "--gpu", "612"]) == 2
+    err = capsys.readouterr().err
+    assert "from another state dir" in err and str(isolated_env.state_dir) in err and "restore" in err
+    assert _gpu_max(tree) == STATIC_HZ and list_journals() == []
+    assert main(["restore", "--sysfs-root", str(other)]) == 1  # not "nothing to restore" over a pinned board
+    err = capsys.readouterr().err
+    assert "from another state dir" in err and f"SLM_DVFS_STATE_DIR={isolated_env.state_dir}" in err
+    monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(isolated_env.state_dir))
+    assert main(["restore", "--sysfs-root", str(other)]) == 0
+    assert _files(tree) == before
+
+
+# --- item 5: restore takes the board ---------------------------------------------------------------
+def test_restore_takes_sysfs_root_or_twin_and_restores_that_board_only(r36_tree, fake_tools, isolated_env,
+                                                                         capsys) -> None:
+    tree, _lay = r36_tree
+    fake_tools(tree)
+    twin = isolated_env.state_dir / "twin" / "agx-orin-64gb"
+    VirtualOrin("agx-orin-64gb", root=twin).close()
+    before_tree, before_twin = _files(tree), _files(twin)
+    assert main(["pin", "--sysfs-root", str(tree), "--gpu", STATIC_MHZ]) == 0
+    assert main(["pin", "--twin", "--gpu", "816"]) == 0
+    capsys.readouterr()
+    assert main(["restore", "--sysfs-root", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert f"for {tree.resolve()}" in out and str(twin) not in out
+    assert _files(tree) == before_tree and _gpu_max(twin) == "816000000"  # the twin's pin stands
+    assert [j.kind for j in list_journals()] == [PINNED]
+    assert main(["restore", "--sysfs-root", str(tree)]) == 0
+    assert f"nothing to restore for {tree}" in capsys.readouterr().out
+    assert main(["restore", "--twin"]) == 0
+    assert _files(twin) == before_twin and list_journals() == []
