@@ -463,3 +463,65 @@ def test_restore_takes_sysfs_root_or_twin_and_restores_that_board_only(r36_tree,
     assert f"nothing to restore for {tree}" in capsys.readouterr().out
     assert main(["restore", "--twin"]) == 0
     assert _files(twin) == before_twin and list_journals() == []
+
+
+# --- item 6: docs/security.md's recipe, as written ----------------------------------------------------
+def _try_the_service_recipe() -> list[str]:
+    text = (ROOT / "docs" / "security.md").read_text()
+    block = text.split("To try the service without a board", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+@pytest.mark.slow
+def test_the_try_the_service_recipe_runs_as_written(user: pwd.struct_passwd, base: Path, isolated_env,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    import grp
+    import io
+    import shlex
+    import signal
+
+    start, serve, look, clean = _try_the_service_recipe()
+    bin_dir = tmp_path / "bin"  # `slm-dvfs` as installed; `sudo` as root has it; `id -gn` as the user sees it
+    bin_dir.mkdir()
+    (bin_dir / "slm-dvfs").write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m engine "$@"\n')
+    (bin_dir / "slm-dvfs").chmod(0o755)
+    group = grp.getgrgid(user.pw_gid).gr_name
+    prelude = f'sudo() {{ env "$@"; }}\nid() {{ echo {shlex.quote(group)}; }}\nexport PATH={bin_dir}:$PATH\n'
+    made = subprocess.run(["bash", "-c", prelude + start], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    folder = made.stdout.strip()
+    env = {**os.environ, "D": folder}
+    daemon = subprocess.Popen(["bash", "-c", prelude + serve], env=env, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        assert daemon.stderr is not None
+        for line in daemon.stderr:
+            if line.startswith("slm-dvfs clockd: serving"):
+                break
+        else:
+            pytest.fail(f"the service did not start (exit {daemon.wait()})")
+        words = shlex.split(look.replace("$D", folder))
+        assignments = dict(w.split("=", 1) for w in words[:words.index("slm-dvfs")])
+        argv = words[words.index("slm-dvfs") + 1:]
+        for name, value in assignments.items():
+            monkeypatch.setenv(name, value)
+        assert main(argv) == 0  # as root first: every module the command needs is imported before the fork
+        home = _user_folder(base / "home", user)
+
+        def look_as_user() -> str:
+            os.environ.update(SLM_DVFS_STATE_DIR=str(home / "state"), HOME=str(home))
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                rc = main(argv)
+            return json.dumps([rc, out.getvalue(), err.getvalue()])
+
+        rc, out, err = json.loads(as_user(user, look_as_user))
+        assert rc == 0, err
+        assert "digital twin (agx-orin-64gb)" in out and "GPU" in out
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGINT)  # Ctrl-C in its terminal
+        assert daemon.wait(timeout=60) == 0
+    cleaned = subprocess.run(["bash", "-c", prelude + clean], env=env, capture_output=True, text=True, timeout=60)
+    assert cleaned.returncode == 0 and not Path(folder).exists()
