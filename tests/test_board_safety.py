@@ -116,15 +116,15 @@ def test_case2_a_refused_write_is_shown_and_leaves_nothing(
     root, _lay = r36_tree
     fake_tools(root)
     before = _files(root)
-    real_open = open
+    real_open = sysfs_mod._open_write
     clocks = str((root / "sys").resolve())
 
-    def read_only(file, mode="r", *a, **kw):  # type: ignore[no-untyped-def]
-        if "w" in mode and str(Path(file).resolve()).startswith(clocks):  # what a non-root user sees
-            raise PermissionError(13, "Permission denied", str(file))
-        return real_open(file, mode, *a, **kw)
+    def read_only(path, *a, **kw):  # type: ignore[no-untyped-def]
+        if str(Path(path).resolve()).startswith(clocks):  # what a non-root user sees
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
 
-    monkeypatch.setattr(sysfs_mod, "open", read_only, raising=False)
+    monkeypatch.setattr(sysfs_mod, "_open_write", read_only)
     assert main(["pin", "--sysfs-root", str(root), "--gpu", "612"]) == 2
     err = capsys.readouterr().err
     assert "no permission to write" in err and "EACCES" in err and "17000000.gpu/" in err

@@ -280,15 +280,15 @@ def test_permission_error_names_the_file(r36_tree: tuple[Path, TreeLayout], monk
     root, lay = r36_tree
     target = root / lay.gpu_devfreq / "max_freq"
     target.chmod(0o444)
-    if os.access(target, os.W_OK):  # root ignores the mode bits: make open() refuse instead
-        real_open = open
+    if os.access(target, os.W_OK):  # root ignores the mode bits: make the open for writing refuse instead
+        real_open = sysfs_mod._open_write
 
-        def refusing_open(file, mode="r", *a, **kw):  # type: ignore[no-untyped-def]
-            if "w" in mode and Path(file).resolve() == target.resolve():
-                raise PermissionError(13, "Permission denied", str(file))
-            return real_open(file, mode, *a, **kw)
+        def refusing_open(path, *a, **kw):  # type: ignore[no-untyped-def]
+            if Path(path).resolve() == target.resolve():
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_open(path, *a, **kw)
 
-        monkeypatch.setattr(sysfs_mod, "open", refusing_open, raising=False)
+        monkeypatch.setattr(sysfs_mod, "_open_write", refusing_open)
     with pytest.raises(PermissionDeniedError) as err:
         _device(root).pin(GPU, 1300500000)
     assert Path(err.value.path).resolve() == target.resolve()
@@ -405,14 +405,14 @@ def test_a_channel_answering_enodata_is_skipped(tmp_path: Path, monkeypatch: pyt
     spec = dataclasses.replace(spec, rails=spec.rails + (RailSpec("VDD_DISABLED", "1-0041", 1, 0, 0),))
     root = tmp_path / "t"
     render_tree(root, spec)
-    real_open = open
+    real_read = sysfs_mod.read_fd
 
-    def enodata_open(file, *a, **kw):  # type: ignore[no-untyped-def]
-        if str(file).endswith("1-0041/hwmon/hwmon4/in1_input"):
-            raise OSError(errno.ENODATA, "No data available", str(file))
-        return real_open(file, *a, **kw)
+    def enodata_read(fd, path):  # type: ignore[no-untyped-def]
+        if str(path).endswith("1-0041/hwmon/hwmon4/in1_input"):
+            raise OSError(errno.ENODATA, "No data available", str(path))
+        return real_read(fd, path)
 
-    monkeypatch.setattr(discovery_mod, "open", enodata_open, raising=False)
+    monkeypatch.setattr(sysfs_mod, "read_fd", enodata_read)
     names = [r.name for r in _device(root).rails()]
     assert names == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
 

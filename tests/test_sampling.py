@@ -234,8 +234,8 @@ def test_rail_files_opened_once_and_read_with_pread(r36_tree: tuple[Path, TreeLa
     dev = JetsonDevice(root)
     dev.rails()
     opened: list[str] = []
-    real_open = os.open
-    monkeypatch.setattr(sysfs_mod.os, "open", lambda p, *a, **k: opened.append(str(p)) or real_open(p, *a, **k))
+    real_open = sysfs_mod.SysfsTree.open_read
+    monkeypatch.setattr(sysfs_mod.SysfsTree, "open_read", lambda t, rel: opened.append(str(rel)) or real_open(t, rel))
     volt, curr = lay.rails["VDD_GPU_SOC"]
     (root / volt).write_text("5000\n")  # rewritten in place, as a kernel attribute changes
     (root / curr).write_text("3000\n")
@@ -246,7 +246,7 @@ def test_rail_files_opened_once_and_read_with_pread(r36_tree: tuple[Path, TreeLa
     tmp.write_text("1000\n")
     os.replace(tmp, root / curr)
     assert dev.rail("VDD_GPU_SOC").power_mw == pytest.approx(5000.0)
-    assert opened == [str(root / curr)]
+    assert opened == [curr]
     dev.close()
 
 
@@ -326,4 +326,4 @@ def test_session_close_closes_the_rail_files(twin_session, monkeypatch: pytest.M
     real_close = os.close
     monkeypatch.setattr(sysfs_mod.os, "close", lambda fd: closed.append(fd) or real_close(fd))
     twin_session.close()
-    assert set(closed) == fds and device._rail_files._fds == {}
+    assert fds <= set(closed) and device._rail_files._fds == {}  # (the twin closes its folders' descriptors too)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
 
 from engine.cli import numbers
+from engine.core import paths
 from engine.device.base import ClockDomain, Device
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
@@ -52,7 +54,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--emc", metavar="MHZ", help="memory clock in MHz, e.g. 3199")
     p.set_defaults(func=cmd_pin)
 
-    p = sub.add_parser("restore", help="restore clocks changed by `pin` or by a run that did not exit cleanly")
+    p = sub.add_parser("restore", help="restore clocks changed by `pin` or by a run that did not exit cleanly",
+                       description="Restore the clocks that `pin` left, or that a run which did not exit cleanly "
+                                   "left changed: every board's, or with --sysfs-root / --twin that board's only.")
+    add_device_args(p)
     p.set_defaults(func=cmd_restore)
 
     p = sub.add_parser("monitor", help="live rail power and energy")
@@ -284,9 +289,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from engine.device.guard.guard import restore_report
     from engine.device.guard.journal import describe_journals
 
-    report = restore_report()
+    root = None  # every board's journals
+    if args.twin:
+        from engine.device.session import twin_root
+
+        root = str(twin_root(args.twin))
+    elif args.sysfs_root or os.environ.get(paths.ENV_PREFIX + "SYSFS_ROOT"):
+        root = str(paths.sysfs_root(args.sysfs_root))  # that board's only, as every device command takes it
+    report = restore_report(root=root)
     if not report.restored and not report.problems:
-        print("nothing to restore: no pinned clocks and no journal left by a dead run")
+        print(f"nothing to restore{' for ' + root if root else ''}: no pinned clocks and no journal left by a dead run")
         return 0
     for line in describe_journals(report.restored):
         print(f"restored: {line}")

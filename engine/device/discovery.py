@@ -7,7 +7,6 @@ then the error names what was looked for and what was found instead.
 
 from __future__ import annotations
 
-import errno
 import logging
 import re
 from dataclasses import dataclass
@@ -137,7 +136,7 @@ def discover(tree: SysfsTree) -> JetsonNodes:
 
 def _exists(tree: SysfsTree, rel: str) -> bool:
     try:
-        return tree.path(rel).exists()
+        return tree.exists(rel)  # in a tree other than `/`: inside the tree only
     except OSError:  # debugfs answers EACCES to non-root users
         return False
 
@@ -214,12 +213,12 @@ def _find_rails(tree: SysfsTree) -> tuple[tuple[RailNode, ...], str | None, str 
 def _readable(tree: SysfsTree, rel: str) -> bool:
     """A disabled INA3221 channel answers ENODATA (or has no file at all)."""
     try:
-        with open(tree.path(rel)) as fh:
-            fh.read()
+        tree.read_bytes(rel)  # as every tree file is read: no FIFO, no link out of the tree
         return True
-    except OSError as exc:
-        if exc.errno not in (errno.ENODATA, errno.ENOENT):
-            log.warning("cannot read %s: %s", rel, exc.strerror)
+    except NodeNotFoundError:
+        return False
+    except DeviceError as exc:
+        log.warning("cannot read %s: %s", rel, exc.what)
         return False
 
 

@@ -20,10 +20,10 @@ from engine.device.base import PowerMode
 from engine.device.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
 from engine.device.jetson_write import write_range
-from engine.device.sysfs import SysfsTree
+from engine.device.sysfs import FAKE_L4T_MARKER, SysfsTree
+from engine.device.treefs import put_file
 from engine.core.errors import SlmDvfsError
 
-FAKE_L4T_MARKER = ".slm-dvfs-fake-l4t"  # a test tree whose L4T tools are simulated in-process
 NVPMODEL_PATH = "usr/sbin/nvpmodel"
 JETSON_CLOCKS_PATH = "usr/bin/jetson_clocks"
 DEFAULT_STORE = "root/l4t_dfs.conf"  # jetson_clocks' default store file, under the root
@@ -117,11 +117,19 @@ def jetson_clocks_main(root: str, argv: Sequence[str], out: TextIO | None = None
             pin_to_max(tree, nodes)
             return 0
         if args[0] in ("--store", "--restore"):
-            path = Path(args[1]) if len(args) > 1 else tree.path(DEFAULT_STORE)
-            if args[0] == "--store":
-                store(tree, nodes, path)
+            if len(args) > 1:  # a file slm-dvfs chose (its state dir), or a person's
+                path = Path(args[1])
+                if args[0] == "--store":
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(store_text(tree, nodes))
+                else:
+                    if not path.is_file():
+                        raise SlmDvfsError(f"no stored state at {path}", "run `jetson_clocks --store` first")
+                    restore_text(tree, path.read_text())
+            elif args[0] == "--store":  # the default file is the tree's own: written as its files are
+                put_file(tree.root, DEFAULT_STORE, store_text(tree, nodes).encode())
             else:
-                restore(tree, path)
+                restore_text(tree, tree.read_str(DEFAULT_STORE))
             return 0
         if args[0] == "--show":
             out.write(show(tree, nodes))
@@ -167,17 +175,15 @@ def pin_to_max(tree: SysfsTree, nodes: JetsonNodes) -> None:
         tree.write(f"{nodes.emc}/rate", top)
 
 
-def store(tree: SysfsTree, nodes: JetsonNodes, path: Path) -> None:
-    lines = [f"/{rel}:{tree.read_str(rel)}" for rel in _control_files(tree, nodes)]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+def store_text(tree: SysfsTree, nodes: JetsonNodes) -> str:
+    """What `jetson_clocks --store` writes: `/path:value` per control file."""
+    return "\n".join(f"/{rel}:{tree.read_str(rel)}" for rel in _control_files(tree, nodes)) + "\n"
 
 
-def restore(tree: SysfsTree, path: Path) -> None:
-    if not path.is_file():
-        raise SlmDvfsError(f"no stored state at {path}", "run `jetson_clocks --store` first")
+def restore_text(tree: SysfsTree, text: str) -> None:
+    """`jetson_clocks --restore`: the stored control files written back, each range in a safe order."""
     values: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if ":" in line:
             rel, value = line.rsplit(":", 1)
             values[rel.lstrip("/")] = value.strip()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine.core.errors import DeviceError
 from engine.device.base import DeviceIdentity
-from engine.device.sysfs import SysfsTree
+from engine.device.sysfs import TWIN_MARKER, SysfsTree
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -18,8 +18,6 @@ else:  # pragma: no cover - Python 3.10 (JetPack 6)
     import tomli as tomllib
 
 log = logging.getLogger(__name__)
-
-TWIN_MARKER = ".slm-dvfs-twin"
 
 # Module part numbers as they appear in the device tree's `compatible`.
 MODULES = {
@@ -106,15 +104,16 @@ def read_l4t(tree: SysfsTree) -> str | None:
 
 
 def twin_profile(root: Path) -> str | None:
-    """The twin's profile name from its marker; "" for a twin without a profile, None for a board."""
-    marker = root / TWIN_MARKER
-    if not marker.is_file():
+    """The twin's profile name from its marker; "" for a twin without a profile, None for a board.
+    The marker is read as every tree file is (never through a link out of the tree)."""
+    tree = SysfsTree(root)
+    if not tree.exists(TWIN_MARKER):
         return None
     try:
-        data = tomllib.loads(marker.read_text())
-    except (tomllib.TOMLDecodeError, OSError) as exc:
+        data = tomllib.loads(tree.read_str(TWIN_MARKER))
+    except tomllib.TOMLDecodeError as exc:
         raise DeviceError(
-            f"{marker} is not valid TOML ({exc})",
+            f"{tree.path(TWIN_MARKER)} is not valid TOML ({exc})",
             'it should hold one line like `profile = "agx-orin-64gb"`; re-create the twin',
         ) from None
     return str(data.get("profile", ""))

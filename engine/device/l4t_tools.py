@@ -16,14 +16,13 @@ from __future__ import annotations
 import io
 import logging
 import os
-import stat
 from pathlib import Path
 from typing import Sequence
 
 from engine.core.errors import DeviceError
 from engine.device import fake_l4t
-from engine.device.jetson_identity import TWIN_MARKER
 from engine.device.nvpmodel import parse_query, run_tool
+from engine.device.treefs import own_tree
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +41,9 @@ _MISSING = {
 
 def route(root: str | os.PathLike[str]) -> str:
     """How this root's tools run: SYSTEM (root `/`), IN_PROCESS (a trusted twin or test tree) or NONE."""
-    resolved = Path(os.path.realpath(root))
-    if resolved == Path("/"):
+    if Path(os.path.realpath(root)) == Path("/"):
         return SYSTEM
-    if any(_trusted_marker(resolved / m) for m in (TWIN_MARKER, fake_l4t.FAKE_L4T_MARKER)):
-        return IN_PROCESS
-    return NONE
-
-
-def _trusted_marker(path: Path) -> bool:
-    """A marker counts only as a regular file owned by us (and its tree's folder too), writable by
-    nobody else: another user's tree must not choose how we treat it."""
-    try:
-        for p, st in ((path, os.lstat(path)), (path.parent, os.stat(path.parent))):
-            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                log.warning("ignoring %s: not owned by uid %d or writable by others", p, os.getuid())
-                return False
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
+    return IN_PROCESS if own_tree(root) else NONE
 
 
 def available(root: str | os.PathLike[str], tool: str) -> bool:

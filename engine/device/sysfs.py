@@ -1,15 +1,43 @@
-"""Root-relative file access for sysfs/debugfs: one code path for a board and a fake tree."""
+"""Root-relative file access for sysfs/debugfs: one code path for a board and a fake tree.
+
+On the board's own root (`/`) the kernel's files are opened as they are: sysfs has links (the
+devfreq class, `cpuN/cpufreq`, L4T's `/etc/nvpmodel.conf`) that the spec says to follow, and
+only the kernel and root make them; its attributes are written in place. Under any other root
+(a twin's tree, a test tree, a copy of a board's files) every path goes through
+`engine.device.treefs`: links only inside the tree, regular files only, and a tree of ours
+written by atomic replaces. Nothing is read from a FIFO (reads open with O_NONBLOCK and refuse
+anything but a regular file).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import glob
+import logging
 import os
+import stat
 import threading
 from pathlib import Path
 
-from engine.core.errors import DeviceError, NodeNotFoundError, PermissionDeniedError
+from engine.core.errors import DeviceError, NodeNotFoundError, PermissionDeniedError, errno_text
+from engine.device.treefs import (  # noqa: F401 - the markers and the error are re-exported for the modules that read trees
+    FAKE_L4T_MARKER,
+    TWIN_MARKER,
+    UnsafeTreeError,
+    not_regular,
+    own_tree,
+    read_fd,
+    resolve_at,
+    replace_at,
+    write_fd,
+)
+
+log = logging.getLogger(__name__)
+
+# Flags of every open: O_NONBLOCK so that opening a FIFO never waits for a writer.
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class SysfsTree:
@@ -21,6 +49,8 @@ class SysfsTree:
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.root = Path(root)
+        # The board's own root: its links are the kernel's (and root's), followed as the spec says.
+        self.system = os.path.realpath(self.root) == "/"
 
     def path(self, rel: str | os.PathLike[str]) -> Path:
         rel_s = os.fspath(rel)
@@ -41,7 +71,24 @@ class SysfsTree:
             return str(p)
 
     def exists(self, rel: str | os.PathLike[str]) -> bool:
-        return self.path(rel).exists()
+        """Whether the file or folder is there (under another root than `/`: inside the tree;
+        one reached only through a link out of the tree is not)."""
+        if self.system:
+            return self.path(rel).exists()
+        try:
+            fd, name = resolve_at(self.root, self.rel(self.path(rel)))
+        except UnsafeTreeError as exc:
+            log.warning("%s", exc.what)
+            return False
+        except OSError:
+            return False
+        try:
+            os.stat(name, dir_fd=fd, follow_symlinks=False)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
     def glob(self, pattern: str) -> list[str]:
         """Root-relative matches, sorted."""
@@ -49,25 +96,44 @@ class SysfsTree:
         hits = glob.glob(os.path.join(base, pattern.lstrip("/")))
         return sorted(self.rel(h) for h in hits)
 
-    def read_str(self, rel: str | os.PathLike[str]) -> str:
+    def open_read(self, rel: str | os.PathLike[str]) -> int:
+        """An fd to read one file (the caller closes it): O_NONBLOCK, a regular file only, reached
+        through links inside the tree only (see the module's docstring). Raises OSError or
+        UnsafeTreeError."""
+        if self.system:
+            fd = os.open(self.path(rel), _READ)
+        else:
+            dir_fd, name = resolve_at(self.root, self.rel(self.path(rel)))
+            try:
+                fd = os.open(name, _READ | os.O_NOFOLLOW, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise not_regular(self.path(rel), mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def read_bytes(self, rel: str | os.PathLike[str]) -> bytes:
         p = self.path(rel)
         try:
-            return p.read_text().strip()
-        except FileNotFoundError:
-            raise NodeNotFoundError(
-                f"{p} does not exist",
-                "check that this is a Jetson running L4T r35/r36 (or pass --sysfs-root / "
-                "--twin); `slm-dvfs device` lists what was found",
-            ) from None
-        except PermissionError:
-            raise DeviceError(
-                f"no permission to read {p}",
-                "run as root or add your user to the group that owns it",
-            ) from None
+            fd = self.open_read(rel)
+            try:
+                return read_fd(fd, p)
+            finally:
+                os.close(fd)
         except OSError as exc:
-            if exc.errno == errno.ENODATA:
-                raise NodeNotFoundError(f"{p} has no data (disabled channel)", "skip this channel") from None
-            raise DeviceError(f"cannot read {p}: {exc.strerror}", "check the board's kernel and drivers") from None
+            raise read_error(p, exc) from None
+
+    def read_str(self, rel: str | os.PathLike[str]) -> str:
+        data = self.read_bytes(rel)
+        try:
+            return data.decode().strip()
+        except UnicodeDecodeError:
+            raise DeviceError(f"{self.path(rel)} is not text", "check the driver; this file should hold text") from None
 
     def read_int(self, rel: str | os.PathLike[str]) -> int:
         text = self.read_str(rel)
@@ -89,23 +155,90 @@ class SysfsTree:
             ) from None
 
     def write(self, rel: str | os.PathLike[str], value: int | str) -> None:
+        """Write one value: in place on a board (a sysfs attribute takes one write), replaced
+        atomically in a tree of ours (a twin's or a test tree), never through a link out of a tree.
+        The file's own permissions decide, as the kernel's do."""
         p = self.path(rel)
+        data = f"{value}\n".encode()
         try:
-            with open(p, "w") as fh:
-                fh.write(f"{value}\n")
+            if self.system:
+                fd = _open_write(p, p, _WRITE | os.O_TRUNC | os.O_NOFOLLOW)
+                try:
+                    write_fd(fd, data, p)
+                finally:
+                    os.close(fd)
+                return
+            dir_fd, name = resolve_at(self.root, self.rel(p))
+            try:
+                if own_tree(self.root):
+                    # Opened (not truncated) first: the file's own permissions refuse as the kernel's would.
+                    fd = _open_write(p, name, _WRITE | os.O_NOFOLLOW, dir_fd)
+                    try:
+                        mode = os.fstat(fd).st_mode
+                    finally:
+                        os.close(fd)
+                    if not stat.S_ISREG(mode):
+                        raise not_regular(p, mode)
+                    replace_at(dir_fd, name, data, p)
+                else:
+                    fd = _open_write(p, name, _WRITE | os.O_TRUNC | os.O_NOFOLLOW, dir_fd)
+                    try:
+                        write_fd(fd, data, p)
+                    finally:
+                        os.close(fd)
+            finally:
+                os.close(dir_fd)
         except FileNotFoundError:
             raise NodeNotFoundError(
                 f"{p} does not exist", "check the board's L4T release; `slm-dvfs device` lists what was found"
             ) from None
-        except PermissionError as exc:
-            raise PermissionDeniedError(str(p), exc.errno) from None
         except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise PermissionDeniedError(str(p), exc.errno) from None
-            raise DeviceError(
-                f"the kernel refused {value!r} for {p}: {exc.strerror}",
-                "the value may be outside the current limits or the nvpmodel mode's cap",
-            ) from None
+            raise write_error(p, value, exc) from None
+
+
+def _open_write(path: Path, name: str | os.PathLike[str], flags: int, dir_fd: int | None = None) -> int:
+    """Open the tree file `path` (`name` in the folder `dir_fd`) for writing: one place, so that a
+    test can refuse it as the kernel refuses a user who may not write clocks."""
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+def read_error(path: str | os.PathLike[str], exc: OSError) -> DeviceError:
+    """A failed read of a tree file, as the error a user can act on."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+        return NodeNotFoundError(
+            f"{path} does not exist",
+            "check that this is a Jetson running L4T r35/r36 (or pass --sysfs-root / "
+            "--twin); `slm-dvfs device` lists what was found",
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return DeviceError(f"no permission to read {path}", "run as root or add your user to the group that owns it")
+    if exc.errno == errno.ENODATA:
+        return NodeNotFoundError(f"{path} has no data (disabled channel)", "skip this channel")
+    if exc.errno == errno.ELOOP:
+        return _unsafe_link_now(path)
+    return DeviceError(f"cannot read {path}: {exc.strerror}", "check the board's kernel and drivers")
+
+
+def write_error(path: str | os.PathLike[str], value: object, exc: OSError) -> DeviceError:
+    """A failed write of a tree file, as the error a user can act on."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return PermissionDeniedError(str(path), exc.errno)
+    if exc.errno == errno.ELOOP:
+        return _unsafe_link_now(path)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DeviceError(f"cannot write {path} ({errno_text(exc.errno, exc.strerror)})",
+                           f"free space on the disk that holds it (`df {os.path.dirname(path)}`), then try again")
+    if exc.errno in (errno.ENXIO, errno.ENOTDIR, errno.EISDIR):
+        return DeviceError(f"cannot write {path} ({errno_text(exc.errno, exc.strerror)})",
+                           "check the tree: this should be a regular file")
+    return DeviceError(
+        f"the kernel refused {value!r} for {path}: {exc.strerror}",
+        "the value may be outside the current limits or the nvpmodel mode's cap",
+    )
+
+
+def _unsafe_link_now(path: str | os.PathLike[str]) -> UnsafeTreeError:
+    return UnsafeTreeError(f"{path} is a link", "a tree's files must be regular files, not links: re-create the tree")
 
 
 # Errors after which an open kernel file must be opened again: a driver unbound and bound
@@ -193,14 +326,11 @@ class OpenFiles:
                 os.close(old)
         p = self.tree.path(rel)
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self.tree.open_read(rel)
         except FileNotFoundError:
             raise NodeNotFoundError(f"{p} is gone (the sensor's driver unbound or the tree was rebuilt)",
                                     "check the board's INA3221 driver (`slm-dvfs device`) and restart the run") from None
-        except PermissionError:
-            raise DeviceError(f"no permission to read {p}",
-                              "run as root or add your user to the group that owns it") from None
         except OSError as exc:
-            raise DeviceError(f"cannot open {p}: {exc.strerror}", "check the board's kernel and drivers") from None
+            raise read_error(p, exc) from None
         self._fds[rel] = fd
         return fd

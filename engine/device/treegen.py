@@ -7,8 +7,10 @@ reads a real board's, so everything here follows L4T's names, units and links.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from engine.device.base import PowerMode
 from engine.core.clocks import highest_at_most
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
 from engine.core.errors import ConfigError
+from engine.device.treefs import put_file, resolve_at
 
 log = logging.getLogger(__name__)
 
@@ -188,29 +191,38 @@ def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
 
 
 class _Writer:
-    """Root-relative file and relative-symlink creation (so a tree can be moved)."""
+    """Root-relative file and relative-symlink creation (so a tree can be moved), never through a
+    link out of the tree (engine.device.treefs): re-rendering a tree someone changed cannot write
+    elsewhere."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
 
     def file(self, rel: str, value: object, *, newline: bool = True) -> None:
-        p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_symlink():
-            p.unlink()
-        p.write_text(f"{value}\n" if newline else str(value))
+        put_file(self.root, rel, (f"{value}\n" if newline else str(value)).encode())
 
     def link(self, rel: str, target_rel: str) -> None:
-        p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        elif p.is_dir():
-            raise ConfigError(f"{p} is a folder where a link belongs", "render into an empty folder")
-        p.symlink_to(os.path.relpath(self.root / target_rel, p.parent))
+        dir_fd, name = resolve_at(self.root, rel, make_dirs=True, follow_last=False)
+        try:
+            try:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            else:
+                if stat.S_ISDIR(st.st_mode):
+                    raise ConfigError(f"{self.root / rel} is a folder where a link belongs", "render into an empty folder")
+                os.unlink(name, dir_fd=dir_fd)
+            os.symlink(os.path.relpath(self.root / target_rel, (self.root / rel).parent), name, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def mkdir(self, rel: str) -> None:
-        (self.root / rel).mkdir(parents=True, exist_ok=True)
+        dir_fd, name = resolve_at(self.root, rel, make_dirs=True, follow_last=False)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 def _check_layout(layout: str) -> None:

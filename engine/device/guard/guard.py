@@ -56,7 +56,7 @@ from engine.device.guard.restore import (  # noqa: F401 - the guard's public API
     restore_report,
     restore_settings,
 )
-from engine.device.guard.trust import pin_marker
+from engine.device.guard.trust import in_folder, pin_marker, pinned_journal
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,7 @@ class ClockGuard:
         try:
             if self.recover:
                 self.recovered = recover_stale(self.directory)
-            if not self.over_pin:
-                self._refuse_if_pinned(lock_dir, key, root)
+            self._refuse_if_pinned(lock_dir, key, root)
             self.snapshot = self.device.read_settings()
             ensure_dir(self.directory)
             path = self.directory / f"{key}-{SESSION}-{os.getpid()}-{time.time_ns()}.json"
@@ -244,18 +243,26 @@ class ClockGuard:
 
     def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
         """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
-        the pin and its restore would put back the pin, not the board's own state."""
-        marker = pin_marker(lock_dir, key)
+        the pin and its restore would put back the pin, not the board's own state. A second `pin`
+        (over_pin) may go over a pin journalled in our own state dir, whose snapshot it keeps, but
+        not over one from another state dir or user: it would journal the pinned clocks as the
+        board's own, and its restore would leave the board pinned."""
         mine = self.directory / f"{key}-{PINNED}.json"
-        journal = None
-        try:
-            data = json.loads(marker.read_text())
-            journal = str(data.get("journal"))
-            if not Path(journal).exists() and os.access(Path(journal).parent, os.X_OK):
-                marker.unlink(missing_ok=True)  # its journal was restored or deleted
-                journal = None
-        except (OSError, ValueError, AttributeError):
-            pass
+        pinned = pinned_journal(lock_dir, key)
+        journal = None if pinned is None else pinned[0]
+        if pinned is not None and not in_folder(pinned[0], self.directory):
+            journal, uid = pinned
+            state = Path(journal).parent.parent
+            raise BoardPinnedError(
+                f"the clocks of {root or 'this device'} are pinned by `slm-dvfs pin` from another state dir "
+                f"(journal {journal}, uid {uid}); a {'pin' if self.over_pin else 'run'} from here would take the "
+                f"pinned clocks for the board's own, and its restore would leave the board pinned",
+                f"restore that pin first, as uid {uid} with its state dir (`SLM_DVFS_STATE_DIR={state} slm-dvfs "
+                f"restore --sysfs-root {root}`), then try again",
+                None,
+            )
+        if self.over_pin:
+            return  # over our own pin: keep() keeps its snapshot
         if journal is None and mine.exists():
             journal = str(mine)
         if journal is not None:

@@ -17,6 +17,8 @@ Two kinds of journal:
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import logging
@@ -31,7 +33,7 @@ from typing import Any, Iterator
 from engine.core import paths
 from engine.core.errors import DeviceError, SlmDvfsError, errno_text
 from engine.device.base import Device, DeviceSettings
-from engine.device.guard.lock import board_key, session_alive
+from engine.device.guard.lock import board_key, read_small, session_alive
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class Journal:
     def read(cls, path: Path) -> "Journal":
         check_trusted(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(read_small(path))
             device = dict(data["device"])
             if not isinstance(device.get("root", "/"), str):
                 raise TypeError("the device root is not a string")
@@ -221,6 +223,7 @@ def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[Jo
             bad.append(JournalProblem(moved or p, hint, exc.what + where, exc.remedy))
         except SlmDvfsError as exc:
             bad.append(JournalProblem(p, _root_hint(p), exc.what, exc.remedy))
+    bad += stale_temp_files(directory)
     for p in sorted(directory.glob("*.json.corrupt-*")):
         if all(b.path != p for b in bad):
             bad.append(JournalProblem(
@@ -229,6 +232,47 @@ def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[Jo
                 f"then delete {p}", fresh=False,
             ))
     return sorted(found, key=lambda j: j.created), bad
+
+
+_TMP_NAME = re.compile(r"\..+\.json\.[0-9]+\.[0-9]+\.tmp")
+
+
+def stale_temp_files(directory: Path) -> list[JournalProblem]:
+    """Temporary journals left by a writer that died before its rename (`atomic_write`): deleted
+    when provably ours and dead (a regular file we own whose writer's flock is free), reported
+    otherwise (not ours, a link, not a regular file). One being written now is left alone."""
+    problems: list[JournalProblem] = []
+    uid = os.geteuid()
+    for p in sorted(directory.glob(".*.tmp")):
+        if not _TMP_NAME.fullmatch(p.name):
+            continue
+        try:
+            st = os.lstat(p)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != uid:
+                why = "not a regular file" if not stat.S_ISREG(st.st_mode) else f"owned by uid {st.st_uid}, not by us"
+                problems.append(JournalProblem(p, None, f"a temporary clock journal that we did not write ({why})",
+                                               f"check who put it there, then delete {p}"))
+                continue
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # renamed or cleaned meanwhile
+        except OSError as exc:
+            problems.append(JournalProblem(p, None, f"a temporary clock journal that cannot be checked ({exc.strerror})",
+                                           f"check its permissions, then delete {p}"))
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its writer holds it: being written now
+            if os.path.samestat(os.fstat(fd), os.lstat(p)):
+                p.unlink()
+                log.info("deleted %s, a temporary clock journal left by a writer that died before its rename", p)
+        except OSError:
+            pass  # gone meanwhile
+        finally:
+            os.close(fd)
+    return problems
 
 
 def list_journals(directory: Path | None = None) -> list[Journal]:
@@ -264,8 +308,9 @@ def atomic_write(path: Path, data: dict[str, Any]) -> None:
     the folder. A refused write names the file and the errno."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.time_ns()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held while it is written: a scan tells a live writer from a dead one
             with os.fdopen(fd, "w") as fh:
                 json.dump(data, fh, indent=1)
                 fh.flush()
@@ -282,16 +327,18 @@ def atomic_write(path: Path, data: dict[str, Any]) -> None:
     except OSError as exc:
         raise DeviceError(
             f"cannot write the clock journal {path} ({errno_text(exc.errno, exc.strerror)})",
+            f"nothing was changed on the board; free space on the disk that holds {path.parent} "
+            f"(`df {path.parent}`) and retry" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else
             "nothing was changed on the board; make the state directory writable "
-            "($XDG_STATE_HOME/slm-dvfs) and retry",
+            "($SLM_DVFS_STATE_DIR or $XDG_STATE_HOME/slm-dvfs) and retry",
         ) from None
 
 
 def _root_hint(path: Path) -> str | None:
     """The device root a damaged journal names, if its text still shows it."""
     try:
-        m = re.search(r'"root"\s*:\s*"([^"]*)"', path.read_text(errors="replace"))
-    except OSError:
+        m = re.search(r'"root"\s*:\s*"([^"]*)"', read_small(path))
+    except (OSError, DeviceError):
         return None
     return m.group(1) if m else None
 

@@ -4,7 +4,6 @@ journal is recovered, a pin left by `slm-dvfs pin` or a session running now is m
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from engine.core.text import clean_text
 from engine.device.guard.journal import PINNED, device_key, journal_dir, list_journals
 from engine.device.guard.lock import board_busy, board_lock_dir
 from engine.device.guard.restore import recover_stale
-from engine.device.guard.trust import pin_marker
+from engine.device.guard.trust import read_pin_marker
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +34,9 @@ def board_notes(device: Device, directory: Path | None = None) -> list[str]:
     key, root = device_key(description), description.get("root")
     pins = [str(j.path) for j in list_journals(directory) if j.kind == PINNED and device_key(j.device) == key]
     lock_dir = board_lock_dir(str(root)) if root else directory
-    try:  # a pin made by another user (their journal is not in our state dir)
-        marker = json.loads(pin_marker(lock_dir, key).read_text())
-        if str(marker.get("journal")) not in pins:
-            pins.append(f"{marker.get('journal')} (uid {marker.get('uid')})")
-    except (SlmDvfsError, OSError, ValueError, AttributeError):
-        pass  # no marker: the usual case
+    marker = read_pin_marker(lock_dir, key)  # a pin made by another user or state dir (its journal is not in ours)
+    if marker is not None and str(marker.get("journal")) not in pins:
+        pins.append(f"{marker.get('journal')} (uid {marker.get('uid')})")
     try:
         busy = board_busy(lock_dir, key)
     except (SlmDvfsError, OSError):

@@ -25,8 +25,8 @@ from engine.device.guard.journal import (
     reopen_device,
     scan_journals,
 )
-from engine.device.guard.lock import DeviceBusyError, board_lock_dir, device_locked
-from engine.device.guard.trust import pin_marker, trusted_store
+from engine.device.guard.lock import DeviceBusyError, board_key, board_lock_dir, device_locked
+from engine.device.guard.trust import in_folder, pin_marker, pinned_journal, trusted_store
 
 log = logging.getLogger(__name__)
 
@@ -147,14 +147,20 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
     return restored
 
 
-def restore_report(directory: Path | None = None) -> RestoreReport:
-    """`slm-dvfs restore`: undo pins and dead sessions, oldest snapshot per device first.
+def restore_report(directory: Path | None = None, root: str | None = None) -> RestoreReport:
+    """`slm-dvfs restore`: undo pins and dead sessions, oldest snapshot per device first; with
+    `root`, that board's alone (`--sysfs-root` / `--twin`), and a pin of it made from another
+    state dir is reported (its journal is not ours to restore).
 
     A device with a live session is refused (restoring under it would leave the board
     pinned once it exits and puts its own snapshot back); journals that cannot be used
     are kept and reported with what to do."""
     directory = directory or journal_dir()
     journals, bad = scan_journals(directory)
+    if root is not None:
+        only = board_key(root)
+        journals = [j for j in journals if device_key(j.device) == only]
+        bad = [b for b in bad if b.root is None or board_key(b.root) == only]
     problems = list(bad)
     live = _by_device([j for j in journals if j.kind == SESSION and j.owner_alive()])
     todo = _by_device([j for j in journals if not (j.kind == SESSION and j.owner_alive())])
@@ -193,7 +199,27 @@ def restore_report(directory: Path | None = None) -> RestoreReport:
         for j in newer:
             j.path.unlink(missing_ok=True)  # a later snapshot of a device already restored
         restored.append(oldest)
+    if root is not None:
+        problems += _foreign_pin(root, directory)
     return RestoreReport(tuple(restored), tuple(problems))
+
+
+def _foreign_pin(root: str, directory: Path) -> list[JournalProblem]:
+    """The board's pin, when its journal lies in another state dir: not ours to restore, said so
+    (rather than "nothing to restore" over a pinned board)."""
+    try:
+        pinned = pinned_journal(board_lock_dir(root), board_key(root))
+    except SlmDvfsError:
+        return []  # no such board (any more): nothing pinned there
+    if pinned is None or in_folder(pinned[0], directory):
+        return []
+    journal, uid = pinned
+    return [JournalProblem(
+        Path(journal), root, f"the board is left pinned by `slm-dvfs pin` from another state dir (uid {uid}); "
+        "its journal is not in ours",
+        f"restore it as uid {uid} with that state dir: `SLM_DVFS_STATE_DIR={Path(journal).parent.parent} "
+        f"slm-dvfs restore --sysfs-root {root}`",
+    )]
 
 
 def restore_all(directory: Path | None = None) -> list[Journal]:

@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+from engine.device.treefs import put_file
 from engine.device.fake_l4t import (  # noqa: F401 - the twin's tools, by their old names
     DEFAULT_STORE,
     JETSON_CLOCKS_PATH,
@@ -40,9 +41,7 @@ def install(root: str | os.PathLike[str]) -> tuple[Path, Path]:
         (NVPMODEL_PATH, "nvpmodel", "nvpmodel_main"),
         (JETSON_CLOCKS_PATH, "jetson_clocks", "jetson_clocks_main"),
     ):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_SCRIPT.format(python=sys.executable, tool=tool, root=str(root), src=src, func=func))
-        path.chmod(0o755)
-        out.append(path)
+        text = _SCRIPT.format(python=sys.executable, tool=tool, root=str(root), src=src, func=func)
+        put_file(root, rel, text.encode(), mode=0o755)  # never through a link someone put in the tree
+        out.append(root / rel)
     return out[0], out[1]

@@ -2,22 +2,26 @@
 
 The sync thread reads a few dozen control files per tick and rewrites the state files
 (current clocks, GPU load, INA3221 rails, temperatures); `TwinFiles` does both fast:
-reads through cached real paths, writes only when a file's text changes, each write an
-atomic replace.
+reads and writes through kept descriptors of the tree's folders (found once, through links
+inside the tree only), writes only when a file's text changes, each write an atomic replace.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
 from typing import Mapping
 
-from engine.core.errors import DeviceError
+from engine.core.errors import DeviceError, errno_text
+from engine.device.treefs import read_fd, replace_at, resolve_at
 from engine.device.treegen import TreeLayout
 from engine.device.twin.governors import ControlState, DomainControl
 from engine.device.twin.profile import TwinProfile
-from engine.device.twin.tree import SHUNT_MOHM, ina_reading, put_text
+from engine.device.twin.tree import SHUNT_MOHM, ina_reading
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO put in the tree must not block us
 
 
 class TwinFiles:
@@ -27,7 +31,8 @@ class TwinFiles:
         self.root = root
         self.layout = layout
         self.profile = profile
-        self._abs: dict[str, str] = {}
+        self._at: dict[str, tuple[int, str]] = {}  # tree file -> (its folder's descriptor, its name)
+        self._dirs: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of a folder -> its descriptor
         self._written: dict[str, str] = {}
 
     def read_control(self) -> tuple[ControlState, list[DomainControl], int]:
@@ -57,18 +62,18 @@ class TwinFiles:
         return control, policies, main
 
     def read(self, rel: str) -> str:
-        """A fast read of a tree file (the sync thread reads a few dozen per tick)."""
-        path = self._abs.get(rel)
-        if path is None:
-            path = self._abs[rel] = os.path.realpath(os.path.join(self.root, rel))
+        """A fast read of a tree file (the sync thread reads a few dozen per tick): through its
+        folder's descriptor, found once inside the tree; O_NOFOLLOW, regular files only."""
+        path = os.path.join(self.root, rel)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            dir_fd, name = self._where(rel)
+            fd = os.open(name, _READ, dir_fd=dir_fd)
             try:
-                return os.read(fd, 65536).decode().strip()
+                return read_fd(fd, path).decode().strip()
             finally:
                 os.close(fd)
-        except OSError as exc:
-            raise DeviceError(f"cannot read {path}: {exc.strerror}", "re-create the twin") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise DeviceError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", "re-create the twin") from None
 
     def read_int(self, rel: str) -> int:
         text = self.read(rel)
@@ -130,5 +135,35 @@ class TwinFiles:
         text = f"{value}"
         if not force and self._written.get(rel) == text:
             return
-        put_text(self.root / rel, text)
+        path = os.path.join(self.root, rel)
+        try:
+            dir_fd, name = self._where(rel)
+            replace_at(dir_fd, name, f"{text}\n".encode(), path)
+        except OSError as exc:
+            raise DeviceError(f"cannot write {path} ({errno_text(exc.errno, exc.strerror)})",
+                              "free space on the twin's disk (or re-create the twin), then try again") from None
         self._written[rel] = text
+
+    def close(self) -> None:
+        """Close the folders' descriptors (a later read or write finds its folder again)."""
+        dirs, self._dirs, self._at = self._dirs, {}, {}
+        for fd in dirs.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:  # a twin dropped without close() must not leak descriptors
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _where(self, rel: str) -> tuple[int, str]:
+        """(its folder's descriptor, its name) for a tree file, found once through links inside the
+        tree only (engine.device.treefs); one descriptor per folder, kept until close()."""
+        at = self._at.get(rel)
+        if at is None:
+            fd, name = resolve_at(self.root, rel)
+            st = os.fstat(fd)
+            kept = self._dirs.setdefault((st.st_dev, st.st_ino), fd)
+            if kept != fd:
+                os.close(fd)
+            at = self._at[rel] = (kept, name)
+        return at

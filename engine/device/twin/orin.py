@@ -23,11 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
 
-from engine.core.errors import ConfigError, DeviceError
+from engine.core.errors import ConfigError, DeviceError, errno_text
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
-from engine.device.jetson_identity import TWIN_MARKER
-from engine.device.sysfs import SysfsTree
+from engine.device.sysfs import TWIN_MARKER, SysfsTree
 from engine.device.treegen import TreeLayout, render_tree
 from engine.device.twin import fake_tools
 from engine.device.twin.files import TwinFiles
@@ -36,7 +35,7 @@ from engine.device.twin.model import Clocks, StepEstimate, idle_power_mw
 from engine.device.twin.phases import Phase, phase_at, step_phases
 from engine.device.twin.profile import TwinProfile, load_profile
 from engine.device.twin.thermal import ThermalState, idle_zone_temps_c, throttling, zone_temps_c
-from engine.device.twin.tree import fast_tmp, marker_layout, put_text, save_controls, tree_spec
+from engine.device.twin.tree import check_folder, fast_tmp, marker_layout, put_text, save_controls, tree_spec
 
 if TYPE_CHECKING:
     from engine.device.jetson import JetsonDevice
@@ -90,25 +89,32 @@ class VirtualOrin:
         self._temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="slm-dvfs-twin-", dir=fast_tmp()) if root is None else root).absolute()
         self.thermal_enabled = thermal
-        marker = self.root / TWIN_MARKER
-        saved: dict[str, str] = {}
-        if marker.is_file():
-            layout = marker_layout(marker, self.profile.name, layout)
-            saved = save_controls(SysfsTree(self.root))
-            log.info("reopening the twin at %s (keeping %d control files)", self.root, len(saved))
-        elif self.root.exists() and any(self.root.iterdir()):
-            raise ConfigError(
-                f"{self.root} is not empty and holds no twin (no {TWIN_MARKER} file)",
-                "give the twin an empty or new folder (or leave root unset for a temporary one)",
-            )
-        self.layout_name = layout
         self.tree = SysfsTree(self.root)
+        saved: dict[str, str] = {}
         try:
+            if not self._temporary:
+                check_folder(self.root)  # before anything is read or written there
+            if self.tree.exists(TWIN_MARKER):
+                layout = marker_layout(self.root, self.profile.name, layout)
+                saved = save_controls(self.tree)
+                log.info("reopening the twin at %s (keeping %d control files)", self.root, len(saved))
+            elif self.root.exists() and any(self.root.iterdir()):
+                raise ConfigError(
+                    f"{self.root} is not empty and holds no twin (no {TWIN_MARKER} file)",
+                    "give the twin an empty or new folder (or leave root unset for a temporary one)",
+                )
+            self.layout_name = layout
             self.layout: TreeLayout = render_tree(self.root, replace(tree_spec(self.profile, layout), serial=serial or ""))
             for rel, text in saved.items():
-                put_text(self.root / rel, text)
-            marker.write_text(f'profile = "{self.profile.name}"\nlayout = "{layout}"\n')
+                put_text(self.root, rel, text)
+            put_text(self.root, TWIN_MARKER, f'profile = "{self.profile.name}"\nlayout = "{layout}"\n')
             fake_tools.install(self.root)
+        except OSError as exc:  # a full disk, a folder we may not write: what, where, and what to do
+            if self._temporary:
+                shutil.rmtree(self.root, ignore_errors=True)
+            raise DeviceError(f"cannot write the twin's tree at {self.root} ({errno_text(exc.errno, exc.strerror)})",
+                              "free space on its disk, or give the twin a folder you may write "
+                              "($SLM_DVFS_STATE_DIR), then try again") from None
         except BaseException:
             if self._temporary:
                 shutil.rmtree(self.root, ignore_errors=True)
@@ -182,6 +188,7 @@ class VirtualOrin:
             return
         self.stop()
         self._closed = True
+        self._files.close()
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -1,20 +1,22 @@
 """The twin's folder: the kernel tree a profile's board renders to, what its INA3221 rails
 read for a power, and the file operations that keep the tree usable while it changes
-(atomic replaces, control files kept across a re-render, a memory-backed temp folder)."""
+(atomic replaces, control files kept across a re-render, a memory-backed temp folder), and
+the check that nobody else can change the folder under us."""
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import sys
-import threading
 from dataclasses import replace
 from pathlib import Path
 
-from engine.core.errors import DeviceError
+from engine.core.errors import ConfigError, DeviceError
 from engine.device.discovery import discover
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf
-from engine.device.sysfs import SysfsTree
+from engine.device.sysfs import TWIN_MARKER, SysfsTree
+from engine.device.treefs import put_file
 from engine.device.treegen import RailSpec, TreeSpec, default_orin_spec, gpu_devfreq_path
 from engine.device.twin.model import Clocks, idle_power_mw
 from engine.device.twin.profile import RailParams, TwinProfile
@@ -79,18 +81,54 @@ def ina_reading(power_mw: float, rail: RailParams) -> tuple[int, int]:
     return mv, ma
 
 
-def marker_layout(marker: Path, profile_name: str, default: str) -> str:
+def marker_layout(root: Path, profile_name: str, default: str) -> str:
     """The tree layout a twin's marker file records (`default` where it cannot be read)."""
     try:
-        data = tomllib.loads(marker.read_text())
-    except (tomllib.TOMLDecodeError, OSError):
+        data = tomllib.loads(SysfsTree(root).read_str(TWIN_MARKER))
+    except (tomllib.TOMLDecodeError, DeviceError):
         return default
     if data.get("profile") not in (None, profile_name):
-        log.warning("twin root %s was made for profile %s; re-rendering it as %s", marker.parent, data.get("profile"), profile_name)
+        log.warning("twin root %s was made for profile %s; re-rendering it as %s", root, data.get("profile"), profile_name)
     layout = str(data.get("layout", default))
     if layout != default:
-        log.info("twin root %s keeps its %s layout", marker.parent, layout)
+        log.info("twin root %s keeps its %s layout", root, layout)
     return layout
+
+
+def check_folder(root: Path) -> None:
+    """Refuse a twin folder that someone else could change under us: links put in it (or the folder
+    swapped for another) would have us read or write files outside it, with root's rights when we
+    are root. It must be ours (our effective uid) and writable by nobody else (tightened when it is
+    ours); as root, every folder above it must be root's and writable by nobody else, unless sticky
+    (/tmp), where another user can neither rename nor replace it."""
+    uid = os.geteuid()
+    real = Path(os.path.realpath(root))
+    chain = [p for p in (Path(os.path.abspath(root)), *Path(os.path.abspath(root)).parents) if p.exists() or p.is_symlink()]
+    chain += [p for p in (real, *real.parents) if p not in chain and p.exists()]
+    for p in chain:
+        st = os.lstat(p)
+        here = p in (real, Path(os.path.abspath(root)))
+        why = None
+        if here and not stat.S_ISLNK(st.st_mode):
+            if st.st_uid != uid:
+                why = f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
+            elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+                log.info("made the twin folder %s writable by its owner alone", p)
+        elif uid == 0:
+            if st.st_uid != 0:
+                why = f"{p}, above it, is owned by uid {st.st_uid}"
+            elif not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) \
+                    and not st.st_mode & stat.S_ISVTX:
+                why = f"{p}, above it, is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+        if why:
+            raise ConfigError(
+                f"the twin folder {root} is not safe to use: {why}; another user could put links in it "
+                "that make slm-dvfs read or write files outside it" + (" as root" if uid == 0 else ""),
+                "give the twin a folder of your own that nobody else can change: as root, a private state "
+                "dir (`export SLM_DVFS_STATE_DIR=$(mktemp -d)`), never a fixed path under /tmp or another "
+                f"user's folder; or, if you made {root} yourself, remove it and start again",
+            )
 
 
 def fast_tmp() -> str | None:
@@ -100,11 +138,10 @@ def fast_tmp() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def put_text(path: Path, text: str) -> None:
-    """Replace a file's content atomically, so a concurrent reader never sees it empty."""
-    tmp = path.parent / f".{path.name}.{threading.get_ident()}.tmp"
-    tmp.write_text(text if text.endswith("\n") else text + "\n")
-    os.replace(tmp, path)
+def put_text(root: Path, rel: str, text: str) -> None:
+    """Replace a tree file's content atomically (a concurrent reader never sees it empty), never
+    through a link out of the tree."""
+    put_file(root, rel, (text if text.endswith("\n") else text + "\n").encode())
 
 
 def save_controls(tree: SysfsTree) -> dict[str, str]:
