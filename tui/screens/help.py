@@ -78,10 +78,9 @@ def page_keys(screens: Mapping[str, Any]) -> tuple[tuple[str, tuple[tuple[str, s
 
 def page_notes() -> dict[str, str]:
     """What a page's keys leave unsaid, under its keys (by the page's title)."""
-    from engine.core import paths
-
-    return {"5 History": f"e writes the highlighted run's summary and power trace as CSV to "
-                         f"{paths.data_dir() / 'exports' / 'run-N.csv'} (N: the run's id)."}
+    return {"5 History": "e writes the highlighted run's summary and power trace as CSV to "
+                         "exports/run-N.csv in the data folder (N: the run's id; the full path is under "
+                         "Where results are stored, below)."}
 
 
 def storage_lines(store_path: Path | None) -> tuple[tuple[str, str], ...]:
