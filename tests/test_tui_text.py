@@ -188,6 +188,36 @@ async def test_setup_gives_the_memory_estimates_parts_with_their_units(
         await ui.press("q")
 
 
+async def test_history_keeps_every_runs_figures_and_source_in_view_at_80x24(
+        twin_session: DeviceSession, results_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.results.store import DeviceRecord, WorkloadRecord
+    from tui.screens import history
+
+    monkeypatch.setattr(history, "this_year_text", lambda: "2025")
+    demo.fill_store(results_store)
+    device = results_store.ensure_device(DeviceRecord.from_identity(demo.IDENTITY))
+    long = results_store.ensure_workload(WorkloadRecord("distilbert-base-uncased", "mnli", 32, 128, "fp32", "full"))
+    spec = "policy static:gpu=816,cpu=2201.6,emc=3199"
+    rid = results_store.start_run(policy="static", source=Source.TWIN, device=device, workload=long, seed=0,
+                                  steps=300, rails="all", notes=spec, started_at=demo.STAMP)
+    results_store.finish_run(rid, time_s=1234.5, rail_energy_j={"VDD_GPU_SOC": 12345.0}, rails="all", samples=10,
+                             steps=300, setting=DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), notes=spec)
+    results_store.find_or_create_sweep(device=device, workload=long, space={"space": "gpu+emc", "method": "run",
+                                                                            "rails": "all"},
+                                       warmup_steps=1, steps=5, repeats=1, source=Source.TWIN, label="long")
+    app = make_app(twin_session, store=results_store, poll=False)
+    async with drive(app, size=(80, 24)) as ui:
+        await ui.press("5")
+        await ui.footer()
+        runs, sweeps = region_text(app, "#runs"), region_text(app, "#sweeps")
+        row = next(line for line in runs.splitlines() if "distilbert" in line)
+        # the long names give way (said with …), never the figures, their source or the status
+        assert "12.3 kJ" in row and "1,234 " in row and "twin finished│" in row  # was 1.23e+03, status cut
+        assert "distilbert-base-u…" in row
+        assert "twin  running" in next(line for line in sweeps.splitlines() if "distilbert" in line)
+        await ui.press("q")
+
+
 # --------------------------------------------------------------------------- help without the code's names
 INTERNAL = re.compile(r"register_\w+|\bengine\.\w+|\btui\.\w+|\b[a-z]+_[a-z_]+\(|\bSpec\b|\bplug point\b")
 

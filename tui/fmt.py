@@ -22,6 +22,14 @@ def num(value: float | None, fmt: str = ".2f", none: str = "-") -> str:
     return none if value is None else format(value, fmt)
 
 
+def sig3(value: float | None, none: str = "-") -> str:
+    """Three significant figures, never in exponent form: `3.51`, `119`, `1,234` (`.3g` wrote
+    `1.23e+03` for a run of twenty minutes)."""
+    if value is None:
+        return none
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
 def half_width(centre: float, interval: Any) -> float:
     """The wider side of an interval around `centre` (so `centre ± half` holds the interval)."""
     return max(centre - interval.low, interval.high - centre, 0.0)

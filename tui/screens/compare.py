@@ -10,7 +10,7 @@ from textual.widgets import Static
 
 from tui.compare_model import CompareView, describe_run
 from engine.results.format import saving_short, saving_text, slowdown_text
-from tui.fmt import num, tag
+from tui.fmt import num, sig3, tag
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
 from tui.widgets.live import short_rail
@@ -87,7 +87,7 @@ class CompareScreen(PageScreen):
         rails.add_column("vs MAXN", justify="right", no_wrap=True)
         for rail, rj, bj, saving in view.rails:
             style = "" if saving is None else ("green" if saving > 0 else "red")
-            rails.add_row(short_rail(rail), num(rj, ".3g"), num(bj, ".3g"),
+            rails.add_row(short_rail(rail), sig3(rj), sig3(bj),
                           Text("-" if saving is None else saving_short(saving), style=style))
         self.query_one("#compare-rails", Static).update(rails)
 
