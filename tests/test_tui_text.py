@@ -42,6 +42,13 @@ def assert_whole(app: Any, *selectors: str) -> str:
     return "\n".join(texts)
 
 
+async def laid_out(ui: Any, open_stored: Any, record_id: int) -> None:
+    """A stored run or sweep opened (app.open_run / open_sweep), once its page is laid out."""
+    open_stored(record_id)
+    await ui.settle()
+    await ui.footer()
+
+
 def add_pythia_sweep(store: Store) -> int:
     """A finished GPU sweep of pythia-70m/rte at batch 16, length 128 (the demo store's other workload)."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
@@ -104,9 +111,7 @@ async def test_the_heat_map_names_the_baseline_and_says_the_saving_in_words(
     ids = demo.fill_store(results_store)
     app = make_app(twin_session, store=results_store, poll=False)
     async with drive(app, size=size) as ui:
-        app.open_sweep(ids["sweep"])
-        await ui.settle()
-        await ui.footer()
+        await laid_out(ui, app.open_sweep, ids["sweep"])
         heat = assert_whole(app, "#sweep-heat", "#sweep-summary")
         maxn_row = next(line for line in heat.splitlines() if "MAXN  " in line)
         assert re.search(r"\d\.\d\d\s", maxn_row) and not re.search(r"\d[M★]", maxn_row)  # was "6.90M": mega?
@@ -123,9 +128,7 @@ async def test_the_compare_page_keeps_every_figure_whole_and_in_words(
     ids = demo.fill_store(results_store)
     app = make_app(twin_session, store=results_store, poll=False)
     async with drive(app, size=size) as ui:
-        app.open_run(ids["static"])
-        await ui.settle()
-        await ui.footer()
+        await laid_out(ui, app.open_run, ids["static"])
         text = assert_whole(app, "#compare-title", "#compare-figures", "#compare-rails", "#compare-charts")
         assert "vs MAXN: 14.7% less energy, 22.3% slower [twin]" in text
         assert "14.7% less" in text and "22.3% slower" in text and "30.3% lower" in text
