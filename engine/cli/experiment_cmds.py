@@ -22,6 +22,7 @@ from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
+from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import saving_short, saving_text, sweep_point_lines, versus_text
 
 REDRAW_S = 0.1
@@ -99,7 +100,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--thermal-abort-c", type=numbers.celsius, metavar="C", help="abort above C (default 85)")
     p.add_argument("--thermal-cooldown-c", type=numbers.celsius, metavar="C", help="waiting ends at C (default 65)")
     p.add_argument("--thermal-poll-s", type=numbers.float_range(0.0, 3600.0, low_open=True), metavar="S", help="temperature poll while waiting (default 5)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help=f"print the result as one JSON object (its percentages signed: {SIGN_CONVENTION})")
     add_device_args(p)
     add_db_arg(p)
 
