@@ -105,6 +105,28 @@ async def test_a_sweep_opened_from_history_shows_its_own_workload_not_setups(
         await ui.press("q")
 
 
+async def test_start_on_an_opened_sweep_sweeps_its_workload_not_setups(
+        twin_session: DeviceSession, results_store: Store) -> None:
+    """A fixed-length sweep at batch 8, length 32 (not Setup's workload: dynamic padding, the zoo's
+    shape): opened from History, `s` sweeps that same stored workload (an unfinished one it resumes)."""
+    from engine.cli import main
+    from tui.messages import SweepDone
+
+    assert main(["sweep", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+                 "--pad", "max", "--twin", "--fast", "--steps", "5", "--db", str(results_store.path)]) == 0
+    (stored,) = results_store.list_sweeps()
+    app = make_app(twin_session, store=results_store, poll=False)
+    async with drive(app) as ui:
+        await laid_out(ui, app.open_sweep, stored.id)
+        assert "batch 8, seq 32, fp32, full, padded to 32" in plain(app.screen.query_one("#sw-workload").content)
+        await ui.press("s")
+        done = await ui.wait_for(SweepDone)
+        await ui.workers_done()
+        swept = results_store.get_sweep(done.result.sweep_id)
+        assert swept.workload_id == stored.workload_id and swept.space == stored.space  # the same workload and space
+        await ui.press("q")
+
+
 @SIZES
 async def test_the_heat_map_names_the_baseline_and_says_the_saving_in_words(
         twin_session: DeviceSession, results_store: Store, size: tuple[int, int]) -> None:

@@ -128,7 +128,7 @@ class SweepView:
     sweep_id: int | None = None
     fleet: bool = False  # a fleet sweep: several sweeps at once, no single heat map
     workload: Any = None  # the sweep's stored workload (engine.results.records.WorkloadRecord), once known
-    opened: bool = False  # opened from History: the Sweep form takes its workload (s resumes that sweep)
+    opened: bool = False  # opened from History: the Sweep form takes its workload (s sweeps it again)
 
 
 def workload_text(w: Any) -> str:

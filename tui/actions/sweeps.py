@@ -223,7 +223,8 @@ class SweepActions:
 
     def open_sweep(self, sweep_id: int) -> None:
         """A stored sweep on the Sweep page: its heat map, and its own workload in the form (not
-        Setup's), so that the figures never sit beside another workload and `s` resumes this one."""
+        Setup's), so that the figures never sit beside another workload and `s` sweeps this one
+        (resuming it if unfinished)."""
         from tui.sweep_model import from_store
 
         if self.store is None:

@@ -3,8 +3,8 @@
 The form follows Setup's workload (model, task, batch, length, precision, mode): each time
 the page is shown after Setup changed, it takes them again; edits made here last until then.
 A sweep opened from History puts its own workload in the form (padding included), so its heat
-map never sits beside another workload's form and `s` resumes it; the heat map and the progress
-pane name the workload they are of."""
+map never sits beside another workload's form and `s` sweeps that workload again (resuming the
+sweep if it is unfinished); the heat map and the progress pane name the workload they are of."""
 
 from __future__ import annotations
 
@@ -100,7 +100,8 @@ class SweepScreen(PageScreen):
 
     def take_workload(self, workload: Any, sweep_id: int | None = None) -> None:
         """An opened sweep's own workload (engine.results.records.WorkloadRecord) in the form, until
-        Setup changes: `s` then resumes that sweep, and the heat map is not shown beside another."""
+        Setup changes: `s` then sweeps that workload (resuming the sweep if unfinished), and the heat
+        map is not shown beside another."""
         lora = workload.lora.rank if workload.mode == "lora" and workload.lora is not None else 8
         self.opened, self._opened_id = workload, sweep_id
         self.setup = forms.SetupValues(model=workload.model, task=workload.task, batch_size=str(workload.batch_size),
@@ -126,7 +127,7 @@ class SweepScreen(PageScreen):
 
     def workload(self) -> dict:
         """The SweepSpec fields of the form's workload beyond the model and task (an opened sweep's
-        padding and checkpointing too, so that `s` resumes it rather than starting another)."""
+        padding and checkpointing too: `s` sweeps that very workload, resuming it if unfinished)."""
         v = self.setup
 
         def count(text: str) -> int | None:
