@@ -262,6 +262,25 @@ async def test_the_help_screen_uses_no_internal_names_and_says_where_exports_go(
         await ui.press("escape", "q")
 
 
+async def test_historys_export_says_where_it_wrote(twin_session: DeviceSession, results_store: Store) -> None:
+    from engine.core import paths
+
+    ids = demo.fill_store(results_store)
+    app = make_app(twin_session, store=results_store, poll=False)
+    async with drive(app) as ui:
+        await ui.press("5")
+        for _ in range(3):
+            if app.screen.selected_run().id == ids["static"]:
+                break
+            await ui.press("down")
+        await ui.press("e")
+        out = paths.data_dir() / "exports" / f"run-{ids['static']}.csv"
+        assert out.is_file()
+        (note,) = [n for n in app._notifications if n.title == "Exported"]
+        assert f"written to {out}" in str(note.message) and str(out.parent) in str(note.message)
+        await ui.press("q")
+
+
 def test_no_cli_help_uses_internal_names() -> None:
     import argparse
 

@@ -84,7 +84,7 @@ class StoreActions:
             self.notify(str(exc), title="Export failed", severity="error")
             return None
         self.notify(f"run {run_id} written to {out}: its summary and {n_samples} power samples "
-                    f"[{run.source.value}] as CSV (the exports folder: see ? Help)", title="Exported")
+                    f"[{run.source.value}] as CSV (every export goes to {out_dir})", title="Exported")
         return out
 
     def delete_run(self, run_id: int) -> None:

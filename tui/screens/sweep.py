@@ -28,8 +28,8 @@ from textual.widgets import (
 )
 
 from engine.dvfs.space import SPACES
-from tui import forms
 from engine.results.format import versus_text
+from tui import forms
 from tui.fmt import fit, tag, title_room
 from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
@@ -37,8 +37,6 @@ from tui.sweep_model import HeatMap, SweepView, workload_text
 
 HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
                "white on red3")
-
-
 HEAT_LEGEND = "★ the least energy; row MAXN: the baseline"
 
 

@@ -51,12 +51,7 @@ class ProgressPane(Pane):
         lines = [_status_line(view), _steps_line(view, width), _eta_line(view, width), *_rate_lines(view),
                  _energy_line(view, width)]
         if view.metrics:
-            shown = ", ".join(f"{k} {v:.4g}" for k, v in view.metrics.items())
-            prov = view.metrics_provenance or MetricProvenance(None, None)  # untold: never shown as measured
-            style = "green" if prov.meaningful else "red"
-            lines.append(fit(width, *(Text.assemble(f"eval {shown} ", (label, style)) for label in
-                                       (prov.tag(view.source), f"[{prov.label(view.source, short=True)}]"
-                                        if prov.meaningful else prov.label(view.source, short=True)))))
+            lines.append(_eval_line(view, width))
         elif extra_line:
             lines.append(Text(extra_line, style="magenta"))
         text = Text("\n").join(lines)
@@ -101,6 +96,17 @@ def _rate_lines(view: RunView) -> list[Text]:
         return [Text.assemble(f"samples/s host {num(view.host_samples_per_s, '.0f')} ", tag(Source.MEASURED)),
                 Text.assemble(f"samples/s board {num(view.device_samples_per_s, '.0f')} ", tag(view.source))]
     return [Text.assemble(f"samples/s {num(view.host_samples_per_s, '.1f')} ", tag(Source.MEASURED))]
+
+
+def _eval_line(view: RunView, width: int) -> Text:
+    """The last evaluation and what it means: `not meaningful (random weights / ...)`, its reasons
+    dropped where the width is short (the Compare page and the log keep them)."""
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in view.metrics.items())
+    prov = view.metrics_provenance or MetricProvenance(None, None)  # untold: never shown as measured
+    style = "green" if prov.meaningful else "red"
+    short = prov.tag(view.source) if prov.meaningful else prov.label(view.source, short=True)
+    return fit(width, Text.assemble(f"eval {shown} ", (prov.tag(view.source), style)),
+               Text.assemble(f"eval {shown} ", (short, style)))
 
 
 def _energy_line(view: RunView, width: int) -> Text:
