@@ -12,6 +12,7 @@ from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
+from engine.results.format import saving_text, slowdown_text
 from engine.results.report import parse_report_id, write_report
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 
@@ -70,7 +71,7 @@ def test_sweep_report_names_the_optimum_and_draws_the_figures(tmp_path: Path) ->
         assert f"]({fig.name})" in md
     assert "The optimum for objective `energy` is **GPU 816 · CPU gov · EMC gov · mode 0**" in md
     assert "8.033 ± " in md  # mean J/sample at the optimum and its 95% interval (t, 2 dof)
-    assert "energy saving **+19.9%**" in md and "[twin]" in md and "**twin**" in md
+    assert "**19.9% less energy**" in md and "[twin]" in md and "**twin**" in md
     assert md.count("(optimum)") == 1 and "(MAXN)" in md
 
 
@@ -101,7 +102,7 @@ def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path, weights
     assert len(report.figures) == 2
     for fig in report.figures:
         assert_real_png(fig)
-    assert "energy saving **+20.0%**, slowdown **+20.0%** [twin]" in md
+    assert "**20.0% less energy**, **20.0% slower** [twin]" in md
     assert "GPU 816 · CPU gov · EMC gov · mode 0" in md and f"| accuracy (eval) {metric_label} | 0.9000 | 0.9000 |" in md
     assert "| figure [twin] |" in md  # the energy figures keep their source
 
@@ -152,7 +153,8 @@ def test_the_sweep_report_ranks_by_the_callers_objective(tmp_path: Path) -> None
     vs = optimum_vs_maxn(best, maxn_of(summaries))
     md = report.markdown.read_text()
     assert f"The optimum for objective `energy@5%` is **{best.setting.label()}**" in md
-    assert f"energy saving **{vs.saving_pct:+.1f}%**, slowdown **{vs.slowdown_pct:+.1f}%** [twin]" in md
+    assert (f"**{saving_text(vs.saving_pct, than=None)}**, **{slowdown_text(vs.slowdown_pct, than=None)}** [twin]"
+            in md)
     imported = {n.module for n in ast.walk(ast.parse(Path(report_module.__file__).read_text()))
                 if isinstance(n, ast.ImportFrom)}
     assert not any(m and m.startswith("engine.dvfs") for m in imported)

@@ -96,7 +96,7 @@ def test_select_command(trained, capsys):
             "--selector", str(trained)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "Chosen:" in text and "Expected saving" in text and "[predicted]" in text and "Confidence:" in text
+    assert "Chosen:" in text and "Expected:  vs MAXN: " in text and "[predicted]" in text and "Confidence:" in text
     assert main(args + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["predicted"]["source"] == "predicted" and data["maxn"]["setting"] == MAXN.to_json()
@@ -121,7 +121,7 @@ def test_ml_policy_registered_on_import(trained, device, workload):
     assert setting == expected.setting and policy.on_step_end(1, None) is None
     info = policy.describe()
     assert info["setting"] == setting.to_json() and info["choice"]["predicted"]["source"] == "predicted"
-    assert info["selector_trained_on"] == "twin" and "expected saving" in info["reason"]
+    assert info["selector_trained_on"] == "twin" and "energy than MAXN" in info["reason"]
     assert info["selector_basis"] == policy.selector.basis.line() and "[twin]" in info["selector_basis"]
     json.dumps(info)
     with pytest.raises(ConfigError):
@@ -235,8 +235,8 @@ def test_training_keeps_the_winners_regret_quantiles_and_select_shows_intervals(
             "--selector", str(trained)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    saving_line = next(ln for ln in text.splitlines() if ln.startswith("Expected saving:"))
-    assert "%, 90%)" in saving_line and "twin ensemble of 32" in text and "selector CV regret" in text
+    saving_line = next(ln for ln in text.splitlines() if ln.startswith("Expected:"))
+    assert "energy (90%: " in saving_line and "twin ensemble of 32" in text and "selector CV regret" in text
     assert "J (" in next(ln for ln in text.splitlines() if ln.strip().startswith("chosen"))
     assert "probes it calls for:" in text
     assert main(args + ["--json"]) == 0
@@ -317,7 +317,7 @@ def test_ml_policy_takes_the_probes_its_interval_calls_for(trained, device, work
     assert "auto:" in policy.describe()["probes_rule"]
     assert policy.profiling == bool(expected)
     if not expected:
-        assert first == policy.setting and "(5.0–25.0%, 90%)" in policy.describe()["reason"]
+        assert first == policy.setting and "(90%: 5.0–25.0% less)" in policy.describe()["reason"]
     given = make_policy(f"ml:probes=1,selector={trained}")  # a number given overrides the rule
     given.initial(PolicyContext(device, parse_objective("energy"), workload=resolved))
     assert given.probes == 1 and given.describe()["probes_rule"] == "given"

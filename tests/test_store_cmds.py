@@ -149,7 +149,7 @@ def test_show_tells_everything_with_its_comparison(capsys: pytest.CaptureFixture
     assert "bert-mini / qnli" in out and "GPU 816 EMC 3199 MHz m0" in out
     # stored without what the run learnt from: never shown as measured
     assert "accuracy     0.8100  meaning unknown (weights not recorded / data not recorded)" in out
-    assert f"Comparison [twin] vs baseline run {base}: energy saving +15.0%, slowdown +4.0%" in out
+    assert f"Comparison [twin] vs baseline run {base}: 15.0% less energy, 4.0% slower" in out
     assert "5 samples stored" in out
     assert main(["show", str(base), "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)

@@ -19,6 +19,7 @@ from engine.device.session import DeviceSession
 from engine.workload.resolve import Workload
 from engine.results.store import Store
 from engine.core.trace import OpCost, StepTrace
+from engine.results.format import saving_short, saving_text, slowdown_text
 from tui_helpers import TWIN, Ui, drive, make_app, plain
 from tui import demo
 from tui.messages import EngineFailed, ExperimentDone, RunProgress, SnapshotTaken, SweepDone
@@ -116,16 +117,17 @@ async def test_setup_run_compare_on_the_twin(twin_session: DeviceSession, result
         assert view.saving_pct == pytest.approx(result.comparison.saving_pct)
         assert view.slowdown_pct == pytest.approx(result.comparison.slowdown_pct)
         title = plain(app.screen.query_one("#compare-title").content)
-        # one sign convention: positive saving = less energy, positive slowdown = slower
-        assert f"energy saving {result.comparison.saving_pct:+.1f}%" in title and "[twin]" in title
-        assert f"slowdown {result.comparison.slowdown_pct:+.1f}%" in title
+        # in the words every client uses (engine.results.format): less or more energy, slower or faster
+        c = result.comparison
+        assert f"vs MAXN: {saving_text(c.saving_pct, than=None)}, {slowdown_text(c.slowdown_pct, than=None)}" \
+            in title and "[twin]" in title
         figures = plain(app.screen.query_one("#compare-figures").content)
         assert f"{result.run.energy_j:.2f}" in figures and f"{result.baseline.energy_j:.2f}" in figures
         assert "[twin]" in figures
         energy_row = next(line for line in figures.splitlines() if line.strip().startswith("energy J"))
-        assert f"{result.comparison.saving_pct:+.1f}% saving" in energy_row
+        assert saving_short(result.comparison.saving_pct) in energy_row
         rails = plain(app.screen.query_one("#compare-rails").content)
-        assert "VDD_GPU_SOC" in rails
+        assert "GPU_SOC" in rails  # the short names of the Run and Device pages
         run_chart, base_chart = app.screen.query_one("#chart-run"), app.screen.query_one("#chart-base")
         assert run_chart._y_max == base_chart._y_max == view.peak_w  # identical axes
         await ui.press("q")
@@ -319,7 +321,7 @@ async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(twin_s
         assert view.sweep_id == sweep.id and len(results_store.sweep_points(sweep.id)) == view.total
         heat = plain(app.screen.query_one("#sweep-heat").content)
         assert "MAXN" in heat and "★" in heat and "GPU 1300.5" in heat
-        assert "vs MAXN: energy saving +" in plain(app.screen.query_one("#sweep-summary").content)
+        assert "vs MAXN: " in plain(app.screen.query_one("#sweep-summary").content)
         await ui.press("q")
 
 

@@ -28,7 +28,8 @@ from tui.bridge import EventBridge
 from engine.results.baseline import find_baseline
 from tui.compare_model import build_comparison
 from tui.fmt import nice_ceiling
-from tui.runstate import RunTracker, format_duration
+from tui.fmt import format_duration
+from tui.runstate import RunTracker
 from tui.selection import preview_choice
 from tui.sweep_model import SweepTracker, heat_map
 from tui.widgets.charts import block_rows, render_chart, resample
@@ -78,14 +79,20 @@ def test_tracker_sums_twin_energy_over_its_rails_and_projects_to_the_end() -> No
     assert v.device_samples_per_s == pytest.approx(16 / 2.0)
     assert v.host_samples_per_s == pytest.approx(16 / 0.4)
     assert v.eta_s == pytest.approx(0.4 / 4 * 6)
-    # identical steps: the projections' intervals (from the steps' spread) have no width
-    assert v.projected_interval.width == pytest.approx(0.0, abs=1e-9) and v.projected_interval.level == 0.9
-    assert v.projected_interval.contains(v.projected_j) and v.eta_interval.width == pytest.approx(0.0, abs=1e-9)
+    # a few steps are no spread to go by (two equal steps would say ±0): no interval yet
+    assert v.projected_interval is None and v.eta_interval is None
     assert v.rail_now_w == {"GPU": 2.0, "CPU": 1.0, "SYS": 18.0}
     assert v.total_now_w == pytest.approx(3.0)
     assert v.chart_w == pytest.approx((3.0, 3.0, 3.0, 3.0))
     assert v.loss == pytest.approx(0.25)
     assert v.log == ("run 1/2: policy static:gpu=816", "started m/sst2: 10 steps of 4 on cpu")
+    for i in range(5, 8):
+        for event in metered_step(i, other_j=9.0):
+            t.feed(event)
+    v = t.view()
+    # identical steps, enough of them: the projections' intervals (from the steps' spread) have no width
+    assert v.projected_interval.width == pytest.approx(0.0, abs=1e-9) and v.projected_interval.level == 0.9
+    assert v.projected_interval.contains(v.projected_j) and v.eta_interval.width == pytest.approx(0.0, abs=1e-9)
 
 
 def test_tracker_chart_is_energy_weighted_and_keeps_one_window() -> None:
@@ -139,7 +146,10 @@ def test_tracker_states_and_log_of_two_runs() -> None:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (None, 7.4, 65, 3723)] == ["-", "7 s", "1:05", "1:02:03"]
+    # in words, never read as a time of day ("ETA 16:36" read as a clock)
+    assert [format_duration(s) for s in (None, 7.4, 65, 996, 3723)] == ["-", "7 s", "1 min 5 s", "16 min 36 s",
+                                                                       "1 h 2 min"]
+    assert [format_duration(s, coarse=True) for s in (0.2, 61, 3601)] == ["1 s", "2 min", "2 h"]  # rounded up
 
 
 # --------------------------------------------------------------------------- coalescing
@@ -431,10 +441,16 @@ def test_selector_preview_lines_show_the_savings_interval_compactly() -> None:
 
     preview = SelectorPreview(True, setting="GPU 816 · CPU gov · EMC gov · mode 0", saving_pct=13.0,
                               slowdown_pct=21.4, saving_interval=Interval(0.041, 0.168))
-    assert preview.short() == "selector: GPU 816 · mode 0, saves 13% (4–17%) [predicted]"
-    assert "saving 13.0% (4.1–16.8%, 90%) energy, +21.4% time vs MAXN [predicted]" in preview.line()
-    bare = SelectorPreview(True, setting="GPU 816", saving_pct=13.0, slowdown_pct=21.4)
-    assert bare.short() == "selector: GPU 816, saves 13% [predicted]"
+    assert preview.short() == "selector: GPU 816 saves 13% (4–17%) [predicted]"  # mode 0: the default, unsaid
+    assert "vs MAXN: 13.0% less energy (90%: 4.1–16.8% less), 21.4% slower [predicted]" in preview.line()
+    bare = SelectorPreview(True, setting="GPU 816 · mode 2", saving_pct=13.0, slowdown_pct=21.4)
+    assert bare.short() == "selector: GPU 816 · mode 2 saves 13% [predicted]"
+    # a choice that costs more than MAXN says so in words, never as a negative saving
+    worse = SelectorPreview(True, setting="GPU 612", saving_pct=-0.6, slowdown_pct=-2.0,
+                            saving_interval=Interval(-0.03, 0.02))
+    assert worse.short() == "selector: GPU 612 costs 1% more (3% more–2% less) [predicted]"
+    assert "vs MAXN: 0.6% more energy (90%: 3.0% more to 2.0% less), 2.0% faster" in worse.line()
+    assert "-" not in worse.short() + worse.line()
 
 
 def test_the_run_tracker_keeps_whether_the_eval_metric_means_anything() -> None:

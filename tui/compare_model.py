@@ -14,6 +14,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
 from engine.results.compare import Side, compare_pair, mismatch, rail_saving_pct
+from engine.results.format import SAME, change_text, saving_short, slowdown_text
 from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
 
@@ -69,9 +70,16 @@ class Figure:
 
     @property
     def delta_text(self) -> str:
-        """`+11.1% saving`, `+49.8% slowdown`, `-40.2% change`; `-` when there is none."""
+        """In words, under the `vs MAXN` heading (engine.results.format): `11.1% less` (energy),
+        `49.8% slower` (time), `40.2% lower` (a change); `-` when there is none."""
         delta = self.delta_pct
-        return "-" if delta is None else f"{delta:+.1f}% {self.kind}"
+        if delta is None:
+            return "-"
+        if abs(delta) < SAME:
+            return "same"
+        if self.kind == "saving":
+            return saving_short(delta)
+        return slowdown_text(delta, than=None) if self.kind == "slowdown" else change_text(delta)
 
     @property
     def source_text(self) -> str:

@@ -28,7 +28,8 @@ MODE_CHOICES = MODES
 
 # Field name -> the label the setup page shows beside it (errors name the label).
 FIELD_LABELS = {"amount": "length", "slowdown": "slowdown limit", "batch_size": "batch size",
-                "seq_len": "seq length", "train_samples": "train samples", "lora_rank": "LoRA rank"}
+                "seq_len": "seq length", "train_samples": "train samples", "lora_rank": "LoRA rank",
+                "compare": "compare with MAXN", "unit": "length unit"}
 
 
 # Field name -> what it means (the help screen, ? or F1). Policies and objectives are explained

@@ -27,6 +27,9 @@ WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200
 MAX_SPANS = 300  # steps shorter than the shown time / MAX_SPANS share a span: the history stays bounded
 ETA_STATUSES = ("starting", "running", "paused")  # a run that stopped has no ETA
+# A projection's range rests on the steps' spread: the spread of fewer steps than this is no guide (two
+# equal steps give a spread of 0, a range of ±0), so before it the range is said to be not known yet.
+MIN_SPREAD_STEPS = 5
 
 
 @dataclass(frozen=True)
@@ -283,7 +286,10 @@ class Welford:
         self.m2 += d * (x - self.mean)
 
     def extrapolate(self, done: float, remaining: int, centre: float) -> Interval | None:
-        """The interval of a projection `centre` (done + remaining steps), laid around it."""
+        """The interval of a projection `centre` (done + remaining steps), laid around it; None
+        before MIN_SPREAD_STEPS steps."""
+        if self.n < MIN_SPREAD_STEPS:
+            return None
         iv = extrapolated(done, remaining, self.n, self.mean, self.m2 / (self.n - 1) if self.n > 1 else 0.0)
         if iv is None:
             return None
@@ -291,15 +297,3 @@ class Welford:
         high = iv.high + shift
         # never below what was spent, unless the projection itself is (more steps than planned)
         return Interval(min(max(done, iv.low + shift), high), high, iv.level, iv.basis).hull(centre)
-
-
-def format_duration(seconds: float | None) -> str:
-    """`1:02:03`, `4:05` or `7 s`; `-` when unknown."""
-    if seconds is None or math.isnan(seconds):
-        return "-"
-    s = round(seconds)
-    if s < 60:
-        return f"{s} s"
-    h, rest = divmod(s, 3600)
-    m, sec = divmod(rest, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"

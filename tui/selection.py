@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import SlmDvfsError
-from engine.core.interval import Interval, compact_pct, format_with
+from engine.core.interval import Interval
 from engine.core.provenance import Source
+from engine.results.format import saving_compact, versus_text
 
 log = logging.getLogger(__name__)
 
@@ -33,26 +34,23 @@ class SelectorPreview:
     saving_interval: Interval | None = None  # of saving_pct, as fractions (engine.selector.uncertainty)
     maxn_about_optimal: str | None = None  # why MAXN is already about optimal (uncertainty.maxn_about_optimal)
 
-    def _saving(self, short: bool) -> str:
-        frac = (self.saving_pct or 0.0) / 100.0
-        if short:
-            return compact_pct(frac, self.saving_interval)
-        return format_with(frac, self.saving_interval, pct=True)
-
     def short(self) -> str:
-        """One short line (the Run page)."""
+        """One short line (the Run page): `selector: GPU 816 saves 13% (4–17%) [predicted]`; the
+        mode is named when it is not mode 0 (the mode every static setting runs in by default)."""
         if not self.available:
             return "selector: none available" if self.note.startswith("none") else "selector: no choice"
-        setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "")
-        return f"selector: {setting}, saves {self._saving(True)} [{self.source.value}]"
+        setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "").replace(" · mode 0", "")
+        return f"selector: {setting} {saving_compact(self.saving_pct or 0.0, self.saving_interval)} " \
+               f"[{self.source.value}]"
 
     def line(self) -> str:
         if not self.available:
             return f"selector: {self.note}"
         named = f"selector ({self.basis})" if self.basis else "selector"
         verdict = "; MAXN is already about optimal for this workload" if self.maxn_about_optimal else ""
-        return (f"{named} chooses {self.setting}: saving {self._saving(False)} energy, "
-                f"{self.slowdown_pct:+.1f}% time vs MAXN [{self.source.value}]{verdict}")
+        return (f"{named} chooses {self.setting}; "
+                f"{versus_text(self.saving_pct, self.slowdown_pct, interval=self.saving_interval)} "
+                f"[{self.source.value}]{verdict}")
 
 
 def selector_available() -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN
 from engine.core.errors import SlmDvfsError
+from engine.core.units import format_bytes
 from tui.forms import SetupValues, int_or_none, lora_settings, zoo_names
 
 
@@ -81,7 +82,7 @@ def memory_line(values: SetupValues) -> str:
                                          lora=lora_settings(values)), name)
     except SlmDvfsError as exc:
         return f"memory: {exc.what}"
-    parts = ", ".join(f"{k} {v / 2**30:,.1f}" for k, v in fit.estimate.parts())
+    parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in fit.estimate.parts())
     head = fit.summary().split("; try ")[0]
     if fit.fits:
         return f"memory: {head} (estimate: {parts}) [predicted]"

@@ -127,6 +127,16 @@ class SweepView:
     log: tuple[str, ...] = ()
     sweep_id: int | None = None
     fleet: bool = False  # a fleet sweep: several sweeps at once, no single heat map
+    workload: Any = None  # the sweep's stored workload (engine.results.records.WorkloadRecord), once known
+    opened: bool = False  # opened from History: the Sweep form takes its workload (s sweeps it again)
+
+
+def workload_text(w: Any) -> str:
+    """A stored workload's shape as the Sweep page says it: `batch 16, seq 128, fp32, full, dynamic padding`."""
+    mode = f"lora r{w.lora.rank}" if w.mode == "lora" and w.lora is not None else w.mode
+    padding = "dynamic padding" if w.padding == "dynamic" else f"padded to {w.seq_len}"
+    return (f"batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {mode}"
+            + (", checkpointed" if w.grad_checkpointing else "") + f", {padding}")
 
 
 class SweepTracker:
@@ -144,6 +154,7 @@ class SweepTracker:
         self.done = self.total = 0
         self.last = ""
         self.sweep_id: int | None = None
+        self.workload: Any = None  # the stored workload, once the sweep has finished
         self._final: HeatMap | None = None
 
     def feed(self, event: Any) -> bool:
@@ -174,15 +185,17 @@ class SweepTracker:
             self._log.append(line)
 
     def finish(self, status: str, heat: HeatMap | None = None, sweep_id: int | None = None,
-               line: str | None = None) -> None:
+               line: str | None = None, workload: Any = None) -> None:
         with self._lock:
             self.status = status
             self._final = heat
             self.sweep_id = sweep_id
+            self.workload = workload
             if line:
                 self._log.append(line)
 
     def view(self) -> SweepView:
         with self._lock:
             heat = self._final or heat_map(list(self._points), self.source)
-            return SweepView(self.status, self.done, self.total, self.last, heat, tuple(self._log), self.sweep_id)
+            return SweepView(self.status, self.done, self.total, self.last, heat, tuple(self._log), self.sweep_id,
+                             workload=self.workload)

@@ -22,7 +22,8 @@ from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
-from engine.results.format import format_pct, sweep_point_lines
+from engine.results.compare import SIGN_CONVENTION
+from engine.results.format import saving_short, saving_text, sweep_point_lines, versus_text
 
 REDRAW_S = 0.1
 
@@ -99,7 +100,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--thermal-abort-c", type=numbers.celsius, metavar="C", help="abort above C (default 85)")
     p.add_argument("--thermal-cooldown-c", type=numbers.celsius, metavar="C", help="waiting ends at C (default 65)")
     p.add_argument("--thermal-poll-s", type=numbers.float_range(0.0, 3600.0, low_open=True), metavar="S", help="temperature poll while waiting (default 5)")
-    p.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    p.add_argument("--json", action="store_true",
+                   help=f"print the result as one JSON object (its percentages signed: {SIGN_CONVENTION})")
     add_device_args(p)
     add_db_arg(p)
 
@@ -170,8 +172,6 @@ def _seq(workload: Any, twin_only: bool) -> str:
 
 def format_experiment(result: Any) -> str:
     """The result as text; every figure carries its source label."""
-    from engine.results.compare import SIGN_CONVENTION
-
     src = result.source.value
     run, base, cmp_ = result.run, result.baseline, result.comparison
     w = result.workload
@@ -221,10 +221,10 @@ def format_experiment(result: Any) -> str:
     if predicted:  # what the policy expected before the run (the ml policy's choice), with its interval
         lines.append(f"policy's prediction: {predicted}")
     if cmp_ is not None:
-        lines.append(f"energy saving vs MAXN: {cmp_.saving_pct:+.1f}%   slowdown: {cmp_.slowdown_pct:+.1f}%   "
-                     f"[{cmp_.source.value}]  ({SIGN_CONVENTION})")
+        lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct)}   [{cmp_.source.value}]")
         if cmp_.rail_saving_pct:
-            lines.append("  saving per rail: " + ", ".join(f"{r} {v:+.1f}%" for r, v in cmp_.rail_saving_pct.items()))
+            lines.append("  energy per rail vs MAXN: "
+                         + ", ".join(f"{r} {saving_short(v)}" for r, v in cmp_.rail_saving_pct.items()))
         if len(run.history) <= 1 and run.setting is not None and not base.reused:  # type: ignore[union-attr]
             lines += _twin_interval_lines(result, run.setting, cmp_.saving_pct)
     for wait in result.thermal.get("waits", []):
@@ -241,7 +241,6 @@ def format_experiment(result: Any) -> str:
 def _twin_interval_lines(result: Any, setting: Any, saving_pct: float) -> list[str]:
     """A twin's saving against MAXN read as an estimate of a board's: the twin ensemble's interval.
     Nothing for measured figures (a board's saving is what it is) or where no interval can be had."""
-    from engine.core.interval import format_with
     from engine.core.provenance import Source
     from engine.results.estimates import twin_saving_interval
 
@@ -251,7 +250,7 @@ def _twin_interval_lines(result: Any, setting: Any, saving_pct: float) -> list[s
     iv = twin_saving_interval(getattr(w, "steps", None), result.identity.profile, setting, saving_pct / 100.0)
     if iv is None:
         return []
-    return [f"  as an estimate of a board's: saving {format_with(saving_pct / 100.0, iv, pct=True)}  [{iv.basis}]"]
+    return [f"  as an estimate of a board's: {saving_text(saving_pct, interval=iv)}  [{iv.basis}]"]
 
 
 def _mode_suffix(w: Any) -> str:
@@ -307,8 +306,8 @@ def format_sweep(result: Any) -> str:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
         if vs_maxn is not None:
-            lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                         f"slowdown {format_pct(vs_maxn.slowdown_pct)} per sample  [{src}]")
+            lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
+                         f"per sample  [{src}]")
             lines += _twin_interval_lines(result, result.optimum.setting, vs_maxn.saving_pct)
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")

@@ -205,6 +205,7 @@ def format_event(e: Any) -> str:
 def format_summary(result: Any, store: Any, objective: str) -> str:
     from engine.dvfs.objectives import parse_objective
     from engine.results.compare import optimum_vs_maxn
+    from engine.results.format import saving_text
     from engine.results.sweeps import maxn_of, optimum, summarize_points
 
     lines = [f"fleet sweep {result.status} in {result.wall_s:.1f} s"]
@@ -219,7 +220,7 @@ def format_summary(result: Any, store: Any, objective: str) -> str:
             if best is not None:
                 line += f"; optimum {best.setting.label()}"
                 if vs is not None:
-                    line += f" saves {vs.saving_pct:+.1f}% vs MAXN [{store.get_sweep(s.sweep_id).source.value}]"
+                    line += f": {saving_text(vs.saving_pct)} [{store.get_sweep(s.sweep_id).source.value}]"
         lines.append(line + (f" ({s.error})" if s.error else ""))
     lines.append("points per board: " + ", ".join(f"{k} {v}" for k, v in sorted(result.per_board.items())))
     if result.status != "finished":

@@ -13,6 +13,7 @@ from typing import Any
 from engine.cli import numbers
 from engine.cli.mode_args import add_mode_args, mode_options
 from engine.core.constants import PRECISIONS
+from engine.results.format import versus_text
 
 
 def add_run_args(r: argparse.ArgumentParser) -> None:
@@ -95,7 +96,7 @@ def format_run_summary(result: Any) -> str:
             if o.baseline_run_id is not None:
                 line += f", MAXN run {o.baseline_run_id} {_figures(o.baseline_energy_j, o.baseline_time_s)} {src}"
             if o.saving_pct is not None and o.slowdown_pct is not None:
-                line += f"; saving {o.saving_pct:+.1f}%, slowdown {o.slowdown_pct:+.1f}% vs MAXN {src}"
+                line += f"; {versus_text(o.saving_pct, o.slowdown_pct)} {src}"
         lines.append(line + (f" ({o.error})" if o.error else ""))
     lines.append("experiments per board: " + ", ".join(f"{k} {v}" for k, v in sorted(result.per_board.items())))
     if result.status == "cancelled":

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from engine.core.interval import format_with
+from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
@@ -393,8 +393,8 @@ def format_choice(choice: Any, selector: Any) -> str:
         lines.append(f"  {name:<8}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
                      f"{p.energy_per_sample:>13.4f} J{span}  [{p.source}]")
     lines.append("")
-    lines.append(f"Expected saving: {format_with(choice.saving, unc and unc.saving, pct=True)} energy against MAXN, "
-                 f"{choice.slowdown:+.1%} time per sample [predicted]")
+    lines.append(f"Expected:  {versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, interval=unc and unc.saving)}"
+                 f" per sample [predicted]")
     from engine.selector.uncertainty import maxn_about_optimal
 
     about = maxn_about_optimal(choice)

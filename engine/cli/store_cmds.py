@@ -24,7 +24,8 @@ from engine.results.export import (
     write_sweep_export,
 )
 from engine.core.text import clean_text
-from engine.results.format import format_pct, format_setting, format_when, sweep_point_lines
+from engine.results.format import (format_setting, format_when, saving_text, slowdown_text, sweep_point_lines,
+                                    versus_text)
 from engine.results.records import several_boards
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
@@ -177,9 +178,11 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
         theirs = rec.device if rec is not None else None
         note = (f", other board (#{theirs.serial})" if run.device is not None and theirs is not None
                 and run.device.other_board(theirs) else "")
-        lines.append(f"Comparison [{c.source.value}] {role} run {other}: energy saving {c.saving_pct:+.1f}%, "
-                     f"slowdown {c.slowdown_pct:+.1f}%" + (f" ({c.rails}{note})" if c.rails else
-                                                           (f" ({note[2:]})" if note else "")))
+        figures = f"{saving_text(c.saving_pct, than=None)}, {slowdown_text(c.slowdown_pct, than=None)}"
+        if c.run_id != run.id:  # the figures are always the policy run's, against this (its baseline)
+            figures = f"run {other} against this one: {figures}"
+        lines.append(f"Comparison [{c.source.value}] {role} run {other}: {figures}"
+                     + (f" ({c.rails}{note})" if c.rails else (f" ({note[2:]})" if note else "")))
     if run.notes:
         lines.append(f"Notes: {run.notes}")
     if run.error:
@@ -302,8 +305,8 @@ def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, poi
     if best is not None:
         lines.append(f"optimum (energy per sample): {best.setting.label()}  [{src}]")
     if vs_maxn is not None:
-        lines.append(f"  vs MAXN Mode 0: energy saving {vs_maxn.saving_pct:+.1f}%, "
-                     f"slowdown {format_pct(vs_maxn.slowdown_pct)} per sample  [{src}]")
+        lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
+                     f"per sample  [{src}]")
     lines.append(f"report: slm-dvfs report s{sweep.id}")
     return "\n".join(lines)
 

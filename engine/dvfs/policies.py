@@ -1,17 +1,20 @@
 """Policies: what setting to run a fine-tuning job at, and whether to revise it.
 
-Specs `make_policy` reads:
+Specs `make_policy` reads (the bullets are the users' help: the TUI's help screen shows them as
+they are, so they say what a policy does, not how it is built):
 - `maxn`: nvpmodel mode 0 with its default dynamic governors (the baseline).
 - `maxn-pinned`: mode 0 plus jetson_clocks (every domain at the mode's maximum).
 - `mode:N`: nvpmodel mode N with its default governors.
 - `static:gpu=816,cpu=2201.6,emc=3199[,mode=N]`: explicit clocks in MHz as typed;
   domains left out stay with their governors; runs in mode 0 unless `mode=` says.
 - `oracle`: the best point of a recorded sweep of this workload on this device.
-- `ml`: a trained selector; a plug point filled by `register_policy("ml", ...)`.
-- `online`: profiles GPU clocks during the first steps of the run (engine.dvfs.online).
+- `ml`: the setting a trained selector predicts is best for this workload
+  (`slm-dvfs train-selector` trains one; `ml:PATH` loads another).
+- `online`: profiles GPU clocks during the first steps of the run, then keeps the best.
 
-A factory registered with `register_policy(name, factory)` is called as
-`factory(arg, **options)`, `arg` being the text after the colon (None without one).
+`ml` is a plug point: the clients fill it with `register_policy("ml", ...)` (engine.selector); the
+`online` policy is engine.dvfs.online. A factory registered with `register_policy(name, factory)`
+is called as `factory(arg, **options)`, `arg` being the text after the colon (None without one).
 """
 
 from __future__ import annotations

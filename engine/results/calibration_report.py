@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from engine.results.format import saving_short
+
 
 def format_calibration(cal: Any, *, sweeps: Sequence[Any] = (), profile_name: str = "",
                        profile_path: Path | None = None, report_paths: Sequence[Path] = (),
@@ -73,7 +75,7 @@ def _loso(cal: Any, markdown: bool) -> list[str]:
                      "-" if e.optimum_step_error is None else str(e.optimum_step_error),
                      _saving(e), "-" if b is None else f"{_pct(b.curve_rmse_pct)}, {_pts(b.saving_error_pts)}"])
     out += _table(["sweep", "curve MAPE", "curve RMSE", "optimum measured / predicted", "steps off",
-                   "saving vs MAXN measured / predicted", f"{cal.base.name} [twin]: RMSE, saving error"], rows, markdown)
+                   "energy vs MAXN measured / predicted", f"{cal.base.name} [twin]: RMSE, saving error"], rows, markdown)
     s, b = cal.loso_summary(), _summary(cal.loso_before)
     out += [f"Mean: normalised curve MAPE {_pct(s['curve_mape_pct'])}, RMSE {_pct(s['curve_rmse_pct'])}; optimum "
             f"{_num(s['optimum_step_error'])} GPU steps off (worst {_num(s['optimum_step_error_max'])}, costing "
@@ -93,7 +95,8 @@ def _summary(errors: Sequence[Any]) -> dict[str, Any]:
 def _saving(e: Any) -> str:
     if e.saving_measured_pct is None:
         return "- (no MAXN point)"
-    return f"{e.saving_measured_pct:.1f}% / {e.saving_predicted_pct:.1f}% ({_pts(e.saving_error_pts)})"
+    # in words (engine.results.format): a MAXN that was already about optimal reads "0.4% more", not "-0.4%"
+    return f"{saving_short(e.saving_measured_pct)} / {saving_short(e.saving_predicted_pct)} ({_pts(e.saving_error_pts)})"
 
 
 def _title(text: str, markdown: bool) -> str:

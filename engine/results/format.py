@@ -67,3 +67,85 @@ def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> 
         lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
                      f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
     return lines
+
+
+# --------------------------------------------------------------------------- savings in words
+# One way to say a saving, a slowdown and a change for every client (the CLI's lines, the reports, the
+# TUI's pages), in words rather than signs: "-0.6% saving" is a double negative a reader stumbles on.
+# The numbers stay signed where they are data (--json, exports: engine.results.compare.SIGN_CONVENTION).
+SAME = 0.05  # below this (in %) a difference rounds to 0.0%: said as the same
+
+
+def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Any = None) -> str:
+    """`14.7% less energy than MAXN`, `0.6% more energy than MAXN`, `as much energy as MAXN`; without
+    `than`: `14.7% less energy`. `interval` (an engine.core.interval.Interval of the saving as a
+    fraction) follows in the same words: `(90%: 4.1–16.8% less)`, `(90%: 3.0% more to 2.0% less)`.
+    `—` for None (not known)."""
+    if pct is None:
+        return UNKNOWN
+    if abs(pct) < SAME:
+        head = f"as much energy as {than}" if than else "the same energy"
+    else:
+        head = f"{abs(pct):.1f}% {'less' if pct > 0 else 'more'} energy" + (f" than {than}" if than else "")
+    return head if interval is None else f"{head} ({interval.level:.0%}: {_range_words(interval)})"
+
+
+def saving_short(pct: float | None) -> str:
+    """A table cell under a `vs MAXN` heading: `14.7% less`, `0.6% more`, `same`; `—` for None."""
+    if pct is None:
+        return UNKNOWN
+    return "same" if abs(pct) < SAME else f"{abs(pct):.1f}% {'less' if pct > 0 else 'more'}"
+
+
+def slowdown_text(pct: float | None, *, than: str | None = "MAXN") -> str:
+    """`22.3% slower than MAXN`, `5.0% faster than MAXN`, `as fast as MAXN`; without `than`:
+    `22.3% slower`, `the same time`; `—` for None (the time was not recorded)."""
+    if pct is None:
+        return UNKNOWN
+    if abs(pct) < SAME:
+        return f"as fast as {than}" if than else "the same time"
+    return f"{abs(pct):.1f}% {'slower' if pct > 0 else 'faster'}" + (f" than {than}" if than else "")
+
+
+def change_text(pct: float | None) -> str:
+    """A figure that went up or down (power, throughput): `30.3% higher`, `18.2% lower`, `same`."""
+    if pct is None:
+        return UNKNOWN
+    return "same" if abs(pct) < SAME else f"{abs(pct):.1f}% {'higher' if pct > 0 else 'lower'}"
+
+
+def versus_text(saving_pct: float | None, slowdown_pct: float | None, *, than: str = "MAXN",
+                interval: Any = None) -> str:
+    """The two together, as every client says them: `vs MAXN: 14.7% less energy, 22.3% slower`
+    (`time not recorded` where the slowdown is not known); `interval` as saving_text takes it."""
+    time = "time not recorded" if slowdown_pct is None else slowdown_text(slowdown_pct, than=None)
+    return f"vs {than}: {saving_text(saving_pct, than=None, interval=interval)}, {time}"
+
+
+def saving_compact(pct: float, interval: Any = None) -> str:
+    """A narrow pane's saving with its interval (fractions), whole percents: `saves 13% (4–17%)`,
+    `costs 3% more (1–5% more)`, `saves 2% (3% more–8% less)`."""
+    if round(pct) == 0:
+        head = "saves about 0%"
+    else:
+        head = f"saves {pct:.0f}%" if pct > 0 else f"costs {-pct:.0f}% more"
+    if interval is None:
+        return head
+    lo, hi = 100.0 * interval.low, 100.0 * interval.high
+    if lo >= 0.0:
+        span = f"{lo:.0f}–{hi:.0f}%" if pct > 0 else f"{lo:.0f}–{hi:.0f}% less"
+    elif hi <= 0.0:
+        span = f"{-hi:.0f}–{-lo:.0f}% more"
+    else:
+        span = f"{-lo:.0f}% more–{hi:.0f}% less"
+    return f"{head} ({span})"
+
+
+def _range_words(interval: Any) -> str:
+    """A saving's interval (fractions) in the words of saving_text."""
+    lo, hi = 100.0 * interval.low, 100.0 * interval.high
+    if lo >= 0.0:
+        return f"{lo:.1f}–{hi:.1f}% less"
+    if hi <= 0.0:
+        return f"{-hi:.1f}–{-lo:.1f}% more"
+    return f"{-lo:.1f}% more to {hi:.1f}% less"

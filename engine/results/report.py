@@ -22,9 +22,9 @@ from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
-from engine.results.compare import SIGN_CONVENTION, Side, mismatch, optimum_vs_maxn
+from engine.results.compare import Side, mismatch, optimum_vs_maxn
 from engine.core.text import clean_text
-from engine.results.format import UNKNOWN, format_pct, format_stat, setting_label
+from engine.results.format import UNKNOWN, format_stat, saving_text, setting_label, slowdown_text
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 from engine.core.text import shown
 
@@ -131,9 +131,9 @@ def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | N
                       f"{UNKNOWN} marks the figures that need it."]
     vs_maxn = optimum_vs_maxn(best, maxn)
     if maxn is not None and vs_maxn is not None:
-        lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): energy saving "
-                      f"**{vs_maxn.saving_pct:+.1f}%**, slowdown **{format_pct(vs_maxn.slowdown_pct)}** [{src}], "
-                      f"per sample ({SIGN_CONVENTION})."]
+        time = "time not recorded" if vs_maxn.slowdown_pct is None else slowdown_text(vs_maxn.slowdown_pct, than=None)
+        lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): "
+                      f"**{saving_text(vs_maxn.saving_pct, than=None)}**, **{time}** [{src}], per sample."]
     else:
         lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
     lines += ["", "## Figures", ""]
@@ -253,9 +253,9 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         lines += ["", f"Not compared with its stored baseline: {refused.what}."]
     if comparison is not None:
         same = ", of the same workload" if base is not None and base.workload is not None else ""
-        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): energy saving "  # type: ignore[union-attr]
-                      f"**{comparison.saving_pct:+.1f}%**, slowdown **{comparison.slowdown_pct:+.1f}%** "
-                      f"[{comparison.source.value}] ({SIGN_CONVENTION})."]
+        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): "  # type: ignore[union-attr]
+                      f"**{saving_text(comparison.saving_pct, than=None)}**, "
+                      f"**{slowdown_text(comparison.slowdown_pct, than=None)}** [{comparison.source.value}]."]
         if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
             lines += [f"The MAXN run was on another board of the module (serial {base.device.serial})."]
     if figures:

@@ -214,7 +214,7 @@ class MLPolicy:
             "label": None if self.setting is None else self.setting.label(),
             "reason": self._reason(),
             "predicted": None if self.choice is None else
-            f"{self.choice.setting.label()}, saving {self._saving_text()} against MAXN [predicted]",
+            f"{self.choice.setting.label()}, {self._saving_text()} [predicted]",
             "choice": None if self.choice is None else self.choice.to_json(),
         }
 
@@ -277,14 +277,14 @@ class MLPolicy:
         c = self.choice
         probed = f" after {len(c.probes)} probe(s)" if c.probes else ""
         return (f"predicted lowest {c.objective} cost by the {c.trained_on}-trained selector ({c.chooser}){probed}; "
-                f"expected saving {self._saving_text()} against MAXN (predicted), confidence {c.confidence.level}")
+                f"expected {self._saving_text()} (predicted), confidence {c.confidence.level}")
 
     def _saving_text(self) -> str:
-        from engine.core.interval import format_with
+        from engine.results.format import saving_text
 
         c = self.choice
         assert c is not None
-        return format_with(c.saving, None if c.uncertainty is None else c.uncertainty.saving, pct=True)
+        return saving_text(100.0 * c.saving, interval=None if c.uncertainty is None else c.uncertainty.saving)
 
 
 def _steps_of(workload: Any) -> Any:

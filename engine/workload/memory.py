@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
+from engine.core.units import format_bytes
 from engine.workload.arch import Architecture, architecture
 
 if TYPE_CHECKING:
@@ -113,8 +114,9 @@ class MemoryEstimate:
                 step, ("workspace", self.workspace))
 
     def describe(self) -> str:
-        return f"{self.total / GIB:,.1f} GiB (" + ", ".join(
-            f"{k} {v / GIB:,.1f}" for k, v in self.parts()) + ")"
+        """`3.2 GiB (weights 17 MiB, gradients 17 MiB, ...)`: each part with its unit (a small
+        model's parts are MiB, which one GiB decimal would show as 0.0)."""
+        return f"{self.total / GIB:,.1f} GiB (" + ", ".join(f"{k} {format_bytes(v)}" for k, v in self.parts()) + ")"
 
     def with_changes(self, **changes: Any) -> "MemoryEstimate":
         """The estimate of the same workload with some inputs changed (batch_size, seq_len,

@@ -12,6 +12,7 @@ from textual import work
 from textual.screen import ModalScreen
 
 from engine.core.errors import SlmDvfsError
+from engine.results.format import versus_text
 from tui.bridge import EventBridge
 from tui.messages import EngineFailed, ExperimentDone, RunProgress, SelectorPreviewed
 from tui.runstate import RunTracker
@@ -154,8 +155,7 @@ class ExperimentActions:
         line = f"experiment {status}: run {result.run.run_id}"
         if result.comparison is not None:
             c = result.comparison
-            line += (f", energy saving {c.saving_pct:+.1f}%, slowdown {c.slowdown_pct:+.1f}% vs MAXN "
-                     f"[{c.source.value}]")
+            line += f", {versus_text(c.saving_pct, c.slowdown_pct)} [{c.source.value}]"
         for note in result.notes:
             line += f"\nnote: {note}"
         if self.run_tracker is not None:

@@ -83,7 +83,8 @@ class StoreActions:
         except (SlmDvfsError, OSError) as exc:
             self.notify(str(exc), title="Export failed", severity="error")
             return None
-        self.notify(f"run {run_id}: {n_samples} power samples [{run.source.value}] to {out}", title="Exported")
+        self.notify(f"run {run_id} written to {out}: its summary and {n_samples} power samples "
+                    f"[{run.source.value}] as CSV (every export goes to {out_dir})", title="Exported")
         return out
 
     def delete_run(self, run_id: int) -> None:

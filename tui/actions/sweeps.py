@@ -203,7 +203,7 @@ class SweepActions:
                 f"of {result.settings * result.spec.repeats} points")
         if self.sweep_tracker is not None:
             self.sweep_tracker.finish(result.status, from_summaries(result.points, result.source), result.sweep_id,
-                                      line)
+                                      line, self._stored_workload(result.sweep_id))
             self.sweep_view = self.sweep_tracker.view()
         if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
             page.show_sweep(self.sweep_view)
@@ -212,7 +212,19 @@ class SweepActions:
             line += f"\n{policy} has its sweep now: start the run on Setup (2)"
         self.notify(line, title="Sweep " + result.status)
 
+    def _stored_workload(self, sweep_id: int | None) -> Any:
+        """A sweep's workload as the store keeps it (None when it cannot be read)."""
+        if sweep_id is None or self.store is None:
+            return None
+        try:
+            return self.store.get_workload(self.store.get_sweep(sweep_id).workload_id)
+        except SlmDvfsError:
+            return None
+
     def open_sweep(self, sweep_id: int) -> None:
+        """A stored sweep on the Sweep page: its heat map, and its own workload in the form (not
+        Setup's), so that the figures never sit beside another workload and `s` sweeps this one
+        (resuming it if unfinished)."""
         from tui.sweep_model import from_store
 
         if self.store is None:
@@ -220,11 +232,13 @@ class SweepActions:
         try:
             heat = from_store(self.store, sweep_id)
             sweep = self.store.get_sweep(sweep_id)
+            workload = self.store.get_workload(sweep.workload_id)
         except SlmDvfsError as exc:
             self.notify(exc.what, title="Cannot open the sweep", severity="error")
             return
         self.sweep_view = SweepView(sweep.status, heat.points, heat.points, "", heat,
-                                    (f"sweep {sweep_id} from the store ({sweep.status})",), sweep_id)
+                                    (f"sweep {sweep_id} from the store ({sweep.status})",), sweep_id,
+                                    workload=workload, opened=True)
         self.action_page("sweep")
         if (page := self._current(SweepScreen)) is not None:
             page.show_sweep(self.sweep_view)

@@ -9,9 +9,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
 from tui.compare_model import CompareView, describe_run
-from tui.fmt import num, pct, tag
+from engine.results.format import saving_short, saving_text, slowdown_text
+from tui.fmt import num, sig3, tag
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
+from tui.widgets.live import short_rail
 
 EMPTY = ("Nothing to compare yet: run an experiment with 'compare with MAXN Mode 0' (page 2), "
          "or open a run in History (page 5).")
@@ -52,10 +54,12 @@ class CompareScreen(PageScreen):
         else:
             title.append(f"  ({view.baseline_note})", style="dim")
         if view.saving_pct is not None:
-            title.append("\nenergy saving " if not view.per_sample else "\nenergy saving per sample ")
-            title.append(pct(view.saving_pct), style="bold green" if view.saving_pct >= 0 else "bold red")
-            title.append(" · slowdown ")
-            title.append(pct(view.slowdown_pct), style="bold")
+            # in words, as the CLI says it (engine.results.format): no signs to decode, no double negatives
+            title.append("\nvs MAXN" + (" per sample" if view.per_sample else "") + ": ")
+            title.append(saving_text(view.saving_pct, than=None),
+                         style="bold green" if view.saving_pct >= 0 else "bold red")
+            title.append(", ")
+            title.append(slowdown_text(view.slowdown_pct, than=None), style="bold")
             title.append(" ")
             title.append_text(tag(view.source))
         for note in view.notes:
@@ -77,13 +81,15 @@ class CompareScreen(PageScreen):
         self.query_one("#compare-figures", Static).update(table)
 
         rails = Table(box=None, expand=True, padding=(0, 0, 0, 1))
+        # the rails' short names (as on the Run and Device pages): 80 columns keep every figure whole
         rails.add_column(Text.assemble("J ", tag(view.source)), no_wrap=True, overflow="ellipsis")
         rails.add_column(Text("run", style="green"), justify="right", no_wrap=True)
         rails.add_column(Text("MAXN", style="yellow"), justify="right", no_wrap=True)
-        rails.add_column("saving", justify="right", no_wrap=True)
+        rails.add_column("vs MAXN", justify="right", no_wrap=True)
         for rail, rj, bj, saving in view.rails:
             style = "" if saving is None else ("green" if saving > 0 else "red")
-            rails.add_row(rail, num(rj, ".3g"), num(bj, ".3g"), Text(pct(saving), style=style))
+            rails.add_row(short_rail(rail), sig3(rj), sig3(bj),
+                          Text("-" if saving is None else saving_short(saving), style=style))
         self.query_one("#compare-rails", Static).update(rails)
 
         span = view.span_s

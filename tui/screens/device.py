@@ -14,7 +14,8 @@ from engine.device.base import ClockDomain
 from engine.device.snapshot import DeviceSnapshot
 from tui.history import DeviceHistory
 from tui.screens.base import PageScreen
-from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C, ClocksPane, TemperaturesPane
+from tui.fmt import fit, title_room
+from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
 from tui.widgets.live import GraphStack, show_clocks, show_load, show_rails, show_temps
 
 
@@ -70,7 +71,8 @@ class DeviceScreen(PageScreen):
         show_clocks(clock_graphs, history, tables)
         show_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
-        self.query_one("#dev-temps").border_title = Text(f"Temps °C [{src}] now avg pk !{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}")
+        temps = self.query_one("#dev-temps")
+        temps.border_title = fit(title_room(temps), *temps_titles(src))
         show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
         lines = list(notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
         if "rails" in snap.errors:

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -18,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui import forms
+from tui.runstate import MIN_SPREAD_STEPS
 from tui.screens.base import GLOBAL_ACTIONS
 
 # Keys that work on every page (the app's own, and Textual's for forms), as the footer names them.
@@ -73,13 +76,21 @@ def page_keys(screens: Mapping[str, Any]) -> tuple[tuple[str, tuple[tuple[str, s
     return tuple(pages)
 
 
+def page_notes() -> dict[str, str]:
+    """What a page's keys leave unsaid, under its keys (by the page's title)."""
+    return {"5 History": "e writes the highlighted run's summary and power trace as CSV to "
+                         "exports/run-N.csv in the data folder (N: the run's id; the full path is under "
+                         "Where results are stored, below)."}
+
+
 def storage_lines(store_path: Path | None) -> tuple[tuple[str, str], ...]:
     from engine.core import paths
 
     data = paths.data_dir()
     return (
         ("results store", str(store_path) if store_path is not None else f"{data / 'results.sqlite'} (not opened)"),
-        ("exports (e on History)", str(data / "exports")),
+        ("exports (e on History)", f"{data / 'exports' / 'run-N.csv'}: a run's summary and power trace as CSV "
+                                   "(N: its id)"),
         ("trained selectors", str(data / "selectors")),
         ("step traces (cache)", str(paths.cache_dir())),
         ("clock journals", str(paths.state_dir() / "journals")),
@@ -98,30 +109,37 @@ def _table(rows: Iterable[tuple[str, str]], key_width: int = 18) -> Table:
 
 
 def _listing(rows: Iterable[tuple[str, str]]) -> Table:
-    """Long names (a static policy's spec) on their own line, the meaning indented below."""
+    """Long names (a static policy's spec) on their own line, the meaning indented below (its
+    wrapped lines too)."""
     table = Table(box=None, show_header=False, padding=(0, 1, 0, 1), expand=True)
     table.add_column(ratio=1)
     for name, text in rows:
-        table.add_row(Text.assemble((name, "bold"), "\n", Text("    ") + Text(text)))
+        table.add_row(Group(Text(name, style="bold"), Padding(Text(text), (0, 0, 0, 4))))
     return table
 
 
 def help_renderables(screens: Mapping[str, Any], store_path: Path | None) -> list[Any]:
     """The help's sections, in order, as Rich renderables."""
     out: list[Any] = [Text("Keys on every page", style="bold underline"), _table(GLOBAL_KEYS)]
+    notes = page_notes()
     for title, keys in page_keys(screens):
         if keys:
             out += [Text(f"\nPage {title}", style="bold underline"), _table(keys)]
+            if title in notes:
+                out.append(Text(notes[title], style="italic"))
     out += [Text("\nSetup fields (page 2)", style="bold underline"), _table(forms.FIELD_HELP.items())]
     out += [Text("\nPolicies (the setup field `policy`)", style="bold underline"), _listing(policy_help())]
     out += [Text("\nObjectives (the setup field `objective`)", style="bold underline"),
             _listing(objective_help())]
     out += [Text("\nFigures", style="bold underline"),
             Text("Every figure carries its source: [measured] on a board's sensors, [twin] from the digital "
-                 "twin, [predicted] by a model (the selector, an ETA). A predicted figure shows its 90% "
-                 "interval: 13% (4–17%) or 30.4±0.2 J (the selector's from the twin ensemble of plausible "
-                 "profiles and its cross-validated regret; a projection's from the run's steps so far). "
-                 "Saving: positive = less energy than MAXN Mode 0; slowdown: positive = more time.")]
+                 "twin, [predicted] by a model (the selector, a projection, the ETA). A predicted figure shows "
+                 "its 90% interval: 13% (4–17%) or 30.4±0.2 J (the selector's from the twin ensemble of "
+                 "plausible profiles and its cross-validated regret; a projection's and the ETA's from the "
+                 f"spread of the run's steps so far, ±? before {MIN_SPREAD_STEPS} steps, when there is no "
+                 "spread to go by yet). The ETA is the time left (16 min 36 s), not a time of day. Against "
+                 "MAXN Mode 0 a run or a setting uses less or more energy and is slower or faster; on the "
+                 "Sweep page the row MAXN is the baseline. Sizes are in binary units (MiB, GiB).")]
     out += [Text("\nWhere results are stored", style="bold underline"), _table(storage_lines(store_path), 24)]
     return out
 

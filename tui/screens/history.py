@@ -15,7 +15,7 @@ from textual.widgets import DataTable, Static
 
 from engine.results.format import format_setting, format_when
 from engine.results.records import several_boards
-from tui.fmt import energy, num
+from tui.fmt import energy, sig3
 from tui.screens.base import PageScreen
 
 
@@ -68,8 +68,8 @@ class HistoryScreen(PageScreen):
         for r in runs:
             mark = Text("●", style="bold magenta") if r.id in self.marked else Text(" ")
             workload = f"{r.model}/{r.task}" if r.model else "-"
-            cells = (short_when(r.started_at, this_year), workload, _policy(r)[:POLICY_W], energy(r.energy_j),
-                     num(r.time_s, ".3g"), r.source.value, r.status)
+            cells = (short_when(r.started_at, this_year), cut(workload, WORKLOAD_W), _policy(r)[:POLICY_W],
+                     energy(r.energy_j), sig3(r.time_s), r.source.value, r.status)
             table.add_row(Text.assemble(mark, str(r.id)), *(f" {c}" for c in cells), key=str(r.id))
         if runs:
             table.move_cursor(row=min(keep, len(runs) - 1))
@@ -79,8 +79,8 @@ class HistoryScreen(PageScreen):
             space = s.space.get("space") or ("explicit" if s.space.get("settings") else "")
             method = s.space.get("method", "")
             space = space or ("" if method else "?")  # an imported sweep reads `import`
-            st.add_row(str(s.id), short_when(s.created_at, this_year), workload, f"{space} {method}".strip(), str(n),
-                       s.source.value, s.status, key=str(s.id))
+            st.add_row(str(s.id), short_when(s.created_at, this_year), cut(workload, WORKLOAD_W),
+                       f"{space} {method}".strip(), str(n), s.source.value, s.status, key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
         self._boards = several_boards(r.device for r in runs)
@@ -159,7 +159,15 @@ class HistoryScreen(PageScreen):
             self.app.delete_run(run.id)  # type: ignore[attr-defined]
 
 
-POLICY_W = 16  # the policy column's widest text (a static setting's clocks are cut here)
+# The name columns' widest text: at 80 columns the figures (energy, time) and their source stay in
+# view whatever the names (a static setting's clocks, a long hub id are cut here; `o` shows them whole).
+POLICY_W = 14
+WORKLOAD_W = 18
+
+
+def cut(text: str, width: int) -> str:
+    """A name cut to `width` with an ellipsis (said: not silently truncated)."""
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def this_year_text() -> str:

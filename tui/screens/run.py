@@ -17,7 +17,8 @@ from tui.history import DeviceHistory, time_columns
 from tui.runstate import RunView
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
-from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C, ClocksPane, TemperaturesPane
+from tui.fmt import fit, title_room
+from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
 from tui.widgets.live import GraphStack, show_clocks, show_temps
 from tui.widgets.run_panes import ProgressPane, RunPowerPane
 
@@ -27,6 +28,7 @@ LABEL_W = 6  # the block chart's y-axis labels
 class RunScreen(PageScreen):
     PAGE = "run"
     TITLE_TEXT = "3 Run"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # styles.tcss: the progress pane's width
     BINDINGS = [
         Binding("space", "app.pause_resume", "Pause/resume"),
         Binding("x", "app.cancel_run", "Cancel run"),
@@ -75,7 +77,8 @@ class RunScreen(PageScreen):
         self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
         show_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
-        self.query_one("#run-temps-box").border_title = Text(f"Temps °C [{src}] now avg pk !{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}")
+        temps = self.query_one("#run-temps-box")
+        temps.border_title = fit(title_room(temps), *temps_titles(src))
         show_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
     def show_run(self, view: RunView) -> None:

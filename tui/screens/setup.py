@@ -2,7 +2,8 @@
 
 Every typed field has a validator, so a bad value is marked in the field itself and its
 reason shown below the form. Enter moves to the next field; escape leaves the form so
-the number keys switch pages again.
+the number keys switch pages again. The form's values are remembered across restarts
+(tui.remembered): written once typing pauses and as the page goes, read back checked.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
 from textual.suggester import SuggestFromList
+from textual.timer import Timer
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from tui import forms, setup_fit
+from tui.remembered import load_setup, save_setup
 from tui.screens.base import PageScreen, TickBox
 
 
@@ -67,15 +70,25 @@ class SetupScreen(PageScreen):
     PAGE = "setup"
     TITLE_TEXT = "2 Setup"
     BINDINGS = [
-        Binding("s", "start", "Start"),
-        Binding("p", "predict", "Selector"),
+        Binding("s", "start", "Start", tooltip="Start the experiment the form describes (with its MAXN Mode 0 "
+                "run when ticked); on a board it asks first"),
+        Binding("p", "predict", "Selector", tooltip="Ask the selector what it would choose for this workload and "
+                "the saving it predicts [predicted]"),
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
+    SAVE_AFTER_S = 0.5  # the form is remembered once typing pauses (and when the page goes)
+
     def __init__(self, values: forms.SetupValues | None = None) -> None:
         super().__init__()
-        self.initial = values or forms.SetupValues()
+        self.load_note: str | None = None  # what was ignored of the remembered values (said once shown)
+        if values is None:
+            remembered = load_setup()
+            values, self.load_note = remembered.values, remembered.note
+        self.initial = values
         self.unit = self.initial.unit
+        self._save_timer: Timer | None = None
+        self._unsaved = values
 
     def compose_body(self) -> ComposeResult:
         v = self.initial
@@ -174,6 +187,24 @@ class SetupScreen(PageScreen):
     def on_mount(self) -> None:
         self._show_lora_rank()
         self.show_memory()
+        if self.load_note:
+            self.notify(self.load_note, title="Setup", severity="warning")
+
+    def on_unmount(self) -> None:
+        if self._save_timer is not None:  # a change not remembered yet: the app is closing
+            self._save_timer.stop()
+            self._remember()
+
+    def _remember_soon(self, values: forms.SetupValues) -> None:
+        """Remember the form once typing pauses: one small write, not one a keystroke."""
+        self._unsaved = values  # kept: the widgets may be gone by the time the page unmounts
+        if self._save_timer is not None:
+            self._save_timer.stop()
+        self._save_timer = self.set_timer(self.SAVE_AFTER_S, self._remember)
+
+    def _remember(self) -> None:
+        self._save_timer = None
+        save_setup(self._unsaved)
 
     def show_memory(self) -> None:
         """The form's workload's estimated peak memory against the board (torch-free)."""
@@ -240,9 +271,13 @@ class SetupScreen(PageScreen):
         self.query_one("#field-help", Static).update(Text(line))
 
     def _tell_app(self) -> None:
+        if not self.composed:
+            return
+        values = self.values()
         changed = getattr(self.app, "setup_changed", None)
-        if changed is not None and self.composed:
-            changed(self.values())
+        if changed is not None:
+            changed(values)
+        self._remember_soon(values)
 
     # ------------------------------------------------------------------ events
     @on(Input.Changed)

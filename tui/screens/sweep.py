@@ -1,9 +1,14 @@
 """Page 6: characterisation sweeps (start or resume), their energy heat map, and the selector.
 
 The form follows Setup's workload (model, task, batch, length, precision, mode): each time
-the page is shown after Setup changed, it takes them again; edits made here last until then."""
+the page is shown after Setup changed, it takes them again; edits made here last until then.
+A sweep opened from History puts its own workload in the form (padding included), so its heat
+map never sits beside another workload's form and `s` sweeps that workload again (resuming the
+sweep if it is unfinished); the heat map and the progress pane name the workload they are of."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.table import Table
 from rich.text import Text
@@ -23,21 +28,23 @@ from textual.widgets import (
 )
 
 from engine.dvfs.space import SPACES
+from engine.results.format import versus_text
 from tui import forms
-from tui.fmt import pct, tag
+from tui.fmt import fit, tag, title_room
 from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
-from tui.sweep_model import HeatMap, SweepView
+from tui.sweep_model import HeatMap, SweepView, workload_text
 
 HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
                "white on red3")
+HEAT_LEGEND = "★ the least energy; row MAXN: the baseline"
 
 
 def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
     """The heat map as a table: rows GPU (or mode), columns EMC; cells mJ per sample."""
     if not heat.cells:
         return Text("no points yet", style="dim")
-    table = Table(box=None, padding=(0, 1), expand=False)
+    table = Table(box=None, padding=(0, 1), expand=False, caption=HEAT_LEGEND, caption_justify="left")
     table.add_column(Text.assemble("mJ/sample ", tag(heat.source)), no_wrap=True)
     for col in heat.cols:
         table.add_column(f"EMC {col}", justify="right")
@@ -49,7 +56,8 @@ def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
                 cells.append("")
                 continue
             style = HEAT_STYLES[min(len(HEAT_STYLES) - 1, int(cell.rel * len(HEAT_STYLES)))]
-            mark = "★" if cell.best else ("M" if cell.maxn else " ")
+            # the baseline's cell is its row, named MAXN: a letter after a figure reads as a unit (M: mega)
+            mark = "★" if cell.best else " "
             cells.append(Text(f"{cell.mj_per_sample:8.2f}{mark}", style=style))
         table.add_row(row, *cells)
     return table
@@ -73,6 +81,10 @@ class SweepScreen(PageScreen):
         super().__init__()
         self.setup = forms.SetupValues()  # the Setup workload the form last took
         self._followed: tuple[str, ...] | None = None
+        self.opened: Any = None  # the stored workload of a sweep opened from History, while the form holds it
+        self._opened_id: int | None = None
+        self._opened_view: SweepView | None = None  # the opened sweep's view whose workload the form took
+        self._shown: SweepView | None = None
 
     def follow_setup(self, values: forms.SetupValues, *, force: bool = False) -> bool:
         """Take Setup's workload, unless it has not changed since the last time (edits made
@@ -80,15 +92,31 @@ class SweepScreen(PageScreen):
         key = forms.workload_key(values)
         if key == self._followed and not force:
             return False
-        self._followed, self.setup = key, values
+        self._followed, self.setup, self.opened = key, values, None
+        self._fill(values)
+        return True
+
+    def take_workload(self, workload: Any, sweep_id: int | None = None) -> None:
+        """An opened sweep's own workload (engine.results.records.WorkloadRecord) in the form, until
+        Setup changes: `s` then sweeps that workload (resuming the sweep if unfinished), and the heat
+        map is not shown beside another."""
+        lora = workload.lora.rank if workload.mode == "lora" and workload.lora is not None else 8
+        self.opened, self._opened_id = workload, sweep_id
+        self.setup = forms.SetupValues(model=workload.model, task=workload.task, batch_size=str(workload.batch_size),
+                                       seq_len=str(workload.seq_len), precision=workload.precision,
+                                       mode=workload.mode, lora_rank=str(lora))
+        self._fill(self.setup)
+
+    def _fill(self, values: forms.SetupValues) -> None:
         self.query_one("#sw-model", Input).value = values.model.strip()
         task = self.query_one("#sw-task", Select)
         if values.task != task.value:
             task.value = values.task
         self.query_one("#sw-workload", Static).update(self._workload_text())
-        return True
 
     def _workload_text(self) -> str:
+        if self.opened is not None:
+            return f"sweep {self._opened_id}'s workload: {workload_text(self.opened)}"
         v = self.setup
         parts = [f"batch {v.batch_size.strip()}" if v.batch_size.strip() else "",
                  f"seq {v.seq_len.strip()}" if v.seq_len.strip() else "",
@@ -96,15 +124,20 @@ class SweepScreen(PageScreen):
         return "as on Setup (2): " + ", ".join(p for p in parts if p)
 
     def workload(self) -> dict:
-        """The SweepSpec fields of Setup's workload beyond the model and task."""
+        """The SweepSpec fields of the form's workload beyond the model and task (an opened sweep's
+        padding and checkpointing too: `s` sweeps that very workload, resuming it if unfinished)."""
         v = self.setup
 
         def count(text: str) -> int | None:
             return int(text) if text.strip().isdigit() and int(text) > 0 else None
 
-        return {"batch_size": count(v.batch_size), "max_seq_len": count(v.seq_len),
-                "precision": None if v.precision == "default" else v.precision, "mode": v.mode,
-                "lora": forms.lora_settings(v)}
+        fields = {"batch_size": count(v.batch_size), "max_seq_len": count(v.seq_len),
+                  "precision": None if v.precision == "default" else v.precision, "mode": v.mode,
+                  "lora": forms.lora_settings(v)}
+        if self.opened is not None:
+            fields.update(padding=self.opened.padding, grad_checkpointing=self.opened.grad_checkpointing,
+                          lora=self.opened.lora if self.opened.mode == "lora" else None)
+        return fields
 
     def compose_body(self) -> ComposeResult:
         def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
@@ -141,7 +174,7 @@ class SweepScreen(PageScreen):
     def on_mount(self) -> None:
         self.query_one("#sweep-form").border_title = "Sweep"
         self.query_one("#sweep-status").border_title = "Progress"
-        self.query_one("#sweep-heat").border_title = "mJ/sample: ★ least, M MAXN"
+        self.query_one("#sweep-heat").border_title = "Energy per sample"
         self.query_one("#sweep-heat", Static).update(Text("start a sweep, or open one from History (5)", style="dim"))
         self.query_one("#sweep-progress", ProgressBar).display = False
         self._log_lines: tuple[str, ...] = ()
@@ -177,16 +210,22 @@ class SweepScreen(PageScreen):
             box.value = False
 
     def show_sweep(self, view: SweepView) -> None:
+        if view.opened and view.workload is not None and view is not self._opened_view:
+            self._opened_view = view  # once per opening: a later change on Setup is followed again
+            self.take_workload(view.workload, view.sweep_id)
         summary = Text()
         summary.append(view.status.upper(), style="bold")
         if view.sweep_id is not None:
             summary.append(f"  sweep {view.sweep_id}")
         summary.append(f"  {view.done}/{view.total} points")
+        if view.workload is not None:
+            w = view.workload
+            summary.append(f"\nof {w.model}/{w.task}: {workload_text(w)}")
         heat = view.heat
         if heat is not None and heat.best:
             summary.append(f"\nbest: {heat.best}")
             if heat.saving_pct is not None:
-                summary.append(f"\nvs MAXN: energy saving {pct(heat.saving_pct)}, slowdown {pct(heat.slowdown_pct)} ")
+                summary.append(f"\n{versus_text(heat.saving_pct, heat.slowdown_pct)} per sample ")
                 summary.append_text(tag(heat.source))
         if view.last:
             summary.append(f"\nlast: {view.last}", style="dim")
@@ -194,8 +233,10 @@ class SweepScreen(PageScreen):
         bar = self.query_one("#sweep-progress", ProgressBar)
         bar.display = bool(view.total)
         bar.update(total=view.total or 0, progress=view.done)
+        self._shown = view
         if heat is not None:
             self.query_one("#sweep-heat", Static).update(heat_table(heat))
+            self._title_heat()
         elif view.fleet:
             self.query_one("#sweep-heat", Static).update(Text(
                 "a fleet sweep: one sweep per model on the boards; the Fleet page (7) shows who runs what, "
@@ -205,6 +246,17 @@ class SweepScreen(PageScreen):
             log.clear()
             log.write_lines(view.log)
             self._log_lines = view.log
+
+    def _title_heat(self) -> None:
+        """The heat map's title names the sweep and its workload, as the width allows."""
+        view, pane = self._shown, self.query_one("#sweep-heat", Static)
+        w = None if view is None else view.workload
+        pane.border_title = "Energy per sample" if w is None else fit(  # Text: a name is never markup
+            title_room(pane), Text(f"sweep {view.sweep_id}: {w.model}/{w.task}, energy per sample"),  # type: ignore[union-attr]
+            Text(f"sweep {view.sweep_id}: {w.model}/{w.task}"), Text(f"sweep {view.sweep_id}"))  # type: ignore[union-attr]
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._title_heat)
 
     def say(self, line: str) -> None:
         self.query_one("#sweep-log", Log).write_line(line)

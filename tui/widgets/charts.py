@@ -214,7 +214,9 @@ class HistoryGraph(Widget):
         width, height = self.content_size.width, self.content_size.height
         y_min, y_max = self._y
         if height <= 1:  # one line: name, sparkline, figures (now avg pk, without the words)
-            head, figures = self.name_text(), self.figures_text(words=False)
+            figures = self.figures_text(words=False)
+            # a narrow pane gives up the sparkline, then the name's tail: never a figure
+            head = self.name_text(min(self.name_width, width - figures.cell_len - 1))
             spark_w = max(0, width - head.cell_len - figures.cell_len - 1)
             self.columns = spark_w
             cols = tail(self._values, spark_w)

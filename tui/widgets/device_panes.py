@@ -14,6 +14,14 @@ from engine.device.snapshot import DeviceSnapshot
 # Colour thresholds for temperatures (°C): the sweep's thermal guard waits at 75 and aborts at 85.
 TEMP_WARN_C = 60.0
 TEMP_HOT_C = 75.0
+
+
+def temps_titles(src: str) -> tuple[Text, ...]:
+    """A temperatures pane's title, longest first (tui.fmt.fit picks what the width holds): its
+    source, the three figures' names and the thresholds of `!` and `!!` always whole (Text: a
+    title string would read `[twin]` as markup and drop it)."""
+    marks = f"!{TEMP_WARN_C:g} !!{TEMP_HOT_C:g}"
+    return Text(f"Temps °C [{src}] now avg pk {marks}"), Text(f"°C [{src}] now avg pk {marks}")
 BAR_WIDTH = 22
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from engine.core.errors import ConfigError
+from engine.results.format import versus_text
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet.loop import BoardLoop, board_kind as kind_of
 from engine.run.fleet.model import (
@@ -251,5 +252,5 @@ def _outcome_text(unit: _Exp) -> str:
         text += f", run {o.run_id}" + (f" vs MAXN run {o.baseline_run_id}" if o.baseline_run_id is not None else "")
     if o.saving_pct is not None and o.slowdown_pct is not None:
         src = o.source.value if o.source is not None else "?"
-        text += f": saving {o.saving_pct:+.1f}%, slowdown {o.slowdown_pct:+.1f}% [{src}]"
+        text += f": {versus_text(o.saving_pct, o.slowdown_pct)} [{src}]"
     return text + (f" ({unit.error})" if unit.error else "")
