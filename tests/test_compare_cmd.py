@@ -121,7 +121,7 @@ def test_a_report_does_not_give_a_saving_between_two_workloads(db: Path, tmp_pat
         kept = write_report(s, same, out_dir=tmp_path / "b").markdown.read_text()
     assert "-2040" not in refused and "Not compared with its stored baseline: run" in refused
     assert f"# Run {pythia}: pythia-70m/mrpc (batch 16, length 128, fp16, full), policy static [twin]" in refused
-    assert f"Against MAXN Mode 0 (run {tiny_maxn}, of the same workload): energy saving **+20.0%**" in kept
+    assert f"Against MAXN Mode 0 (run {tiny_maxn}, of the same workload): **20.0% less energy**" in kept
     assert main(["show", str(pythia)]) == 0
     out = capsys.readouterr().out
     assert f"Comparison vs baseline run {tiny_maxn}: not comparable (run {pythia} fine-tuned pythia-70m/mrpc" in out
