@@ -29,10 +29,10 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
-from engine.device.power import DeviceRailSource, PowerSample, PowerSource, TwinSource
+from engine.device.power import RAIL_PRESETS, DeviceRailSource, PowerSample, PowerSource, TwinSource, resolve_rails
 from engine.device.window_trace import WindowTrace, power_at
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
@@ -55,39 +55,6 @@ log = logging.getLogger(__name__)
 # glitch) is bridged: the sample is skipped and the trapezoid joins the samples around it. Past
 # this long the energy between them would be a guess, not a measurement: the monitor stops.
 IMPLAUSIBLE_GRACE_S = 2.0
-
-# None = every rail the source reports. gpu+cpu is what published Orin studies report.
-RAIL_PRESETS: dict[str, tuple[str, ...] | None] = {
-    "all": None,
-    "gpu+cpu": ("VDD_GPU_SOC", "VDD_CPU_CV"),
-}
-
-
-def resolve_rails(preset: str | Sequence[str], available: Iterable[str]) -> tuple[str, ...]:
-    """The rails a preset (`all`, `gpu+cpu`, or `A,B,...`) names, checked against the source's."""
-    have = tuple(available)
-    if isinstance(preset, str):
-        key = preset.strip()
-        if key.lower() in RAIL_PRESETS:
-            wanted = RAIL_PRESETS[key.lower()]
-        else:
-            wanted = tuple(r.strip() for r in key.split(",") if r.strip())
-    else:
-        wanted = tuple(preset)
-    if wanted is None:
-        if not have:
-            raise DeviceError("the power source reports no rails", "check the board's INA3221 driver (`slm-dvfs device`)")
-        return have
-    if not wanted:
-        raise ConfigError(f"empty rail selection {preset!r}", f"use all, gpu+cpu or a comma list of {', '.join(have)}")
-    missing = [r for r in wanted if r not in have]
-    if missing:
-        raise ConfigError(
-            f"rail{'s' if len(missing) > 1 else ''} {', '.join(missing)} not reported by this power source",
-            f"the source has: {', '.join(have) or '(none)'}; pick from those or use --rails all",
-        )
-    return wanted
-
 
 @dataclass(frozen=True)
 class WindowResult:

@@ -1,4 +1,5 @@
-"""Where rail power comes from: the PowerSource protocol and the sources over a Device and the twin.
+"""Where rail power comes from: the PowerSource protocol, the sources over a Device and the twin,
+and which of their rails a preset (`all`, `gpu+cpu`, a list) names.
 
 The tegrastats source lives in `engine/device/tegrastats.py`; the jetson-stats one in
 `engine/device/jtop_backend.py`. The monitor (`engine/monitor.py`) samples any of them.
@@ -8,11 +9,44 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from engine.core.errors import ImplausibleReadingError
+from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
 from engine.device.base import Device
 from engine.core.provenance import Source
+
+
+# None = every rail the source reports. gpu+cpu is what published Orin studies report.
+RAIL_PRESETS: dict[str, tuple[str, ...] | None] = {
+    "all": None,
+    "gpu+cpu": ("VDD_GPU_SOC", "VDD_CPU_CV"),
+}
+
+
+def resolve_rails(preset: str | Sequence[str], available: Iterable[str]) -> tuple[str, ...]:
+    """The rails a preset (`all`, `gpu+cpu`, or `A,B,...`) names, checked against the source's."""
+    have = tuple(available)
+    if isinstance(preset, str):
+        key = preset.strip()
+        if key.lower() in RAIL_PRESETS:
+            wanted = RAIL_PRESETS[key.lower()]
+        else:
+            wanted = tuple(r.strip() for r in key.split(",") if r.strip())
+    else:
+        wanted = tuple(preset)
+    if wanted is None:
+        if not have:
+            raise DeviceError("the power source reports no rails", "check the board's INA3221 driver (`slm-dvfs device`)")
+        return have
+    if not wanted:
+        raise ConfigError(f"empty rail selection {preset!r}", f"use all, gpu+cpu or a comma list of {', '.join(have)}")
+    missing = [r for r in wanted if r not in have]
+    if missing:
+        raise ConfigError(
+            f"rail{'s' if len(missing) > 1 else ''} {', '.join(missing)} not reported by this power source",
+            f"the source has: {', '.join(have) or '(none)'}; pick from those or use --rails all",
+        )
+    return wanted
 
 
 @dataclass(frozen=True)
