@@ -7,6 +7,8 @@ tracker and coalesced (tui.bridge), so while a run is measured the UI redraws ab
 a second, the poll's reading with the run's progress, and does not distort the energy it
 measures (bench/bench_tui.py).
 
+Keys: typed keys are handled one at a time, in the order typed (tui.keys).
+
 Clocks: run_experiment and run_sweep wrap their runs in a ClockGuard. Every exit path
 (q, ctrl+c, the command palette, SIGHUP from a closed SSH session, SIGTERM) cancels the
 TrainControl, waits a bounded time for the worker to reach a step boundary and leave
@@ -44,6 +46,7 @@ from tui.actions.sweeps import SweepActions
 from tui.bridge import EventBridge
 from tui.commands import SlmDvfsCommands
 from tui.history import DeviceHistory
+from tui.keys import OrderedKeys
 from tui.messages import PollFailed, SnapshotTaken
 from tui.polling import SlowModeDevice
 from tui.runstate import RunTracker, RunView
@@ -67,7 +70,7 @@ PAGES = ("device", "setup", "run", "compare", "history", "sweep", "fleet")
 PAGE_KEYS = Binding.Group("pages", compact=True)
 
 
-class SlmDvfsApp(ExperimentActions, SweepActions, FleetActions, CalibrateActions, StoreActions, App):
+class SlmDvfsApp(OrderedKeys, ExperimentActions, SweepActions, FleetActions, CalibrateActions, StoreActions, App):
     CSS_PATH = "styles.tcss"
     TITLE = "slm-dvfs"
     COMMANDS = App.COMMANDS | {SlmDvfsCommands}
