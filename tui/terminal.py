@@ -7,7 +7,7 @@ SIGHUP goes to the session's processes (unless they ignore it, under nohup, or a
 Textual's driver does not expect any of that: its input thread spins on the end of input, its
 writer thread dies on the first EIO, leaving the app blocked on the writer's full queue, and the
 SIGCONT that comes with the hang-up starts a second reader and writer. A TUI in that state
-lived on for 86 minutes with its run's clocks still set. Here the driver reports the first sign
+lived on for 86 minutes, until killed by hand. Here the driver reports the first sign
 (end of input, a read or write refused) to the app as `TerminalLost`, once; the app then quits
 as for SIGHUP (cancel the run at the next step, restore the clocks, exit). Output to the gone
 terminal is dropped from then on, so nothing blocks on it.
