@@ -52,6 +52,11 @@ class OrderedKeys:
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, events.Key) and not event.is_forwarded:  # a typed key, not one bubbling back
+            app: Any = self
+            # A priority binding (ctrl+c, ctrl+q: quit) runs as it arrives, as Textual runs it, never
+            # behind a key still on its way.
+            if self._trip is not None and await app._check_bindings(event.key, priority=True):
+                return
             self._keys_waiting.append(event)
             await self._route_keys()
             return
@@ -59,6 +64,9 @@ class OrderedKeys:
 
     async def _route_keys(self) -> None:
         app: Any = self
+        if not app.screen_stack:  # the app is closing: nothing takes keys any more
+            self._keys_waiting.clear()
+            return
         while self._trip is None and self._keys_waiting:
             key = self._keys_waiting.popleft()
             target = app.focused or app.screen
