@@ -7,6 +7,7 @@ what it cannot write instead of leaving the app blocked on it."""
 from __future__ import annotations
 
 import os
+import time
 import tty
 from pathlib import Path
 
@@ -15,8 +16,8 @@ from textual.messages import ExitApp
 
 from engine.device.session import DeviceSession
 from engine.results.store import Store
-from test_tui_flow import _start_long_run, clock_files, env  # noqa: F401 - env: that module's autouse isolation
-from tui.messages import ExperimentDone
+from test_tui_flow import _start_long_run, clock_files, env, pace, simulated_spec  # noqa: F401 - env: that module's autouse isolation
+from tui.messages import ExperimentDone, RunProgress
 from tui.terminal import TerminalLost, TerminalOutput
 from tui_helpers import drive, make_app
 
@@ -47,6 +48,33 @@ async def test_quitting_mid_run_says_how_the_run_ended_and_that_the_clocks_are_r
     assert clock_files(root) == before
     assert run.status == "cancelled"
     assert app.farewell() == [f"slm-dvfs: {ended}"]  # what the terminal is told after the app
+
+
+async def test_quitting_in_the_maxn_run_says_that_run_was_cancelled_and_the_policys_had_finished(
+        twin_session: DeviceSession, results_store: Store) -> None:
+    root = twin_session.twin.root
+    before = clock_files(root)
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        phase: list[str] = []
+
+        def slow_baseline(event: object) -> None:  # the policy's run quick, the MAXN run long enough to quit in
+            if type(event).__name__ == "ExperimentPhase":
+                phase.append(event.role)  # type: ignore[attr-defined]
+            pace(event)
+            if phase[-1:] == ["baseline"] and type(event).__name__ == "StepEnd":
+                time.sleep(0.02)
+
+        assert app.start_experiment(simulated_spec(40, compare="maxn"), callbacks=[slow_baseline]) is not None
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.role == "baseline" and app.run_view.step > 0)
+        await ui.press("q")
+        await ui.wait_for(ExitApp)
+    assert clock_files(root) == before
+    base, policy = results_store.list_runs()  # newest first
+    assert (policy.status, base.status) == ("finished", "cancelled")
+    assert app.farewell() == [f"slm-dvfs: experiment cancelled in its MAXN Mode 0 run, at step {base.steps} of 40: "
+                              f"run {base.id} is stored as cancelled (the policy's run {policy.id} had finished); "
+                              "the clocks are restored"]
 
 
 async def test_quitting_idle_exits_at_once_and_says_nothing_after(twin_session: DeviceSession,

@@ -23,6 +23,7 @@ from textual.worker import WorkerState
 from tui.actions.experiments import ENGINE
 from tui.actions.fleet import FLEET_QUIT_WAIT_S
 from tui.screens.run import RunScreen
+from tui.screens.sweep import SweepScreen
 
 if TYPE_CHECKING:
     from tui.terminal import TerminalLost
@@ -140,12 +141,19 @@ class Lifecycle:
         self.call_after_refresh(self.exit)  # the page shows how the run ended, then the app exits
 
     def _say_quitting(self, line: str) -> None:
-        """While quitting: the line on the Run page's log (an experiment's) and as a notification."""
-        if self.run_tracker is not None and self.quit_note is not None and self.quit_note.busy == "experiment":
+        """While quitting: the line in the log of the page that shows the engine's work (the Run
+        page's for an experiment, the Sweep page's for a sweep) and as a notification."""
+        busy = self.quit_note.busy if self.quit_note is not None else None
+        if busy == "experiment" and self.run_tracker is not None:
             self.run_tracker.note(line)
             self.run_view = self.run_tracker.view()
             if (page := self._current(RunScreen)) is not None:
                 page.show_run(self.run_view)
+        elif busy in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
+            self.sweep_tracker.note(line)
+            self.sweep_view = self.sweep_tracker.view()
+            if (page := self._current(SweepScreen)) is not None:
+                page.show_sweep(self.sweep_view)
         self.notify(line, title="Quitting", timeout=60)
 
     @staticmethod

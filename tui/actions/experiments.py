@@ -156,6 +156,11 @@ class ExperimentActions:
         if result.cancelled:  # where it stopped, and what the store holds of it
             line = (f"experiment cancelled at step {result.run.steps} of {result.spec.steps}: run "
                     f"{result.run.run_id} is stored as cancelled")
+        elif result.baseline is not None and result.baseline.cancelled:  # in its MAXN Mode 0 run
+            status = "cancelled"
+            line = (f"experiment cancelled in its MAXN Mode 0 run, at step {result.baseline.steps} of "
+                    f"{result.spec.steps}: run {result.baseline.run_id} is stored as cancelled (the policy's run "
+                    f"{result.run.run_id} had finished)")
         if result.comparison is not None:
             c = result.comparison
             line += (f", energy saving {c.saving_pct:+.1f}%, slowdown {c.slowdown_pct:+.1f}% vs MAXN "
