@@ -54,7 +54,8 @@ def test_an_escape_typed_just_before_a_key_is_two_keys() -> None:
     assert lone.feed(f"{ESC}s") == [None, "s"]  # escape, then s (Textual read alt+s)
     assert lone.feed(f"42{ESC}2") == ["42", None, "2"]  # not `™`
     assert lone.feed(f"{ESC}[A{ESC}OP") == [f"{ESC}[A{ESC}OP"]  # sequences stay whole: up, F1
-    assert lone.feed(f"{ESC}{ESC}[B") == [None, f"{ESC}[B"]
+    assert lone.feed(f"{ESC}{ESC}[B") == [None, f"{ESC}[B"]  # escape, down (not alt+down)
+    assert lone.feed(f"{ESC}\x7f") == [f"{ESC}\x7f"]  # alt+backspace stays: a word deleted in a field
     assert lone.feed(f"q{ESC}") == ["q"]  # an ESC last in a read waits for what follows it
     assert lone.feed("[C") == [f"{ESC}[C"]  # a sequence split across reads
     assert lone.feed(ESC) == [] and lone.feed("5") == [None, "5"]

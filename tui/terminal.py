@@ -16,8 +16,10 @@ Escapes: a terminal sends the escape key and alt+key alike as ESC followed by th
 Textual reads an ESC with a key behind it in the same read (or within 100 ms) as alt+key, or
 as a macOS symbol for a digit (`escape` `2` typed fast became `™` in the field). On a board
 busy training, the input thread reads late and keys typed apart arrive together. The app binds
-no alt keys, so here an ESC that starts no escape sequence (`ESC [`, `ESC O`) is the escape
-key, and the key behind it is read on its own.
+no alt keys, so here an ESC followed by a printable key other than `[` and `O` (which start
+escape sequences) or by another ESC is the escape key, and the key behind it is read on its
+own. An ESC before a control key is left as Textual reads it (ESC DEL: alt+backspace, which
+deletes a word in a field).
 """
 
 from __future__ import annotations
@@ -48,9 +50,15 @@ class TerminalLost(Message):
         self.reason = reason
 
 
+def _lone(after: str) -> bool:
+    """An ESC followed by `after` is the escape key typed before it."""
+    return after == ESC or (after.isprintable() and after not in SEQUENCE_STARTS)
+
+
 class LoneEscapes:
-    """Splits a terminal's input at each ESC that starts no escape sequence: the text around it
-    goes to the parser, the ESC itself (None in the pieces) is the escape key."""
+    """Splits a terminal's input at each ESC that is the escape key typed before a printable key
+    or another escape: the text around it goes to the parser, the ESC itself (None in the pieces)
+    is the escape key."""
 
     def __init__(self) -> None:
         self._held = False  # an ESC ended the last read: what follows decides
@@ -67,7 +75,7 @@ class LoneEscapes:
                 self._held = True
                 start = len(text)
                 break
-            if text[at + 1] not in SEQUENCE_STARTS:
+            if _lone(text[at + 1]):
                 pieces += [text[start:at], None]
                 start = at + 1
             at = text.find(ESC, at + 1)
