@@ -9,6 +9,7 @@ told (engine.cli.tui_launch prints it), unless the terminal is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -17,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.worker import WorkerState
 
@@ -144,16 +146,17 @@ class Lifecycle:
         """While quitting: the line in the log of the page that shows the engine's work (the Run
         page's for an experiment, the Sweep page's for a sweep) and as a notification."""
         busy = self.quit_note.busy if self.quit_note is not None else None
-        if busy == "experiment" and self.run_tracker is not None:
-            self.run_tracker.note(line)
-            self.run_view = self.run_tracker.view()
-            if (page := self._current(RunScreen)) is not None:
-                page.show_run(self.run_view)
-        elif busy in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
-            self.sweep_tracker.note(line)
-            self.sweep_view = self.sweep_tracker.view()
-            if (page := self._current(SweepScreen)) is not None:
-                page.show_sweep(self.sweep_view)
+        with contextlib.suppress(NoMatches):  # a page being taken apart at exit
+            if busy == "experiment" and self.run_tracker is not None:
+                self.run_tracker.note(line)
+                self.run_view = self.run_tracker.view()
+                if (page := self._current(RunScreen)) is not None:
+                    page.show_run(self.run_view)
+            elif busy in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
+                self.sweep_tracker.note(line)
+                self.sweep_view = self.sweep_tracker.view()
+                if (page := self._current(SweepScreen)) is not None:
+                    page.show_sweep(self.sweep_view)
         self.notify(line, title="Quitting", timeout=60)
 
     @staticmethod

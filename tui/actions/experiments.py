@@ -3,12 +3,14 @@ pause/resume, cancel, and the selector's preview before a run."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from textual import work
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 
 from engine.core.errors import SlmDvfsError
@@ -173,7 +175,8 @@ class ExperimentActions:
             self.run_view = self.run_tracker.view()
         if self._quitting:  # the app exits next: the Run page says how the run ended, nothing else opens
             if (page := self._current(RunScreen)) is not None:
-                page.show_run(self.run_view)
+                with contextlib.suppress(NoMatches):  # a page being taken apart at exit
+                    page.show_run(self.run_view)
             return
         self.notify(line.split("\n")[0], title=f"Experiment {status}")
         if result.run.steps > 0 and self.store is not None:
