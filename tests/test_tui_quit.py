@@ -17,7 +17,7 @@ from textual.messages import ExitApp
 from engine.device.session import DeviceSession
 from engine.results.store import Store
 from test_tui_flow import _start_long_run, clock_files, env, pace, simulated_spec  # noqa: F401 - env: that module's autouse isolation
-from tui.messages import ExperimentDone, RunProgress
+from tui.messages import EngineFailed, ExperimentDone, RunProgress
 from tui.terminal import TerminalLost, TerminalOutput
 from tui_helpers import drive, make_app
 
@@ -75,6 +75,24 @@ async def test_quitting_in_the_maxn_run_says_that_run_was_cancelled_and_the_poli
     assert app.farewell() == [f"slm-dvfs: experiment cancelled in its MAXN Mode 0 run, at step {base.steps} of 40: "
                               f"run {base.id} is stored as cancelled (the policy's run {policy.id} had finished); "
                               "the clocks are restored"]
+
+
+async def test_quitting_when_the_run_ends_in_an_error_does_not_claim_the_clocks_restored(
+        twin_session: DeviceSession, results_store: Store) -> None:
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        def fails_when_cancelled(event: object) -> None:
+            pace(event)
+            if type(event).__name__ == "RunCancelled":
+                raise RuntimeError("a callback broke")
+
+        assert app.start_experiment(simulated_spec(5_000_000), callbacks=[fails_when_cancelled]) is not None
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 0)
+        await ui.press("q")
+        await ui.wait_for(EngineFailed)
+        await ui.wait_for(ExitApp)
+    assert app.farewell() == ["slm-dvfs: experiment failed: RuntimeError: a callback broke; if its clocks were not "
+                              "restored, `slm-dvfs restore` puts them back from its journal"]
 
 
 async def test_quitting_idle_exits_at_once_and_says_nothing_after(twin_session: DeviceSession,

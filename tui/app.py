@@ -149,6 +149,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self._quit_reason = "quit"  # what a run cancelled by quitting is stored with
         self.quit_note: QuitNote | None = None  # set when quitting found the engine busy
         self.engine_ended: str | None = None  # the engine's last line on how it ended (tui.actions)
+        self.engine_failed = False  # and whether that was an error
         self.terminal_lost: str | None = None  # why, once the terminal went away (tui.terminal)
         # A Ray fleet (page 7): `fleet` one already connected (its caller closes it), else the one
         # the launch names is connected to in a worker once the app runs (closed by close_fleet).

@@ -43,6 +43,7 @@ class QuitNote:
     wait_s: float
     stopped: bool | None = None  # it left its clock guard within wait_s; None while quitting waits
     ended: str | None = None  # the engine's own line on how it ended, when it said one
+    failed: bool = False  # it ended in an error: whether its guard restored the clocks is not known here
 
 
 class Lifecycle:
@@ -137,7 +138,8 @@ class Lifecycle:
     def _quit_done(self, stopped: bool) -> None:
         note = self.quit_note
         if note is not None:
-            self.quit_note = note = QuitNote(note.busy, note.clocks, note.wait_s, stopped, self.engine_ended)
+            self.quit_note = note = QuitNote(note.busy, note.clocks, note.wait_s, stopped, self.engine_ended,
+                                             self.engine_failed)
             self._say_quitting(self._quit_outcome(note))
         self.exited_at = time.monotonic()
         self.call_after_refresh(self.exit)  # the page shows how the run ended, then the app exits
@@ -164,6 +166,8 @@ class Lifecycle:
         ended = note.ended or f"the {note.busy} was cancelled"
         if not note.clocks:
             return ended
+        if note.failed:
+            return f"{ended}; if its clocks were not restored, `slm-dvfs restore` puts them back from its journal"
         if note.stopped:
             return f"{ended}; the clocks are restored"
         return (f"{ended}; it had not stopped {note.wait_s:g} s after quitting: its clock guard restores the "

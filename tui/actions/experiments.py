@@ -194,7 +194,7 @@ class ExperimentActions:
             text, detail = f"{type(exc).__name__}: {exc}", "this is a bug: please report it with the log"
             log.error("the %s failed", what, exc_info=exc)
         line = f"{what} failed: {text}"
-        self._engine_idle(line)
+        self._engine_idle(line, failed=True)
         if what == "experiment" and self.run_tracker is not None:
             self.run_tracker.end("failed", line)
             self.run_view = self.run_tracker.view()
@@ -207,10 +207,11 @@ class ExperimentActions:
                 page.show_sweep(self.sweep_view)
         self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
 
-    def _engine_idle(self, ended: str | None = None) -> None:
+    def _engine_idle(self, ended: str | None = None, *, failed: bool = False) -> None:
         """The engine worker has finished (`ended`: its line on how, for quitting to repeat)."""
         self.polled.invalidate()  # the guard has put the mode back: show it at the next poll
         self.engine_ended = ended
+        self.engine_failed = failed
         self.engine_busy = None
         self.control = None
         self.pinned_by_us = False
