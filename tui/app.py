@@ -8,17 +8,19 @@ a second, the poll's reading with the run's progress, and does not distort the e
 measures (bench/bench_tui.py).
 
 Clocks: run_experiment and run_sweep wrap their runs in a ClockGuard. Every exit path
-(q, ctrl+c, the command palette, SIGHUP from a closed SSH session, SIGTERM) cancels the
-TrainControl, waits a bounded time for the worker to reach a step boundary and leave
-its guard (which restores the clocks), then exits.
+(q, ctrl+c, the command palette, SIGHUP from a closed SSH session, SIGTERM, and a terminal
+that went away without a SIGHUP: tui.terminal) cancels the TrainControl, waits a bounded time
+for the worker to reach a step boundary and leave its guard (which restores the clocks), then
+exits. While it waits the page says so; after the app exits, `farewell()` is what the
+terminal is told (engine.cli.tui_launch prints it).
+
+Keys: typed keys are handled one at a time, in order (tui.keys), and an escape typed just
+before another key is read as two keys (tui.terminal).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
-from textual.worker import WorkerState, get_current_worker
+from textual.worker import get_current_worker
 
 from engine.device.base import ClockDomain
 from engine.device.session import DeviceSession
@@ -37,13 +39,15 @@ from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.selector import register_ml_policy
 from tui.actions.calibrate import CalibrateActions
-from tui.actions.experiments import ENGINE, ExperimentActions
-from tui.actions.fleet import FLEET_QUIT_WAIT_S, FleetActions
+from tui.actions.experiments import ExperimentActions
+from tui.actions.fleet import FleetActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
 from tui.bridge import EventBridge
 from tui.commands import SlmDvfsCommands
 from tui.history import DeviceHistory
+from tui.keys import OrderedKeys
+from tui.lifecycle import Lifecycle
 from tui.messages import PollFailed, SnapshotTaken
 from tui.polling import SlowModeDevice
 from tui.runstate import RunTracker, RunView
@@ -67,7 +71,8 @@ PAGES = ("device", "setup", "run", "compare", "history", "sweep", "fleet")
 PAGE_KEYS = Binding.Group("pages", compact=True)
 
 
-class SlmDvfsApp(ExperimentActions, SweepActions, FleetActions, CalibrateActions, StoreActions, App):
+class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetActions, CalibrateActions,
+                 StoreActions, App):
     CSS_PATH = "styles.tcss"
     TITLE = "slm-dvfs"
     COMMANDS = App.COMMANDS | {SlmDvfsCommands}
@@ -141,6 +146,11 @@ class SlmDvfsApp(ExperimentActions, SweepActions, FleetActions, CalibrateActions
         self._signals: dict[int, Any] = {}
         self.polled = SlowModeDevice(session.device)  # what the poll reads: the mode seldom
         self._quitting = False
+        self._quit_reason = "quit"  # what a run cancelled by quitting is stored with
+        self.quit_note: QuitNote | None = None  # set when quitting found the engine busy
+        self.engine_ended: str | None = None  # the engine's last line on how it ended (tui.actions)
+        self.engine_failed = False  # and whether that was an error
+        self.terminal_lost: str | None = None  # why, once the terminal went away (tui.terminal)
         # A Ray fleet (page 7): `fleet` one already connected (its caller closes it), else the one
         # the launch names is connected to in a worker once the app runs (closed by close_fleet).
         self.init_fleet(fleet, fleet_address, fleet_twins, fleet_profile)
@@ -190,70 +200,6 @@ class SlmDvfsApp(ExperimentActions, SweepActions, FleetActions, CalibrateActions
             self.control.cancel("the app closed")
         if self._own_store and self._store is not None and self.engine_busy is None:
             self._store.close()
-
-    def _install_signal_handlers(self) -> None:
-        """SIGHUP (SSH closed) and SIGTERM quit the app the same way q does."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        loop = asyncio.get_running_loop()
-        for name in ("SIGHUP", "SIGTERM"):
-            sig = getattr(signal, name, None)
-            if sig is None:
-                continue
-            try:
-                previous = signal.getsignal(sig)
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                continue
-            self._signals[sig] = previous
-
-    def _remove_signal_handlers(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        for sig, previous in self._signals.items():
-            try:
-                if loop is not None:
-                    loop.remove_signal_handler(sig)
-                signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
-            except (ValueError, TypeError, RuntimeError):
-                pass
-        self._signals.clear()
-
-    def _on_signal(self, sig: int) -> None:
-        name = signal.Signals(sig).name
-        log.warning("%s: cancelling the run and quitting (clocks are restored)", name)
-        if self.control is not None:
-            self.control.cancel(f"{name}: the terminal went away" if name == "SIGHUP" else name)
-        self.call_later(self.action_quit)
-
-    async def action_quit(self) -> None:
-        """Cancel whatever runs, wait (bounded) for its guard to restore the clocks, exit."""
-        if self._quitting:
-            return
-        self._quitting = True
-        self.quit_requested_at = time.monotonic()
-        # a fleet sweep stops when every board's task has restored its clocks: Ray takes longer
-        wait = max(self.quit_wait_s, FLEET_QUIT_WAIT_S) if self.engine_busy == "fleet sweep" else self.quit_wait_s
-        await self.stop_engine("quit", wait)
-        self.exited_at = time.monotonic()
-        self.exit()
-
-    async def stop_engine(self, reason: str, timeout: float | None) -> bool:
-        """Cancel the engine worker and wait for it; False when it outlived the timeout."""
-        if self.control is not None:
-            self.control.cancel(reason)
-        busy = [w for w in self.workers if w.group == ENGINE and w.state in (WorkerState.PENDING, WorkerState.RUNNING)]
-        if not busy:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.gather(*(w.wait() for w in busy), return_exceptions=True), timeout)
-        except asyncio.TimeoutError:
-            log.warning("the %s did not stop within %.0f s; its clock guard restores the clocks when it does "
-                        "(or at exit)", self.engine_busy, timeout or 0)
-            return False
-        return True
 
     # ------------------------------------------------------------------ pages
     def action_help(self) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 
 from engine.core.errors import ConfigError
 from engine.device.session import open_device
@@ -39,4 +41,27 @@ def launch_tui(args: argparse.Namespace) -> int:
             app.run()
         finally:
             app.close_fleet()  # a local fleet's Ray stops with the app
+    try:
+        if app.terminal_lost is not None:
+            raise OSError(app.terminal_lost)
+        # What quitting stopped, and that its clocks are back: said on the page, and here to stay.
+        for line in app.farewell():
+            print(line, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone (a SIGHUP's hang-up the app did not write into)
+        _terminal_gone()
     return 0
+
+
+def _terminal_gone() -> None:
+    """The terminal hung up: nothing can be told on it. Its descriptors point at /dev/null, so that
+    neither a late log line nor the interpreter's last flush fails on the dead terminal."""
+    try:
+        devnull = os.open(os.devnull, os.O_RDWR)
+    except OSError:
+        return
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(devnull, fd)
+        except OSError:
+            pass
+    os.close(devnull)

@@ -3,12 +3,14 @@ pause/resume, cancel, and the selector's preview before a run."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from textual import work
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 
 from engine.core.errors import SlmDvfsError
@@ -30,6 +32,8 @@ class ExperimentActions:
 
     # ------------------------------------------------------------------ experiments
     def _refuse_if_busy(self) -> bool:
+        if self._quitting:
+            return True  # nothing new starts while quitting waits for the run to stop
         if self.engine_busy is not None:
             self.notify(f"a {self.engine_busy} is in progress: wait for it, or cancel it (x on page 3)",
                         severity="warning")
@@ -150,19 +154,30 @@ class ExperimentActions:
     def on_experiment_done(self, message: ExperimentDone) -> None:
         result = message.result
         self.last_result = result
-        self._engine_idle()
         status = "cancelled" if result.cancelled else "finished"
         line = f"experiment {status}: run {result.run.run_id}"
+        if result.cancelled:  # where it stopped, and what the store holds of it
+            line = (f"experiment cancelled at step {result.run.steps} of {result.spec.steps}: run "
+                    f"{result.run.run_id} is stored as cancelled")
+        elif result.baseline is not None and result.baseline.cancelled:  # in its MAXN Mode 0 run
+            status = "cancelled"
+            line = (f"experiment cancelled in its MAXN Mode 0 run, at step {result.baseline.steps} of "
+                    f"{result.spec.steps}: run {result.baseline.run_id} is stored as cancelled (the policy's run "
+                    f"{result.run.run_id} had finished)")
         if result.comparison is not None:
             c = result.comparison
             line += f", {versus_text(c.saving_pct, c.slowdown_pct)} [{c.source.value}]"
+        self._engine_idle(line)
         for note in result.notes:
             line += f"\nnote: {note}"
         if self.run_tracker is not None:
             self.run_tracker.end(status, line)
             self.run_view = self.run_tracker.view()
-        if self._quitting:
-            return  # the clocks are restored; nothing more to show
+        if self._quitting:  # the app exits next: the Run page says how the run ended, nothing else opens
+            if (page := self._current(RunScreen)) is not None:
+                with contextlib.suppress(NoMatches):  # a page being taken apart at exit
+                    page.show_run(self.run_view)
+            return
         self.notify(line.split("\n")[0], title=f"Experiment {status}")
         if result.run.steps > 0 and self.store is not None:
             base = result.baseline.run_id if result.baseline is not None and not result.baseline.cancelled else None
@@ -173,13 +188,13 @@ class ExperimentActions:
     def on_engine_failed(self, message: EngineFailed) -> None:
         exc = message.error
         what = message.what
-        self._engine_idle()
         if isinstance(exc, SlmDvfsError):
             text, detail = exc.what, self.app_remedy(exc)  # type: ignore[attr-defined]
         else:
             text, detail = f"{type(exc).__name__}: {exc}", "this is a bug: please report it with the log"
             log.error("the %s failed", what, exc_info=exc)
         line = f"{what} failed: {text}"
+        self._engine_idle(line, failed=True)
         if what == "experiment" and self.run_tracker is not None:
             self.run_tracker.end("failed", line)
             self.run_view = self.run_tracker.view()
@@ -192,8 +207,11 @@ class ExperimentActions:
                 page.show_sweep(self.sweep_view)
         self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
 
-    def _engine_idle(self) -> None:
+    def _engine_idle(self, ended: str | None = None, *, failed: bool = False) -> None:
+        """The engine worker has finished (`ended`: its line on how, for quitting to repeat)."""
         self.polled.invalidate()  # the guard has put the mode back: show it at the next poll
+        self.engine_ended = ended
+        self.engine_failed = failed
         self.engine_busy = None
         self.control = None
         self.pinned_by_us = False

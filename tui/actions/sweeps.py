@@ -197,10 +197,11 @@ class SweepActions:
         from tui.sweep_model import from_summaries
 
         result = message.result
-        self._engine_idle()
         line = (f"sweep {result.sweep_id} {result.status}: {result.measured} {obtained(result.source)} "
                 f"{'on the twin' if result.source is Source.TWIN else 'on the board'}, {result.resumed} resumed "
                 f"of {result.settings * result.spec.repeats} points")
+        self._engine_idle(line + ("; starting it again with the same parameters resumes it"
+                                  if result.status != "finished" else ""))
         if self.sweep_tracker is not None:
             self.sweep_tracker.finish(result.status, from_summaries(result.points, result.source), result.sweep_id,
                                       line, self._stored_workload(result.sweep_id))

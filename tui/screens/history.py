@@ -19,7 +19,14 @@ from tui.fmt import energy, sig3
 from tui.screens.base import PageScreen
 
 
+RUN_ACTIONS = frozenset({"mark", "compare_marked", "export", "delete"})  # keys that act on the runs table
+
+
 class HistoryScreen(PageScreen):
+    """The run keys (m, c, e, d) act on the runs table's highlighted run whatever has the focus (a
+    key brings the focus there, so the run it acts on is the one shown highlighted), and the
+    footer offers them only while there are runs. `o` / enter open the focused table's row."""
+
     AUTO_FOCUS = "#runs"  # a table takes arrows and enter, not digits: the pages still switch
     PAGE = "history"
     TITLE_TEXT = "5 History"
@@ -83,7 +90,10 @@ class HistoryScreen(PageScreen):
                        f"{space} {method}".strip(), str(n), s.source.value, s.status, key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
+        elif not runs and self.focused is not st:
+            st.focus()  # only sweeps: o and enter open them
         self._boards = several_boards(r.device for r in runs)
+        self.refresh_bindings()  # the run keys are offered only while there are runs
 
     @on(DataTable.RowHighlighted, "#runs")
     def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -108,8 +118,24 @@ class HistoryScreen(PageScreen):
         return self._sweeps[table.cursor_row]
 
     # ------------------------------------------------------------------ actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_ACTIONS and not self._runs:
+            return False  # not offered: there is no run to act on
+        return super().check_action(action, parameters)
+
     def _sweeps_focused(self) -> bool:
         return self.focused is self.query_one("#sweeps", DataTable)
+
+    def _run_target(self) -> Any | None:
+        """The run a run key acts on: the runs table's highlighted one, the focus brought there
+        (from the sweeps table, or from nothing) so that it is the one shown highlighted."""
+        runs = self.query_one("#runs", DataTable)
+        if self.focused is not runs and self._runs:
+            runs.focus()
+        run = self.selected_run()
+        if run is None:
+            self.say("the store holds no runs: run an experiment on Setup (2)")
+        return run
 
     def action_reload(self) -> None:
         self.app.reload_history()  # type: ignore[attr-defined]
@@ -120,7 +146,9 @@ class HistoryScreen(PageScreen):
         self.action_open(sweeps=event.data_table.id == "sweeps")
 
     def action_open(self, sweeps: bool | None = None) -> None:
-        if self._sweeps_focused() if sweeps is None else sweeps:
+        if sweeps is None:  # the focused table's row; with neither focused, a run (a sweep if there are no runs)
+            sweeps = self._sweeps_focused() or (not self._runs and bool(self._sweeps))
+        if sweeps:
             sweep = self.selected_sweep()
             if sweep is not None:
                 self.app.open_sweep(sweep.id)  # type: ignore[attr-defined]
@@ -130,7 +158,7 @@ class HistoryScreen(PageScreen):
             self.app.open_run(run.id)  # type: ignore[attr-defined]
 
     def action_mark(self) -> None:
-        run = self.selected_run()
+        run = self._run_target()
         if run is None:
             return
         if run.id in self.marked:
@@ -149,12 +177,12 @@ class HistoryScreen(PageScreen):
         self.app.open_pair(a, b)  # type: ignore[attr-defined]
 
     def action_export(self) -> None:
-        run = self.selected_run()
+        run = self._run_target()
         if run is not None:
             self.app.export_run(run.id)  # type: ignore[attr-defined]
 
     def action_delete(self) -> None:
-        run = self.selected_run()
+        run = self._run_target()
         if run is not None:
             self.app.delete_run(run.id)  # type: ignore[attr-defined]
 

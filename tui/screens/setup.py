@@ -282,12 +282,12 @@ class SetupScreen(PageScreen):
     # ------------------------------------------------------------------ events
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
-        result = event.validation_result
         errors = self.values().errors()
         if event.input.id == "objective" or event.input.id == "slowdown":
             self.query_one("#slowdown", Input).set_class("slowdown" in errors, "-invalid")
-        if result is not None or errors:
-            self._show_errors(errors)
+        # The reasons follow the form as it is now: a field emptied back to its default (blank
+        # batch size: the zoo's) has no validation result, and its old reason must go too.
+        self._show_errors(errors)
         self.show_memory()
         self._tell_app()
         if event.input.id == "policy" and event.input.has_focus:
@@ -298,7 +298,7 @@ class SetupScreen(PageScreen):
     def _choice_changed(self, event: Select.Changed | Checkbox.Changed) -> None:
         if event.control.id == "mode":
             self._show_lora_rank()
-            self._show_errors(self.values().errors())
+        self._show_errors(self.values().errors())  # a choice can make a field's reason (LoRA rank) come or go
         self.show_memory()
         self._tell_app()
 
