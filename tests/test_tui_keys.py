@@ -36,14 +36,15 @@ async def test_a_burst_typed_while_a_run_steps_lands_where_each_key_was_meant(tw
     app = make_app(twin_session, store=results_store)
     async with drive(app, size=(100, 30)) as ui:
         await _start_long_run(ui, twin_session)  # the engine steps in its thread the whole time
-        # Setup: tab to the batch size, type 4, leave the field; History: mark two runs; compare them
-        burst(app, "2", "tab", "tab", "tab", "4", "escape", "5", "down", "m", "down", "m", "c")
+        # Setup: tab to the batch size, type 4, leave the field; History: mark two runs of one workload
+        # (the static run and its MAXN run; the lone run is another workload's); compare them
+        burst(app, "2", "tab", "tab", "tab", "4", "escape", "5", "down", "down", "m", "down", "m", "c")
         await ui.settle()
         assert app.get_screen("setup").query_one("#batch_size").value == "4"  # the 4 after the tabs
         history = app.get_screen("history")
-        assert history.marked == [ids["lone"], ids["static"]]  # below the running run: newest first
+        assert history.marked == [ids["static"], ids["maxn"]]  # below the running run and the lone one
         assert isinstance(app.screen, CompareScreen)  # `c` on History, not in a field
-        assert (app.compare_view.run.id, app.compare_view.base.id) == (ids["lone"], ids["static"])
+        assert (app.compare_view.run.id, app.compare_view.base.id) == (ids["static"], ids["maxn"])
         assert app.engine_busy == "experiment"  # none of it reached the run
         await ui.press("ctrl+c")
 

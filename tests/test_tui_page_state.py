@@ -35,9 +35,11 @@ async def test_history_run_keys_work_from_the_page_whatever_has_the_focus(twin_s
         await ui.press("down")
         page.set_focus(None)  # nothing focused, as when the terminal has lost the focus
         await ui.settle()
-        await ui.press("m", "c")
+        await ui.press("m", "down", "m")  # the static run and its MAXN run: the last two marked
+        assert page.marked == [ids["static"], ids["maxn"]]
+        await ui.press("c")
         assert isinstance(app.screen, CompareScreen)
-        assert (app.compare_view.run.id, app.compare_view.base.id) == (ids["lone"], ids["static"])
+        assert (app.compare_view.run.id, app.compare_view.base.id) == (ids["static"], ids["maxn"])
         await ui.press("5")
         sweeps.focus()
         await ui.settle()
