@@ -1,0 +1,73 @@
+"""How a fleet's Ray starts and stops (engine.run.fleet.ray_init): a local fleet of twins sized to
+this machine before anything starts, a start that fails part-way leaving no Ray behind, and a
+local fleet listening on the loopback interface only (tests/test_fleet.py checks that one on its
+module's fleet). The TUI's own start-up of a fleet: tests/test_tui_fleet_connect.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main
+from engine.core.errors import ConfigError
+from engine.run.fleet.ray_init import TWIN_MEMORY_BYTES, TwinRoom, check_twin_count
+
+from conftest import fleet_isolation
+
+ray = pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+
+def ray_processes() -> list[str]:
+    """This process's children that belong to a Ray instance (its GCS, raylet, agents, workers)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            name, cmdline = p.name(), " ".join(p.cmdline())
+        except psutil.Error:
+            continue
+        if name in ("gcs_server", "raylet") or name.startswith("ray::") or "/site-packages/ray/" in cmdline:
+            out.append(name)
+    return sorted(out)
+
+
+def test_room_is_the_fewer_of_cores_and_memory() -> None:
+    gib = 2**30
+    assert TwinRoom(cores=2, available_bytes=64 * gib).most == 8  # by cores: 2 x 4
+    by_memory = TwinRoom(cores=16, available_bytes=3 * gib)
+    assert by_memory.most == by_memory.by_memory == (3 * gib - int(0.5 * gib)) // TWIN_MEMORY_BYTES
+    assert TwinRoom(cores=2, available_bytes=None).most == 8  # memory unknown: cores decide
+    check_twin_count(8, TwinRoom(2, 64 * gib))
+    with pytest.raises(ConfigError) as err:
+        check_twin_count(9, TwinRoom(2, 64 * gib))
+    assert "room for 8 twin(s)" in err.value.what and "--twins 8 or fewer" in err.value.remedy
+
+
+def test_a_twin_fleet_too_big_for_this_machine_is_refused_before_ray_starts(
+        isolated_env, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    started: list[object] = []
+
+    def no_ray(*args: object, **kwargs: object) -> None:  # what --twins 100000 must never reach
+        started.append(kwargs)
+        raise RuntimeError("ray.init was called")
+
+    monkeypatch.setattr(ray, "init", no_ray)
+    assert main(["fleet", "sweep", "--twins", "100000", "--model", "bert-tiny", "--task", "sst2", "--fast"]) == 2
+    err = capsys.readouterr().err
+    assert "--twins 100000: this machine has room for" in err and "What to do: give --twins" in err
+    assert started == [] and not ray.is_initialized()
+
+
+@pytest.mark.slow  # a local Ray instance starts (and is stopped): ~10-20 s on two cores
+def test_a_fleet_whose_worker_cannot_start_says_why_and_leaves_no_ray(tmp_path: Path) -> None:
+    from engine.run.fleet import connect
+
+    twins = tmp_path / "twins"
+    twins.mkdir()
+    (twins / "twin-1").write_text("not a folder")  # twin-1's worker cannot render its tree there
+    with fleet_isolation(tmp_path), pytest.raises(ConfigError) as err:
+        connect(twins=2, folder=twins)
+    assert "a board's worker could not start: NotADirectoryError" in err.value.what and "twin-1" in err.value.what
+    assert "\n" not in err.value.what and "Traceback" not in err.value.what  # one line, not Ray's traceback
+    assert not ray.is_initialized() and ray_processes() == []  # the Ray it had started is stopped
