@@ -71,3 +71,29 @@ def test_a_fleet_whose_worker_cannot_start_says_why_and_leaves_no_ray(tmp_path: 
     assert "a board's worker could not start: NotADirectoryError" in err.value.what and "twin-1" in err.value.what
     assert "\n" not in err.value.what and "Traceback" not in err.value.what  # one line, not Ray's traceback
     assert not ray.is_initialized() and ray_processes() == []  # the Ray it had started is stopped
+
+
+@pytest.mark.slow  # a local Ray instance with token auth on, in a fresh interpreter: ~10-20 s on two cores
+def test_rays_own_log_lines_are_labelled_as_rays_at_the_commands_level(tmp_path: Path) -> None:
+    """Ray's token notice used to reach the user in Ray's own format (`2026-... WARNING
+    authentication_token_setup.py:85 -- Token authentication is enabled ...`), as if it were ours."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    env.update(HOME=str(tmp_path / "home"),  # Ray's token auth (its default) writes its token under ~/.ray
+               SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
+               SLM_DVFS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())",
+                          "fleet", "status", "--twins", "1"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "twin-0" in out.stdout and "ray:" not in out.stdout  # stdout is ours alone
+    lines = out.stderr.splitlines()
+    assert any(line.startswith("WARNING ray: Token authentication is enabled") for line in lines), out.stderr
+    ray_format = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+[A-Z]+ \S+\.py:\d+ -- ")
+    assert not [line for line in lines if ray_format.match(line)], out.stderr
+    assert not any("Started a local Ray instance" in line for line in lines)  # Ray's INFO: shown with -v only
