@@ -97,3 +97,42 @@ def test_rays_own_log_lines_are_labelled_as_rays_at_the_commands_level(tmp_path:
     ray_format = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+[A-Z]+ \S+\.py:\d+ -- ")
     assert not [line for line in lines if ray_format.match(line)], out.stderr
     assert not any("Started a local Ray instance" in line for line in lines)  # Ray's INFO: shown with -v only
+
+
+@pytest.mark.slow  # a local fleet of two paced twins, one of whose workers is killed: ~20-40 s on two cores
+def test_a_killed_boards_ray_notice_stays_off_stdout_which_is_the_commands_own(tmp_path: Path) -> None:
+    """Ray's driver printed the raylet's `A worker died or was killed ...` on stdout, among the
+    command's event lines (and into --json); the fleet's own `board_lost` event says it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
+    env.update(SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
+               SLM_DVFS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled",
+               PYTHONPATH=str(root))
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())",
+                             "fleet", "sweep", "--twins", "2", "--model", "bert-tiny", "--task", "sst2", "--fast",
+                             "--steps", "2", "--pace", "20", "--db", str(tmp_path / "f.sqlite")],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = []
+        for line in proc.stdout:  # until a board has measured a point: both workers run
+            first.append(line)
+            if "[twin]" in line:
+                break
+        workers = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                   if " ".join(p.cmdline()).startswith("ray::BoardWorker")]  # ray::BoardWorker.measure() when busy
+        assert len(workers) == 2, first
+        workers[0].send_signal(signal.SIGKILL)
+        rest, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    out = "".join(first) + rest
+    assert proc.returncode == 0, err[-3000:]  # the lost board's share was measured by the other
+    assert " board_lost: " in out and "fleet sweep finished" in out
+    assert "A worker died" not in out and "(raylet)" not in out, out  # stdout is the command's own

@@ -9,7 +9,9 @@ twins, and what each start must guarantee wherever it runs.
   the driver), and is refused where the Ray installed would listen on every interface.
 - Its size is capped by this machine's cores and memory, before anything starts.
 - Ray's own log lines in this process (its token notice, "Started a local Ray instance") say
-  `ray:` and follow this program's log level (ray.init's logging options).
+  `ray:` and follow this program's log level (ray.init's logging options), and the cluster's
+  error messages that Ray's driver prints on stdout (`(raylet) A worker died ...`), among this
+  program's output and into its --json, go to the same `ray` logger instead.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, TextIO
 from engine.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
+ray_log = logging.getLogger("ray.fleet")  # a child of Ray's logger: its handler, its `ray:` label, its level
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 TWINS_PER_CORE = 4  # a twin's worker mostly waits (paced points, the driver); one that trains shares its core
@@ -40,6 +43,7 @@ def import_ray() -> Any:
     except ImportError as exc:
         raise ConfigError("the fleet runs on Ray, which is not installed here",
                           "pip install -e '.[fleet]' (installs ray), on the driver and on every board") from exc
+    _route_ray_prints(ray)
     return ray
 
 
@@ -169,4 +173,21 @@ def _real_stderr() -> TextIO | None:
         except (AttributeError, OSError, ValueError):
             continue
     return None
+
+
+def _route_ray_prints(ray: Any) -> None:
+    """Ray's driver prints the cluster's error messages (a board's worker killed: `(raylet) A worker
+    died or was killed ...`) with print_to_stdstream, on stdout: they go to the `ray` logger instead
+    (a lost board is this program's own event too). Ray looks the function up when it prints."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    if worker is None or getattr(getattr(worker, "print_to_stdstream", None), "routed", False):
+        return
+
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        who = f"({data['pid']}) " if data.get("pid") else ""
+        for line in data.get("lines", ()):
+            ray_log.warning("%s%s", who, line)
+
+    to_log.routed = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_log
 
