@@ -313,11 +313,12 @@ async def test_d_disconnects_closing_the_fleet_the_app_connected_and_only_lettin
         await ui.wait_for(FleetConnected)
         await ui.press("7")
         await ui.wait_for(FleetPolled)
-        assert "d Disconnect" in await ui.footer()
+        await ui.until(lambda: "d Disconnect" in screen_text(app).splitlines()[-1], "the footer offers d Disconnect")
         await ui.press("d")
         await ui.wait_for(FleetClosed)
         assert own.closed and app.fleet is None and app.fleet_tracker.view().status == "unconnected"
-        assert "c Connect" in await ui.footer() and "Disconnect" not in await ui.footer()
+        await ui.until(lambda: "c Connect" in screen_text(app).splitlines()[-1], "the footer offers c Connect again")
+        assert "Disconnect" not in await ui.footer()
         await ui.press("q")
 
     handed = FixedFleet(demo.fleet_boards()[:2])

@@ -63,6 +63,7 @@ class Fleet:
         self._temporary = temporary
         self._closed = False
         self._lock = threading.Lock()
+        self._calls = threading.Lock()  # boards() and close(): Ray is not shut down under a status read
 
     @property
     def serials(self) -> tuple[str, ...]:
@@ -76,6 +77,12 @@ class Fleet:
 
     def boards(self) -> tuple[BoardInfo, ...]:
         """Each live board's status now (boards that stopped answering are left out and forgotten)."""
+        with self._calls:
+            if self._closed:
+                raise ConfigError("the fleet is closed", "connect to it again")
+            return self._read_boards()
+
+    def _read_boards(self) -> tuple[BoardInfo, ...]:
         with self._lock:
             workers = dict(self._workers)
         refs = {serial: actor.info.remote() for serial, actor in workers.items()}
@@ -139,10 +146,15 @@ class Fleet:
             self._workers.pop(serial, None)
 
     def close(self) -> None:
-        """Close the boards' devices; shut down the local instance this fleet started (or disconnect)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Close the boards' devices; shut down the local instance this fleet started (or disconnect),
+        once a status read in progress (the TUI's poll) has ended."""
+        with self._calls:
+            if self._closed:
+                return
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
