@@ -14,9 +14,10 @@ instead of one board measuring a whole last sweep alone.
 The boards are balanced by what each has done, in board time (its stored points' measured time,
 and the points in its hands at their sweep's mean so far): the free board that has done least
 takes first, the moment a pool opens, and a board that has done more than a busy board of its
-kind (planning, or measuring a share) has done and holds waits for it. A board's first share carries its setup (loading, resolving the
-workload); without this, a board that had finished a share before the others had even started
-theirs took the next, and fast twins left one board with most of the points.
+kind (planning, or measuring a share) has done and holds waits for it. A board's first share
+carries its setup (loading, resolving the workload); without this, a board that had finished a
+share before the others had even started theirs took the next, and fast twins left one board
+with most of the points.
 
 A board that dies mid-share (its actor or node lost) is dropped; the share's unstored points go
 back to the pool for the other boards of its kind. A cancel (the event, or Ctrl-C in the caller)

@@ -190,4 +190,3 @@ def _route_ray_prints(ray: Any) -> None:
 
     to_log.routed = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = to_log
-
