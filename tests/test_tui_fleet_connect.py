@@ -167,7 +167,7 @@ def test_losing_the_terminal_stops_the_local_fleets_ray(tmp_path: Path) -> None:
         def workers_run() -> bool:
             procs = _descendants(pid)
             ray_procs[:] = procs
-            return sum(1 for p in procs if _name(p) == "ray::BoardWorker") == 2
+            return sum(1 for p in procs if _title(p).startswith("ray::BoardWorker")) == 2
 
         assert _until(workers_run, RAY_WAIT_S), (
             "the app's fleet never started its two twins' workers; the screen's end: "
@@ -190,8 +190,9 @@ def test_losing_the_terminal_stops_the_local_fleets_ray(tmp_path: Path) -> None:
         os.close(fd)
 
 
-def _name(p: psutil.Process) -> str:
+def _title(p: psutil.Process) -> str:
+    """A Ray worker's process title (`ray::BoardWorker`, `ray::BoardWorker.info()` while it answers)."""
     try:
-        return p.name()
+        return " ".join(p.cmdline())
     except psutil.Error:
         return ""
