@@ -11,6 +11,11 @@ starts), median of `--rounds`. The fleet spreads each sweep's points over the bo
 (engine.run.fleet.dispatch), so four sweeps on three boards can take a third of the time, not half
 as four whole sweeps would (two rounds).
 
+It also says how evenly the work was shared: each board's points and board time (the measured
+time of the points it stored: what a board would spend on them), paced, and for one sweep on three
+fresh unpaced twins (a new fleet each round), whose points take milliseconds, so that a board's
+setup of its first share weighs most: the case where one twin used to measure most of the sweep.
+
     .venv/bin/python bench/bench_fleet.py [--pace 5] [--steps 2] [--rounds 1]
 """
 
@@ -31,22 +36,34 @@ MODELS = ("bert-tiny", "bert-mini")
 TASKS = ("sst2", "mrpc")
 
 
-def timed_side(n: int, plans: list, pace: float, rounds: int, base: Path) -> dict:
-    from engine.results.store import Store
-    from engine.run.fleet import connect
+def board_seconds(store: object, result: object) -> dict[str, float]:
+    """Each board's board time in this sweep call: the measured time of the points it stored."""
+    out: dict[str, float] = {}
+    for outcome in result.sweeps:
+        for p in store.sweep_points(outcome.sweep_id):
+            serial = store.get_device(p.device_id).serial
+            out[serial] = out.get(serial, 0.0) + (p.time_s or 0.0)
+    return {k: round(v, 3) for k, v in sorted(out.items())}
 
-    walls, points = [], 0
-    with connect(twins=n, folder=base / f"twins-{n}", pace=pace) as fleet:
-        for r in range(rounds):
-            with Store(base / f"fleet-{n}-{r}.sqlite") as store:
-                start = time.perf_counter()
-                result = fleet.sweep(plans, store=store)
-                walls.append(time.perf_counter() - start)
-                assert result.status == "finished", result
-                points = sum(result.per_board.values())
-                per_board = dict(result.per_board)
-    return {"boards": n, "wall_s": round(statistics.median(walls), 3), "walls_s": [round(w, 3) for w in walls],
-            "points": points, "points_per_board": per_board}
+
+def timed_side(fleet: object, plans: list, pace: float, rounds: int, base: Path, tag: str) -> dict:
+    from engine.results.store import Store
+
+    fleet.set_pace(pace)
+    walls, spread = [], []
+    for r in range(rounds):
+        with Store(base / f"fleet-{tag}-{r}.sqlite") as store:
+            start = time.perf_counter()
+            result = fleet.sweep(plans, store=store)
+            walls.append(time.perf_counter() - start)
+            assert result.status == "finished", result
+            seconds = board_seconds(store, result)
+            spread.append({"points": dict(sorted(result.per_board.items())), "board_s": seconds,
+                           "max_over_min_board_s": round(max(seconds.values()) / max(min(seconds.values()), 1e-9), 2)
+                           if len(seconds) == len(fleet.serials) else None})
+    return {"boards": len(fleet.serials), "pace": pace, "wall_s": round(statistics.median(walls), 3),
+            "walls_s": [round(w, 3) for w in walls], "points": sum(spread[-1]["points"].values()),
+            "per_round": spread}
 
 
 def main() -> None:
@@ -68,14 +85,24 @@ def main() -> None:
         plans = [SweepPlan(model=m, task=t, fast=True, steps=args.steps) for m in MODELS for t in TASKS]
         for plan in plans:  # traced once, before either clock starts
             resolve_for(plan)
-        serial = timed_side(1, plans, args.pace, args.rounds, base)
-        fleet = timed_side(3, plans, args.pace, args.rounds, base)
+        from engine.run.fleet import connect
+
+        with connect(twins=1, folder=base / "twins-1") as one:
+            serial = timed_side(one, plans, args.pace, args.rounds, base, "1")
+        with connect(twins=3, folder=base / "twins-3") as three:
+            fleet = timed_side(three, plans, args.pace, args.rounds, base, "3")
+        cold = []
+        for r in range(args.rounds):  # one sweep on a fresh fleet of three unpaced twins
+            with connect(twins=3, folder=base / f"twins-cold-{r}") as fresh:
+                cold += timed_side(fresh, plans[:1], 0.0, 1, base, f"cold-{r}")["per_round"]
     print(json.dumps({
         "workloads": [f"{p.model}/{p.task}" for p in plans], "mode": "fast, paced", "pace": args.pace,
         "steps": args.steps, "host_cpus": os.cpu_count(), "serial": serial, "fleet": fleet,
         "ratio_fleet_over_serial": round(fleet["wall_s"] / serial["wall_s"], 3),
-        "note": "each sweep's points spread over the boards in shares: 1/3 is the ideal on 3 boards "
-                "(bert-mini points take longer than bert-tiny ones: the shares differ in points, not in time)",
+        "one_sweep_on_three_fresh_unpaced_twins": {"workload": f"{plans[0].model}/{plans[0].task}", "per_round": cold},
+        "note": "each sweep's points spread over the boards in shares: 1/3 is the ideal on 3 boards; the boards "
+                "are balanced by board time (bert-mini points take longer than bert-tiny ones: shares differ in "
+                "points, not in time)",
     }, indent=1))
 
 

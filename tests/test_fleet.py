@@ -73,6 +73,28 @@ def test_status_lists_three_twins_with_their_own_serials_and_roots(fleet, fleet_
     assert len(pids) == 3 and os.getpid() not in pids  # each twin is driven by its own worker process
 
 
+def test_a_local_fleet_listens_on_the_loopback_interface_only(fleet) -> None:
+    import ipaddress
+
+    psutil = pytest.importorskip("psutil")
+    procs = [psutil.Process(), *psutil.Process().children(recursive=True)]  # the driver, Ray's GCS, raylet, agents, workers
+    listening = {}
+    for p in procs:
+        try:
+            sockets = p.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in sockets:
+            if c.status == psutil.CONN_LISTEN:
+                listening[(p.name(), c.laddr.port)] = c.laddr.ip
+    names = {name for name, _port in listening}
+    assert {"gcs_server", "raylet", "ray::BoardWorker"} <= names  # what would face the network
+    for (name, port), ip in listening.items():
+        address = ipaddress.ip_address(ip)
+        mapped = getattr(address, "ipv4_mapped", None)  # a dual-stack socket bound to 127.0.0.1
+        assert (mapped or address).is_loopback, f"{name} listens on {ip}:{port}, not on the loopback interface"
+
+
 def test_no_ray_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     real_import = builtins.__import__
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.results.format import versus_text
 from engine.cli import main
 from engine.results.store import Store
 
@@ -57,6 +58,37 @@ def test_fleet_sweep_twins_3_over_two_models_and_two_tasks(fleet_cli_env, tmp_pa
         for s in sweeps:
             keys = [(repr(p.setting), p.repeat) for p in store.sweep_points(s.id)]
             assert len(keys) == len(set(keys)) == 12
+
+
+@pytest.mark.slow  # a local Ray instance and three workers: ~20-40 s on two cores
+def test_three_fresh_twins_share_one_fast_sweep_and_its_optimum_says_saving_and_slowdown(
+        fleet_cli_env, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Fast twins' points take milliseconds, so a board's first share is mostly its setup: the twin
+    that planned the sweep used to measure most of it before the others had started (9, 2, 1)."""
+    import json
+    import re
+
+    from engine.results.compare import optimum_vs_maxn
+    from engine.results.sweeps import maxn_of, optimum, summarize_points
+
+    db = tmp_path / "fleet.sqlite"
+    argv = ["fleet", "sweep", "--twins", "3", "--model", "bert-tiny", "--task", "sst2", "--fast", "--steps", "2",
+            "--db", str(db)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    per_board = dict(re.findall(r"(twin-\d) (\d+)", out.splitlines()[-1]))
+    counts = sorted(int(n) for n in per_board.values())
+    assert len(counts) == 3 and sum(counts) == 12 and counts[-1] - counts[0] <= 2, out.splitlines()[-1]
+    with Store(db) as store:
+        points = summarize_points(store.sweep_points(store.list_sweeps()[0].id))
+    vs = optimum_vs_maxn(optimum(points), maxn_of(points))
+    summary = next(line for line in out.splitlines() if line.startswith("  s1 "))
+    assert f"{versus_text(vs.saving_pct, vs.slowdown_pct)} per sample [twin]" in summary, summary  # the store's own figures, as `slm-dvfs show s1` gives them
+
+    assert main([*argv[:-2], "--db", str(tmp_path / "again.sqlite"), "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["sweeps"][0]
+    assert row["source"] == "twin" and row["optimum"] and isinstance(row["saving_vs_maxn_pct"], float)
+    assert isinstance(row["slowdown_vs_maxn_pct"], float)
 
 
 def test_fleet_sweep_takes_lists_of_batch_sizes_and_spaces() -> None:

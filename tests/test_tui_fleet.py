@@ -301,6 +301,38 @@ async def test_the_launch_target_is_connected_in_a_worker_and_closed_after(twin_
     assert fleet.closed and app.fleet is None
 
 
+async def test_d_disconnects_closing_the_fleet_the_app_connected_and_only_letting_go_of_one_handed_to_it(
+        twin_session: Any, results_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import engine.run.fleet as fleet_pkg
+    from tui.messages import FleetClosed, FleetConnected, FleetPolled
+
+    own = FixedFleet(demo.fleet_boards()[:2])
+    monkeypatch.setattr(fleet_pkg, "connect", lambda *a, **kw: own)
+    app = make_app(twin_session, store=results_store, poll=False, handle_signals=False, fleet_twins=2)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.wait_for(FleetConnected)
+        await ui.press("7")
+        await ui.wait_for(FleetPolled)
+        await ui.until(lambda: "d Disconnect" in screen_text(app).splitlines()[-1], "the footer offers d Disconnect")
+        await ui.press("d")
+        await ui.wait_for(FleetClosed)
+        assert own.closed and app.fleet is None and app.fleet_tracker.view().status == "unconnected"
+        await ui.until(lambda: "c Connect" in screen_text(app).splitlines()[-1], "the footer offers c Connect again")
+        assert "Disconnect" not in await ui.footer()
+        await ui.press("q")
+
+    handed = FixedFleet(demo.fleet_boards()[:2])
+    app = make_app(twin_session, store=results_store, poll=False, handle_signals=False, fleet=handed)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("7")
+        await ui.wait_for(FleetPolled)
+        await ui.press("d")
+        assert app.fleet is None and not handed.closed  # its caller closes it
+        await ui.press("q")
+    app.close_fleet()
+    assert not handed.closed
+
+
 async def test_fleet_sweep_on_real_boards_asks_first(twin_session: Any, results_store: Any) -> None:
     from tui.messages import FleetPolled
     from tui.screens.modals import ConfirmScreen

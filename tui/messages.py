@@ -103,6 +103,15 @@ class FleetConnectFailed(Message):
         self.error = error
 
 
+class FleetClosed(Message):
+    """The Fleet page's disconnect closed the fleet the app had connected to (a local fleet's Ray stopped)."""
+
+    def __init__(self, where: str, error: str = "") -> None:
+        super().__init__()
+        self.where = where
+        self.error = error
+
+
 class FleetPolled(Message):
     """One `Fleet.boards()` answer (a tuple of engine.run.fleet BoardInfo), or the error that stopped it."""
 

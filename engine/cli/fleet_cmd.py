@@ -20,6 +20,7 @@ from engine.cli.mode_args import add_mode_args, mode_options
 from engine.cli.store_cmds import add_db_arg
 from engine.core.errors import ConfigError
 from engine.core.text import clean_text
+from engine.results.format import versus_text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -159,7 +160,8 @@ def sweep_plans(args: argparse.Namespace) -> list[Any]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     plans = sweep_plans(args)
     return _drive(args, lambda fleet, store, show, cancel: fleet.sweep(plans, store=store, on_event=show, cancel=cancel),
-                  format_event, lambda result, store: format_summary(result, store, args.objective))
+                  format_event, lambda result, store: format_summary(result, store, args.objective),
+                  lambda result, store: sweep_json(result, store, args.objective))
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -169,7 +171,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], None], threading.Event], Any],
-           line: Callable[[Any], str], summary: Callable[[Any, Any], str]) -> int:
+           line: Callable[[Any], str], summary: Callable[[Any, Any], str],
+           as_json: Callable[[Any, Any], dict[str, Any]] = lambda result, store: result.to_json()) -> int:
     """Connect, start the fleet's work with a line per event (stderr with --json), print its summary
     (or its JSON); exit 0 finished, 130 cancelled (Ctrl-C: every board restores its clocks), 1 failed."""
     from engine.results.store import Store
@@ -184,8 +187,9 @@ def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], 
     with _connect(args) as fleet, Store(args.db) as store, cancel_on_sigint(cancel):
         result = start(fleet, store, show, cancel.event)
         text = summary(result, store)
-    if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1)
+        out_json = as_json(result, store) if args.json else None
+    if out_json is not None:
+        json.dump(out_json, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(clean_text(text))
@@ -202,25 +206,36 @@ def format_event(e: Any) -> str:
     return f"{where}{sweep} {e.kind}: {e.text}"
 
 
-def format_summary(result: Any, store: Any, objective: str) -> str:
+def sweep_optimum(store: Any, outcome: Any, objective: str) -> tuple[Any, Any, str] | None:
+    """A fleet sweep's optimum by `objective`, its saving and slowdown against MAXN (None without
+    MAXN), and its source: None before any point is stored."""
     from engine.dvfs.objectives import parse_objective
     from engine.results.compare import optimum_vs_maxn
-    from engine.results.format import saving_text
     from engine.results.sweeps import maxn_of, optimum, summarize_points
 
+    if outcome.sweep_id is None or not outcome.points:
+        return None
+    points = summarize_points(store.sweep_points(outcome.sweep_id))
+    best = optimum(points, parse_objective(objective))
+    if best is None:
+        return None
+    return best, optimum_vs_maxn(best, maxn_of(points)), store.get_sweep(outcome.sweep_id).source.value
+
+
+def format_summary(result: Any, store: Any, objective: str) -> str:
     lines = [f"fleet sweep {result.status} in {result.wall_s:.1f} s"]
     for s in result.sweeps:
         where = ", ".join(dict.fromkeys(s.boards)) or "-"
         line = (f"  {'s' + str(s.sweep_id) if s.sweep_id is not None else '-':<5} {s.name}: {s.status}, "
                 f"{s.points}/{s.total} points, on {where}" + (f", {s.retries} share(s) retried" if s.retries else ""))
-        if s.sweep_id is not None and s.points:
-            points = summarize_points(store.sweep_points(s.sweep_id))
-            best = optimum(points, parse_objective(objective))
-            vs = optimum_vs_maxn(best, maxn_of(points))
-            if best is not None:
-                line += f"; optimum {best.setting.label()}"
-                if vs is not None:
-                    line += f": {saving_text(vs.saving_pct)} [{store.get_sweep(s.sweep_id).source.value}]"
+        found = sweep_optimum(store, s, objective)
+        if found is not None:
+            best, vs, src = found
+            line += f"; optimum {best.setting.label()}"
+            if vs is not None:  # the same figures as `slm-dvfs show sN`: per sample, against MAXN
+                line += f": {versus_text(vs.saving_pct, vs.slowdown_pct)} per sample [{src}]"
+            else:
+                line += f" [{src}] (no MAXN point to compare with)"
         lines.append(line + (f" ({s.error})" if s.error else ""))
     lines.append("points per board: " + ", ".join(f"{k} {v}" for k, v in sorted(result.per_board.items())))
     if result.status != "finished":
@@ -230,4 +245,16 @@ def format_summary(result: Any, store: Any, objective: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["register", "format_status", "format_event", "format_summary"]
+def sweep_json(result: Any, store: Any, objective: str) -> dict[str, Any]:
+    """The result's JSON, each sweep with its optimum and the optimum's saving and slowdown vs MAXN."""
+    out = result.to_json()
+    for s, row in zip(result.sweeps, out["sweeps"]):
+        found = sweep_optimum(store, s, objective)
+        best, vs, src = found if found is not None else (None, None, None)
+        row.update(optimum=None if best is None else best.setting.label(), source=src,
+                   saving_vs_maxn_pct=None if vs is None else vs.saving_pct,
+                   slowdown_vs_maxn_pct=None if vs is None else vs.slowdown_pct)
+    return out
+
+
+__all__ = ["register", "format_status", "format_event", "format_summary", "sweep_json"]

@@ -4,7 +4,11 @@ twins), polling its boards for the Fleet page (7), and fleet sweeps from the Swe
 Connecting takes seconds (Ray starts in ~10 s) and `boards()` asks every board: both run in
 thread workers that post messages, so the UI never waits on Ray. A fleet sweep runs in the
 engine worker like a local sweep: `x`, quitting, SIGHUP and SIGTERM cancel it through
-`self.control` (a FleetCancel), and quitting waits for the boards to restore their clocks."""
+`self.control` (a FleetCancel), and quitting waits for the boards to restore their clocks.
+
+A fleet the app connected to is its own: closed (a local fleet's Ray stopped) by the page's
+disconnect, and by close_fleet once the app has exited, however it exited; a connect that ends
+after that closes its fleet itself. A failed connect leaves no Ray behind (engine.run.fleet)."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from tui.bridge import EventBridge
 from tui.fleet_model import FleetSweepTracker, FleetTracker, fleet_where, parse_target
 from tui.messages import (
     EngineFailed,
+    FleetClosed,
     FleetConnected,
     FleetConnectFailed,
     FleetPolled,
@@ -60,7 +65,6 @@ class FleetActions:
 
     fleet: Any = None
     fleet_tracker: FleetTracker
-    _own_fleet = False
 
     def init_fleet(self, fleet: Any, address: str | None, twins: int | None, profile: str | None,
                    refresh_s: float = FLEET_POLL_S) -> None:
@@ -70,6 +74,11 @@ class FleetActions:
         self._fleet_target = (address, twins, profile)
         self.fleet_refresh_s = refresh_s
         self.fleet_tracker = FleetTracker()
+        # The fleet this app connected to (None: none, or one handed to it), set by the connect worker
+        # the moment connect returns, so close_fleet finds it even if FleetConnected was never handled.
+        self._owned_fleet: Any = None
+        self._fleet_closed = False  # close_fleet ran: a connect that ends later closes its own fleet
+        self._fleet_lock = threading.Lock()
 
     def start_fleet(self) -> None:
         """On mount: poll a fleet given, or connect to the one the launch named."""
@@ -93,8 +102,11 @@ class FleetActions:
         self.connect_fleet(address, twins, profile)
 
     def connect_fleet(self, address: str | None, twins: int | None, profile: str | None) -> None:
-        if any(w.group == "fleet-connect" and not w.is_finished for w in self.workers):  # type: ignore[attr-defined]
+        if self._fleet_working("fleet-connect"):
             self.notify("already connecting", severity="warning")
+            return
+        if self._fleet_working("fleet-close"):  # Ray allows one connection per process
+            self.notify("still disconnecting: connect again in a moment", severity="warning")
             return
         where = fleet_where(address, twins)
         self.fleet_tracker.connecting(where)
@@ -111,13 +123,17 @@ class FleetActions:
             text = f"{exc.what}: {exc.remedy}" if isinstance(exc, SlmDvfsError) else f"{type(exc).__name__}: {exc}"
             self.post_message(FleetConnectFailed(where, text))
             return
-        if self._quitting:  # type: ignore[attr-defined]
+        with self._fleet_lock:
+            leaving = self._fleet_closed or self._quitting  # type: ignore[attr-defined]
+            if not leaving:
+                self._owned_fleet = fleet
+        if leaving:
             fleet.close()  # the app left while Ray started: nobody else will close it
             return
         self.post_message(FleetConnected(fleet, where))
 
     def on_fleet_connected(self, message: FleetConnected) -> None:
-        self.fleet, self._own_fleet = message.fleet, True
+        self.fleet = message.fleet
         self.fleet_tracker.connected(message.where)
         self.draw_fleet()
         self.notify(f"connected to {message.where}", title="Fleet")
@@ -133,9 +149,12 @@ class FleetActions:
         worker = get_current_worker()
         while not worker.is_cancelled and self.fleet is fleet:
             try:
-                self.post_message(FleetPolled(tuple(fleet.boards())))
+                message = FleetPolled(tuple(fleet.boards()))
             except Exception as exc:  # noqa: BLE001 - said on the page; the next poll tries again
-                self.post_message(FleetPolled((), f"{type(exc).__name__}: {exc}"))
+                message = FleetPolled((), f"{type(exc).__name__}: {exc}")
+            if self.fleet is not fleet:
+                return  # disconnected while the boards answered: nothing more to show of it
+            self.post_message(message)
             time.sleep(self.fleet_refresh_s)
 
     def on_fleet_polled(self, message: FleetPolled) -> None:
@@ -154,10 +173,55 @@ class FleetActions:
         if (page := self._current(SweepScreen)) is not None:  # type: ignore[attr-defined]
             page.refresh_bindings()  # `f` shows once connected
 
+    def disconnect_fleet(self) -> None:
+        """The Fleet page's `d`: stop polling and close the fleet the app connected to (a local
+        fleet's Ray stops, in a worker: it takes seconds); a fleet handed to the app is only let go."""
+        fleet = self.fleet
+        if fleet is None:
+            return
+        if self.engine_busy == "fleet sweep":  # type: ignore[attr-defined]
+            self.notify("a fleet sweep runs: cancel it first (x on the Sweep page)", severity="warning")
+            return
+        where = self.fleet_tracker.where
+        self.fleet = None  # the poll stops
+        with self._fleet_lock:
+            owned = self._owned_fleet is fleet
+            if owned:
+                self._owned_fleet = None
+        self.fleet_tracker.disconnected()
+        self.draw_fleet()
+        if owned:
+            self.fleet_close_worker(fleet, where)
+        else:
+            self.notify(f"disconnected from {where}", title="Fleet")
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-close")
+    def fleet_close_worker(self, fleet: Any, where: str) -> None:
+        try:
+            fleet.close()
+        except Exception as exc:  # noqa: BLE001 - said on the page, never a crash to the shell
+            self.post_message(FleetClosed(where, f"{type(exc).__name__}: {exc}"))
+            return
+        self.post_message(FleetClosed(where))
+
+    def on_fleet_closed(self, message: FleetClosed) -> None:
+        if message.error:
+            self.notify(message.error, title=f"Closing {message.where}", severity="error", timeout=15)
+        else:
+            self.notify(f"disconnected from {message.where}", title="Fleet")
+
+    def _fleet_working(self, group: str) -> bool:
+        return any(w.group == group and not w.is_finished for w in self.workers)  # type: ignore[attr-defined]
+
     def close_fleet(self) -> None:
-        """After the app exits: close a fleet the app connected to (a local fleet's Ray stops)."""
-        fleet, self.fleet = self.fleet, None
-        if fleet is not None and self._own_fleet:
+        """After the app exits, however it exited: close the fleet the app connected to (a local
+        fleet's Ray stops), also one whose FleetConnected was never handled; a connect still running
+        closes its fleet when it returns."""
+        self.fleet = None
+        with self._fleet_lock:
+            self._fleet_closed = True
+            fleet, self._owned_fleet = self._owned_fleet, None
+        if fleet is not None:
             fleet.close()
 
     # ------------------------------------------------------------------ fleet sweeps

@@ -3,7 +3,8 @@ it is busy and with what, its power now and lately, its hottest zone; the fleet'
 
 Connecting (Ray starts in ~10 s) and polling `Fleet.boards()` run in the app's workers
 (tui.actions.fleet); the page only draws the FleetView they leave. Not connected, it says how
-to connect, and `c` connects to what its field names (an address, or `twins:N`)."""
+to connect, and `c` connects to what its field names (an address, or `twins:N`); connected, `d`
+disconnects (a local fleet's Ray stops)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,7 @@ class FleetScreen(PageScreen):
     TITLE_TEXT = "7 Fleet"
     BINDINGS = [
         Binding("c", "connect", "Connect", tooltip="Connect to the fleet the field names (an address, or twins:N)"),
+        Binding("d", "disconnect", "Disconnect", tooltip="Disconnect from the fleet (a local fleet's Ray stops)"),
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
@@ -124,6 +126,8 @@ class FleetScreen(PageScreen):
         if action == "connect":  # shown only while there is something to connect to
             view = self.view
             return view is None or view.status not in (STATUS_CONNECTED, STATUS_CONNECTING)
+        if action == "disconnect":  # and this only while connected
+            return self.view is not None and self.view.status == STATUS_CONNECTED
         return super().check_action(action, parameters)
 
     def show_fleet(self, view: FleetView) -> None:
@@ -168,6 +172,9 @@ class FleetScreen(PageScreen):
 
     def action_connect(self) -> None:
         self.app.connect_fleet_from(self.target())  # type: ignore[attr-defined]
+
+    def action_disconnect(self) -> None:
+        self.app.disconnect_fleet()  # type: ignore[attr-defined]
 
     def action_leave_form(self) -> None:
         self.set_focus(None)

@@ -4,13 +4,15 @@ Each board joins the cluster with one "board" slot (`ray start --address HEAD:63
 '{"board": 1, "module:P3701-0000": 1}'`); the driver places one `BoardWorker` actor on each node
 that has a slot (pinned to that node), so a board runs one unit at a time. `connect(twins=N)`
 starts a local instance with N slots and N actors, each driving its own twin under its own root
-(its own lock, journal and serial "twin-i"). Ray is imported here only, on connect.
+(its own lock, journal and serial "twin-i"), on the loopback interface only. Ray is imported only
+on connect (engine.run.fleet.ray_init: how it starts, safely inside the TUI, and stops when it fails).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 import threading
 from pathlib import Path
@@ -30,15 +32,6 @@ NAMESPACE = "slm-dvfs-fleet"
 INFO_TIMEOUT_S = 10.0  # a board that cannot answer its status in this long is shown as unreachable
 START_TIMEOUT_S = 180.0  # a board's worker opening its device (imports, the twin's tree)
 ACTOR_CONCURRENCY = 4  # info() answers while measure() runs
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError("the fleet runs on Ray, which is not installed here",
-                          "pip install -e '.[fleet]' (installs ray), on the driver and on every board") from exc
-    return ray
 
 
 def module_resource(module: str) -> str:
@@ -72,6 +65,7 @@ class Fleet:
         self._temporary = temporary
         self._closed = False
         self._lock = threading.Lock()
+        self._calls = threading.Lock()  # boards() and close(): Ray is not shut down under a status read
 
     @property
     def serials(self) -> tuple[str, ...]:
@@ -85,6 +79,12 @@ class Fleet:
 
     def boards(self) -> tuple[BoardInfo, ...]:
         """Each live board's status now (boards that stopped answering are left out and forgotten)."""
+        with self._calls:
+            if self._closed:
+                raise ConfigError("the fleet is closed", "connect to it again")
+            return self._read_boards()
+
+    def _read_boards(self) -> tuple[BoardInfo, ...]:
         with self._lock:
             workers = dict(self._workers)
         refs = {serial: actor.info.remote() for serial, actor in workers.items()}
@@ -148,10 +148,15 @@ class Fleet:
             self._workers.pop(serial, None)
 
     def close(self) -> None:
-        """Close the boards' devices; shut down the local instance this fleet started (or disconnect)."""
-        if self._closed:
-            return
-        self._closed = True
+        """Close the boards' devices; shut down the local instance this fleet started (or disconnect),
+        once a status read in progress (the TUI's poll) has ended."""
+        with self._calls:
+            if self._closed:
+                return
+            self._closed = True
+            self._close()
+
+    def _close(self) -> None:
         with self._lock:
             workers = list(self._workers.values())
             self._workers.clear()
@@ -178,6 +183,10 @@ def connect(address: str | None = None, *, twins: int | None = None, profile: st
     `pace` (twins): each point also takes its twin time x pace in wall time, as on a board;
     `thermal` (twins): they run the twin's thermal model (temperatures rise under load, the
     thermal guard acts), as the TUI's own twin does."""
+    from engine.run.fleet.ray_init import check_twin_count, import_ray, init_ray
+
+    if twins is not None:
+        check_twin_count(twins)  # before Ray starts anything
     ray = import_ray()
     if ray.is_initialized():
         raise ConfigError("this process is already connected to a Ray cluster", "close the other fleet first")
@@ -191,7 +200,7 @@ def connect(address: str | None = None, *, twins: int | None = None, profile: st
                           "local fleet of twins with --twins 3")
     _probe(address)
     try:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False)
+        init_ray(ray, address=address, namespace=NAMESPACE, log_to_driver=False)
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
         raise ConfigError(f"cannot reach the Ray cluster at {address}: {exc}",
                           "start the head with `ray start --head` and check the address, the firewall "
@@ -254,6 +263,7 @@ def _board_actors(ray: Any) -> dict[str, Any]:
 
 def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace: float, thermal: bool) -> Fleet:
     from engine.device.twin.profile import load_profile
+    from engine.run.fleet.ray_init import init_local
 
     if n < 1:
         raise ConfigError(f"a fleet of {n} twins", "give --twins 1 or more")
@@ -261,8 +271,13 @@ def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace
     temporary = None if folder is not None else tempfile.TemporaryDirectory(prefix="slm-dvfs-fleet-")
     root = Path(folder if folder is not None else temporary.name)  # type: ignore[union-attr]
     root.mkdir(parents=True, exist_ok=True)
-    ray.init(num_cpus=max(2, n), resources={BOARD_RESOURCE: n, module_resource(module): n}, namespace=NAMESPACE,
-             include_dashboard=False, log_to_driver=False)
+    try:
+        init_local(ray, num_cpus=max(2, n), resources={BOARD_RESOURCE: n, module_resource(module): n},
+                   namespace=NAMESPACE, include_dashboard=False, log_to_driver=False)
+    except BaseException:
+        if temporary is not None:
+            temporary.cleanup()
+        raise
     try:
         cls = _remote_class(ray)
         actors = {}
@@ -278,6 +293,17 @@ def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace
         raise
 
 
+def start_error(exc: BaseException) -> str:
+    """What stopped a worker's constructor, on one line: Ray keeps only its text (a traceback), whose
+    last line is the error (ours end in its remedy: `What to do: ...`)."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if lines[-1].startswith("What to do:") and len(lines) > 1:
+        return f"{lines[-2]}; what to do:{lines[-1][len('What to do:'):]}"
+    return lines[-1]
+
+
 def _by_serial(ray: Any, actors: dict[str, Any]) -> dict[str, Any]:
     """The started actors keyed by their board's serial (waits for them to open their devices)."""
     names = list(actors)
@@ -287,4 +313,8 @@ def _by_serial(ray: Any, actors: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"the boards' workers did not start within {START_TIMEOUT_S:.0f} s",
                           "another fleet driver may hold the boards (one per board): stop it, or check the "
                           "boards' Ray logs") from exc
+    except ray.exceptions.RayActorError as exc:  # a worker's constructor failed: its device did not open
+        raise ConfigError(f"a board's worker could not start: {start_error(exc)}",
+                          "fix what it says on that board (for a twin: its folder on this machine) and connect "
+                          "again") from exc
     return {info.serial: actors[name] for name, info in zip(names, infos)}

@@ -11,6 +11,14 @@ point as it comes, naming the board that measured it. Shares shrink as the pools
 self-scheduling: what is left over twice the boards of the kind), so the boards finish together
 instead of one board measuring a whole last sweep alone.
 
+The boards are balanced by what each has done, in board time (its stored points' measured time,
+and the points in its hands at their sweep's mean so far): the free board that has done least
+takes first, the moment a pool opens, and a board that has done more than a busy board of its
+kind (planning, or measuring a share) has done and holds waits for it. A board's first share
+carries its setup (loading, resolving the workload); without this, a board that had finished a
+share before the others had even started theirs took the next, and fast twins left one board
+with most of the points.
+
 A board that dies mid-share (its actor or node lost) is dropped; the share's unstored points go
 back to the pool for the other boards of its kind. A cancel (the event, or Ctrl-C in the caller)
 stops every board at its next step boundary (its clock guard restores its clocks); the sweeps
@@ -50,6 +58,8 @@ class _Work:
     planning: bool = False
     failing: bool = False  # a board failed on it: nothing more is handed out; closed once its boards stop
     boards: list[str] = field(default_factory=list)  # serials that measured points of it, in order
+    measured: int = 0  # points measured in this call, and their time: the sweep's mean point time
+    measured_s: float = 0.0
     retries: int = 0  # shares handed back after their board was lost
     source: Any = None  # engine.core.provenance.Source of the sweep
     status: str = "pending"  # pending (not planned) | running | finished | cancelled | failed
@@ -75,6 +85,7 @@ class FleetSweep(BoardLoop):
         self.works = [_Work(plan) for plan in plans]
         self.store = store
         self.per_board: dict[str, int] = {serial: 0 for serial in self.boards}
+        self.done_s: dict[str, float] = {}  # serial -> the measured time of the points it stored
         self._device_ids: dict[str, int] = {}  # serial -> its device row
 
     # ------------------------------------------------------------------ the loop
@@ -95,7 +106,7 @@ class FleetSweep(BoardLoop):
 
     def _assign(self) -> None:
         with self._lock:
-            for serial in self._free():
+            for serial in sorted(self._free(), key=self._load):  # the board that has done least first
                 job = self._pick(serial, self.boards[serial][1])
                 if job is not None:
                     work, share = job
@@ -113,20 +124,46 @@ class FleetSweep(BoardLoop):
         if not ready:
             return None
         work = max(ready, key=lambda w: len(w.todo))
-        return work, self._take(work, serial)
+        if self._ahead(serial, kind):
+            return None  # it waits: the boards behind it take the pool, or it does once they catch up
+        return work, self._take(work, serial, self._share_size(work))
 
-    def _take(self, work: _Work, serial: str) -> list[Point]:
-        """A share of the work's pool for this board (guided self-scheduling over the boards of its kind)."""
+    def _share_size(self, work: _Work) -> int:
+        """Guided self-scheduling: what is left of the kind's pools over twice its boards (at least one point)."""
         n_boards = sum(1 for _a, k in self.boards.values() if k == work.kind)
         planned = [w for w in self.works if w.status == "running" and w.kind == work.kind]
         left = sum(len(w.todo) for w in planned)
         unplanned = [w for w in self.works if w.status == "pending" and w.kind in (None, work.kind)]
         if unplanned:  # not planned yet: as many points as the planned ones have on average
             left += len(unplanned) * sum(w.total for w in planned) / max(1, len(planned))
-        size = max(1, math.ceil(left / (SHARE_DIVISOR * max(1, n_boards))))
+        return max(1, math.ceil(left / (SHARE_DIVISOR * max(1, n_boards))))
+
+    def _take(self, work: _Work, serial: str, size: int) -> list[Point]:
+        """A share of `size` points of the work's pool for this board."""
         share, work.todo = work.todo[:size], work.todo[size:]
         work.in_flight[serial] = list(share)
         return share
+
+    # ------------------------------------------------------------------ balance: what each board has done
+    def _point_s(self, work: _Work) -> float:
+        """A point's time in this sweep: its mean so far, else the mean of every point measured in this
+        call, else 1 (nothing measured yet: every board's points count alike)."""
+        if work.measured:
+            return work.measured_s / work.measured
+        n = sum(w.measured for w in self.works)
+        return sum(w.measured_s for w in self.works) / n if n else 1.0
+
+    def _load(self, serial: str) -> float:
+        """What a board has done in this call, in board time: its stored points' measured time, and
+        the points in its hands (of its share) at their sweep's mean so far."""
+        held = sum(len(w.in_flight.get(serial, ())) * self._point_s(w) for w in self.works)
+        return self.done_s.get(serial, 0.0) + held
+
+    def _ahead(self, serial: str, kind: str) -> bool:
+        """Whether this board has done more than a busy board of its kind (planning, or measuring a
+        share) has done and holds: then it waits for that board rather than run ahead of it."""
+        busy = [s for s in self._active if s != serial and self.boards.get(s, (None, None))[1] == kind]
+        return bool(busy) and self._load(serial) > min(self._load(s) for s in busy) * (1 + 1e-9)
 
     def _settle(self, serial: str, work: _Work, outcome: str, error: str) -> None:
         with self._lock:
@@ -213,7 +250,9 @@ class FleetSweep(BoardLoop):
             work.stored = len(done)
             work.todo = [(s, r) for r in range(spec.repeats) for s in plan.settings if (setting_key(s), r) not in done]
             work.status, work.planning = "running", False
-            return self._take(work, serial)
+            share = self._take(work, serial, self._share_size(work))
+        self._nudge()  # the pool is open: the other free boards take their shares now
+        return share
 
     def _device_id(self, serial: str, actor: Any) -> int:
         with self._lock:
@@ -243,6 +282,9 @@ class FleetSweep(BoardLoop):
                 log.warning("sweep %d already holds %s repeat %d: skipped", work.sweep_id, p.setting.label(), p.repeat)
                 return
             work.stored += 1
+            work.measured += 1
+            work.measured_s += p.time_s
+            self.done_s[serial] = self.done_s.get(serial, 0.0) + p.time_s
             self.per_board[serial] = self.per_board.get(serial, 0) + 1
             self._say("point", serial, work, f"{p.setting.label()} (repeat {p.repeat + 1})", setting=p.setting,
                       repeat=p.repeat, time_s=p.time_s, energy_j=p.energy_j, avg_power_w=p.avg_power_w,

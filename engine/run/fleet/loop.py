@@ -33,7 +33,7 @@ class BoardLoop:
         self.cancel = cancel or threading.Event()
         self.lost = lost
         self._lock = threading.RLock()  # the store's writes, the jobs' state, events
-        self._done: queue.Queue[tuple[str, Any, str, str]] = queue.Queue()  # (serial, unit, outcome, error)
+        self._done: queue.Queue[tuple[str, Any, str, str] | None] = queue.Queue()  # (serial, unit, outcome, error)
         self._active: dict[str, tuple[Any, threading.Thread]] = {}
 
     # ------------------------------------------------------------------ what a driver gives
@@ -57,10 +57,11 @@ class BoardLoop:
                 if not self._active:
                     break  # nothing runs and nothing more can start
                 try:
-                    serial, unit, outcome, error = self._done.get(timeout=POLL_S)
+                    item = self._done.get(timeout=POLL_S)
                 except queue.Empty:
                     continue
-                self._end(serial, unit, outcome, error)
+                if item is not None:  # None: a nudge, work to hand out (a sweep's pool just opened)
+                    self._end(*item)
         except KeyboardInterrupt:
             self._stop("cancelled")
             raise
@@ -95,13 +96,18 @@ class BoardLoop:
         deadline = time.monotonic() + CANCEL_WAIT_S
         while self._active and time.monotonic() < deadline:
             try:
-                serial, unit, outcome, error = self._done.get(timeout=POLL_S)
+                item = self._done.get(timeout=POLL_S)
             except queue.Empty:
                 continue
-            self._end(serial, unit, outcome, error)
+            if item is not None:
+                self._end(*item)
         self._stopped(why)
 
     # ------------------------------------------------------------------ in a job's thread
+    def _nudge(self) -> None:
+        """Have the loop hand out work now (the free boards wait for no job's end to take it)."""
+        self._done.put(None)
+
     def _report(self, serial: str, unit: Any, work: Callable[[], tuple[str, str]], what: str) -> None:
         """Run a job's `work` (-> (outcome, error)) and report its end; a board that is gone is "lost"."""
         from ray.exceptions import GetTimeoutError, RayActorError
