@@ -292,8 +292,8 @@ class FleetActions:
 
     def on_fleet_sweep_done(self, message: FleetSweepDone) -> None:
         result = message.result
-        self._engine_idle()  # type: ignore[attr-defined]
         line = fleet_result_line(result)
+        self._engine_idle(line)  # type: ignore[attr-defined]  # quitting repeats how it ended
         status = str(getattr(result, "status", "finished"))
         if isinstance(self.sweep_tracker, FleetSweepTracker):
             self.sweep_tracker.finish(status, line)
