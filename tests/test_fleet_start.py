@@ -68,7 +68,9 @@ def test_a_fleet_whose_worker_cannot_start_says_why_and_leaves_no_ray(tmp_path: 
     (twins / "twin-1").write_text("not a folder")  # twin-1's worker cannot render its tree there
     with fleet_isolation(tmp_path), pytest.raises(ConfigError) as err:
         connect(twins=2, folder=twins)
-    assert "a board's worker could not start: NotADirectoryError" in err.value.what and "twin-1" in err.value.what
+    what = err.value.what
+    assert what.startswith("a board's worker could not start: cannot write the twin's tree at ") and "twin-1" in what
+    assert "ENOTDIR" in what and "give the twin an empty or new folder" in what and "engine.core" not in what
     assert "\n" not in err.value.what and "Traceback" not in err.value.what  # one line, not Ray's traceback
     assert not ray.is_initialized() and ray_processes() == []  # the Ray it had started is stopped
 

@@ -419,7 +419,7 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.basis == "twin zoo" and preview.line().startswith("selector (twin zoo) chooses")
     iv = preview.saving_interval  # the shipped selector keeps no CV quantiles: the twin ensemble's interval
     assert iv is not None and iv.low <= choice.saving <= iv.high and "twin ensemble" in iv.basis
-    assert f"({100 * iv.low:.1f}–{100 * iv.high:.1f}%, 90%)" in preview.line()
+    assert f"(90%: {100 * iv.low:.1f}–{100 * iv.high:.1f}% less)" in preview.line()  # both ends savings here
     assert f"({100 * iv.low:.0f}–{100 * iv.high:.0f}%)" in preview.short()
 
 

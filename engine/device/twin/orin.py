@@ -12,6 +12,7 @@ unchanged against it.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -72,6 +73,16 @@ class TwinStep:
 
 
 
+def _tree_remedy(err: int | None) -> str:
+    """What to do when the twin's tree cannot be written, by why (a full disk is not a wrong path)."""
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on its disk (`df -h`), or give the twin a folder on another disk ($SLM_DVFS_STATE_DIR)"
+    if err in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "give the twin a folder you may write ($SLM_DVFS_STATE_DIR), then try again"
+    return ("give the twin an empty or new folder (a path through a file, or one that holds something else, "
+            "cannot hold its tree; $SLM_DVFS_STATE_DIR), then try again")
+
+
 class VirtualOrin:
     """A Jetson AGX Orin twin under `root` (a temporary folder by default). `serial` writes a device-tree
     serial-number (twins of one module are then told apart, as boards are); a reopened twin keeps its own."""
@@ -113,8 +124,7 @@ class VirtualOrin:
             if self._temporary:
                 shutil.rmtree(self.root, ignore_errors=True)
             raise DeviceError(f"cannot write the twin's tree at {self.root} ({errno_text(exc.errno, exc.strerror)})",
-                              "free space on its disk, or give the twin a folder you may write "
-                              "($SLM_DVFS_STATE_DIR), then try again") from None
+                              _tree_remedy(exc.errno)) from None
         except BaseException:
             if self._temporary:
                 shutil.rmtree(self.root, ignore_errors=True)

@@ -300,8 +300,13 @@ def start_error(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     if lines[-1].startswith("What to do:") and len(lines) > 1:
-        return f"{lines[-2]}; what to do:{lines[-1][len('What to do:'):]}"
+        return f"{_ours(lines[-2])}; what to do:{lines[-1][len('What to do:'):]}"
     return lines[-1]
+
+
+def _ours(line: str) -> str:
+    """Our error's text without the qualified type Ray's traceback puts before it (it has a remedy)."""
+    return re.sub(r"^engine(\.\w+)*\.\w+Error: ", "", line)
 
 
 def _by_serial(ray: Any, actors: dict[str, Any]) -> dict[str, Any]:
