@@ -186,6 +186,29 @@ def test_links_inside_a_tree_are_followed_and_dot_dot_out_of_it_is_not(r36_tree)
     with pytest.raises(UnsafeTreeError):
         tree.write("var/outside", 1)
     assert (root.parent / "outside").read_text() == "elsewhere\n" and not tree.exists("var/outside")
+    (root.parent / "elsewhere").mkdir()
+    (root.parent / "elsewhere" / "secret-name").write_text("x")
+    (root / "var" / "away").symlink_to(root.parent / "elsewhere")
+    assert "var/away" not in tree.glob("var/*") and "var/inside" in tree.glob("var/*")  # nor behind a link out
+    assert tree.glob("var/away/*") == []
+
+
+def test_a_tree_whose_marker_is_not_ours_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from engine.device.treefs import own_tree
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / ".slm-dvfs-twin").write_text("profile = 'agx-orin-64gb'\n")
+    os.chmod(root / ".slm-dvfs-twin", 0o666)  # writable by others: not a marker to trust
+    with caplog.at_level("WARNING"):
+        assert not any(own_tree(root) for _ in range(5))
+    assert sum("ignoring" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_restore_of_a_root_that_is_not_there_says_so(tmp_path: Path, isolated_env, capsys) -> None:
+    assert main(["restore", "--sysfs-root", str(tmp_path / "no-such-tree")]) == 2
+    err = capsys.readouterr().err
+    assert ": no such folder" in err and "nothing to restore" not in err
 
 
 # --- item 3: atomic writes where the tree is ours; in place elsewhere -------------------------------

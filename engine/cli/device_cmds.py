@@ -12,6 +12,7 @@ from typing import Any
 from engine.cli import numbers
 from engine.core import paths
 from engine.device.base import ClockDomain, Device
+from engine.core.text import shown
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
@@ -296,6 +297,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         root = str(twin_root(args.twin))
     elif args.sysfs_root or os.environ.get(paths.ENV_PREFIX + "SYSFS_ROOT"):
         root = str(paths.sysfs_root(args.sysfs_root))  # that board's only, as every device command takes it
+        if not os.path.isdir(root):  # a mistyped root: "nothing to restore" would hide a board left pinned
+            raise ConfigError(f"--sysfs-root {shown(root)}: no such folder", "give the root of the board's tree "
+                              "(`/` on a board, the folder a test or twin tree was rendered in), or leave it out to "
+                              "restore every board's journals")
     report = restore_report(root=root)
     if not report.restored and not report.problems:
         print(f"nothing to restore{' for ' + root if root else ''}: no pinned clocks and no journal left by a dead run")

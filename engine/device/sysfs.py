@@ -91,10 +91,11 @@ class SysfsTree:
             os.close(fd)
 
     def glob(self, pattern: str) -> list[str]:
-        """Root-relative matches, sorted."""
+        """Root-relative matches, sorted (under another root than `/`: only those inside the tree,
+        as `exists` sees them; a name reached through a link out of the tree is not listed)."""
         base = os.fspath(self.root)
-        hits = glob.glob(os.path.join(base, pattern.lstrip("/")))
-        return sorted(self.rel(h) for h in hits)
+        hits = sorted(self.rel(h) for h in glob.glob(os.path.join(base, pattern.lstrip("/"))))
+        return hits if self.system else [h for h in hits if self.exists(h)]
 
     def open_read(self, rel: str | os.PathLike[str]) -> int:
         """An fd to read one file (the caller closes it): O_NONBLOCK, a regular file only, reached

@@ -199,13 +199,18 @@ def put_file(root: str | os.PathLike[str], rel: str, data: bytes, *, mode: int |
         os.close(dir_fd)
 
 
+_WARNED: set[Path] = set()
+
+
 def trusted_marker(path: Path) -> bool:
     """A tree's marker counts only as a regular file owned by us, in a folder owned by us, neither
     writable by anyone else: another user's tree must not choose how we treat it."""
     try:
         for p, st in ((path, os.lstat(path)), (path.parent, os.stat(path.parent))):
             if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                log.warning("ignoring %s: not owned by uid %d or writable by others", p, os.getuid())
+                if p not in _WARNED:  # once a path: asked at every write to such a tree
+                    _WARNED.add(p)
+                    log.warning("ignoring %s: not owned by uid %d or writable by others", p, os.getuid())
                 return False
         return stat.S_ISREG(os.lstat(path).st_mode)
     except OSError:
