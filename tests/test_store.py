@@ -433,6 +433,58 @@ def test_sweeps_resume_only_with_the_same_parameters(store: Store) -> None:
     assert store.find_or_create_sweep(**common).id != first.id  # a finished one is not
 
 
+HOLDING_SWEEP = textwrap.dedent("""
+    import sys
+    from engine.results.store import Store, DeviceRecord, WorkloadRecord
+    from engine.device.guard.lock import session_lock
+    with Store(sys.argv[1]) as s:
+        sweep = s.find_or_create_sweep(device=DeviceRecord("Orin", "P3701", is_twin=True),
+            workload=WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32"), space={"space": "gpu"},
+            warmup_steps=1, steps=5, repeats=1, source="twin", planned=4, owner_lock=str(session_lock()))
+        print(sweep.id, flush=True)
+        sys.stdin.readline()  # measuring, until the test lets it go
+""")
+
+
+def test_a_running_sweep_whose_owner_lives_is_not_taken_over(db: Path, isolated_env: IsolatedEnv) -> None:
+    """A second process (or this one) asking for a sweep another live process runs is refused, naming
+    that process and its lock, and the owner is kept; once the owner dies, the sweep resumes."""
+    from engine.device.guard.lock import session_lock
+    from engine.results.errors import SweepInUseError
+
+    common = dict(device=DeviceRecord("Orin", "P3701", is_twin=True),
+                  workload=WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32"), space={"space": "gpu"},
+                  warmup_steps=1, steps=5, repeats=1, source="twin")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDING_SWEEP, str(db)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        held = int(holder.stdout.readline() or 0)  # type: ignore[union-attr]
+        assert held, holder.stderr.read()  # type: ignore[union-attr]
+        with Store(db) as s:
+            owner = s._query("SELECT owner_lock FROM sweeps WHERE id = ?", (held,))[0][0]
+            with pytest.raises(SweepInUseError) as refused:
+                s.find_or_create_sweep(**common, planned=4, owner_lock=str(session_lock()))
+            assert refused.value.sweep_id == held and refused.value.owner_lock == owner
+            assert f"sweep s{held}" in refused.value.what and f"process {holder.pid}" in refused.value.what
+            assert owner in refused.value.what and refused.value.remedy
+            assert s.get_sweep(held).status == "running"
+            assert s._query("SELECT owner_lock FROM sweeps WHERE id = ?", (held,))[0][0] == owner
+            # this process's own running sweep is not taken over either (a second thread of ours)
+            mine = s.find_or_create_sweep(**{**common, "steps": 7}, owner_lock=str(session_lock()))
+            with pytest.raises(SweepInUseError, match="this process"):
+                s.find_or_create_sweep(**{**common, "steps": 7}, owner_lock=str(session_lock()))
+            s.finish_sweep(mine.id, "failed")
+            assert s.find_or_create_sweep(**{**common, "steps": 7}).id == mine.id  # a failed one resumes
+            holder.kill()
+            holder.communicate()
+            # still `running` (this store was opened while its owner lived), but its owner is gone: resumed
+            again = s.find_or_create_sweep(**common, owner_lock=str(session_lock()))
+            assert again.id == held and again.status == "running"
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
 def test_sweep_points_are_keyed_by_setting_and_repeat(store: Store, db: Path) -> None:
     sweep = store.find_or_create_sweep(device=TWIN, workload=TINY, space={}, warmup_steps=0, steps=5, repeats=2,
                                        source="twin")

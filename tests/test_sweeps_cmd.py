@@ -170,3 +170,63 @@ def test_a_killed_sweep_command_is_abandoned_and_the_same_command_resumes_it(
     [resumed] = json.loads(capsys.readouterr().out)
     assert resumed["id"] == killed["id"] and resumed["status"] == "finished"
     assert resumed["points_done"] == resumed["points_planned"] == killed["points_planned"]
+
+
+# --------------------------------------------------------------------------- a sweep a live process runs
+SWEEP_ARGS = ["sweep", "--model", "bert-tiny", "--task", "sst2", "--twin", "agx-orin-64gb", "--fast", "--steps", "3",
+              "--repeats", "2"]
+HELD_SWEEP = textwrap.dedent("""
+    import sys
+    import engine.results.sweep_tables as tables
+    from engine.cli import main
+    add = tables.SweepTables.add_point
+    held = []
+    def add_then_wait(self, point):  # after its first stored point, the sweep waits for the test's word
+        out = add(self, point)
+        if not held:
+            held.append(point.sweep_id)
+            print("held", point.sweep_id, flush=True)
+            sys.stdin.readline()
+        return out
+    tables.SweepTables.add_point = add_then_wait
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _owner_lock(db: Path, sweep_id: int) -> str:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT owner_lock FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()[0]
+
+
+@pytest.mark.slow  # two CLI sweeps, the first in a fresh process that traces its model (~4 s)
+def test_a_sweep_another_live_process_runs_is_refused_not_taken_over(
+        db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same `slm-dvfs sweep` in a second terminal while the first measures: refused, naming the sweep
+    and the process holding it; the first's sweep keeps its owner (taken over, the second's death would
+    have had it reaped as abandoned). Once the first is killed, the same command resumes that sweep."""
+    holder = subprocess.Popen([sys.executable, "-c", HELD_SWEEP, *SWEEP_ARGS, "--db", str(db)], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = holder.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("held "), holder.stderr.read()  # type: ignore[union-attr]
+        sweep_id = int(line.split()[1])
+        lock = _owner_lock(db, sweep_id)
+        assert main([*SWEEP_ARGS, "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert f"sweep s{sweep_id}, with the same workload, space, steps and repeats, is running in process " \
+               f"{holder.pid}" in err and lock in err and "Traceback" not in err
+        assert "its stored points are kept" in err
+        with Store(db) as s:  # the refusal changed nothing: the first process still owns its running sweep
+            assert [(sw.id, sw.status) for sw in s.list_sweeps()] == [(sweep_id, "running")]
+            assert _owner_lock(db, sweep_id) == lock and len(s.completed_points(sweep_id)) == 1
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert main([*SWEEP_ARGS, "--db", str(db), "--json"]) == 0  # its owner is gone: the same command resumes it
+    result = json.loads(capsys.readouterr().out)
+    assert result["sweep_id"] == sweep_id and result["status"] == "finished" and result["resumed"] == 1
+    with Store(db) as s:
+        [sweep] = s.list_sweeps()
+        assert sweep.status == "finished" and len(s.completed_points(sweep_id)) == sweep.planned

@@ -49,6 +49,16 @@ async def laid_out(ui: Any, open_stored: Any, record_id: int) -> None:
     await ui.footer()
 
 
+async def open_from_history(ui: Any, app: Any, sweep_id: int) -> None:
+    """On History, with its sweeps' table focused: the sweep's row highlighted, then opened (enter)."""
+    history = app.screen
+    for _ in range(len(history._sweeps)):
+        if history.selected_sweep().id == sweep_id:
+            break
+        await ui.press("down")
+    await ui.press("enter")
+
+
 def add_pythia_sweep(store: Store) -> int:
     """A finished GPU sweep of pythia-70m/rte at batch 16, length 128 (the demo store's other workload)."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
@@ -105,25 +115,106 @@ async def test_a_sweep_opened_from_history_shows_its_own_workload_not_setups(
         await ui.press("q")
 
 
-async def test_start_on_an_opened_sweep_sweeps_its_workload_not_setups(
+async def test_start_on_an_opened_unfinished_sweep_resumes_that_sweep(
         twin_session: DeviceSession, results_store: Store) -> None:
-    """A fixed-length sweep at batch 8, length 32 (not Setup's workload: dynamic padding, the zoo's
-    shape): opened from History, `s` sweeps that same stored workload (an unfinished one it resumes)."""
-    from engine.cli import main
+    """A sweep that is not the form's (a fixed-length batch 8, length 32 workload, not Setup's; the
+    gpu+emc space, 2 warm-up and 7 measured steps, 2 repeats, seed 3), cancelled after 3 points:
+    opened from History, `s` resumes that very sweep (the same id) to the points it plans."""
+    from engine.run.sweep import SweepPointDone, SweepSpec, run_sweep
+    from engine.workload.loop import TrainControl
     from tui.messages import SweepDone
 
-    assert main(["sweep", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
-                 "--pad", "max", "--twin", "--fast", "--steps", "5", "--db", str(results_store.path)]) == 0
+    control = TrainControl()
+
+    def cancel_after_3(event: object) -> None:
+        if isinstance(event, SweepPointDone) and event.index == 3:
+            control.cancel()
+
+    spec = SweepSpec(model="bert-tiny", task="sst2", batch_size=8, max_seq_len=32, padding="max_length",
+                     space="gpu+emc", warmup_steps=2, steps=7, repeats=2, seed=3, fast=True, twin="agx-orin-64gb")
+    first = run_sweep(spec, store=results_store, session=twin_session, callbacks=[cancel_after_3], control=control)
     (stored,) = results_store.list_sweeps()
+    assert (first.status, stored.status, len(results_store.completed_points(stored.id))) == ("cancelled", "cancelled", 3)
+    assert stored.planned is not None and stored.planned > 3
     app = make_app(twin_session, store=results_store, poll=False)
     async with drive(app) as ui:
-        await laid_out(ui, app.open_sweep, stored.id)
-        assert "batch 8, seq 32, fp32, full, padded to 32" in plain(app.screen.query_one("#sw-workload").content)
+        await ui.press("5")  # History: only sweeps, so their table has the focus
+        await ui.press("enter")
+        page = app.screen
+        assert isinstance(page, SweepScreen)
+        await ui.footer()
+        assert "batch 8, seq 32, fp32, full, padded to 32" in plain(page.query_one("#sw-workload").content)
+        values = page.values()  # the sweep's own parameters, not the form's defaults (gpu, 1, 5, 1)
+        assert (values["space"], values["warmup"], values["steps"], values["repeats"], values["fast"]) == \
+            ("gpu+emc", "2", "7", "2", True)
+        summary = plain(page.query_one("#sweep-summary").content)
+        assert f"CANCELLED  sweep {stored.id}  3/{stored.planned} points, resumable: s resumes it" in summary
         await ui.press("s")
         done = await ui.wait_for(SweepDone)
         await ui.workers_done()
-        swept = results_store.get_sweep(done.result.sweep_id)
-        assert swept.workload_id == stored.workload_id and swept.space == stored.space  # the same workload and space
+        assert done.result.sweep_id == stored.id and done.result.resumed == 3 and done.result.status == "finished"
+        assert len(results_store.completed_points(stored.id)) == stored.planned
+        assert [sw.id for sw in results_store.list_sweeps()] == [stored.id]  # resumed, no new sweep
+        summary = plain(page.query_one("#sweep-summary").content)  # the sweep's points, not this invocation's
+        assert f"FINISHED  sweep {stored.id}  {stored.planned}/{stored.planned} points" in summary
+        await ui.press("q")
+
+
+async def test_an_abandoned_sweep_shows_its_stored_points_of_those_planned(
+        twin_session: DeviceSession, results_store: Store, tmp_path: Path) -> None:
+    """A board's sweep killed after 15 of its 60 points (12 settings x 5 repeats) over 12 settings: History
+    and the Sweep page say 15/60 and `abandoned, resumable`, as `slm-dvfs sweeps` does (it read 12/12 with
+    a full bar, and `15` alone); a sweep stored before its plan was says `3/?` and shows no bar."""
+    from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
+    from textual.widgets import ProgressBar
+
+    board = results_store.ensure_device(DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit",
+                                                     "P3701-0005 (AGX Orin 64GB)", serial="1422921012345"))
+    workload = results_store.ensure_workload(WorkloadRecord("pythia-70m", "rte", 16, 128, "fp32"))
+    common = dict(device=board, workload=workload, space={"space": "gpu", "method": "run", "rails": "all"},
+                  warmup_steps=1, source=Source.MEASURED)
+    old = results_store.find_or_create_sweep(**common, steps=5, repeats=1)
+    with results_store._tx("a sweep from before schema v11: no plan recorded") as conn:
+        conn.execute("UPDATE sweeps SET planned = NULL WHERE id = ?", (old.id,))
+    killed = results_store.find_or_create_sweep(**common, steps=50, repeats=5, planned=60,
+                                                owner_lock=str(tmp_path / "state" / "sessions" / "1-2.lock"))
+    clocks = [306 + 102 * i for i in range(12)]
+    for sweep_id, points in ((old.id, [(mhz, 0) for mhz in clocks[:3]]),
+                             (killed.id, [(mhz, 0) for mhz in clocks] + [(mhz, 1) for mhz in clocks[:3]])):
+        for mhz, repeat in points:
+            results_store.add_point(SweepPoint(sweep_id, DvfsSetting(gpu_hz=mhz * MHZ, nvpmodel=0).to_json(), repeat,
+                                               time_s=5.0, energy_j=50.0 + mhz / 100, samples=800))
+    results_store.finish_sweep(old.id, "cancelled")
+    twin = results_store.ensure_device(DeviceRecord.from_identity(demo.IDENTITY))  # the widest space and source
+    fast = results_store.find_or_create_sweep(device=twin, workload=workload, warmup_steps=1, steps=5, repeats=2,
+                                              space={"space": "gpu+emc", "method": "fast", "rails": "all"},
+                                              source=Source.TWIN, planned=4)
+    for mhz in clocks[:2]:
+        results_store.add_point(SweepPoint(fast.id, DvfsSetting(gpu_hz=mhz * MHZ, nvpmodel=0).to_json(), 0,
+                                           time_s=5.0, energy_j=50.0, samples=800))
+    results_store.finish_sweep(fast.id, "cancelled")
+    assert results_store.reap_abandoned_sweeps() == [killed.id]  # its process is gone (its lock is free)
+    app = make_app(twin_session, store=results_store, poll=False)
+    async with drive(app, size=(80, 24)) as ui:
+        await ui.press("5")
+        await ui.footer()
+        rows = region_text(app, "#sweeps").splitlines()
+        assert re.search(r"\s15/60\s+measured abandoned, resumable\s", next(r for r in rows if "15/60" in r))
+        assert re.search(rf"│{old.id}\s.*\s3/\?\s+measured cancelled, resumable\s", next(r for r in rows if "3/?" in r))
+        assert re.search(r"\s2/4\s+twin\s+cancelled, resumable\s", next(r for r in rows if "2/4" in r))
+        await open_from_history(ui, app, killed.id)
+        page = app.screen
+        assert isinstance(page, SweepScreen)
+        await ui.footer()
+        summary = plain(page.query_one("#sweep-summary").content)
+        assert f"ABANDONED  sweep {killed.id}  15/60 points, resumable" in summary
+        assert "s resumes it" not in summary  # a board's sweep: the twin's `s` does not resume it
+        bar = page.query_one("#sweep-progress", ProgressBar)
+        assert bar.display and (bar.progress, bar.total) == (15, 60)
+        await ui.press("5")
+        await open_from_history(ui, app, old.id)
+        summary = plain(page.query_one("#sweep-summary").content)
+        assert f"CANCELLED  sweep {old.id}  3/? points, resumable" in summary and not bar.display
         await ui.press("q")
 
 
@@ -239,7 +330,7 @@ async def test_history_keeps_every_runs_figures_and_source_in_view_at_80x24(
         # the long names give way (said with …), never the figures, their source or the status
         assert "12.3 kJ" in row and "1,234 " in row and "twin finished│" in row  # was 1.23e+03, status cut
         assert "distilbert-base-u…" in row
-        assert "twin  running" in next(line for line in sweeps.splitlines() if "distilbert" in line)
+        assert re.search(r"\s0/\?\s+twin running\s", next(line for line in sweeps.splitlines() if "distilbert" in line))
         await ui.press("q")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pct
+from engine.results.format import sweep_progress, sweep_total
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,12 @@ def from_store(store: Any, sweep_id: int) -> HeatMap:
 
 @dataclass(frozen=True)
 class SweepView:
-    status: str  # idle | running | finished | cancelled | failed
-    done: int = 0  # points measured by this invocation
-    total: int = 0
+    status: str  # idle | running | finished | cancelled | failed | abandoned
+    # While a sweep runs: the points this invocation measured of those it measures. A stored sweep
+    # (`record`: opened from History, or this one once it has ended): its points stored of those it
+    # plans, None where the plan is not known (engine.results.format.sweep_total).
+    done: int = 0
+    total: int | None = 0
     last: str = ""  # the last point's setting and figures
     heat: HeatMap | None = None
     log: tuple[str, ...] = ()
@@ -129,6 +133,25 @@ class SweepView:
     fleet: bool = False  # a fleet sweep: several sweeps at once, no single heat map
     workload: Any = None  # the sweep's stored workload (engine.results.records.WorkloadRecord), once known
     opened: bool = False  # opened from History: the Sweep form takes its workload (s sweeps it again)
+    record: Any = None  # the stored sweep (engine.results.records.SweepRecord), once known
+
+    @property
+    def progress(self) -> str:
+        """`15/60` (points), as `slm-dvfs sweeps` and History say a stored sweep's."""
+        if self.record is not None:
+            return sweep_progress(self.record, self.done)
+        return f"{self.done}/{self.total}"
+
+
+def stored_view(store: Any, sweep_id: int, log: Sequence[str], *, opened: bool = False,
+                heat: HeatMap | None = None) -> SweepView:
+    """A stored sweep as the Sweep page shows it: its status, points stored of those planned, heat map
+    (its stored points', unless given) and workload. Raises the store's SlmDvfsError."""
+    sweep = store.get_sweep(sweep_id)
+    done = store.stored_point_counts().get(sweep_id, 0)
+    return SweepView(sweep.status, done, sweep_total(sweep, done), "",
+                     from_store(store, sweep_id) if heat is None else heat, tuple(log), sweep_id,
+                     workload=store.get_workload(sweep.workload_id), opened=opened, record=sweep)
 
 
 def workload_text(w: Any) -> str:
@@ -155,6 +178,7 @@ class SweepTracker:
         self.last = ""
         self.sweep_id: int | None = None
         self.workload: Any = None  # the stored workload, once the sweep has finished
+        self.record: Any = None  # the stored sweep, once it has ended: its counts are the store's then
         self._final: HeatMap | None = None
 
     def feed(self, event: Any) -> bool:
@@ -185,12 +209,17 @@ class SweepTracker:
             self._log.append(line)
 
     def finish(self, status: str, heat: HeatMap | None = None, sweep_id: int | None = None,
-               line: str | None = None, workload: Any = None) -> None:
+               line: str | None = None, workload: Any = None, stored: SweepView | None = None) -> None:
+        """The sweep has ended; `stored`: its view from the store (stored_view), whose counts (points
+        stored of those planned, a resumed sweep's earlier points too) replace this invocation's."""
         with self._lock:
             self.status = status
             self._final = heat
             self.sweep_id = sweep_id
             self.workload = workload
+            if stored is not None:
+                self.done, self.total, self.record = stored.done, stored.total, stored.record
+                self.workload = workload or stored.workload
             if line:
                 self._log.append(line)
 
@@ -198,4 +227,4 @@ class SweepTracker:
         with self._lock:
             heat = self._final or heat_map(list(self._points), self.source)
             return SweepView(self.status, self.done, self.total, self.last, heat, tuple(self._log), self.sweep_id,
-                             workload=self.workload)
+                             workload=self.workload, record=self.record)

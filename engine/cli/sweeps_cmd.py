@@ -11,7 +11,7 @@ from engine.cli import numbers
 from engine.cli.store_cmds import _db_path, add_db_arg, table_lines
 from engine.core.provenance import Source
 from engine.core.text import clean_text
-from engine.results.format import describe_space, format_when
+from engine.results.format import describe_space, format_when, sweep_progress, sweep_state
 from engine.results.records import ABANDONED, RUN_STATUSES
 from engine.results.store import Store, SweepRecord, WorkloadRecord
 
@@ -37,11 +37,8 @@ def format_sweeps(sweeps: Sequence[SweepRecord], workloads: Mapping[int, Workloa
     rows = []
     for sw in sweeps:
         w = workloads.get(sw.workload_id)
-        n = done.get(sw.id, 0)
-        total = sw.planned if sw.planned is not None else (n if sw.status == "finished" else None)
         rows.append((f"s{sw.id}", format_when(sw.created_at), w.label if w else "-", describe_space(sw.space),
-                     f"{n}/{'?' if total is None else total}",
-                     sw.status + (", resumable" if sw.resumable else ""), f"[{sw.source.value}]"))
+                     sweep_progress(sw, done.get(sw.id, 0)), sweep_state(sw), f"[{sw.source.value}]"))
     lines = table_lines(header, rows, right={4})
     if any(sw.resumable for sw in sweeps):
         lines.append("resumable: running the same `slm-dvfs sweep` command again (same workload, space, steps and "

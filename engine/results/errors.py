@@ -29,3 +29,12 @@ class StoreVersionError(StoreError):
 
 class UnknownRecordError(StoreError):
     """An id that the database does not hold."""
+
+
+class SweepInUseError(StoreError):
+    """A sweep with these parameters is running in another live process: resuming it would take it over."""
+
+    def __init__(self, what: str, remedy: str, sweep_id: int, owner_lock: str) -> None:
+        super().__init__(what, remedy)
+        self.sweep_id = sweep_id
+        self.owner_lock = owner_lock

@@ -38,6 +38,25 @@ def describe_space(space: Mapping[str, Any]) -> str:
     return what + (" (fast)" if space.get("method") == "fast" else "")
 
 
+def sweep_total(sweep: Any, done: int) -> int | None:
+    """The points a stored sweep (engine.results.records.SweepRecord) plans: its `planned`; the `done`
+    points of a finished one that did not record it (before schema v11); None: not known."""
+    if sweep.planned is not None:
+        return int(sweep.planned)
+    return done if sweep.status == "finished" else None
+
+
+def sweep_progress(sweep: Any, done: int) -> str:
+    """`15/60`: the points stored of those planned; `15/?` where the plan is not known."""
+    total = sweep_total(sweep, done)
+    return f"{done}/{'?' if total is None else total}"
+
+
+def sweep_state(sweep: Any) -> str:
+    """`abandoned, resumable`: a stored sweep's status, and whether the same sweep carries on from its points."""
+    return sweep.status + (", resumable" if sweep.resumable else "")
+
+
 def format_when(stamp: str | None) -> str:
     """`2025-01-01 12:34` from an ISO timestamp; `-` when there is none."""
     return "-" if not stamp else stamp.replace("T", " ")[:16]

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import sqlite3
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+from engine.core.text import clean_text, shown
 from engine.results.db import Database
-from engine.results.errors import StoreError, UnknownRecordError
+from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError
 from engine.results.records import (
     RUN_STATUSES,
     DeviceRecord,
@@ -68,7 +72,9 @@ class SweepTables(Database):
         (a fleet spreads a sweep over its boards: each point names the board that measured it).
         `planned`: the points it plans (settings x repeats). `owner_lock`: the session lock of the process
         that measures it (engine.device.guard.lock.session_lock), so that the next store open marks the
-        sweep abandoned once that process is gone; without one (a library caller) it is left running."""
+        sweep abandoned once that process is gone; without one (a library caller) it is left running.
+        A running sweep whose owner lock is held (a live process measures it, this one included) is not
+        taken over: SweepInUseError. One with no owner recorded cannot be told alive and is resumed."""
         src = as_source(source)
         space_text = json.dumps(space, sort_keys=True, separators=(",", ":"), default=json_default)
         with self._tx("starting a sweep") as conn:
@@ -77,13 +83,16 @@ class SweepTables(Database):
             # This board's, or one stored before its serial was (schema v9): it may be this board's.
             ids = self._device_ids(lambda q, p: conn.execute(q, p).fetchall(), device_id, scope)
             row = conn.execute(
-                f"SELECT id FROM sweeps WHERE device_id IN ({', '.join('?' * len(ids))}) AND workload_id = ? "
-                "AND space = ? AND warmup_steps = ? AND steps = ? AND repeats = ? AND source = ? "
+                f"SELECT id, status, owner_lock FROM sweeps WHERE device_id IN ({', '.join('?' * len(ids))}) "
+                "AND workload_id = ? AND space = ? AND warmup_steps = ? AND steps = ? AND repeats = ? AND source = ? "
                 "AND status != 'finished' ORDER BY id DESC LIMIT 1",
                 (*ids, workload_id, space_text, warmup_steps, steps, repeats, src.value),
             ).fetchone()
             if row is not None:
                 sweep_id = int(row[0])
+                if row[1] == "running" and _owner_alive(row[2]):
+                    # Resuming it would overwrite its owner: were we to die, its live sweep would be reaped.
+                    raise _in_use(sweep_id, str(row[2]), mine=row[2] == owner_lock)
                 conn.execute("UPDATE sweeps SET status = 'running', finished_at = NULL, owner_lock = ?, "
                              "planned = IFNULL(?, planned) WHERE id = ?", (owner_lock, planned, sweep_id))
                 log.info("resuming sweep %d", sweep_id)
@@ -220,3 +229,34 @@ class SweepTables(Database):
         rows = self._query("SELECT setting, repeat FROM sweep_points WHERE sweep_id = ?", (sweep_id,))
         return frozenset((r[0], int(r[1])) for r in rows)
 
+
+
+def _owner_alive(owner_lock: str | None) -> bool:
+    """Whether a running sweep's owner is known and still holds its session lock (a path from the
+    database: engine.device.guard.lock.session_alive trusts only its own session files)."""
+    from engine.device.guard.lock import session_alive
+
+    return bool(owner_lock) and session_alive(Path(str(owner_lock)))
+
+
+_SESSION_PID = re.compile(r"([0-9]+)-[0-9]+\.lock")  # engine.device.guard.lock.session_lock's file names
+
+
+def _in_use(sweep_id: int, owner_lock: str, *, mine: bool) -> SweepInUseError:
+    """The refusal to resume a sweep a live process is measuring, naming that process and its lock."""
+    from engine.device.guard.lock import lock_owner
+
+    path = Path(owner_lock)
+    if mine:
+        who = f"this process (pid {os.getpid()})"
+    elif (m := _SESSION_PID.fullmatch(path.name)) and path.parent.name == "sessions":
+        _pid, command = lock_owner(path)  # the file holds the pid and command line it was taken by
+        who = f"process {m.group(1)}" + (f" ({shown(command)})" if command else "")
+    else:
+        who = "a process slm-dvfs cannot tell is gone"
+    return SweepInUseError(
+        f"sweep s{sweep_id}, with the same workload, space, steps and repeats, is running in {who}, which holds "
+        f"its session lock {clean_text(owner_lock)}",
+        "let that sweep finish, or stop it (x in the app, ctrl+c in a terminal); its stored points are kept and "
+        f"the same sweep then resumes s{sweep_id}. `slm-dvfs sweeps` lists it as running",
+        sweep_id, owner_lock)

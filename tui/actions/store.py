@@ -21,13 +21,14 @@ class StoreActions:
         try:
             runs = store.list_runs(limit=500)
             sweeps = []
+            stored = store.stored_point_counts()  # one query, not one a sweep
             for s in store.list_sweeps():
                 try:
                     w = store.get_workload(s.workload_id)
                     workload = f"{w.model}/{w.task}"
                 except SlmDvfsError:
                     workload = "-"
-                sweeps.append((s, workload, len(store.completed_points(s.id))))
+                sweeps.append((s, workload, stored.get(s.id, 0)))
         except SlmDvfsError as exc:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot read the store", severity="error")
             return

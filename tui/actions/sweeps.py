@@ -203,8 +203,9 @@ class SweepActions:
         self._engine_idle(line + ("; starting it again with the same parameters resumes it"
                                   if result.status != "finished" else ""))
         if self.sweep_tracker is not None:
-            self.sweep_tracker.finish(result.status, from_summaries(result.points, result.source), result.sweep_id,
-                                      line, self._stored_workload(result.sweep_id))
+            heat = from_summaries(result.points, result.source)
+            self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
+                                      stored=self._stored_view(result.sweep_id, heat))
             self.sweep_view = self.sweep_tracker.view()
         if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
             page.show_sweep(self.sweep_view)
@@ -213,33 +214,35 @@ class SweepActions:
             line += f"\n{policy} has its sweep now: start the run on Setup (2)"
         self.notify(line, title="Sweep " + result.status)
 
-    def _stored_workload(self, sweep_id: int | None) -> Any:
-        """A sweep's workload as the store keeps it (None when it cannot be read)."""
+    def _stored_view(self, sweep_id: int | None, heat: Any) -> SweepView | None:
+        """A sweep that has ended as the store keeps it (its counts, status and workload); None when
+        it cannot be read (the tracker then keeps this invocation's counts)."""
+        from tui.sweep_model import stored_view
+
         if sweep_id is None or self.store is None:
             return None
         try:
-            return self.store.get_workload(self.store.get_sweep(sweep_id).workload_id)
+            return stored_view(self.store, sweep_id, (), heat=heat)
         except SlmDvfsError:
             return None
 
     def open_sweep(self, sweep_id: int) -> None:
-        """A stored sweep on the Sweep page: its heat map, and its own workload in the form (not
-        Setup's), so that the figures never sit beside another workload and `s` sweeps this one
-        (resuming it if unfinished)."""
-        from tui.sweep_model import from_store
+        """A stored sweep on the Sweep page: its heat map, its points stored of those planned, and its
+        own workload and sweep parameters in the form (not Setup's), so that the figures never sit
+        beside another workload and `s` sweeps this one (resuming it if unfinished)."""
+        from engine.results.format import sweep_state
+        from tui.sweep_model import stored_view
 
         if self.store is None:
             return
         try:
-            heat = from_store(self.store, sweep_id)
             sweep = self.store.get_sweep(sweep_id)
-            workload = self.store.get_workload(sweep.workload_id)
+            view = stored_view(self.store, sweep_id, (f"sweep {sweep_id} from the store ({sweep_state(sweep)})",),
+                               opened=True)
         except SlmDvfsError as exc:
             self.notify(exc.what, title="Cannot open the sweep", severity="error")
             return
-        self.sweep_view = SweepView(sweep.status, heat.points, heat.points, "", heat,
-                                    (f"sweep {sweep_id} from the store ({sweep.status})",), sweep_id,
-                                    workload=workload, opened=True)
+        self.sweep_view = view
         self.action_page("sweep")
         if (page := self._current(SweepScreen)) is not None:
             page.show_sweep(self.sweep_view)

@@ -13,7 +13,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from engine.results.format import format_setting, format_when
+from engine.results.format import format_setting, format_when, sweep_progress, sweep_state
 from engine.results.records import several_boards
 from tui.fmt import energy, sig3
 from tui.screens.base import PageScreen
@@ -50,7 +50,7 @@ class HistoryScreen(PageScreen):
         with Vertical(id="history-body"):
             # One space between columns (each cell leads with it), not Textual's two: 80 columns hold them all.
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True, classes="pane", cell_padding=0)
-            yield DataTable(id="sweeps", cursor_type="row", classes="pane")
+            yield DataTable(id="sweeps", cursor_type="row", classes="pane", cell_padding=0)
             yield Static("", id="history-status")
 
     def on_mount(self) -> None:
@@ -60,11 +60,11 @@ class HistoryScreen(PageScreen):
         runs.add_columns(*(f" {c}" for c in ("id", "when", "workload", "policy", "energy", "time s", "src", "status")))
         sweeps = self.query_one("#sweeps", DataTable)
         sweeps.border_title = "Sweeps (o open)"
-        sweeps.add_columns("id", "when", "workload", "space", "points", "src", "status")
+        sweeps.add_columns("id", *(f" {c}" for c in ("when", "workload", "space", "points", "src", "status")))
 
     # ------------------------------------------------------------------ data
     def show_records(self, runs: Sequence[Any], sweeps: Sequence[tuple[Any, str, int]]) -> None:
-        """Runs (RunRecord) and sweeps as (SweepRecord, workload text, points)."""
+        """Runs (RunRecord) and sweeps as (SweepRecord, workload text, points stored)."""
         self._runs = list(runs)
         self._sweeps = [s for s, _w, _n in sweeps]
         self.marked = [i for i in self.marked if any(r.id == i for r in runs)]
@@ -86,8 +86,11 @@ class HistoryScreen(PageScreen):
             space = s.space.get("space") or ("explicit" if s.space.get("settings") else "")
             method = s.space.get("method", "")
             space = space or ("" if method else "?")  # an imported sweep reads `import`
-            st.add_row(str(s.id), short_when(s.created_at, this_year), cut(workload, WORKLOAD_W),
-                       f"{space} {method}".strip(), str(n), s.source.value, s.status, key=str(s.id))
+            method = "" if method == "run" and space else method  # a sweep that trains: the default, said by `fast`'s absence
+            # points stored of those planned and the status as `slm-dvfs sweeps` says them: `15/60`, `abandoned, resumable`
+            cells = (short_when(s.created_at, this_year), cut(workload, SWEEP_WORKLOAD_W),
+                     cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value, sweep_state(s))
+            st.add_row(str(s.id), *(f" {c}" for c in cells), key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
         elif not runs and self.focused is not st:
@@ -191,6 +194,9 @@ class HistoryScreen(PageScreen):
 # view whatever the names (a static setting's clocks, a long hub id are cut here; `o` shows them whole).
 POLICY_W = 14
 WORKLOAD_W = 18
+# The sweeps' table: at 80 columns its points (`15/60`), source and status (`abandoned, resumable`) stay whole.
+SWEEP_WORKLOAD_W = 14
+SPACE_W = 10
 
 
 def cut(text: str, width: int) -> str:

@@ -35,6 +35,8 @@ from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
 from tui.sweep_model import HeatMap, SweepView, workload_text
 
+# What identifies a stored sweep (SweepSpec.space_key) that the form has no field for: SweepSpec fields of those names.
+SPACE_FIELDS = ("rails", "seed", "cpu_stride", "include_maxn", "thermal")
 HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
                "white on red3")
 HEAT_LEGEND = "★ the least energy; row MAXN: the baseline"
@@ -84,6 +86,8 @@ class SweepScreen(PageScreen):
         self.opened: Any = None  # the stored workload of a sweep opened from History, while the form holds it
         self._opened_id: int | None = None
         self._opened_view: SweepView | None = None  # the opened sweep's view whose workload the form took
+        self._sweep_fields: dict[str, Any] = {}  # the opened sweep's SweepSpec fields the form has no field for
+        self._takes_sweep = False  # the form holds all of the opened sweep's parameters: `s` resumes it
         self._shown: SweepView | None = None
 
     def follow_setup(self, values: forms.SetupValues, *, force: bool = False) -> bool:
@@ -96,16 +100,32 @@ class SweepScreen(PageScreen):
         self._fill(values)
         return True
 
-    def take_workload(self, workload: Any, sweep_id: int | None = None) -> None:
+    def take_workload(self, workload: Any, sweep_id: int | None = None, record: Any = None) -> None:
         """An opened sweep's own workload (engine.results.records.WorkloadRecord) in the form, until
         Setup changes: `s` then sweeps that workload (resuming the sweep if unfinished), and the heat
-        map is not shown beside another."""
+        map is not shown beside another. With its `record` (SweepRecord), what else makes it that
+        sweep in the store too: its space, fast or not, warm-up, steps and repeats in the form, and
+        what the form has no field for (rails, seed, CPU stride, MAXN, thermal) kept for `s`."""
         lora = workload.lora.rank if workload.mode == "lora" and workload.lora is not None else 8
         self.opened, self._opened_id = workload, sweep_id
         self.setup = forms.SetupValues(model=workload.model, task=workload.task, batch_size=str(workload.batch_size),
                                        seq_len=str(workload.seq_len), precision=workload.precision,
                                        mode=workload.mode, lora_rank=str(lora))
         self._fill(self.setup)
+        self._sweep_fields, self._takes_sweep = {}, False
+        space = {} if record is None else record.space
+        if space.get("method") not in ("run", "fast") or space.get("space") not in SPACES:
+            return  # imported, or explicit settings: no sweep of the form's is that one; `s` starts a new one
+        self.query_one("#sw-space", Select).value = space["space"]
+        for name, value in (("warmup", record.warmup_steps), ("steps", record.steps), ("repeats", record.repeats)):
+            self.query_one(f"#sw-{name}", Input).value = str(value)
+        fast = self.query_one("#sw-fast", Checkbox)
+        if not fast.disabled:  # a board has no fast mode: its sweep is not this one, whatever the box said
+            fast.value = space["method"] == "fast"
+        self._sweep_fields = {name: space[name] for name in SPACE_FIELDS if name in space}
+        # `s` resumes it here: a sweep of this source (the twin's, or a board's), fast only on the twin
+        self._takes_sweep = (record.source == getattr(self.app, "source", None)
+                             and fast.value == (space["method"] == "fast"))
 
     def _fill(self, values: forms.SetupValues) -> None:
         self.query_one("#sw-model", Input).value = values.model.strip()
@@ -136,7 +156,7 @@ class SweepScreen(PageScreen):
                   "lora": forms.lora_settings(v)}
         if self.opened is not None:
             fields.update(padding=self.opened.padding, grad_checkpointing=self.opened.grad_checkpointing,
-                          lora=self.opened.lora if self.opened.mode == "lora" else None)
+                          lora=self.opened.lora if self.opened.mode == "lora" else None, **self._sweep_fields)
         return fields
 
     def compose_body(self) -> ComposeResult:
@@ -212,12 +232,14 @@ class SweepScreen(PageScreen):
     def show_sweep(self, view: SweepView) -> None:
         if view.opened and view.workload is not None and view is not self._opened_view:
             self._opened_view = view  # once per opening: a later change on Setup is followed again
-            self.take_workload(view.workload, view.sweep_id)
+            self.take_workload(view.workload, view.sweep_id, view.record)
         summary = Text()
         summary.append(view.status.upper(), style="bold")
         if view.sweep_id is not None:
             summary.append(f"  sweep {view.sweep_id}")
-        summary.append(f"  {view.done}/{view.total} points")
+        summary.append(f"  {view.progress} points")
+        if view.record is not None and view.record.resumable:
+            summary.append(", resumable" + (": s resumes it" if self._resumes(view) else ""))
         if view.workload is not None:
             w = view.workload
             summary.append(f"\nof {w.model}/{w.task}: {workload_text(w)}")
@@ -231,7 +253,7 @@ class SweepScreen(PageScreen):
             summary.append(f"\nlast: {view.last}", style="dim")
         self.query_one("#sweep-summary", Static).update(summary)
         bar = self.query_one("#sweep-progress", ProgressBar)
-        bar.display = bool(view.total)
+        bar.display = bool(view.total)  # no bar where the plan is not known (a sweep stored before it was)
         bar.update(total=view.total or 0, progress=view.done)
         self._shown = view
         if heat is not None:
@@ -246,6 +268,10 @@ class SweepScreen(PageScreen):
             log.clear()
             log.write_lines(view.log)
             self._log_lines = view.log
+
+    def _resumes(self, view: SweepView) -> bool:
+        """Whether the form holds this stored sweep's own workload and parameters (`s` resumes it)."""
+        return self.opened is not None and self._opened_id == view.sweep_id and self._takes_sweep
 
     def _title_heat(self) -> None:
         """The heat map's title names the sweep and its workload, as the width allows."""
