@@ -45,6 +45,12 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
     assert choice.uncertainty is not None and choice.uncertainty.regret_q90 is None  # no quantiles in the file
     assert choice.uncertainty.note.startswith(f"this selector file records only its worst held-out miss "
                                               f"({worst:.1%} more energy than the best setting), not its spread")
+    # max-length padding's interval reaches below zero: said in words, never as a negative saving
+    reach = maxn_about_optimal(choice)
+    assert reach is not None and re.fullmatch(r"the saving's 90% interval reaches down to [0-9.]+% more energy "
+                                              r"than MAXN", reach), reach
+    worse = replace(choice, predicted=replace(choice.predicted, energy_per_sample=1.006 * choice.maxn.energy_per_sample))
+    assert maxn_about_optimal(worse) == "the selector predicts 0.6% more energy than MAXN"  # not "saving is -0.6%"
     # the reviewer's interval (dynamic padding's): above zero, so the verdict rests on the worst miss alone
     unc = choice.uncertainty
     choice = replace(choice, uncertainty=replace(unc, saving=Interval(0.022, 0.194, 0.9, unc.saving.basis)))

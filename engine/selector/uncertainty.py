@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
+from engine.results.format import saving_text
 
 if TYPE_CHECKING:
     from engine.device.twin.ensemble import Ensemble
@@ -181,11 +182,11 @@ def maxn_about_optimal(choice: "Choice") -> str | None:
     records none, the worst regret it saw: the part of the doubt that interval then leaves out, and
     the reason says so)."""
     s = choice.saving
-    if s <= NEAR_ZERO:
-        return f"the predicted saving is {s:.1%}"
+    if s <= NEAR_ZERO:  # in words, as every saving is said (it may be negative: never "-0.6%")
+        return f"the selector predicts {saving_text(100.0 * s)}"
     unc = getattr(choice, "uncertainty", None)
     if unc is not None and unc.saving.low <= NEAR_ZERO:
-        return f"the saving's {unc.saving.level:.0%} interval reaches down to {unc.saving.low:.1%}"
+        return f"the saving's {unc.saving.level:.0%} interval reaches down to {saving_text(100.0 * unc.saving.low)}"
     r90 = None if unc is None else unc.regret_q90
     regret, which = (r90, "90% of") if r90 is not None else (choice.confidence.cv_worst_regret, "all")
     if regret is not None and math.isfinite(regret) and s <= regret:
