@@ -268,3 +268,49 @@ def test_calibrate_rebuilds_a_model_imported_from_a_config_file_as_itself(isolat
     with Store(default_db_path()) as store:
         ds = store_dataset(store, source="measured", rails="gpu+cpu")
     assert {(w.model, w.hidden, w.layers) for w in ds.workloads} == {("bert-small", 512, 4), ("bert-tiny", 512, 4)}
+
+
+def test_a_store_from_before_model_definitions_checks_and_fills_them(isolated_env, capsys, tmp_path: Path) -> None:
+    """A store upgraded from schema v10 holds its workloads without a config (NULL, before v11): the check was
+    skipped, so a `bert-tiny.json` of another architecture was filed under the zoo's bert-tiny, and calibrate
+    or select rebuilt the zoo's model for it. A zoo name stands for the zoo's model (what a row without its
+    config is rebuilt as); a row's NULL config is filled the next time the workload is written."""
+    import sqlite3
+
+    from conftest import migrate
+    from engine.workload.models import resolve_model
+
+    db = default_db_path()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(db)
+    migrate(conn, 10)
+    for wid, model in ((1, "bert-tiny"), (2, "my-model")):  # as v10 wrote them: no config column yet
+        conn.execute("INSERT INTO workloads (id, key, model, task, batch_size, seq_len, precision, mode, source, "
+                     "created_at) VALUES (?, ?, ?, 'sst2', 16, 64, 'fp32', 'full', 'predicted', '2025-01-01')",
+                     (wid, f"{model}|sst2|16|64|fp32|full", model))
+    conn.execute("PRAGMA user_version = 10")
+    conn.commit()
+    conn.close()
+
+    def config_of(wid: int) -> object:
+        with Store(db) as store:
+            return store.get_workload(wid).config
+
+    custom = tmp_path / "bert-tiny.json"  # the zoo's name as its stem, bert-small's architecture inside
+    custom.write_text(json.dumps(dict(resolve_model("bert-small").config)))
+    rows = _import_rows()
+    code, out, err = _import_as(capsys, tmp_path, rows, str(custom), "a.csv")
+    assert code == 2 and "already holds results of another model named 'bert-tiny'" in err
+    assert "hidden_size 512 vs 128" in err and config_of(1) is None  # refused, nothing written
+    code, out, err = _import_as(capsys, tmp_path, rows, "bert-tiny", "b.csv")  # the zoo's: it is that model
+    assert code == 0, err
+    assert config_of(1) == resolve_model("bert-tiny").config  # filled in on this write
+    # A name the zoo does not know: the first write that brings a definition records it; another is refused.
+    mine = tmp_path / "my-model.json"
+    mine.write_text(custom.read_text())
+    code, out, err = _import_as(capsys, tmp_path, rows[:1] + rows[:0:-1], str(mine), "c.csv")  # other content
+    assert code == 0, err
+    assert config_of(2) == json.loads(custom.read_text())
+    mine.write_text(json.dumps(dict(resolve_model("bert-tiny").config)))
+    code, out, err = _import_as(capsys, tmp_path, rows[:1] + rows[2:] + rows[1:2], str(mine), "d.csv")
+    assert code == 2 and "already holds results of another model named 'my-model'" in err

@@ -67,21 +67,25 @@ def sim(policy: str, **kw) -> ExperimentSpec:
 
 
 # --------------------------------------------------------------------------- the maths
-def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], preset: str = "all") -> RunFigures:
-    return RunFigures(run_id, "policy", "p", Source.TWIN, preset, tuple(rails), 10, 320, time_s, energy, rails)
+def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], preset: str = "all",
+            policy: str = "maxn") -> RunFigures:
+    return RunFigures(run_id, "policy", policy, Source.TWIN, preset, tuple(rails), 10, 320, time_s, energy, rails)
 
 
 def test_saving_and_slowdown_maths() -> None:
-    run = figures(1, 80.0, 12.0, {"A": 50.0, "B": 30.0})
+    run = figures(1, 80.0, 12.0, {"A": 50.0, "B": 30.0}, policy="static")
     base = figures(2, 100.0, 10.0, {"A": 75.0, "B": 25.0})
     c = compare(run, base)
     assert c.saving_pct == pytest.approx(20.0)
     assert c.slowdown_pct == pytest.approx(20.0)
     assert c.rail_saving_pct == pytest.approx({"A": 100 / 3, "B": -20.0})
     assert c.power_change_pct == pytest.approx(100 * ((80 / 12) / (100 / 10) - 1))
-    assert compare(base, base).saving_pct == 0.0 and compare(base, run).slowdown_pct == pytest.approx(-100 / 6)
+    faster = figures(3, 80.0, 12.0, {"A": 50.0, "B": 30.0})  # MAXN against a MAXN run that took 20% longer
+    assert compare(base, base).saving_pct == 0.0 and compare(base, faster).slowdown_pct == pytest.approx(-100 / 6)
     with pytest.raises(ConfigError, match="same --rails"):
         compare(run, figures(2, 100.0, 10.0, {"A": 75.0}, preset="gpu+cpu"))
+    with pytest.raises(ConfigError, match="not MAXN Mode 0: a saving is against MAXN Mode 0 only"):
+        compare(base, run)  # the baseline is the static run
 
 
 def test_spec_validation() -> None:

@@ -83,3 +83,36 @@ async def test_a_setup_reason_goes_when_its_field_is_emptied(twin_session: Devic
         assert setup.query_one(f"#{field}").value == ""
         assert not reasons.display and plain(reasons.content).strip() == ""
         await ui.press("ctrl+c")
+
+
+# --------------------------------------------------------------------------- Compare 2 (c) on two marked runs
+async def test_compare_two_marked_runs_without_a_maxn_one_says_so(twin_session: DeviceSession,
+                                                                   results_store: Store) -> None:
+    """`c` on two marked runs takes the MAXN one as the baseline; with none, the page refuses as `slm-dvfs
+    compare` does (engine.results.compare.mismatch: a saving is against MAXN only) and names the MAXN run that
+    fits, instead of giving a saving against the other static run."""
+    from engine.device.setting import DvfsSetting
+
+    ids = demo.fill_store(results_store)
+    static = results_store.get_run(ids["static"])
+    other = results_store.start_run(policy="static", source=static.source, device=static.device_id,
+                                    workload=static.workload_id, seed=0, steps=300, rails="all")
+    results_store.finish_run(other, time_s=3.2, rail_energy_j={"VDD_GPU_SOC": 40.0, "VDD_CPU_CV": 5.0},
+                             rails="all", samples=9600, steps=300, setting=DvfsSetting(gpu_hz=612_000_000, nvpmodel=0))
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("5")
+        page = app.screen
+        assert isinstance(page, HistoryScreen)
+        await ui.press("m", "down", "down", "m")  # newest first: the other static run, lone, static
+        assert page.marked == [other, ids["static"]]
+        await ui.press("c")
+        assert isinstance(app.screen, CompareScreen)
+        view = app.compare_view
+        assert view.run.id == other and view.base is None and view.saving_pct is None
+        assert view.baseline_note == f"not compared with run {ids['static']}"
+        assert any(f"run {ids['static']} ran policy static, not MAXN Mode 0" in n for n in view.notes)
+        assert f"the MAXN run that fits run {other}: {ids['maxn']} (History: m on both, then c)" in view.notes
+        title = plain(app.screen.query_one("#compare-title").content)
+        assert "not MAXN Mode 0" in " ".join(title.split())
+        await ui.press("ctrl+c")

@@ -138,7 +138,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self.sweep_for: str | None = None  # the Setup policy a sweep was started for (oracle)
         self.compare_view: Any = None
         self.selector_line = ""  # the Setup page's (long) and the Run page's (short) line
-        self.selector_short = ""
+        self.selector_short: str | tuple[str, ...] = ""  # or its forms, longest first (SelectorPreview.short_forms)
         self.selector_key: tuple[str, ...] | None = None  # the Setup workload selector_line is about
         self.last_result: Any = None
         self.quit_requested_at: float | None = None  # monotonic times, for the tests' stopwatch

@@ -13,8 +13,8 @@ from typing import Any
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
-from engine.results.compare import Side, compare_pair, mismatch, rail_saving_pct
-from engine.results.format import SAME, change_text, saving_short, slowdown_text
+from engine.results.compare import Side, compare_pair, fitting_baselines, mismatch, rail_saving_pct
+from engine.results.format import SAME, change_text, id_list, saving_short, slowdown_text
 from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
 
@@ -23,8 +23,9 @@ from tui.fmt import nice_ceiling
 # `saving` is positive when the run used less than MAXN (energy, energy per sample), `slowdown`
 # positive when it took longer, `change` positive when the figure went up (power, throughput).
 DELTA_KINDS = ("saving", "slowdown", "change")
-# Mismatches (engine.results.compare.Mismatch.kind) whose baseline is not shown beside the run at all.
-MISLEADING = ("workload", "hardware", "module")
+# Mismatches (engine.results.compare.Mismatch.kind) whose baseline is not shown beside the run at all:
+# under `MAXN` and `vs MAXN` another policy's run, workload's, module's or the twin's figures mislead.
+MISLEADING = ("policy", "workload", "hardware", "module")
 
 
 @dataclass(frozen=True)
@@ -195,10 +196,11 @@ def rails_of(run: RunRecord) -> tuple[str, ...] | None:
 
 
 def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequence[Any] = (),
-                     base_samples: Sequence[Any] = ()) -> CompareView:
+                     base_samples: Sequence[Any] = (), store: Any = None) -> CompareView:
     """Side-by-side figures of `run` and its baseline (None: the run alone). The saving and
     slowdown are engine.results.compare's, given only when the two runs compare; for runs of
-    different lengths (a MAXN run of the workload with other steps) they are per sample."""
+    different lengths (a MAXN run of the workload with other steps) they are per sample. With the
+    `store`, a refusal also names the MAXN runs that fit `run` (as `slm-dvfs compare` does)."""
     notes: list[str] = []
     src = run.source
     saving = slowdown = None
@@ -209,6 +211,8 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
         problem = mismatch(Side.of(run), Side.of(base))
         if problem is not None:
             notes.append(f"{problem.what}: not comparable")
+            if store is not None and run.policy != BASELINE_POLICY:
+                notes.append(fitting_note(store, run))
             if problem.kind in MISLEADING:  # another workload's, module's or the twin's figures beside a board's mislead
                 refused, base = base, None
         elif run.energy_j is not None and run.time_s is not None:
@@ -255,6 +259,16 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                        rails=tuple(rails), run_series=rs, base_series=bs, span_s=span,
                        peak_w=nice_ceiling(peak), notes=tuple(notes), baseline_note=baseline_note(run, b, refused),
                        per_sample=per_sample)
+
+
+def fitting_note(store: Any, run: RunRecord) -> str:
+    """Which stored MAXN runs `run` compares with (engine.results.compare.fitting_baselines), as History marks them."""
+    fits = fitting_baselines(store, run)
+    if not fits:
+        return (f"no MAXN run in the store fits run {run.id}: run its workload with policy maxn "
+                "(Setup, page 2, with the same settings)")
+    which = "MAXN runs that fit" if len(fits) > 1 else "the MAXN run that fits"
+    return f"{which} run {run.id}: {id_list([r.id for r in fits])} (History: m on both, then c)"
 
 
 def baseline_note(run: RunRecord, base: RunRecord | None, refused: RunRecord | None = None) -> str:

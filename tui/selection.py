@@ -35,13 +35,22 @@ class SelectorPreview:
     maxn_about_optimal: str | None = None  # why MAXN is already about optimal (uncertainty.maxn_about_optimal)
 
     def short(self) -> str:
-        """One short line (the Run page): `selector: GPU 816 saves 13% (4–17%) [predicted]`; the
-        mode is named when it is not mode 0 (the mode every static setting runs in by default)."""
+        """One short line (the Run page): `selector: GPU 816 saves 13% (4–17%) [predicted]`, with
+        `; MAXN about optimal` where line() gives that verdict (the two never disagree); the mode is
+        named when it is not mode 0 (the mode every static setting runs in by default)."""
+        return self.short_forms()[0]
+
+    def short_forms(self) -> tuple[str, ...]:
+        """short() and, where it gives the verdict, a narrower form that keeps it with every figure and the
+        source whole (the Run page's pane is 48 columns wide at 80): `MAXN≈best: GPU 612 saves 3% (2–19%)
+        [predicted]`. Longest first, as tui.fmt.fit takes them."""
         if not self.available:
-            return "selector: none available" if self.note.startswith("none") else "selector: no choice"
+            return ("selector: none available" if self.note.startswith("none") else "selector: no choice",)
         setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "").replace(" · mode 0", "")
-        return f"selector: {setting} {saving_compact(self.saving_pct or 0.0, self.saving_interval)} " \
-               f"[{self.source.value}]"
+        choice = f"{setting} {saving_compact(self.saving_pct or 0.0, self.saving_interval)} [{self.source.value}]"
+        if not self.maxn_about_optimal:
+            return (f"selector: {choice}",)
+        return f"selector: {choice}; MAXN about optimal", f"MAXN≈best: {choice}"
 
     def line(self) -> str:
         if not self.available:
@@ -64,7 +73,10 @@ def selector_available() -> bool:
 def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     """The selector's choice for an ExperimentSpec's workload and objective.
 
-    `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it."""
+    `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it
+    (the Run page's preview); Setup's resolves it as the run will, so the two give one interval:
+    the twin ensemble costs the steps the run takes (with dynamic padding, the mix of its lengths),
+    as the `ml` policy does once the run starts."""
     from engine.dvfs.objectives import parse_objective
     from engine.selector.persistence import load_selector
     from engine.selector.uncertainty import maxn_about_optimal, with_uncertainty
@@ -95,14 +107,9 @@ def _basis(selector: Any) -> str:
 
 def _features(spec: Any, workload: Any) -> tuple[Any, Any]:
     """The selector's features of the workload, and the steps the twin ensemble costs for its interval."""
-    if workload is not None:
-        from engine.selector.policy import workload_features
+    from engine.run.harness import resolve_for
+    from engine.selector.policy import workload_features
 
-        return workload_features(workload), getattr(workload, "steps", None)
-    from engine.selector.features import describe_workload
-
-    features, trace = describe_workload(spec.model, spec.task, batch_size=spec.batch_size,
-                                        seq_len=spec.max_seq_len, precision=spec.precision, mode=spec.mode,
-                                        lora=spec.lora, grad_checkpointing=spec.grad_checkpointing,
-                                        padding=spec.padding)
-    return features, trace
+    if workload is None:
+        workload = resolve_for(spec)
+    return workload_features(workload), workload.steps

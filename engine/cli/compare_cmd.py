@@ -12,6 +12,7 @@ from engine.cli.store_cmds import _db_path, _num, add_db_arg
 from engine.core.errors import ConfigError
 from engine.core.text import clean_text
 from engine.results.compare import SIGN_CONVENTION
+from engine.results.format import rail_savings_text, versus_text
 from engine.results.store import RunRecord, Store
 
 
@@ -23,28 +24,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("baseline", type=numbers.row_id, nargs="?",
                    help="the MAXN run to compare it with (default: the one it was compared with, else the newest "
                         "MAXN run of its workload on its board, as the TUI's Compare page finds it)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help=f"print one JSON object (its percentages signed: {SIGN_CONVENTION})")
     p.set_defaults(func=cmd_compare)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from engine.results.baseline import find_baseline
-    from engine.results.compare import BASELINE_POLICY, compare_pair
+    from engine.results.baseline import BASELINE_POLICY, find_baseline, maxn_command
+    from engine.results.compare import compare_stored
 
     with Store(_db_path(args), create=False) as store:
         run = store.get_run(args.id)
         base = store.get_run(args.baseline) if args.baseline is not None else find_baseline(store, run)
-    if base is None:
-        what = run.workload.label if run.workload is not None else "its workload"
-        if run.policy == BASELINE_POLICY:
-            raise ConfigError(f"run {run.id} is a MAXN Mode 0 run itself: it is the baseline",
-                              "compare another run of its workload with it: slm-dvfs compare N " + str(run.id))
-        raise ConfigError(f"no MAXN Mode 0 run of {what} on run {run.id}'s board, of its kind and rails, in the store",
-                          "run one (`slm-dvfs run ... --policy maxn`, or `--compare maxn` with the policy), or name "
-                          "the baseline: slm-dvfs compare N BASELINE")
-    if run.id == base.id:
-        raise ConfigError(f"run {run.id} cannot be compared with itself", "name another run as the baseline")
-    pair = compare_pair(run, base)  # refused, with its remedy, when the two do not compare
+        if base is None:
+            what = run.workload.label if run.workload is not None else "its workload"
+            if run.policy == BASELINE_POLICY:
+                raise ConfigError(f"run {run.id} is a MAXN Mode 0 run itself: it is the baseline",
+                                  "compare another run of its workload with it: slm-dvfs compare N " + str(run.id))
+            raise ConfigError(f"no MAXN Mode 0 run of {what} on run {run.id}'s board, of its kind and rails, in "
+                              "the store", f"make one with `{maxn_command(run)}` (or run the policy with "
+                              "`--compare maxn`), or name the baseline: slm-dvfs compare N BASELINE")
+        if run.id == base.id:
+            raise ConfigError(f"run {run.id} cannot be compared with itself", "name another run as the baseline")
+        # refused when the two do not compare (a baseline that is not MAXN, two workloads, ...), naming the
+        # MAXN runs that would fit
+        pair = compare_stored(store, run, base)
     if args.json:
         print(json.dumps(pair.to_json(), indent=2))
     else:
@@ -53,7 +56,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def format_pair(pair: Any) -> str:
-    """`slm-dvfs compare`: each run's workload and figures, then the saving and slowdown against MAXN."""
+    """`slm-dvfs compare`: each run's workload and figures, then the saving and slowdown against MAXN, in
+    words as `run` and `show` say them (engine.results.format); signed numbers only in --json."""
     run, base, c = pair.run, pair.base, pair.comparison
 
     def head(r: RunRecord, role: str) -> str:
@@ -61,17 +65,15 @@ def format_pair(pair: Any) -> str:
         return f"{role:9} run {r.id:<5} [{r.source.value}] {r.policy:12} {what}"
 
     lines = [head(run, "run"), head(base, "baseline")]
-    unit = "per sample " if pair.per_sample else ""
-    lines.append(f"energy saving {unit}{c.saving_pct:+.1f}%, slowdown {unit}{c.slowdown_pct:+.1f}%  "
-                 f"[{c.source.value}]  ({SIGN_CONVENTION})")
+    unit = " per sample" if pair.per_sample else ""
+    lines.append(f"{versus_text(c.saving_pct, c.slowdown_pct)}{unit}  [{c.source.value}]")
     for name, key, fmt in (("energy J", "energy_j", ".2f"), ("time s", "time_s", ".2f"),
                            ("J/sample", "joules_per_sample", ".4f")):
         lines.append(f"  {name:10} {_num(getattr(run, key), fmt):>12}  vs {_num(getattr(base, key), fmt):>12}")
     if c.rail_saving_pct:
-        lines.append("  per rail   " + ", ".join(f"{r} {v:+.1f}%" for r, v in c.rail_saving_pct.items()))
+        lines.append(f"  energy per rail vs MAXN{unit}: {rail_savings_text(c.rail_saving_pct)}")
     lines += [f"note: {n}" for n in pair.notes]
     return "\n".join(lines)
-
 
 
 __all__ = ["register", "cmd_compare", "format_pair"]

@@ -23,7 +23,7 @@ from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
-from engine.results.format import saving_short, saving_text, sweep_point_lines, versus_text
+from engine.results.format import rail_savings_text, saving_text, sweep_point_lines, versus_text
 
 REDRAW_S = 0.1
 
@@ -223,8 +223,7 @@ def format_experiment(result: Any) -> str:
     if cmp_ is not None:
         lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct)}   [{cmp_.source.value}]")
         if cmp_.rail_saving_pct:
-            lines.append("  energy per rail vs MAXN: "
-                         + ", ".join(f"{r} {saving_short(v)}" for r, v in cmp_.rail_saving_pct.items()))
+            lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
         if len(run.history) <= 1 and run.setting is not None and not base.reused:  # type: ignore[union-attr]
             lines += _twin_interval_lines(result, run.setting, cmp_.saving_pct)
     for wait in result.thermal.get("waits", []):

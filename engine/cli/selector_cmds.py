@@ -324,17 +324,19 @@ def cmd_select(args: argparse.Namespace) -> int:
     selector.use_module(module)
     objective = parse_objective(args.objective)
     padding = numbers.padding_of(args)
-    workload, trace = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                        precision=args.precision, **mode_options(args), padding=padding)
+    workload, _ = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
+                                    precision=args.precision, **mode_options(args), padding=padding)
+    from engine.workload.resolve import resolve_workload
+
+    # The workload's steps as a run takes them (with dynamic padding, the mix of its batch lengths): what the
+    # probes run and the twin ensemble costs for the interval, as the Setup and Run pages and the ml policy do.
+    steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
+                             precision=args.precision, **mode_options(args), padding=padding).steps
     measure = None
     if args.probes:
         from engine.device.twin.fast import fast_sweep
-        from engine.workload.resolve import resolve_workload
 
         profile = _load_profile(args.twin)
-        # Probes run the workload's steps: with dynamic padding, the mix of its batch lengths.
-        steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                 precision=args.precision, **mode_options(args), padding=padding).steps
 
         def measure(setting: Any) -> Any:
             return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
@@ -345,7 +347,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
-    choice = with_uncertainty(choice, selector, trace, args.twin)  # the ensemble of --twin's profile, else the selector's
+    choice = with_uncertainty(choice, selector, steps, args.twin)  # the ensemble of --twin's profile, else the selector's
     if args.json:
         from engine.selector.uncertainty import maxn_about_optimal
 

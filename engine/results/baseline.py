@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import logging
+import shlex
 from typing import Any
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.records import RunRecord
+from engine.workload.lora import LoraSettings
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,7 @@ def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: 
 
 
 def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
-    """The MAXN run this one was compared with, else matching_baseline for the run, else the
+    """The MAXN run this one was compared with (a recorded baseline of another policy is none), else matching_baseline for the run, else the
     newest MAXN run of its workload on its board of the same kind (simulated or trained) and
     rails, whatever its steps and seed (the Compare page then compares per sample), else the
     same on another board of its module (`compare.board_note` labels it); None when there is
@@ -37,9 +39,12 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
     for c in reversed(store.comparisons_for(run.id)):
         if c.run_id == run.id:
             try:
-                return store.get_run(c.baseline_run_id)
+                recorded = store.get_run(c.baseline_run_id)
             except SlmDvfsError:  # deleted since: look further
                 log.debug("baseline run %d of comparison %s is gone", c.baseline_run_id, c.id)
+                continue
+            if recorded.policy == BASELINE_POLICY:  # an older store may have recorded another policy's run
+                return recorded
     if run.policy == BASELINE_POLICY or run.workload is None or run.device_id is None:
         return None
     key = run.workload.key  # the store's one key: with its padding and its LoRA / checkpointing variant
@@ -54,3 +59,39 @@ def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
         if found is not None:
             return found
     return None
+
+
+def maxn_command(run: RunRecord) -> str:
+    """The `slm-dvfs run` that records a MAXN run `run` compares with: its workload (model, task, shape,
+    precision, mode, LoRA, checkpointing, padding), the twin's profile or the board, simulated or trained,
+    its steps, seed and rails, spelled out (none of them is in `slm-dvfs runs`' listing)."""
+    flags = ["slm-dvfs", "run"]
+    w = run.workload
+    if w is None:
+        flags += ["--model", "M", "--task", "T"]
+    else:
+        flags += ["--model", w.model, "--task", w.task, "--batch-size", str(w.batch_size),
+                  "--max-seq-len", str(w.seq_len), "--precision", w.precision]
+        if w.mode != "full":
+            flags += ["--mode", w.mode]
+        if w.lora is not None:  # the settings that are not the defaults
+            lora, usual = w.lora, LoraSettings()
+            for flag, value, default in (("--lora-rank", lora.rank, usual.rank), ("--lora-alpha", lora.alpha, usual.alpha),
+                                         ("--lora-dropout", lora.dropout, usual.dropout),
+                                         ("--lora-targets", ",".join(lora.targets), "")):
+                if value != default:
+                    flags += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+        if w.grad_checkpointing:
+            flags.append("--grad-checkpointing")
+        flags += ["--pad", "max" if w.padding == "max_length" else w.padding]
+    if run.device is not None and run.device.is_twin:
+        flags += ["--twin"] + ([run.device.profile] if run.device.profile else [])
+    if run.simulated:
+        flags.append("--simulate")
+    if run.steps:
+        flags += ["--steps", str(run.steps)]
+    if run.seed is not None:
+        flags += ["--seed", str(run.seed)]
+    if run.rails:
+        flags += ["--rails", run.rails]
+    return " ".join(shlex.quote(f) for f in flags + ["--policy", BASELINE_POLICY])

@@ -11,14 +11,15 @@ from typing import Any, Mapping
 from engine.core.errors import ConfigError
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
-from engine.results.baseline import BASELINE_POLICY, matching_baseline
+from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command
+from engine.results.format import id_list
 from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 __all__ = [
     "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "PairComparison", "RunFigures", "Side",
-    "SweepSaving", "board_note", "compare", "compare_pair", "compare_records",
-    "comparison", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
+    "SweepSaving", "baseline_remedy", "board_note", "compare", "compare_pair", "compare_records", "compare_stored",
+    "comparison", "fitting_baselines", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
 
@@ -153,6 +154,7 @@ class Side:
     rail_energy_j: Mapping[str, float] = field(default_factory=dict)
     device: DeviceRecord | None = None  # the board it ran on; None: not known (one experiment's runs share it)
     workload: WorkloadRecord | None = None  # what it fine-tuned; None: not known (one experiment's runs share it)
+    policy: str | None = None  # the policy it ran (a baseline's must be MAXN); None: not known
 
     @property
     def avg_power_w(self) -> float:
@@ -162,35 +164,43 @@ class Side:
     def of(cls, run: "RunFigures | RunRecord") -> "Side":
         if isinstance(run, RunFigures):
             return cls(run.run_id, run.source, run.rails_preset, run.simulated, run.energy_j, run.time_s,
-                       run.rail_energy_j)
+                       run.rail_energy_j, policy=run.policy)
         return cls(run.id, run.source, run.rails, run.simulated, run.energy_j, run.time_s, run.rail_energy_j,
-                   run.device, run.workload)
+                   run.device, run.workload, run.policy)
 
 
 @dataclass(frozen=True)
 class Mismatch:
-    """Why two runs do not compare. kind: workload (two workloads), hardware (board vs twin), module (two
-    modules), kind (simulated vs trained), rails (energy over other rails), baseline (it has no energy or time)."""
+    """Why two runs do not compare. kind: policy (the baseline is not a MAXN run), workload (two workloads),
+    hardware (board vs twin), module (two modules), kind (simulated vs trained), rails (energy over other
+    rails), baseline (it has no energy or time)."""
 
     kind: str
     what: str
     remedy: str
 
-    def error(self) -> ConfigError:
-        return ConfigError(self.what, self.remedy)
+    def error(self, also: str = "") -> ConfigError:
+        """The refusal as an error; `also`: more of what to do (baseline_remedy's runs that fit)."""
+        return ConfigError(self.what, f"{self.remedy}; {also}" if also else self.remedy)
 
 
 def mismatch(run: Side, base: Side) -> Mismatch | None:
-    """None when `run` compares with `base`: one workload (the store's key: model, task, shape, precision,
-    mode and its variant, padding), same kind of hardware (not a board against the twin), one module, both
-    simulated or both trained, energy over the same rails preset, a baseline with energy and time. The one
-    check of comparability: the experiment's, the store's, `slm-dvfs compare`, the report and the Compare page."""
+    """None when `run` compares with `base`: a MAXN Mode 0 baseline (every saving is against MAXN), one
+    workload (the store's key: model, task, shape, precision, mode and its variant, padding), same kind of
+    hardware (not a board against the twin), one module, both simulated or both trained, energy over the
+    same rails preset, a baseline with energy and time. The one check of comparability: the experiment's,
+    the store's, `slm-dvfs compare`, the report and the Compare page. Its remedies are the store-free
+    ones; compare_stored() adds the MAXN runs that would fit."""
+    if base.policy is not None and base.policy != BASELINE_POLICY:
+        swap = run.policy == BASELINE_POLICY
+        return Mismatch("policy", f"run {base.run_id} ran policy {base.policy}, not MAXN Mode 0: a saving is "
+                        f"against MAXN Mode 0 only" + (f" (run {run.run_id} is the MAXN run)" if swap else ""),
+                        f"compare the other way round: slm-dvfs compare {base.run_id} {run.run_id}" if swap else
+                        "name a MAXN run of its workload as the baseline, or none (`slm-dvfs compare N` finds it)")
     if run.workload is not None and base.workload is not None and run.workload.key != base.workload.key:
         return Mismatch("workload", f"run {run.run_id} fine-tuned {run.workload.label} but run {base.run_id} "
                         f"{base.workload.label}: a saving between two workloads says nothing about the setting",
-                        "compare a run with a MAXN run of its own workload (`slm-dvfs compare N` finds it; "
-                        f"`slm-dvfs runs --model {run.workload.model} --task {run.workload.task} --policy maxn` "
-                        "lists them)")
+                        "compare a run with a MAXN run of its own workload (`slm-dvfs compare N` finds it)")
     if {run.source, base.source} == {Source.MEASURED, Source.TWIN}:
         return Mismatch("hardware", f"run {run.run_id} is {run.source.value} but run {base.run_id} is "
                         f"{base.source.value}", "compare runs of one kind: both on the board, or both on the twin")
@@ -279,6 +289,38 @@ def compare_pair(run: RunRecord, base: RunRecord) -> PairComparison:
     if base.seed != run.seed:
         notes.append(f"MAXN run {base.id} used seed {base.seed}, run {run.id} seed {run.seed}")
     return PairComparison(run, base, c, per_sample, tuple(notes))
+
+
+def fitting_baselines(store: Any, run: RunRecord) -> tuple[RunRecord, ...]:
+    """The stored MAXN runs `run` compares with (mismatch() finds nothing against them), newest first: of
+    its workload, on its board or another of its module. `slm-dvfs runs` cannot show which fit (it lists
+    no batch, length or padding): a refusal names these instead."""
+    if run.workload is None or run.device_id is None:
+        return ()
+    me = Side.of(run)
+    found = store.find_runs(run.workload.key, run.device_id, policy=BASELINE_POLICY, scope="module")
+    return tuple(r for r in found if r.id != run.id and mismatch(me, Side.of(r)) is None)
+
+
+def baseline_remedy(store: Any, run: RunRecord) -> str:
+    """Which baseline to give `run` instead: the ids of the MAXN runs that fit it, or the command that
+    makes one (its workload, board kind, steps, seed and rails spelled out)."""
+    fits = fitting_baselines(store, run)
+    if fits:
+        ids = id_list([r.id for r in fits])
+        which = "the MAXN runs that fit" if len(fits) > 1 else "the MAXN run that fits"
+        return f"{which} run {run.id}: {ids} (`slm-dvfs compare {run.id} {fits[0].id}`)"
+    return f"no MAXN run in the store fits run {run.id}: make one with `{maxn_command(run)}`"
+
+
+def compare_stored(store: Any, run: RunRecord, base: RunRecord) -> PairComparison:
+    """compare_pair with the store at hand: a refusal's remedy also names the MAXN runs that fit `run`
+    (or how to make one), so the user need not find them in a listing that cannot tell them apart."""
+    problem = mismatch(Side.of(run), Side.of(base))
+    if problem is not None:
+        swapped = problem.kind == "policy" and run.policy == BASELINE_POLICY  # its remedy says all
+        raise problem.error("" if swapped else baseline_remedy(store, run))
+    return compare_pair(run, base)
 
 
 def compare(run: RunFigures, baseline: RunFigures) -> Comparison:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence, TypeVar
 
 from engine.core import paths
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, SlmDvfsError
 from engine.results import migrations
 from engine.results.errors import CorruptStoreError, StoreError, UnknownRecordError
 from engine.results.records import (
@@ -231,13 +231,18 @@ class Database:
                  int(w.grad_checkpointing), w.padding, None if w.config is None else json_text(dict(w.config))),
             )
             return int(cur.lastrowid)
-        if row["config"] is not None and w.config is not None:
-            self._check_same_model(w, json.loads(row["config"]))
+        if w.config is not None:
+            stored = json.loads(row["config"]) if row["config"] is not None else _zoo_config(w.model)
+            if stored is not None:
+                self._check_same_model(w, stored)
+        # A row from before schema v11 has no config: the first write that brings one records it, so that
+        # later checks, calibrate and select have the model's definition and not only its name.
         conn.execute(
             "UPDATE workloads SET family = IFNULL(family, ?), params = IFNULL(params, ?), "
-            "data_source = IFNULL(data_source, ?), features = CASE WHEN features = '{}' THEN ? ELSE features END "
-            "WHERE id = ?",
-            (w.family, w.params, w.data_source, json_text(dict(w.features)), row["id"]),
+            "data_source = IFNULL(data_source, ?), features = CASE WHEN features = '{}' THEN ? ELSE features END, "
+            "config = IFNULL(config, ?) WHERE id = ?",
+            (w.family, w.params, w.data_source, json_text(dict(w.features)),
+             None if w.config is None else json_text(dict(w.config)), row["id"]),
         )
         return int(row["id"])
 
@@ -279,3 +284,16 @@ class Database:
             raise UnknownRecordError(f"no {kind} with id {value} in {self.path}",
                                      f"pass a {kind} record, or the id ensure_{kind}() returned")
         return int(value)
+
+
+def _zoo_config(model: str) -> dict[str, Any] | None:
+    """The zoo's config of a model of that name, or None (not a zoo name; or a zoo file that cannot be
+    read, which must not stop a write): a row stored without its config (before schema v11) is rebuilt
+    from its name, so a zoo name stands for the zoo's model, and another model by that name is refused."""
+    from engine.workload.zoo import get_entry
+
+    try:
+        return dict(get_entry(model).config)
+    except SlmDvfsError as exc:
+        log.debug("%s: no zoo model to check a stored workload against (%s)", model, exc.what)
+        return None

@@ -62,6 +62,12 @@ def format_when(stamp: str | None) -> str:
     return "-" if not stamp else stamp.replace("T", " ")[:16]
 
 
+def id_list(ids: Sequence[int], limit: int = 8) -> str:
+    """Record ids for a line that names them: `3, 7, 9`, `3, 7, 9, ... and 4 more` past `limit`."""
+    shown = ", ".join(str(i) for i in ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
 UNKNOWN = "—"  # a figure that was not recorded (an energy-only point's time): never shown as 0
 
 
@@ -71,11 +77,6 @@ def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
         return UNKNOWN
     mean = format(stat.mean * scale, fmt)
     return mean if stat.ci95 is None else f"{mean} ± {format(stat.ci95 * scale, fmt)}"
-
-
-def format_pct(value: float | None) -> str:
-    """`+12.3%`; `—` for None (not known, e.g. a slowdown of energy-only points)."""
-    return UNKNOWN if value is None else f"{value:+.1f}%"
 
 
 def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> list[str]:
@@ -114,6 +115,11 @@ def saving_short(pct: float | None) -> str:
     if pct is None:
         return UNKNOWN
     return "same" if abs(pct) < SAME else f"{abs(pct):.1f}% {'less' if pct > 0 else 'more'}"
+
+
+def rail_savings_text(rail_saving_pct: Mapping[str, float]) -> str:
+    """Each rail's saving in saving_short's words: `VDD_GPU_SOC 0.5% more, VDD_CPU_CV 6.3% less`."""
+    return ", ".join(f"{rail} {saving_short(pct)}" for rail, pct in rail_saving_pct.items())
 
 
 def slowdown_text(pct: float | None, *, than: str | None = "MAXN") -> str:

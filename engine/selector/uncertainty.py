@@ -12,7 +12,9 @@ Two sources of doubt, combined (docs/selector.md, "Intervals"):
   energy saves less: the interval's low end becomes 1 - (1 - low) * (1 + r90).
 
 A selector file trained before the quantiles were kept gives an interval from the ensemble only,
-and says so; a workload without a trace (features only) gets the regret part only.
+and says so (naming the worst held-out miss it does keep, and, where the MAXN verdict rests on that
+figure, that the interval leaves it out); a workload without a trace (features only) gets the regret
+part only.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
+from engine.results.format import saving_text
 
 if TYPE_CHECKING:
     from engine.device.twin.ensemble import Ensemble
@@ -112,9 +115,7 @@ def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None
         low = 1.0 - (1.0 - low) * (1.0 + r90)
         basis = (basis + " + " if basis else "") + "selector CV regret, 90th percentile"
     else:
-        notes.append("this selector file does not record how far its held-out choices missed the optimum, so the "
-                     "interval covers the twin's uncertainty only, not the selector's own error (a selector "
-                     "trained with `slm-dvfs train-selector` records it)")
+        notes.append(_no_spread_note(choice))
     saving = Interval(min(low, s), max(high, s), LEVEL, basis)
     energy = maxn_energy = opt_gpu = None
     steps = None
@@ -124,6 +125,19 @@ def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None
         opt_gpu, steps = ens.optimum_gpu(), ens.optimum_steps()
     return ChoiceUncertainty(saving, energy, maxn_energy, r90, opt_gpu, steps, 0 if ens is None else ens.members,
                              "; ".join(notes))
+
+
+def _no_spread_note(choice: "Choice") -> str:
+    """What an interval without the selector's regret quantiles leaves out, and why (its file keeps
+    none): said with the worst held-out miss the file does keep, where it keeps one."""
+    worst = getattr(getattr(choice, "confidence", None), "cv_worst_regret", None)
+    fix = "a selector trained with `slm-dvfs train-selector` records the spread, and its interval includes it"
+    if worst is not None and math.isfinite(worst):
+        return (f"this selector file records only its worst held-out miss ({worst:.1%} more energy than the best "
+                f"setting), not its spread, so the interval covers the twin's uncertainty only and leaves the "
+                f"selector's own error out ({fix})")
+    return ("this selector file does not record how far its held-out choices missed the optimum, so the interval "
+            f"covers the twin's uncertainty only, not the selector's own error ({fix})")
 
 
 def with_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, profile: Any = None,
@@ -165,18 +179,22 @@ def maxn_about_optimal(choice: "Choice") -> str | None:
     clearly saves: its predicted saving is near zero; or MAXN lies within the optimum's interval (the
     saving's interval, paired within each twin member, reaches down to about zero); or the saving is
     within the selector's own error of zero (its held-out regret's 90th percentile, or where a file
-    records none, the worst regret it saw: the part of the doubt that interval then leaves out)."""
+    records none, the worst regret it saw: the part of the doubt that interval then leaves out, and
+    the reason says so)."""
     s = choice.saving
-    if s <= NEAR_ZERO:
-        return f"the predicted saving is {s:.1%}"
+    if s <= NEAR_ZERO:  # in words, as every saving is said (it may be negative: never "-0.6%")
+        return f"the selector predicts {saving_text(100.0 * s)}"
     unc = getattr(choice, "uncertainty", None)
     if unc is not None and unc.saving.low <= NEAR_ZERO:
-        return f"the saving's {unc.saving.level:.0%} interval reaches down to {unc.saving.low:.1%}"
+        return f"the saving's {unc.saving.level:.0%} interval reaches down to {saving_text(100.0 * unc.saving.low)}"
     r90 = None if unc is None else unc.regret_q90
     regret, which = (r90, "90% of") if r90 is not None else (choice.confidence.cv_worst_regret, "all")
     if regret is not None and math.isfinite(regret) and s <= regret:
-        return (f"the predicted saving ({s:.1%}) is within the selector's own error: {which} its choices for "
-                f"workloads it was tested on cost up to {regret:.1%} more energy than the best setting")
+        why = (f"the predicted saving ({s:.1%}) is within the selector's own error: {which} its choices for "
+               f"workloads it was tested on cost up to {regret:.1%} more energy than the best setting")
+        if r90 is None and unc is not None:  # the interval was costed without it
+            why += f" (an error the saving's {unc.saving.level:.0%} interval leaves out)"
+        return why
     return None
 
 

@@ -141,7 +141,7 @@ class ExperimentActions:
 
     def on_selector_previewed(self, message: SelectorPreviewed) -> None:
         self.selector_line = message.preview.line()
-        self.selector_short = message.preview.short()
+        self.selector_short = message.preview.short_forms()  # the Run page fits the one its width takes
         if self.run_tracker is not None and self.engine_busy == "experiment":
             self.run_tracker.note(self.selector_line)
             if self.run_bridge is not None:

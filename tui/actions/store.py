@@ -46,7 +46,7 @@ class StoreActions:
             run = store.get_run(run_id)
             base = store.get_run(baseline_id) if baseline_id is not None else find_baseline(store, run)
             view = build_comparison(run, base, store.power_samples(run.id),
-                                    store.power_samples(base.id) if base is not None else ())
+                                    store.power_samples(base.id) if base is not None else (), store=store)
         except SlmDvfsError as exc:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot open the run", severity="error")
             return
@@ -57,7 +57,10 @@ class StoreActions:
             page.show_comparison(view)
 
     def open_pair(self, a: int, b: int) -> None:
-        """Compare two stored runs: a MAXN one is the baseline; otherwise the second marked."""
+        """Compare two stored runs: a MAXN one is the baseline; with none, the Compare page says why the
+        second marked is not one (engine.results.compare.mismatch, as `slm-dvfs compare` refuses it)."""
+        from engine.results.baseline import BASELINE_POLICY
+
         store = self.store
         if store is None:
             return
@@ -66,7 +69,7 @@ class StoreActions:
         except SlmDvfsError as exc:
             self.notify(exc.what, severity="error")
             return
-        run, base = (b, a) if ra.policy == "maxn" else (a, b)
+        run, base = (b, a) if ra.policy == BASELINE_POLICY else (a, b)
         self.open_run(run, base)
 
     def export_run(self, run_id: int) -> Path | None:

@@ -37,7 +37,7 @@ class RunScreen(PageScreen):
     def __init__(self) -> None:
         super().__init__()
         self._log_total = 0
-        self.selector_line = ""
+        self.selector_line: str | tuple[str, ...] = ""  # the selector's short line, or its forms longest first
         self.last_view: RunView | None = None
 
     def compose_body(self) -> ComposeResult:
@@ -117,7 +117,7 @@ class RunScreen(PageScreen):
         self._log_total = 0
         self.selector_line = ""
 
-    def show_selector(self, line: str) -> None:
+    def show_selector(self, line: str | tuple[str, ...]) -> None:
         self.selector_line = line
         if self.last_view is not None:
             self.query_one(ProgressPane).show(self.last_view, line)

@@ -46,8 +46,11 @@ class ProgressPane(Pane):
     def on_mount(self) -> None:
         self.border_title = "Run"
 
-    def show(self, view: RunView, extra_line: str = "") -> None:
+    def show(self, view: RunView, extra_line: str | tuple[str, ...] = "") -> None:
+        """`extra_line`: the selector's line, or its forms longest first (SelectorPreview.short_forms)."""
         width = self.content_size.width or WIDE  # before the first layout: the long forms
+        if not isinstance(extra_line, str):
+            extra_line = fit(width, *extra_line) if extra_line else ""
         lines = [_status_line(view), _steps_line(view, width), _eta_line(view, width), *_rate_lines(view),
                  _energy_line(view, width)]
         if view.metrics:
