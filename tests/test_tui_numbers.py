@@ -60,6 +60,13 @@ async def test_a_long_batch_size_is_no_crash_and_bad_numbers_start_nothing(twin_
             assert shown(memory).strip() == "memory: estimated once the fields marked in red are fixed"
         await ui.press("escape", "s")  # refused: nothing starts
         assert app.engine_busy is None and app.screen is setup and not results_store.list_runs()
+        # epochs within their bound can come to more steps than MAX_STEPS (at batch size 1)
+        await enter(ui, "batch_size", "1")
+        setup.query_one("#unit").value = "epochs"
+        await enter(ui, "amount", "10000")
+        await ui.press("escape", "s")
+        assert app.engine_busy is None and not results_store.list_runs()
+        assert "length: 10000 epochs are 20000000 steps, more than 10000000" in notes(app)  # synthetic: 2000 samples
         await ui.press("q")
     assert app.return_code == 0
 

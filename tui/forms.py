@@ -332,9 +332,13 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
         raise ConfigError(f"{label_of(field)}: {why}", "fix the fields marked in red")
     if values.simulate and not is_twin:
         raise ConfigError("simulate runs on the digital twin only", "untick simulate on a board")
+    steps = steps_for(values)
+    if steps > MAX_STEPS:  # epochs within their bound can still come to more steps than any run takes
+        raise ConfigError(f"{label_of('amount')}: {values.amount.strip()} epochs are {steps} steps, more than "
+                          f"{MAX_STEPS}", "give fewer epochs, a larger batch size or fewer train samples")
     spec = ExperimentSpec(
         model=values.model.strip(), task=values.task, policy=values.policy.strip(), objective=objective_text(values),
-        compare="maxn" if values.compare else None, steps=steps_for(values),
+        compare="maxn" if values.compare else None, steps=steps,
         batch_size=int_or_none(values.batch_size), max_seq_len=int_or_none(values.seq_len),
         precision=None if values.precision == "default" else values.precision, mode=values.mode,
         data=values.data.strip(), train_samples=int_or_none(values.train_samples),
