@@ -131,12 +131,12 @@ def test_small_helpers() -> None:
     assert sparkline([0.0, 4.0, 8.0], 3) == "▁▅█" and sparkline([1.0, 2.0], 1) == "█" and sparkline([], 4) == ""
     assert sparkline([0.0, 0.0], 2) == "▁▁"
     assert fleet_where(None, 3) == "local twins (3)" and fleet_where("head:6379", None) == "head:6379"
-    assert parse_target("twins:2") == (None, 2, None)
+    assert parse_target("twins:2") == (None, 2, "agx-orin-64gb")
     assert parse_target("twins:2:agx-orin-32gb") == (None, 2, "agx-orin-32gb")
-    assert parse_target("3") == (None, 3, None)
+    assert parse_target("3") == (None, 3, "agx-orin-64gb")
     assert parse_target("10.0.0.5:6379") == ("10.0.0.5:6379", None, None)
     assert parse_target("  ") == (None, None, None)
-    with pytest.raises(ValueError, match="twins:N"):
+    with pytest.raises(ConfigError, match="twins:0: need a number of twins of 1 or more"):
         parse_target("twins:0")
     assert split_models(" bert-tiny, pythia-70m ,") == ["bert-tiny", "pythia-70m"]
     control = FleetCancel()
@@ -355,7 +355,7 @@ def test_launch_options() -> None:
 
     args = build_parser(commands=False).parse_args(["--fleet-twins", "2:agx-orin-32gb"])
     assert fleet_twins(args.fleet_twins) == (2, "agx-orin-32gb") and args.fleet is None
-    assert fleet_twins("3") == (3, None) and fleet_twins(None) == (None, None)
+    assert fleet_twins("3") == (3, "agx-orin-64gb") and fleet_twins(None) == (None, None)
     with pytest.raises(ConfigError):
         fleet_twins("x")
     assert build_parser(commands=False).parse_args(["--fleet", "head:6379"]).fleet == "head:6379"

@@ -92,7 +92,7 @@ async def test_setup_run_compare_on_the_twin(twin_session: DeviceSession, result
         await ui.type_into("amount", "0")
         amount = setup.query_one("#amount")
         assert amount.has_class("-invalid")  # marked where it is typed
-        assert "length: the number of steps must be" in plain(setup.query_one("#setup-errors").content)
+        assert "length: the number of steps 0 is out of range" in plain(setup.query_one("#setup-errors").content)
         await ui.press("escape", "s")
         assert isinstance(app.screen, SetupScreen) and app.engine_busy is None  # refused
         await ui.type_into("amount", "40")

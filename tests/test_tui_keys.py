@@ -90,3 +90,23 @@ def test_the_terminal_reader_reads_a_burst_as_typed_and_says_when_the_terminal_h
     assert keys[-1] == "escape"  # the ESC held at the end of the burst, then the hang-up
     assert len(lost) == 1 and ("hung up" in lost[0] or "refused a read" in lost[0])
     os.close(slave)
+
+
+def test_the_terminal_reader_ends_as_textuals_does_with_what_it_held_delivered() -> None:
+    """Stopped by the app, the reader makes Textual's last pass (its `final=True`): an escape read
+    last, held to see what follows it, is the escape key, not dropped."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, f"4{ESC}".encode())  # both in the first read
+    keys: list[str] = []
+    stop = threading.Event()
+
+    def deliver(message: Any) -> None:
+        if isinstance(message, events.Key):
+            keys.append(message.key)
+            stop.set()  # the app stops its input as the first key arrives: the ESC is still held
+
+    reader = TerminalInput(read_end, deliver, lambda reason: None, stop)
+    reader.run()
+    assert keys == ["4", "escape"]
+    os.close(read_end)
+    os.close(write_end)

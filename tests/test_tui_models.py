@@ -192,7 +192,8 @@ def test_form_checks_name_the_problem() -> None:
     assert "unknown objective" in forms.check_objective("speed")
     assert forms.check_slowdown("5") is None and forms.check_slowdown("5%") is None
     assert forms.check_slowdown("-1") and forms.check_slowdown("x")
-    assert forms.check_count("") is None and forms.check_count("0") and forms.check_count("3.5")
+    assert forms.check_number("", forms.BATCH_SIZE, blank_ok=True) is None
+    assert forms.check_number("0", forms.BATCH_SIZE) and forms.check_number("3.5", forms.BATCH_SIZE)
     assert forms.check_amount("2.5", "epochs") is None and forms.check_amount("2.5", "steps")
     assert forms.check_data("synthetic") is None and "no such folder" in forms.check_data("/nope/glue")
 

@@ -40,12 +40,13 @@ async def test_setup_remembers_its_values_across_restarts(twin_session: DeviceSe
 
 
 @pytest.mark.parametrize("content, said", [
-    (b"{not json", "not JSON"),
+    (b"{not json", "not valid JSON"),
+    (b"[" * 60_000, "nests deeper than 64 levels"),  # json.loads recursed until RecursionError: a crash at start
     (json.dumps({"version": 99, "values": {}}).encode(), "not a file this version wrote"),
     (json.dumps({"version": 1, "values": {"task": "nope", "batch_size": "-3", "mode": "xx", "compare": "yes",
                                           "model": "/no/such/config.json", "seq_len": "32"}}).encode(),
      "task, mode, compare with MAXN, model, batch size did not check"),
-], ids=["corrupt", "foreign", "values-that-do-not-check"])
+], ids=["corrupt", "nested", "foreign", "values-that-do-not-check"])
 async def test_remembered_values_that_do_not_check_are_ignored_with_a_note(
         twin_session: DeviceSession, results_store: Store, content: bytes, said: str) -> None:
     from tui.remembered import setup_file
@@ -76,3 +77,29 @@ def test_remembering_survives_a_state_dir_it_cannot_write(isolated_env: Any, cap
     assert save_setup(SetupValues(model="bert-mini")) is False
     assert "cannot remember Setup's values" in caplog.text
     assert load_setup().values == SetupValues() and load_setup().note is not None
+
+
+async def test_remembered_numbers_are_read_as_the_form_reads_them(twin_session: DeviceSession,
+                                                                 results_store: Store) -> None:
+    """A number the form refuses (too long, a separator, superscript or Arabic-Indic digits) is not
+    restored: a 300-digit batch size came back and the memory line showed a 300-digit GiB figure."""
+    from tui.remembered import setup_file
+
+    path = setup_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "values": {
+        "mode": "lora", "batch_size": "1" * 300, "seq_len": "٣٢", "lora_rank": "²", "slowdown": "1_0",
+        "amount": "1" * 4000, "train_samples": "2_5"}}))
+    app = make_app(twin_session, store=results_store, poll=False)
+    async with drive(app) as ui:
+        await ui.press("2")
+        v = app.screen.values()
+        assert v.mode == "lora"  # what checks is kept
+        numbers = (v.batch_size, v.seq_len, v.lora_rank, v.slowdown, v.amount, v.train_samples)
+        assert numbers == ("", "", "8", "", "100", "")  # each back to its default
+        notes = [str(n.message) for n in app._notifications]
+        assert any("slowdown limit, length, batch size, seq length, train samples, LoRA rank did not check" in n
+                   for n in notes), notes
+        assert "memory: fits" in str(app.screen.query_one("#memory").content)
+        await ui.press("q")
+    assert app.return_code == 0

@@ -94,17 +94,20 @@ def fleet_where(address: str | None, twins: int | None) -> str:
 
 
 def parse_target(text: str) -> tuple[str | None, int | None, str | None]:
-    """The page's connect field: `twins:N[:profile]` or `N` twins, else a Ray address (blank: RAY_ADDRESS).
-    Returns (address, twins, profile); raises ValueError with the reason."""
+    """The page's connect field: `twins:N[:profile]` or a bare count N of twins, else a Ray address
+    (blank: RAY_ADDRESS). Returns (address, twins, profile); a count is read as `slm-dvfs fleet --twins`
+    reads it (engine.run.fleet.cluster.parse_twins), and one that is not is a ConfigError."""
     value = text.strip()
     if not value:
         return None, None, None
     head, _, rest = value.partition(":")
-    if head == "twins" or value.isdigit():
-        count, _, profile = (rest if head == "twins" else value).partition(":")
-        if not count.isdigit() or int(count) < 1:
-            raise ValueError("twins:N needs a count of 1 or more (e.g. twins:2, twins:2:agx-orin-32gb)")
-        return None, int(count), profile or None
+    # No host name or address is without a letter, a dot or a colon: such text is meant as a count
+    # (`²`, `2_5`, 5000 digits), and is told why it is not one rather than dialled as an address.
+    if head == "twins" or not any(c.isalpha() or c in ".:" for c in value):
+        from engine.run.fleet.cluster import parse_twins  # on `c` only: the app's start stays light
+
+        twins, profile = parse_twins(rest if head == "twins" else value, flag="twins:")
+        return None, twins, profile
     return value, None, None
 
 

@@ -4,6 +4,8 @@ Each `check_*` returns None for a good value or a short reason for a bad one; th
 setup screen wraps them in Textual validators so a bad value is marked where it is
 typed. The checks are cheap (no torch import): a model that names a hub id or a folder
 is resolved when the run starts, and any error then appears in the app.
+Numbers are read as the CLI reads its flags (engine.core.userinput: ASCII digits, no `2_5`, no
+5000-digit text) within the CLI's bounds (engine.core.plausible), each field's `Bounds` here.
 The zoo listing and the live memory estimate are in tui.setup_fit.
 """
 
@@ -18,6 +20,9 @@ from pathlib import Path
 
 from engine.core.constants import DEFAULT_BATCH_SIZE, MODES, SYNTHETIC_TRAIN_MAX
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.plausible import (MAX_BATCH, MAX_EPOCHS, MAX_LORA_RANK, MAX_POINT_STEPS, MAX_SAMPLES, MAX_SEQ_LEN,
+                                   MAX_STEPS, MAX_SWEEP_REPEATS, MAX_WARMUP_STEPS)
+from engine.core.userinput import MAX_NUMBER_CHARS, InputError, parse_float, parse_int
 
 POLICY_CHOICES = ("maxn", "static:gpu=816", "oracle", "ml", "online", "mode:1", "maxn-pinned")
 OBJECTIVE_CHOICES = ("energy", "edp", "eta:0.5")
@@ -143,46 +148,77 @@ def check_objective(text: str) -> str | None:
     return None
 
 
-def check_slowdown(text: str) -> str | None:
-    value = text.strip().rstrip("%").strip()
-    if not value:
-        return None
+@dataclass(frozen=True)
+class Bounds:
+    """What a form's number may be: a whole number or not, and its range (engine.core.plausible's,
+    the bounds the CLI's flags take); `what` names it in a reason."""
+
+    what: str
+    low: float
+    high: float = math.inf
+    whole: bool = True
+    low_open: bool = False  # the low end itself is not taken (epochs: above 0)
+
+    def span(self) -> str:
+        """`a whole number from 1 to 4096`, `a number above 0, at most 10000`, `a number of 0 or more`."""
+        kind = "a whole number" if self.whole else "a number"
+        low, high = f"{self.low:g}", f"{self.high:.0f}" if self.whole else f"{self.high:g}"
+        if self.high == math.inf:
+            return f"{kind} of {low} or more"
+        return f"{kind} above {low}, at most {high}" if self.low_open else f"{kind} from {low} to {high}"
+
+
+BATCH_SIZE = Bounds("batch size", 1, MAX_BATCH)
+SEQ_LEN = Bounds("sequence length", 1, MAX_SEQ_LEN)
+TRAIN_SAMPLES = Bounds("number of training samples", 1, MAX_SAMPLES)
+STEPS = Bounds("number of steps", 1, MAX_STEPS)
+EPOCHS = Bounds("number of epochs", 0, MAX_EPOCHS, whole=False, low_open=True)
+LORA_RANK = Bounds("LoRA rank", 1, MAX_LORA_RANK)
+SLOWDOWN = Bounds("slowdown limit", 0, whole=False)  # a percentage: any finite one of 0 or more
+# the Sweep form's
+WARMUP_STEPS = Bounds("number of warm-up steps", 0, MAX_WARMUP_STEPS)
+POINT_STEPS = Bounds("number of steps", 1, MAX_POINT_STEPS)
+REPEATS = Bounds("number of repeats", 1, MAX_SWEEP_REPEATS)
+
+
+def read_number(text: str, bounds: Bounds) -> float:
+    """The number `text` holds, read strictly and within `bounds` (an int when `bounds.whole`);
+    InputError (a ConfigError) says what is wrong and what to write."""
+    what = f"the {bounds.what}"
     try:
-        pct = float(value)
-    except ValueError:
-        return f"{text!r} is not a percentage"
-    if not math.isfinite(pct) or pct < 0:
-        return "give a slowdown limit of 0% or more"
+        value: float = parse_int(text, what) if bounds.whole else parse_float(text, what)
+    except InputError as exc:
+        if len(text.strip()) > MAX_NUMBER_CHARS:  # its remedy's "at most 64 digits" is no range of ours
+            raise InputError(exc.what, f"give {bounds.span()}") from None
+        raise
+    if value < bounds.low or value > bounds.high or (bounds.low_open and value == bounds.low):
+        shown_value = value if bounds.whole else f"{value:g}"
+        raise InputError(f"{what} {shown_value} is out of range", f"give {bounds.span()}")
+    return value
+
+
+def check_number(text: str, bounds: Bounds, *, blank_ok: bool = False) -> str | None:
+    """None when `text` is a number within `bounds` (or blank, with `blank_ok`), else the reason."""
+    if not text.strip():
+        return None if blank_ok else f"give the {bounds.what}: {bounds.span()}"
+    try:
+        read_number(text, bounds)
+    except InputError as exc:
+        return f"{exc.what}; {exc.remedy}"
     return None
 
 
-def check_count(text: str, *, blank_ok: bool = True, what: str = "value") -> str | None:
-    value = text.strip()
-    if not value:
-        return None if blank_ok else f"give a {what}"
-    if not re.fullmatch(r"\d+", value) or int(value) < 1:
-        return f"the {what} must be a whole number of at least 1"
-    return None
+def check_slowdown(text: str) -> str | None:
+    """A percentage, `%` optional; blank: no limit."""
+    return check_number(text.strip().rstrip("%"), SLOWDOWN, blank_ok=True)
 
 
 def check_lora_rank(text: str) -> str | None:
-    value = text.strip()
-    if not re.fullmatch(r"\d+", value) or not 1 <= int(value) <= 4096:
-        return "the LoRA rank must be a whole number from 1 to 4096"
-    return None
+    return check_number(text, LORA_RANK)
 
 
 def check_amount(text: str, unit: str) -> str | None:
-    value = text.strip()
-    if unit == "steps":
-        return check_count(value, blank_ok=False, what="number of steps")
-    try:
-        epochs = float(value)
-    except ValueError:
-        return "the number of epochs must be a number, e.g. 1 or 0.5"
-    if not math.isfinite(epochs) or epochs <= 0:
-        return "the number of epochs must be above 0"
-    return None
+    return check_number(text, STEPS if unit == "steps" else EPOCHS)
 
 
 @dataclass(frozen=True)
@@ -208,6 +244,7 @@ class SetupValues:
 
     def errors(self) -> dict[str, str]:
         """Field name -> reason, for every field that does not check."""
+        shape = self.shape_errors()
         checks: Mapping[str, str | None] = {
             "model": check_model(self.model),
             "data": check_data(self.data),
@@ -215,9 +252,18 @@ class SetupValues:
             "objective": check_objective(self.objective),
             "slowdown": check_slowdown(self.slowdown) or _slowdown_conflict(self.objective, self.slowdown),
             "amount": check_amount(self.amount, self.unit),
-            "batch_size": check_count(self.batch_size, what="batch size"),
-            "seq_len": check_count(self.seq_len, what="sequence length"),
-            "train_samples": check_count(self.train_samples, what="number of training samples"),
+            "batch_size": shape.get("batch_size"),
+            "seq_len": shape.get("seq_len"),
+            "train_samples": check_number(self.train_samples, TRAIN_SAMPLES, blank_ok=True),
+            "lora_rank": shape.get("lora_rank"),
+        }
+        return {k: v for k, v in checks.items() if v}
+
+    def shape_errors(self) -> dict[str, str]:
+        """Field name -> reason, for the workload's shape (what the Sweep page takes from Setup)."""
+        checks = {
+            "batch_size": check_number(self.batch_size, BATCH_SIZE, blank_ok=True),
+            "seq_len": check_number(self.seq_len, SEQ_LEN, blank_ok=True),
             "lora_rank": check_lora_rank(self.lora_rank) if self.mode == "lora" else None,
         }
         return {k: v for k, v in checks.items() if v}
@@ -250,13 +296,14 @@ def objective_text(values: SetupValues) -> str:
 
 
 def int_or_none(text: str) -> int | None:
-    return int(text) if text.strip() else None
+    """A checked field's whole number (None: blank); InputError for text that is none."""
+    return parse_int(text, "the number") if text.strip() else None
 
 
 def steps_for(values: SetupValues) -> int:
     """The step count: as typed, or epochs over the training set at the batch size."""
     if values.unit == "steps":
-        return int(values.amount)
+        return parse_int(values.amount, "the number of steps")
     from engine.workload.glue import get_task
 
     task = get_task(values.task)
@@ -272,7 +319,7 @@ def steps_for(values: SetupValues) -> int:
             batch = get_entry(entry).batch_size
         else:
             batch = DEFAULT_BATCH_SIZE
-    return max(1, math.ceil(float(values.amount) * n_train / batch))
+    return max(1, math.ceil(parse_float(values.amount, "the number of epochs") * n_train / batch))
 
 
 def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):  # -> ExperimentSpec
@@ -285,9 +332,13 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
         raise ConfigError(f"{label_of(field)}: {why}", "fix the fields marked in red")
     if values.simulate and not is_twin:
         raise ConfigError("simulate runs on the digital twin only", "untick simulate on a board")
+    steps = steps_for(values)
+    if steps > MAX_STEPS:  # epochs within their bound can still come to more steps than any run takes
+        raise ConfigError(f"{label_of('amount')}: {values.amount.strip()} epochs are {steps} steps, more than "
+                          f"{MAX_STEPS}", "give fewer epochs, a larger batch size or fewer train samples")
     spec = ExperimentSpec(
         model=values.model.strip(), task=values.task, policy=values.policy.strip(), objective=objective_text(values),
-        compare="maxn" if values.compare else None, steps=steps_for(values),
+        compare="maxn" if values.compare else None, steps=steps,
         batch_size=int_or_none(values.batch_size), max_seq_len=int_or_none(values.seq_len),
         precision=None if values.precision == "default" else values.precision, mode=values.mode,
         data=values.data.strip(), train_samples=int_or_none(values.train_samples),
@@ -301,5 +352,5 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
 def lora_settings(values: SetupValues):  # -> LoraSettings | None
     from engine.workload.lora import LoraSettings
 
-    return LoraSettings(rank=int(values.lora_rank)) if values.mode == "lora" else None
+    return LoraSettings(rank=parse_int(values.lora_rank, "the LoRA rank")) if values.mode == "lora" else None
 

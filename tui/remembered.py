@@ -2,8 +2,10 @@
 
 A small JSON file in the state directory (engine.core.paths: $SLM_DVFS_STATE_DIR, else
 $XDG_STATE_HOME/slm-dvfs): what the form held when it was last changed. It is read as untrusted
-input: every field is checked as the form checks it, a field that does not check falls back to
-its default, and a file that cannot be read or parsed is ignored. Either way the caller gets a
+input: its JSON as any user's (engine.core.userinput.load_json: no nesting that recurses away, no
+300-digit numbers), every field checked as the form checks it (tui.forms: a number as the CLI
+reads it, within its bounds), a field that does not check falls back to its default, and a file
+that cannot be read or parsed is ignored. Either way the caller gets a
 note that says what was ignored and why, never an exception; a file that cannot be written is
 said in the log and the form goes on.
 """
@@ -20,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.core import paths
+from engine.core.errors import ConfigError
 from engine.core.text import clean_text
+from engine.core.userinput import load_json
 from tui import forms
 
 log = logging.getLogger(__name__)
@@ -85,11 +89,11 @@ def _read(path: Path) -> Any:
     if len(data) > MAX_BYTES:
         raise ValueError(f"larger than {MAX_BYTES // 1024} KiB")
     try:
-        return json.loads(data.decode("utf-8"))
+        return load_json(data.decode("utf-8"), "it", "")
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+    except ConfigError as exc:
+        raise ValueError(exc.what) from None
 
 
 def _checked(stored: dict, defaults: forms.SetupValues) -> tuple[forms.SetupValues, list[str]]:

@@ -20,6 +20,12 @@ no alt keys, so here an ESC followed by a printable key other than `[` and `O` (
 escape sequences) or by another ESC is the escape key, and the key behind it is read on its
 own. An ESC before a control key is left as Textual reads it (ESC DEL: alt+backspace, which
 deletes a word in a field).
+
+This replaces Textual's own reader and wraps its Linux driver, so it leans on Textual's internals
+(the xterm parser, the driver's signal flags and streams, the app's binding check in tui.keys):
+pyproject pins the tested Textual major, and tests/test_textual_internals.py fails on a release
+that lacks one. When the app stops its input, the reader ends as Textual's does: a last pass
+delivers what is still held (an escape typed last, a sequence cut short), then the parser ends.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ import errno
 import os
 import selectors
 import threading
+import time
 from codecs import getincrementaldecoder
 from collections.abc import Callable
 from typing import Any
 
 from textual import events
+from textual._parser import ParseError
 from textual._xterm_parser import XTermParser
 from textual.drivers.linux_driver import LinuxDriver
 from textual.message import Message
@@ -129,8 +137,23 @@ class TerminalInput:
                 self._deliver_all(pieces, parser)
                 for event in parser.tick():
                     self.deliver(event)
+            self._last_pass(escapes, parser)
         finally:
             selector.close()
+            try:  # the parser's end, as Textual's reader ends it (what it still held is dropped)
+                for _event in parser.feed(""):
+                    pass
+            except (EOFError, ParseError):
+                pass
+
+    def _last_pass(self, escapes: LoneEscapes, parser: XTermParser) -> None:
+        """The app stopped reading: as Textual's reader (its `final=True` pass), after one poll's wait
+        and with no new read (the driver flushes unread input), what is held is delivered: an ESC read
+        last is the escape key, and a sequence cut short is whatever the parser makes of it on its timeout."""
+        time.sleep(POLL_S)
+        self._deliver_all(escapes.flush(), parser)
+        for event in parser.tick():
+            self.deliver(event)
 
     def _deliver_all(self, pieces: list[str | None], parser: XTermParser) -> None:
         for piece in pieces:

@@ -65,9 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _workload_args(p)
     p.add_argument("--space", choices=("gpu", "gpu+emc", "full", "modes"), default="gpu",
                    help="which settings (default gpu: every GPU step, CPU and EMC on their governors)")
-    p.add_argument("--warmup-steps", type=numbers.int_range(0, 10_000), default=1, metavar="W", help="unmeasured steps per point (default 1)")
-    p.add_argument("--steps", type=numbers.int_range(1, 100_000), default=5, metavar="S", help="measured steps per point (default 5)")
-    p.add_argument("--repeats", type=numbers.int_range(1, 1000), default=1, metavar="R", help="repetitions of the space (default 1)")
+    p.add_argument("--warmup-steps", type=numbers.warmup_steps, default=1, metavar="W", help="unmeasured steps per point (default 1)")
+    p.add_argument("--steps", type=numbers.point_steps, default=5, metavar="S", help="measured steps per point (default 5)")
+    p.add_argument("--repeats", type=numbers.sweep_repeats, default=1, metavar="R", help="repetitions of the space (default 1)")
     p.add_argument("--cpu-stride", type=numbers.int_range(1, 1000), default=4, metavar="K", help="--space full: every K-th CPU step")
     p.add_argument("--fast", action="store_true", help="twin only: compute points from the step trace, no training")
     p.add_argument("--objective", default="energy", help="how the optimum is chosen (default energy)")

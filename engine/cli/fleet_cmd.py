@@ -49,10 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--max-seq-len", type=numbers.seq_len, metavar="L", help="default: the zoo entry's")
     w.add_argument("--space", nargs="+", choices=("gpu", "gpu+emc", "full", "modes"), default=["gpu"],
                    help="setting spaces, each its own sweep (default gpu)")
-    w.add_argument("--warmup-steps", type=numbers.int_range(0, 10_000), default=1, metavar="W")
-    w.add_argument("--steps", type=numbers.int_range(1, 100_000), default=5, metavar="S",
+    w.add_argument("--warmup-steps", type=numbers.warmup_steps, default=1, metavar="W")
+    w.add_argument("--steps", type=numbers.point_steps, default=5, metavar="S",
                    help="measured steps per point (default 5)")
-    w.add_argument("--repeats", type=numbers.int_range(1, 1000), default=1, metavar="R")
+    w.add_argument("--repeats", type=numbers.sweep_repeats, default=1, metavar="R")
     w.add_argument("--cpu-stride", type=numbers.int_range(1, 1000), default=4, metavar="K")
     w.add_argument("--fast", action="store_true", help="twins only: compute points from the step trace")
     w.add_argument("--rails", default="all", help="rails the energy total is over: all | gpu+cpu (default all)")

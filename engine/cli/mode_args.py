@@ -17,7 +17,7 @@ MODE_HELP = ("what trains: full (every weight, the default), bitfit (biases and 
 
 def add_mode_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=MODES, default="full", help=MODE_HELP)
-    p.add_argument("--lora-rank", type=numbers.int_range(1, 4096), metavar="R",
+    p.add_argument("--lora-rank", type=numbers.lora_rank, metavar="R",
                    help="--mode lora: the adapters' rank (default 8)")
     p.add_argument("--lora-alpha", type=numbers.float_range(0.0, 1e6, low_open=True), metavar="A",
                    help="--mode lora: the adapters' scale alpha (default 16; the update is scaled by alpha/rank)")

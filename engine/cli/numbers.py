@@ -15,7 +15,8 @@ import argparse
 from typing import Callable
 
 from engine.core.errors import SlmDvfsError
-from engine.core.plausible import MAX_BATCH, MAX_SAMPLES, MAX_SEQ_LEN, MAX_STEPS
+from engine.core.plausible import (MAX_BATCH, MAX_EPOCHS, MAX_LORA_RANK, MAX_POINT_STEPS, MAX_SAMPLES, MAX_SEQ_LEN,
+                                   MAX_STEPS, MAX_SWEEP_REPEATS, MAX_WARMUP_STEPS)
 from engine.core.text import shown
 from engine.core.userinput import MAX_NAME_CHARS, check_name, parse_float, parse_int
 
@@ -98,6 +99,10 @@ batch_size = int_range(1, MAX_BATCH)
 seq_len = int_range(1, MAX_SEQ_LEN)
 samples = int_range(1, MAX_SAMPLES)
 row_id = int_range(1, MAX_ID)
+lora_rank = int_range(1, MAX_LORA_RANK)
+warmup_steps = int_range(0, MAX_WARMUP_STEPS)  # a sweep point's unmeasured steps
+point_steps = int_range(1, MAX_POINT_STEPS)  # a sweep point's measured steps
+sweep_repeats = int_range(1, MAX_SWEEP_REPEATS)
 class SweepId(int):
     """A sweep's id, written `sN`: an int told apart from a run's id by its type."""
 
@@ -111,7 +116,7 @@ def run_or_sweep_id(text: str) -> int:
 
 
 run_or_sweep_id.__name__ = "run id (N) or sweep id (sN)"
-epochs = float_range(0.0, 10_000.0, low_open=True)
+epochs = float_range(0.0, MAX_EPOCHS, low_open=True)
 learning_rate = float_range(0.0, 10.0, low_open=True)
 celsius = float_range(-40.0, 150.0)
 seconds = float_range(0.0, 7 * 24 * 3600.0, low_open=True)

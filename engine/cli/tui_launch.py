@@ -14,14 +14,12 @@ from engine.device.guard.notes import board_notes
 
 
 def fleet_twins(text: str | None) -> tuple[int | None, str | None]:
-    """`--fleet-twins N[:profile]` -> (N, profile or None)."""
+    """`--fleet-twins N[:profile]` -> (N, profile), as `fleet --twins` reads it; (None, None) without."""
     if not text:
         return None, None
-    count, _, profile = text.partition(":")
-    if not count.strip().isdigit() or int(count) < 1:
-        raise ConfigError(f"--fleet-twins {text}: not a count of twins",
-                          "give N[:profile], e.g. --fleet-twins 2 or --fleet-twins 2:agx-orin-64gb")
-    return int(count), profile.strip() or None
+    from engine.run.fleet.cluster import parse_twins  # here: `slm-dvfs --help` and the TUI's start stay light
+
+    return parse_twins(text, flag="--fleet-twins")
 
 
 def launch_tui(args: argparse.Namespace) -> int:
@@ -49,7 +47,9 @@ def launch_tui(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr, flush=True)
     except OSError:  # the terminal is gone (a SIGHUP's hang-up the app did not write into)
         _terminal_gone()
-    return 0
+    # An exception the app did not handle: Textual printed its traceback and set return_code 1 (the
+    # clocks are restored all the same, above). Scripts and systemd see the failure in the exit status.
+    return app.return_code or 0
 
 
 def _terminal_gone() -> None:

@@ -21,6 +21,12 @@ MAX_BATCH = 2**31 - 1  # the memory estimate refuses what the board cannot hold,
 MAX_SEQ_LEN = 2**20
 MAX_REPEATS = 10_000  # published sweeps repeat a point 3-5 times; ten thousand is a row counter, not a repeat
 MAX_SAMPLES = 10**9  # GLUE's largest training set (QQP) has 364k examples; a billion is no sweep point
+MAX_EPOCHS = 10_000.0  # fine-tuning runs a few epochs (GLUE recipes: 2-10); ten thousand is a typo
+MAX_LORA_RANK = 4096  # as wide as the hidden size of the zoo's largest models; ranks of 4-64 are usual
+# --- a sweep point (the CLI's sweep flags and the TUI's Sweep form) ---
+MAX_WARMUP_STEPS = 10_000  # unmeasured steps before a point: one or a few settle the clocks and caches
+MAX_POINT_STEPS = 100_000  # measured steps of one point: published sweeps measure tens to hundreds
+MAX_SWEEP_REPEATS = 1000  # repetitions of a whole space: 3-5 in published sweeps
 
 # --- time ----------------------------------------------------------------------------------------
 # A sweep point or an imported run covers minutes to hours of training; a week is past any run on

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.core.errors import ConfigError
+from engine.core.plausible import MAX_LORA_RANK
 
 # family (engine.workload.zoo.FAMILIES) -> module names peft's target_modules matches
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
@@ -44,8 +45,9 @@ class LoraSettings:
     targets: tuple[str, ...] = ()  # empty: the family's DEFAULT_TARGETS
 
     def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= 4096:
-            raise ConfigError(f"LoRA rank {self.rank!r} is out of range", "give --lora-rank between 1 and 4096 (8 is usual)")
+        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or not 1 <= self.rank <= MAX_LORA_RANK:
+            raise ConfigError(f"LoRA rank {self.rank!r} is out of range",
+                              f"give --lora-rank between 1 and {MAX_LORA_RANK} (8 is usual)")
         if not self.alpha > 0:
             raise ConfigError(f"LoRA alpha {self.alpha!r} must be positive", "give --lora-alpha > 0 (often twice the rank)")
         if not 0.0 <= self.dropout < 1.0:

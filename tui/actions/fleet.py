@@ -96,8 +96,8 @@ class FleetActions:
             return
         try:
             address, twins, profile = parse_target(text)
-        except ValueError as exc:
-            self.notify(str(exc), title="Cannot connect", severity="error")
+        except SlmDvfsError as exc:
+            self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot connect", severity="error")
             return
         self.connect_fleet(address, twins, profile)
 

@@ -103,11 +103,13 @@ class SetupScreen(PageScreen):
                     classes="field",
                 )
                 yield _row("batch size", Input(v.batch_size, id="batch_size", compact=True, placeholder="zoo default",
-                                               validators=[CheckValidator(forms.check_count)], valid_empty=True))
+                                               validators=[CheckValidator(forms.check_number, bounds=forms.BATCH_SIZE,
+                                                                           blank_ok=True)], valid_empty=True))
                 yield _row("task", Select([(d, k) for d, k in forms.task_choices()], value=v.task, id="task",
                                           allow_blank=False, compact=True))
                 yield _row("seq length", Input(v.seq_len, id="seq_len", compact=True, placeholder="zoo default",
-                                               validators=[CheckValidator(forms.check_count)], valid_empty=True))
+                                               validators=[CheckValidator(forms.check_number, bounds=forms.SEQ_LEN,
+                                                                           blank_ok=True)], valid_empty=True))
                 yield _row("data", Input(v.data, id="data", compact=True,
                                          suggester=SuggestFromList(forms.DATA_CHOICES),
                                          validators=[CheckValidator(forms.check_data)]))
@@ -129,7 +131,8 @@ class SetupScreen(PageScreen):
                                               validators=[CheckValidator(forms.check_objective)]))
                 yield _row("train samples", Input(v.train_samples, id="train_samples", compact=True,
                                                   placeholder="all", valid_empty=True,
-                                                  validators=[CheckValidator(forms.check_count)]))
+                                                  validators=[CheckValidator(forms.check_number, blank_ok=True,
+                                                                             bounds=forms.TRAIN_SAMPLES)]))
                 yield _row("slowdown ≤", Input(v.slowdown, id="slowdown", compact=True, placeholder="no limit (%)",
                                                valid_empty=True, validators=[CheckValidator(forms.check_slowdown)]))
                 yield Horizontal(TickBox("compare with MAXN Mode 0", v.compare, id="compare", compact=True),

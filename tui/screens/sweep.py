@@ -147,13 +147,14 @@ class SweepScreen(PageScreen):
         """The SweepSpec fields of the form's workload beyond the model and task (an opened sweep's
         padding and checkpointing too: `s` sweeps that very workload, resuming it if unfinished)."""
         v = self.setup
+        bad = self._setup_errors()  # refused by errors(); never read here
 
-        def count(text: str) -> int | None:
-            return int(text) if text.strip().isdigit() and int(text) > 0 else None
+        def count(field: str) -> int | None:
+            return None if field in bad else forms.int_or_none(getattr(v, field))
 
-        fields = {"batch_size": count(v.batch_size), "max_seq_len": count(v.seq_len),
+        fields = {"batch_size": count("batch_size"), "max_seq_len": count("seq_len"),
                   "precision": None if v.precision == "default" else v.precision, "mode": v.mode,
-                  "lora": forms.lora_settings(v)}
+                  "lora": None if "lora_rank" in bad else forms.lora_settings(v)}
         if self.opened is not None:
             fields.update(padding=self.opened.padding, grad_checkpointing=self.opened.grad_checkpointing,
                           lora=self.opened.lora if self.opened.mode == "lora" else None, **self._sweep_fields)
@@ -163,8 +164,8 @@ class SweepScreen(PageScreen):
         def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
             return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
-        def count(what: str) -> list[CheckValidator]:
-            return [CheckValidator(forms.check_count, blank_ok=False, what=what)]
+        def number(bounds: forms.Bounds) -> list[CheckValidator]:
+            return [CheckValidator(forms.check_number, bounds=bounds)]
 
         with Horizontal(id="sweep-body"):
             with Vertical(id="sweep-left"):
@@ -176,10 +177,10 @@ class SweepScreen(PageScreen):
                     yield Static(self._workload_text(), id="sw-workload")
                     yield field("space", Select([(s, s) for s in SPACES], value="gpu", id="sw-space",
                                                 allow_blank=False, compact=True))
-                    yield field("warm-up", Input("1", id="sw-warmup", compact=True))
-                    yield field("steps", Input("5", id="sw-steps", compact=True, validators=count("number of steps")))
-                    yield field("repeats", Input("1", id="sw-repeats", compact=True,
-                                                 validators=count("number of repeats")))
+                    yield field("warm-up", Input("1", id="sw-warmup", compact=True,
+                                                 validators=number(forms.WARMUP_STEPS)))
+                    yield field("steps", Input("5", id="sw-steps", compact=True, validators=number(forms.POINT_STEPS)))
+                    yield field("repeats", Input("1", id="sw-repeats", compact=True, validators=number(forms.REPEATS)))
                     yield TickBox("fast (twin model, no training)", True, id="sw-fast", compact=True)
                     with Horizontal(classes="field"):
                         yield Button("Start (s)", id="sw-start", variant="success", compact=True)
@@ -210,17 +211,21 @@ class SweepScreen(PageScreen):
             "workload": self.workload(),
         }
 
+    def _setup_errors(self) -> dict[str, str]:
+        """Setup's workload fields this form sweeps that do not check (typed on Setup, said here)."""
+        return {} if self.opened is not None else self.setup.shape_errors()  # else: a stored sweep's own
+
     def errors(self) -> dict[str, str]:
         v = self.values()
         checks = {
             "model": forms.check_models(v["model"]),
-            "warm-up": None if v["warmup"].isdigit() else "warm-up steps: a whole number, 0 or more",
-            "steps": forms.check_count(v["steps"], blank_ok=False, what="number of steps"),
-            "repeats": forms.check_count(v["repeats"], blank_ok=False, what="number of repeats"),
+            "warm-up": forms.check_number(v["warmup"], forms.WARMUP_STEPS),
+            "steps": forms.check_number(v["steps"], forms.POINT_STEPS),
+            "repeats": forms.check_number(v["repeats"], forms.REPEATS),
+            **{f"{forms.label_of(k)} (Setup, 2)": why for k, why in self._setup_errors().items()},
         }
         for inp in self.query(Input):
             inp.validate(inp.value)
-        self.query_one("#sw-warmup", Input).set_class(checks["warm-up"] is not None, "-invalid")
         return {k: r for k, r in checks.items() if r}
 
     def set_fast_allowed(self, allowed: bool) -> None:

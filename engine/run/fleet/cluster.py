@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence
 from engine.core.errors import ConfigError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
+from engine.device.twin.profile import DEFAULT_PROFILE
 from engine.run.fleet.model import (BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
                                     SweepPlan)
 
@@ -39,16 +40,21 @@ def module_resource(module: str) -> str:
     return "module:" + (module.split()[0] if module.strip() else "unknown")
 
 
-def parse_twins(text: str, default_profile: str = "agx-orin-64gb") -> tuple[int, str]:
-    """`--twins N[:profile]` -> (N, profile)."""
+def parse_twins(text: str, default_profile: str = DEFAULT_PROFILE, *, flag: str = "--twins") -> tuple[int, str]:
+    """`N[:profile]` -> (N, profile): the one reader of a local fleet's size, for `fleet --twins`,
+    the TUI's `--fleet-twins` and its Fleet page's `twins:N` (`flag`, `--twins` or `twins:`, names
+    it in the error). N is read strictly (engine.core.userinput); whether the machine has room for
+    N twins is checked on connect (engine.run.fleet.ray_init.check_twin_count)."""
     count, _sep, profile = text.partition(":")
+    sep = "" if flag.endswith(":") else " "
+    given = f"{flag}{sep}{shown(text)}"
+    example = f"give e.g. {flag}{sep}3 or {flag}{sep}3:{DEFAULT_PROFILE}"
     try:
-        n = parse_int(count, "--twins")
-    except ConfigError:
-        n = 0
+        n = parse_int(count, "the number of twins")
+    except ConfigError as exc:
+        raise ConfigError(f"{flag.rstrip(':')}: {exc.what}", f"{exc.remedy}; {example}") from None
     if n < 1:
-        raise ConfigError(f"--twins {shown(text)!r}: need a number of twins of 1 or more",
-                          "give e.g. --twins 3 or --twins 3:agx-orin-64gb")
+        raise ConfigError(f"{given}: need a number of twins of 1 or more", example)
     return n, profile.strip() or default_profile
 
 
@@ -176,7 +182,7 @@ class Fleet:
         self.close()
 
 
-def connect(address: str | None = None, *, twins: int | None = None, profile: str = "agx-orin-64gb",
+def connect(address: str | None = None, *, twins: int | None = None, profile: str = DEFAULT_PROFILE,
             folder: str | Path | None = None, pace: float = 0.0, thermal: bool = False) -> Fleet:
     """Join the Ray cluster at `address` (or $RAY_ADDRESS) and put a worker on each board, or
     with `twins=N` start a local instance of N twins (under `folder`, else a temporary one).
