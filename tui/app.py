@@ -334,6 +334,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
 
 
 def _live(screen: Screen) -> bool:
-    """A page whose widgets exist: composed, and not being taken apart (at exit a dialog's
-    page below it loses its widgets while messages are still handled)."""
-    return bool(getattr(screen, "composed", False)) and bool(screen.children)
+    """A page whose widgets exist: composed, and not being taken apart. At exit Textual removes
+    a page's widgets one by one while messages are still handled; from its start `display`
+    reads False (tests/test_textual_internals.py), so a late progress message draws nothing."""
+    return bool(getattr(screen, "composed", False)) and bool(screen.children) and screen.display
