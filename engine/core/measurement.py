@@ -26,7 +26,7 @@ class Measurement:
     `source` says where the figures come from; the twin's costs are `twin`, a board's
     power monitor `measured`. Callers on a board must pass Source.MEASURED."""
 
-    time_s: float
+    time_s: float | None  # None: energy-only (an imported sweep without times)
     energy_j: float
     samples: int
     peak_power_w: float | None = None

@@ -44,6 +44,12 @@ class DvfsSetting:
         if not isinstance(self.jetson_clocks, bool):
             raise ConfigError(f"DVFS setting jetson_clocks = {self.jetson_clocks!r} is not a bool", "use True or False")
 
+    @classmethod
+    def pinning(cls, domain: ClockDomain, hz: int) -> DvfsSetting:
+        """The setting that pins one domain to `hz` and leaves the others to their governors."""
+        return cls(gpu_hz=hz if domain is ClockDomain.GPU else None, cpu_hz=hz if domain is ClockDomain.CPU else None,
+                   emc_hz=hz if domain is ClockDomain.EMC else None)
+
     def clock(self, domain: ClockDomain) -> int | None:
         """The pinned frequency of a domain, or None when its governor decides."""
         return {ClockDomain.GPU: self.gpu_hz, ClockDomain.CPU: self.cpu_hz, ClockDomain.EMC: self.emc_hz}[

@@ -185,8 +185,7 @@ class ClockService:
 
     def _op_pin(self, peer: Peer, req: Request) -> dict[str, Any]:
         assert req.domain is not None and req.hz is not None
-        field = {ClockDomain.GPU: "gpu_hz", ClockDomain.CPU: "cpu_hz", ClockDomain.EMC: "emc_hz"}[req.domain]
-        check_setting(self.device, DvfsSetting(**{field: req.hz}))  # listed, under the mode's cap
+        check_setting(self.device, DvfsSetting.pinning(req.domain, req.hz))  # listed, under the mode's cap
         log.info("%s pins %s to %d Hz", peer.describe(), req.domain.value, req.hz)
         return ok_reply(clock=clock_to_json(self.device.pin(req.domain, req.hz)))
 
