@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+from engine.core.jsontypes import JsonObject
 
 
 class TimeUnknownError(ConfigError):
@@ -94,7 +95,7 @@ class Measurement:
             self.source,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "time_s": self.time_s,
             "energy_j": self.energy_j,

@@ -36,6 +36,7 @@ from engine.device.power import RAIL_PRESETS, DeviceRailSource, PowerSample, Pow
 from engine.device.window_trace import WindowTrace, power_at
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
+from engine.core.jsontypes import JsonObject
 
 __all__ = [
     "RAIL_PRESETS",
@@ -72,7 +73,7 @@ class WindowResult:
     peak_power_w: float | None = None  # highest sample over `rails` inside it (None: exact, or no sample)
     trace: tuple[PowerSample, ...] = ()  # with begin_window(trace=True): samples whose trapezoid is energy_j
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "start": self.start,

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+from engine.core.jsontypes import JsonObject
 from engine.device.base import ClockDomain, Device, PowerMode
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class DvfsSetting:
     def __str__(self) -> str:
         return self.label()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "gpu_hz": self.gpu_hz,
             "cpu_hz": self.cpu_hz,

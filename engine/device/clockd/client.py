@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import DeviceError
+from engine.core.jsontypes import JsonObject
 from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings, PowerMode
 from engine.device.clockd.membership import NotInGroupError, refused_at_socket
 from engine.device.clockd.protocol import PROTOCOL_VERSION, Request, clock_from_json
@@ -248,7 +249,7 @@ class ServiceDevice:
     def read_settings(self) -> DeviceSettings:
         return self.inner.read_settings()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         inner = self.inner.describe()
         return {"kind": "clockd", "root": inner.get("root"), "socket": str(self.client.path if self.client else None)}
 

@@ -39,7 +39,7 @@ from engine.device.clockd.protocol import (
     parse_request,
 )
 from engine.device.guard.guard import ClockGuard, recover_stale
-from engine.device.guard.journal import device_key, list_journals
+from engine.device.guard.journal import device_key, device_root, list_journals
 from engine.device.guard.lock import device_locked
 from engine.device.guard.restore import _lock_dir, restore_journal
 from engine.device.setting import DvfsSetting, check_setting
@@ -259,7 +259,7 @@ class ClockService:
         if not journals:
             return
         oldest, *newer = journals  # oldest first: the state from before any client
-        root = oldest.device.get("root")
+        root = device_root(oldest.device)
         try:
             with device_locked(_lock_dir(self.journal_dir, root), key, root):
                 restore_journal(oldest, self.device)  # its jetson_clocks store too; deleted once it worked

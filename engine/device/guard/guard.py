@@ -40,6 +40,7 @@ from engine.device.guard.journal import (
     UnreadableJournal,
     atomic_write,
     device_key,
+    device_root,
     ensure_dir,
     journal_dir,
     move_aside,
@@ -139,7 +140,7 @@ class ClockGuard:
             return self._start_through_service()
         description = self.device.describe()
         key = device_key(description)
-        root = description.get("root")
+        root = device_root(description)
         lock_dir = _lock_dir(self.directory, root)
         self._device_lock = DeviceLock.acquire(lock_dir, key, root)
         try:
@@ -219,7 +220,7 @@ class ClockGuard:
                 data["session_lock"] = None  # a pin outlives us: only `slm-dvfs restore` ends it
                 atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
-            root = description.get("root")
+            root = device_root(description)
             try:  # beside the board lock, so a run from any user or state dir sees the pin
                 atomic_write(pin_marker(_lock_dir(self.directory, root), key),
                              {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
@@ -241,7 +242,7 @@ class ClockGuard:
                 raise
             log.warning("%s; moved aside to %s (restore those clocks by hand if they were changed)", exc.what, moved)
 
-    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
+    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: str | None) -> None:
         """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
         the pin and its restore would put back the pin, not the board's own state. A second `pin`
         (over_pin) may go over a pin journalled in our own state dir, whose snapshot it keeps, but
