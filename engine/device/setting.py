@@ -162,9 +162,10 @@ def check_clocks(setting: DvfsSetting, tables: Mapping[ClockDomain, Sequence[int
             raise UnsupportedFrequencyError(domain.value, hz, table)
         cap = _mode_cap(mode, domain)
         if cap is not None and hz > cap:
+            assert mode is not None  # a cap comes from a mode
             raise ConfigError(
                 f"{domain.value.upper()} {format_mhz(hz)} MHz is above the {format_mhz(cap)} MHz cap of nvpmodel mode "
-                f"{mode.id} ({mode.name})",  # type: ignore[union-attr]
+                f"{mode.id} ({mode.name})",
                 "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
             )
 

@@ -288,10 +288,14 @@ def _may_write(device: Device) -> bool:
     """Whether this process can write the board's clock files itself (root, or a tree it owns)."""
     if os.geteuid() == 0:
         return True
+    from engine.device.jetson import JetsonDevice
+
+    if not isinstance(device, JetsonDevice):  # only the sysfs backend has clock files of its own
+        return False
     try:
-        gpu = device.nodes.require_gpu()  # type: ignore[attr-defined]
-        return os.access(device.tree.path(f"{gpu}/max_freq"), os.W_OK)  # type: ignore[attr-defined]
-    except (AttributeError, DeviceError, OSError):
+        gpu = device.nodes.require_gpu()
+        return os.access(device.tree.path(f"{gpu}/max_freq"), os.W_OK)
+    except (DeviceError, OSError):
         return False
 
 

@@ -137,7 +137,7 @@ class ClockGuard:
         dead sessions, snapshot and journal, before anything changes. Through the clock service,
         the service holds the lock and the snapshot instead."""
         if isinstance(self.device, ServiceWriter):
-            return self._start_through_service()
+            return self._start_through_service(self.device)
         description = self.device.describe()
         key = device_key(description)
         root = device_root(description)
@@ -174,10 +174,10 @@ class ClockGuard:
         if self.handle_signals:
             self._install_handlers()
 
-    def _start_through_service(self) -> None:
+    def _start_through_service(self, device: ServiceWriter) -> None:
         """The clock service snapshots, journals, holds the board lock and restores for this
         device (engine/device/clockd): no journal or lock of ours, the same restore path."""
-        self.snapshot = self.device.service_snapshot()  # type: ignore[attr-defined]
+        self.snapshot = device.service_snapshot()
         self._key = device_key(self.device.describe())
         with _ACTIVE_LOCK:
             _ACTIVE[self._key] = self

@@ -98,7 +98,7 @@ class _Problem:
             if kind == "energy":
                 d = [math.log(preds[i].energy_j_per_sample / self.obs[i].energy_j_per_sample) for i in idx]
             else:
-                d = [math.log(preds[i].time_s_per_sample / self.obs[i].time_s_per_sample) for i in idx]  # type: ignore[operator]
+                d = [math.log(_time(preds[i].time_s_per_sample) / _time(self.obs[i].time_s_per_sample)) for i in idx]
             mean = sum(d) / len(d)
             out.extend((x - mean) / sigma for x in d)
             out.append(w * math.sqrt(len(d)) * mean / sigma)
@@ -232,3 +232,9 @@ def _posterior_sd(prob: _Problem, u: np.ndarray, gov: float, data_cost: float) -
     s2 = max(s2, 1e-12)
     cov = np.linalg.pinv(jd.T @ jd / s2 + np.eye(n))
     return np.sqrt(np.clip(np.diag(cov), 0.0, 1.0)) * prob.sd
+
+
+def _time(value: float | None) -> float:
+    """A time per sample of a "time" group, which holds only rows with a time (`groups`)."""
+    assert value is not None
+    return value
