@@ -30,7 +30,7 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, baseline_of
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
 from engine.core.clocks import parse_mhz
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoRecordedSweepError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
 from engine.core.jsontypes import JsonObject
@@ -127,7 +127,7 @@ class OraclePolicy(FixedPolicy):
     def choose(self, ctx: PolicyContext) -> DvfsSetting:
         points = list(ctx.sweep_points)
         if not points:
-            raise ConfigError(
+            raise NoRecordedSweepError(
                 "the oracle policy has no recorded sweep of this workload on this device",
                 "run `slm-dvfs sweep` for this model, task and batch first, then use --policy oracle",
             )
