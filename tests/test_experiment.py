@@ -14,7 +14,7 @@ from engine.device.session import DeviceSession
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoRecordedSweepError
 from engine.run.experiment import (
     BASELINE_COOL_MARGIN_C,
     ExperimentPhase,
@@ -279,7 +279,7 @@ def test_fixed_policies_run_at_their_setting(store: Store, policy: str, setting:
 
 
 def test_oracle_takes_the_optimum_of_a_fast_sweep(store: Store) -> None:
-    with pytest.raises(ConfigError, match="no recorded sweep"):
+    with pytest.raises(NoRecordedSweepError, match="no recorded sweep"):
         run_experiment(sim("oracle", steps=5), store=store, workload=WORKLOAD)
     sweep = run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin=TWIN), store=store,
                       workload=WORKLOAD)

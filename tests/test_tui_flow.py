@@ -253,6 +253,8 @@ async def test_engine_errors_are_shown_in_the_app(twin_session: DeviceSession, r
         assert app.run_view.status == "failed"
         assert "the oracle policy has no recorded sweep of this workload" in app.run_view.log[-1]
         notes = [n for n in app._notifications]
+        # Told by its type (NoRecordedSweepError), the remedy offered is the app's own page, not a CLI command.
+        assert any("sweep this workload on the Sweep page (6)" in n.message for n in notes), notes
         assert any(n.title == "The experiment failed" and n.severity == "error" for n in notes)
         assert not app.pinned_by_us
         await ui.press("q")

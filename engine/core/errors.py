@@ -91,3 +91,8 @@ class ProfileError(SlmDvfsError):
 
 class ConfigError(SlmDvfsError):
     """A user-supplied option or specification is invalid."""
+
+
+class NoRecordedSweepError(ConfigError):
+    """A policy that chooses from a recorded sweep (the oracle) found none of the workload on the
+    device: a client offers its own way to sweep it (the TUI its Sweep page) by this type."""

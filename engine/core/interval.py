@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 
 LEVEL = 0.9  # every interval the tool quotes holds 90% of its basis's outcomes unless it says otherwise
 
@@ -60,7 +61,7 @@ class Interval:
         body = f"{lo:.{digits}f}–{hi:.{digits}f}{unit}" if pct else f"{lo:.{digits}g}–{hi:.{digits}g}"
         return f"{body}, {self.level:.0%}" if level else body
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"low": self.low, "high": self.high, "level": self.level, "basis": self.basis}
 
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
+from engine.core.jsontypes import JsonObject
 
 
 class TimeUnknownError(ConfigError):
@@ -26,7 +27,7 @@ class Measurement:
     `source` says where the figures come from; the twin's costs are `twin`, a board's
     power monitor `measured`. Callers on a board must pass Source.MEASURED."""
 
-    time_s: float
+    time_s: float | None  # None: energy-only (an imported sweep without times)
     energy_j: float
     samples: int
     peak_power_w: float | None = None
@@ -94,7 +95,7 @@ class Measurement:
             self.source,
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "time_s": self.time_s,
             "energy_j": self.energy_j,

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 
 
 CONFIDENCE = 0.95
@@ -22,7 +23,7 @@ class Stat:
     ci95: float | None
     n: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"mean": self.mean, "ci95": self.ci95, "n": self.n}
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from engine.core.jsontypes import JsonObject
+
 # Operation kinds the twin distinguishes: matrix work may use tensor cores,
 # the rest is bound by memory bandwidth or launch overhead.
 OP_KINDS = ("matmul", "attention", "elementwise", "reduction", "embedding", "optimizer", "other")
@@ -23,7 +25,7 @@ class OpCost:
     bytes: float  # bytes read + written from/to DRAM
     kernels: int  # kernel launches
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "flops": self.flops, "bytes": self.bytes, "kernels": self.kernels}
 
     @classmethod
@@ -69,7 +71,7 @@ class StepTrace:
     def tokens(self) -> int:
         return self.batch_size * self.seq_len
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "model": self.model,
             "batch_size": self.batch_size,

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.text import shown
@@ -104,7 +104,7 @@ def _json_int(text: str) -> int:
     return int(text)
 
 
-def _json_constant(name: str) -> Any:
+def _json_constant(name: str) -> NoReturn:
     raise InputError(f"{name}, which is no JSON number", "write a finite number (JSON has no NaN or Infinity)")
 
 
@@ -114,7 +114,7 @@ def load_json(text: str | bytes, what: str, remedy: str, *,
     `finite`, nesting deeper than MAX_JSON_DEPTH) is `error(what is wrong, remedy)`, never another
     exception. `finite=False` takes NaN and Infinity, as Python's json writes them (our own files)."""
     try:
-        data = json.loads(text, parse_int=_json_int, **({"parse_constant": _json_constant} if finite else {}))
+        data = json.loads(text, parse_int=_json_int, parse_constant=_json_constant if finite else None)
     except InputError as exc:
         raise error(f"{what} holds {exc.what}", f"{exc.remedy}; {remedy}") from None
     except RecursionError:

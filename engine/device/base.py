@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 from engine.core.provenance import Source
+from engine.core.jsontypes import JsonObject
 
 
 class ClockDomain(str, Enum):
@@ -93,7 +94,7 @@ class DomainSettings:
     rate_hz: int | None = None  # EMC only: the locked rate
     policy: int | None = None  # CPU only: the cpufreq policy (its first CPU); None = every policy
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         data: dict[str, Any] = {
             "domain": self.domain.value,
             "min_hz": self.min_hz,
@@ -130,7 +131,7 @@ class DeviceSettings:
     def domain(self, domain: ClockDomain) -> DomainSettings | None:
         return next((d for d in self.domains if d.domain == domain), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "nvpmodel_id": self.nvpmodel_id,
             "domains": [d.to_json() for d in self.domains],
@@ -195,7 +196,7 @@ class Device(Protocol):
 
     def apply_settings(self, settings: DeviceSettings) -> None: ...
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """How to reopen this device in another process (the guard's journal keeps it)."""
         ...
 

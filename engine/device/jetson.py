@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from engine.core.clocks import highest_at_most
 from engine.core.errors import DeviceError, NodeNotFoundError, UnsupportedFrequencyError
+from engine.core.jsontypes import JsonObject
 from engine.device import jetson_snapshot, l4t_tools, nvpmodel
 from engine.device import jetson_write as w
 from engine.device.base import (
@@ -337,7 +338,7 @@ class JetsonDevice:
 
     # ------------------------------------------------------------------ reopen
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "kind": "jetson",
             "root": str(self.root),

@@ -8,6 +8,7 @@ offline, or without a cpufreq folder), for `slm-dvfs device`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -189,15 +190,15 @@ def restore_steps(dev: JetsonBoard, settings: DeviceSettings) -> list[str]:
         _attempt(failed, "online CPUs", lambda: w.set_online(tree, dev.nodes, settings.online_cpus))
     for d in settings.domains:
         if d.domain is not ClockDomain.CPU:
-            _attempt(failed, d.domain.value.upper(), lambda d=d: _apply_domain(dev, d))
+            _attempt(failed, d.domain.value.upper(), functools.partial(_apply_domain, dev, d))
     active = _policies_or_none(dev, active=True)
     _restore_cpu(tree, settings, active, cpu_failed)
     # Offline clusters the snapshot knows and the first pass did not reach: the twin takes
     # the write, a board answers EBUSY (nothing more we can do there, so not a failure).
     for pol in _policies_or_none(dev, active=False):
-        d = _policy_entry(settings, pol.cpu, fallback=False)
-        if pol not in active and d is not None and pol.cpu not in cpu_failed:
-            w.try_offline_policy(tree, pol, d.governor, d.min_hz, d.max_hz)
+        entry = _policy_entry(settings, pol.cpu, fallback=False)
+        if pol not in active and entry is not None and pol.cpu not in cpu_failed:
+            w.try_offline_policy(tree, pol, entry.governor, entry.min_hz, entry.max_hz)
     return failed + [cpu_failed[k] for k in sorted(cpu_failed)]
 
 

@@ -131,8 +131,8 @@ def set_online(tree: SysfsTree, nodes: JetsonNodes, wanted: tuple[int, ...]) -> 
     current = set(online_cpus(tree, nodes))
     target = set(wanted)
     for cpu in sorted(target - current):  # bring up first, so we never drop to none
-        if files.get(cpu):
-            tree.write(files[cpu], 1)
+        if (path := files.get(cpu)):
+            tree.write(path, 1)
     for cpu in sorted(current - target, reverse=True):
-        if files.get(cpu):
-            tree.write(files[cpu], 0)
+        if (path := files.get(cpu)):
+            tree.write(path, 0)

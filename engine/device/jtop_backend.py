@@ -39,7 +39,7 @@ def jtop_available(root: str | os.PathLike[str] = "/") -> tuple[bool, str]:
 
 def _open_jtop(interval_s: float) -> Any:
     try:
-        from jtop import jtop  # type: ignore[import-not-found]
+        from jtop import jtop
     except ImportError:
         raise DeviceError("the jtop module (jetson-stats) is not installed", _INSTALL) from None
     return jtop(interval=interval_s)

@@ -36,6 +36,7 @@ from engine.device.power import RAIL_PRESETS, DeviceRailSource, PowerSample, Pow
 from engine.device.window_trace import WindowTrace, power_at
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
+from engine.core.jsontypes import JsonObject
 
 __all__ = [
     "RAIL_PRESETS",
@@ -72,7 +73,7 @@ class WindowResult:
     peak_power_w: float | None = None  # highest sample over `rails` inside it (None: exact, or no sample)
     trace: tuple[PowerSample, ...] = ()  # with begin_window(trace=True): samples whose trapezoid is energy_j
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "start": self.start,
@@ -226,7 +227,8 @@ class PowerMonitor:
         try:
             sample = self.source.read()
         except ImplausibleReadingError as exc:
-            return self._skip_implausible(exc)
+            self._skip_implausible(exc)
+            return None
         self._implausible_since = None
         with self._lock:
             return sample if self._ingest(sample) else None
@@ -379,18 +381,18 @@ class PowerMonitor:
                     self._rails = resolve_rails(self.rail_preset, energy)
                 self._windows[name] = _Window(t, dict(energy), exact=True, trace=WindowTrace(True) if trace else None)
             return
-        t = self._edge_time()
+        edge = self._edge_time()
         with self._lock:
-            if t is None:  # the sampler runs: the edge's time taken under the lock, so no older sample counts after it
-                t = self._clock()
+            # None: the sampler runs, so the edge's time is taken under the lock (no older sample counts after it)
+            t = self._clock() if edge is None else edge
             last = self._last
             ready = last is not None and last.t >= t
             window = _Window(t, self._energy_at(t) if ready else None, exact=False,
                              trace=WindowTrace(False) if trace else None)
             if ready and window.trace is not None:
                 window.trace.edge(t, self._power_at(t))
-                if last.t > t:  # type: ignore[union-attr]
-                    window.trace.add(last, t)  # type: ignore[arg-type]
+                if last is not None and last.t > t:
+                    window.trace.add(last, t)
             self._windows[name] = window
 
     def end_window(self, name: str) -> WindowResult:

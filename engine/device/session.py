@@ -13,13 +13,17 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.trace import StepMix, StepTrace
 from engine.device.base import Device
 from engine.device.power import DeviceRailSource, PowerSource, TwinSource
+
+if TYPE_CHECKING:  # the twin is imported when one is opened
+    from engine.device.twin.orin import VirtualOrin
+    from engine.device.twin.profile import ThermalGuardParams, TwinProfile
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +35,7 @@ class DeviceSession:
     """An open device and, on the twin, the `VirtualOrin` that keeps its tree current."""
 
     device: Device
-    twin: Any = None  # engine.device.twin.orin.VirtualOrin when simulated
+    twin: VirtualOrin | None = None  # when simulated
     notes: list[str] = field(default_factory=list)  # what the user should be told (e.g. fell back to twin)
 
     @property
@@ -95,19 +99,19 @@ class DeviceSession:
 
         return advance
 
-    def driven(self) -> ContextManager[Any]:
+    def driven(self) -> ContextManager[object]:
         """While a run steps: the twin's time moves only with its steps (no wall-clock idle)."""
-        if self.twin is not None and hasattr(self.twin, "driven"):
+        if self.twin is not None:
             return self.twin.driven()
         return contextlib.nullcontext()
 
-    def thermal_guard_params(self) -> tuple[Any, str] | None:
+    def thermal_guard_params(self) -> tuple[ThermalGuardParams, str] | None:
         """(the profile's [thermal_guard] table, its origin) on a twin that has one; None: defaults."""
-        profile = getattr(self.twin, "profile", None)
-        params = getattr(profile, "thermal_guard", None)
-        return None if params is None else (params, f"profile {profile.name}")
+        if self.twin is None or self.twin.profile.thermal_guard is None:
+            return None
+        return self.twin.profile.thermal_guard, f"profile {self.twin.profile.name}"
 
-    def fast_model(self) -> Any:
+    def fast_model(self) -> TwinProfile:
         """The twin profile fast sweeps compute points from; a board has none."""
         if self.twin is None:
             raise ConfigError("--fast computes points from the digital twin's model; a board has to be measured",

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
+from engine.core.jsontypes import JsonObject
 from engine.device.base import ClockDomain, Device, PowerMode
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,12 @@ class DvfsSetting:
         if not isinstance(self.jetson_clocks, bool):
             raise ConfigError(f"DVFS setting jetson_clocks = {self.jetson_clocks!r} is not a bool", "use True or False")
 
+    @classmethod
+    def pinning(cls, domain: ClockDomain, hz: int) -> DvfsSetting:
+        """The setting that pins one domain to `hz` and leaves the others to their governors."""
+        return cls(gpu_hz=hz if domain is ClockDomain.GPU else None, cpu_hz=hz if domain is ClockDomain.CPU else None,
+                   emc_hz=hz if domain is ClockDomain.EMC else None)
+
     def clock(self, domain: ClockDomain) -> int | None:
         """The pinned frequency of a domain, or None when its governor decides."""
         return {ClockDomain.GPU: self.gpu_hz, ClockDomain.CPU: self.cpu_hz, ClockDomain.EMC: self.emc_hz}[
@@ -72,7 +79,7 @@ class DvfsSetting:
     def __str__(self) -> str:
         return self.label()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "gpu_hz": self.gpu_hz,
             "cpu_hz": self.cpu_hz,
@@ -155,9 +162,10 @@ def check_clocks(setting: DvfsSetting, tables: Mapping[ClockDomain, Sequence[int
             raise UnsupportedFrequencyError(domain.value, hz, table)
         cap = _mode_cap(mode, domain)
         if cap is not None and hz > cap:
+            assert mode is not None  # a cap comes from a mode
             raise ConfigError(
                 f"{domain.value.upper()} {format_mhz(hz)} MHz is above the {format_mhz(cap)} MHz cap of nvpmodel mode "
-                f"{mode.id} ({mode.name})",  # type: ignore[union-attr]
+                f"{mode.id} ({mode.name})",
                 "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
             )
 

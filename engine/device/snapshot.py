@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping, TypeVar
 
 from engine.device.base import (
     ClockDomain,
@@ -16,6 +17,9 @@ from engine.device.base import (
     TemperatureReading,
 )
 from engine.core.errors import SlmDvfsError
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def take_snapshot(device: Device, identity: DeviceIdentity | None = None) -> Dev
     """Read clocks, rails, temperatures, load and mode; failures are recorded, not raised."""
     errors: dict[str, str] = {}
 
-    def attempt(key: str, fn, default):  # type: ignore[no-untyped-def]
+    def attempt(key: str, fn: Callable[[], T], default: D) -> T | D:
         try:
             return fn()
         except SlmDvfsError as exc:
@@ -56,7 +60,7 @@ def take_snapshot(device: Device, identity: DeviceIdentity | None = None) -> Dev
 
     clocks = []
     for domain in ClockDomain:
-        state = attempt(domain.value, lambda d=domain: device.clock(d), None)
+        state = attempt(domain.value, functools.partial(device.clock, domain), None)
         if state is not None:
             clocks.append(state)
     identity = identity or device.identity()

@@ -358,10 +358,10 @@ def _times(samples: Sequence[TegrastatsSample], numbers: Sequence[int], interval
     if interval_ms is not None and not (math.isfinite(interval_ms) and interval_ms > 0):
         raise ConfigError(f"interval_ms must be a positive, finite number of milliseconds, got {interval_ms}",
                           "pass the --interval the log was recorded with, in ms (tegrastats' default is 1000)")
-    stamps = [s.timestamp for s in samples]
-    if all(ts is not None for ts in stamps):
+    stamps = [s.timestamp for s in samples if s.timestamp is not None]
+    if len(stamps) == len(samples):
         t0 = stamps[0]
-        secs = [(ts - t0).total_seconds() for ts in stamps]  # type: ignore[operator]
+        secs = [(ts - t0).total_seconds() for ts in stamps]
         _check_dates(secs, numbers, interval_ms, p)
         if all(b > a for a, b in zip(secs, secs[1:])):
             return secs, "timestamps"

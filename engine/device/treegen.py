@@ -376,8 +376,8 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
         shunt_sum = 0
         curr_sum = 0
         for ch in (1, 2, 3):
-            r = on_chip.get(ch)
-            if r is None:
+            rail = on_chip.get(ch)
+            if rail is None:
                 if spec.layout == "r35":  # disabled channels are labelled NC on r35
                     w.file(f"{d}/in{ch}_label", "NC")
                     w.file(f"{d}/in{ch}_input", 0)
@@ -387,17 +387,17 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
                 w.file(f"{d}/in{ch}_enable", 0)
                 w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)
                 continue
-            w.file(f"{d}/in{ch}_label", r.label)
-            w.file(f"{d}/in{ch}_input", r.voltage_mv)
-            w.file(f"{d}/curr{ch}_input", r.current_ma)
+            w.file(f"{d}/in{ch}_label", rail.label)
+            w.file(f"{d}/in{ch}_input", rail.voltage_mv)
+            w.file(f"{d}/curr{ch}_input", rail.current_ma)
             w.file(f"{d}/in{ch}_enable", 1)
-            w.file(f"{d}/in{ch + 3}_input", r.current_ma * SHUNT_MOHM)  # shunt voltage, uV
+            w.file(f"{d}/in{ch + 3}_input", rail.current_ma * SHUNT_MOHM)  # shunt voltage, uV
             w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)  # micro-ohm
             w.file(f"{d}/curr{ch}_max_alarm", 0)
             w.file(f"{d}/curr{ch}_crit_alarm", 0)
-            shunt_sum += r.current_ma * SHUNT_MOHM
-            curr_sum += r.current_ma
-            rails[r.label] = (f"{dd}/in{ch}_input", f"{dd}/curr{ch}_input")
+            shunt_sum += rail.current_ma * SHUNT_MOHM
+            curr_sum += rail.current_ma
+            rails[rail.label] = (f"{dd}/in{ch}_input", f"{dd}/curr{ch}_input")
         w.file(f"{d}/in7_label", "sum of shunt voltages")
         w.file(f"{d}/in7_input", shunt_sum)
         w.file(f"{d}/curr4_input", curr_sum)

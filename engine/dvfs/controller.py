@@ -29,6 +29,7 @@ from engine.core.measurement import Measurement
 from engine.dvfs.policies import Policy, PolicyContext
 from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import DeviceError
+from engine.core.jsontypes import JsonObject
 from engine.workload.events import RunStarted, StepBegin, StepEnd, StepEnergy
 
 log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class DvfsController:
             return False
         return True
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "policy": self.policy.describe(),
             "history": [{"from_step": step, "setting": s.to_json(), "label": s.label()} for step, s in self.history],

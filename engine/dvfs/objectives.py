@@ -26,6 +26,7 @@ from engine.core.errors import ConfigError
 from engine.core.measurement import Measurement, TimeUnknownError
 from engine.core.text import shown
 from engine.core.userinput import parse_float
+from engine.core.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class Objective:
         _i, setting, m = min(feasible, key=lambda x: (self.cost(x[2]), x[0]))
         return setting, m
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"spec": self.spec, "name": self.name, "max_slowdown": self.max_slowdown, "eta": self.eta,
                 "max_power_w": self.max_power_w}
 

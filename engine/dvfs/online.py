@@ -47,6 +47,7 @@ from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
+from engine.core.jsontypes import JsonObject
 
 if TYPE_CHECKING:
     from engine.dvfs.policies import PolicyContext
@@ -204,7 +205,7 @@ class OnlinePolicy:
             return self._current.setting
         return self._finish(phase.setting)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         obj = self.objective
         baseline = self._baseline()
         return {

@@ -30,9 +30,10 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, baseline_of
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
 from engine.core.clocks import parse_mhz
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoRecordedSweepError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
+from engine.core.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Policy(Protocol):
         """True while the policy is still trying settings (online)."""
         ...
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         """What it chose and why, JSON-ready (the store keeps it)."""
         ...
 
@@ -100,7 +101,7 @@ class FixedPolicy:
     def profiling(self) -> bool:
         return False
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "policy": self.name,
             "spec": self.spec,
@@ -126,7 +127,7 @@ class OraclePolicy(FixedPolicy):
     def choose(self, ctx: PolicyContext) -> DvfsSetting:
         points = list(ctx.sweep_points)
         if not points:
-            raise ConfigError(
+            raise NoRecordedSweepError(
                 "the oracle policy has no recorded sweep of this workload on this device",
                 "run `slm-dvfs sweep` for this model, task and batch first, then use --policy oracle",
             )
@@ -138,7 +139,7 @@ class OraclePolicy(FixedPolicy):
             self.reason += " (no point kept within the slowdown limit, so MAXN)"
         return setting
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         out = super().describe()
         out["points"] = self.points
         if self.objective is not None and self.chosen is not None:

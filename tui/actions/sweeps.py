@@ -7,7 +7,7 @@ from typing import Any
 
 from textual import work
 
-from engine.core.errors import SlmDvfsError
+from engine.core.errors import NoRecordedSweepError, SlmDvfsError
 from engine.core.provenance import Source, obtained
 from tui.actions.experiments import ENGINE
 from tui.bridge import EventBridge
@@ -102,7 +102,7 @@ class SweepActions:
     def app_remedy(self, exc: SlmDvfsError) -> str:
         """An engine error's remedy as the app offers it: the engine names the CLI's commands,
         the app its own pages for the same step."""
-        if "oracle" in exc.what and "no recorded sweep" in exc.what:
+        if isinstance(exc, NoRecordedSweepError):
             where = "s on Setup (2) offers a fast one on the twin" if self.is_twin else "every setting is applied in turn"
             return f"sweep this workload on the Sweep page (6) ({where}), then start the run again"
         return exc.remedy

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.core.errors import DeviceError
+from engine.core.jsontypes import JsonObject
 from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings, PowerMode
 from engine.device.clockd.membership import NotInGroupError, refused_at_socket
 from engine.device.clockd.protocol import PROTOCOL_VERSION, Request, clock_from_json
@@ -248,7 +249,7 @@ class ServiceDevice:
     def read_settings(self) -> DeviceSettings:
         return self.inner.read_settings()
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         inner = self.inner.describe()
         return {"kind": "clockd", "root": inner.get("root"), "socket": str(self.client.path if self.client else None)}
 
@@ -287,10 +288,14 @@ def _may_write(device: Device) -> bool:
     """Whether this process can write the board's clock files itself (root, or a tree it owns)."""
     if os.geteuid() == 0:
         return True
+    from engine.device.jetson import JetsonDevice
+
+    if not isinstance(device, JetsonDevice):  # only the sysfs backend has clock files of its own
+        return False
     try:
-        gpu = device.nodes.require_gpu()  # type: ignore[attr-defined]
-        return os.access(device.tree.path(f"{gpu}/max_freq"), os.W_OK)  # type: ignore[attr-defined]
-    except (AttributeError, DeviceError, OSError):
+        gpu = device.nodes.require_gpu()
+        return os.access(device.tree.path(f"{gpu}/max_freq"), os.W_OK)
+    except (DeviceError, OSError):
         return False
 
 

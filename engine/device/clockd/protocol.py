@@ -156,7 +156,7 @@ def parse_request(line: bytes) -> Request:
         if type(value) is not kind:
             raise ProtocolError(f'`{op}`: field "{name}" is {_shown(value)}, not {_A_TYPE[kind]}',
                                 f"send {_usage(op)}")
-        if kind is int and value < _LOWEST[name][0]:
+        if kind is int and isinstance(value, int) and value < _LOWEST[name][0]:
             _, what, remedy = _LOWEST[name]
             raise ProtocolError(f"`{op}`: {what.format(value)}", remedy)
     domain = None

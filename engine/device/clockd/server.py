@@ -39,7 +39,7 @@ from engine.device.clockd.protocol import (
     parse_request,
 )
 from engine.device.guard.guard import ClockGuard, recover_stale
-from engine.device.guard.journal import device_key, list_journals
+from engine.device.guard.journal import device_key, device_root, list_journals
 from engine.device.guard.lock import device_locked
 from engine.device.guard.restore import _lock_dir, restore_journal
 from engine.device.setting import DvfsSetting, check_setting
@@ -185,8 +185,7 @@ class ClockService:
 
     def _op_pin(self, peer: Peer, req: Request) -> dict[str, Any]:
         assert req.domain is not None and req.hz is not None
-        field = {ClockDomain.GPU: "gpu_hz", ClockDomain.CPU: "cpu_hz", ClockDomain.EMC: "emc_hz"}[req.domain]
-        check_setting(self.device, DvfsSetting(**{field: req.hz}))  # listed, under the mode's cap
+        check_setting(self.device, DvfsSetting.pinning(req.domain, req.hz))  # listed, under the mode's cap
         log.info("%s pins %s to %d Hz", peer.describe(), req.domain.value, req.hz)
         return ok_reply(clock=clock_to_json(self.device.pin(req.domain, req.hz)))
 
@@ -260,7 +259,7 @@ class ClockService:
         if not journals:
             return
         oldest, *newer = journals  # oldest first: the state from before any client
-        root = oldest.device.get("root")
+        root = device_root(oldest.device)
         try:
             with device_locked(_lock_dir(self.journal_dir, root), key, root):
                 restore_journal(oldest, self.device)  # its jetson_clocks store too; deleted once it worked

@@ -40,6 +40,7 @@ from engine.device.guard.journal import (
     UnreadableJournal,
     atomic_write,
     device_key,
+    device_root,
     ensure_dir,
     journal_dir,
     move_aside,
@@ -136,10 +137,10 @@ class ClockGuard:
         dead sessions, snapshot and journal, before anything changes. Through the clock service,
         the service holds the lock and the snapshot instead."""
         if isinstance(self.device, ServiceWriter):
-            return self._start_through_service()
+            return self._start_through_service(self.device)
         description = self.device.describe()
         key = device_key(description)
-        root = description.get("root")
+        root = device_root(description)
         lock_dir = _lock_dir(self.directory, root)
         self._device_lock = DeviceLock.acquire(lock_dir, key, root)
         try:
@@ -173,10 +174,10 @@ class ClockGuard:
         if self.handle_signals:
             self._install_handlers()
 
-    def _start_through_service(self) -> None:
+    def _start_through_service(self, device: ServiceWriter) -> None:
         """The clock service snapshots, journals, holds the board lock and restores for this
         device (engine/device/clockd): no journal or lock of ours, the same restore path."""
-        self.snapshot = self.device.service_snapshot()  # type: ignore[attr-defined]
+        self.snapshot = device.service_snapshot()
         self._key = device_key(self.device.describe())
         with _ACTIVE_LOCK:
             _ACTIVE[self._key] = self
@@ -219,7 +220,7 @@ class ClockGuard:
                 data["session_lock"] = None  # a pin outlives us: only `slm-dvfs restore` ends it
                 atomic_write(pinned, data)
                 self._journal_path.unlink(missing_ok=True)
-            root = description.get("root")
+            root = device_root(description)
             try:  # beside the board lock, so a run from any user or state dir sees the pin
                 atomic_write(pin_marker(_lock_dir(self.directory, root), key),
                              {"journal": str(pinned), "uid": os.geteuid(), "pid": os.getpid(), "created": time.time()})
@@ -241,7 +242,7 @@ class ClockGuard:
                 raise
             log.warning("%s; moved aside to %s (restore those clocks by hand if they were changed)", exc.what, moved)
 
-    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: Any) -> None:
+    def _refuse_if_pinned(self, lock_dir: Path, key: str, root: str | None) -> None:
         """A board left pinned by `slm-dvfs pin` is not ours to change: a run over it would measure
         the pin and its restore would put back the pin, not the board's own state. A second `pin`
         (over_pin) may go over a pin journalled in our own state dir, whose snapshot it keeps, but

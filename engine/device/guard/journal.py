@@ -28,10 +28,11 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from engine.core import paths
 from engine.core.errors import DeviceError, SlmDvfsError, errno_text
+from engine.core.jsontypes import JsonObject
 from engine.device.base import Device, DeviceSettings
 from engine.device.guard.lock import board_key, read_small, session_alive
 
@@ -57,7 +58,7 @@ class Journal:
     session_lock: str | None = None  # the writer's session lock: free once it is gone
     runs: tuple[int, ...] = ()  # results-store run ids the session was recording
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "version": 2,
             "kind": self.kind,
@@ -169,7 +170,13 @@ def journal_dir() -> Path:
     return paths.state_dir() / "journals"
 
 
-def device_key(description: dict[str, Any]) -> str:
+def device_root(description: Mapping[str, object]) -> str | None:
+    """The root a device description names (None: a device without one)."""
+    root = description.get("root")
+    return None if root is None else str(root)
+
+
+def device_key(description: Mapping[str, object]) -> str:
     """A short stable name for one board: its resolved root and device-tree serial (`lock.board_key`),
     so `T/../T` and `T` share journals and the lock."""
     if "root" in description:

@@ -20,6 +20,7 @@ from engine.device.guard.journal import (
     Journal,
     JournalProblem,
     device_key,
+    device_root,
     journal_dir,
     list_journals,
     reopen_device,
@@ -79,13 +80,13 @@ def restore_journal(journal: Journal, device: Device | None = None) -> None:
     log.info("restored clocks from %s", journal.path.name)
 
 
-def _lock_dir(directory: Path, root: Any) -> Path:
+def _lock_dir(directory: Path, root: str | None) -> Path:
     """The board lock's folder for a device root (the state dir for a device without one)."""
-    return board_lock_dir(str(root)) if root else directory
+    return board_lock_dir(root) if root else directory
 
 
 def _unmark_pin(journal: Journal) -> None:
-    root = journal.device.get("root")
+    root = device_root(journal.device)
     try:
         marker = pin_marker(_lock_dir(journal.path.parent, root), device_key(journal.device))
     except SlmDvfsError:
@@ -120,7 +121,7 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
     dead = [j for j in list_journals(directory) if j.kind == SESSION and not j.owner_alive()]
     for key, journals in _by_device(dead).items():
         oldest, *newer = journals  # list_journals sorts by creation time
-        root = oldest.device.get("root")
+        root = device_root(oldest.device)
         try:
             with device_locked(_lock_dir(directory, root), key, root):
                 # Decided dead before the lock: another process may have recovered this journal
@@ -167,7 +168,7 @@ def restore_report(directory: Path | None = None, root: str | None = None) -> Re
     restored: list[Journal] = []
     for key, group in todo.items():
         oldest, *newer = group
-        root = oldest.device.get("root")
+        root = device_root(oldest.device)
         if key in live:
             pid = live[key][0].pid
             problems.append(JournalProblem(

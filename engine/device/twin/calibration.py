@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.device.setting import MAXN
 from engine.device.twin.calibration_core import (
     DEFAULT_LEVEL_WEIGHT,
@@ -41,6 +42,9 @@ from engine.device.twin.calibration_core import (
 )
 from engine.device.twin.params import ParamSpread
 from engine.device.twin.profile import CALIBRATED_SUFFIX
+
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.profile import TwinProfile
 
 __all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "GOVERNOR_PATHS", "Calibration", "FitOptions", "Observation",
            "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "loso_summary", "mape",
@@ -67,7 +71,7 @@ class PointError:
             return None
         return 100.0 * (self.predicted_time_s / self.measured_time_s - 1.0)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"sweep": self.sweep, "setting": self.label,
                 "measured_energy_j_per_sample": self.measured_energy_j,
                 "predicted_energy_j_per_sample": self.predicted_energy_j, "energy_error_pct": self.energy_error_pct,
@@ -97,7 +101,7 @@ class SweepError:
             return None
         return self.saving_predicted_pct - self.saving_measured_pct
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"sweep": self.sweep, "points": self.points, "curve_mape_pct": self.curve_mape_pct,
                 "curve_rmse_pct": self.curve_rmse_pct, "optimum_measured": self.optimum_measured,
                 "optimum_predicted": self.optimum_predicted, "optimum_step_error": self.optimum_step_error,
@@ -105,7 +109,7 @@ class SweepError:
                 "saving_error_pts": self.saving_error_pts, "optimum_regret_pct": self.optimum_regret_pct}
 
 
-def sweep_error(profile: Any, observations: Sequence[Observation]) -> SweepError:
+def sweep_error(profile: TwinProfile, observations: Sequence[Observation]) -> SweepError:
     """`profile`'s prediction of one sweep (all observations share `sweep`) against its measurements."""
     names = {ob.sweep for ob in observations}
     if len(names) != 1:
@@ -149,8 +153,8 @@ def _step(table: tuple[int, ...], hz: int | None) -> int:
 class Calibration:
     """A fitted profile and how well it fits: every figure in it is `predicted` against `measured`."""
 
-    profile: Any  # the fitted TwinProfile (uncertainty = the posterior spreads)
-    base: Any  # the profile the fit started from (its values and spreads were the priors)
+    profile: TwinProfile  # the fitted TwinProfile (uncertainty = the posterior spreads)
+    base: TwinProfile  # the profile the fit started from (its values and spreads were the priors)
     params: tuple[ParamMove, ...]  # every fitted number
     points: tuple[PointError, ...]  # the fitted profile against each observation
     energy_mape_pct: float
@@ -178,7 +182,7 @@ class Calibration:
     def loso_summary(self) -> dict[str, float | None]:
         return loso_summary(self.loso)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "profile": self.profile.name, "base": self.base.name, "sweeps": list(self.sweeps),
             "n_points": self.n_points, "n_sweeps": self.n_sweeps, "cost": self.cost,
@@ -217,19 +221,19 @@ def mape(points: Sequence[PointError]) -> tuple[float, float | None]:
     return (sum(e) / len(e) if e else math.nan), (sum(t) / len(t) if t else None)
 
 
-def point_errors(profile: Any, observations: Sequence[Observation]) -> tuple[PointError, ...]:
+def point_errors(profile: TwinProfile, observations: Sequence[Observation]) -> tuple[PointError, ...]:
     return tuple(PointError(ob.sweep, ob.setting.label(), ob.energy_j_per_sample, p.energy_j_per_sample,
                             ob.time_s_per_sample, p.time_s_per_sample)
                  for ob, p in zip(observations, predict(profile, observations)))
 
 
-def calibrated_name(base: Any) -> str:
+def calibrated_name(base: TwinProfile) -> str:
     """The default name of a calibration of `base`: "<root>-calibrated", where root is the shipped
     profile a calibrated base itself overlays (so calibrating again replaces, not stacks)."""
     return f"{base.base or base.name}{CALIBRATED_SUFFIX}"
 
 
-def written_profile(base: Any, fitted: Any, moves: Sequence[ParamMove], name: str | None = None) -> Any:
+def written_profile(base: TwinProfile, fitted: TwinProfile, moves: Sequence[ParamMove], name: str | None = None) -> TwinProfile:
     """The calibrated profile as its overlay file states it: the base with the moved numbers
     only (a change under MOVED_SD prior sds is noise, not worth a line) and the fitted spreads.
     The report's figures are this profile's, so they are what `--twin NAME` reproduces."""
@@ -242,7 +246,7 @@ def written_profile(base: Any, fitted: Any, moves: Sequence[ParamMove], name: st
                    base=base.base or base.name)
 
 
-def spreads_for(profile: Any, paths: Sequence[str] | None) -> tuple[ParamSpread, ...]:
+def spreads_for(profile: TwinProfile, paths: Sequence[str] | None) -> tuple[ParamSpread, ...]:
     """The profile's spreads of `paths` (default: all of them), refusing paths it has none for."""
     by_path = {s.path: s for s in profile.uncertainty}
     if paths is None:
@@ -259,7 +263,7 @@ def spreads_for(profile: Any, paths: Sequence[str] | None) -> tuple[ParamSpread,
     return chosen
 
 
-def calibrate_profile(profile: Any, observations: Sequence[Observation], *, paths: Sequence[str] | None = None,
+def calibrate_profile(profile: TwinProfile, observations: Sequence[Observation], *, paths: Sequence[str] | None = None,
                       options: FitOptions | None = None, loso: bool = True, name: str | None = None) -> Calibration:
     """Fit `profile`'s uncertain numbers (`paths`, default all of profile.uncertainty) to the
     observations; with `loso`, also predict each sweep from a fit to the others. The fitted

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.trace import StepMix, StepTrace, as_mix
+from engine.core.jsontypes import JsonObject
 from engine.device.setting import DvfsSetting
+
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.fast import MixEstimate
+    from engine.device.twin.profile import TwinProfile
 
 GOVERNOR_PATHS = ("gpu.podgov_load_seen", "gpu.podgov_target_load")
 DEFAULT_NOISE = 0.02  # relative sd of a measured energy or time per sample
@@ -47,11 +52,11 @@ class Prediction:
     time_s_per_sample: float
 
 
-def predict(profile: Any, observations: Sequence[Observation]) -> list[Prediction]:
+def predict(profile: TwinProfile, observations: Sequence[Observation]) -> list[Prediction]:
     """The twin's energy and time per sample at each observation's setting (energy over its rails)."""
     from engine.device.twin.fast import mix_estimate, setting_control
 
-    memo: dict[tuple[int, DvfsSetting], Any] = {}
+    memo: dict[tuple[int, DvfsSetting], MixEstimate] = {}
     mixes: dict[int, StepMix] = {}
     out = []
     for ob in observations:
@@ -91,7 +96,7 @@ class ParamMove:
     def moved(self) -> bool:
         return abs(self.after - self.before) >= MOVED_SD * self.sd_before
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"path": self.path, "before": self.before, "after": self.after, "sd_before": self.sd_before,
                 "sd_after": self.sd_after, "relative_change": self.relative_change, "moved": self.moved}
 
@@ -113,6 +118,6 @@ class FitOptions:
         if self.max_rounds < 1 or self.max_nfev < 1:
             raise ConfigError("the fit needs at least one round and one evaluation", "raise max_rounds / max_nfev")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"noise": self.noise, "level_weight": self.level_weight, "max_rounds": self.max_rounds,
                 "max_nfev": self.max_nfev}

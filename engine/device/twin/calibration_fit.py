@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from engine.device.twin.calibration_core import (
 )
 from engine.device.twin.params import ParamSpread, get_param, with_params
 
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.profile import TwinProfile
+
 log = logging.getLogger(__name__)
 
 GRID_POINTS = 201  # governor values tried per round
@@ -33,14 +36,14 @@ _REL_TIE = 1e-9
 
 @dataclass(frozen=True)
 class Fitted:
-    profile: Any  # with the fitted values and the posterior spreads
+    profile: TwinProfile  # with the fitted values and the posterior spreads
     moves: tuple[ParamMove, ...]
 
 
 class _Problem:
     """The residuals of one fit, in normalised units."""
 
-    def __init__(self, profile: Any, observations: Sequence[Observation], spreads: Sequence[ParamSpread],
+    def __init__(self, profile: TwinProfile, observations: Sequence[Observation], spreads: Sequence[ParamSpread],
                  opts: FitOptions) -> None:
         self.base, self.obs, self.opts = profile, list(observations), opts
         fitted = [s for s in spreads if s.sd > 0]
@@ -65,7 +68,7 @@ class _Problem:
         self.m_data = sum(len(idx) + 1 for idx, _k in self.groups)
         self._last: tuple[bytes, list[Prediction]] | None = None
 
-    def profile_at(self, u: np.ndarray, gov: float) -> Any:
+    def profile_at(self, u: np.ndarray, gov: float) -> TwinProfile:
         values = {s.path: float(p + sd * x) for s, p, sd, x in zip(self.cont, self.prior, self.sd, u)}
         if self.gov is not None:
             values[self.gov.path] = gov
@@ -95,7 +98,7 @@ class _Problem:
             if kind == "energy":
                 d = [math.log(preds[i].energy_j_per_sample / self.obs[i].energy_j_per_sample) for i in idx]
             else:
-                d = [math.log(preds[i].time_s_per_sample / self.obs[i].time_s_per_sample) for i in idx]  # type: ignore[operator]
+                d = [math.log(_time(preds[i].time_s_per_sample) / _time(self.obs[i].time_s_per_sample)) for i in idx]
             mean = sum(d) / len(d)
             out.extend((x - mean) / sigma for x in d)
             out.append(w * math.sqrt(len(d)) * mean / sigma)
@@ -110,7 +113,7 @@ class _Problem:
         return 0.5 * float(r @ r), 0.5 * prior
 
 
-def fit(profile: Any, observations: Sequence[Observation], spreads: Sequence[ParamSpread],
+def fit(profile: TwinProfile, observations: Sequence[Observation], spreads: Sequence[ParamSpread],
         opts: FitOptions) -> tuple[Fitted, float]:
     """The fitted profile (values and posterior spreads) and the objective there."""
     prob = _Problem(profile, observations, spreads, opts)
@@ -229,3 +232,9 @@ def _posterior_sd(prob: _Problem, u: np.ndarray, gov: float, data_cost: float) -
     s2 = max(s2, 1e-12)
     cov = np.linalg.pinv(jd.T @ jd / s2 + np.eye(n))
     return np.sqrt(np.clip(np.diag(cov), 0.0, 1.0)) * prob.sd
+
+
+def _time(value: float | None) -> float:
+    """A time per sample of a "time" group, which holds only rows with a time (`groups`)."""
+    assert value is not None
+    return value

@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
-from engine.device.twin.calibration import calibrated_name
+from engine.device.twin.calibration import Calibration, calibrated_name
 from engine.device.twin.params import get_param
+
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.profile import TwinProfile
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,80}$")
 
@@ -23,7 +26,7 @@ def check_profile_name(name: str) -> str:
     return name
 
 
-def overlay_toml(cal: Any, *, name: str | None = None, root: Any = None, sweeps_note: str = "",
+def overlay_toml(cal: Calibration, *, name: str | None = None, root: TwinProfile | None = None, sweeps_note: str = "",
                  when: datetime | None = None) -> str:
     """The overlay file of `cal` (engine.device.twin.calibration.Calibration). Its base is the
     root profile: `cal.base` itself, or, when cal.base is a calibrated overlay, `root` (the profile
@@ -71,7 +74,7 @@ def overlay_toml(cal: Any, *, name: str | None = None, root: Any = None, sweeps_
         lines.append(f"{_str(path)} = {_num(value)}  # {why}")
     lines += ["", "# What the fit saw and how well it fits (ignored by the loader; `slm-dvfs calibrate` reports it).",
               "[calibration]"]
-    summary: list[tuple[str, Any, str]] = [
+    summary: list[tuple[str, object, str]] = [
         ("date", stamp, "when the fit ran (UTC)"),
         ("base", base.name, "the profile the fit started from (its values and spreads were the priors)"),
         ("sweeps", list(cal.sweeps), "the measured sweeps fitted"),
@@ -88,14 +91,14 @@ def overlay_toml(cal: Any, *, name: str | None = None, root: Any = None, sweeps_
                        ("optimum_step_error", "GPU optimum error in table steps"),
                        ("saving_error_pts", "saving against MAXN error in points")):
         summary.append((f"loso_{key}", loso.get(key), f"leave-one-sweep-out mean {label} [predicted vs measured]"))
-    for key, value, why in summary:
-        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    for key, figure, why in summary:
+        if figure is None or (isinstance(figure, float) and not math.isfinite(figure)):
             continue  # TOML has no null: a figure that does not exist is left out
-        lines.append(f"{key} = {_value(value)}  # {why}")
+        lines.append(f"{key} = {_value(figure)}  # {why}")
     return "\n".join(lines) + "\n"
 
 
-def _changed(profile: Any, root: Any, paths: Sequence[str]) -> list[tuple[str, float]]:
+def _changed(profile: TwinProfile, root: TwinProfile, paths: Sequence[str]) -> list[tuple[str, float]]:
     out = []
     for path in paths:
         value, was = get_param(profile, path), get_param(root, path)
@@ -112,7 +115,7 @@ def _str(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -19,14 +19,18 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.core.measurement import Measurement
 from engine.core.trace import StepMix, StepTrace
+from engine.core.jsontypes import JsonObject
 from engine.device.setting import MAXN, DvfsSetting
 from engine.device.twin.fast import fast_points
 from engine.device.twin.params import sample_profiles
+
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.profile import TwinProfile
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +120,7 @@ class Ensemble:
         hi = hz[int(round((1.0 - tail) * (len(hz) - 1)))]
         return _step_index(self.gpu_table_hz, hi) - _step_index(self.gpu_table_hz, lo)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"members": self.members, "seed": self.seed, "level": self.level, "basis": self.basis,
                 "profile": self.profile}
 
@@ -125,7 +129,7 @@ def _step_index(table: Sequence[int], hz: int) -> int:
     return min(range(len(table)), key=lambda i: abs(table[i] - hz)) if table else 0
 
 
-def ensemble(trace: StepTrace | StepMix, profile: Any, settings: Sequence[DvfsSetting], *,
+def ensemble(trace: StepTrace | StepMix, profile: TwinProfile, settings: Sequence[DvfsSetting], *,
              members: int = MEMBERS, seed: int = SEED, level: float = LEVEL,
              rails: Sequence[str] | None = None) -> Ensemble:
     """The ensemble's figures of `trace` at `settings` (MAXN added when missing: savings need it).
@@ -141,12 +145,12 @@ def ensemble(trace: StepTrace | StepMix, profile: Any, settings: Sequence[DvfsSe
 
 
 @functools.lru_cache(maxsize=16)
-def _cached(trace: Any, profile: Any, settings: tuple[DvfsSetting, ...], members: int, seed: int, level: float,
+def _cached(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[DvfsSetting, ...], members: int, seed: int, level: float,
             rails: tuple[str, ...] | None) -> Ensemble:
     return _compute(trace, profile, settings, members, seed, level, rails)
 
 
-def _compute(trace: Any, profile: Any, settings: tuple[DvfsSetting, ...], members: int, seed: int, level: float,
+def _compute(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[DvfsSetting, ...], members: int, seed: int, level: float,
              rails: tuple[str, ...] | None) -> Ensemble:
     energy, time, clocks = [], [], []
     for member in sample_profiles(profile, members, seed=seed):

@@ -4,7 +4,7 @@ the model, no tree, no store, no torch (thousands of points a second; the select
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.clocks import highest_at_most
 from engine.core.errors import ConfigError
@@ -14,9 +14,14 @@ from engine.core.trace import StepMix, StepTrace, as_mix
 from engine.device.base import ClockDomain
 from engine.device.setting import DvfsSetting, check_clocks
 
+if TYPE_CHECKING:  # the model loads with the first point computed
+    from engine.device.twin.governors import ControlState
+    from engine.device.twin.model import Clocks
+    from engine.device.twin.profile import TwinProfile
+
 
 # --------------------------------------------------------------------------- fast mode
-def setting_control(setting: DvfsSetting, profile: Any) -> Any:
+def setting_control(setting: DvfsSetting, profile: TwinProfile) -> ControlState:
     """The twin's control state once `setting` is applied to a freshly booted board:
     the mode's default governors and caps (mode 0 = MAXN), jetson_clocks' pins at the
     mode maximum, then each pinned domain. Refuses unlisted clocks and clocks above the
@@ -61,7 +66,7 @@ class FastPoint:
 
 def fast_points(
     trace: StepTrace | StepMix,
-    profile: Any,
+    profile: TwinProfile,
     settings: Sequence[DvfsSetting],
     *,
     warmup_steps: int = 1,
@@ -79,7 +84,7 @@ def fast_points(
     # The twin is deterministic and (in this mode) has no thermal state, so warm-up steps
     # cost what measured ones do: they are validated, not computed.
     mix = as_mix(trace)
-    memo: dict[Any, MixEstimate] = {}
+    memo: dict[ControlState, MixEstimate] = {}
     out: list[FastPoint] = []
     for setting in settings:
         control = setting_control(setting, profile)
@@ -108,10 +113,10 @@ class MixEstimate:
     time_s: float
     energy_j: Mapping[str, float]
     power_mw: Mapping[str, float]
-    clocks: Any  # the heaviest part's settled clocks (engine.device.twin.model.Clocks)
+    clocks: Clocks  # the heaviest part's settled clocks
 
 
-def mix_estimate(mix: StepMix, control: Any, profile: Any, *, gpu_cap_hz: int | None = None) -> MixEstimate:
+def mix_estimate(mix: StepMix, control: ControlState, profile: TwinProfile, *, gpu_cap_hz: int | None = None) -> MixEstimate:
     """The twin's figures for one step of `mix` under `control`: the one place the length mixture
     of dynamic padding meets the twin (fast sweeps here, VirtualOrin.run_step steps by part).
     The twin is nonlinear in a trace, so this is the mean of the parts' figures, not the figure
@@ -122,9 +127,10 @@ def mix_estimate(mix: StepMix, control: Any, profile: Any, *, gpu_cap_hz: int | 
         clocks, est = resolve(mix.parts[0][1], control, profile, gpu_cap_hz=gpu_cap_hz)
         assert est is not None
         return MixEstimate(est.time_s, dict(est.energy_j), dict(est.power_mw), clocks)
-    time_s, energy = 0.0, {}
+    time_s = 0.0
+    energy: dict[str, float] = {}
     heaviest = max(mix.parts, key=lambda p: p[0])
-    clocks = None
+    heaviest_clocks: Clocks | None = None
     for weight, part in mix.parts:
         c, est = resolve(part, control, profile, gpu_cap_hz=gpu_cap_hz)
         assert est is not None
@@ -132,14 +138,15 @@ def mix_estimate(mix: StepMix, control: Any, profile: Any, *, gpu_cap_hz: int | 
         for name, joules in est.energy_j.items():
             energy[name] = energy.get(name, 0.0) + weight * joules
         if part is heaviest[1]:
-            clocks = c
+            heaviest_clocks = c
+    assert heaviest_clocks is not None  # the heaviest part is one of the parts
     power = {name: 1000.0 * joules / time_s for name, joules in energy.items()}
-    return MixEstimate(time_s, energy, power, clocks)
+    return MixEstimate(time_s, energy, power, heaviest_clocks)
 
 
 def fast_sweep(
     trace: StepTrace | StepMix,
-    profile: Any,
+    profile: TwinProfile,
     settings: Sequence[DvfsSetting],
     *,
     warmup_steps: int = 1,
@@ -155,7 +162,7 @@ def fast_sweep(
             fast_points(trace, profile, settings, warmup_steps=warmup_steps, steps=steps, rails=rails)]
 
 
-def check_counts(warmup: Any, steps: Any, repeats: Any) -> None:
+def check_counts(warmup: object, steps: object, repeats: object) -> None:
     for name, value, low in (("warm-up steps", warmup, 0), ("measured steps", steps, 1), ("repeats", repeats, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name} must be a whole number of at least {low}, not {value!r}",

@@ -85,7 +85,9 @@ class TwinFiles:
     def _first_online_policy(self, online: list[int]) -> int:
         size = self.profile.cpu.cluster_size
         for i, p in enumerate(self.layout.cpu_policy_dirs):
-            first = int(re.search(r"cpu(\d+)/cpufreq", p).group(1))  # type: ignore[union-attr]
+            found = re.search(r"cpu(\d+)/cpufreq", p)
+            assert found is not None  # the layout names each policy folder .../cpuN/cpufreq
+            first = int(found.group(1))
             if any(first <= c < first + size for c in online):
                 return i
         return 0

@@ -267,7 +267,8 @@ class VirtualOrin:
     def _run_mix(self, mix: StepMix) -> TwinStep:
         with self._lock:
             self._note_step()
-            time_s, energy, util = 0.0, {}, 0.0
+            time_s, util = 0.0, 0.0
+            energy: dict[str, float] = {}
             for weight, part in mix.parts:
                 _clocks, est, power = self._refresh(part)
                 assert est is not None
@@ -354,9 +355,7 @@ class VirtualOrin:
         self._trace = trace
         control = self._read_control()
         cap = self.profile.thermal.throttle_gpu_hz if throttling(self._temps, self.profile.thermal) and self._thermal else None
-        step = trace
-        if isinstance(trace, StepMix):
-            step = max(trace.parts, key=lambda p: p[0])[1]
+        step = max(trace.parts, key=lambda p: p[0])[1] if isinstance(trace, StepMix) else trace
         clocks, est = resolve(step, control, self.profile, gpu_cap_hz=cap)
         if isinstance(trace, StepMix) and not trace.is_single:
             from engine.device.twin.fast import mix_estimate

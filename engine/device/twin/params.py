@@ -15,9 +15,12 @@ import dataclasses
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, cast
 
 from engine.core.errors import ProfileError
+
+if TYPE_CHECKING:  # profile imports this module
+    from engine.device.twin.profile import TwinProfile
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,9 @@ class ParamSpread:
                                "widen the bounds in [[uncertainty]] or correct the value")
 
 
-def get_param(profile: Any, path: str) -> float:
+def get_param(profile: TwinProfile, path: str) -> float:
     """The number at `path` in `profile`."""
-    obj: Any = profile
+    obj: object = profile
     for part in path.split("."):
         obj = _child(obj, part, path)
     if isinstance(obj, bool) or not isinstance(obj, (int, float)):
@@ -49,20 +52,20 @@ def get_param(profile: Any, path: str) -> float:
     return float(obj)
 
 
-def with_params(profile: Any, values: Mapping[str, float]) -> Any:
+def with_params(profile: TwinProfile, values: Mapping[str, float]) -> TwinProfile:
     """A copy of `profile` with the numbers at these paths replaced (integers stay integers)."""
-    out = profile
+    out: object = profile
     for path, value in values.items():
         out = _replace(out, path.split("."), float(value), path)
-    return out
+    return cast("TwinProfile", out)  # _replace rebuilds each level with its own type
 
 
-def param_values(profile: Any, paths: Sequence[str]) -> dict[str, float]:
+def param_values(profile: TwinProfile, paths: Sequence[str]) -> dict[str, float]:
     return {p: get_param(profile, p) for p in paths}
 
 
-def sample_profiles(profile: Any, n: int, *, seed: int = 0,
-                    spreads: Sequence[ParamSpread] | None = None) -> list[Any]:
+def sample_profiles(profile: TwinProfile, n: int, *, seed: int = 0,
+                    spreads: Sequence[ParamSpread] | None = None) -> list[TwinProfile]:
     """`n` plausible profiles: each uncertain number drawn independently from a normal around the
     profile's value with its sd, truncated to its bounds (rejection, then clipping). The first
     member is the profile itself, so an ensemble's figures always include the nominal one.
@@ -71,7 +74,7 @@ def sample_profiles(profile: Any, n: int, *, seed: int = 0,
     rng = random.Random(seed)
     members = [profile]
     for _ in range(max(0, n - 1)):
-        values = {}
+        values: dict[str, float] = {}
         for s in spreads:
             centre = get_param(profile, s.path)
             values[s.path] = _truncated(rng, centre, s.sd, s.lower, s.upper)
@@ -89,25 +92,26 @@ def _truncated(rng: random.Random, mu: float, sd: float, lo: float, hi: float) -
     return min(max(rng.gauss(mu, sd), lo), hi)
 
 
-def _child(obj: Any, part: str, path: str) -> Any:
+def _child(obj: object, part: str, path: str) -> object:
     if isinstance(obj, tuple):  # rails, by name
         for item in obj:
             if getattr(item, "name", None) == part:
                 return item
         raise ProfileError(f"{path}: the profile has no {part!r} there",
                            f"use one of {', '.join(str(getattr(i, 'name', '?')) for i in obj)}")
-    if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type) or part not in {f.name for f in dataclasses.fields(obj)}:
         raise ProfileError(f"{path}: the profile has no field {part!r} there",
                            "name a field of profiles/devices/agx-orin-64gb.toml, e.g. gpu.vf.max_v")
     return getattr(obj, part)
 
 
-def _replace(obj: Any, parts: list[str], value: float, path: str) -> Any:
+def _replace(obj: object, parts: list[str], value: float, path: str) -> object:
     head, rest = parts[0], parts[1:]
     child = _child(obj, head, path)
     if isinstance(obj, tuple):
         new = _replace(child, rest, value, path) if rest else value
         return tuple(new if item is child else item for item in obj)
+    assert dataclasses.is_dataclass(obj) and not isinstance(obj, type)  # _child checked it
     if rest:
         return dataclasses.replace(obj, **{head: _replace(child, rest, value, path)})
     if isinstance(child, bool) or not isinstance(child, (int, float)):

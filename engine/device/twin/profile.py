@@ -375,7 +375,7 @@ def _convert(tp: Any, value: Any, key: str, path: Path) -> Any:
         if value is None:
             return None
         return _convert(inner[0], value, key, path)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, key, path)
     if origin is tuple:
         if not isinstance(value, list):

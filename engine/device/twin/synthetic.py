@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.trace import StepMix, StepTrace
 from engine.device.setting import MAXN, DvfsSetting
 from engine.device.twin.calibration_core import Observation
 from engine.device.twin.params import get_param, with_params
+
+if TYPE_CHECKING:  # the profile module loads with the first profile
+    from engine.device.twin.profile import TwinProfile
 
 GPU_CPU_RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV")  # what published Orin fine-tuning measurements sum
 SWEEP_MODE = 0  # pinned GPU steps in MAXN's mode, CPU and EMC on their governors
@@ -34,7 +37,7 @@ PERTURBATION: Mapping[str, float] = {
 }
 
 
-def perturbed_profile(profile: Any, perturbation: Mapping[str, float] | None = None) -> Any:
+def perturbed_profile(profile: TwinProfile, perturbation: Mapping[str, float] | None = None) -> TwinProfile:
     """`profile` with the perturbation's numbers (default PERTURBATION), named "<name>-perturbed"."""
     from dataclasses import replace
 
@@ -47,7 +50,7 @@ def perturbed_profile(profile: Any, perturbation: Mapping[str, float] | None = N
     return replace(with_params(profile, values), name=f"{profile.name}-perturbed", base=profile.name)
 
 
-def gpu_sweep_settings(profile: Any, *, steps: Sequence[int] | None = None, maxn: bool = True) -> tuple[DvfsSetting, ...]:
+def gpu_sweep_settings(profile: TwinProfile, *, steps: Sequence[int] | None = None, maxn: bool = True) -> tuple[DvfsSetting, ...]:
     """MAXN and the GPU pinned (min = max) at each table step (or those indices), CPU/EMC on governors."""
     table = profile.gpu.table_hz
     chosen = range(len(table)) if steps is None else steps
@@ -55,7 +58,7 @@ def gpu_sweep_settings(profile: Any, *, steps: Sequence[int] | None = None, maxn
     return ((MAXN,) if maxn else ()) + tuple(out)
 
 
-def synthetic_sweep(trace: StepTrace | StepMix, truth: Any, *, sweep: str,
+def synthetic_sweep(trace: StepTrace | StepMix, truth: TwinProfile, *, sweep: str,
                     settings: Sequence[DvfsSetting] | None = None, rails: Sequence[str] = GPU_CPU_RAILS,
                     noise: float = 0.015, seed: int = 0, energy_only: int = 0) -> list[Observation]:
     """One sweep "measured" on the `truth` profile: each figure times a log-normal factor of sd
