@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -82,6 +83,10 @@ class FakeTwin:
 
     def close(self) -> None:
         self.closed = True
+
+    def driven(self):
+        """As VirtualOrin.driven: time moves with the steps only (this fake has no idle clock)."""
+        return contextlib.nullcontext()
 
 
 def fake_twin_session(monkeypatch: pytest.MonkeyPatch) -> list[FakeTwin]:
