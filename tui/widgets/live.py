@@ -59,9 +59,9 @@ class GraphStack(Vertical):
             return
         h = max(1, self.content_size.height // len(self.graphs))
         for g in self.graphs.values():
-            if getattr(g, "_shared_h", None) != h:
+            if g.shared_height != h:
                 g.styles.height = h
-                g._shared_h = h  # type: ignore[attr-defined]
+                g.shared_height = h
 
 
 def power_scale(peak: float | None) -> float:
