@@ -13,7 +13,7 @@ from tui.screens.base import PageScreen
 from tui.state import DeviceReading
 from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
-from tui.widgets.live import GraphStack, show_clocks, show_load, show_rails, show_temps
+from tui.widgets.live import GraphStack, plot_clocks, plot_load, plot_rails, plot_temps
 
 
 def span_text(history: DeviceHistory) -> str:
@@ -57,16 +57,16 @@ class DeviceScreen(PageScreen):
         over = span_text(history)
         power = self.query_one("#dev-power", GraphStack)
         power.border_title = Text(f"Power W [{src}] avg/pk {over}")
-        show_rails(power, history, [r.name for r in snap.rails])
+        plot_rails(power, history, [r.name for r in snap.rails])
         self.query_one(ClocksPane).show(snap, tables)
         self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}] now avg pk")
         clock_graphs = self.query_one("#dev-clock-graphs", GraphStack)
-        show_clocks(clock_graphs, history, tables)
-        show_load(clock_graphs, history)
+        plot_clocks(clock_graphs, history, tables)
+        plot_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#dev-temps")
         temps.border_title = fit(title_room(temps), *temps_titles(src))
-        show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
+        plot_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
         lines = list(reading.notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
         if "rails" in snap.errors:
             lines.append(f"rails: {snap.errors['rails']}")

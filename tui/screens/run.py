@@ -25,7 +25,7 @@ from tui.state import DeviceReading
 from tui.widgets.charts import BlockChart
 from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
-from tui.widgets.live import GraphStack, show_clocks, show_temps
+from tui.widgets.live import GraphStack, plot_clocks, plot_temps
 from tui.widgets.run_panes import ProgressPane, RunPowerPane
 
 LABEL_W = 6  # the block chart's y-axis labels
@@ -92,11 +92,11 @@ class RunScreen(PageScreen):
         history = self.history
         self.query_one(ClocksPane).show(snap, tables)
         self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
-        show_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
+        plot_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#run-temps-box")
         temps.border_title = fit(title_room(temps), *temps_titles(src))
-        show_temps(self.query_one("#run-temp-graphs", GraphStack), history)
+        plot_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
     def watch_runs_started(self) -> None:
         self._new_log = True  # the next view drawn is a new experiment's
