@@ -72,3 +72,40 @@ def test_the_apps_binding_check_takes_a_key_and_priority() -> None:
     assert inspect.iscoroutinefunction(check)
     params = inspect.signature(check).parameters
     assert list(params)[:3] == ["self", "key", "priority"] and params["priority"].default is False
+
+
+async def test_a_page_taken_apart_at_exit_reads_display_false_before_its_widgets_go() -> None:
+    """tui.screens.base.live (PageScreen.on_view's check): a message handled while the app exits
+    must not draw on a page whose widgets Textual is removing (was: NoMatches on '#run-chart' from a progress message after quit)."""
+    from textual.app import App, ComposeResult
+    from textual.screen import Screen
+    from textual.widgets import Static
+
+    from tui.screens.base import live as _live
+
+    seen: list[tuple[bool, bool]] = []
+
+    class Part(Static):
+        def on_unmount(self) -> None:
+            page = self.app.get_screen("page")
+            seen.append((page.display, _live(page)))
+
+    class Page(Screen):
+        composed = True
+
+        def compose(self) -> ComposeResult:
+            yield Part("a", id="a")
+            yield Part("b", id="b")
+
+    class Demo(App):
+        SCREENS = {"page": Page}
+
+        def on_mount(self) -> None:
+            self.push_screen("page")
+
+    app = Demo()
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert _live(app.get_screen("page"))
+        app.exit()
+    assert seen and all(s == (False, False) for s in seen), seen

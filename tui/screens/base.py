@@ -34,6 +34,13 @@ PAGE_BINDINGS = [
 GLOBAL_ACTIONS = frozenset(b.action for b in PAGE_BINDINGS)
 
 
+def live(screen: Screen) -> bool:
+    """A page whose widgets exist: composed, and not being taken apart. At exit Textual removes
+    a page's widgets one by one while messages are still handled; from its start `display`
+    reads False (tests/test_textual_internals.py), so a late message draws nothing."""
+    return bool(getattr(screen, "composed", False)) and bool(screen.children) and screen.display
+
+
 class TickBox(Checkbox):
     """A checkbox whose state reads without colour: `[X]` or `[ ]` (Textual's `▐X▌` differs by
     colour alone, which NO_COLOR and 16-colour terminals lose)."""
@@ -84,9 +91,8 @@ class PageScreen(Screen):
 
     def on_view(self) -> bool:
         """The page is on view: the current screen, or the page under the dialogs over it (a dialog
-        shows the page beneath it, which must keep updating), with its widgets (at exit a dialog's
-        page loses them while messages are still handled)."""
-        if not self.composed or not self.children:
+        shows the page beneath it, which must keep updating), with its widgets (`live`)."""
+        if not live(self):
             return False
         for screen in reversed(self.app.screen_stack):
             if not isinstance(screen, ModalScreen):
