@@ -230,10 +230,8 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
     def action_page(self, name: str) -> None:
         if self._quitting or isinstance(self.screen, ModalScreen) or name not in PAGES:
             return
-        current = self.screen
-        if getattr(current, "PAGE", None) == name:
-            return
-        self.switch_screen(name)
+        if not self.showing(name):
+            self.switch_screen(name)
 
     def page(self, name: str) -> Screen:
         """The installed page `name` (for tests and the command palette)."""

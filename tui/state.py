@@ -137,6 +137,10 @@ class AppState(App[None]):
                 return None
         return self._store
 
+    def showing(self, name: str) -> bool:
+        """Page `name` is the current screen (not under a dialog)."""
+        return getattr(self.screen, "PAGE", None) == name
+
     def _refuse_if_busy(self) -> bool:
         if self._quitting:
             return True  # nothing new starts while quitting waits for the run to stop

@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from textual import work
-from textual.screen import ModalScreen
 
 from engine.core.errors import SlmDvfsError
 from engine.results.format import versus_text
@@ -17,7 +16,6 @@ from tui.bridge import EventBridge
 from tui.messages import EngineFailed, ExperimentDone, PreviewRequested, RunProgress, SelectorPreviewed
 from tui.runstate import RunTracker
 from tui.screens.modals import ConfirmScreen
-from tui.screens.run import RunScreen
 from tui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -78,8 +76,7 @@ class ExperimentActions(AppState):
         self.selector_line = self.selector_short = "selector: asking…"
         self.runs_started += 1  # the Run page's log starts afresh
         self.run_view = tracker.view()
-        if getattr(self.screen, "PAGE", None) != "run" and not isinstance(self.screen, ModalScreen):
-            self.switch_screen("run")
+        self.action_page("run")  # unless a dialog is open
         self.experiment_worker(spec, self.control, self.run_bridge, tuple(callbacks))
         return self.control
 
@@ -152,7 +149,7 @@ class ExperimentActions(AppState):
         self.notify(line.split("\n")[0], title=f"Experiment {status}")
         if result.run.steps > 0 and self.store is not None:
             base = result.baseline.run_id if result.baseline is not None and not result.baseline.cancelled else None
-            self.open_run(result.run.run_id, base, switch=isinstance(self.screen, RunScreen))
+            self.open_run(result.run.run_id, base, switch=self.showing("run"))
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         exc = message.error
