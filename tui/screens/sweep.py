@@ -340,10 +340,12 @@ class SweepScreen(PageScreen):
     def _title_heat(self) -> None:
         """The heat map's title names the sweep and its workload, as the width allows."""
         view, pane = self._shown, self.query_one("#sweep-heat", Static)
-        w = None if view is None else view.workload
-        pane.border_title = "Energy per sample" if w is None else fit(  # Text: a name is never markup
-            title_room(pane), Text(f"sweep {view.sweep_id}: {w.model}/{w.task}, energy per sample"),  # type: ignore[union-attr]
-            Text(f"sweep {view.sweep_id}: {w.model}/{w.task}"), Text(f"sweep {view.sweep_id}"))  # type: ignore[union-attr]
+        if view is None or view.workload is None:
+            pane.border_title = "Energy per sample"
+            return
+        w, sweep = view.workload, f"sweep {view.sweep_id}"
+        pane.border_title = fit(title_room(pane), Text(f"{sweep}: {w.model}/{w.task}, energy per sample"),
+                                Text(f"{sweep}: {w.model}/{w.task}"), Text(sweep))  # Text: a name is never markup
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._title_heat)
