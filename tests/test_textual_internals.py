@@ -75,13 +75,13 @@ def test_the_apps_binding_check_takes_a_key_and_priority() -> None:
 
 
 async def test_a_page_taken_apart_at_exit_reads_display_false_before_its_widgets_go() -> None:
-    """tui.app._live: a message handled while the app exits must not draw on a page whose widgets
-    Textual is removing (was: NoMatches on '#run-chart' from a progress message after quit)."""
+    """tui.screens.base.live (PageScreen.on_view's check): a message handled while the app exits
+    must not draw on a page whose widgets Textual is removing (was: NoMatches on '#run-chart' from a progress message after quit)."""
     from textual.app import App, ComposeResult
     from textual.screen import Screen
     from textual.widgets import Static
 
-    from tui.app import _live
+    from tui.screens.base import live as _live
 
     seen: list[tuple[bool, bool]] = []
 

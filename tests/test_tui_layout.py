@@ -139,7 +139,7 @@ async def test_the_selector_preview_of_another_model_is_cleared(twin_session: De
         assert "press p to ask" in plain(selector.content) and app.selector_line == ""
         await ui.press("escape", "4", "2")  # and not brought back when the page is shown again
         assert "press p to ask" in plain(app.screen.query_one("#selector").content)
-        app.screen.show_selector("selector chooses GPU 816; vs MAXN: 13.0% less energy, 21.4% slower [predicted]")
+        app.selector_line = "selector chooses GPU 816; vs MAXN: 13.0% less energy, 21.4% slower [predicted]"
         await ui.footer()
         assert "slower [predicted]" in screen_text(app)  # the source tag is text, not markup
         await ui.press("q")
@@ -148,13 +148,13 @@ async def test_the_selector_preview_of_another_model_is_cleared(twin_session: De
 async def test_the_run_page_keeps_updating_under_the_cancel_dialog(twin_session: DeviceSession, results_store: Store,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     shown: list[int] = []
-    original = RunScreen.show_run
+    original = RunScreen.draw_run
 
     def spy(self: RunScreen, view: Any) -> None:
         shown.append(view.step)
         original(self, view)
 
-    monkeypatch.setattr(RunScreen, "show_run", spy)
+    monkeypatch.setattr(RunScreen, "draw_run", spy)
     app = make_app(twin_session, store=results_store)
     async with drive(app) as ui:
         await _start_long_run(ui, twin_session)

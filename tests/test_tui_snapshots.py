@@ -76,7 +76,6 @@ def test_setup_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -
         setup = pilot.app.screen
         pilot.app.selector_key = forms.workload_key(setup.values())  # a preview of this workload
         pilot.app.selector_line = PREVIEW.line()  # the longest line, with its interval: wrapped, not cut
-        setup.show_selector(pilot.app.selector_line)
         setup.query_one("#policy").value = "static:gpu="  # a bad value, marked where typed
         setup.mark_errors()
         await pilot.pause()
@@ -186,6 +185,7 @@ def test_fleet_page(app: SlmDvfsApp, snap_compare: Any, size: tuple[int, int]) -
             tracker.poll(demo.fleet_boards(i))
         for event in demo.fleet_events():
             tracker.feed(event)
+        pilot.app.fleet_changed()  # the page's view of what the tracker folded
         await _show(pilot, "7")
 
     assert snap_compare(app, run_before=run_before, terminal_size=size)

@@ -284,8 +284,7 @@ async def test_a_projection_from_too_few_steps_says_it_has_no_range_yet(
         energy = next(line for line in text.splitlines() if "energy " in line)
         assert "±0" not in energy and "[predicted]" in energy
         assert "±?" in energy or "no range before" in energy, energy
-        app.run_view = demo.run_view(steps_done=120)
-        app.screen.show_run(app.run_view)
+        app.run_view = demo.run_view(steps_done=120)  # the page is bound to it: redrawn
         await ui.settle()
         energy = next(line for line in assert_whole(app, "#run-progress").splitlines() if "energy " in line)
         assert re.search(r"→ [\d.]+±[\d.]+ J \[predicted\]", energy), energy

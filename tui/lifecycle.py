@@ -9,7 +9,6 @@ told (engine.cli.tui_launch prints it), unless the terminal is gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import sys
@@ -18,14 +17,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.worker import WorkerState
 
 from tui.actions.experiments import ENGINE
 from tui.actions.fleet import FLEET_QUIT_WAIT_S
-from tui.screens.run import RunScreen
-from tui.screens.sweep import SweepScreen
+from tui.state import AppState
 
 if TYPE_CHECKING:
     from tui.terminal import TerminalLost
@@ -46,8 +43,15 @@ class QuitNote:
     failed: bool = False  # it ended in an error: whether its guard restored the clocks is not known here
 
 
-class Lifecycle:
+class Lifecycle(AppState):
     """Mixin of SlmDvfsApp: its driver, the signals it quits on, quitting."""
+
+    quit_wait_s: float
+    _quit_reason: str  # what a run cancelled by quitting is stored with
+    _signals: dict[int, Any]
+    quit_requested_at: float | None
+    exited_at: float | None
+    terminal_lost: str | None
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's driver for this terminal; on Linux and macOS the one that notices the terminal
@@ -148,17 +152,12 @@ class Lifecycle:
         """While quitting: the line in the log of the page that shows the engine's work (the Run
         page's for an experiment, the Sweep page's for a sweep) and as a notification."""
         busy = self.quit_note.busy if self.quit_note is not None else None
-        with contextlib.suppress(NoMatches):  # a page being taken apart at exit
-            if busy == "experiment" and self.run_tracker is not None:
-                self.run_tracker.note(line)
-                self.run_view = self.run_tracker.view()
-                if (page := self._current(RunScreen)) is not None:
-                    page.show_run(self.run_view)
-            elif busy in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
-                self.sweep_tracker.note(line)
-                self.sweep_view = self.sweep_tracker.view()
-                if (page := self._current(SweepScreen)) is not None:
-                    page.show_sweep(self.sweep_view)
+        if busy == "experiment" and self.run_tracker is not None:
+            self.run_tracker.note(line)
+            self.run_view = self.run_tracker.view()
+        elif busy in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
+            self.sweep_tracker.note(line)
+            self.sweep_view = self.sweep_tracker.view()
         self.notify(line, title="Quitting", timeout=60)
 
     @staticmethod

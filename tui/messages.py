@@ -1,17 +1,22 @@
-"""Messages the app's workers post to the UI thread.
+"""The app's messages: what its workers post to the UI thread, and what its pages ask of it.
 
-Workers never touch widgets: they post one of these and the app (on the UI thread)
-updates the pages. Step events are coalesced: `RunProgress` carries no payload and is
-posted again only once the UI has taken the last one (see tui.bridge).
+Workers never touch widgets: they post one of these and the app (on the UI thread) updates its
+state, which the pages bind to (tui.state). Step events are coalesced: `RunProgress` carries no
+payload and is posted again only once the UI has taken the last one (see tui.bridge).
+
+Pages never call the app either: what the user asks for on a page (start, open, connect...) goes
+up as one of the requests at the end of this module, which the app handles with `@on`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from textual.message import Message
 
 from engine.device.snapshot import DeviceSnapshot
+from tui.forms import SetupValues
 
 
 class SnapshotTaken(Message):
@@ -127,3 +132,103 @@ class FleetSweepDone(Message):
     def __init__(self, result: Any) -> None:
         super().__init__()
         self.result = result
+
+
+# ---------------------------------------------------------------------- what the pages ask of the app
+@dataclass
+class SetupChanged(Message):
+    """Setup's form changed, or the page was shown (its policy's needs are looked up again)."""
+
+    values: SetupValues
+
+
+@dataclass
+class ExperimentRequested(Message):
+    """Setup's `s`: start the experiment the form describes (its fields all check)."""
+
+    values: SetupValues
+
+
+@dataclass
+class PreviewRequested(Message):
+    """Setup's `p`: ask the selector what it would choose for the form's workload."""
+
+    values: SetupValues
+
+
+@dataclass
+class SweepRequested(Message):
+    """The Sweep page's `s` (here) or `f` (on the connected fleet): the form's values (SweepScreen.values)."""
+
+    values: dict[str, Any]
+    on_fleet: bool = False
+
+
+@dataclass
+class SelectorTrainingRequested(Message):
+    """The Sweep page's `t`: train the selector on this store's sweeps."""
+
+
+@dataclass
+class CalibrationRequested(Message):
+    """The Sweep page's `c`: calibrate the twin to this store's measured sweeps."""
+
+
+@dataclass
+class RecordsRequested(Message):
+    """History was shown, or its `r`: read the store's runs and sweeps again."""
+
+
+@dataclass
+class RunHighlighted(Message):
+    """History's runs table highlights this run (None: no run), for the palette's export and delete."""
+
+    run_id: int | None
+
+
+@dataclass
+class RunOpenRequested(Message):
+    """History's `o`/enter on a run: that run against its baseline on Compare."""
+
+    run_id: int
+
+
+@dataclass
+class SweepOpenRequested(Message):
+    """History's `o`/enter on a sweep: that sweep on the Sweep page."""
+
+    sweep_id: int
+
+
+@dataclass
+class PairRequested(Message):
+    """History's `c` on two marked runs: one against the other (a MAXN one is the baseline)."""
+
+    first: int
+    second: int
+
+
+@dataclass
+class ExportRequested(Message):
+    """History's `e`: the run's summary and power trace as CSV."""
+
+    run_id: int
+
+
+@dataclass
+class DeleteRequested(Message):
+    """History's `d`: delete the run (the app asks first)."""
+
+    run_id: int
+
+
+@dataclass
+class FleetConnectRequested(Message):
+    """The Fleet page's `c`: connect to what its field names (an address, or `twins:N[:profile]`)."""
+
+    target: str
+
+
+@dataclass
+class FleetDisconnectRequested(Message):
+    """The Fleet page's `d`: disconnect (a local fleet's Ray stops)."""

@@ -8,22 +8,26 @@ from typing import Any
 from textual import work
 
 from tui.actions.experiments import ENGINE
-from tui.messages import EngineFailed, TwinCalibrated
+from tui.messages import CalibrationRequested, EngineFailed, TwinCalibrated
 from tui.screens.modals import ReportScreen
+from tui.state import AppState
 
 DEFAULT_BASE = "agx-orin-64gb"
 
 
-class CalibrateActions:
+class CalibrateActions(AppState):
     """Mixin of SlmDvfsApp."""
 
+    def on_calibration_requested(self, message: CalibrationRequested) -> None:
+        self.calibrate_twin()
+
     def calibrate_twin(self) -> None:
-        if self._refuse_if_busy() or self.store is None:  # type: ignore[attr-defined]
+        if self._refuse_if_busy() or self.store is None:
             return
         # The twin's own profile when the app runs on one; on a board, the shipped profile of its kind.
-        base = getattr(self.identity, "profile", None) or DEFAULT_BASE  # type: ignore[attr-defined]
+        base = getattr(self.identity, "profile", None) or DEFAULT_BASE
         self.engine_busy = "calibration"
-        self.notify(f"calibrating {base} to this store's measured sweeps (with leave-one-sweep-out); "  # type: ignore[attr-defined]
+        self.notify(f"calibrating {base} to this store's measured sweeps (with leave-one-sweep-out); "
                     "this takes a minute or so")
         self.calibrate_worker(base)
 
@@ -32,14 +36,14 @@ class CalibrateActions:
         from engine.run.calibrate import CalibrateSpec, run_calibration
 
         try:
-            result = run_calibration(CalibrateSpec(twin=base), store=self.store)  # type: ignore[attr-defined]
+            result = run_calibration(CalibrateSpec(twin=base), store=self.store)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
-            self.post_message(EngineFailed("calibration", exc))  # type: ignore[attr-defined]
+            self.post_message(EngineFailed("calibration", exc))
             return
-        self.post_message(TwinCalibrated(result))  # type: ignore[attr-defined]
+        self.post_message(TwinCalibrated(result))
 
     def on_twin_calibrated(self, message: TwinCalibrated) -> None:
         result: Any = message.result
-        self._engine_idle()  # type: ignore[attr-defined]
-        self.push_screen(ReportScreen(f"Calibrated profile {result.profile_name}", result.report_text()))  # type: ignore[attr-defined]
-        self.notify(result.summary_line(), title="Twin calibrated", timeout=12)  # type: ignore[attr-defined]
+        self._engine_idle()
+        self.push_screen(ReportScreen(f"Calibrated profile {result.profile_name}", result.report_text()))
+        self.notify(result.summary_line(), title="Twin calibrated", timeout=12)

@@ -3,43 +3,29 @@ pause/resume, cancel, and the selector's preview before a run."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from textual import work
-from textual.css.query import NoMatches
-from textual.screen import ModalScreen
 
 from engine.core.errors import SlmDvfsError
 from engine.results.format import versus_text
+from tui import forms
 from tui.bridge import EventBridge
-from tui.messages import EngineFailed, ExperimentDone, RunProgress, SelectorPreviewed
+from tui.messages import EngineFailed, ExperimentDone, PreviewRequested, RunProgress, SelectorPreviewed
 from tui.runstate import RunTracker
 from tui.screens.modals import ConfirmScreen
-from tui.screens.run import RunScreen
-from tui.screens.setup import SetupScreen
-from tui.screens.sweep import SweepScreen
+from tui.state import AppState
 
 log = logging.getLogger(__name__)
 ENGINE = "engine"  # the worker group of experiments, sweeps and selector training
 
 
-class ExperimentActions:
+class ExperimentActions(AppState):
     """Mixin of SlmDvfsApp."""
 
     # ------------------------------------------------------------------ experiments
-    def _refuse_if_busy(self) -> bool:
-        if self._quitting:
-            return True  # nothing new starts while quitting waits for the run to stop
-        if self.engine_busy is not None:
-            self.notify(f"a {self.engine_busy} is in progress: wait for it, or cancel it (x on page 3)",
-                        severity="warning")
-            return True
-        return False
-
     def request_start(self, values: Any) -> None:
         """Start what the setup form describes, asking first on a real board."""
         from tui.forms import build_spec
@@ -88,14 +74,9 @@ class ExperimentActions:
         self.engine_busy = "experiment"
         self.pinned_by_us = True
         self.selector_line = self.selector_short = "selector: asking…"
+        self.runs_started += 1  # the Run page's log starts afresh
         self.run_view = tracker.view()
-        run_page = self.get_screen("run")
-        if getattr(run_page, "composed", False):
-            run_page.new_run()  # type: ignore[attr-defined]
-        if getattr(self.screen, "PAGE", None) != "run" and not isinstance(self.screen, ModalScreen):
-            self.switch_screen("run")  # it syncs when shown
-        elif (page := self._current(RunScreen)) is not None:
-            self.sync_page(page)
+        self.action_page("run")  # unless a dialog is open
         self.experiment_worker(spec, self.control, self.run_bridge, tuple(callbacks))
         return self.control
 
@@ -130,14 +111,8 @@ class ExperimentActions:
     def on_run_progress(self, message: RunProgress) -> None:
         if self.run_bridge is not None:
             self.run_bridge.taken()
-        if self.run_tracker is None:
-            return
-        self.run_view = self.run_tracker.view()
-        if (page := self._current(RunScreen)) is not None:
-            page.show_run(self.run_view)
-            self.progress_drawn_at = time.monotonic()
-            if self._device_behind or self.run_view.status != "running":
-                self.draw_device(page)
+        if self.run_tracker is not None:
+            self.run_view = self.run_tracker.view()
 
     def on_selector_previewed(self, message: SelectorPreviewed) -> None:
         self.selector_line = message.preview.line()
@@ -146,10 +121,6 @@ class ExperimentActions:
             self.run_tracker.note(self.selector_line)
             if self.run_bridge is not None:
                 self.run_bridge.poke()
-        if (page := self._current(SetupScreen)) is not None:
-            page.show_selector(self.selector_line)
-        if (page := self._current(RunScreen)) is not None:
-            page.show_selector(self.selector_short)
 
     def on_experiment_done(self, message: ExperimentDone) -> None:
         result = message.result
@@ -174,22 +145,17 @@ class ExperimentActions:
             self.run_tracker.end(status, line)
             self.run_view = self.run_tracker.view()
         if self._quitting:  # the app exits next: the Run page says how the run ended, nothing else opens
-            if (page := self._current(RunScreen)) is not None:
-                with contextlib.suppress(NoMatches):  # a page being taken apart at exit
-                    page.show_run(self.run_view)
             return
         self.notify(line.split("\n")[0], title=f"Experiment {status}")
         if result.run.steps > 0 and self.store is not None:
             base = result.baseline.run_id if result.baseline is not None and not result.baseline.cancelled else None
-            self.open_run(result.run.run_id, base, switch=isinstance(self.screen, RunScreen))
-        if (page := self._current(RunScreen)) is not None:
-            page.show_run(self.run_view)
+            self.open_run(result.run.run_id, base, switch=self.showing("run"))
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         exc = message.error
         what = message.what
         if isinstance(exc, SlmDvfsError):
-            text, detail = exc.what, self.app_remedy(exc)  # type: ignore[attr-defined]
+            text, detail = exc.what, self.app_remedy(exc)
         else:
             text, detail = f"{type(exc).__name__}: {exc}", "this is a bug: please report it with the log"
             log.error("the %s failed", what, exc_info=exc)
@@ -198,23 +164,10 @@ class ExperimentActions:
         if what == "experiment" and self.run_tracker is not None:
             self.run_tracker.end("failed", line)
             self.run_view = self.run_tracker.view()
-            if (page := self._current(RunScreen)) is not None:
-                page.show_run(self.run_view)
         if what in ("sweep", "fleet sweep") and self.sweep_tracker is not None:
             self.sweep_tracker.finish("failed", line=line)
             self.sweep_view = self.sweep_tracker.view()
-            if (page := self._current(SweepScreen)) is not None:
-                page.show_sweep(self.sweep_view)
         self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
-
-    def _engine_idle(self, ended: str | None = None, *, failed: bool = False) -> None:
-        """The engine worker has finished (`ended`: its line on how, for quitting to repeat)."""
-        self.polled.invalidate()  # the guard has put the mode back: show it at the next poll
-        self.engine_ended = ended
-        self.engine_failed = failed
-        self.engine_busy = None
-        self.control = None
-        self.pinned_by_us = False
 
     def action_pause_resume(self) -> None:
         control = self.control
@@ -245,14 +198,19 @@ class ExperimentActions:
                                        yes="Cancel it", no="Keep running"), answer)
 
     def action_start_from_setup(self) -> None:
+        """The palette's Start: Setup's own `s` (its checks first), once the page is shown."""
         self.action_page("setup")
-        self.call_after_refresh(lambda: self.get_screen("setup").action_start())  # type: ignore[attr-defined]
+        self.call_after_refresh(self.run_action, "start", self.get_screen("setup"))
 
     def action_predict_from_setup(self) -> None:
         self.action_page("setup")
-        self.call_after_refresh(lambda: self.get_screen("setup").action_predict())  # type: ignore[attr-defined]
+        self.call_after_refresh(self.run_action, "predict", self.get_screen("setup"))
 
     # ------------------------------------------------------------------ the selector's preview
+    def on_preview_requested(self, message: PreviewRequested) -> None:
+        self.selector_key = forms.workload_key(message.values)
+        self.request_preview(message.values)
+
     def request_preview(self, values: Any) -> None:
         from tui.forms import build_spec
 
@@ -262,8 +220,6 @@ class ExperimentActions:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot ask the selector", severity="error")
             return
         self.selector_line = "selector: thinking… (tracing the workload)"
-        if (page := self._current(SetupScreen)) is not None:
-            page.show_selector(self.selector_line)
         self.preview_worker(spec)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="preview")

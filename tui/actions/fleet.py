@@ -28,12 +28,14 @@ from tui.messages import (
     FleetClosed,
     FleetConnected,
     FleetConnectFailed,
+    FleetConnectRequested,
+    FleetDisconnectRequested,
     FleetPolled,
     FleetSweepDone,
     SweepProgress,
 )
 from tui.screens.modals import ConfirmScreen
-from tui.screens.sweep import SweepScreen
+from tui.state import AppState
 
 FLEET_POLL_S = 1.0  # Fleet.boards() asks every board: once a second is live enough
 FLEET_QUIT_WAIT_S = 20.0  # quitting mid fleet sweep: the boards' tasks stop and restore their clocks
@@ -60,11 +62,10 @@ def split_models(text: str) -> list[str]:
     return [m.strip() for m in text.split(",") if m.strip()]
 
 
-class FleetActions:
+class FleetActions(AppState):
     """Mixin of SlmDvfsApp."""
 
     fleet: Any = None
-    fleet_tracker: FleetTracker
 
     def init_fleet(self, fleet: Any, address: str | None, twins: int | None, profile: str | None,
                    refresh_s: float = FLEET_POLL_S) -> None:
@@ -85,9 +86,16 @@ class FleetActions:
         address, twins, profile = self._fleet_target
         if self.fleet is not None:
             self.fleet_tracker.connected(getattr(self.fleet, "where", None) or fleet_where(address, twins))
+            self.fleet_changed()
             self.poll_fleet(self.fleet)
         elif address or twins:
             self.connect_fleet(address, twins, profile)
+
+    def on_fleet_connect_requested(self, message: FleetConnectRequested) -> None:
+        self.connect_fleet_from(message.target)
+
+    def on_fleet_disconnect_requested(self, message: FleetDisconnectRequested) -> None:
+        self.disconnect_fleet()
 
     def connect_fleet_from(self, text: str) -> None:
         """The Fleet page's `c`: the field's address or `twins:N[:profile]`."""
@@ -110,7 +118,7 @@ class FleetActions:
             return
         where = fleet_where(address, twins)
         self.fleet_tracker.connecting(where)
-        self.draw_fleet()
+        self.fleet_changed()
         self.fleet_connect_worker(address, twins, profile or DEFAULT_PROFILE, where)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-connect")
@@ -124,7 +132,7 @@ class FleetActions:
             self.post_message(FleetConnectFailed(where, text))
             return
         with self._fleet_lock:
-            leaving = self._fleet_closed or self._quitting  # type: ignore[attr-defined]
+            leaving = self._fleet_closed or self._quitting
             if not leaving:
                 self._owned_fleet = fleet
         if leaving:
@@ -135,13 +143,13 @@ class FleetActions:
     def on_fleet_connected(self, message: FleetConnected) -> None:
         self.fleet = message.fleet
         self.fleet_tracker.connected(message.where)
-        self.draw_fleet()
+        self.fleet_changed()
         self.notify(f"connected to {message.where}", title="Fleet")
         self.poll_fleet(message.fleet)
 
     def on_fleet_connect_failed(self, message: FleetConnectFailed) -> None:
         self.fleet_tracker.failed(message.where, message.error)
-        self.draw_fleet()
+        self.fleet_changed()
         self.notify(message.error, title=f"Cannot connect to {message.where}", severity="error", timeout=15)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-poll")
@@ -163,15 +171,7 @@ class FleetActions:
         else:
             self.fleet_tracker.note = ""
             self.fleet_tracker.poll(message.boards)
-        self.draw_fleet()
-
-    def draw_fleet(self) -> None:
-        from tui.screens.fleet import FleetScreen
-
-        if (page := self._current(FleetScreen)) is not None:  # type: ignore[attr-defined]
-            page.show_fleet(self.fleet_tracker.view())
-        if (page := self._current(SweepScreen)) is not None:  # type: ignore[attr-defined]
-            page.refresh_bindings()  # `f` shows once connected
+        self.fleet_changed()
 
     def disconnect_fleet(self) -> None:
         """The Fleet page's `d`: stop polling and close the fleet the app connected to (a local
@@ -179,7 +179,7 @@ class FleetActions:
         fleet = self.fleet
         if fleet is None:
             return
-        if self.engine_busy == "fleet sweep":  # type: ignore[attr-defined]
+        if self.engine_busy == "fleet sweep":
             self.notify("a fleet sweep runs: cancel it first (x on the Sweep page)", severity="warning")
             return
         where = self.fleet_tracker.where
@@ -189,7 +189,7 @@ class FleetActions:
             if owned:
                 self._owned_fleet = None
         self.fleet_tracker.disconnected()
-        self.draw_fleet()
+        self.fleet_changed()
         if owned:
             self.fleet_close_worker(fleet, where)
         else:
@@ -211,7 +211,7 @@ class FleetActions:
             self.notify(f"disconnected from {message.where}", title="Fleet")
 
     def _fleet_working(self, group: str) -> bool:
-        return any(w.group == group and not w.is_finished for w in self.workers)  # type: ignore[attr-defined]
+        return any(w.group == group and not w.is_finished for w in self.workers)
 
     def close_fleet(self) -> None:
         """After the app exits, however it exited: close the fleet the app connected to (a local
@@ -226,8 +226,9 @@ class FleetActions:
 
     # ------------------------------------------------------------------ fleet sweeps
     def action_fleet_sweep(self) -> None:
-        self.action_page("sweep")  # type: ignore[attr-defined]
-        self.call_after_refresh(lambda: self.get_screen("sweep").action_fleet_sweep())  # type: ignore[attr-defined]
+        """The palette's Fleet sweep: the Sweep page's own `f` (its checks first), once shown."""
+        self.action_page("sweep")
+        self.call_after_refresh(self.run_action, "fleet_sweep", self.get_screen("sweep"))
 
     def request_fleet_sweep(self, values: dict) -> None:
         """The Sweep form's workload on every board: one sweep per model in its model field."""
@@ -236,7 +237,7 @@ class FleetActions:
         if self.fleet is None:
             self.notify("not connected to a fleet: connect on the Fleet page (7)", severity="warning")
             return
-        if self._refuse_if_busy():  # type: ignore[attr-defined]
+        if self._refuse_if_busy():
             return
         boards = self.fleet_tracker.view().boards
         twins_only = bool(boards) and all(b.source.value == "twin" for b in boards)
@@ -256,7 +257,7 @@ class FleetActions:
         if twins_only:
             self.start_fleet_sweep(plans)
             return
-        self.push_screen(  # type: ignore[attr-defined]
+        self.push_screen(
             ConfirmScreen("Sweep the fleet's boards?",
                           f"{len(plans)} sweep(s) over the {plans[0].space} space run on the fleet's boards, each "
                           "setting applied in turn; every board restores its clocks when its work ends, is "
@@ -265,43 +266,39 @@ class FleetActions:
         )
 
     def start_fleet_sweep(self, plans: list[Any]) -> Any:
-        if self._refuse_if_busy() or self.store is None or self.fleet is None:  # type: ignore[attr-defined]
+        if self._refuse_if_busy() or self.store is None or self.fleet is None:
             return None
         tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
         tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
                      + ", ".join(f"{p.model}/{p.task}" for p in plans) + f" over {plans[0].space}")
         self.sweep_tracker = tracker
-        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),  # type: ignore[attr-defined]
-                                        min_interval_s=self.run_refresh_s)  # type: ignore[attr-defined]
+        self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
+                                        min_interval_s=self.run_refresh_s)
         self.control = FleetCancel()
         self.engine_busy = "fleet sweep"
         self.sweep_view = tracker.view()
-        if (page := self._current(SweepScreen)) is not None:  # type: ignore[attr-defined]
-            page.show_sweep(self.sweep_view)
         self.fleet_sweep_worker(self.fleet, tuple(plans), self.control, self.sweep_bridge)
         return self.control
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
     def fleet_sweep_worker(self, fleet: Any, plans: tuple[Any, ...], cancel: FleetCancel, bridge: EventBridge) -> None:
         try:
-            result = fleet.sweep(plans, store=self.store, on_event=bridge, cancel=cancel.event)  # type: ignore[attr-defined]
+            result = fleet.sweep(plans, store=self.store, on_event=bridge, cancel=cancel.event)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
-            self.post_message(EngineFailed("fleet sweep", exc))  # type: ignore[attr-defined]
+            self.post_message(EngineFailed("fleet sweep", exc))
             return
-        self.post_message(FleetSweepDone(result))  # type: ignore[attr-defined]
+        self.post_message(FleetSweepDone(result))
 
     def on_fleet_sweep_done(self, message: FleetSweepDone) -> None:
         result = message.result
         line = fleet_result_line(result)
-        self._engine_idle(line)  # type: ignore[attr-defined]  # quitting repeats how it ended
+        self._engine_idle(line)  # quitting repeats how it ended
         status = str(getattr(result, "status", "finished"))
         if isinstance(self.sweep_tracker, FleetSweepTracker):
             self.sweep_tracker.finish(status, line)
             self.sweep_view = self.sweep_tracker.view()
-        if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:  # type: ignore[attr-defined]
-            page.show_sweep(self.sweep_view)
-        self.draw_fleet()
-        if not self._quitting:  # type: ignore[attr-defined]
+        self.fleet_changed()
+        if not self._quitting:
             self.notify(line, title="Fleet sweep " + status)
 
 

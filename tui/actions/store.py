@@ -1,22 +1,54 @@
-"""The results store from the app: history, comparisons, export, delete."""
+"""The results store from the app: history, comparisons, export, delete (History's keys and
+the palette's: the requests in tui.messages)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from engine.core.errors import SlmDvfsError
-from tui.screens.compare import CompareScreen
-from tui.screens.history import HistoryScreen
+from tui.messages import (
+    DeleteRequested,
+    ExportRequested,
+    PairRequested,
+    RecordsRequested,
+    RunHighlighted,
+    RunOpenRequested,
+    SweepOpenRequested,
+)
 from tui.screens.modals import ConfirmScreen
+from tui.state import AppState, StoredRecords
 
 
-class StoreActions:
+class StoreActions(AppState):
     """Mixin of SlmDvfsApp."""
 
-    def reload_history(self) -> None:
+    # ------------------------------------------------------------------ History's requests
+    def on_records_requested(self, message: RecordsRequested) -> None:
+        self.load_records()
+
+    def on_run_highlighted(self, message: RunHighlighted) -> None:
+        self.highlighted_run = message.run_id
+
+    def on_run_open_requested(self, message: RunOpenRequested) -> None:
+        self.open_run(message.run_id)
+
+    def on_sweep_open_requested(self, message: SweepOpenRequested) -> None:
+        self.open_sweep(message.sweep_id)
+
+    def on_pair_requested(self, message: PairRequested) -> None:
+        self.open_pair(message.first, message.second)
+
+    def on_export_requested(self, message: ExportRequested) -> None:
+        self.export_run(message.run_id)
+
+    def on_delete_requested(self, message: DeleteRequested) -> None:
+        self.delete_run(message.run_id)
+
+    # ------------------------------------------------------------------ the store
+    def load_records(self) -> None:
+        """The store's runs and sweeps, for the History page."""
         store = self.store
-        screen = self.screen
-        if store is None or not isinstance(screen, HistoryScreen):
+        if store is None:
             return
         try:
             runs = store.list_runs(limit=500)
@@ -32,7 +64,7 @@ class StoreActions:
         except SlmDvfsError as exc:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot read the store", severity="error")
             return
-        screen.show_records(runs, sweeps)
+        self.records = StoredRecords(tuple(runs), tuple(sweeps))
 
     def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True) -> None:
         """Show a run against a baseline (given, recorded, or found) on the Compare page."""
@@ -53,8 +85,6 @@ class StoreActions:
         self.compare_view = view
         if switch:
             self.action_page("compare")
-        if (page := self._current(CompareScreen)) is not None:
-            page.show_comparison(view)
 
     def open_pair(self, a: int, b: int) -> None:
         """Compare two stored runs: a MAXN one is the baseline; with none, the Compare page says why the
@@ -108,20 +138,18 @@ class StoreActions:
                                                             getattr(self.compare_view.base, "id", None)):
                 self.compare_view = None
             self.notify(f"run {run_id} deleted")
-            self.reload_history()
+            self.load_records()
 
         self.push_screen(ConfirmScreen(f"Delete run {run_id}?",
                                        "Its figures, power trace and comparisons leave the store for good.",
                                        yes="Delete"), answer)
 
     def _history_run(self) -> int | None:
-        screen = self.get_screen("history")
-        run = screen.selected_run() if getattr(screen, "composed", False) else None  # type: ignore[attr-defined]
-        if run is None:
+        """The run History highlights (RunHighlighted), for the palette's export and delete."""
+        if self.highlighted_run is None:
             self.notify("highlight a run on the History page (5) first", severity="warning")
             self.action_page("history")
-            return None
-        return run.id
+        return self.highlighted_run
 
     def action_export_selected(self) -> None:
         run_id = self._history_run()

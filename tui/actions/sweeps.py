@@ -7,17 +7,24 @@ from typing import Any
 
 from textual import work
 
-from engine.core.errors import NoRecordedSweepError, SlmDvfsError
+from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source, obtained
 from tui.actions.experiments import ENGINE
 from tui.bridge import EventBridge
-from tui.messages import EngineFailed, SelectorTrained, SweepDone, SweepProgress
+from tui.messages import (
+    EngineFailed,
+    SelectorTrained,
+    SelectorTrainingRequested,
+    SweepDone,
+    SweepProgress,
+    SweepRequested,
+)
 from tui.screens.modals import ConfirmScreen
-from tui.screens.sweep import SweepScreen
+from tui.state import AppState, SweepOrder
 from tui.sweep_model import SweepTracker, SweepView
 
 
-class SweepActions:
+class SweepActions(AppState):
     """Mixin of SlmDvfsApp."""
 
     # ------------------------------------------------------------------ what Setup's policy needs
@@ -99,32 +106,23 @@ class SweepActions:
             return False
         return True
 
-    def app_remedy(self, exc: SlmDvfsError) -> str:
-        """An engine error's remedy as the app offers it: the engine names the CLI's commands,
-        the app its own pages for the same step."""
-        if isinstance(exc, NoRecordedSweepError):
-            where = "s on Setup (2) offers a fast one on the twin" if self.is_twin else "every setting is applied in turn"
-            return f"sweep this workload on the Sweep page (6) ({where}), then start the run again"
-        return exc.remedy
-
     def sweep_for_setup(self, values: Any, *, fast: bool, start: bool = True) -> None:
         """The Sweep page on Setup's workload; with `start`, its sweep started (fast on the twin)."""
-        page = self.get_screen("sweep")
         self.sweep_for = values.policy.strip() if start else None  # said when the sweep is done
+        serial = self.sweep_order.serial + 1 if self.sweep_order is not None else 1
+        self.sweep_order = SweepOrder(values, fast, start, serial)  # the page takes it when shown
         self.action_page("sweep")
-
-        def go() -> None:
-            page.follow_setup(values, force=True)  # type: ignore[attr-defined]
-            if fast:
-                page.query_one("#sw-fast").value = True  # type: ignore[attr-defined]
-            if start:
-                page.action_start()  # type: ignore[attr-defined]
-
-        self.call_after_refresh(go)
 
     def action_start_sweep(self) -> None:
+        """The palette's Start or resume sweep: the Sweep page's own `s` (its checks first), once shown."""
         self.action_page("sweep")
-        self.call_after_refresh(lambda: self.get_screen("sweep").action_start())  # type: ignore[attr-defined]
+        self.call_after_refresh(self.run_action, "start", self.get_screen("sweep"))
+
+    def on_sweep_requested(self, message: SweepRequested) -> None:
+        if message.on_fleet:
+            self.request_fleet_sweep(message.values)
+        else:
+            self.request_sweep(message.values)
 
     def request_sweep(self, values: dict) -> None:
         from engine.run.sweep import SweepSpec
@@ -166,8 +164,6 @@ class SweepActions:
         self.engine_busy = "sweep"
         self.pinned_by_us = not spec.fast
         self.sweep_view = tracker.view()
-        if (page := self._current(SweepScreen)) is not None:
-            page.show_sweep(self.sweep_view)
         self.sweep_worker(spec, self.control, self.sweep_bridge)
         return self.control
 
@@ -188,10 +184,8 @@ class SweepActions:
         if self.sweep_tracker is None:
             return
         self.sweep_view = self.sweep_tracker.view()
-        if (page := self._current(SweepScreen)) is not None:
-            page.show_sweep(self.sweep_view)
         if self.engine_busy == "fleet sweep":
-            self.draw_fleet()  # the boards' `running` column follows the sweep's events
+            self.fleet_changed()  # the boards' `running` column follows the sweep's events
 
     def on_sweep_done(self, message: SweepDone) -> None:
         from tui.sweep_model import from_summaries
@@ -207,8 +201,6 @@ class SweepActions:
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
                                       stored=self._stored_view(result.sweep_id, heat))
             self.sweep_view = self.sweep_tracker.view()
-        if (page := self._current(SweepScreen)) is not None and self.sweep_view is not None:
-            page.show_sweep(self.sweep_view)
         policy, self.sweep_for = self.sweep_for, None
         if policy and result.status == "finished":
             line += f"\n{policy} has its sweep now: start the run on Setup (2)"
@@ -244,11 +236,12 @@ class SweepActions:
             return
         self.sweep_view = view
         self.action_page("sweep")
-        if (page := self._current(SweepScreen)) is not None:
-            page.show_sweep(self.sweep_view)
 
     # ------------------------------------------------------------------ selector training
     def action_train_selector(self) -> None:
+        self.train_selector()
+
+    def on_selector_training_requested(self, message: SelectorTrainingRequested) -> None:
         self.train_selector()
 
     def train_selector(self) -> None:

@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.reactive import var
 from textual.widgets import Static
 
 from tui.compare_model import CompareView, describe_run
@@ -23,9 +24,12 @@ class CompareScreen(PageScreen):
     PAGE = "compare"
     TITLE_TEXT = "4 Compare"
 
+    # Bound to the app's compare_view: the comparison opened last (None: none, or its run deleted).
+    view: var[CompareView | None] = var(None, init=False)
+
     def __init__(self) -> None:
         super().__init__()
-        self.view: CompareView | None = None
+        self._drawn: CompareView | None = None
 
     def compose_body(self) -> ComposeResult:
         yield Static(EMPTY, id="compare-title")
@@ -41,8 +45,23 @@ class CompareScreen(PageScreen):
         self.query_one("#compare-rails").border_title = "Energy per rail"
         self.query_one("#compare-charts").border_title = "Power (W), same axes"
 
-    def show_comparison(self, view: CompareView) -> None:
-        self.view = view
+    def watch_view(self, view: CompareView | None) -> None:
+        if view is not None or self._drawn is not None:  # none at all: the page as composed says so
+            self.paint("comparison", lambda: self.draw_comparison(view))
+
+    def draw_comparison(self, view: CompareView | None) -> None:
+        if view is self._drawn:
+            return
+        self._drawn = view
+        if view is None:  # its run was deleted: nothing to compare any more
+            self.query_one("#compare-title", Static).update(EMPTY)
+            self.query_one("#compare-figures", Static).update("")
+            self.query_one("#compare-figures").border_title = "Side by side"
+            self.query_one("#compare-rails", Static).update("")
+            self.query_one("#compare-charts").border_title = "Power (W), same axes"
+            for chart in self.query(BlockChart):
+                chart.plot((), None)
+            return
         run, base = view.run, view.base
         title = Text()
         title.append(f"run {run.id} ", style="bold green")

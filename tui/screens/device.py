@@ -3,20 +3,17 @@ the clocks with their history, the temperatures with the hottest zone's history.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from engine.device.base import ClockDomain
-from engine.device.snapshot import DeviceSnapshot
 from tui.history import DeviceHistory
 from tui.screens.base import PageScreen
+from tui.state import DeviceReading
 from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
-from tui.widgets.live import GraphStack, show_clocks, show_load, show_rails, show_temps
+from tui.widgets.live import GraphStack, plot_clocks, plot_load, plot_rails, plot_temps
 
 
 def span_text(history: DeviceHistory) -> str:
@@ -29,6 +26,10 @@ class DeviceScreen(PageScreen):
 
     PAGE = "device"
     TITLE_TEXT = "1 Device"
+
+    def __init__(self, history: DeviceHistory) -> None:
+        super().__init__()
+        self.history = history  # the app's poll history: it fills while the page is hidden
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="device-body"):
@@ -48,38 +49,27 @@ class DeviceScreen(PageScreen):
         self.query_one("#dev-clocks").border_title = "Clocks (MHz)"
         self.query_one("#dev-temps").border_title = "Temperatures °C"
 
-    def show_device(
-        self,
-        snap: DeviceSnapshot,
-        pinned_by_us: bool,
-        notes: list[str],
-        tables: Mapping[ClockDomain, tuple[int, ...]],
-    ) -> None:
-        super().show_device(snap, pinned_by_us, notes, tables)
-        history: DeviceHistory | None = getattr(self.app, "device_history", None)
+    def draw_device(self, reading: DeviceReading) -> None:
+        super().draw_device(reading)
+        snap, tables = reading.snapshot, reading.tables or {}
+        history = self.history
         src = snap.identity.source.value
-        if history is None:  # a page shown without the app's history (never in the app)
-            history = DeviceHistory()
-            history.add(snap)
         over = span_text(history)
         power = self.query_one("#dev-power", GraphStack)
         power.border_title = Text(f"Power W [{src}] avg/pk {over}")
-        show_rails(power, history, [r.name for r in snap.rails])
+        plot_rails(power, history, [r.name for r in snap.rails])
         self.query_one(ClocksPane).show(snap, tables)
         self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}] now avg pk")
         clock_graphs = self.query_one("#dev-clock-graphs", GraphStack)
-        show_clocks(clock_graphs, history, tables)
-        show_load(clock_graphs, history)
+        plot_clocks(clock_graphs, history, tables)
+        plot_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#dev-temps")
         temps.border_title = fit(title_room(temps), *temps_titles(src))
-        show_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
-        lines = list(notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
+        plot_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
+        lines = list(reading.notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
         if "rails" in snap.errors:
             lines.append(f"rails: {snap.errors['rails']}")
         notes_pane = self.query_one("#notes", Static)
         notes_pane.display = bool(lines)  # no empty box: its rows go to the graphs
         notes_pane.update("\n".join(lines))
-
-    # kept for callers of the first version of this page
-    show = show_device

@@ -2,9 +2,9 @@
 it is busy and with what, its power now and lately, its hottest zone; the fleet's total power.
 
 Connecting (Ray starts in ~10 s) and polling `Fleet.boards()` run in the app's workers
-(tui.actions.fleet); the page only draws the FleetView they leave. Not connected, it says how
-to connect, and `c` connects to what its field names (an address, or `twins:N`); connected, `d`
-disconnects (a local fleet's Ray stops)."""
+(tui.actions.fleet); the page binds the FleetView they leave (tui.state) and draws it. Not
+connected, it says how to connect, and `c` asks the app to connect to what its field names (an
+address, or `twins:N`); connected, `d` to disconnect (a local fleet's Ray stops)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.reactive import var
 from textual.widgets import Button, Input, Label, Log, Static
 
 from tui.fleet_model import (
@@ -25,6 +26,7 @@ from tui.fleet_model import (
 )
 from engine.core.provenance import Source
 from tui.fmt import SOURCE_STYLE, tag
+from tui.messages import FleetConnectRequested, FleetDisconnectRequested
 from tui.screens.base import PageScreen
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C
 
@@ -103,7 +105,12 @@ class FleetScreen(PageScreen):
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
-    view: FleetView | None = None
+    # Bound to the app's fleet_view: after each poll of the boards and each batch of a fleet sweep's events.
+    fleet_view: var[FleetView | None] = var(None, init=False)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.view: FleetView | None = None  # the view drawn last
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="fleet-body"):
@@ -130,8 +137,11 @@ class FleetScreen(PageScreen):
             return self.view is not None and self.view.status == STATUS_CONNECTED
         return super().check_action(action, parameters)
 
-    def show_fleet(self, view: FleetView) -> None:
-        """Draw `view` (the app calls this after each poll and each batch of events)."""
+    def watch_fleet_view(self, view: FleetView | None) -> None:
+        if view is not None:
+            self.paint("fleet", lambda: self.draw_fleet(view))
+
+    def draw_fleet(self, view: FleetView) -> None:
         changed_status = self.view is None or self.view.status != view.status
         self.view = view
         wide = self.app.size.width >= WIDE
@@ -154,8 +164,9 @@ class FleetScreen(PageScreen):
             self.refresh_bindings()
 
     def on_resize(self) -> None:
-        if self.view is not None and self._wide != (self.app.size.width >= WIDE):
-            self.show_fleet(self.view)
+        view = self.fleet_view  # the latest (a hidden page has it to draw when shown)
+        if view is not None and self.view is not None and self._wide != (self.app.size.width >= WIDE):
+            self.paint("fleet", lambda: self.draw_fleet(view))
 
     def target(self) -> str:
         return self.query_one("#fleet-target", Input).value
@@ -171,10 +182,10 @@ class FleetScreen(PageScreen):
         self.action_connect()
 
     def action_connect(self) -> None:
-        self.app.connect_fleet_from(self.target())  # type: ignore[attr-defined]
+        self.tell(FleetConnectRequested(self.target()))
 
     def action_disconnect(self) -> None:
-        self.app.disconnect_fleet()  # type: ignore[attr-defined]
+        self.tell(FleetDisconnectRequested())
 
     def action_leave_form(self) -> None:
         self.set_focus(None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -11,12 +10,23 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.reactive import var
 from textual.widgets import DataTable, Static
 
 from engine.results.format import format_setting, format_when, sweep_progress, sweep_state
 from engine.results.records import several_boards
 from tui.fmt import energy, sig3
+from tui.messages import (
+    DeleteRequested,
+    ExportRequested,
+    PairRequested,
+    RecordsRequested,
+    RunHighlighted,
+    RunOpenRequested,
+    SweepOpenRequested,
+)
 from tui.screens.base import PageScreen
+from tui.state import StoredRecords
 
 
 RUN_ACTIONS = frozenset({"mark", "compare_marked", "export", "delete"})  # keys that act on the runs table
@@ -39,6 +49,9 @@ class HistoryScreen(PageScreen):
         Binding("d", "delete", "Delete"),
         Binding("r", "reload", "Reload"),
     ]
+
+    # Bound to the app's records: what the store held when last read (each time the page is shown, and `r`).
+    records: var[StoredRecords | None] = var(None, init=False)
 
     def __init__(self) -> None:
         super().__init__()
@@ -63,8 +76,18 @@ class HistoryScreen(PageScreen):
         sweeps.add_columns("id", *(f" {c}" for c in ("when", "workload", "space", "points", "src", "status")))
 
     # ------------------------------------------------------------------ data
-    def show_records(self, runs: Sequence[Any], sweeps: Sequence[tuple[Any, str, int]]) -> None:
-        """Runs (RunRecord) and sweeps as (SweepRecord, workload text, points stored)."""
+    def on_screen_resume(self) -> None:
+        self.tell(RecordsRequested())  # the store may have changed while the page was hidden
+
+    def watch_records(self, records: StoredRecords | None) -> None:
+        if records is not None:
+            self.paint("records", self.draw_records)
+
+    def draw_records(self) -> None:
+        """The records bound last: runs (RunRecord) and sweeps as (SweepRecord, workload text, points stored)."""
+        if self.records is None:
+            return
+        runs, sweeps = self.records.runs, self.records.sweeps
         self._runs = list(runs)
         self._sweeps = [s for s, _w, _n in sweeps]
         self.marked = [i for i in self.marked if any(r.id == i for r in runs)]
@@ -97,6 +120,11 @@ class HistoryScreen(PageScreen):
             st.focus()  # only sweeps: o and enter open them
         self._boards = several_boards(r.device for r in runs)
         self.refresh_bindings()  # the run keys are offered only while there are runs
+        self._tell_highlighted()
+
+    def _tell_highlighted(self) -> None:
+        run = self.selected_run()
+        self.tell(RunHighlighted(None if run is None else run.id))
 
     @on(DataTable.RowHighlighted, "#runs")
     def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
@@ -104,6 +132,7 @@ class HistoryScreen(PageScreen):
         run = self.selected_run()
         if getattr(self, "_boards", False) and run is not None and run.device is not None:
             self.say(f"run {run.id}: {run.device.label()}")
+        self._tell_highlighted()
 
     def say(self, text: str) -> None:
         self.query_one("#history-status", Static).update(text)
@@ -141,7 +170,7 @@ class HistoryScreen(PageScreen):
         return run
 
     def action_reload(self) -> None:
-        self.app.reload_history()  # type: ignore[attr-defined]
+        self.tell(RecordsRequested())
 
     @on(DataTable.RowSelected)
     def _row_selected(self, event: DataTable.RowSelected) -> None:
@@ -154,11 +183,11 @@ class HistoryScreen(PageScreen):
         if sweeps:
             sweep = self.selected_sweep()
             if sweep is not None:
-                self.app.open_sweep(sweep.id)  # type: ignore[attr-defined]
+                self.tell(SweepOpenRequested(sweep.id))
             return
         run = self.selected_run()
         if run is not None:
-            self.app.open_run(run.id)  # type: ignore[attr-defined]
+            self.tell(RunOpenRequested(run.id))
 
     def action_mark(self) -> None:
         run = self._run_target()
@@ -170,24 +199,24 @@ class HistoryScreen(PageScreen):
             self.marked = (self.marked + [run.id])[-2:]
         self.say("marked: " + (", ".join(f"run {i}" for i in self.marked) or "none")
                  + ("  (c compares them)" if len(self.marked) == 2 else ""))
-        self.action_reload()
+        self.draw_records()  # its mark in the table
 
     def action_compare_marked(self) -> None:
         if len(self.marked) != 2:
             self.say("mark two runs with m first (the MAXN one, if any, is the baseline)")
             return
         a, b = self.marked
-        self.app.open_pair(a, b)  # type: ignore[attr-defined]
+        self.tell(PairRequested(a, b))
 
     def action_export(self) -> None:
         run = self._run_target()
         if run is not None:
-            self.app.export_run(run.id)  # type: ignore[attr-defined]
+            self.tell(ExportRequested(run.id))
 
     def action_delete(self) -> None:
         run = self._run_target()
         if run is not None:
-            self.app.delete_run(run.id)  # type: ignore[attr-defined]
+            self.tell(DeleteRequested(run.id))
 
 
 # The name columns' widest text: at 80 columns the figures (energy, time) and their source stay in

@@ -1,25 +1,31 @@
 """Page 3: the experiment in progress: power per rail and in total, progress, clocks and
-temperatures with their history, events."""
+temperatures with their history, events.
+
+While a run is measured, the poll's reading is drawn with the run's next progress (one redraw
+about once a second, not two: each costs the CPU the run is measured on)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import time
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.reactive import var
 from textual.widgets import Log
 
 from engine.device.base import ClockDomain
-from engine.device.snapshot import DeviceSnapshot
 from tui.history import DeviceHistory, time_columns
 from tui.runstate import RunView
 from tui.screens.base import PageScreen
+from tui.state import DeviceReading
 from tui.widgets.charts import BlockChart
 from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
-from tui.widgets.live import GraphStack, show_clocks, show_temps
+from tui.widgets.live import GraphStack, plot_clocks, plot_temps
 from tui.widgets.run_panes import ProgressPane, RunPowerPane
 
 LABEL_W = 6  # the block chart's y-axis labels
@@ -34,11 +40,21 @@ class RunScreen(PageScreen):
         Binding("x", "app.cancel_run", "Cancel run"),
     ]
 
-    def __init__(self) -> None:
+    # Bound to the app's (tui.state.AppState): the run's view, the selector's short line (or its
+    # forms, longest first), and the count of experiments started (a new one starts its log afresh).
+    run_view: var[RunView | None] = var(None, init=False)
+    selector_short: var[str | tuple[str, ...]] = var("", init=False)
+    runs_started: var[int] = var(0, init=False)
+
+    def __init__(self, history: DeviceHistory, refresh_s: float) -> None:
         super().__init__()
+        self.history = history  # the app's poll history: it fills while the page is hidden
+        self.refresh_s = refresh_s  # the app's redraw pace while a run is measured
         self._log_total = 0
-        self.selector_line: str | tuple[str, ...] = ""  # the selector's short line, or its forms longest first
-        self.last_view: RunView | None = None
+        self._new_log = False
+        self.last_view: RunView | None = None  # the run's view drawn last
+        self._progress_drawn_at = -float("inf")  # monotonic
+        self._device_behind = False  # a reading held back, to be drawn with the run's next progress
 
     def compose_body(self) -> ComposeResult:
         with Grid(id="run-top", classes="run-row"):
@@ -60,28 +76,48 @@ class RunScreen(PageScreen):
         self.query_one("#run-clocks-box").border_title = "Clocks MHz"
         self.query_one("#run-temps-box").border_title = "Temps °C"
 
-    def show_device(
-        self,
-        snap: DeviceSnapshot,
-        pinned_by_us: bool,
-        notes: list[str],
-        tables: Mapping[ClockDomain, tuple[int, ...]],
-    ) -> None:
-        super().show_device(snap, pinned_by_us, notes, tables)
+    def watch_reading(self, reading: DeviceReading | None) -> None:
+        view = self.run_view
+        if (reading is not None and self.on_view() and view is not None and view.status == "running"
+                and time.monotonic() - self._progress_drawn_at < 2 * self.refresh_s):
+            self._device_behind = True  # drawn with the run's next progress: one redraw, not two
+            return
+        self._device_behind = False
+        super().watch_reading(reading)
+
+    def draw_device(self, reading: DeviceReading) -> None:
+        super().draw_device(reading)
+        snap, tables = reading.snapshot, reading.tables or {}
         src = snap.identity.source.value
-        history: DeviceHistory | None = getattr(self.app, "device_history", None)
-        if history is None:
-            history = DeviceHistory()
-            history.add(snap)
+        history = self.history
         self.query_one(ClocksPane).show(snap, tables)
         self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
-        show_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
+        plot_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#run-temps-box")
         temps.border_title = fit(title_room(temps), *temps_titles(src))
-        show_temps(self.query_one("#run-temp-graphs", GraphStack), history)
+        plot_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
-    def show_run(self, view: RunView) -> None:
+    def watch_runs_started(self) -> None:
+        self._new_log = True  # the next view drawn is a new experiment's
+
+    def watch_run_view(self, view: RunView | None) -> None:
+        if view is not None:
+            self.paint("run", lambda: self._draw_progress(view))
+
+    def _draw_progress(self, view: RunView) -> None:
+        """The run's view, and the poll's latest reading if it was held back for it (or once the run stopped)."""
+        self.draw_run(view)
+        self._progress_drawn_at = time.monotonic()
+        behind, self._device_behind = self._device_behind, False
+        if (behind or view.status != "running") and self.reading is not None:
+            self.draw_device(self.reading)
+
+    def watch_selector_short(self, line: str | tuple[str, ...]) -> None:
+        if self.last_view is not None:
+            self.paint("selector", lambda: self.query_one(ProgressPane).show(self.last_view, line))
+
+    def draw_run(self, view: RunView) -> None:
         self.last_view = view
         self.query_one(RunPowerPane).show(view)
         chart = self.query_one("#run-chart", BlockChart)
@@ -96,10 +132,11 @@ class RunScreen(PageScreen):
                          + (f" pk {peak:.2f}" if peak is not None else ""))
         chart.border_title = title
         chart.plot(values, None)
-        self.query_one(ProgressPane).show(view, self.selector_line)
+        self.query_one(ProgressPane).show(view, self.selector_short)
         log = self.query_one("#run-log", Log)
         count = view.log_count or len(view.log)
-        if count < self._log_total:  # a new tracker: start the log again
+        if self._new_log or count < self._log_total:  # a new tracker: start the log again
+            self._new_log = False
             log.clear()
             self._log_total = 0
         new = count - self._log_total
@@ -108,16 +145,9 @@ class RunScreen(PageScreen):
         self._log_total = count
 
     def on_resize(self) -> None:
-        if self.last_view is not None:  # the charts' columns follow the new width
-            self.call_after_refresh(self.show_run, self.last_view)
+        self.call_after_refresh(self._redraw_run)  # the charts' columns follow the new width
 
-    def new_run(self) -> None:
-        """A new experiment: its log starts afresh."""
-        self.query_one("#run-log", Log).clear()
-        self._log_total = 0
-        self.selector_line = ""
-
-    def show_selector(self, line: str | tuple[str, ...]) -> None:
-        self.selector_line = line
-        if self.last_view is not None:
-            self.query_one(ProgressPane).show(self.last_view, line)
+    def _redraw_run(self) -> None:
+        if self.last_view is not None and self.on_view():  # hidden: drawn to its width when shown
+            with contextlib.suppress(NoMatches):
+                self.draw_run(self.last_view)

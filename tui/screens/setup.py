@@ -4,6 +4,9 @@ Every typed field has a validator, so a bad value is marked in the field itself 
 reason shown below the form. Enter moves to the next field; escape leaves the form so
 the number keys switch pages again. The form's values are remembered across restarts
 (tui.remembered): written once typing pauses and as the page goes, read back checked.
+
+The page tells the app each change of the form (SetupChanged), and binds what the app works out
+from it: the selector's preview line and what the policy still needs.
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
+from textual.reactive import var
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.validation import ValidationResult, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
+from engine.core.provenance import Source
 from tui import forms, setup_fit
+from tui.messages import ExperimentRequested, PreviewRequested, SetupChanged
 from tui.remembered import load_setup, save_setup
 from tui.screens.base import PageScreen, TickBox
 
@@ -79,12 +85,19 @@ class SetupScreen(PageScreen):
 
     SAVE_AFTER_S = 0.5  # the form is remembered once typing pauses (and when the page goes)
 
-    def __init__(self, values: forms.SetupValues | None = None) -> None:
+    # Bound to the app's (tui.state.AppState): the device's source (simulate is the twin's only), the
+    # selector's preview for the form's workload ("": none), what the policy still needs ("": nothing).
+    source: var[Source | None] = var(None, init=False)
+    selector_line: var[str] = var("", init=False)
+    policy_note: var[str] = var("", init=False)
+
+    def __init__(self, values: forms.SetupValues | None = None, note: str | None = None) -> None:
+        """`values` (and `note`: what was ignored of them) as remembered (tui.remembered); None: read them here."""
         super().__init__()
-        self.load_note: str | None = None  # what was ignored of the remembered values (said once shown)
         if values is None:
             remembered = load_setup()
-            values, self.load_note = remembered.values, remembered.note
+            values, note = remembered.values, remembered.note
+        self.load_note = note  # said once the page is shown
         self.initial = values
         self.unit = self.initial.unit
         self._save_timer: Timer | None = None
@@ -179,17 +192,17 @@ class SetupScreen(PageScreen):
             inp.validate(inp.value)
         if "slowdown" in errors:
             self.query_one("#slowdown", Input).set_class(True, "-invalid")
-        self._show_errors(errors)
+        self._list_errors(errors)
         return errors
 
-    def _show_errors(self, errors: dict[str, str]) -> None:
+    def _list_errors(self, errors: dict[str, str]) -> None:
         box = self.query_one("#setup-errors", Static)
         box.update(Text("\n".join(f"⚠ {forms.label_of(k)}: {v}" for k, v in errors.items())))
         box.display = bool(errors)
 
     def on_mount(self) -> None:
-        self._show_lora_rank()
-        self.show_memory()
+        self._toggle_lora_rank()
+        self._estimate_memory()
         if self.load_note:
             self.notify(self.load_note, title="Setup", severity="warning")
 
@@ -209,14 +222,14 @@ class SetupScreen(PageScreen):
         self._save_timer = None
         save_setup(self._unsaved)
 
-    def show_memory(self) -> None:
+    def _estimate_memory(self) -> None:
         """The form's workload's estimated peak memory against the board (torch-free)."""
         line = setup_fit.memory_line(self.values())
         widget = self.query_one("#memory", Static)
         widget.update(Text(line))
         widget.set_class(line.startswith("memory: does not fit"), "-over")
 
-    def _show_lora_rank(self) -> None:
+    def _toggle_lora_rank(self) -> None:
         lora = str(self.query_one("#mode", Select).value) == "lora"
         for widget in (self.query_one("#lora-rank-label", Label), self.query_one("#lora_rank", Input)):
             widget.display = lora
@@ -234,20 +247,27 @@ class SetupScreen(PageScreen):
 
         self.app.push_screen(ZooPickerScreen(setup_fit.zoo_rows(), model.value.strip()), chosen)
 
-    def set_simulate_allowed(self, allowed: bool) -> None:
+    def watch_source(self, source: Source | None) -> None:
+        if source is not None:
+            self.paint("source", lambda: self._allow_simulate(source is Source.TWIN))
+
+    def _allow_simulate(self, allowed: bool) -> None:
         box = self.query_one("#simulate", Checkbox)
         box.disabled = not allowed
         if not allowed:
             box.value = False
 
-    def show_selector(self, line: str) -> None:
+    def watch_selector_line(self, line: str) -> None:
         """The selector's preview for the form's workload ("" : none yet, the prompt)."""
-        self.query_one("#selector", Static).update(Text(line or SELECTOR_PROMPT))  # [predicted] is no markup
+        self.paint("selector", lambda: self.query_one("#selector", Static).update(Text(line or SELECTOR_PROMPT)))
 
-    def show_policy_note(self, note: str) -> None:
+    def watch_policy_note(self, note: str) -> None:
         """What the policy still needs before a run (a sweep for oracle, a selector for ml), or ""."""
+        self.paint("policy-note", lambda: self._note_policy(note))
+
+    def _note_policy(self, note: str) -> None:
         widget = self.query_one("#policy-note", Static)
-        widget.update(Text(note))
+        widget.update(Text(note))  # [predicted] is no markup
         widget.display = bool(note)
 
     def on_descendant_focus(self, event) -> None:  # type: ignore[no-untyped-def]
@@ -273,13 +293,15 @@ class SetupScreen(PageScreen):
                             if name.split(":", 1)[0] == typed)
         self.query_one("#field-help", Static).update(Text(line))
 
+    def on_screen_resume(self) -> None:
+        if self.composed:  # what the policy needs is looked up again: the store may have changed
+            self.tell(SetupChanged(self.values()))
+
     def _tell_app(self) -> None:
         if not self.composed:
             return
         values = self.values()
-        changed = getattr(self.app, "setup_changed", None)
-        if changed is not None:
-            changed(values)
+        self.tell(SetupChanged(values))
         self._remember_soon(values)
 
     # ------------------------------------------------------------------ events
@@ -290,8 +312,8 @@ class SetupScreen(PageScreen):
             self.query_one("#slowdown", Input).set_class("slowdown" in errors, "-invalid")
         # The reasons follow the form as it is now: a field emptied back to its default (blank
         # batch size: the zoo's) has no validation result, and its old reason must go too.
-        self._show_errors(errors)
-        self.show_memory()
+        self._list_errors(errors)
+        self._estimate_memory()
         self._tell_app()
         if event.input.id == "policy" and event.input.has_focus:
             self._explain(event.input)
@@ -300,9 +322,9 @@ class SetupScreen(PageScreen):
     @on(Checkbox.Changed)
     def _choice_changed(self, event: Select.Changed | Checkbox.Changed) -> None:
         if event.control.id == "mode":
-            self._show_lora_rank()
-        self._show_errors(self.values().errors())  # a choice can make a field's reason (LoRA rank) come or go
-        self.show_memory()
+            self._toggle_lora_rank()
+        self._list_errors(self.values().errors())  # a choice can make a field's reason (LoRA rank) come or go
+        self._estimate_memory()
         self._tell_app()
 
     @on(Select.Changed, "#unit")
@@ -335,17 +357,11 @@ class SetupScreen(PageScreen):
     def action_start(self) -> None:
         if self.mark_errors():
             return
-        values = self.values()
-        if not self.app.policy_ready(values):  # type: ignore[attr-defined]
-            return  # said, and the way to get what it needs offered
-        self.app.selector_key = forms.workload_key(values)  # type: ignore[attr-defined]
-        self.app.request_start(values)  # type: ignore[attr-defined]
+        self.tell(ExperimentRequested(self.values()))
 
     def action_predict(self) -> None:
         if not self.mark_errors():
-            values = self.values()
-            self.app.selector_key = forms.workload_key(values)  # type: ignore[attr-defined]
-            self.app.request_preview(values)  # type: ignore[attr-defined]
+            self.tell(PreviewRequested(self.values()))
 
     def action_leave_form(self) -> None:
         self.set_focus(None)

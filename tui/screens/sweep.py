@@ -4,7 +4,10 @@ The form follows Setup's workload (model, task, batch, length, precision, mode):
 the page is shown after Setup changed, it takes them again; edits made here last until then.
 A sweep opened from History puts its own workload in the form (padding included), so its heat
 map never sits beside another workload's form and `s` sweeps that workload again (resuming the
-sweep if it is unfinished); the heat map and the progress pane name the workload they are of."""
+sweep if it is unfinished); the heat map and the progress pane name the workload they are of.
+
+The page binds the app's sweep view, Setup's values, the fleet and the engine's state (tui.state);
+`s`, `f`, `t` and `c` go up to the app as messages (tui.messages)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.reactive import var
 from textual.widgets import (
     Button,
     Checkbox,
@@ -27,12 +31,16 @@ from textual.widgets import (
     Static,
 )
 
+from engine.core.provenance import Source
 from engine.dvfs.space import SPACES
 from engine.results.format import versus_text
 from tui import forms
+from tui.fleet_model import STATUS_CONNECTED, FleetView
 from tui.fmt import fit, tag, title_room
+from tui.messages import CalibrationRequested, SelectorTrainingRequested, SweepRequested
 from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
+from tui.state import SweepOrder
 from tui.sweep_model import HeatMap, SweepView, workload_text
 
 # What identifies a stored sweep (SweepSpec.space_key) that the form has no field for: SweepSpec fields of those names.
@@ -79,6 +87,14 @@ class SweepScreen(PageScreen):
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
+    # Bound to the app's (tui.state.AppState).
+    sweep_view: var[SweepView | None] = var(None, init=False)  # the sweep running, ended, or opened
+    setup_values: var[forms.SetupValues | None] = var(None, init=False)  # what Setup holds
+    engine_busy: var[str | None] = var(None, init=False)  # while a sweep runs the form says what it sweeps
+    source: var[Source | None] = var(None, init=False)  # fast is the twin's only
+    fleet_view: var[FleetView | None] = var(None, init=False)  # `f` is offered while a fleet is connected
+    sweep_order: var[SweepOrder | None] = var(None, init=False)  # the app asks the form to take Setup's workload
+
     def __init__(self) -> None:
         super().__init__()
         self.setup = forms.SetupValues()  # the Setup workload the form last took
@@ -124,8 +140,7 @@ class SweepScreen(PageScreen):
             fast.value = space["method"] == "fast"
         self._sweep_fields = {name: space[name] for name in SPACE_FIELDS if name in space}
         # `s` resumes it here: a sweep of this source (the twin's, or a board's), fast only on the twin
-        self._takes_sweep = (record.source == getattr(self.app, "source", None)
-                             and fast.value == (space["method"] == "fast"))
+        self._takes_sweep = (record.source == self.source and fast.value == (space["method"] == "fast"))
 
     def _fill(self, values: forms.SetupValues) -> None:
         self.query_one("#sw-model", Input).value = values.model.strip()
@@ -228,13 +243,57 @@ class SweepScreen(PageScreen):
             inp.validate(inp.value)
         return {k: r for k, r in checks.items() if r}
 
-    def set_fast_allowed(self, allowed: bool) -> None:
+    # ------------------------------------------------------------------ the app's state
+    def on_screen_resume(self) -> None:
+        if self.composed:
+            self.refresh_bindings()  # `f` (fleet sweep) shows while a fleet is connected
+            self._follow_setup_if_idle()
+
+    def watch_setup_values(self, values: forms.SetupValues | None) -> None:
+        if values is not None:  # (bound before the sweep's view: an opened sweep's workload is taken after)
+            self.paint("setup", self._follow_setup_if_idle)
+
+    def _follow_setup_if_idle(self) -> None:
+        """Setup's workload, each time the page is shown after Setup changed (edits made here stay
+        until then); not while a sweep runs: the form says what it sweeps."""
+        if self.engine_busy not in ("sweep", "fleet sweep") and self.setup_values is not None:
+            self.follow_setup(self.setup_values)
+
+    def watch_source(self, source: Source | None) -> None:
+        if source is not None:
+            self.paint("source", lambda: self._allow_fast(source is Source.TWIN))
+
+    def _allow_fast(self, allowed: bool) -> None:
         box = self.query_one("#sw-fast", Checkbox)
         box.disabled = not allowed
         if not allowed:
             box.value = False
 
-    def show_sweep(self, view: SweepView) -> None:
+    def watch_fleet_view(self, old: FleetView | None, new: FleetView | None) -> None:
+        if self._fleet_connected(old) != self._fleet_connected(new):
+            self.refresh_bindings()  # `f` shows once connected
+
+    @staticmethod
+    def _fleet_connected(view: FleetView | None) -> bool:
+        return view is not None and view.status == STATUS_CONNECTED
+
+    def watch_sweep_view(self, view: SweepView | None) -> None:
+        if view is not None:
+            self.paint("sweep", lambda: self.draw_sweep(view))
+
+    def watch_sweep_order(self, order: SweepOrder | None) -> None:
+        if order is not None:
+            self.paint("order", lambda: self._take_order(order))
+
+    def _take_order(self, order: SweepOrder) -> None:
+        """Setup's workload in the form (fast ticked if asked), and started if asked, as `s` starts it."""
+        self.follow_setup(order.values, force=True)
+        if order.fast:
+            self.query_one("#sw-fast", Checkbox).value = True
+        if order.start:
+            self.action_start()
+
+    def draw_sweep(self, view: SweepView) -> None:
         if view.opened and view.workload is not None and view is not self._opened_view:
             self._opened_view = view  # once per opening: a later change on Setup is followed again
             self.take_workload(view.workload, view.sweep_id, view.record)
@@ -281,10 +340,12 @@ class SweepScreen(PageScreen):
     def _title_heat(self) -> None:
         """The heat map's title names the sweep and its workload, as the width allows."""
         view, pane = self._shown, self.query_one("#sweep-heat", Static)
-        w = None if view is None else view.workload
-        pane.border_title = "Energy per sample" if w is None else fit(  # Text: a name is never markup
-            title_room(pane), Text(f"sweep {view.sweep_id}: {w.model}/{w.task}, energy per sample"),  # type: ignore[union-attr]
-            Text(f"sweep {view.sweep_id}: {w.model}/{w.task}"), Text(f"sweep {view.sweep_id}"))  # type: ignore[union-attr]
+        if view is None or view.workload is None:
+            pane.border_title = "Energy per sample"
+            return
+        w, sweep = view.workload, f"sweep {view.sweep_id}"
+        pane.border_title = fit(title_room(pane), Text(f"{sweep}: {w.model}/{w.task}, energy per sample"),
+                                Text(f"{sweep}: {w.model}/{w.task}"), Text(sweep))  # Text: a name is never markup
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._title_heat)
@@ -309,7 +370,7 @@ class SweepScreen(PageScreen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "fleet_sweep":  # hidden (the footer keeps its room) unless a fleet is connected
-            return getattr(self.app, "fleet", None) is not None
+            return self._fleet_connected(self.fleet_view)
         return super().check_action(action, parameters)
 
     def _form_ok(self) -> bool:
@@ -321,7 +382,7 @@ class SweepScreen(PageScreen):
 
     def action_fleet_sweep(self) -> None:
         if self._form_ok():
-            self.app.request_fleet_sweep(self.values())  # type: ignore[attr-defined]
+            self.tell(SweepRequested(self.values(), on_fleet=True))
 
     def action_start(self) -> None:
         if "," in self.values()["model"]:
@@ -333,13 +394,13 @@ class SweepScreen(PageScreen):
             self.notify("; ".join(f"{k}: {v}" for k, v in errors.items()), title="Check the sweep form",
                         severity="warning")
             return
-        self.app.request_sweep(self.values())  # type: ignore[attr-defined]
+        self.tell(SweepRequested(self.values()))
 
     def action_train(self) -> None:
-        self.app.train_selector()  # type: ignore[attr-defined]
+        self.tell(SelectorTrainingRequested())
 
     def action_calibrate(self) -> None:
-        self.app.calibrate_twin()  # type: ignore[attr-defined]
+        self.tell(CalibrationRequested())
 
     def action_leave_form(self) -> None:
         self.set_focus(None)

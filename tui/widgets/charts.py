@@ -155,6 +155,7 @@ class HistoryGraph(Widget):
         self._y: tuple[float, float] = (0.0, 1.0)
         self._warn: float | None = None
         self._hot: float | None = None
+        self.shared_height: int | None = None  # the height its GraphStack gave it last (tui.widgets.live)
         self.columns = 0  # how many values the graph shows at its width (for the page feeding it)
 
     def plot(self, values: Sequence[float | None], stats: Stats, *, y_min: float = 0.0, y_max: float | None = None,

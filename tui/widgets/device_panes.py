@@ -32,7 +32,7 @@ class Pane(Static):
     _key: object = None
     _lines = -1
 
-    def show_if_changed(self, key: object, build) -> bool:  # type: ignore[no-untyped-def]
+    def draw_if_changed(self, key: object, build) -> bool:  # type: ignore[no-untyped-def]
         """Draw `build()` unless `key` equals the last one drawn; returns whether it drew."""
         if key is not None and key == self._key:
             return False
@@ -51,7 +51,7 @@ class IdentityBar(Pane):
     """Board, module, L4T/JetPack, real or twin, power mode, and whether we pinned clocks."""
 
     def show(self, snap: DeviceSnapshot, pinned_by_us: bool = False, page: str = "") -> None:
-        self.show_if_changed((snap.identity, snap.mode, pinned_by_us, page),
+        self.draw_if_changed((snap.identity, snap.mode, pinned_by_us, page),
                              lambda: (self._text(snap, pinned_by_us, page), 2 if pinned_by_us else 1))
 
     def _text(self, snap: DeviceSnapshot, pinned_by_us: bool, page: str) -> Text:
@@ -94,7 +94,7 @@ class ClocksPane(Pane):
             self.compact = self.size.width < 64
         key = (self.compact, snap.identity.source, snap.clocks, tuple(sorted(snap.errors.items())),
                None if self.compact else snap.gpu_load)
-        self.show_if_changed(key, lambda: self._table(snap, tables))
+        self.draw_if_changed(key, lambda: self._table(snap, tables))
 
     def _table(self, snap: DeviceSnapshot, tables: Mapping[ClockDomain, tuple[int, ...]]) -> tuple[Table, int]:
         compact = self.compact
@@ -145,7 +145,7 @@ class TemperaturesPane(Pane):
         # as many zones to a line as the width takes (more on a wide terminal)
         self.columns = max(self.min_columns, (self.size.width + 1) // self.ZONE_CELLS)
         key = (snap.identity.source, self.columns, tuple((t.zone, round(t.celsius, 1)) for t in snap.temperatures))
-        self.show_if_changed(key, lambda: self._text(snap))
+        self.draw_if_changed(key, lambda: self._text(snap))
 
     def _text(self, snap: DeviceSnapshot) -> tuple[Text, int]:
         self.border_title = Text(f"Temperatures °C [{snap.identity.source.value}]")

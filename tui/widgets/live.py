@@ -2,7 +2,7 @@
 
 A `GraphStack` holds one `HistoryGraph` per series, made the first time the series is
 shown (a board's rails and zones are known only once it has been read); the graphs share
-the stack's height, so they grow with the terminal. The `show_*` helpers draw the poll's
+the stack's height, so they grow with the terminal. The `plot_*` helpers draw the poll's
 history (`tui.history.DeviceHistory`) and a run's per-step spans into a stack.
 """
 
@@ -59,9 +59,9 @@ class GraphStack(Vertical):
             return
         h = max(1, self.content_size.height // len(self.graphs))
         for g in self.graphs.values():
-            if getattr(g, "_shared_h", None) != h:
+            if g.shared_height != h:
                 g.styles.height = h
-                g._shared_h = h  # type: ignore[attr-defined]
+                g.shared_height = h
 
 
 def power_scale(peak: float | None) -> float:
@@ -78,7 +78,7 @@ def plot_power(g: HistoryGraph, values: Sequence[float | None], stats: Stats) ->
     g.plot(values, stats, y_max=top, warn=POWER_WARN * top, hot=POWER_HOT * top)
 
 
-def show_rails(stack: GraphStack, history: DeviceHistory, rails: Sequence[str]) -> None:
+def plot_rails(stack: GraphStack, history: DeviceHistory, rails: Sequence[str]) -> None:
     """A graph per rail and one of their total, from the poll (W)."""
     width = max((len(short_rail(r)) for r in rails), default=5)
     width = max(5, min(width, 15))
@@ -88,7 +88,7 @@ def show_rails(stack: GraphStack, history: DeviceHistory, rails: Sequence[str]) 
         plot_power(g, history.values(key, 2 * stack.size.width or None), history.stats(key))
 
 
-def show_clocks(stack: GraphStack, history: DeviceHistory, tables: Mapping[ClockDomain, tuple[int, ...]],
+def plot_clocks(stack: GraphStack, history: DeviceHistory, tables: Mapping[ClockDomain, tuple[int, ...]],
                 domains: Sequence[ClockDomain] = tuple(ClockDomain)) -> None:
     """A graph per clock domain (MHz), its axis the domain's highest clock."""
     for domain in domains:
@@ -102,7 +102,7 @@ def show_clocks(stack: GraphStack, history: DeviceHistory, tables: Mapping[Clock
         g.plot(values, history.stats(key), y_max=top)
 
 
-def show_load(stack: GraphStack, history: DeviceHistory) -> None:
+def plot_load(stack: GraphStack, history: DeviceHistory) -> None:
     """The GPU's load (%), as the board reports it (on the twin: the phase of the step it shows)."""
     values = history.values("load:gpu", 2 * stack.size.width or None)
     if values:
@@ -110,7 +110,7 @@ def show_load(stack: GraphStack, history: DeviceHistory) -> None:
         g.plot(values, history.stats("load:gpu"), y_max=100.0)
 
 
-def show_temps(stack: GraphStack, history: DeviceHistory, zones: Sequence[str] = ("max",)) -> None:
+def plot_temps(stack: GraphStack, history: DeviceHistory, zones: Sequence[str] = ("max",)) -> None:
     """A graph per zone named (`max`: the hottest zone at each reading), coloured by the thresholds."""
     for zone in zones:
         key = temp_key(zone)
@@ -123,7 +123,7 @@ def show_temps(stack: GraphStack, history: DeviceHistory, zones: Sequence[str] =
                hot=TEMP_HOT_C)
 
 
-def show_run_rails(stack: GraphStack, spans: Sequence[Span], rails: Sequence[str], in_total: Sequence[str]) -> None:
+def plot_run_rails(stack: GraphStack, spans: Sequence[Span], rails: Sequence[str], in_total: Sequence[str]) -> None:
     """A graph per rail and one of the total over `in_total`, from the run's steps (W, time buckets);
     every graph's columns and figures in one pass over the spans."""
     width = max(5, min(max((len(short_rail(r)) for r in rails), default=5), 15))

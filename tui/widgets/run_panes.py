@@ -8,7 +8,7 @@ from engine.core.provenance import MetricProvenance, Source
 from tui.fmt import WIDE, duration_pm, energy, energy_pm, fit, format_duration, num, tag, title_room
 from tui.runstate import MIN_SPREAD_STEPS, RunView
 from tui.widgets.device_panes import Pane
-from tui.widgets.live import GraphStack, show_run_rails
+from tui.widgets.live import GraphStack, plot_run_rails
 
 STATUS_STYLE = {"running": "bold green", "paused": "bold yellow", "finished": "bold cyan",
                 "cancelled": "bold red", "failed": "bold red", "starting": "bold", "idle": "dim"}
@@ -34,7 +34,7 @@ class RunPowerPane(GraphStack):
                                 Text.assemble("W ", tag(view.source), f" {now.split()[0]} avg pk"))
         if not view.spans:
             return
-        show_run_rails(self, view.spans, rails, view.rails or rails)
+        plot_run_rails(self, view.spans, rails, view.rails or rails)
 
 
 class ProgressPane(Pane):
@@ -58,7 +58,7 @@ class ProgressPane(Pane):
         elif extra_line:
             lines.append(Text(extra_line, style="magenta"))
         text = Text("\n").join(lines)
-        self.show_if_changed(None, lambda: (text, len(lines)))
+        self.draw_if_changed(None, lambda: (text, len(lines)))
 
 
 def _status_line(view: RunView) -> Text:
