@@ -307,7 +307,7 @@ def test_the_cli_and_the_app_export_through_the_results_api(capsys: pytest.Captu
 
     class App(tui_store.StoreActions):  # the mixin alone, as the app uses it
         def __init__(self, store: Store) -> None:
-            self.store, self.said = store, []
+            self._store, self.said = store, []  # the opened store, as AppState.store holds it
 
         def notify(self, message: str, **_kw: object) -> None:
             self.said.append(message)
