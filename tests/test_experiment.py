@@ -22,6 +22,7 @@ from engine.run.experiment import (
     cool_before_baseline,
     run_experiment,
 )
+from engine.workload.spec import WorkloadSpec
 from engine.results.compare import RunFigures, compare, flatten_metrics
 from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
@@ -39,7 +40,7 @@ from engine.workload.loop import TrainControl
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
 WORKLOAD = bert_base_workload()
-TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8)
+TINY = dict(workload=WorkloadSpec("bert-tiny", "sst2", batch_size=4, seq_len=16), train_samples=16, eval_samples=8)
 TWIN = "agx-orin-64gb"
 
 
@@ -63,7 +64,7 @@ def gpu_files(root: Path) -> tuple[str, str, str]:
 
 
 def sim(policy: str, **kw) -> ExperimentSpec:
-    return ExperimentSpec(model="bert-base-like", task="sst2", policy=policy, twin=TWIN, simulate=True, **kw)
+    return ExperimentSpec(WorkloadSpec("bert-base-like", "sst2"), policy=policy, twin=TWIN, simulate=True, **kw)
 
 
 # --------------------------------------------------------------------------- the maths
@@ -90,13 +91,13 @@ def test_saving_and_slowdown_maths() -> None:
 
 def test_spec_validation() -> None:
     with pytest.raises(ConfigError, match="compare"):
-        ExperimentSpec(model="m", task="t", compare="maxn-pinned").validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), compare="maxn-pinned").validate()
     with pytest.raises(ConfigError, match="reuse-baseline"):
-        ExperimentSpec(model="m", task="t", reuse_baseline=True).validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), reuse_baseline=True).validate()
     with pytest.raises(ConfigError, match="twin"):
-        ExperimentSpec(model="m", task="t", simulate=True).validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), simulate=True).validate()
     with pytest.raises(ConfigError):
-        ExperimentSpec(model="m", task="t", objective="speed").validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), objective="speed").validate()
     assert flatten_metrics({"validation": {"accuracy": 0.5}}) == {"accuracy": 0.5}
     assert flatten_metrics({"m": {"accuracy": 0.5}, "mm": {"accuracy": 0.6}}) == {"m/accuracy": 0.5,
                                                                                    "mm/accuracy": 0.6}
@@ -281,7 +282,7 @@ def test_fixed_policies_run_at_their_setting(store: Store, policy: str, setting:
 def test_oracle_takes_the_optimum_of_a_fast_sweep(store: Store) -> None:
     with pytest.raises(ConfigError, match="no recorded sweep"):
         run_experiment(sim("oracle", steps=5), store=store, workload=WORKLOAD)
-    sweep = run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin=TWIN), store=store,
+    sweep = run_sweep(SweepSpec(WorkloadSpec("bert-base-like", "sst2"), fast=True, twin=TWIN), store=store,
                       workload=WORKLOAD)
     result = run_experiment(sim("oracle", steps=5, compare="maxn"), store=store, workload=WORKLOAD)
     assert result.run.setting == sweep.optimum.setting != MAXN
@@ -379,8 +380,8 @@ def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(stor
     """`run --compare maxn --simulate` of bert-tiny under the online policy, 40 steps: the
     numbers recorded from the engine before energy moved to monitor windows (TwinCost sums).
     They were recorded with every batch at the maximum length: `--pad max` gives them exactly."""
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="online", compare="maxn", steps=40, simulate=True,
-                          twin=TWIN, padding="max_length")
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", padding="max_length"), policy="online", compare="maxn",
+                          steps=40, simulate=True, twin=TWIN)
     result = run_experiment(spec, store=store)
     assert result.run.time_s == pytest.approx(0.5177943081372983, rel=1e-9)
     assert result.run.energy_j == pytest.approx(9.75213591609545, rel=1e-9)

@@ -30,6 +30,7 @@ from engine.results.store import Store
 from engine.results.traces import downsample
 from engine.run.recorder import RunRecorder
 from engine.workload.events import RunStarted, StepEnd
+from engine.workload.spec import WorkloadSpec
 
 REL = 1e-5  # the twin's traces; issue 20's bound is 2%
 GPU_MHZ = ("306", "408", "612", "918", "1300.5")  # steps the AGX Orin 64GB twin lists
@@ -212,7 +213,7 @@ def test_a_run_trace_from_the_sampler_thread_over_rail_files(twin_session: Any) 
     from engine.workload.resolve import resolve_workload
 
     twin = twin_session.twin
-    steps = resolve_workload("bert-tiny", "sst2", batch_size=8, seq_len=64, padding="dynamic").steps
+    steps = resolve_workload(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=64, padding="dynamic")).steps
     source = DeviceRailSource(twin_session.device)
     assert source.source is Source.TWIN and source.energy_counter() is None  # integrated, as on a board
     monitor = PowerMonitor(source, rate_hz=200.0).start()

@@ -14,6 +14,7 @@ from engine.core.provenance import Source
 from engine.device.session import DeviceSession
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.store import Store
+from engine.workload.spec import WorkloadSpec
 from test_tui_flow import env, pace, simulated_spec  # noqa: F401 - env: the flow tests' isolation and frozen trace
 from tui import demo
 from tui.messages import RunProgress
@@ -130,8 +131,8 @@ async def test_start_on_an_opened_unfinished_sweep_resumes_that_sweep(
         if isinstance(event, SweepPointDone) and event.index == 3:
             control.cancel()
 
-    spec = SweepSpec(model="bert-tiny", task="sst2", batch_size=8, max_seq_len=32, padding="max_length",
-                     space="gpu+emc", warmup_steps=2, steps=7, repeats=2, seed=3, fast=True, twin="agx-orin-64gb")
+    spec = SweepSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=32, padding="max_length", seed=3),
+                     space="gpu+emc", warmup_steps=2, steps=7, repeats=2, fast=True, twin="agx-orin-64gb")
     first = run_sweep(spec, store=results_store, session=twin_session, callbacks=[cancel_after_3], control=control)
     (stored,) = results_store.list_sweeps()
     assert (first.status, stored.status, len(results_store.completed_points(stored.id))) == ("cancelled", "cancelled", 3)

@@ -20,7 +20,7 @@ from engine.cli import numbers
 from engine.core.constants import PRECISIONS
 from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
-from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
+from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import rail_savings_text, saving_text, sweep_point_lines, versus_text
@@ -123,14 +123,11 @@ def experiment_spec(args: argparse.Namespace) -> Any:
     from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
-        model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
-        reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len, precision=args.precision, seed=args.seed, data=args.data,
-        padding=numbers.padding_of(args),
-        train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
-        sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
-        thermal_overrides=_thermal_overrides(args), label=args.label, output_dir=args.output_dir,
-        **mode_options(args),
+        workload=workload_spec(args), policy=args.policy, objective=args.objective, compare=args.compare,
+        reuse_baseline=args.reuse_baseline, steps=args.steps, train_samples=args.train_samples,
+        eval_samples=args.eval_samples, twin=args.twin, sysfs_root=args.sysfs_root, rails=args.rails,
+        simulate=args.simulate, thermal=args.thermal, thermal_overrides=_thermal_overrides(args), label=args.label,
+        output_dir=args.output_dir,
     )
 
 
@@ -268,13 +265,11 @@ def sweep_spec(args: argparse.Namespace) -> Any:
     from engine.run.sweep import SweepSpec
 
     return SweepSpec(
-        model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
-        repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        precision=args.precision, seed=args.seed, data=args.data, train_samples=args.train_samples,
-        padding=numbers.padding_of(args),
+        workload=workload_spec(args), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
+        repeats=args.repeats, fast=args.fast, train_samples=args.train_samples,
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
-        thermal=args.thermal, thermal_overrides=_thermal_overrides(args), **mode_options(args),
+        thermal=args.thermal, thermal_overrides=_thermal_overrides(args),
     )
 
 

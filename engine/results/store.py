@@ -44,7 +44,6 @@ from engine.results.records import (
     timestamp,
     trace_features,
     utc_now,
-    workload_key,
 )
 from engine.results.run_import import RunImport
 from engine.results.sweep_tables import SweepTables
@@ -56,7 +55,7 @@ __all__ = [
     "SCHEMA_VERSION", "ComparisonRecord", "CorruptStoreError", "DeviceRecord", "RunRecord", "Store",
     "StoreError", "StoreVersionError", "SweepPoint", "SweepRecord", "UnknownRecordError",
     "WorkloadRecord", "default_db_path", "downsample", "normalize_setting", "setting_key",
-    "trace_features", "workload_key",
+    "trace_features",
 ]
 
 log = logging.getLogger(__name__)
