@@ -29,6 +29,7 @@ from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.core.stats import trapezoid_j
 from engine.results.store import Store
+from engine.results.totals import RunTotals
 from engine.run.recorder import RunRecorder
 from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points
@@ -70,7 +71,9 @@ def sim(policy: str, **kw) -> ExperimentSpec:
 # --------------------------------------------------------------------------- the maths
 def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], preset: str = "all",
             policy: str = "maxn") -> RunFigures:
-    return RunFigures(run_id, "policy", policy, Source.TWIN, preset, tuple(rails), 10, 320, time_s, energy, rails)
+    totals = RunTotals(time_s=time_s, rail_energy_j=rails, rails=tuple(rails), rails_preset=preset, samples=320,
+                       steps=10, energy_j=energy)
+    return RunFigures(run_id, "policy", policy, Source.TWIN, totals)
 
 
 def test_saving_and_slowdown_maths() -> None:
@@ -220,8 +223,10 @@ def test_a_runs_trace_holds_no_samples_from_before_it() -> None:
         recorder(_step(step))
     times = [s.t for s in recorder.samples]
     assert times[0] >= 50.5 and times == sorted(times) and len(times) >= 10
-    time_s, rail_j, samples, steps = recorder.figures()
-    assert time_s == pytest.approx(10.0) and rail_j["VDD_GPU_SOC"] == pytest.approx(10.0) and steps == 2
+    totals = recorder.totals()
+    assert totals is not None and totals.source is Source.MEASURED  # the monitor's source labels them
+    assert totals.time_s == pytest.approx(10.0) and totals.rail_energy_j["VDD_GPU_SOC"] == pytest.approx(10.0)
+    assert totals.steps == 2
 
 
 class _Board:
@@ -392,3 +397,25 @@ def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(stor
         "VDD_GPU_SOC": 4.569382984664584, "VDD_CPU_CV": 0.8388816758406648,
         "VIN_SYS_5V0": 2.7814102506837006, "VDDQ_VDD2_1V8AO": 1.5624610049065006}, rel=1e-9)
     assert list(result.run.rail_energy_j) == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
+
+
+def test_a_runs_totals_are_one_value_the_store_and_the_result_both_hold(store: Store) -> None:
+    """The recorder's RunTotals go to the store as they are (no figure derived twice): the stored run's
+    watts, throughput and joules per sample are the totals' own, its power trace is theirs, and the experiment's RunFigures (the run and a reused baseline alike) read the same totals."""
+    first = run_experiment(sim("static:gpu=612", steps=5, compare="maxn"), store=store, workload=WORKLOAD)
+    again = run_experiment(sim("static:gpu=612", steps=5, compare="maxn", reuse_baseline=True), store=store,
+                           workload=WORKLOAD)
+    assert first.baseline is not None and again.baseline is not None and again.baseline.reused
+    for figures in (first.run, first.baseline):
+        rec = store.get_run(figures.run_id)
+        totals = figures.totals
+        assert totals.source is Source.TWIN and totals.rails_preset == "all" and totals.power_samples
+        assert rec.totals is not None
+        assert (rec.time_s, rec.energy_j, dict(rec.rail_energy_j), rec.samples, rec.steps, rec.rails) == (
+            totals.time_s, totals.energy_j, dict(totals.rail_energy_j), totals.samples, totals.steps, "all")
+        assert (rec.avg_power_w, rec.samples_per_s, rec.joules_per_sample) == (
+            totals.avg_power_w, totals.samples_per_s, totals.joules_per_sample)
+        assert store.power_samples(figures.run_id) == list(totals.power_samples)  # the trace, stored with them
+    reused = again.baseline.totals
+    assert (reused.time_s, reused.energy_j, reused.samples, reused.steps) == (
+        first.baseline.time_s, first.baseline.energy_j, first.baseline.samples, first.baseline.steps)

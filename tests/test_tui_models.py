@@ -26,6 +26,7 @@ from engine.workload.events import (
 from tui import demo, forms
 from tui.bridge import EventBridge
 from engine.results.baseline import find_baseline
+from engine.results.totals import RunTotals
 from tui.compare_model import build_comparison
 from tui.fmt import nice_ceiling
 from tui.fmt import format_duration
@@ -313,9 +314,8 @@ def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store
     maxn = store.get_run(ids["maxn"])
     rid = store.start_run(policy="static", source=Source.TWIN, device=maxn.device_id, workload=maxn.workload_id,
                           seed=3, steps=150, rails="all", weights="pretrained", synthetic=False)
-    run = store.finish_run(rid, time_s=1.8, rail_energy_j={"VDD_GPU_SOC": 16.0, "VDD_CPU_CV": 2.9,
-                                                          "VIN_SYS_5V0": 9.7, "VDDQ_VDD2_1V8AO": 5.85},
-                           samples=4800, steps=150, metrics={"accuracy": 0.9})
+    run = store.finish_run(rid, RunTotals(time_s=1.8, rail_energy_j={"VDD_GPU_SOC": 16.0, "VDD_CPU_CV": 2.9,
+                                                          "VIN_SYS_5V0": 9.7, "VDDQ_VDD2_1V8AO": 5.85}, samples=4800, steps=150), metrics={"accuracy": 0.9})
     base = find_baseline(store, run)
     assert base is not None and base.id == maxn.id
     view = build_comparison(run, base)

@@ -15,6 +15,7 @@ from engine.device.session import DeviceSession
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.store import Store
 from engine.workload.spec import WorkloadSpec
+from engine.results.totals import RunTotals
 from test_tui_flow import env, pace, simulated_spec  # noqa: F401 - env: the flow tests' isolation and frozen trace
 from tui import demo
 from tui.messages import RunProgress
@@ -317,8 +318,7 @@ async def test_history_keeps_every_runs_figures_and_source_in_view_at_80x24(
     spec = "policy static:gpu=816,cpu=2201.6,emc=3199"
     rid = results_store.start_run(policy="static", source=Source.TWIN, device=device, workload=long, seed=0,
                                   steps=300, rails="all", notes=spec, started_at=demo.STAMP)
-    results_store.finish_run(rid, time_s=1234.5, rail_energy_j={"VDD_GPU_SOC": 12345.0}, rails="all", samples=10,
-                             steps=300, setting=DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), notes=spec)
+    results_store.finish_run(rid, RunTotals(time_s=1234.5, rail_energy_j={"VDD_GPU_SOC": 12345.0}, rails_preset="all", samples=10, steps=300), setting=DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), notes=spec)
     results_store.find_or_create_sweep(device=device, workload=long, space={"space": "gpu+emc", "method": "run",
                                                                             "rails": "all"},
                                        warmup_steps=1, steps=5, repeats=1, source=Source.TWIN, label="long")

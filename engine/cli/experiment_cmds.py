@@ -221,8 +221,9 @@ def format_experiment(result: Any) -> str:
         lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct)}   [{cmp_.source.value}]")
         if cmp_.rail_saving_pct:
             lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
-        if len(run.history) <= 1 and run.setting is not None and not base.reused:  # type: ignore[union-attr]
-            lines += _twin_interval_lines(result, run.setting, cmp_.saving_pct)
+        if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
+            iv = cmp_.interval
+            lines.append(f"  as an estimate of a board's: {saving_text(cmp_.saving_pct, interval=iv)}  [{iv.basis}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))

@@ -15,6 +15,7 @@ from engine.core.provenance import MetricProvenance, Source
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
 from engine.device.setting import DvfsSetting
+from engine.results.totals import RunTotals
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
@@ -283,6 +284,14 @@ class RunRecord:
     workload: WorkloadRecord | None = None
     simulated: bool = False  # the twin ran the step trace: nothing was trained (no loss, no eval metric)
     last_sample_t: float | None = None  # abandoned: the t of its last stored power sample (None: none)
+
+    @property
+    def totals(self) -> RunTotals | None:
+        """Its figures as stored (None: it recorded none); `rails` holds the preset's name only."""
+        if self.time_s is None:
+            return None
+        return RunTotals(time_s=self.time_s, rail_energy_j=dict(self.rail_energy_j), rails_preset=self.rails,
+                         samples=self.samples, steps=self.steps, source=self.source, energy_j=self.energy_j)
 
     @property
     def status_warning(self) -> str | None:

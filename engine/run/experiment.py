@@ -39,6 +39,7 @@ from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, comp
 from engine.run.harness import RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
+from engine.results.totals import RunTotals
 from engine.workload.events import StepEnd
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
@@ -216,10 +217,23 @@ def run_experiment(
         comparison = None
         if baseline is not None and not baseline.cancelled:
             record = store.compare_runs(run.run_id, baseline.run_id)
-            comparison = replace(compare(run, baseline), record_id=record.id)
+            comparison = compare(run, baseline)
+            comparison = replace(comparison, record_id=record.id,
+                                 interval=_board_estimate(source, identity, workload, run, baseline, comparison))
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
+
+
+def _board_estimate(source: Source, identity: DeviceIdentity, workload: Workload, run: RunFigures,
+                    baseline: RunFigures, comparison: Comparison) -> Any:
+    """The twin's saving as an estimate of a board's (engine.core.interval.Interval), once, for every client:
+    only for the twin's figures of one setting against a MAXN run made now; None otherwise."""
+    from engine.results.estimates import twin_saving_interval
+
+    if source is not Source.TWIN or len(run.history) > 1 or run.setting is None or baseline.reused:
+        return None
+    return twin_saving_interval(workload.steps, identity.profile, run.setting, comparison.saving_pct / 100.0)
 
 
 class _Runner:
@@ -288,37 +302,36 @@ class _Runner:
                 learnt = {"weights": res.weights, "synthetic": res.synthetic, "data_source": res.data_source}
                 notes = (f"policy {policy_spec}; weights {res.weights}"
                          + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
-            figures = recorder.figures()
+            totals = recorder.totals(rails=self.rails, rails_preset=spec.rails)
         except BaseException as exc:
             try:
                 self.store.fail_run(run_id, exc)
             except StoreError as store_exc:  # the run's own error is the one to report
                 log.error("run %d could not be marked failed: %s", run_id, store_exc.what)
             raise
-        time_s, rail_j, samples, steps = figures or (0.0, {}, 0, 0)  # None: cancelled before the first step
-        energy = sum(rail_j.get(r, 0.0) for r in self.rails)
-        measured: dict[str, Any] = {}
-        if time_s > 0:
-            measured = dict(time_s=time_s, energy_j=energy, rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s,
-                            samples=samples, steps=steps, metrics=metrics, setting=controller.current,
-                            power_samples=recorder.samples)
-        self._finish(run_id, "finished" if measured and not cancelled else "cancelled", notes=notes, **learnt,
-                     **measured)
-        log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, time_s, energy,
-                 spec.rails, self.source)
+        measured = totals is not None and totals.time_s > 0
+        if totals is None:  # cancelled before the first step: nothing measured, nothing stored
+            totals = RunTotals(time_s=0.0, rails=self.rails, rails_preset=spec.rails, samples=0, steps=0,
+                               source=self.source)
+        if measured:
+            self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, **learnt,
+                         wall_s=wall_s, metrics=metrics, setting=controller.current)
+        else:
+            self._finish(run_id, "cancelled", None, notes=notes, **learnt)
+        log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, totals.time_s,
+                 totals.total_j, spec.rails, self.source)
         return RunFigures(
-            run_id=run_id, role=role, policy=policy_spec, source=self.source, rails_preset=spec.rails,
-            rails=self.rails, steps=steps, samples=samples, time_s=time_s, energy_j=energy, rail_energy_j=rail_j,
+            run_id=run_id, role=role, policy=policy_spec, source=self.source, totals=totals,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
             history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
             cancelled=cancelled, weights=learnt.get("weights"), synthetic=learnt.get("synthetic"),
         )
 
-    def _finish(self, run_id: int, status: str, **figures: Any) -> None:
-        """Store the run's end: its figures with its power trace, in one transaction. When the store
+    def _finish(self, run_id: int, status: str, totals: RunTotals | None, **fields: Any) -> None:
+        """Store the run's end: its totals with its power trace, in one transaction. When the store
         cannot take them (a full disk), the run is marked failed and the error says what was kept."""
         try:
-            self.store.finish_run(run_id, status=status, **figures)
+            self.store.finish_run(run_id, totals, status=status, **fields)
         except StoreError as exc:
             try:
                 self.store.fail_run(run_id, f"its figures and power trace could not be stored: {exc.what}")
@@ -326,8 +339,8 @@ class _Runner:
             except StoreError:  # not even that much fits
                 kept = ("the run as running, until the next slm-dvfs command marks it abandoned (it could not be "
                         "marked failed either)")
-            if figures.get("time_s"):
-                kept += (f"; it measured {figures['energy_j']:.2f} J in {figures['time_s']:.3f} s "
+            if totals is not None and totals.time_s:
+                kept += (f"; it measured {totals.total_j:.2f} J in {totals.time_s:.3f} s "
                          f"[{self.source.value}], said here only")
             raise StoreError(f"run {run_id} ran, but its figures and power trace could not be stored ({exc.what}). "
                              f"Stored: {kept}",

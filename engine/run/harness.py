@@ -191,7 +191,6 @@ def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callable[[Any
     give the result the twin's time and energy from one monitor window over the training steps."""
     from engine.core.provenance import Source
     from engine.run.recorder import RunRecorder
-    from engine.workload.spec import defaults_for
 
     with open_session(twin=twin) as session:
         harness = RunHarness(session, rails=rails, control=control)
@@ -199,9 +198,8 @@ def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callable[[Any
             assert harness.monitor is not None
             recorder = RunRecorder(harness.monitor, keep_samples=False)
             result = harness.train(spec, callbacks=[recorder, *callbacks])
-        figures = recorder.figures()
-    if figures is None:
+        totals = recorder.totals()
+    if totals is None:
         return result
-    time_s, rail_j, _samples, _steps = figures
-    return replace(result, twin_profile=twin, twin_precision=spec.workload.precision or defaults_for(spec.workload.model).precision,
-                   twin_time_s=time_s, twin_energy_j=rail_j, twin_source=Source.TWIN)
+    return replace(result, twin_profile=twin, twin_precision=str(spec.workload.named().precision),
+                   twin_time_s=totals.time_s, twin_energy_j=dict(totals.rail_energy_j), twin_source=Source.TWIN)
