@@ -43,6 +43,7 @@ from engine.device.twin.params import get_param  # noqa: E402
 from engine.device.twin.profile import load_profile  # noqa: E402
 from engine.device.twin.synthetic import PERTURBATION, gpu_sweep_settings, perturbed_profile, synthetic_sweep  # noqa: E402
 from engine.workload.resolve import resolve_workload  # noqa: E402
+from engine.workload.spec import WorkloadSpec  # noqa: E402
 
 # (model, task, max length): families, tasks and lengths differ between the two sets.
 TRAIN = (("bert-base-uncased", "sst2", 128), ("bert-base-uncased", "mnli", 256),
@@ -83,7 +84,7 @@ def main() -> int:
     truth = perturbed_profile(shipped)
 
     def steps_of(model: str, task: str, length: int) -> object:
-        return resolve_workload(model, task, seq_len=length, padding=args.pad).steps
+        return resolve_workload(WorkloadSpec(model, task, seq_len=length, padding=args.pad)).steps
 
     train = []
     for k, (model, task, length) in enumerate(TRAIN):

@@ -80,11 +80,12 @@ def main() -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local instances only
         from engine.run.fleet import SweepPlan
-        from engine.run.harness import resolve_for
+        from engine.workload.resolve import resolve_workload
+        from engine.workload.spec import WorkloadSpec
 
-        plans = [SweepPlan(model=m, task=t, fast=True, steps=args.steps) for m in MODELS for t in TASKS]
+        plans = [SweepPlan(WorkloadSpec(m, t), fast=True, steps=args.steps) for m in MODELS for t in TASKS]
         for plan in plans:  # traced once, before either clock starts
-            resolve_for(plan)
+            resolve_workload(plan.workload)
         from engine.run.fleet import connect
 
         with connect(twins=1, folder=base / "twins-1") as one:

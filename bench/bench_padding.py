@@ -15,6 +15,7 @@ figure is the twin's ([twin]); the length summary is from published statistics, 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ from engine.device.twin.fast import fast_sweep  # noqa: E402
 from engine.device.twin.profile import load_profile  # noqa: E402
 from engine.selector.dataset import profile_settings  # noqa: E402
 from engine.workload.resolve import resolve_workload  # noqa: E402
+from engine.workload.spec import WorkloadSpec  # noqa: E402
 
 
 def costs(steps: object, profile: object, settings: list) -> dict[str, float]:
@@ -57,10 +59,9 @@ def main() -> int:
     out: dict[str, object] = {"model": args.model, "max_seq_len": args.max_seq_len, "profile": args.profile,
                               "source": "twin", "tasks": {}}
     for task in args.tasks.split(","):
-        fixed = resolve_workload(args.model, task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                 padding="max_length")
-        dyn = resolve_workload(args.model, task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                               padding="dynamic")
+        asked = WorkloadSpec(args.model, task, batch_size=args.batch_size, seq_len=args.max_seq_len)
+        fixed = resolve_workload(replace(asked, padding="max_length"))
+        dyn = resolve_workload(replace(asked, padding="dynamic"))
         a, b = costs(fixed.steps, profile, settings), costs(dyn.steps, profile, settings)
         out["batch_size"] = fixed.batch_size
         out["tasks"][task] = {  # type: ignore[index]

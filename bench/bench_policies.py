@@ -36,13 +36,14 @@ def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
     from engine.results.compare import optimum_vs_maxn
     from engine.run.experiment import ExperimentSpec, run_experiment
     from engine.workload.resolve import resolve_workload
+    from engine.workload.spec import WorkloadSpec
     from engine.run.sweep import SweepSpec, run_sweep
 
-    workload = resolve_workload(model, task)
+    asked = WorkloadSpec(model, task, padding="max_length")  # every batch at the maximum length
+    workload = resolve_workload(asked)
     twin = session.profile_name
-    sweep = run_sweep(SweepSpec(model=model, task=task, fast=True, twin=twin), store=store, session=session,
-                      workload=workload)
-    common = dict(model=model, task=task, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True)
+    sweep = run_sweep(SweepSpec(asked, fast=True, twin=twin), store=store, session=session, workload=workload)
+    common = dict(workload=asked, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True)
     oracle = run_experiment(ExperimentSpec(policy="oracle", **common), store=store, session=session, workload=workload)
     online = run_experiment(ExperimentSpec(policy="online", **common), store=store, session=session, workload=workload)
     assert oracle.baseline is not None and online.baseline is not None

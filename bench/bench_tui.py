@@ -199,12 +199,12 @@ def main() -> int:
         import torch
 
         from engine.run.experiment import ExperimentSpec
+        from engine.workload.spec import WorkloadSpec
 
         torch.set_num_threads(args.threads)
-        spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=args.steps,
-                              batch_size=args.batch_size, max_seq_len=args.seq_len,
-                              train_samples=max(64, args.batch_size * 8), eval_samples=8, twin=TWIN,
-                              label="bench-tui")
+        spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=args.batch_size, seq_len=args.seq_len),
+                              policy="maxn", steps=args.steps, train_samples=max(64, args.batch_size * 8),
+                              eval_samples=8, twin=TWIN, label="bench-tui")
         headless(spec, session, store, args.warmup)  # warm-up: tokenizer, trace and torch caches
         plain: list[Stopwatch] = []
         tui_runs: list[Stopwatch] = []

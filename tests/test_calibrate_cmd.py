@@ -33,8 +33,9 @@ FEW_PARAMS = "gpu.vf.knee_hz,gpu.capacitance_f,gpu.podgov_load_seen,rails.VDD_GP
 
 def _steps(model: str, task: str, batch: int, length: int):
     from engine.workload.resolve import resolve_workload
+    from engine.workload.spec import WorkloadSpec
 
-    return resolve_workload(model, task, batch_size=batch, seq_len=length, padding="max_length")
+    return resolve_workload(WorkloadSpec(model, task, batch_size=batch, seq_len=length, padding="max_length"))
 
 
 def store_sweep(store: Store, workload: tuple, *, device: DeviceRecord = BOARD, source: str = "measured",

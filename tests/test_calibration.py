@@ -20,6 +20,7 @@ from engine.device.twin.calibration import (
     predict,
     sweep_error,
 )
+from engine.workload.spec import WorkloadSpec
 from engine.device.twin.calibration_toml import overlay_toml
 from engine.device.twin.params import get_param
 from engine.device.twin.profile import available_profiles, load_profile, user_profiles_dir
@@ -178,8 +179,8 @@ def test_the_overlay_round_trips_and_the_twin_runs_on_it(calibration, isolated_e
     # `--twin agx-orin-64gb-calibrated`: a fast sweep's figures are the calibrated model's
     settings = gpu_sweep_settings(SHIPPED, steps=(3, 6))
     with Store(tmp_path / "db.sqlite") as store:
-        result = run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin="agx-orin-64gb-calibrated",
-                                     settings=settings, rails="gpu+cpu", steps=2),
+        result = run_sweep(SweepSpec(WorkloadSpec("bert-base-like", "sst2"), fast=True,
+                                     twin="agx-orin-64gb-calibrated", settings=settings, rails="gpu+cpu", steps=2),
                            store=store, workload=bert_base_workload())
     rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
     expected = predict(calibration.profile, [Observation("x", BERT_BASE_LIKE, s, rails, 1.0) for s in settings])

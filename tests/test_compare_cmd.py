@@ -12,6 +12,7 @@ from conftest import IsolatedEnv
 from engine.cli import main
 from engine.results.store import DeviceRecord, Store, WorkloadRecord
 from engine.workload.lora import LoraSettings
+from engine.results.totals import RunTotals
 
 TWIN = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005 (AGX Orin 64GB)", "36.3.0", "6.0",
                     "agx-orin-64gb", is_twin=True)
@@ -30,8 +31,7 @@ def _run(store: Store, workload: WorkloadRecord, policy: str, energy_j: float, *
          samples: int = 1600, steps: int = 100) -> int:
     rid = store.start_run(policy=policy, source="twin", device=TWIN, workload=workload, rails="all", seed=0,
                           steps=steps, simulated=True)
-    store.finish_run(rid, time_s=time_s, energy_j=energy_j, rail_energy_j={"VDD_GPU_SOC": energy_j},
-                     samples=samples, steps=steps)
+    store.finish_run(rid, RunTotals(time_s=time_s, energy_j=energy_j, rail_energy_j={"VDD_GPU_SOC": energy_j}, samples=samples, steps=steps))
     return rid
 
 
@@ -135,12 +135,10 @@ def test_compare_says_its_figures_in_words_as_run_and_show_do(db: Path, capsys: 
     with Store(db) as s:
         maxn = s.start_run(policy="maxn", source="twin", device=TWIN, workload=TINY, rails="all", seed=0, steps=40,
                            simulated=True)
-        s.finish_run(maxn, time_s=0.363, energy_j=5.09, rail_energy_j={"VDD_GPU_SOC": 1.86, "VDD_CPU_CV": 0.64},
-                     samples=1280, steps=40)
+        s.finish_run(maxn, RunTotals(time_s=0.363, energy_j=5.09, rail_energy_j={"VDD_GPU_SOC": 1.86, "VDD_CPU_CV": 0.64}, samples=1280, steps=40))
         run = s.start_run(policy="static", source="twin", device=TWIN, workload=TINY, rails="all", seed=0, steps=40,
                           simulated=True)
-        s.finish_run(run, time_s=0.332, energy_j=4.927, rail_energy_j={"VDD_GPU_SOC": 1.869, "VDD_CPU_CV": 0.60},
-                     samples=1280, steps=40)
+        s.finish_run(run, RunTotals(time_s=0.332, energy_j=4.927, rail_energy_j={"VDD_GPU_SOC": 1.869, "VDD_CPU_CV": 0.60}, samples=1280, steps=40))
     assert main(["compare", str(run)]) == 0
     out = capsys.readouterr().out
     assert "vs MAXN: 3.2% less energy, 8.5% faster  [twin]" in out

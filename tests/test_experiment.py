@@ -22,12 +22,14 @@ from engine.run.experiment import (
     cool_before_baseline,
     run_experiment,
 )
+from engine.workload.spec import WorkloadSpec
 from engine.results.compare import RunFigures, compare, flatten_metrics
 from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
 from engine.core.stats import trapezoid_j
 from engine.results.store import Store
+from engine.results.totals import RunTotals
 from engine.run.recorder import RunRecorder
 from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points
@@ -39,7 +41,7 @@ from engine.workload.loop import TrainControl
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
 WORKLOAD = bert_base_workload()
-TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8)
+TINY = dict(workload=WorkloadSpec("bert-tiny", "sst2", batch_size=4, seq_len=16), train_samples=16, eval_samples=8)
 TWIN = "agx-orin-64gb"
 
 
@@ -63,13 +65,15 @@ def gpu_files(root: Path) -> tuple[str, str, str]:
 
 
 def sim(policy: str, **kw) -> ExperimentSpec:
-    return ExperimentSpec(model="bert-base-like", task="sst2", policy=policy, twin=TWIN, simulate=True, **kw)
+    return ExperimentSpec(WorkloadSpec("bert-base-like", "sst2"), policy=policy, twin=TWIN, simulate=True, **kw)
 
 
 # --------------------------------------------------------------------------- the maths
 def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], preset: str = "all",
             policy: str = "maxn") -> RunFigures:
-    return RunFigures(run_id, "policy", policy, Source.TWIN, preset, tuple(rails), 10, 320, time_s, energy, rails)
+    totals = RunTotals(time_s=time_s, rail_energy_j=rails, rails=tuple(rails), rails_preset=preset, samples=320,
+                       steps=10, energy_j=energy)
+    return RunFigures(run_id, "policy", policy, Source.TWIN, totals)
 
 
 def test_saving_and_slowdown_maths() -> None:
@@ -90,13 +94,13 @@ def test_saving_and_slowdown_maths() -> None:
 
 def test_spec_validation() -> None:
     with pytest.raises(ConfigError, match="compare"):
-        ExperimentSpec(model="m", task="t", compare="maxn-pinned").validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), compare="maxn-pinned").validate()
     with pytest.raises(ConfigError, match="reuse-baseline"):
-        ExperimentSpec(model="m", task="t", reuse_baseline=True).validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), reuse_baseline=True).validate()
     with pytest.raises(ConfigError, match="twin"):
-        ExperimentSpec(model="m", task="t", simulate=True).validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), simulate=True).validate()
     with pytest.raises(ConfigError):
-        ExperimentSpec(model="m", task="t", objective="speed").validate()
+        ExperimentSpec(WorkloadSpec("m", "t"), objective="speed").validate()
     assert flatten_metrics({"validation": {"accuracy": 0.5}}) == {"accuracy": 0.5}
     assert flatten_metrics({"m": {"accuracy": 0.5}, "mm": {"accuracy": 0.6}}) == {"m/accuracy": 0.5,
                                                                                    "mm/accuracy": 0.6}
@@ -219,8 +223,10 @@ def test_a_runs_trace_holds_no_samples_from_before_it() -> None:
         recorder(_step(step))
     times = [s.t for s in recorder.samples]
     assert times[0] >= 50.5 and times == sorted(times) and len(times) >= 10
-    time_s, rail_j, samples, steps = recorder.figures()
-    assert time_s == pytest.approx(10.0) and rail_j["VDD_GPU_SOC"] == pytest.approx(10.0) and steps == 2
+    totals = recorder.totals()
+    assert totals is not None and totals.source is Source.MEASURED  # the monitor's source labels them
+    assert totals.time_s == pytest.approx(10.0) and totals.rail_energy_j["VDD_GPU_SOC"] == pytest.approx(10.0)
+    assert totals.steps == 2
 
 
 class _Board:
@@ -281,7 +287,7 @@ def test_fixed_policies_run_at_their_setting(store: Store, policy: str, setting:
 def test_oracle_takes_the_optimum_of_a_fast_sweep(store: Store) -> None:
     with pytest.raises(NoRecordedSweepError, match="no recorded sweep"):
         run_experiment(sim("oracle", steps=5), store=store, workload=WORKLOAD)
-    sweep = run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin=TWIN), store=store,
+    sweep = run_sweep(SweepSpec(WorkloadSpec("bert-base-like", "sst2"), fast=True, twin=TWIN), store=store,
                       workload=WORKLOAD)
     result = run_experiment(sim("oracle", steps=5, compare="maxn"), store=store, workload=WORKLOAD)
     assert result.run.setting == sweep.optimum.setting != MAXN
@@ -379,8 +385,8 @@ def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(stor
     """`run --compare maxn --simulate` of bert-tiny under the online policy, 40 steps: the
     numbers recorded from the engine before energy moved to monitor windows (TwinCost sums).
     They were recorded with every batch at the maximum length: `--pad max` gives them exactly."""
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="online", compare="maxn", steps=40, simulate=True,
-                          twin=TWIN, padding="max_length")
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", padding="max_length"), policy="online", compare="maxn",
+                          steps=40, simulate=True, twin=TWIN)
     result = run_experiment(spec, store=store)
     assert result.run.time_s == pytest.approx(0.5177943081372983, rel=1e-9)
     assert result.run.energy_j == pytest.approx(9.75213591609545, rel=1e-9)
@@ -391,3 +397,25 @@ def test_simulated_comparison_matches_the_figures_of_the_old_twin_cost_path(stor
         "VDD_GPU_SOC": 4.569382984664584, "VDD_CPU_CV": 0.8388816758406648,
         "VIN_SYS_5V0": 2.7814102506837006, "VDDQ_VDD2_1V8AO": 1.5624610049065006}, rel=1e-9)
     assert list(result.run.rail_energy_j) == ["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"]
+
+
+def test_a_runs_totals_are_one_value_the_store_and_the_result_both_hold(store: Store) -> None:
+    """The recorder's RunTotals go to the store as they are (no figure derived twice): the stored run's
+    watts, throughput and joules per sample are the totals' own, its power trace is theirs, and the experiment's RunFigures (the run and a reused baseline alike) read the same totals."""
+    first = run_experiment(sim("static:gpu=612", steps=5, compare="maxn"), store=store, workload=WORKLOAD)
+    again = run_experiment(sim("static:gpu=612", steps=5, compare="maxn", reuse_baseline=True), store=store,
+                           workload=WORKLOAD)
+    assert first.baseline is not None and again.baseline is not None and again.baseline.reused
+    for figures in (first.run, first.baseline):
+        rec = store.get_run(figures.run_id)
+        totals = figures.totals
+        assert totals.source is Source.TWIN and totals.rails_preset == "all" and totals.power_samples
+        assert rec.totals is not None
+        assert (rec.time_s, rec.energy_j, dict(rec.rail_energy_j), rec.samples, rec.steps, rec.rails) == (
+            totals.time_s, totals.energy_j, dict(totals.rail_energy_j), totals.samples, totals.steps, "all")
+        assert (rec.avg_power_w, rec.samples_per_s, rec.joules_per_sample) == (
+            totals.avg_power_w, totals.samples_per_s, totals.joules_per_sample)
+        assert store.power_samples(figures.run_id) == list(totals.power_samples)  # the trace, stored with them
+    reused = again.baseline.totals
+    assert (reused.time_s, reused.energy_j, reused.samples, reused.steps) == (
+        first.baseline.time_s, first.baseline.energy_j, first.baseline.samples, first.baseline.steps)

@@ -16,6 +16,7 @@ from engine.workload.finetune import FinetuneSpec, run_finetune
 from engine.workload.models import build_model, resolve_model
 from engine.workload.tokenization import tokenizer_kind
 from engine.workload.tracer import capture_step_trace
+from engine.workload.spec import WorkloadSpec
 
 VOCAB = 512  # above the 256 bytes + specials a trained byte-level BPE needs
 _DECODER = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -121,9 +122,8 @@ def test_family_traces_on_meta_tensors(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
 def test_family_takes_real_cpu_steps(name: str, tmp_path: Path) -> None:
     config = _config_file(tmp_path, name)
-    result = run_finetune(FinetuneSpec(model=str(config), task="sst2", steps=2, batch_size=4,
-                                       max_seq_len=16, train_samples=24, eval_samples=8,
-                                       padding="dynamic"))
+    result = run_finetune(FinetuneSpec(WorkloadSpec(str(config), "sst2", batch_size=4, seq_len=16, padding="dynamic"),
+                                       steps=2, train_samples=24, eval_samples=8))
     assert result.steps == 2 and result.weights == "random" and result.synthetic
     assert all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
     assert result.trainable_params == result.params > 0

@@ -14,8 +14,10 @@ from engine.cli import main
 from engine.core.errors import ConfigError
 from engine.workload.events import EvalResult, RunFinished, StepEnd
 from engine.workload.finetune import FinetuneSpec, run_finetune
+from engine.workload.spec import WorkloadSpec
 
-TINY = dict(task="sst2", batch_size=8, max_seq_len=16, train_samples=32, eval_samples=16)
+SHAPE = dict(batch_size=8, seq_len=16)
+TINY = dict(train_samples=32, eval_samples=16)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,7 +35,7 @@ def offline_cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.mark.parametrize("model", ["bert-tiny", "pythia-14m"])
 def test_random_zoo_models_learn_synthetic_sst2(model: str) -> None:
-    result = run_finetune(FinetuneSpec(model=model, task="sst2", steps=40, batch_size=32, max_seq_len=16,
+    result = run_finetune(FinetuneSpec(WorkloadSpec(model, "sst2", batch_size=32, seq_len=16), steps=40,
                                        train_samples=320, eval_samples=64, learning_rate=3e-3))
     first, last = sum(result.losses[:5]) / 5, sum(result.losses[-5:]) / 5
     assert last < first - 0.1, result.losses
@@ -44,17 +46,17 @@ def test_random_zoo_models_learn_synthetic_sst2(model: str) -> None:
 
 
 def test_hf_model_resumes_bit_for_bit(tmp_path: Path) -> None:
-    spec = FinetuneSpec(model="bert-tiny", steps=6, checkpoint_every=3, checkpoint_dir=str(tmp_path / "a"),
-                        **TINY)
+    spec = FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", **SHAPE), steps=6, checkpoint_every=3,
+                        checkpoint_dir=str(tmp_path / "a"), **TINY)
     full = run_finetune(spec)
-    resumed = run_finetune(FinetuneSpec(model="bert-tiny", steps=6, resume=str(tmp_path / "a" / "step-0000003"),
-                                        **TINY))
+    resumed = run_finetune(FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", **SHAPE), steps=6,
+                                        resume=str(tmp_path / "a" / "step-0000003"), **TINY))
     assert resumed.losses == full.losses
     assert resumed.eval == full.eval
 
 
 def test_bitfit_on_pythia_trains_a_fraction() -> None:
-    result = run_finetune(FinetuneSpec(model="pythia-14m", steps=2, mode="bitfit", **TINY))
+    result = run_finetune(FinetuneSpec(WorkloadSpec("pythia-14m", "sst2", mode="bitfit", **SHAPE), steps=2, **TINY))
     assert result.mode == "bitfit" and 0 < result.trainable_params < result.params / 20
 
 
@@ -205,14 +207,14 @@ def test_cli_rejects_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_spec_validation() -> None:
     with pytest.raises(ConfigError, match="padding"):
-        FinetuneSpec(model="bert-tiny", task="sst2", padding="left").validate()
+        FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", padding="left")).validate()
     with pytest.raises(ConfigError, match="batch size"):
-        FinetuneSpec(model="bert-tiny", task="sst2", batch_size=0).validate()
+        FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=0)).validate()
 
 
 def test_dynamic_padding_and_events() -> None:
     events: list = []
-    result = run_finetune(FinetuneSpec(model="bert-tiny", steps=3, padding="dynamic", **TINY),
+    result = run_finetune(FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", padding="dynamic", **SHAPE), steps=3, **TINY),
                           callbacks=[events.append])
     ends = [e for e in events if isinstance(e, StepEnd)]
     assert len(ends) == 3 and all(e.tokens <= 8 * 16 for e in ends)

@@ -18,6 +18,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.store import Store, setting_key
 from engine.run.fleet import SweepPlan, connect, parse_twins
+from engine.workload.spec import WorkloadSpec
 
 from conftest import fleet_isolation, twin_gpu_files
 
@@ -25,7 +26,7 @@ ray = pytest.importorskip("ray")
 
 MODELS = ("bert-tiny", "bert-mini")
 TASKS = ("sst2", "mrpc")
-PLANS = [SweepPlan(model=m, task=t, fast=True, steps=2) for m in MODELS for t in TASKS]
+PLANS = [SweepPlan(WorkloadSpec(m, t), fast=True, steps=2) for m in MODELS for t in TASKS]
 GPU_SETTINGS = 12  # the AGX Orin 64GB's GPU space: its 11 GPU steps and MAXN
 
 
@@ -39,10 +40,10 @@ def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def fleet(fleet_env: Path) -> Iterator[object]:
-    from engine.run.harness import resolve_for
+    from engine.workload.resolve import resolve_workload
 
     for plan in PLANS:  # trace here once, into the module's cache, rather than in three workers at once
-        resolve_for(plan)
+        resolve_workload(plan.workload)
     with connect(twins=3, folder=fleet_env / "twins") as f:
         yield f
 
@@ -144,7 +145,7 @@ def test_two_models_by_two_tasks_store_every_point_once_with_the_local_figures(f
     assert max(spread) > 1  # a workload's sweep measured on more than one board
     # the same sweep run locally stores the same figures: the boards run the local sweep's path
     with Store(tmp_path / "local.sqlite") as store:
-        local = run_sweep(SweepPlan(model="bert-mini", task="mrpc", fast=True, steps=2, twin="agx-orin-64gb"),
+        local = run_sweep(SweepPlan(WorkloadSpec("bert-mini", "mrpc"), fast=True, steps=2, twin="agx-orin-64gb"),
                           store=store)
         figures = {(repr(p.setting), p.repeat): (p.energy_j, p.time_s) for p in store.sweep_points(local.sweep_id)}
     assert figures == fleet_figures["bert-mini/mrpc"]
@@ -168,7 +169,7 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
     from engine.device.setting import MAXN, DvfsSetting
 
     few = (MAXN, DvfsSetting(gpu_hz=306_000_000, nvpmodel=0), DvfsSetting(gpu_hz=816_000_000, nvpmodel=0))
-    plans = [SweepPlan(model="bert-tiny", task=t, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4,
+    plans = [SweepPlan(WorkloadSpec("bert-tiny", t, batch_size=4, seq_len=16), train_samples=16, eval_samples=4,
                        warmup_steps=1, steps=2, settings=few) for t in TASKS]
     before = twin_gpu_files(fleet_env / "twins")
     cancel = threading.Event()
@@ -201,7 +202,7 @@ def test_cancel_stops_every_board_restores_its_clocks_and_the_sweeps_resume(flee
 
 def test_a_bad_model_fails_its_sweep_with_the_error_and_its_remedy_and_the_others_go_on(fleet, tmp_path: Path) -> None:
     with Store(tmp_path / "bad.sqlite") as store:
-        result = fleet.sweep([SweepPlan(model="no-such-model", task="sst2", fast=True, steps=2), PLANS[0]],
+        result = fleet.sweep([SweepPlan(WorkloadSpec("no-such-model", "sst2"), fast=True, steps=2), PLANS[0]],
                              store=store)
     bad, good = result.sweeps
     assert result.status == "failed" and good.status == "finished" and good.points == GPU_SETTINGS

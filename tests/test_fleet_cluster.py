@@ -14,6 +14,7 @@ from engine.core.provenance import Source
 from engine.results.store import Store
 from engine.run.fleet import SweepPlan, connect
 from engine.run.fleet.cluster import node_worker_args
+from engine.workload.spec import WorkloadSpec
 
 from conftest import fleet_isolation
 
@@ -32,12 +33,12 @@ def test_a_node_advertising_a_twin_runs_that_twin_and_a_board_node_its_board() -
 def test_two_nodes_joined_by_address_share_a_sweep_and_each_point_names_its_node(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    from engine.run.harness import resolve_for
+    from engine.workload.resolve import resolve_workload
 
-    plans = [SweepPlan(model="bert-tiny", task=t, fast=True, steps=2) for t in ("sst2", "mrpc")]
+    plans = [SweepPlan(WorkloadSpec("bert-tiny", t), fast=True, steps=2) for t in ("sst2", "mrpc")]
     with fleet_isolation(tmp_path):
         for plan in plans:
-            resolve_for(plan)  # traced once, into the shared cache
+            resolve_workload(plan.workload)  # traced once, into the shared cache
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
         try:
             for _ in range(2):

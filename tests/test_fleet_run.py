@@ -20,6 +20,7 @@ from engine.core.provenance import Source
 from engine.results.store import Store
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet import SweepPlan, connect
+from engine.workload.spec import WorkloadSpec
 
 from conftest import fleet_isolation, twin_gpu_files
 
@@ -27,7 +28,7 @@ ray = pytest.importorskip("ray")
 
 MODELS = ("bert-tiny", "bert-mini")
 POLICIES = ("online", "ml")
-SPECS = [ExperimentSpec(model=m, task="sst2", policy=p, compare="maxn", steps=6, simulate=True)
+SPECS = [ExperimentSpec(WorkloadSpec(m, "sst2"), policy=p, compare="maxn", steps=6, simulate=True)
          for m in MODELS for p in POLICIES]
 
 
@@ -83,7 +84,7 @@ def test_cli_fleet_run_makes_one_experiment_per_combination() -> None:
     specs = run_specs(args)
     assert len(specs) == 8 and len(set(specs)) == 8
     assert all(s.compare is None and s.steps == 7 and s.simulate and s.twin is None for s in specs)
-    assert [(s.model, s.batch_size, s.policy) for s in specs[:3]] == [
+    assert [(s.workload.model, s.workload.batch_size, s.policy) for s in specs[:3]] == [
         ("bert-tiny", 4, "online"), ("bert-tiny", 4, "oracle"), ("bert-tiny", 8, "online")]
 
 
@@ -96,10 +97,10 @@ def fleet_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def fleet(fleet_env: Path) -> Iterator[object]:
-    from engine.run.harness import resolve_for
+    from engine.workload.resolve import resolve_workload
 
     for spec in SPECS[::2]:  # trace here once, into the module's cache, rather than in three workers at once
-        resolve_for(spec)
+        resolve_workload(spec.workload)
     with connect(twins=2, folder=fleet_env / "twins") as f:
         yield f
 
@@ -151,13 +152,13 @@ def test_oracle_refuses_without_a_stored_sweep_then_uses_the_one_fleet_sweep_sto
     from engine.dvfs.objectives import parse_objective
     from engine.results.sweeps import optimum, summarize_points
 
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", compare="maxn", steps=6, simulate=True)
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="oracle", compare="maxn", steps=6, simulate=True)
     with Store(tmp_path / "oracle.sqlite") as store:
         with pytest.raises(ConfigError) as err:
             fleet.run([spec], store=store)
         assert "fleet sweep" in err.value.remedy and "--model bert-tiny --task sst2" in err.value.remedy
         assert store.list_runs(limit=None) == []  # refused before anything started
-        sweep = fleet.sweep([SweepPlan(model="bert-tiny", task="sst2", fast=True, steps=2)], store=store)
+        sweep = fleet.sweep([SweepPlan(WorkloadSpec("bert-tiny", "sst2"), fast=True, steps=2)], store=store)
         (swept,) = sweep.sweeps
         result = fleet.run([spec], store=store)
         assert result.status == "finished"
@@ -172,7 +173,7 @@ def test_ml_with_a_selector_path_and_options_loads_the_drivers_file_on_the_board
     from engine.selector.persistence import shipped_selector_dir
 
     path = shipped_selector_dir() / "default.joblib"  # the driver's path: the board gets its bytes
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy=f"ml:probes=0,selector={path}", steps=3,
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy=f"ml:probes=0,selector={path}", steps=3,
                           simulate=True)
     with Store(tmp_path / "ml-path.sqlite") as store:
         result = fleet.run([spec], store=store)
@@ -183,7 +184,7 @@ def test_ml_with_a_selector_path_and_options_loads_the_drivers_file_on_the_board
 
 
 def test_ml_without_its_selector_is_refused_before_anything_starts(fleet, tmp_path: Path) -> None:
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy=f"ml:{tmp_path / 'none.joblib'}", simulate=True)
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy=f"ml:{tmp_path / 'none.joblib'}", simulate=True)
     with Store(tmp_path / "ml.sqlite") as store:
         with pytest.raises(ConfigError) as err:
             fleet.run([spec], store=store)
@@ -194,8 +195,8 @@ def test_ml_without_its_selector_is_refused_before_anything_starts(fleet, tmp_pa
 def test_a_bad_policy_is_refused_and_so_is_a_clock_the_board_does_not_list_as_locally(fleet, tmp_path: Path) -> None:
     with Store(tmp_path / "failed.sqlite") as store:
         with pytest.raises(ConfigError, match="unknown policy"):
-            fleet.run([ExperimentSpec(model="bert-tiny", task="sst2", policy="nonsense", simulate=True)], store=store)
-        spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=1", compare="maxn", steps=3,
+            fleet.run([ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="nonsense", simulate=True)], store=store)
+        spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="static:gpu=1", compare="maxn", steps=3,
                               simulate=True)  # a clock the board does not list: refused by the board
         result = fleet.run([spec], store=store)
         (o,) = result.experiments
@@ -206,8 +207,8 @@ def test_a_bad_policy_is_refused_and_so_is_a_clock_the_board_does_not_list_as_lo
 
 @pytest.mark.slow  # real fine-tuning (torch) on a board's worker: ~15-30 s on two cores
 def test_a_trained_experiment_keeps_its_metric_provenance(fleet, tmp_path: Path) -> None:
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=816", compare="maxn", steps=2,
-                          batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4)
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=4, seq_len=16), policy="static:gpu=816",
+                          compare="maxn", steps=2, train_samples=16, eval_samples=4)
     with Store(tmp_path / "trained.sqlite") as store:
         result = fleet.run([spec], store=store)
         (o,) = result.experiments
@@ -219,7 +220,7 @@ def test_a_trained_experiment_keeps_its_metric_provenance(fleet, tmp_path: Path)
 
 def test_cancel_stores_the_runs_as_cancelled_and_every_twin_restores_its_clocks(fleet, fleet_env: Path,
                                                                                  tmp_path: Path) -> None:
-    specs = [ExperimentSpec(model="bert-tiny", task="sst2", policy=p, compare="maxn", steps=200, simulate=True)
+    specs = [ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy=p, compare="maxn", steps=200, simulate=True)
              for p in ("static:gpu=306", "static:gpu=816")]
     before = twin_gpu_files(fleet_env / "twins")
     cancel = threading.Event()
@@ -259,7 +260,7 @@ def test_a_board_killed_mid_experiment_stores_nothing_of_it_and_it_is_retried_el
             victim["serial"] = event.board
             os.kill(pids[event.board], signal.SIGKILL)  # the worker process dies mid-experiment
 
-    specs = [ExperimentSpec(model="bert-tiny", task="sst2", policy=p, compare="maxn", steps=30, simulate=True)
+    specs = [ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy=p, compare="maxn", steps=30, simulate=True)
              for p in ("online", "static:gpu=816")]
     fleet.set_pace(3.0)
     try:

@@ -69,13 +69,14 @@ def stored_run(isolated_env: IsolatedEnv) -> int:
     from engine.results.records import DeviceRecord, WorkloadRecord
     from engine.results.db import default_db_path
     from engine.results.store import Store
+    from engine.results.totals import RunTotals
 
     twin = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005", "36.3.0", "6.0", "agx-orin-64gb", True)
     with Store(default_db_path()) as store:
         run = store.start_run(policy="maxn", source="twin", device=twin,
                               workload=WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32"), rails="all",
                               setting={"nvpmodel": 0})
-        store.finish_run(run, time_s=10.0, energy_j=100.0, samples=320)
+        store.finish_run(run, RunTotals(time_s=10.0, energy_j=100.0, samples=320))
         store.add_power_samples(run, [PowerSample(float(k), {"VDD_GPU_SOC": 5000.0}) for k in range(3)])
     return run
 

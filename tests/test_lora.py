@@ -21,6 +21,7 @@ from engine.workload.lora import DEFAULT_TARGETS, LoraSettings, is_peft_model, l
 from engine.workload.models import build_model
 from engine.workload.optim import apply_mode, is_checkpointing, model_params, prepare_model
 from engine.workload.tracer import capture_step_trace, model_fingerprint
+from engine.workload.spec import WorkloadSpec
 from test_families import TINY_CONFIGS
 
 ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors"}
@@ -125,7 +126,7 @@ def test_lora_without_peft_says_how_to_install_it(monkeypatch: pytest.MonkeyPatc
 
 def test_lora_options_belong_to_mode_lora() -> None:
     with pytest.raises(ConfigError, match="LoRA settings"):
-        FinetuneSpec(model="bert-tiny", task="sst2", mode="full", lora=LoraSettings(rank=4)).validate()
+        FinetuneSpec(WorkloadSpec("bert-tiny", "sst2", mode="full", lora=LoraSettings(rank=4))).validate()
 
 
 # --------------------------------------------------------------------------- the step trace
@@ -171,18 +172,17 @@ def test_the_trace_cache_keys_lora_settings_and_checkpointing(tmp_path: Path) ->
     from engine.workload.resolve import resolve_workload
 
     config = str(_config_file(tmp_path, "bert"))
-    shape = dict(batch_size=4, seq_len=32)
-    full = resolve_workload(config, "sst2", **shape)
-    r4 = resolve_workload(config, "sst2", mode="lora", lora=LoraSettings(rank=4), **shape)
-    r16 = resolve_workload(config, "sst2", mode="lora", lora=LoraSettings(rank=16), **shape)
-    ckpt = resolve_workload(config, "sst2", mode="lora", lora=LoraSettings(rank=4), grad_checkpointing=True,
-                            **shape)
+    shape = dict(batch_size=4, seq_len=32, padding="max_length")
+    full = resolve_workload(WorkloadSpec(config, "sst2", **shape))
+    r4 = resolve_workload(WorkloadSpec(config, "sst2", mode="lora", lora=LoraSettings(rank=4), **shape))
+    r16 = resolve_workload(WorkloadSpec(config, "sst2", mode="lora", lora=LoraSettings(rank=16), **shape))
+    ckpt = resolve_workload(WorkloadSpec(config, "sst2", mode="lora", lora=LoraSettings(rank=4), grad_checkpointing=True, **shape))
     assert r4.trace.params < r16.trace.params < full.trace.params
     assert r4.trace.flops < ckpt.trace.flops
     assert len({w.key for w in (full, r4, r16, ckpt)}) == 4
     assert full.key.endswith("|full") and r4.key.endswith("|lora|lora-r4-a16-d0.05")
     assert ckpt.key.endswith("+ckpt") and r4.total_params == full.total_params
-    again = resolve_workload(config, "sst2", mode="lora", lora=LoraSettings(rank=4), **shape)
+    again = resolve_workload(WorkloadSpec(config, "sst2", mode="lora", lora=LoraSettings(rank=4), **shape))
     assert again.trace == r4.trace
     assert r4.to_json()["lora"] == {"rank": 4, "alpha": 16.0, "dropout": 0.05, "targets": ["query", "value"]}
 
@@ -194,10 +194,9 @@ def test_lora_trains_on_the_cpu_and_saves_an_adapter_peft_loads(name: str, tmp_p
     from peft import PeftModel
 
     out = tmp_path / "adapter"
-    result = run_finetune(FinetuneSpec(
-        model=str(_config_file(tmp_path, name)), task="sst2", steps=2, batch_size=4, max_seq_len=16,
-        train_samples=16, eval_samples=8, mode="lora", lora=LoraSettings(rank=4), output_dir=str(out),
-        learning_rate=1e-2))
+    result = run_finetune(FinetuneSpec(WorkloadSpec(str(_config_file(tmp_path, name)), "sst2", batch_size=4, seq_len=16, mode="lora", lora=LoraSettings(rank=4)),
+                                       steps=2, train_samples=16, eval_samples=8, output_dir=str(out),
+                                       learning_rate=1e-2))
     assert result.steps == 2 and all(torch.isfinite(torch.tensor(loss)) for loss in result.losses)
     assert 0 < result.trainable_params < result.params / 10 and result.saved_to == str(out)
     assert ADAPTER_FILES <= {p.name for p in out.iterdir()}

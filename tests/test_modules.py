@@ -27,6 +27,7 @@ from engine.results.sweeps import stored_points
 from engine.selector.dataset import from_store, profile_settings
 from engine.selector.features import describe_workload
 from engine.selector.modules import pick_module
+from engine.results.totals import RunTotals
 
 from conftest import migrate
 
@@ -90,7 +91,7 @@ def _run(store: Store, device: DeviceRecord, policy: str, energy: float) -> int:
     wl = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
     rid = store.start_run(policy=policy, source=Source.TWIN if device.is_twin else Source.MEASURED, device=device,
                           workload=wl, steps=4, seed=0, rails="all")
-    store.finish_run(rid, time_s=2.0, energy_j=energy, rails="all", samples=128, steps=4)
+    store.finish_run(rid, RunTotals(time_s=2.0, energy_j=energy, rails_preset="all", samples=128, steps=4))
     return rid
 
 

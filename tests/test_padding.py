@@ -26,7 +26,8 @@ from engine.run.experiment import ExperimentSpec
 from engine.run.sweep import SweepSpec
 from engine.workload import lengths
 from engine.workload.finetune import FinetuneSpec
-from engine.workload.resolve import resolve_workload, workload_key
+from engine.workload.resolve import resolve_workload
+from engine.workload.spec import WorkloadSpec
 
 pytestmark = pytest.mark.usefixtures("isolated_env")  # conftest: state, data and a module's trace cache in tmp
 
@@ -40,9 +41,9 @@ SHORT = replace(TRACE, seq_len=32, ops=tuple(replace(op, flops=op.flops / 8, byt
 # --------------------------------------------------------------------------- defaults and flags
 def test_dynamic_padding_is_the_default_everywhere() -> None:
     assert DEFAULT_PADDING == "dynamic"
-    assert ExperimentSpec(model="bert-tiny", task="sst2").padding == "dynamic"
-    assert SweepSpec(model="bert-tiny", task="sst2").padding == "dynamic"
-    assert FinetuneSpec(model="bert-tiny", task="sst2").padding == "dynamic"
+    assert ExperimentSpec(WorkloadSpec("bert-tiny", "sst2")).workload.padding == "dynamic"
+    assert SweepSpec(WorkloadSpec("bert-tiny", "sst2")).workload.padding == "dynamic"
+    assert FinetuneSpec(WorkloadSpec("bert-tiny", "sst2")).workload.padding == "dynamic"
 
 
 @pytest.mark.parametrize(("argv", "padding"), [
@@ -146,17 +147,17 @@ def test_the_twin_steps_a_mix_as_the_fast_path_costs_it(twin_session) -> None:  
 
 # --------------------------------------------------------------------------- workloads and the store
 def test_a_dynamic_workload_is_a_mix_and_another_workload() -> None:
-    fixed = resolve_workload("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="max_length")
-    dyn = resolve_workload("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="dynamic")
+    fixed = resolve_workload(WorkloadSpec("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="max_length"))
+    dyn = resolve_workload(WorkloadSpec("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="dynamic"))
     assert fixed.steps.is_single and fixed.steps.parts[0][1] is fixed.trace and fixed.lengths is None
     assert not dyn.steps.is_single and dyn.lengths is not None and dyn.lengths["origin"].startswith("published")
     assert dyn.trace.flops < fixed.trace.flops and dyn.trace.seq_len == 128  # filed under its maximum length
-    assert fixed.key == workload_key("bert-tiny", "qnli", 8, 128, "fp32", "full")  # the key it always had
+    assert fixed.key == "bert-tiny|qnli|8|128|fp32|full"  # the key it always had
     assert dyn.key != fixed.key and dyn.key.endswith("|pad=dynamic")
     assert WorkloadRecord.from_workload(dyn).key == dyn.key and WorkloadRecord.from_workload(dyn).padding == "dynamic"
     assert json.loads(json.dumps(dyn.to_json()))["lengths"]["buckets"][-1][0] <= 128
     with pytest.raises(ConfigError, match="unknown padding"):
-        resolve_workload("bert-tiny", "qnli", padding="longest")
+        resolve_workload(WorkloadSpec("bert-tiny", "qnli", padding="longest"))
 
 
 def test_workloads_stored_before_padding_was_recorded_read_as_max_length(tmp_path: Path) -> None:
@@ -233,7 +234,7 @@ def test_the_selectors_store_data_describes_a_dynamic_sweep_as_dynamic(tmp_path:
     from engine.run.sweep import run_sweep
 
     with Store(tmp_path / "r.sqlite") as store:
-        run_sweep(SweepSpec(model="bert-tiny", task="qnli", batch_size=8, max_seq_len=128, fast=True,
+        run_sweep(SweepSpec(WorkloadSpec("bert-tiny", "qnli", batch_size=8, seq_len=128), fast=True,
                             twin="agx-orin-64gb"), store=store)
         ds = from_store(store, source="twin")
     want = describe_workload("bert-tiny", "qnli", batch_size=8, seq_len=128, padding="dynamic")[0]
@@ -242,14 +243,16 @@ def test_the_selectors_store_data_describes_a_dynamic_sweep_as_dynamic(tmp_path:
 
 
 def test_the_stored_key_is_the_resolved_workloads_key() -> None:
-    """Setup's oracle check finds sweeps by stored_key (no trace): it must be the key the engine files them under."""
+    """Setup's oracle check finds sweeps by a spec's key (no trace): it must be the key the engine files them under."""
     from engine.workload.lora import LoraSettings
-    from engine.workload.resolve import resolve_workload, stored_key
+    from engine.workload.resolve import resolve_workload
 
-    cases = ({}, {"padding": "dynamic"}, {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"},
+    cases = ({"padding": "max_length"}, {"padding": "dynamic"},
+             {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"},
              {"mode": "bitfit", "grad_checkpointing": True, "batch_size": 8, "seq_len": 64})
     for kw in cases:
-        assert stored_key("BERT-Tiny", "SST-2", **kw) == resolve_workload("bert-tiny", "sst2", **kw).key, kw
+        asked = WorkloadSpec("BERT-Tiny", "SST-2", **kw)
+        assert asked.key == resolve_workload(WorkloadSpec("bert-tiny", "sst2", **kw)).key, kw
 
 
 def test_the_selectors_workload_key_is_the_stores_key(tmp_path: Path) -> None:
@@ -260,12 +263,14 @@ def test_the_selectors_workload_key_is_the_stores_key(tmp_path: Path) -> None:
     from engine.run.sweep import run_sweep
     from engine.workload.lora import LoraSettings
 
-    for kw in ({}, {"padding": "dynamic"}, {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"}):
-        assert describe_workload("bert-tiny", "sst2", **kw)[0].key == resolve_workload("bert-tiny", "sst2", **kw).key
+    for kw in ({"padding": "max_length"}, {"padding": "dynamic"},
+               {"mode": "lora", "lora": LoraSettings(rank=4), "padding": "dynamic"}):
+        assert describe_workload("bert-tiny", "sst2", **kw)[0].key == resolve_workload(WorkloadSpec("bert-tiny", "sst2",
+                                                                                                   **kw)).key
     with Store(tmp_path / "r.sqlite") as store:
         for pad in ("dynamic", "max_length"):
-            run_sweep(SweepSpec(model="bert-tiny", task="sst2", fast=True, twin="agx-orin-64gb", padding=pad),
+            run_sweep(SweepSpec(WorkloadSpec("bert-tiny", "sst2", padding=pad), fast=True, twin="agx-orin-64gb"),
                       store=store)
         ds = from_store(store, source="twin")
-    assert set(ds.by_workload()) == {resolve_workload("bert-tiny", "sst2", padding=pad).key
+    assert set(ds.by_workload()) == {resolve_workload(WorkloadSpec("bert-tiny", "sst2", padding=pad)).key
                                      for pad in ("dynamic", "max_length")}

@@ -15,6 +15,7 @@ from engine.core.provenance import Source
 from engine.results.format import saving_text, slowdown_text
 from engine.results.report import parse_report_id, write_report
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+from engine.results.totals import RunTotals
 
 MHZ = 1_000_000
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -90,9 +91,7 @@ def test_run_report_with_comparison_bars_and_power_trace(tmp_path: Path, weights
         for policy, energy, time_s, gpu in (("online", 80.0, 12.0, 816 * MHZ), ("maxn", 100.0, 10.0, None)):
             rid = store.start_run(policy=policy, source=Source.TWIN, device=dev, workload=wl, seed=0, steps=10,
                                   rails="all")
-            store.finish_run(rid, time_s=time_s, energy_j=energy, samples=160, metrics={"accuracy": 0.9},
-                             rail_energy_j={"VDD_GPU_SOC": energy * 0.7, "VDD_CPU_CV": energy * 0.3},
-                             setting={"gpu_hz": gpu, "nvpmodel": 0}, weights=weights, synthetic=synthetic)
+            store.finish_run(rid, RunTotals(time_s=time_s, energy_j=energy, samples=160, rail_energy_j={"VDD_GPU_SOC": energy * 0.7, "VDD_CPU_CV": energy * 0.3}), metrics={"accuracy": 0.9}, setting={"gpu_hz": gpu, "nvpmodel": 0}, weights=weights, synthetic=synthetic)
             store.add_power_samples(rid, [PowerSample(t * 0.5, {"VDD_GPU_SOC": 5000.0 + 100 * (t % 7),
                                                                 "VDD_CPU_CV": 2000.0}) for t in range(40)])
             ids.append(rid)

@@ -12,6 +12,7 @@ from engine.results.records import ComparisonRecord
 from engine.results.run_import import RunBundle, export_runs
 from engine.results.store import Store, StoreError
 from engine.run.experiment import ExperimentSpec, run_experiment
+from engine.workload.spec import WorkloadSpec
 
 ID_FIELDS = {"id", "device_id", "workload_id"}
 
@@ -23,7 +24,7 @@ def _same_run(a, b) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_an_experiment_exported_and_imported_keeps_every_field(twin_session, tmp_path: Path) -> None:
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=816", compare="maxn", steps=4,
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="static:gpu=816", compare="maxn", steps=4,
                           simulate=True, twin="agx-orin-64gb", label="fleet")
     with Store(tmp_path / "board.sqlite") as board:
         result = run_experiment(spec, store=board, session=twin_session)
@@ -48,7 +49,7 @@ def test_an_experiment_exported_and_imported_keeps_every_field(twin_session, tmp
 
 
 def test_an_import_is_all_or_nothing(twin_session, tmp_path: Path) -> None:
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=2, simulate=True,
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="maxn", steps=2, simulate=True,
                           twin="agx-orin-64gb")
     with Store(tmp_path / "board.sqlite") as board:
         result = run_experiment(spec, store=board, session=twin_session)

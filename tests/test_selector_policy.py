@@ -24,6 +24,8 @@ from engine.selector.features import describe_workload
 from engine.selector.persistence import sidecar_path
 from engine.selector.policy import MLPolicy, workload_features
 from engine.device.twin.fast import fast_sweep
+from engine.results.records import WorkloadRecord
+from engine.workload.spec import WorkloadSpec
 
 TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
          "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--modes", "full", "--quick",
@@ -169,15 +171,26 @@ def test_ml_policy_without_a_cost_on_a_probe_step(trained, device, workload):
         policy.on_step_end(1, None)
 
 
+def _named() -> WorkloadSpec:
+    """bert-tiny/sst2 at 16x32 fp32, named as resolve_workload names it."""
+    from engine.workload.models import resolve_model
+
+    return WorkloadSpec("bert-tiny", "sst2", batch_size=16, seq_len=32, precision="fp32", padding="max_length",
+                        name="bert-tiny", config=dict(resolve_model("bert-tiny").config))
+
+
 def test_workload_features_from_what_the_experiment_passes(workload):
     w, trace = workload
     from engine.workload.resolve import Workload
 
-    sim = Workload(model="bert-tiny", task="sst2", family="bert", batch_size=16, seq_len=32, precision="fp32",
-                   mode="full", trace=trace, total_params=w.params, spec="bert-tiny")
+    sim = Workload(spec=_named(), family="bert", trace=trace, total_params=w.params)
     assert workload_features(sim) == w
-    assert workload_features({"model": "bert-tiny", "task": "sst2", "batch_size": 16, "seq_len": 32,
-                              "precision": "fp32"}) == w
+    asked = WorkloadSpec("bert-tiny", "sst2", batch_size=16, seq_len=32, precision="fp32", padding="max_length")
+    assert workload_features(asked) == w
+    stored = WorkloadRecord("bert-tiny", "sst2", 16, 32, "fp32", family="bert")  # the model as the store has it
+    assert workload_features(stored) == w
+    with pytest.raises(ConfigError, match="cannot tell the workload"):
+        workload_features({"model": "bert-tiny", "task": "sst2"})  # a mapping is no workload
     with pytest.raises(ConfigError):
         workload_features(None)
 
@@ -311,8 +324,7 @@ def test_ml_policy_takes_the_probes_its_interval_calls_for(trained, device, work
     policy = make_policy(f"ml:{trained}")  # no number: the interval decides
     from engine.workload.resolve import Workload
 
-    resolved = Workload(model="bert-tiny", task="sst2", family="bert", batch_size=16, seq_len=32, precision="fp32",
-                        mode="full", trace=trace, total_params=w.params, spec="bert-tiny")
+    resolved = Workload(spec=_named(), family="bert", trace=trace, total_params=w.params)
     first = policy.initial(PolicyContext(device, parse_objective("energy"), workload=resolved))
     assert seen and seen[0] is not None  # the ensemble got the workload's steps
     assert policy.probes == expected and policy.describe()["probes_given"] is False

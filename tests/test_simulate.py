@@ -20,6 +20,7 @@ from engine.core.provenance import Source
 from engine.results.records import WorkloadRecord
 from engine.run.harness import RunHarness
 from engine.workload.resolve import resolve_workload
+from engine.workload.spec import WorkloadSpec
 from engine.workload.simulate import SIMULATED_DEVICE, simulate_run
 from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (
@@ -152,13 +153,13 @@ def test_bad_step_count_is_refused() -> None:
 
 def test_resolve_workload_traces_a_big_model_on_meta_tensors() -> None:
     """pythia-410m (zoo defaults: batch 4, fp16) is traced without allocating it."""
-    w = resolve_workload("pythia-410m", "SST-2")
+    w = resolve_workload(WorkloadSpec("pythia-410m", "SST-2", padding="max_length"))
     assert (w.model, w.task, w.family, w.batch_size, w.seq_len, w.precision) == \
         ("pythia-410m", "sst2", "pythia", 4, 128, "fp16")
     assert w.trace.flops > 5e11 and w.trace.params > 3e8
     assert w.key == "pythia-410m|sst2|4|128|fp16|full"
     assert WorkloadRecord.from_workload(w).key == w.key
-    bitfit = resolve_workload("bert-tiny", "sst2", mode="bitfit", batch_size=8, seq_len=32)
-    assert bitfit.trace.params < resolve_workload("bert-tiny", "sst2", batch_size=8, seq_len=32).trace.params
+    bitfit = resolve_workload(WorkloadSpec("bert-tiny", "sst2", mode="bitfit", batch_size=8, seq_len=32, padding="max_length"))
+    assert bitfit.trace.params < resolve_workload(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=32, padding="max_length")).trace.params
     with pytest.raises(ConfigError, match="exceeds"):
-        resolve_workload("bert-tiny", "sst2", seq_len=4096)
+        resolve_workload(WorkloadSpec("bert-tiny", "sst2", seq_len=4096, padding="max_length"))

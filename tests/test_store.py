@@ -36,6 +36,7 @@ from engine.results.store import (
     downsample,
     setting_key,
 )
+from engine.results.totals import RunTotals
 
 TWIN = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005 (AGX Orin 64GB)", "36.3.0", "6.0",
                     "agx-orin-64gb", is_twin=True)
@@ -81,7 +82,7 @@ def _fill(store: Store, runs: int = 5) -> None:
     for i in range(runs):
         rid = store.start_run(policy="maxn", source="twin", device=TWIN, workload=TINY, seed=i, steps=10)
         store.add_power_samples(rid, [PowerSample(k * 0.1, {"VDD_GPU_SOC": 5000.0 + k}) for k in range(300)])
-        store.finish_run(rid, window=_window(Source.TWIN), samples=320)
+        store.finish_run(rid, RunTotals.from_window(_window(Source.TWIN), samples=320))
 
 
 # --------------------------------------------------------------------------- schema and files
@@ -165,7 +166,7 @@ def test_a_version_1_database_is_migrated_keeping_its_runs(db: Path) -> None:
         s.add_point(SweepPoint(sweep.id, {"gpu_hz": 612_000_000}, 0, time_s=3.0, energy_j=30.0, samples=80))
         assert len(s.sweep_points(sweep.id)) == 1
         other = s.start_run(policy="static", source="measured", device=1, workload=1)
-        s.finish_run(other, time_s=66.0, energy_j=720.0, rails="gpu+cpu")
+        s.finish_run(other, RunTotals(time_s=66.0, energy_j=720.0, rails_preset="gpu+cpu"))
         assert s.compare_runs(other, 7).saving_pct == pytest.approx(20.0)
 
 
@@ -300,8 +301,7 @@ def test_run_lifecycle_from_start_to_finish(store: Store) -> None:
     assert (run.status, run.source, run.energy_j, run.finished_at) == ("running", Source.TWIN, None, None)
     assert run.setting == {"gpu_hz": 816_000_000, "cpu_hz": None, "emc_hz": None, "nvpmodel": 0}
     assert run.device == TWIN and run.workload == TINY and run.model == "bert-tiny"
-    done = store.finish_run(rid, window=_window(Source.TWIN, seconds=10.0), samples=320, wall_s=12.5,
-                            metrics={"accuracy": 0.75})
+    done = store.finish_run(rid, RunTotals.from_window(_window(Source.TWIN, seconds=10.0), samples=320), wall_s=12.5, metrics={"accuracy": 0.75})
     assert done.status == "finished" and done.finished_at
     assert done.time_s == 10.0 and done.wall_s == 12.5
     assert done.energy_j == pytest.approx(100.0)  # over the window's gpu+cpu rails only
@@ -316,8 +316,7 @@ def test_run_lifecycle_from_start_to_finish(store: Store) -> None:
 def test_finish_run_records_what_the_run_learnt_from(store: Store) -> None:
     rid = store.start_run(policy="maxn", source=Source.TWIN, device=TWIN, workload=TINY)
     assert store.get_run(rid).metric_provenance.meaningful is None  # not known until the run says
-    done = store.finish_run(rid, time_s=1.0, energy_j=2.0, metrics={"accuracy": 0.9}, weights="pretrained",
-                            synthetic=False, data_source="dir:/glue/SST-2")
+    done = store.finish_run(rid, RunTotals(time_s=1.0, energy_j=2.0), metrics={"accuracy": 0.9}, weights="pretrained", synthetic=False, data_source="dir:/glue/SST-2")
     assert (done.weights, done.synthetic, done.data_source) == ("pretrained", False, "dir:/glue/SST-2")
     assert done.metric_provenance.meaningful is True
     assert done.metric_provenance.label(done.source) == "measured (host)"
@@ -326,7 +325,7 @@ def test_finish_run_records_what_the_run_learnt_from(store: Store) -> None:
 def test_a_window_from_another_source_is_refused(store: Store) -> None:
     rid = store.start_run(policy="maxn", source="measured", device=BOARD)
     with pytest.raises(ConfigError, match="measured run, but its energy window is twin"):
-        store.finish_run(rid, window=_window(Source.TWIN))
+        store.finish_run(rid, RunTotals.from_window(_window(Source.TWIN), samples=None))
     assert store.get_run(rid).status == "running"
 
 
@@ -336,7 +335,7 @@ def test_failed_and_cancelled_runs(store: Store) -> None:
     failed = store.get_run(a)
     assert failed.status == "failed" and failed.error == "RuntimeError: CUDA out of memory" and failed.finished_at
     b = store.start_run(policy="maxn", source="twin", device=TWIN)
-    assert store.finish_run(b, status="cancelled", time_s=2.0, energy_j=20.0).status == "cancelled"
+    assert store.finish_run(b, RunTotals(time_s=2.0, energy_j=20.0), status="cancelled").status == "cancelled"
     with pytest.raises(ConfigError):
         store.finish_run(b, status="failed")
 
@@ -377,7 +376,7 @@ def test_each_commit_is_visible_to_another_process_at_once(store: Store, db: Pat
             "print(c.execute('SELECT status, policy FROM runs WHERE id = ?', (int(sys.argv[2]),)).fetchone())")
     out = subprocess.run([sys.executable, "-c", read, str(db), str(rid)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "('running', 'maxn')"
-    store.finish_run(rid, time_s=1.0, energy_j=5.0)
+    store.finish_run(rid, RunTotals(time_s=1.0, energy_j=5.0))
     out = subprocess.run([sys.executable, "-c", read, str(db), str(rid)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "('finished', 'maxn')"
 
@@ -564,7 +563,7 @@ def test_list_filters_and_order(store: Store) -> None:
         "d": (BOARD, TINY, "ml", "predicted"),
     }.items():
         ids[name] = store.start_run(policy=policy, source=source, device=device, workload=workload, label=name)
-    store.finish_run(ids["a"], time_s=1, energy_j=1)
+    store.finish_run(ids["a"], RunTotals(time_s=1, energy_j=1))
 
     def labels(**kw: object) -> list[str]:
         return [r.label for r in store.list_runs(**kw)]
@@ -587,7 +586,7 @@ def test_find_runs_for_maxn_reuse(store: Store) -> None:
     for seed, steps, finish in ((0, 100, True), (1, 100, True), (0, 50, True), (0, 100, False)):
         rid = store.start_run(policy="maxn", source="twin", device=twin, workload=TINY, seed=seed, steps=steps)
         if finish:
-            store.finish_run(rid, time_s=10, energy_j=100)
+            store.finish_run(rid, RunTotals(time_s=10, energy_j=100))
     store.start_run(policy="static", source="twin", device=twin, workload=TINY, seed=0, steps=100)
     found = store.find_runs(TINY.key, twin, steps=100, seed=0)
     assert len(found) == 1 and (found[0].seed, found[0].steps, found[0].status) == (0, 100, "finished")
@@ -598,20 +597,20 @@ def test_find_runs_for_maxn_reuse(store: Store) -> None:
 
 def test_comparisons_and_delete(store: Store) -> None:
     base = store.start_run(policy="maxn", source="twin", device=TWIN, workload=TINY, rails="gpu+cpu")
-    store.finish_run(base, time_s=100.0, energy_j=1000.0)
+    store.finish_run(base, RunTotals(time_s=100.0, energy_j=1000.0))
     run = store.start_run(policy="static", source="twin", device=TWIN, workload=TINY, rails="gpu+cpu")
-    store.finish_run(run, time_s=110.0, energy_j=870.0)
+    store.finish_run(run, RunTotals(time_s=110.0, energy_j=870.0))
     store.add_power_samples(run, _trace(100))
     c = store.compare_runs(run, base)
     assert (c.saving_pct, c.slowdown_pct) == (pytest.approx(13.0), pytest.approx(10.0))
     assert c.source == Source.TWIN and c.id is not None and c.rails == "gpu+cpu"
     assert store.comparisons_for(base) == [c]
     board = store.start_run(policy="maxn", source="measured", device=BOARD, workload=TINY, rails="gpu+cpu")
-    store.finish_run(board, time_s=90.0, energy_j=900.0)
+    store.finish_run(board, RunTotals(time_s=90.0, energy_j=900.0))
     with pytest.raises(ConfigError, match="compare runs of one kind"):
         store.compare_runs(run, board)
     other_rails = store.start_run(policy="maxn", source="twin", device=TWIN, workload=TINY, rails="all")
-    store.finish_run(other_rails, time_s=90.0, energy_j=900.0)
+    store.finish_run(other_rails, RunTotals(time_s=90.0, energy_j=900.0))
     with pytest.raises(ConfigError, match="same rails"):
         store.compare_runs(run, other_rails)
     store.add_comparison(ComparisonRecord(run, base, 12.0, 9.0, Source.PREDICTED, "gpu+cpu"))
@@ -633,7 +632,7 @@ def test_a_run_may_be_recorded_from_a_worker_thread(store: Store) -> None:
         try:
             for _ in range(5):
                 rid = store.start_run(policy="maxn", source="twin")
-                store.finish_run(rid, time_s=1.0, energy_j=2.0)
+                store.finish_run(rid, RunTotals(time_s=1.0, energy_j=2.0))
                 ids.append(rid)
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)

@@ -15,6 +15,7 @@ from engine.device.power import PowerSample
 from engine.core.stats import trapezoid_j
 from engine.core.provenance import Source
 from engine.results.store import DeviceRecord, Store, WorkloadRecord
+from engine.results.totals import RunTotals
 
 DATA = Path(__file__).parent / "data"
 R35, R36 = DATA / "tegrastats_r35.log", DATA / "tegrastats_r36.log"
@@ -40,10 +41,10 @@ def _twin_pair(db: Path) -> tuple[int, int]:
     with Store(db) as s:
         base = s.start_run(policy="maxn", source="twin", device=twin, workload=wl, rails="gpu+cpu",
                            setting={"nvpmodel": 0})
-        s.finish_run(base, time_s=100.0, energy_j=1000.0, samples=1600)
+        s.finish_run(base, RunTotals(time_s=100.0, energy_j=1000.0, samples=1600))
         run = s.start_run(policy="static", source="twin", device=twin, workload=wl, rails="gpu+cpu",
                           setting={"gpu_hz": 816_000_000, "emc_hz": 3_199_000_000, "nvpmodel": 0})
-        s.finish_run(run, time_s=104.0, energy_j=850.0, samples=1600, metrics={"accuracy": 0.81})
+        s.finish_run(run, RunTotals(time_s=104.0, energy_j=850.0, samples=1600), metrics={"accuracy": 0.81})
         s.add_power_samples(run, [PowerSample(100.0 + k, {"VDD_GPU_SOC": 6000.0 + k, "VDD_CPU_CV": 2000.0})
                                   for k in range(5)])
         s.compare_runs(run, base)
@@ -169,8 +170,7 @@ def test_show_and_export_say_whether_the_eval_metric_means_anything(
     with Store(db) as s:
         rid = s.start_run(policy="maxn", source="twin", device=twin, workload=WorkloadRecord("bert-mini", "sst2", 16,
                                                                                              128, "fp32"))
-        s.finish_run(rid, time_s=10.0, energy_j=100.0, samples=160, metrics={"accuracy": 1.0}, weights=weights,
-                     synthetic=synthetic, data_source="synthetic" if synthetic else "dir:/glue/SST-2")
+        s.finish_run(rid, RunTotals(time_s=10.0, energy_j=100.0, samples=160), metrics={"accuracy": 1.0}, weights=weights, synthetic=synthetic, data_source="synthetic" if synthetic else "dir:/glue/SST-2")
     assert main(["show", str(rid)]) == 0
     assert f"accuracy     1.0000  {label}" in capsys.readouterr().out
     out = tmp_path / "run.csv"

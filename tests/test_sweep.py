@@ -26,12 +26,14 @@ from engine.run.sweep import SweepSpec, run_sweep
 from engine.device.twin.fast import fast_points, fast_sweep, setting_control
 from engine.results.sweeps import stored_points, summarize_points
 from engine.core.stats import mean_ci
+from engine.workload.spec import WorkloadSpec
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")
 WORKLOAD = bert_base_workload()
 GPU_SETTINGS = (MAXN,) + tuple(DvfsSetting(gpu_hz=f, nvpmodel=0) for f in PROFILE.gpu.table_hz)
-TINY = dict(model="bert-tiny", task="sst2", batch_size=4, max_seq_len=16, train_samples=16, eval_samples=4)
+TINY_WORKLOAD = dict(model="bert-tiny", task="sst2", batch_size=4, seq_len=16)
+TINY = dict(workload=WorkloadSpec(**TINY_WORKLOAD), train_samples=16, eval_samples=4)
 FEW = (MAXN, DvfsSetting(gpu_hz=306 * MHZ, nvpmodel=0), DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0),
        DvfsSetting(gpu_hz=1_300_500_000, nvpmodel=0))
 
@@ -141,7 +143,7 @@ def test_summaries_and_the_oracles_points_from_the_store(tmp_path: Path) -> None
 
 # --------------------------------------------------------------------------- run_sweep
 def _fast_spec(**kw) -> SweepSpec:
-    return SweepSpec(model="bert-base-like", task="sst2", fast=True, twin="agx-orin-64gb", **kw)
+    return SweepSpec(WorkloadSpec("bert-base-like", "sst2"), fast=True, twin="agx-orin-64gb", **kw)
 
 
 def test_fast_sweep_through_the_store_and_resume_without_redoing(tmp_path: Path) -> None:
@@ -193,11 +195,11 @@ def test_sweep_help_prints_percent_signs_once(capsys: pytest.CaptureFixture[str]
 
 def test_fast_needs_the_twin_and_sane_counts() -> None:
     with pytest.raises(ConfigError, match="--fast"):
-        SweepSpec(model="bert-tiny", task="sst2", fast=True).validate()
+        SweepSpec(WorkloadSpec("bert-tiny", "sst2"), fast=True).validate()
     with pytest.raises(ConfigError, match="measured steps"):
-        SweepSpec(model="bert-tiny", task="sst2", steps=0, twin="agx-orin-64gb").validate()
+        SweepSpec(WorkloadSpec("bert-tiny", "sst2"), steps=0, twin="agx-orin-64gb").validate()
     with pytest.raises(ConfigError, match="space"):
-        SweepSpec(model="bert-tiny", task="sst2", space="cpu").validate()
+        SweepSpec(WorkloadSpec("bert-tiny", "sst2"), space="cpu").validate()
 
 
 def test_the_session_says_what_the_device_can_do() -> None:
@@ -226,18 +228,20 @@ def test_the_session_says_what_the_device_can_do() -> None:
 
 
 KILL_FAST = """
-import os, signal
-from engine.workload.resolve import Workload
+import os, signal, sys
+sys.path.insert(0, "tests")
 from engine.results.store import Store
 from engine.run.sweep import SweepPointDone, SweepSpec, run_sweep
 from engine.core.trace import OpCost, StepTrace
+from engine.workload.spec import WorkloadSpec
+from traces import workload_of
 trace = StepTrace.from_json({trace!r})
-workload = Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", trace, 110_000_000)
+workload = workload_of(trace, total_params=110_000_000)
 def die(event):
     if isinstance(event, SweepPointDone) and event.index == {kill_after}:
         os.kill(os.getpid(), signal.SIGKILL)
 with Store({db!r}) as store:
-    run_sweep(SweepSpec(model="bert-base-like", task="sst2", fast=True, twin="agx-orin-64gb", repeats=2, steps=3),
+    run_sweep(SweepSpec(WorkloadSpec("bert-base-like", "sst2"), fast=True, twin="agx-orin-64gb", repeats=2, steps=3),
               store=store, workload=workload, callbacks=[die])
 """
 
@@ -271,12 +275,14 @@ from engine.device.setting import DvfsSetting
 from engine.results.store import Store
 from engine.run.sweep import SweepSpec, run_sweep
 from engine.workload.events import StepEnd
+from engine.workload.spec import WorkloadSpec
 def die(event):
     if isinstance(event, StepEnd) and event.step == {kill_at}:
         os.kill(os.getpid(), signal.SIGKILL)  # in the middle of a point's measured steps
 settings = tuple(DvfsSetting.from_json(s) for s in {settings!r})
 with Store({db!r}) as store:
-    run_sweep(SweepSpec(twin="agx-orin-64gb", warmup_steps=1, steps=2, settings=settings, **{tiny!r}),
+    run_sweep(SweepSpec(WorkloadSpec(**{tiny!r}), twin="agx-orin-64gb", warmup_steps=1, steps=2, settings=settings,
+                        train_samples=16, eval_samples=4),
               store=store, callbacks=[die])
 """
 
@@ -291,7 +297,7 @@ def test_training_sweep_killed_mid_point_resumes_to_the_uninterrupted_result(tmp
     """The real fine-tuning loop, split into points, SIGKILLed in the middle of point 3."""
     db = tmp_path / "killed.sqlite"
     spec = SweepSpec(twin="agx-orin-64gb", warmup_steps=1, steps=2, settings=FEW, **TINY)
-    _run_killed(KILL_RUN.format(kill_at=8, settings=[s.to_json() for s in FEW], db=str(db), tiny=TINY), tmp_path)
+    _run_killed(KILL_RUN.format(kill_at=8, settings=[s.to_json() for s in FEW], db=str(db), tiny=TINY_WORKLOAD), tmp_path)
     state = tmp_path / "state"
     assert _gpu_files(state)[:2] == ("816000000", "816000000")  # killed while pinned: the journal remains
     with Store(db) as store:

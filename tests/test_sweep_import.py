@@ -25,7 +25,7 @@ from engine.results.sweep_import import WorkloadFlags, read_sweep_file
 from engine.results.sweep_tables import FinishedSweep
 from engine.results.records import SweepPoint, setting_key
 from engine.results.sweeps import stored_points, summarize_points
-from engine.workload.resolve import stored_key
+from engine.workload.spec import WorkloadSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "measured-sweep.csv"
 MHZ = 1_000_000
@@ -81,7 +81,7 @@ def test_csv_in_mhz_with_maxn_repeats_and_energy_only_rows(tmp_path: Path) -> No
     ]
     assert (sw.settings, sw.repeats, sw.energy_only, sw.rails) == (3, 2, 2, "gpu+cpu")
     assert sw.rail_names == ("VDD_GPU_SOC", "VDD_CPU_CV")
-    assert sw.workload.key == stored_key("bert-tiny", "sst2", padding="dynamic")  # how the engine files sweeps
+    assert sw.workload.key == WorkloadSpec("bert-tiny", "sst2", padding="dynamic").key  # how the engine files sweeps
 
 
 def test_json_in_hz_with_a_workload_object_power_and_numbered_repeats(tmp_path: Path) -> None:
@@ -98,7 +98,7 @@ def test_json_in_hz_with_a_workload_object_power_and_numbered_repeats(tmp_path: 
     assert [(p.setting.gpu_hz, p.setting.emc_hz, p.repeat, p.energy_j, p.time_s, p.samples) for p in sw.points] == [
         (816 * MHZ, 3199 * MHZ, 1, 20.0, 2.0, 160), (816 * MHZ, 3199 * MHZ, 0, 21.0, None, 160),
         (612 * MHZ, None, 0, 15.0, None, 160)]
-    assert sw.workload.key == stored_key("bert-tiny", "sst2", batch_size=16, seq_len=64, padding="max_length")
+    assert sw.workload.key == WorkloadSpec("bert-tiny", "sst2", batch_size=16, seq_len=64, padding="max_length").key
 
 
 def test_the_json_workload_object_may_hold_any_shared_column(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_the_json_workload_object_may_hold_any_shared_column(tmp_path: Path) -> 
         "rows": [{"gpu_mhz": 612, "energy_j": 1.0}, {"gpu_mhz": 612, "energy_j": 2.0, "samples": 16}]}))
     (sw,) = read_sweep_file(path, TABLES).sweeps
     assert sw.workload.mode == "lora" and [p.samples for p in sw.points] == [8, 16]
-    assert sw.workload.key == stored_key("bert-tiny", "sst2", mode="lora", padding="dynamic")
+    assert sw.workload.key == WorkloadSpec("bert-tiny", "sst2", mode="lora", padding="dynamic").key
 
 
 def test_a_json_list_of_rows_and_a_mode_only_row(tmp_path: Path) -> None:
@@ -220,7 +220,7 @@ def test_the_example_file_imports_and_shows(capsys: pytest.CaptureFixture[str], 
     out = imported(capsys, str(EXAMPLE))
     (sw,) = out["sweeps"]
     assert (sw["points"], sw["settings"], sw["energy_only"], sw["rails"]) == (12, 12, 2, "gpu+cpu")
-    assert sw["workload"] == stored_key("bert-tiny", "sst2", seq_len=128, padding="max_length")
+    assert sw["workload"] == WorkloadSpec("bert-tiny", "sst2", seq_len=128, padding="max_length").key
     assert main(["show", f"s{sw['sweep_id']}"]) == 0
     text = capsys.readouterr().out
     assert "imported from measured-sweep.csv" in text and "[measured]" in text
@@ -373,11 +373,11 @@ def test_the_oracle_runs_on_energy_only_sweeps_by_energy_and_refuses_edp(
     oracle's data; energy picks its least-energy setting, a time-weighing objective is refused up front."""
     from engine.run.experiment import ExperimentSpec, run_experiment
 
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", twin="agx-orin-64gb", simulate=True,
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="oracle", twin="agx-orin-64gb", simulate=True,
                           steps=2)
     identity = twin_session.device.identity()  # type: ignore[attr-defined]
-    workload = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32", padding=spec.padding)
-    assert workload.key == stored_key("bert-tiny", "sst2", padding=spec.padding)
+    workload = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32", padding=spec.workload.padding)
+    assert workload.key == WorkloadSpec("bert-tiny", "sst2", padding=spec.workload.padding).key
     points = [SweepPoint(0, s.to_json(), 0, None, e, 64) for s, e in (
         (MAXN, 9.0), (DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), 6.0), (DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0), 7.0))]
     with Store(tmp_path / "o.sqlite") as store:

@@ -31,6 +31,7 @@ from engine.run.thermal import (
     ThermalWait,
     limits_for,
 )
+from engine.workload.spec import WorkloadSpec
 
 MHZ = 1_000_000
 WORKLOAD = bert_base_workload()
@@ -161,8 +162,8 @@ def test_sweep_points_wait_for_a_cool_board(hot_twin: VirtualOrin) -> None:
 def test_overheating_aborts_the_experiment_and_restores_the_clocks(hot_twin: VirtualOrin, tmp_path: Path) -> None:
     gpu = hot_twin.root / "sys/class/devfreq/17000000.gpu"
     before = {n: (gpu / n).read_text() for n in ("min_freq", "max_freq", "governor")}
-    spec = ExperimentSpec(model="bert-base-like", task="sst2", policy="static:gpu=1300.5", steps=500, twin="agx-orin-64gb",
-                          simulate=True, thermal=True,
+    spec = ExperimentSpec(WorkloadSpec("bert-base-like", "sst2"), policy="static:gpu=1300.5", steps=500,
+                          twin="agx-orin-64gb", simulate=True, thermal=True,
                           thermal_overrides=(("wait_c", 50.0), ("cooldown_c", 45.0), ("abort_c", 55.0)))
     with Store(tmp_path / "db.sqlite") as store:
         with pytest.raises(ThermalAbortError) as err:

@@ -14,12 +14,22 @@ from conftest import IsolatedEnv
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+def named(task: str = "sst2", config: dict | None = None, **shape: object) -> object:
+    """bert-tiny on `task` at `shape`, named as resolve_workload names it (its config, or `config`)."""
+    from engine.workload.models import resolve_model
+    from engine.workload.spec import WorkloadSpec
+
+    return WorkloadSpec("bert-tiny", task, name="bert-tiny", config=config or dict(resolve_model("bert-tiny").config),
+                        **shape)
+
 # resolve_workload and describe_workload in a fresh interpreter: what they return, what was imported.
 _RESOLVE = """
 import json, sys
 from engine.workload.resolve import resolve_workload
+from engine.workload.spec import WorkloadSpec
 from engine.selector.features import describe_workload
-w = resolve_workload("bert-tiny", "sst2", batch_size=4, seq_len=32, mode=sys.argv[1])
+w = resolve_workload(WorkloadSpec("bert-tiny", "sst2", batch_size=4, seq_len=32, mode=sys.argv[1], padding="max_length"))
 feats, trace = describe_workload("bert-tiny", "sst2", batch_size=4, seq_len=32, mode=sys.argv[1])
 heavy = sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers"})
 print(json.dumps({"trace": w.trace.to_json(), "total": w.total_params, "feats": feats.to_json(),
@@ -56,12 +66,12 @@ def test_the_cached_entry_holds_what_building_the_model_gives(isolated_env: Isol
 
     config = resolve_model("bert-tiny").config
     task = get_task("mrpc")
-    traced = trace_workload("bert-tiny", config, task, batch_size=2, seq_len=16, precision="fp16", mode="full")
+    traced = trace_workload(named("mrpc", batch_size=2, seq_len=16, precision="fp16"))
     assert not traced.cached
     net = build_model(config, task, device="meta")
     assert traced.total_params == sum(p.numel() for p in net.parameters())
     assert traced.trace == step_trace(net, name="bert-tiny", batch_size=2, seq_len=16, precision="fp16").trace
-    key = trace_key("bert-tiny", config, "mrpc", batch_size=2, seq_len=16, precision="fp16", mode="full")
+    key = trace_key(named("mrpc", batch_size=2, seq_len=16, precision="fp16"))
     hit = cached_workload_trace(key)
     assert hit is not None and hit.cached
     assert (hit.trace, hit.total_params, hit.method) == (traced.trace, traced.total_params, traced.method)
@@ -72,23 +82,25 @@ def test_anything_the_trace_depends_on_is_in_the_key(isolated_env: IsolatedEnv) 
     from engine.workload.trace_cache import entry_path, trace_key
 
     config = dict(resolve_model("bert-tiny").config)
-    base = dict(name="bert-tiny", config=config, task="sst2", batch_size=4, seq_len=32, precision="fp32",
-                mode="full")
-    key = trace_key(base.pop("name"), base.pop("config"), base.pop("task"), **base)
+    key = trace_key(named(batch_size=4, seq_len=32, precision="fp32"))
     assert key["torch"] != "none" and key["transformers"] != "none"  # the versions that trace are named
     variants = [
-        trace_key("bert-tiny", {**config, "num_hidden_layers": 3}, "sst2", batch_size=4, seq_len=32,
-                  precision="fp32", mode="full"),
-        trace_key("bert-tiny", config, "stsb", batch_size=4, seq_len=32, precision="fp32", mode="full"),
-        trace_key("bert-tiny", config, "sst2", batch_size=8, seq_len=32, precision="fp32", mode="full"),
-        trace_key("bert-tiny", config, "sst2", batch_size=4, seq_len=64, precision="fp32", mode="full"),
-        trace_key("bert-tiny", config, "sst2", batch_size=4, seq_len=32, precision="bf16", mode="full"),
-        trace_key("bert-tiny", config, "sst2", batch_size=4, seq_len=32, precision="fp32", mode="bitfit"),
+        trace_key(named(config={**config, "num_hidden_layers": 3}, batch_size=4, seq_len=32, precision="fp32")),
+        trace_key(named("stsb", batch_size=4, seq_len=32, precision="fp32")),
+        trace_key(named(batch_size=8, seq_len=32, precision="fp32")),
+        trace_key(named(batch_size=4, seq_len=64, precision="fp32")),
+        trace_key(named(batch_size=4, seq_len=32, precision="fp32"), seq_len=64),  # a padded bucket's length
+        trace_key(named(batch_size=4, seq_len=32, precision="bf16")),
+        trace_key(named(batch_size=4, seq_len=32, precision="fp32", mode="bitfit")),
+        trace_key(named(batch_size=4, seq_len=32, precision="fp32", grad_checkpointing=True)),
+        trace_key(named(batch_size=4, seq_len=32, precision="fp32", mode="lora")),
         {**key, "torch": "0.0.1"},
         {**key, "tracer_version": key["tracer_version"] + 1},
     ]
     paths = {entry_path(k) for k in variants}
-    assert len(paths) == len(variants) and entry_path(key) not in paths
+    assert len(paths) == len(variants) - 1 and entry_path(key) not in paths  # seq_len 64 twice: one entry
+    # what is not in a step's cost is not in the key: the data source and the seed
+    assert trace_key(named(batch_size=4, seq_len=32, precision="fp32", data="hub", seed=7)) == key
 
 
 def test_an_unreadable_or_foreign_entry_is_traced_again(isolated_env: IsolatedEnv) -> None:
@@ -97,15 +109,14 @@ def test_an_unreadable_or_foreign_entry_is_traced_again(isolated_env: IsolatedEn
     from engine.workload.resolve import trace_workload
     from engine.workload.trace_cache import entry_path, trace_key
 
-    config = resolve_model("bert-tiny").config
-    args = dict(batch_size=2, seq_len=16, precision="fp32", mode="full")
-    first = trace_workload("bert-tiny", config, get_task("sst2"), **args)
-    path = entry_path(trace_key("bert-tiny", config, "sst2", **args))
+    spec = named(batch_size=2, seq_len=16, precision="fp32")
+    first = trace_workload(spec)
+    path = entry_path(trace_key(spec))
     body = json.loads(path.read_text())
     body["key"]["batch_size"] = 3  # an entry that is not this key's (a collision, or an edit)
     path.write_text(json.dumps(body))
-    again = trace_workload("bert-tiny", config, get_task("sst2"), **args)
+    again = trace_workload(spec)
     assert not again.cached and again.trace == first.trace
     path.write_text("{not json")
-    assert not trace_workload("bert-tiny", config, get_task("sst2"), **args).cached
-    assert trace_workload("bert-tiny", config, get_task("sst2"), **args).cached  # rewritten
+    assert not trace_workload(spec).cached
+    assert trace_workload(spec).cached  # rewritten

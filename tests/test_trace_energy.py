@@ -30,6 +30,7 @@ from engine.results.store import Store
 from engine.results.traces import downsample
 from engine.run.recorder import RunRecorder
 from engine.workload.events import RunStarted, StepEnd
+from engine.workload.spec import WorkloadSpec
 
 REL = 1e-5  # the twin's traces; issue 20's bound is 2%
 GPU_MHZ = ("306", "408", "612", "918", "1300.5")  # steps the AGX Orin 64GB twin lists
@@ -198,7 +199,9 @@ def test_a_boards_run_trace_integrates_to_its_window(before: int, steps: list[li
             monitor.sample_once()
         clock.t += 0.01  # the step's end comes after its last reading
         recorder(_step(i))
-    time_s, rail_j, _n, _steps = recorder.figures()
+    totals = recorder.totals()
+    assert totals is not None and totals.power_samples == tuple(recorder.samples)  # the trace travels with them
+    time_s, rail_j = totals.time_s, totals.rail_energy_j
     rails = ("VDD_GPU_SOC", "VDD_CPU_CV")
     assert recorder.samples[0].t == pytest.approx(recorder.samples[-1].t - time_s, abs=1e-12)
     assert all(b.t > a.t for a, b in zip(recorder.samples, recorder.samples[1:]))
@@ -212,7 +215,7 @@ def test_a_run_trace_from_the_sampler_thread_over_rail_files(twin_session: Any) 
     from engine.workload.resolve import resolve_workload
 
     twin = twin_session.twin
-    steps = resolve_workload("bert-tiny", "sst2", batch_size=8, seq_len=64, padding="dynamic").steps
+    steps = resolve_workload(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=64, padding="dynamic")).steps
     source = DeviceRailSource(twin_session.device)
     assert source.source is Source.TWIN and source.energy_counter() is None  # integrated, as on a board
     monitor = PowerMonitor(source, rate_hz=200.0).start()
@@ -226,7 +229,9 @@ def test_a_run_trace_from_the_sampler_thread_over_rail_files(twin_session: Any) 
                 recorder(_step(i))
     finally:
         monitor.stop()
-    time_s, rail_j, _n, _steps = recorder.figures()
+    totals = recorder.totals()
+    assert totals is not None
+    time_s, rail_j = totals.time_s, totals.rail_energy_j
     rails = tuple(rail_j)
     assert len(recorder.samples) >= 3 and recorder.samples[-1].t - recorder.samples[0].t == pytest.approx(time_s)
     assert trace_energy_j(recorder.samples, rails) == pytest.approx(sum(rail_j.values()), rel=1e-9)

@@ -13,6 +13,7 @@ import pytest
 from engine.core.provenance import Source
 from engine.results.store import Store
 from engine.run.fleet import SweepPlan, connect
+from engine.workload.spec import WorkloadSpec
 from tui.messages import FleetPolled, FleetSweepDone, SweepProgress
 from tui.screens.fleet import FleetScreen
 from tui_helpers import drive, make_app, screen_text
@@ -29,9 +30,9 @@ GPU_SETTINGS = 12  # the AGX Orin 64GB's GPU space: its 11 GPU steps and MAXN
 def twin_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     base = tmp_path_factory.mktemp("tui-fleet")
     with fleet_isolation(base):
-        from engine.run.harness import resolve_for
+        from engine.workload.resolve import resolve_workload
 
-        resolve_for(SweepPlan(model="bert-tiny", task="sst2", fast=True, steps=2))  # traced once, here
+        resolve_workload(WorkloadSpec("bert-tiny", "sst2"))  # traced once, here
         with connect(twins=2, folder=base / "twins") as fleet:
             yield fleet
 

@@ -16,10 +16,11 @@ from textual.messages import ExitApp
 
 from engine.workload import resolve as simulate
 from engine.device.session import DeviceSession
-from engine.workload.resolve import Workload
+from traces import workload_of
 from engine.results.store import Store
 from engine.core.trace import OpCost, StepTrace
 from engine.results.format import saving_short, saving_text, slowdown_text
+from engine.workload.spec import WorkloadSpec
 from tui_helpers import TWIN, Ui, drive, make_app, plain
 from tui import demo
 from tui.messages import EngineFailed, ExperimentDone, RunProgress, SnapshotTaken, SweepDone
@@ -36,17 +37,16 @@ CLOCK_FILES = (f"{GPU}/min_freq", f"{GPU}/max_freq", f"{GPU}/governor",
                "sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq",
                "sys/devices/system/cpu/cpufreq/policy0/scaling_governor")
 REAL_RESOLVE = simulate.resolve_workload
-RESOLVED: dict[str, Any] = {}  # bert-tiny/sst2 as resolved for the other paddings and modes
+RESOLVED: dict[Any, Any] = {}  # bert-tiny/sst2 as resolved for the other paddings and modes
 # bert-tiny/sst2 at its zoo defaults, as engine.workload.resolve.resolve_workload traces it (frozen here so
 # the fast tests need not import torch; the slow test resolves and trains it for real).
-BERT_TINY = Workload(
-    "bert-tiny", "sst2", "bert", 32, 128, "fp32", "full",
+BERT_TINY = workload_of(
     StepTrace("bert-tiny", 32, 128, "fp32", (
         OpCost("matmul", 9666871296.0, 231568648.0, 42), OpCost("attention", 1879048192.0, 50462784.0, 4),
         OpCost("elementwise", 26243073.0, 275075080.0, 46), OpCost("reduction", 5304133.0, 92716313.0, 30),
         OpCost("embedding", 5037568.0, 28803072.0, 6), OpCost("optimizer", 65792759.0, 280716256.0, 17),
         OpCost("other", 524288.0, 2113536.0, 1)), host_cycles=10195000.0, params=4386178),
-    4386178, spec="bert-tiny",
+    total_params=4386178,
 )
 
 
@@ -57,16 +57,15 @@ def env(isolated_env: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
     monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "no-shipped-selector")
 
-    def resolve(model: str, task: str, **kw: Any) -> Any:
-        if (model, task) == ("bert-tiny", "sst2") and not any(kw.get(k) for k in ("batch_size", "seq_len", "precision")):
-            if kw.get("padding", "max_length") == "max_length" and kw.get("mode", "full") == "full":
+    def resolve(spec: Any) -> Any:
+        if (spec.model, spec.task) == ("bert-tiny", "sst2") and not any((spec.batch_size, spec.seq_len, spec.precision)):
+            if spec.padding == "max_length" and spec.mode == "full" and not spec.grad_checkpointing:
                 return BERT_TINY
             # Setup's runs pad dynamically: the workload's buckets are traced once per test session
-            key = repr(sorted(kw.items()))
-            if key not in RESOLVED:
-                RESOLVED[key] = REAL_RESOLVE(model, task, **kw)
-            return RESOLVED[key]
-        return REAL_RESOLVE(model, task, **kw)
+            if spec not in RESOLVED:
+                RESOLVED[spec] = REAL_RESOLVE(spec)
+            return RESOLVED[spec]
+        return REAL_RESOLVE(spec)
 
     monkeypatch.setattr(simulate, "resolve_workload", resolve)
 
@@ -78,7 +77,7 @@ def clock_files(root: Path) -> dict[str, str]:
 def simulated_spec(steps: int, policy: str = "static:gpu=816", compare: str | None = None) -> Any:
     from engine.run.experiment import ExperimentSpec
 
-    return ExperimentSpec(model="bert-tiny", task="sst2", policy=policy, compare=compare, steps=steps, twin=TWIN,
+    return ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy=policy, compare=compare, steps=steps, twin=TWIN,
                           simulate=True, label="test")
 
 
@@ -245,7 +244,7 @@ async def test_engine_errors_are_shown_in_the_app(twin_session: DeviceSession, r
 
     app = make_app(twin_session, store=results_store)
     async with drive(app) as ui:
-        app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", steps=3, twin=TWIN,
+        app.start_experiment(ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="oracle", steps=3, twin=TWIN,
                                             simulate=True))
         failed = await ui.wait_for(EngineFailed)
         await ui.workers_done()
@@ -352,9 +351,9 @@ async def test_real_fine_tuning_of_bert_tiny_against_maxn(twin_session: DeviceSe
     monkeypatch.setattr(simulate, "resolve_workload", REAL_RESOLVE)
     app = make_app(twin_session, store=results_store, refresh_s=0.1)
     async with drive(app) as ui:
-        app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="static:gpu=816", compare="maxn",
-                                            steps=6, batch_size=4, max_seq_len=16, train_samples=16, eval_samples=8,
-                                            twin=TWIN))
+        app.start_experiment(ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=4, seq_len=16),
+                                            policy="static:gpu=816", compare="maxn", steps=6, train_samples=16,
+                                            eval_samples=8, twin=TWIN))
         await ui.wait_for(ExperimentDone, timeout=300)
         await ui.workers_done()
         result = app.last_result

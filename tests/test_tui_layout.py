@@ -11,6 +11,7 @@ import pytest
 
 from engine.device.session import DeviceSession
 from engine.results.store import Store
+from engine.workload.spec import WorkloadSpec
 from test_tui_flow import _start_long_run, env  # noqa: F401 - env: the flow tests' isolation and frozen trace
 from tui import demo, forms
 from tui.messages import EngineFailed, RunProgress, SelectorPreviewed, SnapshotTaken, SweepDone
@@ -266,7 +267,7 @@ async def test_the_oracles_error_points_to_the_sweep_page(twin_session: DeviceSe
 
     app = make_app(twin_session, store=results_store)
     async with drive(app) as ui:
-        app.start_experiment(ExperimentSpec(model="bert-tiny", task="sst2", policy="oracle", steps=3, twin=TWIN,
+        app.start_experiment(ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="oracle", steps=3, twin=TWIN,
                                             simulate=True))
         await ui.wait_for(EngineFailed)
         await ui.workers_done()

@@ -17,7 +17,8 @@ from engine.device.session import DeviceSession, open_device
 from engine.results.store import Store
 from engine.workload import resolve as resolve_mod
 from engine.workload.events import RunCancelled, RunStarted, StepEnd, StepEnergy
-from engine.workload.resolve import Workload
+from traces import workload_of
+from engine.workload.spec import WorkloadSpec
 from tui import demo
 from tui.history import Stats, rail_key, temp_key, time_columns
 from tui.messages import ExperimentDone, RunProgress, SnapshotTaken
@@ -28,13 +29,12 @@ from tui.widgets.live import GraphStack
 from tui_helpers import TWIN, drive, make_app, plain
 
 RAILS = ("GPU", "CPU")
-BERT_TINY = Workload(
-    "bert-tiny", "sst2", "bert", 32, 128, "fp32", "full",
+BERT_TINY = workload_of(
     StepTrace("bert-tiny", 32, 128, "fp32", (
         OpCost("matmul", 9666871296.0, 231568648.0, 42), OpCost("attention", 1879048192.0, 50462784.0, 4),
         OpCost("elementwise", 26243073.0, 275075080.0, 46), OpCost("optimizer", 65792759.0, 280716256.0, 17)),
         host_cycles=10195000.0, params=4386178),
-    4386178, spec="bert-tiny",
+    total_params=4386178,
 )  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def thermal_session(isolated_env: Any, tmp_path: Path, monkeypatch: pytest.Monke
     from engine.selector import persistence
 
     monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "no-shipped-selector")
-    monkeypatch.setattr(resolve_mod, "resolve_workload", lambda model, task, **kw: BERT_TINY)
+    monkeypatch.setattr(resolve_mod, "resolve_workload", lambda spec: BERT_TINY)
     with open_device(twin=TWIN, realtime=False, twin_dir=tmp_path / "twin", thermal=True) as session:
         yield session
 
@@ -158,7 +158,7 @@ async def test_temperatures_rise_and_the_graphs_move_during_a_twin_run(thermal_s
     app = make_app(thermal_session, store=results_store)
     async with drive(app) as ui:
         await ui.wait_for(SnapshotTaken)
-        spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=400, twin=TWIN, simulate=True,
+        spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="maxn", steps=400, twin=TWIN, simulate=True,
                               label="test")
         assert app.start_experiment(spec, callbacks=[pace]) is not None
         await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 0)
@@ -202,8 +202,8 @@ async def test_twin_power_follows_the_steps_and_idles_while_paused(thermal_sessi
 
     app = make_app(thermal_session, store=results_store)
     async with drive(app) as ui:
-        spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="maxn", steps=5_000_000, twin=TWIN, simulate=True,
-                              label="test")
+        spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="maxn", steps=5_000_000, twin=TWIN,
+                              simulate=True, label="test")
         assert app.start_experiment(spec, callbacks=[pace]) is not None
         await ui.wait_for(RunProgress, until=lambda: app.run_view.step > 10)
         since = app.device_history.readings

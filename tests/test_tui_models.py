@@ -26,6 +26,7 @@ from engine.workload.events import (
 from tui import demo, forms
 from tui.bridge import EventBridge
 from engine.results.baseline import find_baseline
+from engine.results.totals import RunTotals
 from tui.compare_model import build_comparison
 from tui.fmt import nice_ceiling
 from tui.fmt import format_duration
@@ -203,8 +204,8 @@ def test_form_builds_the_experiment_spec(tmp_path: Path) -> None:
                                slowdown="5", amount="40", batch_size="8", seq_len="64", precision="fp32",
                                train_samples="64", compare=True, simulate=True)
     spec = forms.build_spec(values, twin_profile="agx-orin-64gb", is_twin=True)
-    assert (spec.model, spec.task, spec.policy, spec.objective) == ("bert-tiny", "rte", "static:gpu=816", "energy@5%")
-    assert (spec.steps, spec.batch_size, spec.max_seq_len, spec.precision) == (40, 8, 64, "fp32")
+    assert (spec.workload.model, spec.workload.task, spec.policy, spec.objective) == ("bert-tiny", "rte", "static:gpu=816", "energy@5%")
+    assert (spec.steps, spec.workload.batch_size, spec.workload.seq_len, spec.workload.precision) == (40, 8, 64, "fp32")
     assert (spec.compare, spec.simulate, spec.twin, spec.train_samples) == ("maxn", True, "agx-orin-64gb", 64)
     epochs = forms.build_spec(forms.SetupValues(amount="1.5", unit="epochs", batch_size="8", train_samples="100"),
                               twin_profile="agx-orin-64gb", is_twin=True)
@@ -313,9 +314,8 @@ def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store
     maxn = store.get_run(ids["maxn"])
     rid = store.start_run(policy="static", source=Source.TWIN, device=maxn.device_id, workload=maxn.workload_id,
                           seed=3, steps=150, rails="all", weights="pretrained", synthetic=False)
-    run = store.finish_run(rid, time_s=1.8, rail_energy_j={"VDD_GPU_SOC": 16.0, "VDD_CPU_CV": 2.9,
-                                                          "VIN_SYS_5V0": 9.7, "VDDQ_VDD2_1V8AO": 5.85},
-                           samples=4800, steps=150, metrics={"accuracy": 0.9})
+    run = store.finish_run(rid, RunTotals(time_s=1.8, rail_energy_j={"VDD_GPU_SOC": 16.0, "VDD_CPU_CV": 2.9,
+                                                          "VIN_SYS_5V0": 9.7, "VDDQ_VDD2_1V8AO": 5.85}, samples=4800, steps=150), metrics={"accuracy": 0.9})
     base = find_baseline(store, run)
     assert base is not None and base.id == maxn.id
     view = build_comparison(run, base)
@@ -411,8 +411,8 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
                             twin_profile="agx-orin-64gb", is_twin=True)
     preview = preview_choice(spec)
     # the workload Setup's run trains: its batches padded dynamically (the spec's default)
-    assert spec.padding == "dynamic"
-    choice = selector.choose(describe_workload("bert-mini", "rte", padding=spec.padding)[0], parse_objective("energy"))
+    assert spec.workload.padding == "dynamic"
+    choice = selector.choose(describe_workload("bert-mini", "rte", padding=spec.workload.padding)[0], parse_objective("energy"))
     assert preview.available and preview.source is Source.PREDICTED
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)

@@ -11,6 +11,7 @@ import pytest
 
 from engine.device.session import DeviceSession
 from engine.results.store import Store
+from engine.results.totals import RunTotals
 from test_tui_flow import env  # noqa: F401 - that module's autouse isolation
 from tui import demo
 from tui.screens.compare import CompareScreen
@@ -97,8 +98,7 @@ async def test_compare_two_marked_runs_without_a_maxn_one_says_so(twin_session: 
     static = results_store.get_run(ids["static"])
     other = results_store.start_run(policy="static", source=static.source, device=static.device_id,
                                     workload=static.workload_id, seed=0, steps=300, rails="all")
-    results_store.finish_run(other, time_s=3.2, rail_energy_j={"VDD_GPU_SOC": 40.0, "VDD_CPU_CV": 5.0},
-                             rails="all", samples=9600, steps=300, setting=DvfsSetting(gpu_hz=612_000_000, nvpmodel=0))
+    results_store.finish_run(other, RunTotals(time_s=3.2, rail_energy_j={"VDD_GPU_SOC": 40.0, "VDD_CPU_CV": 5.0}, rails_preset="all", samples=9600, steps=300), setting=DvfsSetting(gpu_hz=612_000_000, nvpmodel=0))
     app = make_app(twin_session, store=results_store)
     async with drive(app, size=(100, 30)) as ui:
         await ui.press("5")

@@ -96,4 +96,4 @@ async def test_setup_picks_a_zoo_model_shows_the_rank_and_the_estimate(twin_sess
 @pytest.mark.parametrize("mode", ["full", "bitfit", "head", "lora"])
 def test_every_mode_becomes_the_spec(mode: str) -> None:
     spec = forms.build_spec(forms.SetupValues(mode=mode), twin_profile="agx-orin-64gb", is_twin=True)
-    assert spec.mode == mode
+    assert spec.workload.mode == mode

@@ -14,6 +14,8 @@ from engine.core.provenance import Source
 from engine.device.session import DeviceSession
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.store import Store
+from engine.workload.spec import WorkloadSpec
+from engine.results.totals import RunTotals
 from test_tui_flow import env, pace, simulated_spec  # noqa: F401 - env: the flow tests' isolation and frozen trace
 from tui import demo
 from tui.messages import RunProgress
@@ -130,8 +132,8 @@ async def test_start_on_an_opened_unfinished_sweep_resumes_that_sweep(
         if isinstance(event, SweepPointDone) and event.index == 3:
             control.cancel()
 
-    spec = SweepSpec(model="bert-tiny", task="sst2", batch_size=8, max_seq_len=32, padding="max_length",
-                     space="gpu+emc", warmup_steps=2, steps=7, repeats=2, seed=3, fast=True, twin="agx-orin-64gb")
+    spec = SweepSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=32, padding="max_length", seed=3),
+                     space="gpu+emc", warmup_steps=2, steps=7, repeats=2, fast=True, twin="agx-orin-64gb")
     first = run_sweep(spec, store=results_store, session=twin_session, callbacks=[cancel_after_3], control=control)
     (stored,) = results_store.list_sweeps()
     assert (first.status, stored.status, len(results_store.completed_points(stored.id))) == ("cancelled", "cancelled", 3)
@@ -315,8 +317,7 @@ async def test_history_keeps_every_runs_figures_and_source_in_view_at_80x24(
     spec = "policy static:gpu=816,cpu=2201.6,emc=3199"
     rid = results_store.start_run(policy="static", source=Source.TWIN, device=device, workload=long, seed=0,
                                   steps=300, rails="all", notes=spec, started_at=demo.STAMP)
-    results_store.finish_run(rid, time_s=1234.5, rail_energy_j={"VDD_GPU_SOC": 12345.0}, rails="all", samples=10,
-                             steps=300, setting=DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), notes=spec)
+    results_store.finish_run(rid, RunTotals(time_s=1234.5, rail_energy_j={"VDD_GPU_SOC": 12345.0}, rails_preset="all", samples=10, steps=300), setting=DvfsSetting(gpu_hz=816 * MHZ, nvpmodel=0), notes=spec)
     results_store.find_or_create_sweep(device=device, workload=long, space={"space": "gpu+emc", "method": "run",
                                                                             "rails": "all"},
                                        warmup_steps=1, steps=5, repeats=1, source=Source.TWIN, label="long")

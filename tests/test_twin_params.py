@@ -7,6 +7,7 @@ import pytest
 from engine.core.errors import ProfileError
 from engine.device.twin.params import get_param, sample_profiles, with_params
 from engine.device.twin.profile import available_profiles, load_profile, user_profiles_dir
+from engine.workload.spec import WorkloadSpec
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def test_default_podgov_load_seen_keeps_the_steady_state_model(shipped, isolated
     from engine.device.twin.governors import resolve
     from engine.workload.resolve import resolve_workload
 
-    trace = resolve_workload("bert-base-uncased", "sst2", batch_size=16, seq_len=128).trace
+    trace = resolve_workload(WorkloadSpec("bert-base-uncased", "sst2", batch_size=16, seq_len=128, padding="max_length")).trace
     full, _ = resolve(trace, setting_control(MAXN, shipped), shipped)
     lower, _ = resolve(trace, setting_control(MAXN, shipped), with_params(shipped, {"gpu.podgov_load_seen": 0.6}))
     assert full.gpu_hz == shipped.gpu.table_hz[-1]

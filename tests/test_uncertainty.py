@@ -246,3 +246,29 @@ def test_a_run_past_its_planned_steps_still_projects_without_failing() -> None:
     iv = w.extrapolate(10.0, 0, 8.0)  # 10 J spent, nothing left, the projection below it (steps > total)
     assert iv.contains(8.0) and iv.low <= iv.high
     assert w.extrapolate(10.0, 5, 17.5).contains(17.5)
+
+
+def test_a_runs_board_estimate_is_the_engines_and_json_carries_what_the_text_says(
+        isolated_env, tmp_path, capsys) -> None:
+    """The interval of a twin run's saving is computed once, by the engine, on the result's comparison:
+    `run --json` carries the very interval the text prints (the formatter computes nothing)."""
+    import json
+
+    from engine.cli import main
+    from engine.core.interval import Interval
+    from engine.results.format import saving_text
+
+    db = str(tmp_path / "db.sqlite")
+    run = ["run", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+           "--twin", "agx-orin-64gb", "--db", db, "--simulate", "--steps", "5", "--compare", "maxn",
+           "--policy", "static:gpu=612"]
+    assert main(run) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "as an estimate of a board's" in ln)
+    assert main([*run, "--json"]) == 0
+    cmp_ = json.loads(capsys.readouterr().out)["comparison"]
+    est = cmp_["board_estimate"]
+    assert est is not None and est["low"] <= cmp_["saving_pct"] / 100.0 <= est["high"]
+    iv = Interval.from_json(est)
+    assert line == f"  as an estimate of a board's: {saving_text(cmp_['saving_pct'], interval=iv)}  [{iv.basis}]"
+    assert main([*run, "--policy", "maxn", "--json"]) == 0  # MAXN against MAXN: no interval to give
+    assert json.loads(capsys.readouterr().out)["comparison"]["board_estimate"] is None

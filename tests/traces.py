@@ -19,8 +19,18 @@ BERT_BASE_LIKE = StepTrace(
 )  # fmt: skip
 
 
+def workload_of(trace: StepTrace, task: str = "sst2", family: str = "bert", total_params: int | None = None,
+                padding: str = "max_length", config=None):  # type: ignore[no-untyped-def]
+    """A hand-built step trace as a resolved workload (engine.workload.resolve.Workload): its named spec
+    is the trace's model, shape and precision."""
+    from engine.workload.resolve import Workload
+    from engine.workload.spec import WorkloadSpec
+
+    spec = WorkloadSpec(trace.model, task, batch_size=trace.batch_size, seq_len=trace.seq_len,
+                        precision=trace.precision, padding=padding, name=trace.model, config=config)
+    return Workload(spec, family, trace, total_params or trace.params)
+
+
 def bert_base_workload():  # type: ignore[no-untyped-def]
     """The trace above as an experiment workload (engine.workload.resolve.Workload)."""
-    from engine.workload.resolve import Workload
-
-    return Workload("bert-base-like", "sst2", "bert", 32, 128, "fp32", "full", BERT_BASE_LIKE, 110_000_000)
+    return workload_of(BERT_BASE_LIKE, total_params=110_000_000)

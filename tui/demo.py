@@ -93,6 +93,7 @@ def run_view(steps_done: int = 120, total: int = 300) -> RunView:
 def fill_store(store: Any) -> dict[str, int]:
     """A compared pair (static:gpu=816 against MAXN), an unrelated run, and a GPU sweep; returns their ids."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
+    from engine.results.totals import RunTotals
 
     device = store.ensure_device(DeviceRecord.from_identity(IDENTITY))
     workload = store.ensure_workload(WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32", "full", family="bert",
@@ -105,8 +106,8 @@ def fill_store(store: Any) -> dict[str, int]:
                               objective="energy", seed=0, steps=300, rails="all", weights="random", synthetic=True,
                               data_source="synthetic", notes=notes,
                               started_at=STAMP)
-        store.finish_run(rid, time_s=time_s, rail_energy_j=rail_j, rails="all", wall_s=6.0, samples=9600, steps=300,
-                         metrics={"accuracy": accuracy}, setting=setting, notes=notes, finished_at=STAMP)
+        store.finish_run(rid, RunTotals(time_s=time_s, rail_energy_j=rail_j, rails_preset="all", samples=9600,
+                                        steps=300), wall_s=6.0, metrics={"accuracy": accuracy}, setting=setting, notes=notes, finished_at=STAMP)
         watts = {r: j / time_s * 1000.0 for r, j in rail_j.items()}
         store.add_power_samples(rid, [PowerSample(time_s * k / 30, {r: w * (0.9 + 0.2 * ((k * 7) % 5) / 4)
                                                                     for r, w in watts.items()}) for k in range(1, 31)])

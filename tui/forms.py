@@ -275,11 +275,27 @@ def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
     return None
 
 
-def workload_key(values: SetupValues) -> tuple[str, ...]:
-    """What the selector's choice depends on: a preview asked for another key is stale."""
-    return (values.model.strip().lower(), values.task, values.batch_size.strip(), values.seq_len.strip(),
-            values.precision, values.mode, values.lora_rank.strip() if values.mode == "lora" else "",
-            objective_text(values))
+def workload_spec(values: SetupValues):  # -> engine.workload.spec.WorkloadSpec
+    """The workload the form describes (blank fields: the zoo's defaults; Setup pads dynamically); InputError
+    or ConfigError for a field that holds none."""
+    from engine.core.constants import DEFAULT_PADDING
+    from engine.workload.spec import WorkloadSpec
+
+    return WorkloadSpec(model=values.model.strip(), task=values.task, batch_size=int_or_none(values.batch_size),
+                        seq_len=int_or_none(values.seq_len),
+                        precision=None if values.precision == "default" else values.precision, mode=values.mode,
+                        lora=lora_settings(values), padding=DEFAULT_PADDING, data=values.data.strip())
+
+
+def workload_key(values: SetupValues) -> tuple[str, str]:
+    """What the selector's choice depends on: the store's key of the form's workload (WorkloadSpec.key) and
+    its objective; a preview asked for another is stale. Fields that name no workload yet key by their text."""
+    try:
+        key = workload_spec(values).key
+    except (SlmDvfsError, ValueError):
+        key = "|".join((values.model.strip().lower(), values.task, values.batch_size.strip(), values.seq_len.strip(),
+                        values.precision, values.mode, values.lora_rank.strip() if values.mode == "lora" else ""))
+    return key, objective_text(values)
 
 
 def policy_needs(policy: str) -> str | None:
@@ -337,16 +353,29 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
         raise ConfigError(f"{label_of('amount')}: {values.amount.strip()} epochs are {steps} steps, more than "
                           f"{MAX_STEPS}", "give fewer epochs, a larger batch size or fewer train samples")
     spec = ExperimentSpec(
-        model=values.model.strip(), task=values.task, policy=values.policy.strip(), objective=objective_text(values),
-        compare="maxn" if values.compare else None, steps=steps,
-        batch_size=int_or_none(values.batch_size), max_seq_len=int_or_none(values.seq_len),
-        precision=None if values.precision == "default" else values.precision, mode=values.mode,
-        data=values.data.strip(), train_samples=int_or_none(values.train_samples),
-        eval_samples=None, twin=twin_profile if is_twin else None, simulate=values.simulate,
-        label="tui", lora=lora_settings(values),
+        workload=workload_spec(values), policy=values.policy.strip(), objective=objective_text(values),
+        compare="maxn" if values.compare else None, steps=steps, train_samples=int_or_none(values.train_samples),
+        eval_samples=None, twin=twin_profile if is_twin else None, simulate=values.simulate, label="tui",
     )
     spec.validate()
     return spec
+
+
+_WORKLOAD_FIELDS = ("batch_size", "seq_len", "precision", "mode", "lora", "grad_checkpointing", "padding", "seed")
+
+
+def sweep_spec(model: str, task: str, fields: Mapping, **sweep):  # -> engine.run.sweep.SweepSpec
+    """The Sweep form's sweep of `model` on `task`: of `fields` (the Sweep page's workload(): the form's
+    workload, or an opened sweep's with what makes it that sweep), those of the workload go into its
+    WorkloadSpec, the others are the sweep's own, as `sweep` (space, steps, fast, twin...) is."""
+    from engine.run.sweep import SweepSpec
+    from engine.workload.spec import WorkloadSpec
+
+    rest = dict(fields)
+    if "max_seq_len" in rest:
+        rest["seq_len"] = rest.pop("max_seq_len")
+    workload = {name: rest.pop(name) for name in _WORKLOAD_FIELDS if name in rest}
+    return SweepSpec(workload=WorkloadSpec(model=model, task=task, **workload), **rest, **sweep)
 
 
 def lora_settings(values: SetupValues):  # -> LoraSettings | None

@@ -107,9 +107,9 @@ def _basis(selector: Any) -> str:
 
 def _features(spec: Any, workload: Any) -> tuple[Any, Any]:
     """The selector's features of the workload, and the steps the twin ensemble costs for its interval."""
-    from engine.run.harness import resolve_for
     from engine.selector.policy import workload_features
+    from engine.workload.resolve import resolve_workload
 
     if workload is None:
-        workload = resolve_for(spec)
+        workload = resolve_workload(spec.workload)
     return workload_features(workload), workload.steps

@@ -20,7 +20,7 @@ from engine.cli import numbers
 from engine.core.constants import PRECISIONS
 from engine.cli.device_cmds import add_device_args
 from engine.cli.interrupt import cancel_on_sigint
-from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
+from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import rail_savings_text, saving_text, sweep_point_lines, versus_text
@@ -123,14 +123,11 @@ def experiment_spec(args: argparse.Namespace) -> Any:
     from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
-        model=args.model, task=args.task, policy=args.policy, objective=args.objective, compare=args.compare,
-        reuse_baseline=args.reuse_baseline, steps=args.steps, batch_size=args.batch_size,
-        max_seq_len=args.max_seq_len, precision=args.precision, seed=args.seed, data=args.data,
-        padding=numbers.padding_of(args),
-        train_samples=args.train_samples, eval_samples=args.eval_samples, twin=args.twin,
-        sysfs_root=args.sysfs_root, rails=args.rails, simulate=args.simulate, thermal=args.thermal,
-        thermal_overrides=_thermal_overrides(args), label=args.label, output_dir=args.output_dir,
-        **mode_options(args),
+        workload=workload_spec(args), policy=args.policy, objective=args.objective, compare=args.compare,
+        reuse_baseline=args.reuse_baseline, steps=args.steps, train_samples=args.train_samples,
+        eval_samples=args.eval_samples, twin=args.twin, sysfs_root=args.sysfs_root, rails=args.rails,
+        simulate=args.simulate, thermal=args.thermal, thermal_overrides=_thermal_overrides(args), label=args.label,
+        output_dir=args.output_dir,
     )
 
 
@@ -224,8 +221,9 @@ def format_experiment(result: Any) -> str:
         lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct)}   [{cmp_.source.value}]")
         if cmp_.rail_saving_pct:
             lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
-        if len(run.history) <= 1 and run.setting is not None and not base.reused:  # type: ignore[union-attr]
-            lines += _twin_interval_lines(result, run.setting, cmp_.saving_pct)
+        if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
+            iv = cmp_.interval
+            lines.append(f"  as an estimate of a board's: {saving_text(cmp_.saving_pct, interval=iv)}  [{iv.basis}]")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -268,13 +266,11 @@ def sweep_spec(args: argparse.Namespace) -> Any:
     from engine.run.sweep import SweepSpec
 
     return SweepSpec(
-        model=args.model, task=args.task, space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
-        repeats=args.repeats, fast=args.fast, batch_size=args.batch_size, max_seq_len=args.max_seq_len,
-        precision=args.precision, seed=args.seed, data=args.data, train_samples=args.train_samples,
-        padding=numbers.padding_of(args),
+        workload=workload_spec(args), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
+        repeats=args.repeats, fast=args.fast, train_samples=args.train_samples,
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
-        thermal=args.thermal, thermal_overrides=_thermal_overrides(args), **mode_options(args),
+        thermal=args.thermal, thermal_overrides=_thermal_overrides(args),
     )
 
 

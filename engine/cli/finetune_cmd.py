@@ -18,7 +18,7 @@ from engine.cli import numbers
 from engine.core.constants import PRECISIONS
 from engine.core.provenance import MetricProvenance, Source
 from engine.cli.interrupt import cancel_on_sigint
-from engine.cli.mode_args import add_mode_args, describe_mode, mode_options
+from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.workload.events import (
     Checkpointed,
     EvalResult,
@@ -91,12 +91,10 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
         resume = Path(args.resume)
         checkpoint_dir = str(resume.parent if (resume / CHECKPOINT_FILE).is_file() else resume)
     return FinetuneSpec(
-        model=args.model, task=args.task, data=args.data, steps=args.steps, epochs=args.epochs,
-        batch_size=args.batch_size, max_seq_len=args.max_seq_len, precision=args.precision,
-        train_samples=args.train_samples, eval_samples=args.eval_samples, **mode_options(args),
-        output_dir=args.output_dir, seed=args.seed, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-        checkpoint_dir=checkpoint_dir, resume=args.resume, padding=numbers.padding_of(args),
-        learning_rate=args.lr, allow_download=args.download, device=args.device,
+        workload=workload_spec(args), steps=args.steps, epochs=args.epochs, train_samples=args.train_samples,
+        eval_samples=args.eval_samples, output_dir=args.output_dir, eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume=args.resume,
+        learning_rate=args.lr, device=args.device,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from engine.cli import numbers
 from engine.cli.fleet_run_cmd import add_run_args, format_run_event, format_run_summary, run_specs
 from engine.cli.interrupt import cancel_on_sigint
-from engine.cli.mode_args import add_mode_args, mode_options
+from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.core.errors import ConfigError
 from engine.core.text import clean_text
@@ -148,12 +148,11 @@ def sweep_plans(args: argparse.Namespace) -> list[Any]:
     from engine.run.fleet import SweepPlan
 
     sizes = args.batch_size or [None]
-    return [SweepPlan(model=m, task=t, batch_size=b, space=space, warmup_steps=args.warmup_steps,
-                      steps=args.steps, repeats=args.repeats, fast=args.fast, max_seq_len=args.max_seq_len,
-                      seed=args.seed, data=args.data, train_samples=args.train_samples,
+    return [SweepPlan(workload=workload_spec(args, model=m, task=t, batch_size=b), space=space,
+                      warmup_steps=args.warmup_steps, steps=args.steps, repeats=args.repeats, fast=args.fast,
+                      train_samples=args.train_samples,
                       eval_samples=args.eval_samples if args.eval_samples is not None else 8, rails=args.rails,
-                      cpu_stride=args.cpu_stride, objective=args.objective, padding=numbers.padding_of(args),
-                      **mode_options(args))
+                      cpu_stride=args.cpu_stride, objective=args.objective)
             for m, t, b, space in itertools.product(args.model, args.task, sizes, dict.fromkeys(args.space))]
 
 

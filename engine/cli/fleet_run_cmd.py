@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 from engine.cli import numbers
-from engine.cli.mode_args import add_mode_args, mode_options
+from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.constants import PRECISIONS
 from engine.results.format import versus_text
 
@@ -54,12 +54,10 @@ def run_specs(args: argparse.Namespace) -> list[Any]:
     from engine.run.experiment import ExperimentSpec
 
     sizes = args.batch_size or [None]
-    return [ExperimentSpec(model=m, task=t, batch_size=b, policy=p, objective=o,
+    return [ExperimentSpec(workload=workload_spec(args, model=m, task=t, batch_size=b), policy=p, objective=o,
                            compare=None if args.compare == "none" else args.compare, steps=args.steps,
-                           simulate=args.simulate, max_seq_len=args.max_seq_len, precision=args.precision,
-                           seed=args.seed, data=args.data, padding=numbers.padding_of(args),
-                           train_samples=args.train_samples, eval_samples=args.eval_samples, rails=args.rails,
-                           label=args.label, **mode_options(args))
+                           simulate=args.simulate, train_samples=args.train_samples, eval_samples=args.eval_samples,
+                           rails=args.rails, label=args.label)
             for m, t, b, p, o in itertools.product(args.model, args.task, sizes, args.policy, args.objective)]
 
 

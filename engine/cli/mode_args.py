@@ -1,5 +1,6 @@
 """The training-mode options every workload command shares (run, sweep, select, finetune):
-`--mode`, the LoRA settings and gradient checkpointing, parsed into engine values."""
+`--mode`, the LoRA settings and gradient checkpointing, parsed into engine values; and the one
+WorkloadSpec a command's workload flags make."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from engine.cli import numbers
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings
+from engine.workload.spec import WorkloadSpec
 
 MODE_HELP = ("what trains: full (every weight, the default), bitfit (biases and the task head), "
              "head (the task head on a frozen backbone), lora (low-rank adapters and the task head, through peft)")
@@ -54,6 +56,20 @@ def lora_settings(args: argparse.Namespace) -> LoraSettings | None:
 def mode_options(args: argparse.Namespace) -> dict[str, Any]:
     """The spec keywords of the mode options: mode, lora, grad_checkpointing."""
     return {"mode": args.mode, "lora": lora_settings(args), "grad_checkpointing": bool(args.grad_checkpointing)}
+
+
+def workload_spec(args: argparse.Namespace, *, model: str | None = None, task: str | None = None,
+                  batch_size: int | None = None) -> WorkloadSpec:
+    """The workload a command's flags ask for (--model, --task, --batch-size, --max-seq-len, --precision,
+    the mode options, --pad, --data, --seed, --download where the command has them); `model`, `task` and
+    `batch_size`: one of a list (`fleet` takes several)."""
+    return WorkloadSpec(
+        model=args.model if model is None else model, task=args.task if task is None else task,
+        batch_size=getattr(args, "batch_size", None) if batch_size is None else batch_size,
+        seq_len=getattr(args, "max_seq_len", None), precision=getattr(args, "precision", None),
+        padding=numbers.padding_of(args), data=getattr(args, "data", None) or "synthetic",
+        seed=getattr(args, "seed", None) or 0, allow_download=bool(getattr(args, "download", False)),
+        **mode_options(args))
 
 
 def describe_mode(mode: str, lora: LoraSettings | None = None, grad_checkpointing: bool = False,

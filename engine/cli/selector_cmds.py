@@ -16,7 +16,7 @@ from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS
-from engine.cli.mode_args import add_mode_args, mode_options
+from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError
 from engine.core.userinput import parse_int
 
@@ -301,7 +301,7 @@ def format_cv_table(rows: Sequence[dict[str, Any]], source: str, graded_on: str 
 # --------------------------------------------------------------------------- select
 def cmd_select(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
-    from engine.selector.features import describe_workload
+    from engine.selector.features import features_of
     from engine.selector.persistence import load_selector
     from engine.selector.probes import MAX_PROBES
 
@@ -323,15 +323,13 @@ def cmd_select(args: argparse.Namespace) -> int:
         module = twin_module if twin_module in selector.modules else None
     selector.use_module(module)
     objective = parse_objective(args.objective)
-    padding = numbers.padding_of(args)
-    workload, _ = describe_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                                    precision=args.precision, **mode_options(args), padding=padding)
     from engine.workload.resolve import resolve_workload
 
-    # The workload's steps as a run takes them (with dynamic padding, the mix of its batch lengths): what the
-    # probes run and the twin ensemble costs for the interval, as the Setup and Run pages and the ml policy do.
-    steps = resolve_workload(args.model, args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
-                             precision=args.precision, **mode_options(args), padding=padding).steps
+    resolved = resolve_workload(workload_spec(args))  # once: its features, and its steps as a run takes them
+    workload = features_of(resolved)
+    # With dynamic padding, the mix of its batch lengths: what the probes run and the twin ensemble costs for
+    # the interval, as the Setup and Run pages and the ml policy do.
+    steps = resolved.steps
     measure = None
     if args.probes:
         from engine.device.twin.fast import fast_sweep

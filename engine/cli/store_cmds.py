@@ -27,6 +27,7 @@ from engine.core.text import clean_text
 from engine.results.format import (format_setting, format_when, saving_text, slowdown_text, sweep_point_lines,
                                     versus_text)
 from engine.results.records import several_boards
+from engine.results.totals import RunTotals
 from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
 
 IMPORTED_POLICY = "imported"
@@ -408,10 +409,10 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
             started_at=tlog.started_at.isoformat(timespec="seconds") if tlog.started_at else None,
         )
         try:
-            store.finish_run(  # with its trace, in one transaction: never finished without it
-                run_id, time_s=duration, wall_s=duration, energy_j=energy, rail_energy_j=dict(tlog.energy_j),
-                samples=args.samples, finished_at=_finished_at(tlog), power_samples=tlog.power_samples(),
-            )
+            totals = RunTotals(time_s=duration, rail_energy_j=dict(tlog.energy_j),
+                               samples=args.samples, power_samples=tuple(tlog.power_samples()), energy_j=energy)
+            # with its trace, in one transaction: never finished without it
+            store.finish_run(run_id, totals, wall_s=duration, finished_at=_finished_at(tlog))
         except BaseException as exc:
             store.fail_run(run_id, exc)
             raise

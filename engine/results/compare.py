@@ -9,12 +9,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
+from engine.core.interval import Interval
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
 from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command
 from engine.results.format import id_list
 from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
+from engine.results.totals import RunTotals
 
 __all__ = [
     "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "PairComparison", "RunFigures", "Side",
@@ -36,13 +38,7 @@ class RunFigures:
     role: str  # "policy" | "baseline"
     policy: str  # the spec, e.g. "online" or "maxn"
     source: Source
-    rails_preset: str
-    rails: tuple[str, ...]  # the rails `energy_j` sums
-    steps: int
-    samples: int
-    time_s: float
-    energy_j: float
-    rail_energy_j: Mapping[str, float]
+    totals: RunTotals  # time, energy per rail and over `rails`, samples, steps: what the store holds
     host_wall_s: float | None = None  # measured on the host, whatever the source
     metric: str | None = None  # the task's primary metric
     metric_value: float | None = None
@@ -65,17 +61,47 @@ class RunFigures:
         """`measured`, `measured (host)` (the twin's runs), or `not meaningful (random weights / ...)`."""
         return self.metric_provenance.label(self.source)
 
+    # The run's figures, read from its totals (never summed again here).
+    @property
+    def rails_preset(self) -> str:
+        return self.totals.rails_preset or ""
+
+    @property
+    def rails(self) -> tuple[str, ...]:
+        """The rails `energy_j` sums."""
+        return self.totals.rails
+
+    @property
+    def steps(self) -> int:
+        return int(self.totals.steps or 0)
+
+    @property
+    def samples(self) -> int:
+        return int(self.totals.samples or 0)
+
+    @property
+    def time_s(self) -> float:
+        return self.totals.time_s
+
+    @property
+    def energy_j(self) -> float:
+        return self.totals.total_j
+
+    @property
+    def rail_energy_j(self) -> Mapping[str, float]:
+        return self.totals.rail_energy_j
+
     @property
     def avg_power_w(self) -> float:
-        return self.energy_j / self.time_s if self.time_s > 0 else 0.0
+        return self.totals.avg_power_w or 0.0
 
     @property
     def samples_per_s(self) -> float:
-        return self.samples / self.time_s if self.time_s > 0 else 0.0
+        return self.totals.samples_per_s or 0.0
 
     @property
     def joules_per_sample(self) -> float:
-        return self.energy_j / self.samples if self.samples else 0.0
+        return self.totals.joules_per_sample or 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,11 +133,16 @@ class Comparison:
     source: Source
     rails_preset: str | None
     record_id: int | None = None  # the store's comparison row
+    # A twin's saving read as an estimate of a board's: the twin ensemble's interval, computed once by the
+    # engine (engine.results.estimates.twin_saving_interval); None for measured figures, a run whose
+    # setting changed during it, a reused baseline, or where none can be had.
+    interval: Interval | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"saving_pct": self.saving_pct, "slowdown_pct": self.slowdown_pct,
                 "rail_saving_pct": dict(self.rail_saving_pct), "power_change_pct": self.power_change_pct,
-                "source": self.source.value, "rails_preset": self.rails_preset, "record_id": self.record_id}
+                "source": self.source.value, "rails_preset": self.rails_preset, "record_id": self.record_id,
+                "board_estimate": None if self.interval is None else self.interval.to_json()}
 
 
 # --------------------------------------------------------------------------- the arithmetic
@@ -371,10 +402,11 @@ def stored_baseline(store: Any, *, workload_key: str, task: str, device_id: int,
         return None
     primary = get_task(task).primary_metric
     metric_name = next((k for k in rec.metrics if k == primary or k.endswith("/" + primary)), None)
+    stored = rec.totals or RunTotals(time_s=0.0)
     return RunFigures(
-        run_id=rec.id, role="baseline", policy=BASELINE_POLICY, source=rec.source, rails_preset=rails_preset,
-        rails=rails, steps=rec.steps or steps, samples=rec.samples or 0, time_s=float(rec.time_s or 0.0),
-        energy_j=float(rec.energy_j or 0.0), rail_energy_j=dict(rec.rail_energy_j), host_wall_s=rec.wall_s,
+        run_id=rec.id, role="baseline", policy=BASELINE_POLICY, source=rec.source,
+        totals=replace(stored, rails=rails, rails_preset=rails_preset, steps=stored.steps or steps,
+                       samples=stored.samples or 0, energy_j=float(rec.energy_j or 0.0)), host_wall_s=rec.wall_s,
         metric=metric_name, metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]),
         setting=None if rec.setting is None else dvfs_setting(rec.setting), simulated=rec.simulated, reused=True,
         weights=rec.weights, synthetic=rec.synthetic,

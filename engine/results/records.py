@@ -15,13 +15,14 @@ from engine.core.provenance import MetricProvenance, Source
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
 from engine.device.setting import DvfsSetting
+from engine.results.totals import RunTotals
 from engine.workload.lora import LoraSettings
-from engine.workload.resolve import mode_variant, workload_key
+from engine.workload.resolve import Workload
+from engine.workload.spec import WorkloadSpec
 
 __all__ = [
     "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
     "WorkloadRecord", "as_source", "dvfs_setting", "several_boards", "normalize_setting", "setting_key", "trace_features",
-    "workload_key",
 ]
 
 RUN_STATUSES = ("running", "finished", "failed", "cancelled")  # a sweep's too
@@ -180,9 +181,17 @@ class WorkloadRecord:
         object.__setattr__(self, "source", as_source(self.source))
 
     @property
+    def spec(self) -> WorkloadSpec:
+        """The workload this row stores, named as it was recorded (its model never re-resolved by name:
+        its config, where recorded, is the model)."""
+        return WorkloadSpec(model=self.model, name=self.model, task=self.task, batch_size=self.batch_size,
+                            seq_len=self.seq_len, precision=self.precision, mode=self.mode, lora=self.lora,
+                            grad_checkpointing=self.grad_checkpointing, padding=self.padding, config=self.config)
+
+    @property
     def key(self) -> str:
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
-                            self.padding, variant=mode_variant(self.mode, self.lora, self.grad_checkpointing))
+        """The store's key of this workload (WorkloadSpec.key)."""
+        return self.spec.key
 
     @classmethod
     def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
@@ -198,13 +207,12 @@ class WorkloadRecord:
         )
 
     @classmethod
-    def from_workload(cls, workload: Any, data_source: str | None = None) -> "WorkloadRecord":
-        """From a resolved engine.workload.resolve.Workload (trace totals as features, labelled predicted)."""
+    def from_workload(cls, workload: Workload, data_source: str | None = None) -> "WorkloadRecord":
+        """From a resolved workload (trace totals as features, labelled predicted)."""
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
-                              data_source=data_source, lora=getattr(workload, "lora", None),
-                              grad_checkpointing=bool(getattr(workload, "grad_checkpointing", False)),
-                              padding=getattr(workload, "padding", "max_length"),
-                              config=getattr(workload, "config", None))
+                              data_source=data_source, lora=workload.lora,
+                              grad_checkpointing=workload.grad_checkpointing, padding=workload.padding,
+                              config=workload.config)
 
     def lora_text(self) -> str | None:
         """The LoRA settings as the store's column holds them (JSON), or None."""
@@ -276,6 +284,14 @@ class RunRecord:
     workload: WorkloadRecord | None = None
     simulated: bool = False  # the twin ran the step trace: nothing was trained (no loss, no eval metric)
     last_sample_t: float | None = None  # abandoned: the t of its last stored power sample (None: none)
+
+    @property
+    def totals(self) -> RunTotals | None:
+        """Its figures as stored (None: it recorded none); `rails` holds the preset's name only."""
+        if self.time_s is None:
+            return None
+        return RunTotals(time_s=self.time_s, rail_energy_j=dict(self.rail_energy_j), rails_preset=self.rails,
+                         samples=self.samples, steps=self.steps, source=self.source, energy_j=self.energy_j)
 
     @property
     def status_warning(self) -> str | None:

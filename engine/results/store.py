@@ -4,7 +4,8 @@
         run = store.start_run(device=DeviceRecord.from_identity(ident), workload=wl,
                               policy="maxn", source=Source.TWIN, seed=0, steps=100)
         ...
-        store.finish_run(run, window=result, samples=3200, metrics={"accuracy": 0.91})
+        store.finish_run(run, RunTotals.from_window(window, samples=3200, steps=100),
+                         metrics={"accuracy": 0.91})          # the recorder's totals()
 
 Every recorded item is its own committed transaction, so a crash loses at most the item
 in progress. The file is in WAL mode: the TUI may read while a run writes, from another
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -44,9 +46,9 @@ from engine.results.records import (
     timestamp,
     trace_features,
     utc_now,
-    workload_key,
 )
 from engine.results.run_import import RunImport
+from engine.results.totals import RunTotals
 from engine.results.sweep_tables import SweepTables
 from engine.results.traces import DEFAULT_MAX_SAMPLES, downsample
 
@@ -56,7 +58,7 @@ __all__ = [
     "SCHEMA_VERSION", "ComparisonRecord", "CorruptStoreError", "DeviceRecord", "RunRecord", "Store",
     "StoreError", "StoreVersionError", "SweepPoint", "SweepRecord", "UnknownRecordError",
     "WorkloadRecord", "default_db_path", "downsample", "normalize_setting", "setting_key",
-    "trace_features", "workload_key",
+    "trace_features",
 ]
 
 log = logging.getLogger(__name__)
@@ -156,17 +158,10 @@ class Store(SweepTables, RunImport):
     def finish_run(
         self,
         run_id: int,
+        totals: RunTotals | None = None,
         *,
         status: str = "finished",
-        window: Any = None,
-        time_s: float | None = None,
-        energy_j: float | None = None,
-        rail_energy_j: Mapping[str, float] | None = None,
-        rails: str | None = None,
         wall_s: float | None = None,
-        samples: int | None = None,
-        steps: int | None = None,
-        avg_power_w: float | None = None,
         metrics: Mapping[str, Any] | None = None,
         setting: Any = None,
         notes: str | None = None,
@@ -174,35 +169,34 @@ class Store(SweepTables, RunImport):
         weights: str | None = None,
         synthetic: bool | None = None,
         data_source: str | None = None,
-        power_samples: Sequence[PowerSample] = (),
     ) -> RunRecord:
-        """Close a run with its figures. `window` (a monitor WindowResult) fills time, energy and
-        rails; explicit arguments win. Throughput and J/sample are derived where not given.
-        `weights`, `synthetic`, `data_source`: what the run learnt from, once known (None keeps
-        what start_run stored). `power_samples`: its trace, stored in the same transaction (as
-        add_power_samples does), so a run is never finished without the trace it was given."""
+        """Close a run with its figures, `totals` (engine.results.totals.RunTotals: None when it measured
+        nothing, e.g. cancelled before its first step), stored as they are with its power trace in the
+        same transaction (as add_power_samples does), so a run is never finished without the trace it
+        was given. `weights`, `synthetic`, `data_source`: what the run learnt from, once known (None keeps
+        what start_run stored)."""
         if status not in ("finished", "cancelled"):
             raise ConfigError(f"finish_run cannot set status {status!r}", "use finished or cancelled; fail_run for errors")
         run = self.get_run(run_id)
-        if window is not None:
-            if Source(window.source) != run.source:
-                raise ConfigError(
-                    f"run {run_id} is a {run.source.value} run, but its energy window is {Source(window.source).value}",
-                    "record the window with the source the run was started with",
-                )
-            time_s = window.duration_s if time_s is None else time_s
-            energy_j = window.total_energy_j if energy_j is None else energy_j
-            rail_energy_j = dict(window.energy_j) if rail_energy_j is None else rail_energy_j
-            if rails is None and run.rails is None:
-                rails = "+".join(window.rails)
-        if energy_j is None and rail_energy_j:
-            energy_j = float(sum(rail_energy_j.values()))
-        samples = run.samples if samples is None else samples
-        duration = time_s if time_s is not None else wall_s
-        if avg_power_w is None and energy_j is not None and duration:
-            avg_power_w = energy_j / duration
-        samples_per_s = samples / duration if samples and duration else None
-        joules_per_sample = energy_j / samples if samples and energy_j is not None else None
+        if totals is not None and totals.source is not None and totals.source != run.source:
+            raise ConfigError(
+                f"run {run_id} is a {run.source.value} run, but its energy window is {totals.source.value}",
+                "record the window with the source the run was started with",
+            )
+        rails = None if totals is None else totals.rails_preset
+        if rails is None and run.rails is None and totals is not None and totals.rails:
+            rails = "+".join(totals.rails)
+        if totals is not None and totals.samples is None and run.samples is not None:
+            totals = replace(totals, samples=run.samples)  # the count the run was started with
+        time_s = None if totals is None else totals.time_s
+        energy_j = None if totals is None else totals.energy_j
+        rail_energy_j = {} if totals is None else dict(totals.rail_energy_j)
+        samples = run.samples if totals is None else totals.samples
+        steps = None if totals is None else totals.steps
+        avg_power_w = None if totals is None else totals.avg_power_w
+        samples_per_s = None if totals is None else totals.samples_per_s
+        joules_per_sample = None if totals is None else totals.joules_per_sample
+        power_samples = () if totals is None else totals.power_samples
         with self._tx("finishing a run") as conn:
             conn.execute(
                 "UPDATE runs SET status = ?, finished_at = ?, time_s = ?, energy_j = ?, rail_energy_j = ?, "

@@ -289,7 +289,7 @@ class _RowReader:
         return self._workloads[key]
 
     def _resolve(self, where: str, v: dict[str, Any]) -> WorkloadRecord:
-        from engine.workload.finetune import defaults_for
+        from engine.workload.spec import defaults_for
         from engine.workload.glue import get_task
         from engine.workload.models import resolve_model
 

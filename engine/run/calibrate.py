@@ -238,10 +238,7 @@ def _steps(record: Any, sweep_id: int) -> Any:
 
     try:
         # the model as the store recorded it (schema v11), not what its name resolves to now
-        workload = resolve_workload(record.model, record.task, batch_size=record.batch_size, seq_len=record.seq_len,
-                                    precision=record.precision, mode=record.mode, lora=record.lora,
-                                    grad_checkpointing=record.grad_checkpointing, padding=record.padding,
-                                    config=record.config)
+        workload = resolve_workload(record.spec)
     except ConfigError as exc:
         raise ConfigError(f"sweep s{sweep_id}'s workload ({record.label}) cannot be traced: {exc.what}",
                           f"{exc.remedy}; or leave the sweep out with --sweeps") from None

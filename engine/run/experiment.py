@@ -1,6 +1,6 @@
 """Experiments: fine-tune under a DVFS policy and, if asked, under MAXN Mode 0 to compare.
 
-    spec = ExperimentSpec(model="bert-tiny", task="sst2", policy="online", compare="maxn",
+    spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="online", compare="maxn",
                           steps=200, twin="agx-orin-64gb")
     with Store() as store:
         result = run_experiment(spec, store=store, callbacks=[progress])
@@ -33,15 +33,16 @@ from typing import Any, Callable, Iterable, Mapping
 from engine.device.base import DeviceIdentity
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
-from engine.core.constants import DEFAULT_PADDING
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
-from engine.run.harness import RunHarness, open_harness, resolve_for
+from engine.run.harness import RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
+from engine.results.totals import RunTotals
 from engine.workload.events import StepEnd
-from engine.workload.lora import LoraSettings, check_mode_options
+from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,20 +55,12 @@ BASELINE_COOL_MARGIN_C = 3.0  # on a board, the baseline starts within this of t
 class ExperimentSpec:
     """Everything one experiment needs; immutable (the TUI's setup screen builds one)."""
 
-    model: str
-    task: str
+    workload: WorkloadSpec  # what both runs fine-tune: model, task, shape, mode, padding, data, seed
     policy: str = "maxn"
     objective: str = "energy"
     compare: str | None = None  # "maxn": also run (or reuse) MAXN Mode 0
     reuse_baseline: bool = False  # use a stored MAXN run of the same workload, device, steps, seed
     steps: int = 100
-    batch_size: int | None = None  # None: the zoo entry's
-    max_seq_len: int | None = None
-    precision: str | None = None
-    mode: str = "full"  # one of engine.core.constants.MODES
-    seed: int = 0
-    data: str = "synthetic"
-    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = None
     twin: str | None = None  # twin profile; None: the board at sysfs_root
@@ -78,14 +71,11 @@ class ExperimentSpec:
     thermal: bool = False  # the twin's thermal model
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
     policy_options: tuple[tuple[str, Any], ...] = ()  # keyword options of the policy (online)
-    allow_download: bool = False
     label: str | None = None
-    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
-    grad_checkpointing: bool = False
     output_dir: str | None = None  # the policy run's trained model (a LoRA run: its adapter; default: data dir)
 
     def validate(self) -> None:
-        check_mode_options(self.mode, self.lora)
+        self.workload.validate()
         if self.compare is not None and self.compare not in COMPARE_CHOICES:
             raise ConfigError(f"cannot compare against {self.compare!r}", f"use --compare {' or '.join(COMPARE_CHOICES)}")
         if self.reuse_baseline and self.compare is None:
@@ -98,9 +88,9 @@ class ExperimentSpec:
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
+        out["workload"] = self.workload.to_json()
         out["thermal_overrides"] = dict(self.thermal_overrides)
         out["policy_options"] = dict(self.policy_options)
-        out["lora"] = None if self.lora is None else self.lora.to_json()
         return out
 
 
@@ -119,7 +109,7 @@ class ExperimentResult:
     spec: ExperimentSpec
     identity: DeviceIdentity
     source: Source
-    workload: Any  # engine.workload.resolve.Workload
+    workload: Workload
     objective: Objective
     run: RunFigures
     baseline: RunFigures | None = None
@@ -155,12 +145,12 @@ def run_experiment(
     callbacks: Iterable[Callable[[Any], None]] = (),
     control: Any = None,
     session: Any = None,
-    workload: Any = None,
+    workload: Workload | None = None,
 ) -> ExperimentResult:
     """Run the policy (and the MAXN baseline, with `compare`), record all, return the figures.
 
-    `session` (an open DeviceSession) and `workload` (engine.workload.resolve.Workload) may be
-    passed by a caller that has them; otherwise they are opened / resolved here."""
+    `session` (an open DeviceSession) and `workload` (spec.workload resolved) may be passed by a
+    caller that has them; otherwise they are opened / resolved here, once for both runs."""
     from engine.device.session import DEFAULT_TWIN
     from engine.dvfs.policies import PolicyContext, make_policy
     from engine.results.store import DeviceRecord, WorkloadRecord
@@ -169,9 +159,10 @@ def run_experiment(
     if not spec.simulate:  # a data folder that holds no such task, say: refused before any run is recorded
         from engine.workload.data import check_source  # torch, as training needs anyway
 
-        check_source(spec.task, spec.data, train_samples=spec.train_samples, eval_samples=spec.eval_samples)
+        check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,
+                     eval_samples=spec.eval_samples)
     if workload is None:
-        workload = resolve_for(spec)
+        workload = resolve_workload(spec.workload)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
     with open_harness(session=session, twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
                       thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control) as harness:
@@ -181,7 +172,8 @@ def run_experiment(
         device, identity, source, emit = harness.device, harness.identity, harness.source, harness.emit
         objective = parse_objective(spec.objective, max_power_w=module_power_limit_w(identity))
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
-        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate else spec.data))
+        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate
+                                                                         else spec.workload.data))
         policy = make_policy(spec.policy, **dict(spec.policy_options))
         points = stored_points(store, device_id, workload_id, source=source, rails=spec.rails) \
             if policy.name == "oracle" else ()
@@ -208,7 +200,7 @@ def run_experiment(
                 if spec.reuse_baseline:
                     baseline = stored_baseline(
                         store, workload_key=workload.key, task=workload.task, device_id=device_id, source=source,
-                        steps=spec.steps, seed=spec.seed, rails_preset=spec.rails, rails=harness.rails,
+                        steps=spec.steps, seed=workload.spec.seed, rails_preset=spec.rails, rails=harness.rails,
                         simulated=spec.simulate, exclude=run.run_id)
                     if baseline is None:
                         notes.append("no stored MAXN run of this workload, device, steps and seed: ran one")
@@ -225,16 +217,29 @@ def run_experiment(
         comparison = None
         if baseline is not None and not baseline.cancelled:
             record = store.compare_runs(run.run_id, baseline.run_id)
-            comparison = replace(compare(run, baseline), record_id=record.id)
+            comparison = compare(run, baseline)
+            comparison = replace(comparison, record_id=record.id,
+                                 interval=_board_estimate(source, identity, workload, run, baseline, comparison))
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
 
 
+def _board_estimate(source: Source, identity: DeviceIdentity, workload: Workload, run: RunFigures,
+                    baseline: RunFigures, comparison: Comparison) -> Any:
+    """The twin's saving as an estimate of a board's (engine.core.interval.Interval), once, for every client:
+    only for the twin's figures of one setting against a MAXN run made now; None otherwise."""
+    from engine.results.estimates import twin_saving_interval
+
+    if source is not Source.TWIN or len(run.history) > 1 or run.setting is None or baseline.reused:
+        return None
+    return twin_saving_interval(workload.steps, identity.profile, run.setting, comparison.saving_pct / 100.0)
+
+
 class _Runner:
     """Executes one run of an experiment: store record, controller, recorder, training."""
 
-    def __init__(self, spec: ExperimentSpec, harness: RunHarness, workload: Any, store: Any, device_id: int,
+    def __init__(self, spec: ExperimentSpec, harness: RunHarness, workload: Workload, store: Any, device_id: int,
                  workload_id: int, objective: Objective, guard: Any) -> None:
         self.spec, self.harness, self.workload, self.store = spec, harness, workload, store
         self.device_id, self.workload_id, self.objective, self.guard = device_id, workload_id, objective, guard
@@ -259,8 +264,9 @@ class _Runner:
         run_id = self.store.start_run(
             owner_lock=str(session_lock()),  # free once we are gone: the run is then marked abandoned
             policy=policy.name, source=self.source, device=self.device_id, workload=self.workload_id,
-            objective=self.objective.spec, seed=spec.seed, steps=spec.steps, rails=spec.rails,
-            synthetic=None if spec.simulate else (spec.data == "synthetic" or None), simulated=spec.simulate,
+            objective=self.objective.spec, seed=self.workload.spec.seed, steps=spec.steps, rails=spec.rails,
+            synthetic=None if spec.simulate else (self.workload.spec.data == "synthetic" or None),
+            simulated=spec.simulate,
             label=spec.label, notes=SIMULATED_NOTE if spec.simulate else f"policy {policy_spec}",
         )
         assert harness.monitor is not None
@@ -274,23 +280,18 @@ class _Runner:
             if clock_guard is not None:
                 clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
             if spec.simulate:
-                sim = harness.simulate(self.workload, steps=spec.steps, seed=spec.seed, callbacks=callbacks)
+                sim = harness.simulate(self.workload, steps=spec.steps, seed=self.workload.spec.seed,
+                                       callbacks=callbacks)
                 cancelled, wall_s = sim.cancelled, sim.wall_s
                 notes = SIMULATED_NOTE
             else:
                 ft = FinetuneSpec(
-                    model=self.workload.spec or self.workload.model, task=self.workload.task, data=spec.data,
-                    steps=spec.steps, batch_size=self.workload.batch_size, max_seq_len=self.workload.seq_len,
-                    precision=self.workload.precision, train_samples=spec.train_samples,
-                    eval_samples=spec.eval_samples, mode=self.workload.mode, seed=spec.seed,
-                    allow_download=spec.allow_download, lora=self.workload.lora,
-                    grad_checkpointing=self.workload.grad_checkpointing,
+                    workload=self.workload.spec, steps=spec.steps, train_samples=spec.train_samples,
+                    eval_samples=spec.eval_samples,
                     # the policy run's model is kept (the baseline trains the same steps from the same seed)
-                    output_dir=spec.output_dir if role == "policy" else None,
-                    save_model=role == "policy",
-                    padding=self.workload.padding,
+                    output_dir=spec.output_dir if role == "policy" else None, save_model=role == "policy",
                 )
-                res = harness.train(ft, callbacks=callbacks)
+                res = harness.train(ft, callbacks=callbacks, workload=self.workload)
                 if res.saved_to:
                     self.saved_to = res.saved_to
                 cancelled, wall_s = res.cancelled, res.wall_s
@@ -301,37 +302,36 @@ class _Runner:
                 learnt = {"weights": res.weights, "synthetic": res.synthetic, "data_source": res.data_source}
                 notes = (f"policy {policy_spec}; weights {res.weights}"
                          + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
-            figures = recorder.figures()
+            totals = recorder.totals(rails=self.rails, rails_preset=spec.rails)
         except BaseException as exc:
             try:
                 self.store.fail_run(run_id, exc)
             except StoreError as store_exc:  # the run's own error is the one to report
                 log.error("run %d could not be marked failed: %s", run_id, store_exc.what)
             raise
-        time_s, rail_j, samples, steps = figures or (0.0, {}, 0, 0)  # None: cancelled before the first step
-        energy = sum(rail_j.get(r, 0.0) for r in self.rails)
-        measured: dict[str, Any] = {}
-        if time_s > 0:
-            measured = dict(time_s=time_s, energy_j=energy, rail_energy_j=rail_j, rails=spec.rails, wall_s=wall_s,
-                            samples=samples, steps=steps, metrics=metrics, setting=controller.current,
-                            power_samples=recorder.samples)
-        self._finish(run_id, "finished" if measured and not cancelled else "cancelled", notes=notes, **learnt,
-                     **measured)
-        log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, time_s, energy,
-                 spec.rails, self.source)
+        measured = totals is not None and totals.time_s > 0
+        if totals is None:  # cancelled before the first step: nothing measured, nothing stored
+            totals = RunTotals(time_s=0.0, rails=self.rails, rails_preset=spec.rails, samples=0, steps=0,
+                               source=self.source)
+        if measured:
+            self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, **learnt,
+                         wall_s=wall_s, metrics=metrics, setting=controller.current)
+        else:
+            self._finish(run_id, "cancelled", None, notes=notes, **learnt)
+        log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, totals.time_s,
+                 totals.total_j, spec.rails, self.source)
         return RunFigures(
-            run_id=run_id, role=role, policy=policy_spec, source=self.source, rails_preset=spec.rails,
-            rails=self.rails, steps=steps, samples=samples, time_s=time_s, energy_j=energy, rail_energy_j=rail_j,
+            run_id=run_id, role=role, policy=policy_spec, source=self.source, totals=totals,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
             history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
             cancelled=cancelled, weights=learnt.get("weights"), synthetic=learnt.get("synthetic"),
         )
 
-    def _finish(self, run_id: int, status: str, **figures: Any) -> None:
-        """Store the run's end: its figures with its power trace, in one transaction. When the store
+    def _finish(self, run_id: int, status: str, totals: RunTotals | None, **fields: Any) -> None:
+        """Store the run's end: its totals with its power trace, in one transaction. When the store
         cannot take them (a full disk), the run is marked failed and the error says what was kept."""
         try:
-            self.store.finish_run(run_id, status=status, **figures)
+            self.store.finish_run(run_id, totals, status=status, **fields)
         except StoreError as exc:
             try:
                 self.store.fail_run(run_id, f"its figures and power trace could not be stored: {exc.what}")
@@ -339,8 +339,8 @@ class _Runner:
             except StoreError:  # not even that much fits
                 kept = ("the run as running, until the next slm-dvfs command marks it abandoned (it could not be "
                         "marked failed either)")
-            if figures.get("time_s"):
-                kept += (f"; it measured {figures['energy_j']:.2f} J in {figures['time_s']:.3f} s "
+            if totals is not None and totals.time_s:
+                kept += (f"; it measured {totals.total_j:.2f} J in {totals.time_s:.3f} s "
                          f"[{self.source.value}], said here only")
             raise StoreError(f"run {run_id} ran, but its figures and power trace could not be stored ({exc.what}). "
                              f"Stored: {kept}",

@@ -1,9 +1,9 @@
 """The run harness: the one way a run or a sweep meets the device.
 
+    workload = resolve_workload(spec.workload)  # once: the store's key, the step trace
     with open_harness(twin="agx-orin-64gb", rails="all", listeners=[progress]) as h:
-        workload = h.resolve(spec)
         with h.guarded():                       # clock guard + power monitor
-            result = h.train(finetune_spec, callbacks=[controller, recorder])
+            result = h.train(finetune_spec, callbacks=[controller, recorder], workload=workload)
 
 It opens the device session (a board, or the twin), resolves the workload, takes the
 clock guard (snapshot before any change, restored whatever happens), starts the power
@@ -18,11 +18,15 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from engine.core.errors import ConfigError
 from engine.device.monitor import PowerMonitor, resolve_rails
 from engine.workload.events import RunCancelled, RunFinished, StepBegin, StepEnd, StepEnergy
+
+if TYPE_CHECKING:
+    from engine.workload.finetune import FinetuneResult, FinetuneSpec
+    from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +52,6 @@ def open_session(
 def rail_names(session: Any, preset: str) -> tuple[str, ...]:
     """The rails a preset names on this device (checked: a clear error names the others)."""
     return resolve_rails(preset, session.rail_names())
-
-
-def resolve_for(spec: Any) -> Any:
-    """The workload (engine.workload.resolve.Workload) an experiment or sweep spec names."""
-    from engine.workload.resolve import resolve_workload
-
-    return resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
-                            precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                            allow_download=bool(getattr(spec, "allow_download", False)),
-                            lora=getattr(spec, "lora", None),
-                            grad_checkpointing=bool(getattr(spec, "grad_checkpointing", False)),
-                            padding=getattr(spec, "padding", "max_length"))
 
 
 class StepMeter:
@@ -113,9 +105,6 @@ class RunHarness:
         for callback in self.listeners:
             callback(event)
 
-    def resolve(self, spec: Any) -> Any:
-        return resolve_for(spec)
-
     def thermal_guard(self, overrides: Iterable[tuple[str, float]] = (), limits: Any = None) -> Any:
         """The thermal guard of this device: its limits (or `limits`) with the overrides; waits go to listeners."""
         from engine.run.thermal import ThermalGuard, limits_for
@@ -155,13 +144,15 @@ class RunHarness:
         everyone.extend([StepMeter(self.monitor, emit), *callbacks, *self.listeners])
         return everyone
 
-    def train(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
-        """Fine-tune (engine.workload.finetune.FinetuneSpec) with the per-step hook; returns its result."""
+    def train(self, spec: FinetuneSpec, callbacks: Iterable[Callable[[Any], None]] = (), *,
+              workload: Workload | None = None) -> FinetuneResult:
+        """Fine-tune with the per-step hook; returns its result. `workload`: the spec's workload as
+        resolved for this run (the trainer then names nothing again)."""
         from engine.workload.finetune import run_finetune
 
         with self.session.driven():
             return run_finetune(spec, callbacks=self._callbacks(callbacks), control=self.control,
-                                step_hook=self.session.step_hook)
+                                step_hook=self.session.step_hook, workload=workload)
 
     def simulate(self, workload: Any, *, steps: int, seed: int = 0,
                  callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
@@ -200,7 +191,6 @@ def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callable[[Any
     give the result the twin's time and energy from one monitor window over the training steps."""
     from engine.core.provenance import Source
     from engine.run.recorder import RunRecorder
-    from engine.workload.finetune import defaults_for
 
     with open_session(twin=twin) as session:
         harness = RunHarness(session, rails=rails, control=control)
@@ -208,9 +198,8 @@ def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callable[[Any
             assert harness.monitor is not None
             recorder = RunRecorder(harness.monitor, keep_samples=False)
             result = harness.train(spec, callbacks=[recorder, *callbacks])
-        figures = recorder.figures()
-    if figures is None:
+        totals = recorder.totals()
+    if totals is None:
         return result
-    time_s, rail_j, _samples, _steps = figures
-    return replace(result, twin_profile=twin, twin_precision=spec.precision or defaults_for(spec.model).precision,
-                   twin_time_s=time_s, twin_energy_j=rail_j, twin_source=Source.TWIN)
+    return replace(result, twin_profile=twin, twin_precision=str(spec.workload.named().precision),
+                   twin_time_s=totals.time_s, twin_energy_j=dict(totals.rail_energy_j), twin_source=Source.TWIN)

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine.device.power import PowerSample
+from engine.results.totals import RunTotals
 from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepEnd
 
 RUN_WINDOW = "experiment-run"
 
 
 class RunRecorder:
-    """Totals one run from a monitor window over its training steps; keeps its power trace."""
+    """Totals one run (RunTotals) from a monitor window over its training steps, with its power trace."""
 
     def __init__(self, monitor: Any, *, keep_samples: bool = True) -> None:
         self.monitor = monitor
@@ -49,8 +50,10 @@ class RunRecorder:
             self.samples = list(self._window.trace)
             self._open = False
 
-    def figures(self) -> tuple[float, dict[str, float], int, int] | None:
-        """(time s, joules per rail, training samples, steps) of the training steps; None if none ran."""
+    def totals(self, *, rails: tuple[str, ...] | None = None, rails_preset: str | None = None) -> RunTotals | None:
+        """The training steps' time, energy (per rail; the total over `rails`, default the window's),
+        samples, steps and power trace, labelled by the monitor's source; None if no step ran."""
         if self.steps == 0 or self._window is None:
             return None
-        return self._window.duration_s, dict(self._window.energy_j), self.n_samples, self.steps
+        return RunTotals.from_window(self._window, samples=self.n_samples, steps=self.steps, rails=rails,
+                                     rails_preset=rails_preset)

@@ -30,15 +30,15 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import SPACES
-from engine.core.constants import DEFAULT_PADDING
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
 from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
-from engine.run.harness import RunHarness, open_harness, resolve_for
+from engine.run.harness import RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
-from engine.workload.lora import LoraSettings, check_mode_options
+from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +46,12 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- the sweep
 @dataclass(frozen=True)
 class SweepSpec:
-    model: str
-    task: str
+    workload: WorkloadSpec  # what every point fine-tunes: model, task, shape, mode, padding, data, seed
     space: str = "gpu"  # gpu | gpu+emc | full | modes
     warmup_steps: int = 1
     steps: int = 5  # measured steps per point
     repeats: int = 1
     fast: bool = False  # twin only: compute points from the step trace, no training
-    batch_size: int | None = None
-    max_seq_len: int | None = None
-    precision: str | None = None
-    mode: str = "full"
-    seed: int = 0
-    data: str = "synthetic"
-    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest) | "max_length"
     train_samples: int | None = None
     eval_samples: int | None = 8  # the loop ends with an evaluation; keep it short
     twin: str | None = None
@@ -71,11 +63,9 @@ class SweepSpec:
     thermal: bool = False  # the twin's thermal model
     settings: tuple[DvfsSetting, ...] = ()  # explicit settings instead of the space (library callers)
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
-    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
-    grad_checkpointing: bool = False
 
     def validate(self) -> None:
-        check_mode_options(self.mode, self.lora)
+        self.workload.validate()
         if self.space not in SPACES:
             raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
         check_counts(self.warmup_steps, self.steps, self.repeats)
@@ -88,17 +78,17 @@ class SweepSpec:
         """What identifies the sweep among the store's, besides workload, device and counts."""
         if self.settings:
             return {"settings": [s.to_json() for s in self.settings], "rails": rails,
-                    "method": "fast" if self.fast else "run", "seed": self.seed,
+                    "method": "fast" if self.fast else "run", "seed": self.workload.seed,
                     "thermal": bool(self.thermal and self.twin)}
         return {"space": self.space, "cpu_stride": self.cpu_stride, "include_maxn": self.include_maxn,
-                "rails": rails, "method": "fast" if self.fast else "run", "seed": self.seed,
+                "rails": rails, "method": "fast" if self.fast else "run", "seed": self.workload.seed,
                 "thermal": bool(self.thermal and self.twin)}
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
+        out["workload"] = self.workload.to_json()
         out["settings"] = [s.to_json() for s in self.settings]
         out["thermal_overrides"] = dict(self.thermal_overrides)
-        out["lora"] = None if self.lora is None else self.lora.to_json()
         return out
 
 
@@ -119,7 +109,7 @@ class SweepResult:
     spec: SweepSpec
     source: Source
     identity: DeviceIdentity
-    workload: Any  # engine.workload.resolve.Workload
+    workload: Workload
     rails: tuple[str, ...]
     settings: int
     resumed: int  # points already in the store when this invocation started
@@ -158,11 +148,11 @@ def run_sweep(
     control: Any = None,
     session: Any = None,
     limits: Any = None,
-    workload: Any = None,
+    workload: Workload | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep and return its summary. Points are committed one by one.
 
-    `session` (a DeviceSession) and `workload` (engine.workload.resolve.Workload) may be given
+    `session` (a DeviceSession) and `workload` (spec.workload resolved) may be given
     by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
     to the device's. Events (the trainer's, `SweepPointDone`, `ThermalWait`) go to callbacks."""
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord, setting_key
@@ -172,7 +162,7 @@ def run_sweep(
     spec.validate()
     listeners = list(callbacks)
     if workload is None:
-        workload = resolve_for(spec)
+        workload = resolve_workload(spec.workload)
     with open_harness(session=session, twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal,
                       rails=spec.rails, listeners=listeners, control=control) as harness:
         device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
@@ -182,10 +172,11 @@ def run_sweep(
             from engine.workload.data import check_source  # torch, as training needs anyway
 
             limits = limits or limits_for(harness.session, **dict(spec.thermal_overrides))
-            check_source(spec.task, spec.data, train_samples=spec.train_samples, eval_samples=spec.eval_samples)
+            check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,
+                         eval_samples=spec.eval_samples)
         settings = sweep_settings(spec, device)
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
-        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, spec.data))
+        workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, spec.workload.data))
         sweep = store.find_or_create_sweep(
             device=device_id, workload=workload_id, space=spec.space_key(spec.rails),
             warmup_steps=spec.warmup_steps, steps=spec.steps, repeats=spec.repeats, source=source,
@@ -237,7 +228,7 @@ def sweep_settings(spec: SweepSpec, device: Any) -> tuple[DvfsSetting, ...]:
 PointSink = Callable[[DvfsSetting, int, Measurement, Mapping[str, float], int], None]
 
 
-def measure_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[tuple[DvfsSetting, int]],
+def measure_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
                    record: PointSink, *, control: Any = None, limits: Any = None) -> tuple[str, dict[str, Any]]:
     """Measure the planned (setting, repeat) points in order, each handed to `record(setting,
     repeat, measurement, rail_j, i)` as it is done: the store's writer in a local sweep, the
@@ -260,7 +251,7 @@ def measure_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: li
     return status, thermal
 
 
-def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[tuple[DvfsSetting, int]],
+def _run_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
                 guard: Any, record: Callable[..., None]) -> str:
     """The fine-tuning loop over all planned points, inside the harness's clock guard and monitor."""
     from engine.dvfs.controller import DvfsController
@@ -270,18 +261,13 @@ def _run_points(spec: SweepSpec, harness: RunHarness, workload: Any, plan: list[
     device = harness.device
     applier = DvfsController(device, make_policy("maxn"), PolicyContext(device, Objective()))
     total_steps = len(plan) * (spec.warmup_steps + spec.steps)
-    ft = FinetuneSpec(
-        model=workload.spec or workload.model, task=workload.task, data=spec.data, steps=total_steps,
-        batch_size=workload.batch_size, max_seq_len=workload.seq_len, precision=workload.precision,
-        train_samples=spec.train_samples, eval_samples=spec.eval_samples, mode=workload.mode, seed=spec.seed,
-        lora=workload.lora, grad_checkpointing=workload.grad_checkpointing, save_model=False,
-        padding=workload.padding,
-    )
+    ft = FinetuneSpec(workload=workload.spec, steps=total_steps, train_samples=spec.train_samples,
+                      eval_samples=spec.eval_samples, save_model=False)
     with harness.guarded():
         assert harness.monitor is not None
         driver = SweepDriver(plan, warmup_steps=spec.warmup_steps, steps=spec.steps, apply=applier.apply,
                              record=record, monitor=harness.monitor, guard=guard)
-        result = harness.train(ft, callbacks=[driver])
+        result = harness.train(ft, callbacks=[driver], workload=workload)
     if result.cancelled or driver.done < len(plan):
         return "cancelled"
     return "finished"

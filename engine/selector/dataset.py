@@ -229,7 +229,8 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
     `select` computes them for a new workload; workloads whose model cannot be resolved
     offline are skipped with a warning."""
     from engine.device.twin.profile import load_profile
-    from engine.selector.features import describe_workload
+    from engine.selector.features import features_of
+    from engine.workload.resolve import resolve_workload
 
     if source not in SOURCE_CHOICES:
         raise ConfigError(f"unknown training source {source!r}", f"use one of {', '.join(SOURCE_CHOICES)}")
@@ -255,10 +256,8 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
         if sweep.workload_id not in features:
             rec = store.get_workload(sweep.workload_id)
             try:
-                features[sweep.workload_id] = describe_workload(  # the model as recorded, where it was (v11)
-                    rec.model, rec.task, batch_size=rec.batch_size, seq_len=rec.seq_len, precision=rec.precision,
-                    mode=rec.mode, config=rec.config, lora=rec.lora, grad_checkpointing=rec.grad_checkpointing,
-                    padding=rec.padding)[0]
+                # the model as recorded, where it was (schema v11)
+                features[sweep.workload_id] = features_of(resolve_workload(rec.spec))
             except ConfigError as exc:
                 log.warning("skipping sweeps of %s: %s", rec.key, exc.what)
                 skipped.add(rec.key)

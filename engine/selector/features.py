@@ -34,7 +34,9 @@ import numpy as np
 from engine.core.constants import MODES, PRECISIONS
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.workload.resolve import mode_variant, workload_key
+from engine.workload.lora import LoraSettings
+from engine.workload.resolve import Workload
+from engine.workload.spec import WorkloadSpec
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
@@ -134,8 +136,10 @@ class WorkloadFeatures:
     task_num_labels: int = 2
     task_regression: bool = False
     ops: tuple[OpCost, ...] = ()  # the trace's op groups (a record written before them has none)
-    padding: str = "max_length"  # what else tells two workloads apart in the store's key (no feature columns):
-    variant: str = ""  # engine.workload.resolve.mode_variant (LoRA settings, checkpointing)
+    # What else tells two workloads apart in the store's key (no feature columns):
+    padding: str = "max_length"
+    lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
+    grad_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -154,10 +158,16 @@ class WorkloadFeatures:
         object.__setattr__(self, "ops", tuple(self.ops))
 
     @property
+    def spec(self) -> WorkloadSpec:
+        """The workload these features describe (named: the model as the store names it)."""
+        return WorkloadSpec(model=self.model, name=self.model, task=self.task, batch_size=self.batch_size,
+                            seq_len=self.seq_len, precision=self.precision, mode=self.mode, lora=self.lora,
+                            grad_checkpointing=self.grad_checkpointing, padding=self.padding)
+
+    @property
     def key(self) -> str:
-        """The store's workload key."""
-        return workload_key(self.model, self.task, self.batch_size, self.seq_len, self.precision, self.mode,
-                            self.padding, variant=self.variant)
+        """The store's workload key (WorkloadSpec.key)."""
+        return self.spec.key
 
     @property
     def shape_key(self) -> str:
@@ -215,86 +225,51 @@ class WorkloadFeatures:
                               "the record was written by a newer slm-dvfs")
         fields = dict(data)
         fields["ops"] = tuple(op if isinstance(op, OpCost) else OpCost.from_json(op) for op in fields.get("ops", ()))
+        lora = fields.get("lora")
+        if lora is not None and not isinstance(lora, LoraSettings):
+            fields["lora"] = LoraSettings.from_json(lora)
         return cls(**fields)
 
 
-def from_trace(trace: StepTrace, *, task: str, family: str, params: int, layers: int, hidden: int,
-               heads: int, mode: str = "full", padding: str = "max_length", variant: str = "") -> WorkloadFeatures:
-    """Workload features from a step trace and the model's shape (padding and variant: for its key)."""
+def features_of(workload: Workload) -> WorkloadFeatures:
+    """The selector's features of a resolved workload: its step trace (an average step with dynamic
+    padding) and its model's shape, from its config."""
     from engine.workload.glue import get_task
+    from engine.workload.zoo import dims
 
-    glue = get_task(task)
+    trace, glue = workload.trace, get_task(workload.task)
+    # the config as resolved; a workload built by hand from a trace has none: its model's, by name
+    shape = dims(workload.config if workload.config is not None else workload.spec.resolved_model().config)
     return WorkloadFeatures(
-        model=trace.model, task=glue.name, family=family, params=int(params), layers=int(layers),
-        hidden=int(hidden), heads=int(heads), seq_len=trace.seq_len, batch_size=trace.batch_size,
+        model=workload.model, task=glue.name, family=workload.family, params=int(workload.total_params),
+        layers=int(shape["num_hidden_layers"]), hidden=int(shape["hidden_size"]),
+        heads=int(shape["num_attention_heads"]), seq_len=trace.seq_len, batch_size=trace.batch_size,
         precision=trace.precision, flops=trace.flops, bytes=trace.bytes, kernels=trace.kernels,
         arithmetic_intensity=trace.arithmetic_intensity, host_cycles=trace.host_cycles,
-        trainable_params=int(trace.params or params), mode=mode,
-        task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops, padding=padding,
-        variant=variant,
+        trainable_params=int(trace.params or workload.total_params), mode=workload.mode,
+        task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops,
+        padding=workload.padding, lora=workload.lora, grad_checkpointing=workload.grad_checkpointing,
     )
 
 
 def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
                       precision: str | None = None, mode: str = "full",
-                      config: Mapping[str, Any] | None = None, lora: Any = None,
+                      config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
                       padding: str = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
-    """Features and step trace of fine-tuning `model` on `task`, with no data and no weights:
-    the model is built on meta tensors and traced (traces are cached, and a cached one is found
-    without building the model). `model` is a zoo name,
-    hub id, checkpoint folder or config.json; or any name when `config` gives the architecture.
-    Batch, length and precision default to the zoo entry's (else 32, 128, fp32). `lora`
-    (engine.workload.lora.LoraSettings, mode 'lora') and `grad_checkpointing` shape the trace.
-    With `padding="dynamic"` the trace is an average step (StepMix.mean_trace) over the lengths
-    the task's batches pad to (engine.workload.resolve.padded_steps); "max_length" (the default
-    here, what the shipped selector was trained on) traces every step at `seq_len`."""
-    from engine.workload.glue import get_task
-    from engine.workload.models import resolve_model
-    from engine.workload.sizing import check_memory, estimate_memory
-    from engine.workload.resolve import trace_workload
-    from engine.workload.lora import check_mode_options
-    from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
+    """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
+    workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
+    and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint
+    folder or config.json; or any name when `config` gives the architecture. Batch, length and
+    precision default to the zoo entry's (else 32, 128, fp32). With `padding="dynamic"` the trace is an
+    average step (StepMix.mean_trace) over the lengths the task's batches pad to; "max_length" (the
+    default here, what the shipped selector was trained on) traces every step at `seq_len`."""
+    from engine.workload.resolve import resolve_workload
 
-    check_mode_options(mode, lora)
-    glue = get_task(task)
-    entry = None
-    if config is None:
-        resolved = resolve_model(model)
-        config, name, entry = resolved.config, resolved.name, resolved.entry
-    else:
-        name = model
-    family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
-    if family is None:
-        raise ConfigError(f"{name}: model type {config.get('model_type')!r} is not one slm-dvfs supports",
-                          f"the selector knows the families {', '.join(FAMILIES)}")
-    batch_size = batch_size or (entry.batch_size if entry else 32)
-    seq_len = seq_len or (entry.seq_len if entry else 128)
-    precision = precision or (entry.precision if entry else "fp32")
-    max_pos = int(config.get("max_position_embeddings", seq_len))
-    if seq_len > max_pos:
-        raise ConfigError(f"sequence length {seq_len} exceeds what {name} can take ({max_pos} positions)",
-                          f"give a length of {max_pos} or less")
-    # A shape the board cannot hold has no meaningful prediction: refused with the estimate.
-    check_memory(estimate_memory(config, batch_size, seq_len, precision, mode, lora=lora,
-                                 checkpointing=grad_checkpointing), name, batch_size, seq_len)
-    # From the cache without building the model when this workload was traced before.
-    traced = trace_workload(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                            mode=mode, lora=lora, grad_checkpointing=grad_checkpointing)
-    trace, params = traced.trace, traced.total_params
-    if padding == "dynamic":
-        from engine.workload.resolve import padded_steps
-
-        trace = padded_steps(name, config, glue, batch_size=batch_size, seq_len=seq_len, precision=precision,
-                             mode=mode, longest=trace, lora=lora,
-                             grad_checkpointing=grad_checkpointing)[0].mean_trace(seq_len)
-    elif padding != "max_length":
-        raise ConfigError(f"unknown padding {padding!r}", "use --pad dynamic or --pad max")
-    feats = from_trace(trace, task=glue.name, family=family, params=params,
-                       layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
-                       heads=int(dims(config)["num_attention_heads"]), mode=mode, padding=padding,
-                       variant=mode_variant(mode, lora, grad_checkpointing))
-    return feats, trace
+    workload = resolve_workload(WorkloadSpec(
+        model=model, task=task, batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
+        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, config=config))
+    return features_of(workload), workload.trace
 
 
 # --------------------------------------------------------------------------- settings

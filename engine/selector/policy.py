@@ -38,45 +38,25 @@ log = logging.getLogger(__name__)
 
 
 def workload_features(workload: Any) -> "WorkloadFeatures":
-    """The selector's features of whatever the experiment passes as the workload: features
-    themselves, a resolved workload with a trace (engine.workload.resolve.Workload), or anything
-    naming model, task, batch_size, seq_len, precision (a store WorkloadRecord, a mapping)."""
-    from engine.selector.features import WorkloadFeatures, describe_workload, from_trace
-    from engine.workload.models import resolve_model
-    from engine.workload.resolve import mode_variant
-    from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
+    """The selector's features of what the experiment passes as the workload: features themselves, a
+    resolved workload (engine.workload.resolve.Workload), a WorkloadSpec, or a stored WorkloadRecord
+    (its spec: the model as recorded, never re-resolved by name)."""
+    from engine.selector.features import WorkloadFeatures, features_of
+    from engine.workload.resolve import Workload, resolve_workload
+    from engine.workload.spec import WorkloadSpec
 
     if isinstance(workload, WorkloadFeatures):
         return workload
+    if isinstance(workload, Workload):
+        return features_of(workload)
     if workload is None:
         raise ConfigError("the ml policy was given no workload to choose for",
                           "pass the workload in the policy context (the experiment does)")
-
-    def get(name: str, default: Any = None) -> Any:
-        if isinstance(workload, dict):
-            return workload.get(name, default)
-        return getattr(workload, name, default)
-
-    model, task = get("spec") or get("model"), get("task")
-    if not model or not task:
-        raise ConfigError(f"the ml policy cannot tell the model and task of {type(workload).__name__}",
-                          "pass selector features, or a workload with model and task")
-    trace = get("trace")
-    mode, padding = str(get("mode", "full") or "full"), str(get("padding", "max_length") or "max_length")
-    lora, checkpointing = get("lora"), bool(get("grad_checkpointing", False))
-    config = get("config")  # the model as resolved (or as a store recorded it): never re-resolved by name
-    if trace is not None:
-        config = config or resolve_model(str(model)).config
-        family = MODEL_TYPE_FAMILY.get(str(config.get("model_type")), get("family"))
-        return from_trace(trace, task=str(task), family=str(family),
-                          params=int(get("total_params") or get("params") or trace.params),
-                          layers=int(dims(config)["num_hidden_layers"]), hidden=int(dims(config)["hidden_size"]),
-                          heads=int(dims(config)["num_attention_heads"]), mode=mode, padding=padding,
-                          variant=mode_variant(mode, lora, checkpointing))
-    return describe_workload(str(get("model") if config else model), str(task), batch_size=get("batch_size"),
-                             seq_len=get("seq_len"), precision=get("precision"), mode=mode, config=config,
-                             lora=lora if mode == "lora" else None, grad_checkpointing=checkpointing,
-                             padding=padding)[0]
+    spec = workload if isinstance(workload, WorkloadSpec) else getattr(workload, "spec", None)
+    if not isinstance(spec, WorkloadSpec):
+        raise ConfigError(f"the ml policy cannot tell the workload of a {type(workload).__name__}",
+                          "pass selector features, a resolved workload or a WorkloadSpec")
+    return features_of(resolve_workload(spec))
 
 
 def accepts(device: Device, setting: DvfsSetting) -> bool:

@@ -19,18 +19,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, PADDINGS
+from engine.core.constants import DEFAULT_PADDING
 from engine.core.errors import ConfigError
 from engine.core.paths import data_dir
 from engine.core.provenance import Source
-from engine.core.constants import MODES, PRECISIONS
 from engine.core.trace import StepTrace
 from engine.workload.events import Callback, EvalResult
 from engine.workload.lengths import bucket_of
 from engine.workload.loop import StepHook, TrainControl
-from engine.workload.lora import LoraSettings, check_mode_options
+from engine.workload.lora import LoraSettings
+from engine.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
 
@@ -44,51 +47,31 @@ LR_RANDOM = 1e-3
 
 @dataclass(frozen=True)
 class FinetuneSpec:
-    model: str  # zoo name, hub id, checkpoint folder or config.json
-    task: str  # GLUE task, any common spelling
-    data: str = "synthetic"  # "synthetic" | "hub" | a GLUE folder
+    workload: WorkloadSpec  # model, task, shape, precision (16-bit falls back to fp32 off CUDA), mode, data, seed
     steps: int | None = None  # one of steps and epochs; neither: one epoch
     epochs: float | None = None
-    batch_size: int | None = None  # None: the zoo entry's
-    max_seq_len: int | None = None  # None: the zoo entry's
-    precision: str | None = None  # None: the zoo entry's; 16-bit falls back to fp32 off CUDA
     train_samples: int | None = None
     eval_samples: int | None = None
-    mode: str = "full"  # one of engine.core.constants.MODES
-    seed: int = 0
     eval_every: int = 0
     checkpoint_every: int = 0
     checkpoint_dir: str | None = None
     resume: str | None = None  # a checkpoint folder to continue from
-    padding: str = DEFAULT_PADDING  # "dynamic" (each batch to its longest, the default) | "max_length"
     learning_rate: float | None = None  # None: LR_PRETRAINED or LR_RANDOM
-    allow_download: bool = False
     device: str | None = None  # torch device; None: CUDA when available
-    lora: LoraSettings | None = None  # mode "lora": adapter settings (None: the defaults)
-    grad_checkpointing: bool = False  # recompute activations in the backward pass
     output_dir: str | None = None  # where the trained model goes (a LoRA run: default_output_dir())
     save_model: bool = True  # False: keep nothing (a sweep's training, an experiment's baseline)
 
     def validate(self) -> None:
+        self.workload.validate()
         if self.steps is not None and self.epochs is not None:
             raise ConfigError("both steps and epochs were given", "give one of --steps and --epochs")
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        check_mode_options(self.mode, self.lora)
-        if self.padding not in PADDINGS:
-            raise ConfigError(f"unknown padding {self.padding!r}", f"use one of {', '.join(PADDINGS)}")
-        for name in ("batch_size", "max_seq_len", "train_samples", "eval_samples", "steps"):
+        for name in ("train_samples", "eval_samples", "steps"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"{name.replace('_', ' ')} must be at least 1, not {value}",
                                   f"give --{name.replace('_', '-')} 1 or more")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoints were asked for without a folder", "add --checkpoint-dir DIR")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
-            raise ConfigError(f"seed {self.seed!r} is out of range (NumPy takes 0 to 2**32-1)",
-                              "give --seed from 0 to 4294967295")
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ConfigError(f"epochs must be a positive number, not {self.epochs}", "give --epochs above 0")
         if self.device:
@@ -165,26 +148,6 @@ class FinetuneResult:
         return out
 
 
-@dataclass(frozen=True)
-class Defaults:
-    batch_size: int
-    seq_len: int
-    precision: str
-
-
-def defaults_for(model_spec: str) -> Defaults:
-    """Batch, length and precision from the zoo entry the spec names (or matches)."""
-    from engine.workload.models import resolve_model
-
-    try:
-        entry = resolve_model(model_spec).entry
-    except ConfigError:
-        entry = None
-    if entry is None:
-        return Defaults(DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, "fp32")
-    return Defaults(entry.batch_size, entry.seq_len, entry.precision)
-
-
 TraceFor = Callable[[int, int], StepTrace]
 
 
@@ -202,16 +165,19 @@ def stamp_evals(callbacks: Iterable[Callback], weights: str, synthetic: bool) ->
 
 def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
                  control: TrainControl | None = None, *,
-                 step_hook: Callable[[TraceFor], StepHook | None] | None = None) -> FinetuneResult:
+                 step_hook: Callable[[TraceFor], StepHook | None] | None = None,
+                 workload: Workload | None = None) -> FinetuneResult:
     """Fine-tune as `spec` says; every event goes to each of `callbacks`.
 
     `step_hook(trace_for)`, when given, builds the hook run after each step from the
-    run's step traces (`trace_for(rows, seq_len)`, cached per shape)."""
+    run's step traces (`trace_for(rows, seq_len)`, cached per shape). `workload`: the spec's
+    workload as the caller resolved it (engine.workload.resolve.resolve_workload: named, its memory
+    checked); without it the workload is named here, once."""
     from engine.workload.checkpoint import check_checkpoint_dir, find_checkpoint, read_meta
     from engine.workload.data import encode, load_glue_text
     from engine.workload.glue import get_task
     from engine.workload.metrics import compute_metrics
-    from engine.workload.models import load_model, resolve_model
+    from engine.workload.models import load_model
     from engine.workload.optim import prepare_model, resolve_device
     from engine.workload.sizing import check_memory, estimate_memory
     from engine.workload.tokenization import load_tokenizer
@@ -222,32 +188,34 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         check_checkpoint_dir(spec.checkpoint_dir)
     if spec.resume:  # a missing, foreign or old-format checkpoint fails before the model loads
         read_meta(find_checkpoint(spec.resume))
-    task = get_task(spec.task)
-    defaults = defaults_for(spec.model)
-    batch_size = spec.batch_size or defaults.batch_size
-    seq_len = spec.max_seq_len or defaults.seq_len
-    resolved = resolve_model(spec.model, allow_download=spec.allow_download)
-    # before anything allocates; 16-bit is a remedy only where autocast can run it
-    check_memory(estimate_memory(resolved.config, batch_size, seq_len, spec.precision or defaults.precision,
-                                 spec.mode, lora=spec.lora, checkpointing=spec.grad_checkpointing),
-                 resolved.name, batch_size, seq_len, cuda=resolve_device(spec.device).type == "cuda")
-    model, info = load_model(spec.model, task, allow_download=spec.allow_download, seed=spec.seed)
-    lora = (spec.lora or LoraSettings()) if spec.mode == "lora" else None
+    if workload is not None and workload.model_ref is not None:
+        w, resolved = workload.spec, workload.model_ref
+    else:
+        resolved = spec.workload.resolved_model()
+        w = spec.workload.named(resolved)
+        # before anything allocates; 16-bit is a remedy only where autocast can run it
+        check_memory(estimate_memory(resolved.config, int(w.batch_size or 0), int(w.seq_len or 0), str(w.precision),
+                                     w.mode, lora=w.lora, checkpointing=w.grad_checkpointing),
+                     resolved.name, int(w.batch_size or 0), int(w.seq_len or 0),
+                     cuda=resolve_device(spec.device).type == "cuda")
+    task = get_task(w.task)
+    batch_size, seq_len, precision = int(w.batch_size or 0), int(w.seq_len or 0), str(w.precision)
+    model, info = load_model(resolved, task, allow_download=w.allow_download, seed=w.seed)
+    lora = w.lora_settings
     # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.
-    model, _ = prepare_model(model, spec.mode, lora=lora, checkpointing=spec.grad_checkpointing, seed=spec.seed)
+    model, _ = prepare_model(model, w.mode, lora=lora, checkpointing=w.grad_checkpointing, seed=w.seed)
     if seq_len > info.max_positions:
         raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
                           f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")
-    precision = spec.precision or defaults.precision
     lr = spec.learning_rate or (LR_PRETRAINED if info.weights == "pretrained" else LR_RANDOM)
 
-    text = load_glue_text(task, spec.data, train_samples=spec.train_samples,
-                          eval_samples=spec.eval_samples, seed=spec.seed,
-                          allow_download=spec.allow_download)
-    tokenizer = load_tokenizer(spec.model, info, text.train_texts(),
-                               allow_download=spec.allow_download, task=task)
+    text = load_glue_text(task, w.data, train_samples=spec.train_samples,
+                          eval_samples=spec.eval_samples, seed=w.seed,
+                          allow_download=w.allow_download)
+    tokenizer = load_tokenizer(w.model, info, text.train_texts(),
+                               allow_download=w.allow_download, task=task)
     align_pad_token(model, tokenizer)
-    encoded = encode(text, tokenizer, seq_len, padding=spec.padding)
+    encoded = encode(text, tokenizer, seq_len, padding=w.padding)
 
     @lru_cache(maxsize=None)
     def traced(rows: int, length: int) -> StepTrace:
@@ -256,15 +224,15 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         return step_trace(model, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
 
     def trace_for(rows: int, length: int) -> StepTrace:
-        if spec.padding == "dynamic":
+        if w.padding == "dynamic":
             length = bucket_of(length, seq_len)
         return traced(rows, length)
 
     config = TrainConfig(
         steps=spec.steps, epochs=spec.epochs, batch_size=batch_size, learning_rate=lr,
-        precision=precision, mode=spec.mode, seed=spec.seed, eval_every=spec.eval_every,
+        precision=precision, mode=w.mode, seed=w.seed, eval_every=spec.eval_every,
         checkpoint_every=spec.checkpoint_every, checkpoint_dir=spec.checkpoint_dir, device=spec.device,
-        lora=lora, grad_checkpointing=spec.grad_checkpointing,
+        lora=lora, grad_checkpointing=w.grad_checkpointing,
     )
     trainer = Trainer(
         model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
@@ -274,22 +242,22 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     )
     outcome = trainer.run(resume_from=spec.resume)
     saved_to = None
-    output_dir = spec.output_dir or (default_output_dir(info.name, task.name) if spec.mode == "lora" else None)
+    output_dir = spec.output_dir or (default_output_dir(info.name, task.name) if w.mode == "lora" else None)
     if output_dir and spec.save_model and not outcome.cancelled:
         saved_to = str(trainer.save_model(output_dir))
         with contextlib.suppress(OSError, AttributeError):  # the tokenizer is a convenience beside it
             tokenizer.save_pretrained(saved_to)
-        log.info("%s saved in %s", "LoRA adapter" if spec.mode == "lora" else "model", saved_to)
+        log.info("%s saved in %s", "LoRA adapter" if w.mode == "lora" else "model", saved_to)
     return FinetuneResult(
-        model=info.name, task=task.name, mode=spec.mode, precision=outcome.precision,
+        model=info.name, task=task.name, mode=w.mode, precision=outcome.precision,
         device=outcome.device, batch_size=batch_size, max_seq_len=seq_len, steps=outcome.steps,
         samples=outcome.samples, wall_s=outcome.wall_s, train_wall_s=outcome.train_wall_s,
         samples_per_s=outcome.samples_per_s, final_loss=outcome.final_loss, losses=outcome.losses,
         eval=outcome.eval, primary_metric=task.primary_metric, weights=info.weights,
         synthetic=text.synthetic, data_source=text.source,
         trainable_params=outcome.trainable_params, params=outcome.total_params, learning_rate=lr,
-        cancelled=outcome.cancelled, saved_to=saved_to, lora=lora, grad_checkpointing=spec.grad_checkpointing,
-        family=info.family, padding=spec.padding,
+        cancelled=outcome.cancelled, saved_to=saved_to, lora=lora, grad_checkpointing=w.grad_checkpointing,
+        family=info.family, padding=w.padding,
         lengths=measured_lengths(task.name, encoded.train, text.source).summary(seq_len, batch_size),
     )
 

@@ -125,11 +125,12 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
                          entry.hub_id, entry)
 
 
-def load_model(spec: str, task: GlueTask | str, *, allow_download: bool = False,
+def load_model(spec: str | ResolvedModel, task: GlueTask | str, *, allow_download: bool = False,
                seed: int = 0) -> tuple[torch.nn.Module, ModelInfo]:
-    """A classification model for `task`, with pretrained weights where available."""
+    """A classification model for `task`, with pretrained weights where available; `spec` a model
+    reference, or the model as resolved already (not looked up again)."""
     task = get_task(task)
-    resolved = resolve_model(spec, allow_download=allow_download)
+    resolved = spec if isinstance(spec, ResolvedModel) else resolve_model(spec, allow_download=allow_download)
     model = None
     weights = "random"
     if resolved.weights_from is not None:

@@ -23,10 +23,13 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.paths import cache_dir
 from engine.core.trace import StepTrace
+
+if TYPE_CHECKING:
+    from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +58,27 @@ def _library_version(name: str) -> str:
         return "none"
 
 
-def trace_key(name: str, config: Mapping[str, Any], task: str, *, batch_size: int, seq_len: int,
-                 precision: str, mode: str, lora: Mapping[str, Any] | None = None,
-                 grad_checkpointing: bool = False) -> dict[str, Any]:
-    """Everything a workload's trace depends on, without building the model. `lora` (rank,
-    dropout, targets) and checkpointing enter the key only when used, so entries cached before
-    they existed are found again."""
+def trace_key(spec: WorkloadSpec, *, seq_len: int | None = None) -> dict[str, Any]:
+    """Everything the trace of a named workload (`seq_len`: at another length, a padded bucket's) depends
+    on, without building the model. LoRA (rank, dropout, the modules adapted) and checkpointing enter
+    the key only when used, so entries cached before they existed are found again."""
+    from engine.workload.zoo import MODEL_TYPE_FAMILY
+
+    config = dict(spec.config or {})
     key = {
-        "entry_version": ENTRY_VERSION, "tracer_version": TRACER_VERSION, "name": str(name),
-        "config": json.loads(json.dumps(dict(config), sort_keys=True, default=str)), "task": str(task),
-        "batch_size": int(batch_size), "seq_len": int(seq_len), "precision": str(precision), "mode": str(mode),
+        "entry_version": ENTRY_VERSION, "tracer_version": TRACER_VERSION, "name": str(spec.name),
+        "config": json.loads(json.dumps(config, sort_keys=True, default=str)), "task": str(spec.task),
+        "batch_size": int(spec.batch_size or 0), "seq_len": int(seq_len or spec.seq_len or 0),
+        "precision": str(spec.precision), "mode": str(spec.mode),
         # what turns the config into operators: another version may build or dispatch differently
         "torch": _library_version("torch"), "transformers": _library_version("transformers"),
     }
-    if lora is not None:
-        key["lora"] = json.loads(json.dumps(dict(lora), sort_keys=True, default=str))
+    lora = spec.lora_settings
+    if lora is not None:  # the adapted modules are part of the key: a default target list may change
+        targets = lora.targets_for(MODEL_TYPE_FAMILY.get(str(config.get("model_type")), ""))
+        key["lora"] = {"dropout": lora.dropout, "rank": lora.rank, "targets": list(targets)}
         key["peft"] = _library_version("peft")  # it builds the adapters
-    if grad_checkpointing:
+    if spec.grad_checkpointing:
         key["grad_checkpointing"] = True
     return key
 

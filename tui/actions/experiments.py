@@ -64,7 +64,7 @@ class ExperimentActions(AppState):
         if store is None:
             return None
         tracker = RunTracker(self.source, rails)
-        tracker.note(f"preparing {spec.model}/{spec.task}: {spec.steps} steps, policy {spec.policy}"
+        tracker.note(f"preparing {spec.workload.model}/{spec.workload.task}: {spec.steps} steps, policy {spec.policy}"
                      + (", then MAXN Mode 0" if spec.compare else ""))
         self.run_tracker = tracker
         self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()),
@@ -92,10 +92,7 @@ class ExperimentActions(AppState):
         except Exception as exc:  # noqa: BLE001 - without it only `ml` is missing; the others run
             log.warning("the selector package did not load: %s", exc)
         try:
-            workload = resolve_workload(spec.model, spec.task, batch_size=spec.batch_size, seq_len=spec.max_seq_len,
-                                        precision=spec.precision, mode=spec.mode, seed=spec.seed,
-                                        allow_download=spec.allow_download, lora=spec.lora,
-                                        grad_checkpointing=spec.grad_checkpointing, padding=spec.padding)
+            workload = resolve_workload(spec.workload)  # once, for the preview and both runs
             try:
                 preview = preview_choice(spec, workload)
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run

@@ -232,7 +232,7 @@ class FleetActions(AppState):
 
     def request_fleet_sweep(self, values: dict) -> None:
         """The Sweep form's workload on every board: one sweep per model in its model field."""
-        from engine.run.sweep import SweepSpec
+        from tui.forms import sweep_spec
 
         if self.fleet is None:
             self.notify("not connected to a fleet: connect on the Fleet page (7)", severity="warning")
@@ -244,11 +244,10 @@ class FleetActions(AppState):
         try:
             plans = []
             for model in split_models(values["model"]):
-                spec = SweepSpec(model=model, task=values["task"], space=values["space"],
-                                 warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
-                                 repeats=int(values["repeats"]), fast=bool(values["fast"]) and twins_only,
-                                 twin=DEFAULT_PROFILE if bool(values["fast"]) and twins_only else None,
-                                 **values.get("workload", {}))
+                spec = sweep_spec(model, values["task"], values.get("workload", {}), space=values["space"],
+                                  warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
+                                  repeats=int(values["repeats"]), fast=bool(values["fast"]) and twins_only,
+                                  twin=DEFAULT_PROFILE if bool(values["fast"]) and twins_only else None)
                 spec.validate()
                 plans.append(spec)
         except (SlmDvfsError, ValueError) as exc:

@@ -32,21 +32,15 @@ class SweepActions(AppState):
         """How many of the store's sweeps of this device (and source) measured Setup's workload:
         the workload found by the key the engine's oracle looks it up by (engine.results.sweeps.
         stored_points), with the zoo's defaults for blank fields and Setup's dynamic padding."""
-        from engine.core.constants import DEFAULT_PADDING
         from engine.results.store import DeviceRecord
-        from engine.workload.resolve import stored_key
-        from tui.forms import int_or_none, lora_settings
+        from tui.forms import workload_spec
 
         store = self.store
         if store is None or self.identity is None:
             return 0
         device = DeviceRecord.from_identity(self.identity)
         try:
-            key = stored_key(values.model.strip(), values.task, batch_size=int_or_none(values.batch_size),
-                             seq_len=int_or_none(values.seq_len),
-                             precision=None if values.precision == "default" else values.precision,
-                             mode=values.mode, lora=lora_settings(values), padding=DEFAULT_PADDING)
-            found = store.find_workload(key)
+            found = store.find_workload(workload_spec(values).key)
             if found is None:
                 return 0
             count = 0
@@ -125,16 +119,15 @@ class SweepActions(AppState):
             self.request_sweep(message.values)
 
     def request_sweep(self, values: dict) -> None:
-        from engine.run.sweep import SweepSpec
+        from tui.forms import sweep_spec
 
         if self._refuse_if_busy():
             return
         try:
-            spec = SweepSpec(model=values["model"], task=values["task"], space=values["space"],
-                             warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
-                             repeats=int(values["repeats"]), fast=bool(values["fast"]) and self.is_twin,
-                             twin=getattr(self.identity, "profile", None) if self.is_twin else None,
-                             **values.get("workload", {}))
+            spec = sweep_spec(values["model"], values["task"], values.get("workload", {}), space=values["space"],
+                              warmup_steps=int(values["warmup"]), steps=int(values["steps"]),
+                              repeats=int(values["repeats"]), fast=bool(values["fast"]) and self.is_twin,
+                              twin=getattr(self.identity, "profile", None) if self.is_twin else None)
             spec.validate()
         except (SlmDvfsError, ValueError) as exc:
             self.notify(str(exc), title="Cannot start the sweep", severity="error")
@@ -155,7 +148,7 @@ class SweepActions(AppState):
         if self._refuse_if_busy() or self.store is None:
             return None
         tracker = SweepTracker(self.source)
-        tracker.note(f"sweep of {spec.model}/{spec.task} over {spec.space}"
+        tracker.note(f"sweep of {spec.workload.model}/{spec.workload.task} over {spec.space}"
                      + (" (fast: the twin's model, no training)" if spec.fast else ""))
         self.sweep_tracker = tracker
         self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),

@@ -2,8 +2,8 @@
 
     with connect(twins=3) as fleet:              # or connect("head:6379") / RAY_ADDRESS
         fleet.boards()                           # BoardInfo per board, live
-        fleet.sweep([SweepPlan("bert-tiny", "sst2", fast=True)], store=store, on_event=print)
-        fleet.run([ExperimentSpec("bert-tiny", "sst2", policy="online", compare="maxn", simulate=True)],
+        fleet.sweep([SweepPlan(WorkloadSpec("bert-tiny", "sst2"), fast=True)], store=store, on_event=print)
+        fleet.run([ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="online", compare="maxn", simulate=True)],
                   store=store, on_event=print)   # each experiment whole on one board, vs MAXN there
 
 Ray is imported only when a fleet is connected (`pip install -e '.[fleet]'`): nothing else pays

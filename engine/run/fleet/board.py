@@ -24,9 +24,11 @@ from engine.core.errors import one_line
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
 from engine.run.fleet.model import BoardInfo, StreamedPoint, UnitPlan
-from engine.run.harness import open_harness, resolve_for
+from engine.run.harness import open_harness
 from engine.run.sweep import SweepSpec, measure_points, sweep_settings
 from engine.workload.loop import TrainControl
+from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ class BoardWorker:
         self._running = ""
         self._control: TrainControl | None = None
         self._stop = threading.Event()
-        self._resolved: dict[Any, Any] = {}  # resolved workloads of its sweeps' shares and experiments
+        self._resolved: dict[WorkloadSpec, Workload] = {}  # the workloads of its sweeps' shares and experiments
 
     # ------------------------------------------------------------------ cheap, any time
     def pid(self) -> int:
@@ -112,31 +114,27 @@ class BoardWorker:
         from engine.results.records import DeviceRecord, WorkloadRecord
 
         spec = self.board_spec(spec)
-        workload = self._workload(spec, spec)
+        workload = self.workload_of(spec.workload)
         settings = sweep_settings(spec, self.session.device)
-        return UnitPlan(DeviceRecord.from_identity(self.identity), WorkloadRecord.from_workload(workload, spec.data),
+        return UnitPlan(DeviceRecord.from_identity(self.identity),
+                        WorkloadRecord.from_workload(workload, spec.workload.data),
                         settings, self.identity.source, spec.space_key(spec.rails))
 
     def set_pace(self, pace: float) -> None:
         self.pace = pace
 
-    def _workload(self, key: Any, spec: Any) -> Any:
-        """The spec's workload, resolved once per `key` (tracing is the slow part): a board measures
+    def workload_of(self, spec: WorkloadSpec) -> Workload:
+        """The workload, resolved once per WorkloadSpec (tracing is the slow part): a board measures
         shares of several sweeps in turn, and experiments of several policies on one workload."""
         with self._lock:
-            if key in self._resolved:
-                return self._resolved[key]
-        workload = resolve_for(spec)
+            if spec in self._resolved:
+                return self._resolved[spec]
+        workload = resolve_workload(spec)
         with self._lock:
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.pop(next(iter(self._resolved)))
-            self._resolved[key] = workload
+            self._resolved[spec] = workload
         return workload
-
-    def _experiment_workload(self, spec: Any) -> Any:
-        from engine.run.fleet.board_runs import workload_key
-
-        return self._workload(("experiment", *workload_key(spec)), spec)
 
     def board_spec(self, spec: SweepSpec) -> SweepSpec:
         """The plan on this board: its device (its twin's profile, or none on a board), checked."""
@@ -151,7 +149,7 @@ class BoardWorker:
         out: queue.Queue[Any] = queue.Queue()
         control = TrainControl()
         stop = threading.Event()
-        label = f"{spec.model}/{spec.task}"
+        label = f"{spec.workload.model}/{spec.workload.task}"
 
         def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Any, i: int) -> None:
             if self.pace > 0:
@@ -164,7 +162,7 @@ class BoardWorker:
         def work() -> None:
             status, error = "failed", ""
             try:
-                workload = self._workload(spec, spec)
+                workload = self.workload_of(spec.workload)
                 with open_harness(session=self.session, rails=spec.rails, control=control) as harness:
                     status, _thermal = measure_points(spec, harness, workload, list(plan), record, control=control)
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides
@@ -179,7 +177,7 @@ class BoardWorker:
         """The records an experiment's runs will carry on this board (board_runs.plan_experiment)."""
         from engine.run.fleet.board_runs import plan_experiment
 
-        return plan_experiment(spec, self.session, self.identity, self._experiment_workload)
+        return plan_experiment(spec, self.session, self.identity, self.workload_of)
 
     def experiment(self, spec: Any, seeds: Sequence[Any] = (), selector: Any = None) -> Iterator[Any]:
         """Run one experiment (engine.run.fleet.board_runs), yielding RunProgress items as it runs, then
@@ -189,7 +187,7 @@ class BoardWorker:
         out: queue.Queue[Any] = queue.Queue()
         control = TrainControl()
         stop = threading.Event()
-        label = f"{spec.model}/{spec.task} {spec.policy}"
+        label = f"{spec.workload.model}/{spec.workload.task} {spec.policy}"
 
         def running(text: str) -> None:
             with self._lock:
@@ -202,7 +200,7 @@ class BoardWorker:
         def work() -> None:
             try:
                 records = run_on_board(spec, self.session, self.identity, seeds=seeds, selector=selector,
-                                       workload_of=self._experiment_workload, control=control, put=out.put, running=running, pause=pause)
+                                       workload_of=self.workload_of, control=control, put=out.put, running=running, pause=pause)
                 out.put(records)
                 out.put((END, records.status, records.error))
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides

@@ -21,6 +21,8 @@ from engine.core.errors import one_line
 from engine.run.experiment import ExperimentPhase, ExperimentSpec, run_experiment
 from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
 from engine.workload.events import StepEnergy
+from engine.workload.resolve import Workload
+from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -34,22 +36,16 @@ def board_spec(spec: ExperimentSpec, session: Any) -> ExperimentSpec:
     return spec
 
 
-def workload_key(spec: ExperimentSpec) -> tuple[Any, ...]:
-    """What an experiment's workload depends on: its experiments of other policies share it."""
-    return (spec.model, spec.task, spec.batch_size, spec.max_seq_len, spec.precision, spec.mode, spec.seed,
-            spec.allow_download, spec.lora, spec.grad_checkpointing, spec.padding)
-
-
 def plan_experiment(spec: ExperimentSpec, session: Any, identity: Any,
-                    workload_of: Callable[[ExperimentSpec], Any]) -> ExperimentPlan:
+                    workload_of: Callable[[WorkloadSpec], Workload]) -> ExperimentPlan:
     """The records this experiment's runs will carry on this board (what the driver's checks need);
     `workload_of` is the board's (cached) workload resolution."""
     from engine.results.records import DeviceRecord, WorkloadRecord
 
     spec = board_spec(spec, session)
-    workload = workload_of(spec)
+    workload = workload_of(spec.workload)
     return ExperimentPlan(DeviceRecord.from_identity(identity),
-                          WorkloadRecord.from_workload(workload, None if spec.simulate else spec.data),
+                          WorkloadRecord.from_workload(workload, None if spec.simulate else spec.workload.data),
                           identity.source)
 
 
@@ -105,7 +101,7 @@ class _Progress:
 
 
 def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Sequence[Any],
-                 selector: SelectorFiles | None, workload_of: Callable[[ExperimentSpec], Any],
+                 selector: SelectorFiles | None, workload_of: Callable[[WorkloadSpec], Workload],
                  control: Any, put: Callable[[Any], None],
                  running: Callable[[str], None], pause: Callable[[float], None]) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
@@ -118,7 +114,7 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
         with Store(Path(tmp) / "board.sqlite") as store:
             result, status, error = None, "failed", ""
             try:
-                workload = workload_of(spec)
+                workload = workload_of(spec.workload)
                 if seeds:  # the oracle's sweeps, under this board: stored_points finds them as local ones
                     store.add_finished_sweeps(DeviceRecord.from_identity(identity), list(seeds))
                 run_spec = with_selector(spec, selector, Path(tmp) / "selector") if selector is not None else spec
@@ -127,7 +123,8 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                 cancelled = result.cancelled or (result.baseline is not None and result.baseline.cancelled)
                 status = "cancelled" if cancelled else "finished"
             except Exception as exc:  # noqa: BLE001 - the failed runs are shipped too, with the error
-                log.exception("experiment %s/%s (%s) failed on this board", spec.model, spec.task, spec.policy)
+                log.exception("experiment %s/%s (%s) failed on this board", spec.workload.model, spec.workload.task,
+                              spec.policy)
                 error = one_line(exc)
             runs = sorted(r.id for r in store.list_runs(limit=None))
             bundle = export_runs(store, runs)

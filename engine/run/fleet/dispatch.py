@@ -100,7 +100,7 @@ class FleetSweep(BoardLoop):
         statuses = {w.status for w in self.works}
         status = ("cancelled" if "cancelled" in statuses or self.cancel.is_set() else
                   "failed" if "failed" in statuses else "finished")
-        outcomes = tuple(SweepOutcome(w.sweep_id, w.spec.model, w.spec.task, w.status, w.stored, w.total,
+        outcomes = tuple(SweepOutcome(w.sweep_id, w.spec.workload.model, w.spec.workload.task, w.status, w.stored, w.total,
                                       tuple(dict.fromkeys(w.boards)), w.retries, w.error, w.label) for w in self.works)
         return FleetSweepResult(outcomes, dict(self.per_board), time.monotonic() - start, status)
 

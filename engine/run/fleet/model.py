@@ -105,7 +105,8 @@ class SweepOutcome:
 
 def plan_label(plan: SweepPlan) -> str:
     """A sweep plan as the fleet names it: `bert-tiny/sst2`, `bert-tiny/sst2 batch 8 full`."""
-    return (f"{plan.model}/{plan.task}" + (f" batch {plan.batch_size}" if plan.batch_size else "")
+    w = plan.workload
+    return (f"{w.model}/{w.task}" + (f" batch {w.batch_size}" if w.batch_size else "")
             + ("" if plan.space == "gpu" or plan.settings else f" {plan.space}"))
 
 

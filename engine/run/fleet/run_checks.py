@@ -34,7 +34,8 @@ def oracle_seeds(store: Any, plan: ExperimentPlan, spec: ExperimentSpec) -> tupl
               and same_module(store.get_device(s.device_id), plan.device)]
     matching = [s for s in sweeps if s.space.get("rails", RAILS_ALL) == spec.rails]
     if sweeps and not matching:
-        raise ConfigError(f"the store's sweeps of {spec.model}/{spec.task} on {plan.device.module} total other "
+        raise ConfigError(f"the store's sweeps of {spec.workload.model}/{spec.workload.task} on {plan.device.module} "
+                          f"total other "
                           f"rails than --rails {spec.rails}",
                           f"sweep again with --rails {spec.rails}, or run with the sweep's --rails")
     return tuple(FinishedSweep(workload=workload, space=dict(s.space), points=tuple(store.sweep_points(s.id)),
@@ -45,19 +46,20 @@ def oracle_seeds(store: Any, plan: ExperimentPlan, spec: ExperimentSpec) -> tupl
 
 def missing_oracle_error(spec: ExperimentSpec, modules: Sequence[str]) -> ConfigError:
     """No board's module has a stored sweep of the workload: say which `fleet sweep` makes one."""
-    args = ["--model", spec.model, "--task", spec.task]
-    for flag, value in (("--batch-size", spec.batch_size), ("--max-seq-len", spec.max_seq_len)):
+    w = spec.workload
+    args = ["--model", w.model, "--task", w.task]
+    for flag, value in (("--batch-size", w.batch_size), ("--max-seq-len", w.seq_len)):
         if value is not None:
             args += [flag, str(value)]
-    if spec.mode != "full":
-        args += ["--mode", spec.mode]
+    if w.mode != "full":
+        args += ["--mode", w.mode]
     if spec.rails != RAILS_ALL:
         args += ["--rails", spec.rails]
-    if spec.padding != DEFAULT_PADDING:
-        args += ["--pad", next((flag for flag, p in PAD_FLAGS.items() if p == spec.padding), spec.padding)]
+    if w.padding != DEFAULT_PADDING:
+        args += ["--pad", next((flag for flag, p in PAD_FLAGS.items() if p == w.padding), w.padding)]
     fast = " --fast" if spec.simulate else ""
     return ConfigError(
-        f"the oracle policy has no stored sweep of {spec.model}/{spec.task} on a board of this fleet's module(s) "
+        f"the oracle policy has no stored sweep of {w.model}/{w.task} on a board of this fleet's module(s) "
         f"({', '.join(modules)}) in this results store",
         f"sweep it on the fleet first, into the same --db: `slm-dvfs fleet sweep (--address HEAD:6379 | --twins N) "
         f"{shlex.join(args)}{fast}`, then run the oracle again")

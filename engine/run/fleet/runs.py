@@ -42,9 +42,10 @@ def board_kind(info: BoardInfo) -> str:
 
 
 def experiment_label(spec: ExperimentSpec) -> str:
-    batch = f" b{spec.batch_size}" if spec.batch_size is not None else ""
+    w = spec.workload
+    batch = f" b{w.batch_size}" if w.batch_size is not None else ""
     objective = f" ({spec.objective})" if spec.objective != "energy" else ""
-    return f"{spec.model}/{spec.task}{batch} {spec.policy}{objective}"
+    return f"{w.model}/{w.task}{batch} {spec.policy}{objective}"
 
 
 @dataclass
@@ -214,8 +215,8 @@ class FleetRun(BoardLoop):
             unit.error = records.error
         spec = unit.spec
         unit.outcome = ExperimentOutcome(
-            index=unit.index, label=unit.label, model=spec.model, task=spec.task, batch_size=spec.batch_size,
-            policy=spec.policy, objective=spec.objective, status=records.status, board=serial,
+            index=unit.index, label=unit.label, model=spec.workload.model, task=spec.workload.task,
+            batch_size=spec.workload.batch_size, policy=spec.policy, objective=spec.objective, status=records.status, board=serial,
             boards=tuple(unit.boards), retries=unit.retries, run_id=None if run is None else run.id,
             baseline_run_id=None if base is None else base.id,
             comparison_id=None if comparison is None or comparison.id is None
@@ -233,8 +234,9 @@ class FleetRun(BoardLoop):
 
     def _empty_outcome(self, unit: _Exp) -> ExperimentOutcome:
         spec = unit.spec
-        return ExperimentOutcome(index=unit.index, label=unit.label, model=spec.model, task=spec.task,
-                                 batch_size=spec.batch_size, policy=spec.policy, objective=spec.objective,
+        return ExperimentOutcome(index=unit.index, label=unit.label, model=spec.workload.model,
+                                 task=spec.workload.task, batch_size=spec.workload.batch_size, policy=spec.policy,
+                                 objective=spec.objective,
                                  status=unit.status, boards=tuple(unit.boards), retries=unit.retries,
                                  error=unit.error)
 
