@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.worker import get_current_worker
@@ -36,6 +36,9 @@ from tui.messages import (
 )
 from tui.screens.modals import ConfirmScreen
 from tui.state import AppState
+
+if TYPE_CHECKING:  # the engine's run pipeline is imported when a fleet sweep starts
+    from engine.run.sweep import SweepSpec
 
 FLEET_POLL_S = 1.0  # Fleet.boards() asks every board: once a second is live enough
 FLEET_QUIT_WAIT_S = 20.0  # quitting mid fleet sweep: the boards' tasks stop and restore their clocks
@@ -264,12 +267,12 @@ class FleetActions(AppState):
             lambda ok: self.start_fleet_sweep(plans) if ok else None,
         )
 
-    def start_fleet_sweep(self, plans: list[Any]) -> Any:
+    def start_fleet_sweep(self, plans: list[SweepSpec]) -> Any:
         if self._refuse_if_busy() or self.store is None or self.fleet is None:
             return None
         tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
         tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
-                     + ", ".join(f"{p.model}/{p.task}" for p in plans) + f" over {plans[0].space}")
+                     + ", ".join(f"{p.workload.model}/{p.workload.task}" for p in plans) + f" over {plans[0].space}")
         self.sweep_tracker = tracker
         self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
                                         min_interval_s=self.run_refresh_s)
