@@ -603,8 +603,9 @@ def test_comparisons_and_delete(store: Store) -> None:
     store.add_power_samples(run, _trace(100))
     c = store.compare_runs(run, base)
     assert (c.saving_pct, c.slowdown_pct) == (pytest.approx(13.0), pytest.approx(10.0))
-    assert c.source == Source.TWIN and c.id is not None and c.rails == "gpu+cpu"
-    assert store.comparisons_for(base) == [c]
+    assert c.source == Source.TWIN and c.record_id is not None and c.rails_preset == "gpu+cpu"
+    (row,) = store.comparisons_for(base)  # the comparison returned is the one recorded
+    assert (row.id, row.saving_pct, row.slowdown_pct, row.rails) == (c.record_id, c.saving_pct, c.slowdown_pct, "gpu+cpu")
     board = store.start_run(policy="maxn", source="measured", device=BOARD, workload=TINY, rails="gpu+cpu")
     store.finish_run(board, RunTotals(time_s=90.0, energy_j=900.0))
     with pytest.raises(ConfigError, match="compare runs of one kind"):

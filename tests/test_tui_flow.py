@@ -19,7 +19,7 @@ from engine.device.session import DeviceSession
 from traces import workload_of
 from engine.results.store import Store
 from engine.core.trace import OpCost, StepTrace
-from engine.results.format import saving_short, saving_text, slowdown_text
+from engine.results.format import board_estimate_text, saving_short, saving_text, slowdown_text
 from engine.workload.spec import WorkloadSpec
 from tui_helpers import TWIN, Ui, drive, make_app, plain
 from tui import demo
@@ -120,6 +120,9 @@ async def test_setup_run_compare_on_the_twin(twin_session: DeviceSession, result
         c = result.comparison
         assert f"vs MAXN: {saving_text(c.saving_pct, than=None)}, {slowdown_text(c.slowdown_pct, than=None)}" \
             in title and "[twin]" in title
+        # the engine's board estimate of the saving, as `run` prints it and --json carries it
+        assert c.interval is not None and board_estimate_text(c.saving_pct, c.interval) in title
+        assert board_estimate_text(c.saving_pct, c.interval) in "\n".join(app.run_view.log)
         figures = plain(app.screen.query_one("#compare-figures").content)
         assert f"{result.run.energy_j:.2f}" in figures and f"{result.baseline.energy_j:.2f}" in figures
         assert "[twin]" in figures
@@ -323,6 +326,8 @@ async def test_fast_sweep_fills_the_heat_map_and_training_errors_are_said(twin_s
         heat = plain(app.screen.query_one("#sweep-heat").content)
         assert "MAXN" in heat and "★" in heat and "GPU 1300.5" in heat
         assert "vs MAXN: " in plain(app.screen.query_one("#sweep-summary").content)
+        # the sweep's optimum against MAXN with its board estimate: the engine's figures, as `sweep` prints them
+        assert any("as an estimate of a board's: " in line for line in view.log)
         await ui.press("q")
 
 

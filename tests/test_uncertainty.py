@@ -265,10 +265,40 @@ def test_a_runs_board_estimate_is_the_engines_and_json_carries_what_the_text_say
     assert main(run) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if "as an estimate of a board's" in ln)
     assert main([*run, "--json"]) == 0
-    cmp_ = json.loads(capsys.readouterr().out)["comparison"]
+    out = json.loads(capsys.readouterr().out)
+    cmp_ = out["comparison"]
     est = cmp_["board_estimate"]
     assert est is not None and est["low"] <= cmp_["saving_pct"] / 100.0 <= est["high"]
     iv = Interval.from_json(est)
     assert line == f"  as an estimate of a board's: {saving_text(cmp_['saving_pct'], interval=iv)}  [{iv.basis}]"
     assert main([*run, "--policy", "maxn", "--json"]) == 0  # MAXN against MAXN: no interval to give
     assert json.loads(capsys.readouterr().out)["comparison"]["board_estimate"] is None
+    from engine.results.store import Store
+
+    with Store(db) as store:  # the comparison the result carries is the one the store recorded
+        row = next(c for c in store.comparisons_for(out["run"]["run_id"]) if c.id == cmp_["record_id"])
+    assert (row.saving_pct, row.slowdown_pct) == (cmp_["saving_pct"], cmp_["slowdown_pct"])
+
+
+def test_a_sweeps_optimum_vs_maxn_is_the_engines_and_json_carries_what_the_text_says(
+        isolated_env, tmp_path, capsys) -> None:
+    """A sweep's optimum against MAXN, its board estimate included, is computed once by the sweep:
+    `sweep --json` carries the very figures and interval its text prints (was: the CLI's formatter ran
+    the twin ensemble itself, and --json had no interval)."""
+    import json
+
+    from engine.cli import main
+    from engine.core.interval import Interval
+    from engine.results.format import board_estimate_text, versus_text
+
+    sweep = ["sweep", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+             "--twin", "agx-orin-64gb", "--db", str(tmp_path / "db.sqlite"), "--fast", "--space", "gpu"]
+    assert main(sweep) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert main([*sweep, "--json"]) == 0
+    vs = json.loads(capsys.readouterr().out)["optimum_vs_maxn"]
+    iv = Interval.from_json(vs["board_estimate"])
+    assert iv.low <= vs["saving_pct"] / 100.0 <= iv.high
+    assert f"  {board_estimate_text(vs['saving_pct'], iv)}" in text
+    assert any(ln.startswith(f"  {versus_text(vs['saving_pct'], vs['slowdown_pct'], than='MAXN Mode 0')} per sample")
+               for ln in text)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.core.errors import ConfigError
+from engine.core.interval import Interval
 from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
 from engine.results.compare import Side, compare_pair, fitting_baselines, mismatch, rail_saving_pct
@@ -142,6 +143,9 @@ class CompareView:
     notes: tuple[str, ...] = field(default_factory=tuple)
     baseline_note: str = ""  # what the title says of the baseline, e.g. that the run is the baseline itself
     per_sample: bool = False  # saving and slowdown per training sample (runs of different lengths)
+    # The engine's board estimate of the saving (a twin experiment's Comparison.interval), when the page
+    # shows the experiment just run; a run opened from History has none (its workload's steps are not kept).
+    estimate: Interval | None = None
 
     def title(self, rec: RunRecord) -> str:
         return f"run {rec.id} · {rec.policy}"

@@ -23,7 +23,7 @@ from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
-from engine.results.format import rail_savings_text, saving_text, sweep_point_lines, versus_text
+from engine.results.format import board_estimate_text, rail_savings_text, sweep_point_lines, versus_text
 
 REDRAW_S = 0.1
 
@@ -222,8 +222,7 @@ def format_experiment(result: Any) -> str:
         if cmp_.rail_saving_pct:
             lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
         if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
-            iv = cmp_.interval
-            lines.append(f"  as an estimate of a board's: {saving_text(cmp_.saving_pct, interval=iv)}  [{iv.basis}]")
+            lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval)}")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -233,21 +232,6 @@ def format_experiment(result: Any) -> str:
                  + (f", comparison {cmp_.record_id}" if cmp_ is not None and cmp_.record_id else "")
                  + f"  (`slm-dvfs report {run.run_id}`)")
     return "\n".join(lines) + "\n"
-
-
-def _twin_interval_lines(result: Any, setting: Any, saving_pct: float) -> list[str]:
-    """A twin's saving against MAXN read as an estimate of a board's: the twin ensemble's interval.
-    Nothing for measured figures (a board's saving is what it is) or where no interval can be had."""
-    from engine.core.provenance import Source
-    from engine.results.estimates import twin_saving_interval
-
-    if result.source is not Source.TWIN:
-        return []
-    w = result.workload
-    iv = twin_saving_interval(getattr(w, "steps", None), result.identity.profile, setting, saving_pct / 100.0)
-    if iv is None:
-        return []
-    return [f"  as an estimate of a board's: {saving_text(saving_pct, interval=iv)}  [{iv.basis}]"]
 
 
 def _mode_suffix(w: Any) -> str:
@@ -283,7 +267,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def format_sweep(result: Any) -> str:
     from engine.core.provenance import obtained
-    from engine.results.compare import optimum_vs_maxn
 
     src = result.source.value
     w = result.workload
@@ -299,11 +282,12 @@ def format_sweep(result: Any) -> str:
     lines += sweep_point_lines(result.points, result.optimum, result.maxn, src)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
-        vs_maxn = optimum_vs_maxn(result.optimum, result.maxn)
+        vs_maxn = result.vs_maxn  # the engine's, computed once (also in --json and the TUI)
         if vs_maxn is not None:
             lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
                          f"per sample  [{src}]")
-            lines += _twin_interval_lines(result, result.optimum.setting, vs_maxn.saving_pct)
+            if vs_maxn.interval is not None:
+                lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval)}")
     for wait in result.thermal.get("waits", []):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:

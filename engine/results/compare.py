@@ -376,6 +376,13 @@ class SweepSaving:
     saving_pct: float
     slowdown_pct: float | None  # None: either point is energy-only (its time was not recorded)
     source: Source
+    # The twin's saving read as an estimate of a board's (engine.results.estimates.twin_saving_interval),
+    # computed once by the sweep that found it; None for measured figures or where none can be had.
+    interval: Interval | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"saving_pct": self.saving_pct, "slowdown_pct": self.slowdown_pct, "source": self.source.value,
+                "board_estimate": None if self.interval is None else self.interval.to_json()}
 
 
 def optimum_vs_maxn(optimum: PointSummary | None, maxn: PointSummary | None) -> SweepSaving | None:

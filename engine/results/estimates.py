@@ -12,9 +12,21 @@ from typing import Any
 
 from engine.core.errors import SlmDvfsError
 from engine.core.interval import LEVEL, Interval, quantile_interval
+from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 
 log = logging.getLogger(__name__)
+
+
+def board_estimate(source: Source, steps: Any, profile: Any, setting: DvfsSetting,
+                   saving_pct: float) -> Interval | None:
+    """A saving (percent) of one `setting` against MAXN read as an estimate of a board's: the twin's
+    interval (twin_saving_interval) for the twin's figures; None for measured or predicted ones (a
+    board's saving is what it is) and where none can be had. Computed once by the engine for every
+    client (a run's Comparison, a sweep's SweepSaving)."""
+    if source is not Source.TWIN:
+        return None
+    return twin_saving_interval(steps, profile, setting, saving_pct / 100.0)
 
 
 def twin_saving_interval(steps: Any, profile: Any, setting: DvfsSetting, saving: float) -> Interval | None:

@@ -110,6 +110,12 @@ def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Any =
     return head if interval is None else f"{head} ({interval.level:.0%}: {_range_words(interval)})"
 
 
+def board_estimate_text(saving_pct: float, interval: Any) -> str:
+    """A twin's saving read as an estimate of a board's, as every client says it:
+    `as an estimate of a board's: 14.7% less energy than MAXN (90%: 4.1–16.8% less)  [basis]`."""
+    return f"as an estimate of a board's: {saving_text(saving_pct, interval=interval)}  [{interval.basis}]"
+
+
 def saving_short(pct: float | None) -> str:
     """A table cell under a `vs MAXN` heading: `14.7% less`, `0.6% more`, `same`; `—` for None."""
     if pct is None:

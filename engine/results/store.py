@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
-from engine.results.compare import compare_records
+from engine.results.compare import Comparison, compare_records
 from engine.results.db import default_db_path
 from engine.results.errors import CorruptStoreError, StoreError, StoreVersionError, UnknownRecordError
 from engine.results.migrations import SCHEMA_VERSION
@@ -356,17 +356,17 @@ class Store(SweepTables, RunImport):
             )
             return int(cur.lastrowid)
 
-    def compare_runs(self, run_id: int, baseline_run_id: int, record: bool = True) -> ComparisonRecord:
+    def compare_runs(self, run_id: int, baseline_run_id: int, record: bool = True) -> Comparison:
         """Energy saving and slowdown of a run against its baseline (e.g. MAXN), from their stored
-        figures (engine.results.compare.compare_records); recorded unless `record` is False."""
+        figures (engine.results.compare.compare_records): the one comparison every client reads,
+        recorded (its row's id in `record_id`) unless `record` is False."""
         run, base = self.get_run(run_id), self.get_run(baseline_run_id)
         c = compare_records(run, base)
-        comparison = ComparisonRecord(run_id=run.id, baseline_run_id=base.id, saving_pct=c.saving_pct,
-                                      slowdown_pct=c.slowdown_pct, source=c.source, rails=run.rails)
         if record:
-            cid = self.add_comparison(comparison)
-            comparison = next(c for c in self.comparisons_for(run.id) if c.id == cid)
-        return comparison
+            cid = self.add_comparison(ComparisonRecord(run_id=run.id, baseline_run_id=base.id, saving_pct=c.saving_pct,
+                                                       slowdown_pct=c.slowdown_pct, source=c.source, rails=run.rails))
+            c = replace(c, record_id=cid)
+        return c
 
     def comparisons_for(self, run_id: int) -> list[ComparisonRecord]:
         """Comparisons naming the run on either side, oldest first."""

@@ -35,7 +35,8 @@ from engine.dvfs.objectives import Objective, module_power_limit_w, parse_object
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
-from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
+from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, flatten_metrics, stored_baseline
+from engine.results.estimates import board_estimate
 from engine.run.harness import RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
@@ -216,24 +217,15 @@ def run_experiment(
             notes.append(f"{'LoRA adapter' if workload.mode == 'lora' else 'model'} saved in {runner.saved_to}")
         comparison = None
         if baseline is not None and not baseline.cancelled:
-            record = store.compare_runs(run.run_id, baseline.run_id)
-            comparison = compare(run, baseline)
-            comparison = replace(comparison, record_id=record.id,
-                                 interval=_board_estimate(source, identity, workload, run, baseline, comparison))
+            # the results API's comparison, computed once from the stored runs and recorded; the twin's
+            # interval is added here, where the workload's steps and the profile are at hand
+            comparison = store.compare_runs(run.run_id, baseline.run_id)
+            if not baseline.reused and len(run.history) <= 1 and run.setting is not None:
+                comparison = replace(comparison, interval=board_estimate(
+                    source, workload.steps, identity.profile, run.setting, comparison.saving_pct))
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
-
-
-def _board_estimate(source: Source, identity: DeviceIdentity, workload: Workload, run: RunFigures,
-                    baseline: RunFigures, comparison: Comparison) -> Any:
-    """The twin's saving as an estimate of a board's (engine.core.interval.Interval), once, for every client:
-    only for the twin's figures of one setting against a MAXN run made now; None otherwise."""
-    from engine.results.estimates import twin_saving_interval
-
-    if source is not Source.TWIN or len(run.history) > 1 or run.setting is None or baseline.reused:
-        return None
-    return twin_saving_interval(workload.steps, identity.profile, run.setting, comparison.saving_pct / 100.0)
 
 
 class _Runner:

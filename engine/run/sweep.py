@@ -22,7 +22,7 @@ A thermal guard waits before a point on a hot board and aborts on an overheating
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
@@ -33,7 +33,8 @@ from engine.dvfs.space import SPACES
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
-from engine.results.compare import optimum_vs_maxn
+from engine.results.compare import SweepSaving, optimum_vs_maxn
+from engine.results.estimates import board_estimate
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
 from engine.run.harness import RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
@@ -119,14 +120,14 @@ class SweepResult:
     maxn: PointSummary | None
     status: str  # finished | cancelled
     thermal: Mapping[str, Any] = field(default_factory=dict)
+    vs_maxn: SweepSaving | None = None  # the optimum against MAXN per sample, its board estimate included
 
     @property
     def complete(self) -> bool:
         return self.status == "finished"
 
     def to_json(self) -> dict[str, Any]:
-        vs_maxn = optimum_vs_maxn(self.optimum, self.maxn)
-        saving = None if vs_maxn is None else vs_maxn.saving_pct
+        saving = None if self.vs_maxn is None else self.vs_maxn.saving_pct
         return {
             "sweep_id": self.sweep_id, "source": self.source.value, "status": self.status,
             "spec": self.spec.to_json(), "workload": self.workload.to_json(),
@@ -136,7 +137,9 @@ class SweepResult:
             "points": [p.to_json() for p in self.points],
             "optimum": None if self.optimum is None else self.optimum.to_json(),
             "maxn": None if self.maxn is None else self.maxn.to_json(),
-            "optimum_saving_vs_maxn_pct": saving, "thermal": dict(self.thermal),
+            "optimum_saving_vs_maxn_pct": saving,
+            "optimum_vs_maxn": None if self.vs_maxn is None else self.vs_maxn.to_json(),
+            "thermal": dict(self.thermal),
         }
 
 
@@ -204,11 +207,15 @@ def run_sweep(
         store.finish_sweep(sweep.id, status)
         summaries = summarize_points(store.sweep_points(sweep.id))
         objective = parse_objective(spec.objective)
+        best, maxn = optimum(summaries, objective), maxn_of(summaries)
+        vs_maxn = optimum_vs_maxn(best, maxn)
+        if vs_maxn is not None and best is not None:  # computed once here, for the text, --json and the TUI
+            vs_maxn = replace(vs_maxn, interval=board_estimate(
+                source, workload.steps, identity.profile, best.setting, vs_maxn.saving_pct))
         return SweepResult(
             sweep_id=sweep.id, spec=spec, source=source, identity=identity, workload=workload, rails=rails,
             settings=len(settings), resumed=resumed, measured=len(store.sweep_points(sweep.id)) - resumed,
-            points=tuple(summaries), optimum=optimum(summaries, objective), maxn=maxn_of(summaries),
-            status=status, thermal=thermal,
+            points=tuple(summaries), optimum=best, maxn=maxn, status=status, thermal=thermal, vs_maxn=vs_maxn,
         )
 
 

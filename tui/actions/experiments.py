@@ -10,7 +10,7 @@ from typing import Any
 from textual import work
 
 from engine.core.errors import SlmDvfsError
-from engine.results.format import versus_text
+from engine.results.format import board_estimate_text, versus_text
 from tui import forms
 from tui.bridge import EventBridge
 from tui.messages import EngineFailed, ExperimentDone, PreviewRequested, RunProgress, SelectorPreviewed
@@ -133,9 +133,11 @@ class ExperimentActions(AppState):
                     f"{result.spec.steps}: run {result.baseline.run_id} is stored as cancelled (the policy's run "
                     f"{result.run.run_id} had finished)")
         if result.comparison is not None:
-            c = result.comparison
+            c = result.comparison  # the engine's, as the CLI's text and --json give it
             line += f", {versus_text(c.saving_pct, c.slowdown_pct)} [{c.source.value}]"
         self._engine_idle(line)
+        if result.comparison is not None and result.comparison.interval is not None:
+            line += f"\n{board_estimate_text(result.comparison.saving_pct, result.comparison.interval)}"
         for note in result.notes:
             line += f"\nnote: {note}"
         if self.run_tracker is not None:
@@ -146,7 +148,8 @@ class ExperimentActions(AppState):
         self.notify(line.split("\n")[0], title=f"Experiment {status}")
         if result.run.steps > 0 and self.store is not None:
             base = result.baseline.run_id if result.baseline is not None and not result.baseline.cancelled else None
-            self.open_run(result.run.run_id, base, switch=self.showing("run"))
+            estimate = result.comparison.interval if result.comparison is not None else None
+            self.open_run(result.run.run_id, base, switch=self.showing("run"), estimate=estimate)
 
     def on_engine_failed(self, message: EngineFailed) -> None:
         exc = message.error

@@ -3,9 +3,11 @@ the palette's: the requests in tui.messages)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from engine.core.errors import SlmDvfsError
+from engine.core.interval import Interval
 from tui.messages import (
     DeleteRequested,
     ExportRequested,
@@ -66,8 +68,10 @@ class StoreActions(AppState):
             return
         self.records = StoredRecords(tuple(runs), tuple(sweeps))
 
-    def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True) -> None:
-        """Show a run against a baseline (given, recorded, or found) on the Compare page."""
+    def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True,
+                 estimate: Interval | None = None) -> None:
+        """Show a run against a baseline (given, recorded, or found) on the Compare page; `estimate`:
+        the experiment's board estimate of the saving, computed by the engine (shown as it is)."""
         from engine.results.baseline import find_baseline
         from tui.compare_model import build_comparison
 
@@ -82,7 +86,7 @@ class StoreActions(AppState):
         except SlmDvfsError as exc:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot open the run", severity="error")
             return
-        self.compare_view = view
+        self.compare_view = replace(view, estimate=estimate) if estimate is not None else view
         if switch:
             self.action_page("compare")
 

@@ -9,6 +9,7 @@ from textual import work
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source, obtained
+from engine.results.format import board_estimate_text, versus_text
 from tui.actions.experiments import ENGINE
 from tui.bridge import EventBridge
 from tui.messages import (
@@ -189,6 +190,12 @@ class SweepActions(AppState):
                 f"of {result.settings * result.spec.repeats} points")
         self._engine_idle(line + ("; starting it again with the same parameters resumes it"
                                   if result.status != "finished" else ""))
+        vs = result.vs_maxn  # the engine's, as the CLI's text and --json give it
+        if vs is not None and result.optimum is not None:
+            line += (f"\noptimum {result.optimum.setting.label()}: "
+                     f"{versus_text(vs.saving_pct, vs.slowdown_pct, than='MAXN Mode 0')} per sample [{vs.source.value}]")
+            if vs.interval is not None:
+                line += f"\n{board_estimate_text(vs.saving_pct, vs.interval)}"
         if self.sweep_tracker is not None:
             heat = from_summaries(result.points, result.source)
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,

@@ -10,7 +10,7 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from tui.compare_model import CompareView, describe_run
-from engine.results.format import saving_short, saving_text, slowdown_text
+from engine.results.format import board_estimate_text, saving_short, saving_text, slowdown_text
 from tui.fmt import num, sig3, tag
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
@@ -81,6 +81,8 @@ class CompareScreen(PageScreen):
             title.append(slowdown_text(view.slowdown_pct, than=None), style="bold")
             title.append(" ")
             title.append_text(tag(view.source))
+            if view.estimate is not None and not view.per_sample:  # the engine's, as the CLI prints it
+                title.append(f"\n{board_estimate_text(view.saving_pct, view.estimate)}", style="dim")
         for note in view.notes:
             title.append(f"\n{note}", style="yellow")
         self.query_one("#compare-title", Static).update(title)
