@@ -8,16 +8,20 @@ would show, it is as uncertain as the profile's parameters, and this interval sa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.core.errors import SlmDvfsError
 from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.device.setting import MAXN, DvfsSetting
 
+if TYPE_CHECKING:  # annotations only: the twin loads when an interval is asked for (as before)
+    from engine.core.trace import StepMix, StepTrace
+    from engine.device.twin.profile import TwinProfile
+
 log = logging.getLogger(__name__)
 
 
-def twin_saving_interval(steps: Any, profile: Any, setting: DvfsSetting, saving: float) -> Interval | None:
+def twin_saving_interval(steps: StepTrace | StepMix | None, profile: TwinProfile | str | None, setting: DvfsSetting, saving: float) -> Interval | None:
     """The interval of a twin's `saving` (a fraction) of `setting` against MAXN for a workload's
     `steps` (a StepTrace or StepMix) under `profile` (a TwinProfile or its name): the members'
     paired savings' spread around the nominal member, laid on `saving`. None when it cannot be had
