@@ -108,7 +108,7 @@ def _metric(value: Any) -> str:
 def format_runs(runs: Sequence[RunRecord]) -> str:
     header: tuple[str, ...] = ("id", "when", "model", "task", "policy", "setting", "energy J", "time s", "source",
                                "status")
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (str(r.id), format_when(r.started_at), r.model or "-", r.task or "-", r.policy, format_setting(r.setting),
          _num(r.energy_j), _num(r.time_s), r.source.value, r.status)
         for r in runs
@@ -171,8 +171,10 @@ def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
     for c in comparisons:
         other, role = (c.baseline_run_id, "vs baseline") if c.run_id == run.id else (c.run_id, "baseline of")
         rec = (others or {}).get(other)
-        compared, base = (run, rec) if c.run_id == run.id else (rec, run)
-        problem = None if rec is None else mismatch(Side.of(compared), Side.of(base))
+        problem = None
+        if rec is not None:
+            compared, base = (run, rec) if c.run_id == run.id else (rec, run)
+            problem = mismatch(Side.of(compared), Side.of(base))
         if problem is not None:
             lines.append(f"Comparison {role} run {other}: not comparable ({problem.what})")
             continue

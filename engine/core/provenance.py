@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.core.jsontypes import JsonObject
+
 
 class Source(str, Enum):
     MEASURED = "measured"  # read on a real board
@@ -77,7 +79,7 @@ class MetricProvenance:
         label = self.label(source)
         return f"[{label}]" if self.meaningful else label
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {"weights": self.weights, "data": self.data, "meaningful": self.meaningful}
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import logging
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.records import RunRecord
 from engine.workload.lora import LoraSettings
 
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
+    from engine.results.store import Store
+
 log = logging.getLogger(__name__)
 
 BASELINE_POLICY = "maxn"
 
 
-def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: Source | str | None,
+def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,
                       steps: int | None, seed: int | None, rails_preset: str | None, simulated: bool,
                       exclude: int | None = None, scope: str = "board") -> RunRecord | None:
     """The newest finished MAXN run of this workload on this board (`scope="module"`: on any board of
@@ -30,7 +33,7 @@ def matching_baseline(store: Any, *, workload_key: str, device_id: int, source: 
     return None
 
 
-def find_baseline(store: Any, run: RunRecord) -> RunRecord | None:
+def find_baseline(store: Store, run: RunRecord) -> RunRecord | None:
     """The MAXN run this one was compared with (a recorded baseline of another policy is none), else matching_baseline for the run, else the
     newest MAXN run of its workload on its board of the same kind (simulated or trained) and
     rails, whatever its steps and seed (the Compare page then compares per sample), else the

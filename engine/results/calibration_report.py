@@ -5,12 +5,30 @@ is: [measured] (the board's sweeps), [predicted] (the calibrated twin's), [twin]
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 from engine.results.format import saving_short
 
+if TYPE_CHECKING:  # annotations only: the calibration (scipy's fit) loads when a calibration is made
+    from engine.device.twin.calibration import Calibration, SweepError
 
-def format_calibration(cal: Any, *, sweeps: Sequence[Any] = (), profile_name: str = "",
+
+class SweepRow(Protocol):
+    """A measured sweep a calibration saw (engine.run.calibrate.SweepUsed, from the layer above)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def workload(self) -> str: ...
+    @property
+    def points(self) -> int: ...
+    @property
+    def energy_only(self) -> int: ...
+    @property
+    def rails(self) -> tuple[str, ...]: ...
+
+
+def format_calibration(cal: Calibration, *, sweeps: Sequence[SweepRow] = (), profile_name: str = "",
                        profile_path: Path | None = None, report_paths: Sequence[Path] = (),
                        markdown: bool = False) -> str:
     name = profile_name or cal.profile.name
@@ -60,7 +78,7 @@ def format_calibration(cal: Any, *, sweeps: Sequence[Any] = (), profile_name: st
     return "\n".join(out).rstrip() + "\n"
 
 
-def _loso(cal: Any, markdown: bool) -> list[str]:
+def _loso(cal: Calibration, markdown: bool) -> list[str]:
     if not cal.loso:
         why = ("needs 2+ sweeps (each is predicted by a fit to the others)" if cal.n_sweeps < 2
                else "not computed (--no-loso)")
@@ -69,11 +87,11 @@ def _loso(cal: Any, markdown: bool) -> list[str]:
     before = {e.sweep: e for e in cal.loso_before}
     rows = []
     for e in cal.loso:
-        b = before.get(e.sweep)
+        old = before.get(e.sweep)
         rows.append([e.sweep, _pct(e.curve_mape_pct), _pct(e.curve_rmse_pct),
                      f"{e.optimum_measured or '-'} / {e.optimum_predicted or '-'}",
                      "-" if e.optimum_step_error is None else str(e.optimum_step_error),
-                     _saving(e), "-" if b is None else f"{_pct(b.curve_rmse_pct)}, {_pts(b.saving_error_pts)}"])
+                     _saving(e), "-" if old is None else f"{_pct(old.curve_rmse_pct)}, {_pts(old.saving_error_pts)}"])
     out += _table(["sweep", "curve MAPE", "curve RMSE", "optimum measured / predicted", "steps off",
                    "energy vs MAXN measured / predicted", f"{cal.base.name} [twin]: RMSE, saving error"], rows, markdown)
     s, b = cal.loso_summary(), _summary(cal.loso_before)
@@ -86,13 +104,13 @@ def _loso(cal: Any, markdown: bool) -> list[str]:
     return out
 
 
-def _summary(errors: Sequence[Any]) -> dict[str, Any]:
+def _summary(errors: Sequence[SweepError]) -> dict[str, float | None]:
     from engine.device.twin.calibration import loso_summary
 
     return loso_summary(errors)
 
 
-def _saving(e: Any) -> str:
+def _saving(e: SweepError) -> str:
     if e.saving_measured_pct is None:
         return "- (no MAXN point)"
     # in words (engine.results.format): a MAXN that was already about optimal reads "0.4% more", not "-0.4%"

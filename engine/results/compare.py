@@ -6,9 +6,10 @@ TUI's Compare page, the sweep result and the report all call these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.interval import Interval
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
@@ -17,6 +18,9 @@ from engine.results.format import id_list
 from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 from engine.results.totals import RunTotals
+
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
+    from engine.results.store import Store
 
 __all__ = [
     "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "PairComparison", "RunFigures", "Side",
@@ -103,7 +107,7 @@ class RunFigures:
     def joules_per_sample(self) -> float:
         return self.totals.joules_per_sample or 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "run_id": self.run_id, "role": self.role, "policy": self.policy, "source": self.source.value,
             "simulated": self.simulated, "reused": self.reused, "cancelled": self.cancelled,
@@ -138,7 +142,7 @@ class Comparison:
     # setting changed during it, a reused baseline, or where none can be had.
     interval: Interval | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"saving_pct": self.saving_pct, "slowdown_pct": self.slowdown_pct,
                 "rail_saving_pct": dict(self.rail_saving_pct), "power_change_pct": self.power_change_pct,
                 "source": self.source.value, "rails_preset": self.rails_preset, "record_id": self.record_id,
@@ -269,9 +273,12 @@ def comparison(run: Side, base: Side) -> Comparison:
         raise problem.error()
     if run.energy_j is None or run.time_s is None:
         raise ConfigError(f"run {run.run_id} has no energy or time figures", "compare a run that finished")
+    if base.energy_j is None or base.time_s is None:  # mismatch() refused such a baseline: narrowed here
+        raise Mismatch("baseline", f"baseline run {base.run_id} has no energy or time figures",
+                       "pick a finished baseline with figures, or run it again").error()
     return Comparison(
-        saving_pct=saving_pct(run.energy_j, base.energy_j),  # type: ignore[arg-type]
-        slowdown_pct=slowdown_pct(run.time_s, base.time_s),  # type: ignore[arg-type]
+        saving_pct=saving_pct(run.energy_j, base.energy_j),
+        slowdown_pct=slowdown_pct(run.time_s, base.time_s),
         rail_saving_pct=rail_saving_pct(run.rail_energy_j, base.rail_energy_j),
         power_change_pct=100.0 * (run.avg_power_w / base.avg_power_w - 1.0) if base.avg_power_w else 0.0,
         source=Source.PREDICTED if Source.PREDICTED in (run.source, base.source) else run.source,
@@ -289,8 +296,8 @@ class PairComparison:
     per_sample: bool
     notes: tuple[str, ...]  # what the figures rest on: per sample, another board, another seed
 
-    def to_json(self) -> dict[str, Any]:
-        def side(r: RunRecord) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
+        def side(r: RunRecord) -> JsonObject:
             return {"run_id": r.id, "policy": r.policy, "source": r.source.value, "status": r.status,
                     "workload": None if r.workload is None else {"label": r.workload.label, "key": r.workload.key},
                     "device": None if r.device is None else r.device.label(), "steps": r.steps, "samples": r.samples,
@@ -305,12 +312,15 @@ def compare_pair(run: RunRecord, base: RunRecord) -> PairComparison:
     compared per training sample, and said so."""
     c = comparison(Side.of(run), Side.of(base))
     notes: list[str] = []
-    per_sample = bool(run.samples and base.samples and run.samples != base.samples and run.joules_per_sample
-                      and base.joules_per_sample and run.samples_per_s and base.samples_per_s)
-    if per_sample:  # totals of runs of different lengths do not compare; per sample they do
-        c = replace(c, saving_pct=per_sample_saving_pct(run.joules_per_sample, base.joules_per_sample),  # type: ignore[arg-type]
-                    slowdown_pct=per_sample_slowdown_pct(1.0 / run.samples_per_s, 1.0 / base.samples_per_s),  # type: ignore[operator]
-                    rail_saving_pct={r: per_sample_saving_pct(rj / run.samples, base.rail_energy_j[r] / base.samples)  # type: ignore[operator]
+    samples, base_samples = run.samples, base.samples
+    jps, base_jps, sps, base_sps = run.joules_per_sample, base.joules_per_sample, run.samples_per_s, base.samples_per_s
+    per_sample = False
+    # totals of runs of different lengths do not compare; per sample they do
+    if samples and base_samples and samples != base_samples and jps and base_jps and sps and base_sps:
+        per_sample = True
+        c = replace(c, saving_pct=per_sample_saving_pct(jps, base_jps),
+                    slowdown_pct=per_sample_slowdown_pct(1.0 / sps, 1.0 / base_sps),
+                    rail_saving_pct={r: per_sample_saving_pct(rj / samples, base.rail_energy_j[r] / base_samples)
                                      for r, rj in run.rail_energy_j.items() if base.rail_energy_j.get(r)})
         notes.append(f"run {run.id} trained {run.samples} samples, MAXN run {base.id} {base.samples}: "
                      f"saving and slowdown are per sample")
@@ -322,7 +332,7 @@ def compare_pair(run: RunRecord, base: RunRecord) -> PairComparison:
     return PairComparison(run, base, c, per_sample, tuple(notes))
 
 
-def fitting_baselines(store: Any, run: RunRecord) -> tuple[RunRecord, ...]:
+def fitting_baselines(store: Store, run: RunRecord) -> tuple[RunRecord, ...]:
     """The stored MAXN runs `run` compares with (mismatch() finds nothing against them), newest first: of
     its workload, on its board or another of its module. `slm-dvfs runs` cannot show which fit (it lists
     no batch, length or padding): a refusal names these instead."""
@@ -333,7 +343,7 @@ def fitting_baselines(store: Any, run: RunRecord) -> tuple[RunRecord, ...]:
     return tuple(r for r in found if r.id != run.id and mismatch(me, Side.of(r)) is None)
 
 
-def baseline_remedy(store: Any, run: RunRecord) -> str:
+def baseline_remedy(store: Store, run: RunRecord) -> str:
     """Which baseline to give `run` instead: the ids of the MAXN runs that fit it, or the command that
     makes one (its workload, board kind, steps, seed and rails spelled out)."""
     fits = fitting_baselines(store, run)
@@ -344,7 +354,7 @@ def baseline_remedy(store: Any, run: RunRecord) -> str:
     return f"no MAXN run in the store fits run {run.id}: make one with `{maxn_command(run)}`"
 
 
-def compare_stored(store: Any, run: RunRecord, base: RunRecord) -> PairComparison:
+def compare_stored(store: Store, run: RunRecord, base: RunRecord) -> PairComparison:
     """compare_pair with the store at hand: a refusal's remedy also names the MAXN runs that fit `run`
     (or how to make one), so the user need not find them in a listing that cannot tell them apart."""
     problem = mismatch(Side.of(run), Side.of(base))
@@ -397,7 +407,7 @@ def optimum_vs_maxn(optimum: PointSummary | None, maxn: PointSummary | None) -> 
 
 
 # --------------------------------------------------------------------------- stored baselines
-def stored_baseline(store: Any, *, workload_key: str, task: str, device_id: int, source: Source, steps: int,
+def stored_baseline(store: Store, *, workload_key: str, task: str, device_id: int, source: Source, steps: int,
                     seed: int, rails_preset: str, rails: tuple[str, ...], simulated: bool,
                     exclude: int | None = None) -> RunFigures | None:
     """matching_baseline as the experiment's RunFigures (reused, with the task's primary metric)."""

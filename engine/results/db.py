@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Sequence, TypeVar
+from typing import Callable, Iterator, Mapping, Sequence, TypeVar, overload
 
 from engine.core import paths
 from engine.core.errors import ConfigError, SlmDvfsError
@@ -33,6 +33,17 @@ from engine.results.records import (
 log = logging.getLogger(__name__)
 
 _D = TypeVar("_D", bound="Database")
+# What a query binds: SQLite's column types.
+SqlValue = int | float | str | bytes | None
+# A query run on the store's connection or inside a transaction: rows for sql and its parameters.
+_Query = Callable[[str, Sequence[SqlValue]], Sequence[sqlite3.Row]]
+
+
+def inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT on `cur` made (sqlite3 sets it after every INSERT into a rowid table)."""
+    if cur.lastrowid is None:
+        raise StoreError("SQLite returned no id for a row just inserted", "report this: the store's tables have rowids")
+    return cur.lastrowid
 
 
 def default_db_path() -> Path:
@@ -140,7 +151,7 @@ class Database:
                     raise self._wrap(exc, what) from None
                 raise
 
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def _query(self, sql: str, params: Sequence[SqlValue] = ()) -> list[sqlite3.Row]:
         with self._lock:
             try:
                 return self._conn.execute(sql, tuple(params)).fetchall()
@@ -179,7 +190,7 @@ class Database:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (d.board, d.module, d.l4t, d.jetpack, d.profile, int(d.is_twin), d.source.value, utc_now(), d.serial),
         )
-        return int(cur.lastrowid)
+        return inserted_id(cur)
 
     def device_ids(self, device_id: int, scope: str = "board") -> tuple[int, ...]:
         """The devices whose results count as this one's, `device_id` first (docs/results.md, "Which board").
@@ -189,7 +200,7 @@ class Database:
         board name, L4T, JetPack, profile, board or twin), whatever its serial."""
         return self._device_ids(lambda sql, params: self._query(sql, params), device_id, scope)
 
-    def _device_ids(self, query: Any, device_id: int, scope: str) -> tuple[int, ...]:
+    def _device_ids(self, query: _Query, device_id: int, scope: str) -> tuple[int, ...]:
         if scope not in ("board", "module"):
             raise ValueError(f"unknown device scope {scope!r}")
         rows = list(query("SELECT * FROM devices WHERE id = ?", (device_id,)))
@@ -198,7 +209,7 @@ class Database:
         me = rows[0]
         sql = ("SELECT id FROM devices WHERE board = ? AND module = ? AND l4t IS ? AND jetpack IS ? "
                "AND profile IS ? AND is_twin = ?")
-        params: list[Any] = [me["board"], me["module"], me["l4t"], me["jetpack"], me["profile"], me["is_twin"]]
+        params: list[SqlValue] = [me["board"], me["module"], me["l4t"], me["jetpack"], me["profile"], me["is_twin"]]
         if scope == "board" and me["serial"] is not None:
             sql += " AND (serial IS NULL OR serial = ?)"
             params.append(me["serial"])
@@ -230,7 +241,7 @@ class Database:
                  w.data_source, json_text(dict(w.features)), w.source.value, utc_now(), w.lora_text(),
                  int(w.grad_checkpointing), w.padding, None if w.config is None else json_text(dict(w.config))),
             )
-            return int(cur.lastrowid)
+            return inserted_id(cur)
         if w.config is not None:
             stored = json.loads(row["config"]) if row["config"] is not None else _zoo_config(w.model)
             if stored is not None:
@@ -246,7 +257,7 @@ class Database:
         )
         return int(row["id"])
 
-    def _check_same_model(self, w: WorkloadRecord, stored: Any) -> None:
+    def _check_same_model(self, w: WorkloadRecord, stored: Mapping[str, object]) -> None:
         """Refuse a workload whose model is not the one stored under its key: a config file's stem names
         the model in the key (`gemma-2b.json` is `gemma-2b`), so another architecture may come by that name."""
         from engine.workload.models import architecture
@@ -272,7 +283,12 @@ class Database:
         rows = self._query("SELECT * FROM workloads WHERE key = ?", (key,))
         return (int(rows[0]["id"]), workload_from_row(rows[0])) if rows else None
 
-    def _ref(self, conn: sqlite3.Connection, value: Any, kind: str) -> int | None:
+    @overload
+    def _ref(self, conn: sqlite3.Connection, value: DeviceRecord | WorkloadRecord | int, kind: str) -> int: ...
+    @overload
+    def _ref(self, conn: sqlite3.Connection, value: DeviceRecord | WorkloadRecord | int | None, kind: str) -> int | None: ...
+
+    def _ref(self, conn: sqlite3.Connection, value: DeviceRecord | WorkloadRecord | int | None, kind: str) -> int | None:
         if value is None:
             return None
         if isinstance(value, DeviceRecord):
@@ -286,7 +302,7 @@ class Database:
         return int(value)
 
 
-def _zoo_config(model: str) -> dict[str, Any] | None:
+def _zoo_config(model: str) -> dict[str, object] | None:
     """The zoo's config of a model of that name, or None (not a zoo name; or a zoo file that cannot be
     read, which must not stop a write): a row stored without its config (before schema v11) is rebuilt
     from its name, so a zoo name stands for the zoo's model, and another model by that name is refused."""

@@ -8,18 +8,22 @@ would show, it is as uncertain as the profile's parameters, and this interval sa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.core.errors import SlmDvfsError
 from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 
+if TYPE_CHECKING:  # annotations only: the twin loads when an interval is asked for (as before)
+    from engine.core.trace import StepMix, StepTrace
+    from engine.device.twin.profile import TwinProfile
+
 log = logging.getLogger(__name__)
 
 
-def board_estimate(source: Source, steps: Any, profile: Any, setting: DvfsSetting,
-                   saving_pct: float) -> Interval | None:
+def board_estimate(source: Source, steps: StepTrace | StepMix | None, profile: TwinProfile | str | None,
+                   setting: DvfsSetting, saving_pct: float) -> Interval | None:
     """A saving (percent) of one `setting` against MAXN read as an estimate of a board's: the twin's
     interval (twin_saving_interval) for the twin's figures; None for measured or predicted ones (a
     board's saving is what it is) and where none can be had. Computed once by the engine for every
@@ -29,7 +33,8 @@ def board_estimate(source: Source, steps: Any, profile: Any, setting: DvfsSettin
     return twin_saving_interval(steps, profile, setting, saving_pct / 100.0)
 
 
-def twin_saving_interval(steps: Any, profile: Any, setting: DvfsSetting, saving: float) -> Interval | None:
+def twin_saving_interval(steps: StepTrace | StepMix | None, profile: TwinProfile | str | None, setting: DvfsSetting,
+                         saving: float) -> Interval | None:
     """The interval of a twin's `saving` (a fraction) of `setting` against MAXN for a workload's
     `steps` (a StepTrace or StepMix) under `profile` (a TwinProfile or its name): the members'
     paired savings' spread around the nominal member, laid on `saving`. None when it cannot be had

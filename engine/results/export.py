@@ -9,18 +9,22 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, JsonScalar, JsonValue
 from engine.device.power import PowerSample
 from engine.results.records import RunRecord, SweepPoint, dvfs_setting
+
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
+    from engine.results.store import Store
 
 FORMATS = ("csv", "parquet")
 
 
-def summary(run: RunRecord) -> dict[str, Any]:
+def summary(run: RunRecord) -> JsonObject:
     """Flat key -> scalar summary of a run (nested values as JSON text)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for key, value in run.to_json().items():
         out[key] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
     return out
@@ -91,7 +95,7 @@ def default_name(what: str, item_id: int, fmt: str) -> str:
     return f"{'sweep-s' if what == 'sweep' else 'run-'}{item_id}.{fmt}"
 
 
-def export_run(store: Any, run_id: int, path: Path, fmt: str = "csv") -> tuple[RunRecord, int]:
+def export_run(store: Store, run_id: int, path: Path, fmt: str = "csv") -> tuple[RunRecord, int]:
     """Write a stored run and its power samples to `path`; returns the run and how many samples went."""
     run = store.get_run(run_id)
     samples = store.power_samples(run.id)
@@ -108,13 +112,13 @@ POINT_COLUMNS = ("setting", "gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "repeat", 
 class SweepTable:
     """A stored sweep's points, one row each (repetitions apart, as measured), and its summary."""
 
-    summary: Mapping[str, Any]
+    summary: Mapping[str, JsonValue]
     columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
+    rows: tuple[tuple[JsonScalar, ...], ...]
     source: str
 
 
-def sweep_table(store: Any, sweep_id: int) -> SweepTable:
+def sweep_table(store: Store, sweep_id: int) -> SweepTable:
     """The sweep's points with their setting, figures (None where not recorded: an energy-only point's time),
     energy per rail, the board that measured each and their source."""
     sweep = store.get_sweep(sweep_id)

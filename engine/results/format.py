@@ -6,7 +6,10 @@ from typing import Any, Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError
-from engine.results.records import dvfs_setting
+from engine.core.interval import Interval
+from engine.core.stats import Stat
+from engine.results.records import SweepRecord, dvfs_setting
+from engine.results.sweeps import PointSummary
 
 
 def format_setting(setting: Mapping[str, Any] | None) -> str:
@@ -38,21 +41,21 @@ def describe_space(space: Mapping[str, Any]) -> str:
     return what + (" (fast)" if space.get("method") == "fast" else "")
 
 
-def sweep_total(sweep: Any, done: int) -> int | None:
+def sweep_total(sweep: SweepRecord, done: int) -> int | None:
     """The points a stored sweep (engine.results.records.SweepRecord) plans: its `planned`; the `done`
     points of a finished one that did not record it (before schema v11); None: not known."""
     if sweep.planned is not None:
-        return int(sweep.planned)
+        return sweep.planned
     return done if sweep.status == "finished" else None
 
 
-def sweep_progress(sweep: Any, done: int) -> str:
+def sweep_progress(sweep: SweepRecord, done: int) -> str:
     """`15/60`: the points stored of those planned; `15/?` where the plan is not known."""
     total = sweep_total(sweep, done)
     return f"{done}/{'?' if total is None else total}"
 
 
-def sweep_state(sweep: Any) -> str:
+def sweep_state(sweep: SweepRecord) -> str:
     """`abandoned, resumable`: a stored sweep's status, and whether the same sweep carries on from its points."""
     return sweep.status + (", resumable" if sweep.resumable else "")
 
@@ -71,7 +74,7 @@ def id_list(ids: Sequence[int], limit: int = 8) -> str:
 UNKNOWN = "—"  # a figure that was not recorded (an energy-only point's time): never shown as 0
 
 
-def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
+def format_stat(stat: Stat | None, fmt: str, scale: float = 1.0) -> str:
     """A Stat (engine.core.stats) as `mean ± ci95` scaled; `—` for None (not recorded)."""
     if stat is None:
         return UNKNOWN
@@ -79,7 +82,8 @@ def format_stat(stat: Any, fmt: str, scale: float = 1.0) -> str:
     return mean if stat.ci95 is None else f"{mean} ± {format(stat.ci95 * scale, fmt)}"
 
 
-def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> list[str]:
+def sweep_point_lines(points: Sequence[PointSummary], best: PointSummary | None, maxn: PointSummary | None,
+                      src: str) -> list[str]:
     """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
     lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
     for p in points:
@@ -96,7 +100,7 @@ def sweep_point_lines(points: Sequence[Any], best: Any, maxn: Any, src: str) -> 
 SAME = 0.05  # below this (in %) a difference rounds to 0.0%: said as the same
 
 
-def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Any = None) -> str:
+def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Interval | None = None) -> str:
     """`14.7% less energy than MAXN`, `0.6% more energy than MAXN`, `as much energy as MAXN`; without
     `than`: `14.7% less energy`. `interval` (an engine.core.interval.Interval of the saving as a
     fraction) follows in the same words: `(90%: 4.1–16.8% less)`, `(90%: 3.0% more to 2.0% less)`.
@@ -146,14 +150,14 @@ def change_text(pct: float | None) -> str:
 
 
 def versus_text(saving_pct: float | None, slowdown_pct: float | None, *, than: str = "MAXN",
-                interval: Any = None) -> str:
+                interval: Interval | None = None) -> str:
     """The two together, as every client says them: `vs MAXN: 14.7% less energy, 22.3% slower`
     (`time not recorded` where the slowdown is not known); `interval` as saving_text takes it."""
     time = "time not recorded" if slowdown_pct is None else slowdown_text(slowdown_pct, than=None)
     return f"vs {than}: {saving_text(saving_pct, than=None, interval=interval)}, {time}"
 
 
-def saving_compact(pct: float, interval: Any = None) -> str:
+def saving_compact(pct: float, interval: Interval | None = None) -> str:
     """A narrow pane's saving with its interval (fractions), whole percents: `saves 13% (4–17%)`,
     `costs 3% more (1–5% more)`, `saves 2% (3% more–8% less)`."""
     if round(pct) == 0:
@@ -172,7 +176,7 @@ def saving_compact(pct: float, interval: Any = None) -> str:
     return f"{head} ({span})"
 
 
-def _range_words(interval: Any) -> str:
+def _range_words(interval: Interval) -> str:
     """A saving's interval (fractions) in the words of saving_text."""
     lo, hi = 100.0 * interval.low, 100.0 * interval.high
     if lo >= 0.0:

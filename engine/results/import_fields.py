@@ -7,14 +7,18 @@ torch-free: `slm-dvfs import-sweep` checks a file without building any model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.core.errors import ConfigError
 from engine.core.plausible import BoardLimits
 from engine.core.text import shown
 from engine.core.userinput import number_value
+from engine.device.base import PowerMode
 from engine.device.monitor import RAIL_PRESETS
 from engine.results.sweeps import RAILS_ALL
+
+if TYPE_CHECKING:  # annotations only: the twin loads when a profile is read
+    from engine.device.twin.profile import TwinProfile
 
 NEAR_HZ = 1_000_000  # a clock within 1 MHz of exactly one table entry is that entry (1300 -> 1300.5 MHz)
 
@@ -32,13 +36,13 @@ class BoardTables:
     cpu_hz: tuple[int, ...]
     emc_hz: tuple[int, ...]
     rails: tuple[str, ...]
-    modes: tuple[Any, ...]  # engine.device.base.PowerMode: id, name, gpu/cpu/emc caps
+    modes: tuple[PowerMode, ...]
     board: str = ""
     module: str = ""
     limits: BoardLimits | None = None  # what its power, energy and memory can plausibly be; None: unchecked
 
     @classmethod
-    def from_profile(cls, profile: Any) -> "BoardTables":
+    def from_profile(cls, profile: TwinProfile) -> "BoardTables":
         """From a device profile (engine.device.twin.profile.TwinProfile): its tables, rails, modes and limits."""
         return cls(profile=profile.name, gpu_hz=tuple(profile.gpu.table_hz), cpu_hz=tuple(profile.cpu.table_hz),
                    emc_hz=tuple(profile.emc.table_hz), rails=tuple(profile.rail_names), modes=tuple(profile.modes),
@@ -49,20 +53,20 @@ class BoardTables:
         return {"gpu": self.gpu_hz, "cpu": self.cpu_hz, "emc": self.emc_hz}[domain]
 
 
-def number(text: Any, what: str) -> float:
+def number(text: object, what: str) -> float:
     """A finite number from a cell (a JSON number, or text like `12.5`), read strictly
     (engine.core.userinput: no `2_5`, no 5000 digits)."""
     return number_value(text, what)
 
 
-def positive(text: Any, what: str, unit: str) -> float:
+def positive(text: object, what: str, unit: str) -> float:
     value = number(text, what)
     if value <= 0:
         raise CellError(f"{what} must be positive, got {value:g} {unit}", f"give the {what} in {unit}")
     return value
 
 
-def whole(text: Any, what: str, low: int, high: int) -> int:
+def whole(text: object, what: str, low: int, high: int) -> int:
     """A whole number in [low, high] (`32` or `32.0`); `high` is the bound engine.core.plausible gives it."""
     value = number(text, what)
     if value != int(value) or value < low:
@@ -73,7 +77,7 @@ def whole(text: Any, what: str, low: int, high: int) -> int:
     return int(value)
 
 
-def clock_hz(text: Any, domain: str, unit: str, tables: BoardTables) -> int:
+def clock_hz(text: object, domain: str, unit: str, tables: BoardTables) -> int:
     """A clock cell as one of the board's table entries (Hz). `unit` is "MHz" or "Hz" (from the
     column's name). A value within 1 MHz of exactly one entry is that entry (1300 and 1300.5 MHz
     both name 1300500000 Hz); anything else is refused with the table."""
@@ -94,7 +98,7 @@ def clock_hz(text: Any, domain: str, unit: str, tables: BoardTables) -> int:
                        if unit == "Hz" and value < 1e5 else ""))
 
 
-def power_mode(text: Any, tables: BoardTables) -> int:
+def power_mode(text: object, tables: BoardTables) -> int:
     """An nvpmodel mode by id (`0`) or name (`MAXN`, `MODE_15W`, `15W`), as the board's modes name them."""
     raw = str(text).strip()
     ids = {m.id for m in tables.modes}
@@ -116,6 +120,8 @@ def power_mode(text: Any, tables: BoardTables) -> int:
 def check_caps(mode_id: int, clocks: dict[str, int | None], tables: BoardTables) -> None:
     """Refuse a pinned clock above what the mode allows (a board in that mode could not have run it)."""
     mode = next((m for m in tables.modes if m.id == mode_id), None)
+    if mode is None:  # not a mode of the board: power_mode() refused it already
+        return
     for domain, hz in clocks.items():
         cap = getattr(mode, f"{domain}_max_hz", None)
         if hz is not None and cap is not None and hz > cap:

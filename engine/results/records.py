@@ -7,11 +7,13 @@ import json
 import sqlite3
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import MetricProvenance, Source
+from engine.core.trace import StepTrace
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
 from engine.device.setting import DvfsSetting
@@ -49,11 +51,11 @@ def timestamp(value: datetime | str | None) -> str:
     return value.isoformat(timespec="seconds") if isinstance(value, datetime) else str(value)
 
 
-def json_text(value: Any) -> str | None:
+def json_text(value: object) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True, default=json_default)
 
 
-def json_default(value: Any) -> Any:
+def json_default(value: object) -> object:
     if isinstance(value, Mapping):
         return dict(value)
     if hasattr(value, "to_json"):
@@ -137,13 +139,13 @@ class DeviceRecord:
                  "[twin]" if self.is_twin else ""]
         return " ".join(p for p in parts if p)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"board": self.board, "module": self.module, "l4t": self.l4t, "jetpack": self.jetpack,
                 "profile": self.profile, "is_twin": self.is_twin, "serial": self.serial,
                 "source": self.source.value}
 
 
-def several_boards(devices: Any) -> bool:
+def several_boards(devices: Iterable[DeviceRecord | None]) -> bool:
     """Whether records of these devices need their board named: several boards (or twins) of one kind
     (a twin's results and a board's are told apart by their source already)."""
     boards = {(d.is_twin, d.module, d.serial, d.l4t) for d in devices if d is not None}
@@ -194,7 +196,7 @@ class WorkloadRecord:
         return self.spec.key
 
     @classmethod
-    def from_trace(cls, trace: Any, task: str, mode: str = "full", family: str | None = None,
+    def from_trace(cls, trace: StepTrace, task: str, mode: str = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
                    grad_checkpointing: bool = False, padding: str = "max_length",
                    config: Mapping[str, Any] | None = None) -> "WorkloadRecord":
@@ -228,7 +230,7 @@ class WorkloadRecord:
                  "" if self.padding == "max_length" else f"pad {self.padding}")
         return f"{self.model}/{self.task} ({', '.join(p for p in parts if p)})"
 
-    def to_json(self, definition: bool = False) -> dict[str, Any]:
+    def to_json(self, definition: bool = False) -> JsonObject:
         """As JSON; the model's config (its full definition) only with `definition`, else whether it was recorded."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "config"}
         out.update(features=dict(self.features), source=self.source.value, key=self.key,
@@ -239,7 +241,7 @@ class WorkloadRecord:
         return out
 
 
-def trace_features(trace: Any) -> dict[str, float]:
+def trace_features(trace: StepTrace) -> dict[str, float]:
     """The selector's workload features of a StepTrace."""
     return {
         "flops": float(trace.flops),
@@ -319,7 +321,7 @@ class RunRecord:
     def task(self) -> str | None:
         return self.workload.task if self.workload else None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         # Without `simulated`: the notes say it, and what `runs`, `show` and `export` print stays as it was.
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "simulated"}
         out.update(
@@ -398,14 +400,14 @@ class ComparisonRecord:
     id: int | None = None
     created_at: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["source"] = self.source.value
         return out
 
 
 # --------------------------------------------------------------------------- rows -> records
-def sample_from_row(row: Any) -> PowerSample:
+def sample_from_row(row: sqlite3.Row) -> PowerSample:
     return PowerSample(float(row[0]), json.loads(row[1]))
 
 

@@ -18,15 +18,24 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
+from engine.core.stats import Stat
+from engine.device.power import PowerSample
 from engine.results.compare import Side, mismatch, optimum_vs_maxn
 from engine.core.text import clean_text
+from engine.results.records import DeviceRecord, RunRecord, SweepRecord
 from engine.results.format import UNKNOWN, format_stat, saving_text, setting_label, slowdown_text
 from engine.results.sweeps import PointSummary, Ranking, maxn_of, optimum, summarize_points
 from engine.core.text import shown
+
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules; matplotlib loads on a report
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from engine.results.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +60,7 @@ def parse_report_id(text: str) -> tuple[str, int]:
     return ("sweep" if m.group(1).lower() == "s" else "run"), int(m.group(2))
 
 
-def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
+def write_report(store: Store, ident: str, out_dir: str | Path | None = None, *,
                  objective: Ranking | None = None) -> Report:
     """Write the report of a sweep (`s12`) or run (`12`) into `out_dir` (None: the data dir's
     `reports/`, engine.core.paths.reports_dir). A sweep's optimum is the one `objective` ranks
@@ -67,7 +76,7 @@ def write_report(store: Any, ident: str, out_dir: str | Path | None = None, *,
     return run_report(store, number, out)
 
 
-def default_report_dir(store: Any) -> Path:
+def default_report_dir(store: Store) -> Path:
     """DATA_DIR/reports for the default store; DATA_DIR/reports/<db name> for another one, so
     run 12 of two stores do not overwrite each other's report."""
     from engine.results.db import default_db_path
@@ -79,7 +88,7 @@ def default_report_dir(store: Any) -> Path:
 
 
 # --------------------------------------------------------------------------- sweeps
-def sweep_report(store: Any, sweep_id: int, out: Path, *, objective: Ranking | None = None) -> Report:
+def sweep_report(store: Store, sweep_id: int, out: Path, *, objective: Ranking | None = None) -> Report:
     sweep = store.get_sweep(sweep_id)
     summaries = summarize_points(store.sweep_points(sweep_id))
     if not summaries:
@@ -176,7 +185,7 @@ def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: P
     series = _series(summaries)
     if series:
         for name, pts in series.items():
-            xs = [p.setting.gpu_hz / 1e6 for p in pts]  # type: ignore[operator]
+            xs = [(p.setting.gpu_hz or 0) / 1e6 for p in pts]  # _series keeps pinned GPU clocks only
             ys = [getattr(p, attr).mean * scale for p in pts]
             errs = [(getattr(p, attr).ci95 or 0.0) * scale for p in pts]
             ax.errorbar(xs, ys, yerr=errs, marker="o", ms=4, capsize=3, label=name if len(series) > 1 else None)
@@ -202,7 +211,7 @@ def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: P
 
 
 # --------------------------------------------------------------------------- runs
-def run_report(store: Any, run_id: int, out: Path) -> Report:
+def run_report(store: Store, run_id: int, out: Path) -> Report:
     run = store.get_run(run_id)
     src = run.source.value
     comparisons = [c for c in store.comparisons_for(run_id) if c.run_id == run_id]
@@ -251,9 +260,9 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
         lines.append(row)
     if refused is not None:
         lines += ["", f"Not compared with its stored baseline: {refused.what}."]
-    if comparison is not None:
-        same = ", of the same workload" if base is not None and base.workload is not None else ""
-        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): "  # type: ignore[union-attr]
+    if comparison is not None and base is not None:  # both, or neither
+        same = ", of the same workload" if base.workload is not None else ""
+        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): "
                       f"**{saving_text(comparison.saving_pct, than=None)}**, "
                       f"**{slowdown_text(comparison.slowdown_pct, than=None)}** [{comparison.source.value}]."]
         if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
@@ -265,7 +274,7 @@ def run_report(store: Any, run_id: int, out: Path) -> Report:
     return Report("run", run_id, md, tuple(figures), title)
 
 
-def _rail_figure(run: Any, base: Any, title: str, path: Path) -> Path:
+def _rail_figure(run: RunRecord, base: RunRecord | None, title: str, path: Path) -> Path:
     fig, ax = _figure()
     rails = list(run.rail_energy_j)
     width = 0.4 if base is not None else 0.6
@@ -283,7 +292,8 @@ def _rail_figure(run: Any, base: Any, title: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _trace_figure(run: Any, samples: Sequence[Any], base: Any, base_samples: Sequence[Any], title: str,
+def _trace_figure(run: RunRecord, samples: Sequence[PowerSample], base: RunRecord | None,
+                  base_samples: Sequence[PowerSample], title: str,
                   path: Path) -> Path:
     fig, ax = _figure()
     for rec, pts, color in ((run, samples, "tab:blue"), (base, base_samples, "tab:gray")):
@@ -301,14 +311,14 @@ def _trace_figure(run: Any, samples: Sequence[Any], base: Any, base_samples: Seq
 
 
 # --------------------------------------------------------------------------- helpers
-def _figure() -> tuple[Any, Any]:
+def _figure() -> tuple[Figure, Axes]:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.0, 4.2), dpi=DPI)
     return fig, fig.add_subplot(1, 1, 1)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Figure, path: Path) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
@@ -317,7 +327,7 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _boards_line(boards: Any) -> list[str]:
+def _boards_line(boards: Sequence[DeviceRecord]) -> list[str]:
     """A fleet sweep's boards (several boards of one module measured its points)."""
     if len(boards) < 2:
         return []
@@ -326,7 +336,7 @@ def _boards_line(boards: Any) -> list[str]:
             "each stored point names its board.  "]
 
 
-def _method(sweep: Any) -> str:
+def _method(sweep: SweepRecord) -> str:
     """How the sweep's points were obtained: run here, or imported from a file."""
     space = sweep.space
     if space.get("method") == "import":
@@ -337,7 +347,7 @@ def _method(sweep: Any) -> str:
             f"{sweep.repeats} repetition(s); status {sweep.status}.  ")
 
 
-def _mean(stat: Any, fmt: str) -> str:
+def _mean(stat: Stat | None, fmt: str) -> str:
     return UNKNOWN if stat is None else format(stat.mean, fmt)
 
 

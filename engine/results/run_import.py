@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from engine.device.power import PowerSample
-from engine.results.db import Database
+from engine.results.db import Database, inserted_id
 from engine.results.errors import StoreError
 from engine.results.records import ComparisonRecord, RunRecord, as_source, json_text, normalize_setting, utc_now
+
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
+    from engine.results.store import Store
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class ImportedRuns:
     comparison_ids: Mapping[int, int]
 
 
-def export_runs(store: Any, run_ids: Sequence[int]) -> RunBundle:
+def export_runs(store: Store, run_ids: Sequence[int]) -> RunBundle:
     """The runs `run_ids` of `store` with their power samples and every comparison among them."""
     runs = tuple(store.get_run(int(i)) for i in run_ids)
     wanted = {r.id for r in runs}
@@ -76,7 +79,7 @@ class RunImport(Database):
                      None if r.synthetic is None else int(r.synthetic), r.data_source, int(r.simulated),
                      as_source(r.source).value, r.label, r.notes, r.error, r.last_sample_t),
                 )
-                new = int(cur.lastrowid)
+                new = inserted_id(cur)
                 run_ids[r.id] = new
                 conn.executemany(
                     "INSERT INTO power_samples (run_id, t, total_mw, rails_mw, source) VALUES (?, ?, ?, ?, ?)",
@@ -94,5 +97,5 @@ class RunImport(Database):
                      as_source(c.source).value, c.created_at or utc_now()),
                 )
                 if c.id is not None:
-                    comparison_ids[c.id] = int(cur.lastrowid)
+                    comparison_ids[c.id] = inserted_id(cur)
         return ImportedRuns(run_ids, comparison_ids)

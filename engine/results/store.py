@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sqlite3
 from dataclasses import replace
 from datetime import datetime
@@ -26,7 +27,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
 from engine.results.compare import Comparison, compare_records
-from engine.results.db import default_db_path
+from engine.results.db import default_db_path, inserted_id
 from engine.results.errors import CorruptStoreError, StoreError, StoreVersionError, UnknownRecordError
 from engine.results.migrations import SCHEMA_VERSION
 from engine.results.records import (
@@ -68,8 +69,8 @@ class Store(SweepTables, RunImport):
     """One results database: runs, their power traces and comparisons here; sweeps, devices,
     workloads and the connection in the classes below. Use as a context manager."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
+        super().__init__(path, create)
         try:
             self.reap_abandoned()
         except StoreError as exc:  # e.g. a read-only file: the runs stay `running` for now
@@ -153,7 +154,7 @@ class Store(SweepTables, RunImport):
                  timestamp(started_at), rails, weights, None if synthetic is None else int(synthetic),
                  data_source, int(bool(simulated)), src.value, label, notes, owner_lock),
             )
-            return int(cur.lastrowid)
+            return inserted_id(cur)
 
     def finish_run(
         self,
@@ -354,7 +355,7 @@ class Store(SweepTables, RunImport):
                 (comparison.run_id, comparison.baseline_run_id, comparison.saving_pct, comparison.slowdown_pct,
                  comparison.rails, as_source(comparison.source).value, utc_now()),
             )
-            return int(cur.lastrowid)
+            return inserted_id(cur)
 
     def compare_runs(self, run_id: int, baseline_run_id: int, record: bool = True) -> Comparison:
         """Energy saving and slowdown of a run against its baseline (e.g. MAXN), from their stored

@@ -413,7 +413,7 @@ class _RowReader:
                 if time_s is None:
                     raise CellError("power_w alone gives no energy: the time is not given",
                                     "add time_s (energy = power_w x time_s), or give energy_j")
-            energy = power * time_s  # type: ignore[operator]
+            energy = power * time_s
         elif power is not None and time_s is not None and abs(power * time_s / energy - 1) > ENERGY_TOLERANCE:
             with self.at(where, "power_w"):
                 raise CellError(f"energy_j {energy:g} J disagrees with power_w x time_s = {power * time_s:g} J",

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.text import clean_text, shown
-from engine.results.db import Database
+from engine.results.db import Database, inserted_id
 from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError
 from engine.results.records import (
     RUN_STATUSES,
@@ -97,12 +97,12 @@ class SweepTables(Database):
                              "planned = IFNULL(?, planned) WHERE id = ?", (owner_lock, planned, sweep_id))
                 log.info("resuming sweep %d", sweep_id)
             else:
-                sweep_id = int(conn.execute(
+                sweep_id = inserted_id(conn.execute(
                     "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
                     "source, label, created_at, owner_lock, planned) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)",
                     (device_id, workload_id, space_text, warmup_steps, steps, repeats, src.value, label, utc_now(),
                      owner_lock, planned),
-                ).lastrowid)
+                ))
         return self.get_sweep(sweep_id)
 
     def _unknown_sweep(self, sweep_id: int) -> UnknownRecordError:
@@ -173,7 +173,7 @@ class SweepTables(Database):
         except sqlite3.IntegrityError:
             raise StoreError(f"sweep {sweep_id} already holds repeat {point.repeat} of {key}",
                              "skip the points completed_points() lists when resuming") from None
-        return int(cur.lastrowid)
+        return inserted_id(cur)
 
     def add_finished_sweeps(self, device: DeviceRecord | int, sweeps: Sequence[FinishedSweep], *,
                             replace: Sequence[int] = ()) -> list[int]:
@@ -191,13 +191,13 @@ class SweepTables(Database):
                 workload_id = self._ref(conn, sw.workload, "workload")
                 space_text = json.dumps(sw.space, sort_keys=True, separators=(",", ":"), default=json_default)
                 now = utc_now()
-                sweep_id = int(conn.execute(
+                sweep_id = inserted_id(conn.execute(
                     "INSERT INTO sweeps (device_id, workload_id, space, warmup_steps, steps, repeats, status, "
                     "source, label, created_at, finished_at, planned) VALUES (?, ?, ?, ?, ?, ?, 'finished', ?, ?, ?, "
                     "?, ?)",
                     (device_id, workload_id, space_text, sw.warmup_steps, sw.steps, sw.repeats, src.value, sw.label,
                      now, now, len(sw.points)),
-                ).lastrowid)
+                ))
                 for point in sw.points:
                     self._insert_point(conn, point, sweep_id, src)
                 ids.append(sweep_id)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Protocol, Sequence
 
+from engine.core.jsontypes import JsonObject
 from engine.core.measurement import Measurement
 from engine.core.provenance import Source
 from engine.core.stats import Stat, mean_ci
 from engine.device.setting import MAXN, DvfsSetting
-from engine.results.records import setting_key
+from engine.results.records import SweepPoint, setting_key
+
+if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
+    from engine.results.store import Store
 
 
 RAILS_ALL = "all"
@@ -46,7 +50,7 @@ class PointSummary:
         return Measurement(None if self.time_s is None else self.time_s.mean, self.energy_j.mean, self.samples,
                            source=self.source)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "setting": self.setting.to_json(), "label": self.setting.label(), "n": self.n, "samples": self.samples,
             "time_s": _json(self.time_s), "energy_j": self.energy_j.to_json(), "power_w": _json(self.power_w),
@@ -56,7 +60,7 @@ class PointSummary:
         }
 
 
-def _json(stat: Stat | None) -> dict[str, Any] | None:
+def _json(stat: Stat | None) -> JsonObject | None:
     return None if stat is None else stat.to_json()
 
 
@@ -64,9 +68,9 @@ def _timed(values: list[float]) -> Stat | None:
     return mean_ci(values) if values else None
 
 
-def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
+def summarize_points(points: Iterable[SweepPoint]) -> list[PointSummary]:
     """Group stored sweep points (engine.results.records.SweepPoint) by setting, in order of first appearance."""
-    groups: dict[str, list[Any]] = {}
+    groups: dict[str, list[SweepPoint]] = {}
     for p in points:
         groups.setdefault(setting_key(p.setting), []).append(p)
     out = []
@@ -75,17 +79,18 @@ def summarize_points(points: Iterable[Any]) -> list[PointSummary]:
         rails = sorted({r for p in pts for r in p.rail_energy_j})
         samples = [int(p.samples) for p in pts]
         source = pts[0].source or Source.TWIN
-        timed = [p for p in pts if p.time_s is not None]  # energy-only points (time None) have no time figures
+        # energy-only points (time None) have no time figures: (time, energy, samples) of the timed ones
+        timed = [(p.time_s, p.energy_j, p.samples) for p in pts if p.time_s is not None]
         out.append(PointSummary(
             setting=setting,
             n=len(pts),
             samples=round(statistics.fmean(samples)),
-            time_s=_timed([p.time_s for p in timed]),
+            time_s=_timed([t for t, _, _ in timed]),
             energy_j=mean_ci([p.energy_j for p in pts]),
-            power_w=_timed([p.energy_j / p.time_s for p in timed]),
+            power_w=_timed([e / t for t, e, _ in timed]),
             joules_per_sample=mean_ci([p.energy_j / p.samples for p in pts]),
-            samples_per_s=_timed([p.samples / p.time_s for p in timed]),
-            seconds_per_sample=_timed([p.time_s / p.samples for p in timed]),
+            samples_per_s=_timed([n / t for t, _, n in timed]),
+            seconds_per_sample=_timed([t / n for t, _, n in timed]),
             rail_energy_j={r: statistics.fmean(p.rail_energy_j.get(r, 0.0) for p in pts) for r in rails},
             source=Source(source),
         ))
@@ -122,7 +127,7 @@ def maxn_of(summaries: Sequence[PointSummary]) -> PointSummary | None:
 
 
 def stored_points(
-    store: Any,
+    store: Store,
     device_id: int,
     workload_id: int,
     *,
@@ -132,7 +137,7 @@ def stored_points(
     """(setting, mean measurement) of every setting the store's sweeps of this workload on
     this device's module measured (all their repetitions together, on any board of the module:
     Db.device_ids): the oracle's data. With `rails`, only sweeps whose energy is over that preset."""
-    points: list[Any] = []
+    points: list[SweepPoint] = []
     devices = set(store.device_ids(device_id, "module")) if hasattr(store, "device_ids") else {device_id}
     for sweep in store.list_sweeps():
         if sweep.device_id not in devices or sweep.workload_id != workload_id:

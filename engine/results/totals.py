@@ -10,10 +10,13 @@ numbers.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
+
+if TYPE_CHECKING:  # annotations only
+    from engine.device.monitor import WindowResult
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class RunTotals:
             object.__setattr__(self, "energy_j", float(sum(self.rail_energy_j.get(r, 0.0) for r in over)))
 
     @classmethod
-    def from_window(cls, window: Any, *, samples: int | None, steps: int | None = None, rails: tuple[str, ...] | None = None,
+    def from_window(cls, window: WindowResult, *, samples: int | None, steps: int | None = None, rails: tuple[str, ...] | None = None,
                     rails_preset: str | None = None) -> RunTotals:
         """From a monitor window (engine.device.monitor.WindowResult) over the run's steps; `rails`: the
         rails the total is over (default: the window's)."""

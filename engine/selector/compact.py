@@ -191,8 +191,10 @@ def _forest(est: Any) -> TreeEnsemble | None:
         cols["value"].append(np.asarray(t.value, dtype=np.float64)[:, 0, 0])
         roots.append(offset)
         offset += n
-    return TreeEnsemble(**{k: np.concatenate(v) for k, v in cols.items()}, roots=np.array(roots, dtype=np.int64),
-                        combine="mean", float32_input=True)
+    flat = {k: np.concatenate(v) for k, v in cols.items()}
+    return TreeEnsemble(feature=flat["feature"], threshold=flat["threshold"], missing_left=flat["missing_left"],
+                        left=flat["left"], right=flat["right"], is_leaf=flat["is_leaf"], value=flat["value"],
+                        roots=np.array(roots, dtype=np.int64), combine="mean", float32_input=True)
 
 
 def export_pipeline(pipe: Any) -> TreeEnsemble | None:

@@ -208,7 +208,8 @@ def _write_compact(selector: Any, target: Path, joblib_sha256: str) -> Path | No
     arrays["joblib_sha256"] = np.array(joblib_sha256)  # the pickle this form was written with
     tmp = target.with_name(f".{target.stem}.npz.tmp{os.getpid()}")
     with open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
+        # numpy's stub lets **kwds fill allow_pickle (a bool); these keys are the compact form's array names
+        np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
     return tmp
 
 

@@ -165,9 +165,10 @@ def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure, floor_w: 
     measured = {s: m for s, m in probed}
     out = []
     for p in ranked:
-        m = measured.get(p.setting)
-        if m is not None:
-            out.append(Prediction(p.setting, m.seconds_per_sample, m.avg_power_w, m.joules_per_sample, m.source))
+        got = measured.get(p.setting)
+        if got is not None:
+            out.append(Prediction(p.setting, got.seconds_per_sample, got.avg_power_w, got.joules_per_sample,
+                                  got.source))
         else:
             out.append(apply_correction(p, corr, x_of(p.setting)))
     return out, probed, corr

@@ -51,8 +51,9 @@ def per_sample(t: float, e: float, source: Source) -> Measurement:
     return Measurement(float(t), float(e), 1, None, source)
 
 
-def choose(settings: Sequence[DvfsSetting], time_ps: Sequence[float], energy_ps: Sequence[float],
-           objective: Objective, source: Source, *, prefer_pinned: bool = False) -> DvfsSetting:
+def choose(settings: Sequence[DvfsSetting], time_ps: Sequence[float] | np.ndarray,
+           energy_ps: Sequence[float] | np.ndarray, objective: Objective, source: Source, *,
+           prefer_pinned: bool = False) -> DvfsSetting:
     """The setting the objective ranks best among (setting, time, energy) candidates.
 
     `prefer_pinned` (how predictions choose): MAXN is the baseline, not a candidate, unless

@@ -387,12 +387,13 @@ def fit_selector(
                           "give a regressor candidate, e.g. hist-gb/time+energy")
     objective = objective or Objective()
     x = ds.X()
-    clf = None
+    clf: SettingClassifier | None = None
     if chooser is not None:
         if progress:
             progress(f"refitting {chooser.label} on all {len(ds)} rows")
-        clf = fit_all(chooser, ds, objective, x)
-        assert isinstance(clf, SettingClassifier)
+        fitted = fit_all(chooser, ds, objective, x)
+        assert isinstance(fitted, SettingClassifier)
+        clf = fitted
     if progress:
         progress(f"refitting {spec.label} on all {len(ds)} rows" + (" for the figures" if chooser else ""))
     model = fit_all(spec, ds, objective, x)

@@ -189,7 +189,8 @@ def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective
     from engine.selector.selection import outcome
 
     by_wl = ds.by_workload()
-    out, errs = [], {"time": [], "power": [], "energy": []}
+    out: list[Any] = []
+    errs: dict[str, list[float]] = {"time": [], "power": [], "energy": []}
     for key in keys:
         rows = by_wl[key]
         present = [ds.settings[i] for i in rows]

@@ -102,8 +102,8 @@ def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None
     s = choice.saving
     notes = []
     if ens is not None:
-        members = ens.savings(choice.setting)
-        offsets = [v - members[0] for v in members]
+        savings = ens.savings(choice.setting)
+        offsets = [v - savings[0] for v in savings]
         spread = quantile_interval(offsets, LEVEL)
         low, high = s + spread.low, s + spread.high
         basis = ens.basis
@@ -158,7 +158,10 @@ def _ensemble(choice: "Choice", selector: "Selector", trace: Any, profile: Any, 
 
     if profile is None or isinstance(profile, str):
         # unnamed: the selector's board, calibrated to the user's measurements when they have been
-        profile = load_profile(profile or calibrated_or(selector.encoder.profile))
+        board = selector.encoder.profile
+        if profile is None and board is None:  # a selector that does not name its board: no ensemble
+            return None
+        profile = load_profile(profile or calibrated_or(str(board)))
     settings: list[DvfsSetting] = list(dict.fromkeys([MAXN, choice.setting, *selector.candidates]))
     return ensemble(trace, profile, settings, members=members, seed=seed)
 

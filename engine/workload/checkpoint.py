@@ -60,7 +60,7 @@ def save_checkpoint(root: str | Path, step: int, state: dict[str, Any], *, keep:
     root = Path(root)
     target = root / f"step-{step:07d}"
     tmp = root / f".step-{step:07d}.tmp"
-    tensors = {k: state[k] for k in ("model", "optimizer", "scheduler", "scaler") if k in state}
+    tensors: dict[str, object] = {k: state[k] for k in ("model", "optimizer", "scheduler", "scaler") if k in state}
     meta = {k: v for k, v in state.items() if k not in tensors}
     python_rng, numpy_rng, torch_rng = _rng_parts()
     tensors["rng"] = torch_rng

@@ -203,7 +203,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     model, info = load_model(resolved, task, allow_download=w.allow_download, seed=w.seed)
     lora = w.lora_settings
     # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.
-    model, _ = prepare_model(model, w.mode, lora=lora, checkpointing=w.grad_checkpointing, seed=w.seed)
+    trained, _ = prepare_model(model, w.mode, lora=lora, checkpointing=w.grad_checkpointing, seed=w.seed)
     if seq_len > info.max_positions:
         raise ConfigError(f"--max-seq-len {seq_len} exceeds what {info.name} can take "
                           f"({info.max_positions} positions)", f"give --max-seq-len {info.max_positions} or less")
@@ -214,14 +214,14 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
                           allow_download=w.allow_download)
     tokenizer = load_tokenizer(w.model, info, text.train_texts(),
                                allow_download=w.allow_download, task=task)
-    align_pad_token(model, tokenizer)
+    align_pad_token(trained, tokenizer)
     encoded = encode(text, tokenizer, seq_len, padding=w.padding)
 
     @lru_cache(maxsize=None)
     def traced(rows: int, length: int) -> StepTrace:
         from engine.workload.tracer import step_trace
 
-        return step_trace(model, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
+        return step_trace(trained, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
 
     def trace_for(rows: int, length: int) -> StepTrace:
         if w.padding == "dynamic":
@@ -235,7 +235,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         lora=lora, grad_checkpointing=w.grad_checkpointing,
     )
     trainer = Trainer(
-        model, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
+        trained, encoded.train, config, eval_data=encoded.eval, collate=encoded.collate,
         metric_fn=lambda preds, labels: compute_metrics(task, preds, labels),
         callbacks=stamp_evals(callbacks, info.weights, text.synthetic), control=control, step_hook=step_hook(trace_for) if step_hook is not None else None,
         run_name=(info.name, task.name),

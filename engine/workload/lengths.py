@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
@@ -27,10 +28,10 @@ from typing import Any, Mapping, Sequence
 from engine.core import paths
 from engine.core.errors import ConfigError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 # Batch lengths round up to this for step traces: a run needs a handful of traces, not one per length.
 TRACE_LENGTH_BUCKET = 16

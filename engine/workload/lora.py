@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from engine.core.errors import ConfigError
 from engine.core.plausible import MAX_LORA_RANK
+
+if TYPE_CHECKING:  # annotations only: peft is imported when a model is wrapped
+    from peft import PeftModel
 
 # family (engine.workload.zoo.FAMILIES) -> module names peft's target_modules matches
 DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
@@ -99,7 +102,7 @@ def _peft() -> Any:
     return peft
 
 
-def is_peft_model(model: Any) -> bool:
+def is_peft_model(model: object) -> TypeGuard[PeftModel]:
     """Whether `model` is wrapped by peft (a PeftModel), without importing peft."""
     return callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config")
 

@@ -23,6 +23,7 @@ from engine.workload.glue import GlueTask, get_task
 
 if TYPE_CHECKING:  # torch is imported where a model is built: resolving a spec needs none of it
     import torch
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +107,12 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
     try:
         entry = zoo.get_entry(spec)
     except ConfigError as not_in_zoo:
-        entry = zoo.find_by_hub_id(spec)
-        if entry is not None:
-            return ResolvedModel(f"hub:{spec}", entry.config, entry.family, entry.name,
-                                 spec, entry)
-        config = _hub_config(spec, allow_download)
-        if config is None:
+        by_hub_id = zoo.find_by_hub_id(spec)
+        if by_hub_id is not None:
+            return ResolvedModel(f"hub:{spec}", by_hub_id.config, by_hub_id.family, by_hub_id.name,
+                                 spec, by_hub_id)
+        hub_config = _hub_config(spec, allow_download)
+        if hub_config is None:
             if "/" not in spec:
                 raise not_in_zoo from None
             raise ConfigError(
@@ -119,14 +120,14 @@ def resolve_model(spec: str, *, allow_download: bool = False) -> ResolvedModel:
                 "download it once (`--download`, allow_download=True, network needed), copy "
                 "a checkpoint folder onto the board, or use a zoo model (`slm-dvfs models`)",
             ) from None
-        return ResolvedModel(f"hub:{spec}", config, _family(config, spec),
+        return ResolvedModel(f"hub:{spec}", hub_config, _family(hub_config, spec),
                              spec.rsplit("/", 1)[-1], spec, None)
     return ResolvedModel(f"zoo:{entry.name}", entry.config, entry.family, entry.name,
                          entry.hub_id, entry)
 
 
 def load_model(spec: str | ResolvedModel, task: GlueTask | str, *, allow_download: bool = False,
-               seed: int = 0) -> tuple[torch.nn.Module, ModelInfo]:
+               seed: int = 0) -> tuple[PreTrainedModel, ModelInfo]:
     """A classification model for `task`, with pretrained weights where available; `spec` a model
     reference, or the model as resolved already (not looked up again)."""
     task = get_task(task)
@@ -145,7 +146,7 @@ def load_model(spec: str | ResolvedModel, task: GlueTask | str, *, allow_downloa
 
 
 def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 0,
-                device: str | torch.device | None = None) -> torch.nn.Module:
+                device: str | torch.device | None = None) -> PreTrainedModel:
     """A classification model from an architecture alone, with random weights.
     `device="meta"` builds it without allocating memory (for counting parameters)."""
     import torch
@@ -194,8 +195,8 @@ def decoder_pad_token_id(config: Mapping[str, Any], family: str) -> int:
     return int(eos) if isinstance(eos, int) else PYTHIA_PAD_TOKEN_ID
 
 
-def model_info(resolved: ResolvedModel, model: torch.nn.Module, weights: str) -> ModelInfo:
-    cfg = model.config  # type: ignore[attr-defined]
+def model_info(resolved: ResolvedModel, model: PreTrainedModel, weights: str) -> ModelInfo:
+    cfg = model.config
     config = dict(resolved.config)
     config.update(pad_token_id=cfg.pad_token_id, num_labels=cfg.num_labels,
                   problem_type=cfg.problem_type)
@@ -214,7 +215,7 @@ def model_info(resolved: ResolvedModel, model: torch.nn.Module, weights: str) ->
 
 
 def _try_pretrained(resolved: ResolvedModel, task: GlueTask, allow_download: bool,
-                    seed: int) -> torch.nn.Module | None:
+                    seed: int) -> PreTrainedModel | None:
     import torch
     from transformers import AutoModelForSequenceClassification
 

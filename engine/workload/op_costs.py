@@ -137,7 +137,7 @@ class CountingMode(TorchDispatchMode):
         self.phase = "forward"
         self.assumed_scalars = 0
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func._overloadpacket.__name__ if hasattr(func, "_overloadpacket") else str(func)
         if func is _aten._local_scalar_dense.default and args and args[0].is_meta:
@@ -180,7 +180,7 @@ class FusedAttention(TorchFunctionMode):
     the L×L score matrix as DRAM traffic that the fused CUDA kernel never writes.
     """
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
             return _efficient_sdpa(*args, **kwargs)
@@ -230,7 +230,7 @@ def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
 
 
 class MathAttention(TorchFunctionMode):
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention:
             return _math_sdpa(*args, **kwargs)

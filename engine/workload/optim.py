@@ -100,11 +100,13 @@ def prepare_model(model: torch.nn.Module, mode: str, *, lora: LoraSettings | Non
 
 def enable_checkpointing(model: torch.nn.Module) -> None:
     """Gradient (activation) checkpointing, non-reentrant, on a transformers model."""
-    base = model.get_base_model() if is_peft_model(model) else model  # type: ignore[operator]
-    if not getattr(base, "supports_gradient_checkpointing", False):
+    from transformers import PreTrainedModel
+
+    base = model.get_base_model() if is_peft_model(model) else model
+    if not isinstance(base, PreTrainedModel) or not base.supports_gradient_checkpointing:
         raise ConfigError(f"{type(base).__name__} does not support gradient checkpointing",
                           "drop --grad-checkpointing (or use a smaller batch or length to fit memory)")
-    config = getattr(base, "config", None)
+    config = base.config
     if getattr(config, "use_cache", False):  # a training step keeps no KV cache; transformers would warn
         config.use_cache = False
     enable = getattr(base, "activation_checkpointing_enable", None)  # transformers >= 5.2x

@@ -176,8 +176,8 @@ def trace_workload(spec: WorkloadSpec, *, seq_len: int | None = None) -> Workloa
 
     net = build_model(spec.config, get_task(spec.task), seed=spec.seed, device="meta")
     total = sum(p.numel() for p in net.parameters())  # the model's own: LoRA's adapters are not counted
-    net, _ = prepare_model(net, spec.mode, lora=spec.lora_settings, checkpointing=spec.grad_checkpointing)
-    record = step_trace(net, name=spec.name, batch_size=int(spec.batch_size or 0), seq_len=int(seq_len or spec.seq_len or 0),
+    trained, _ = prepare_model(net, spec.mode, lora=spec.lora_settings, checkpointing=spec.grad_checkpointing)
+    record = step_trace(trained, name=spec.name, batch_size=int(spec.batch_size or 0), seq_len=int(seq_len or spec.seq_len or 0),
                         precision=str(spec.precision))
     found = WorkloadTrace(record.trace, int(total), record.method, cached=False)
     store_workload_trace(key, found)

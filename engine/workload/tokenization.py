@@ -92,7 +92,7 @@ def train_tokenizer(family: str, texts: Sequence[str], vocab_size: int,
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
+        trainer: trainers.Trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, show_progress=False,
                                             special_tokens=list(BERT_SPECIALS))
         tok.train_from_iterator(texts, trainer)
         cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")

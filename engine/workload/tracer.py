@@ -78,7 +78,7 @@ class TraceRecord:
 
 def _forward_params(model: torch.nn.Module) -> set[str]:
     if is_peft_model(model):  # a peft wrapper passes its base model's inputs on
-        model = model.get_base_model()  # type: ignore[operator]
+        model = model.get_base_model()
     try:
         return {p for p in inspect.signature(model.forward).parameters}
     except (TypeError, ValueError):
@@ -97,7 +97,7 @@ def default_batch(model: torch.nn.Module, batch_size: int, seq_len: int,
     params = _forward_params(model)
     ids = torch.zeros(batch_size, seq_len, dtype=torch.long, device=device)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if "token_type_ids" in params and getattr(config, "type_vocab_size", 0):
+    if "token_type_ids" in params and getattr(config, "type_vocab_size", None):
         batch["token_type_ids"] = torch.zeros_like(ids)
     num_labels = int(getattr(config, "num_labels", 2))
     if num_labels == 1 or getattr(config, "problem_type", None) == "regression":
@@ -199,7 +199,8 @@ def _recompute_under(model: torch.nn.Module, attention: type) -> None:
                              context_fn=lambda: (contextlib.nullcontext(), attention()))
     for module in model.modules():
         if getattr(module, "gradient_checkpointing", False) is True:
-            module._gradient_checkpointing_func = func
+            # transformers' hook for the checkpoint function, an attribute Module does not declare
+            setattr(module, "_gradient_checkpointing_func", func)
 
 
 def _capture_real_scaled(model: torch.nn.Module, batch_size: int, seq_len: int,
@@ -300,7 +301,7 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     if is_checkpointing(model):
         h.update(b"checkpointing;")
     if is_peft_model(model):  # LoRA's dropout adds operators its shapes do not show
-        for adapter, cfg in sorted(model.peft_config.items()):  # type: ignore[union-attr]
+        for adapter, cfg in sorted(model.peft_config.items()):
             h.update(f"lora:{adapter}:{getattr(cfg, 'lora_dropout', None)};".encode())
     h.update(f"v{TRACER_VERSION}".encode())
     return h.hexdigest()[:12]

@@ -124,7 +124,7 @@ def _input_filter(model: torch.nn.Module) -> Callable[[Mapping[str, torch.Tensor
     """Pass only the fields `model.forward` names (a Pythia model takes no token_type_ids);
     a peft wrapper passes its base model's fields on."""
     if is_peft_model(model):
-        model = model.get_base_model()  # type: ignore[operator]
+        model = model.get_base_model()
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -270,7 +270,7 @@ class Trainer:
             if self.step_hook is not None:
                 self.step_hook(rows, seq)
             self.emit(StepEnd(step=step, epoch=epoch, loss=loss_value, samples=rows, tokens=rows * seq,
-                              lr=lr, wall_s=wall, elapsed_s=elapsed(), grad_norm=grad_norm))
+                              lr=float(lr), wall_s=wall, elapsed_s=elapsed(), grad_norm=grad_norm))
             if cfg.eval_every and step % cfg.eval_every == 0 and step < self.total_steps:
                 last_eval.update(self.evaluate(step))
                 self.model.train()
@@ -300,8 +300,8 @@ class Trainer:
             norm = _grad_norm(self._params)
             # Clipping folded into the fused AdamW kernel, which divides every gradient by
             # grad_scale as it reads it: one pass over the gradients fewer than clip_grad_norm_.
-            self.optimizer.grad_scale = torch.clamp(  # type: ignore[attr-defined]
-                (norm + 1e-6) / self.config.max_grad_norm, min=1.0)
+            # an attribute the fused kernel reads (torch.optim.AdamW's _fused_adamw), not one Optimizer declares
+            setattr(self.optimizer, "grad_scale", torch.clamp((norm + 1e-6) / self.config.max_grad_norm, min=1.0))
         else:
             norm = torch.nn.utils.clip_grad_norm_(self._params, self.config.max_grad_norm)
         if self.scaler is not None:
@@ -396,12 +396,17 @@ class Trainer:
         folder = Path(folder)
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            from transformers import PreTrainedModel
             from transformers.utils import logging as hf_logging
 
+            model = self.model
+            if not (is_peft_model(model) or isinstance(model, PreTrainedModel)):
+                raise ConfigError(f"{type(model).__name__} is not a Hugging Face model: it cannot be saved in "
+                                  "their format", "fine-tune a transformers model to save it (--output-dir)")
             bars = hf_logging.is_progress_bar_enabled()
             hf_logging.disable_progress_bar()  # no tqdm bar over a progress line or a TUI
             try:
-                self.model.save_pretrained(str(folder))
+                model.save_pretrained(str(folder))
             finally:
                 if bars:
                     hf_logging.enable_progress_bar()
