@@ -27,7 +27,7 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
-from engine.device.discovery import CpuPolicy, JetsonNodes, RailNode, discover
+from engine.device.jetson.discovery import CpuPolicy, JetsonNodes, RailNode, discover
 from engine.device.jetson import l4t_tools
 from engine.device.jetson import writes as w
 from engine.device.jetson.identity import read_identity

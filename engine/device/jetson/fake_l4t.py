@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from engine.device.base import PowerMode
-from engine.device.discovery import JetsonNodes, discover
+from engine.device.jetson.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
 from engine.device.jetson.writes import write_range
 from engine.device.sysfs import FAKE_L4T_MARKER, SysfsTree
