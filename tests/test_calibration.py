@@ -21,7 +21,7 @@ from engine.device.twin.calibration import (
     sweep_error,
 )
 from engine.workload.spec import WorkloadSpec
-from engine.device.twin.calibration_toml import overlay_toml
+from engine.device.twin.calibration import overlay_toml
 from engine.device.twin.params import get_param
 from engine.device.twin.profile import available_profiles, load_profile, user_profiles_dir
 from engine.device.twin.synthetic import PERTURBATION, gpu_sweep_settings, perturbed_profile, synthetic_sweep

@@ -141,8 +141,9 @@ CHILD = textwrap.dedent('''
     from engine.device.clockd.client import ClockdClient, ServiceDevice
     from engine.device.guard.guard import ClockGuard
     from engine.device.session import open_device
-    import engine.device.jetson, engine.device.discovery, engine.device.jetson_snapshot, engine.device.jetson_write
-    import engine.device.jetson_identity, engine.device.nvpmodel, engine.device.setting, engine.device.power
+    import engine.device.jetson, engine.device.jetson.discovery, engine.device.jetson.settings
+    import engine.device.jetson.writes, engine.device.jetson.identity
+    import engine.device.nvpmodel, engine.device.setting, engine.device.power
     import engine.cli, engine.selector, engine.selector.persistence, engine.core.text
     engine.cli.build_parser()  # the command modules, imported before the uid drops (the stdlib may be root's)
     uid, gid, groups, sock, root, what = sys.argv[1:7]

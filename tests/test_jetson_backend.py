@@ -14,7 +14,7 @@ import pytest
 import engine.device.sysfs as sysfs_mod
 from engine.device.base import ClockDomain, Device, DeviceSettings
 from engine.device.jetson import JetsonDevice
-from engine.device.jetson_identity import jetpack_for, module_for
+from engine.device.jetson.identity import jetpack_for, module_for
 from engine.device.sysfs import SysfsTree
 from engine.device.treegen import (
     ORIN_64GB_CPU_KHZ,
@@ -398,7 +398,7 @@ def test_missing_emc_says_root_is_needed(r36_tree: tuple[Path, TreeLayout]) -> N
 def test_a_channel_answering_enodata_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import engine.device.discovery as discovery_mod
+    import engine.device.jetson.discovery as discovery_mod
     from engine.device.treegen import RailSpec
 
     spec = default_orin_spec("r36")
@@ -523,7 +523,7 @@ def test_a_failed_restore_step_does_not_stop_the_others(
     r36_tree: tuple[Path, TreeLayout], monkeypatch: pytest.MonkeyPatch, fake_tools
 ) -> None:
     from engine.core.errors import SlmDvfsError
-    from engine.device import fake_l4t
+    from engine.device.jetson import fake_l4t
 
     root, lay = r36_tree
     fake_tools(root)

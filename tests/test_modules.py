@@ -13,7 +13,7 @@ import pytest
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.device.jetson_identity import read_identity
+from engine.device.jetson.identity import read_identity
 from engine.device.setting import MAXN
 from engine.device.sysfs import SysfsTree
 from engine.device.twin.fast import fast_sweep

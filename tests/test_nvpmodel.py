@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.device.base import PowerMode
-from engine.device.l4t_tools import nvpmodel_query as query, nvpmodel_switch as switch
+from engine.device.jetson.l4t_tools import nvpmodel_query as query, nvpmodel_switch as switch
 from engine.device.nvpmodel import format_conf, parse_conf, parse_query
 from engine.device.treegen import ORIN_64GB_MODES, TreeLayout
 from engine.core.errors import DeviceError
@@ -105,7 +105,7 @@ def test_query_and_switch_in_process_on_a_test_tree(r36_tree: tuple[Path, TreeLa
 
 
 def test_a_handed_tree_never_runs_its_own_tools(r36_tree: tuple[Path, TreeLayout], tmp_path: Path) -> None:
-    from engine.device import l4t_tools
+    from engine.device.jetson import l4t_tools
 
     root, lay = r36_tree
     evil = root / "usr/sbin/nvpmodel"  # case 6: --sysfs-root DIR must not run DIR/usr/sbin/nvpmodel

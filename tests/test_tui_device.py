@@ -4,7 +4,7 @@ a graph per rail, clocks and temperatures, and history that fills while the page
 from __future__ import annotations
 
 from engine.device.session import DeviceSession
-from tui.history import rail_key, temp_key
+from tui.live_model import rail_key, temp_key
 from tui.messages import SnapshotTaken
 from tui.widgets.charts import HistoryGraph
 from tui.widgets.device_panes import ClocksPane, IdentityBar

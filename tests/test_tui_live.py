@@ -20,7 +20,7 @@ from engine.workload.events import RunCancelled, RunStarted, StepEnd, StepEnergy
 from traces import workload_of
 from engine.workload.spec import WorkloadSpec
 from tui import demo
-from tui.history import Stats, rail_key, temp_key, time_columns
+from tui.live_model import Stats, rail_key, temp_key, time_columns
 from tui.messages import ExperimentDone, RunProgress, SnapshotTaken
 from tui.runstate import MAX_SPANS, RunTracker
 from tui.widgets.charts import HistoryGraph
@@ -244,7 +244,7 @@ def _reference_columns(spans: list, columns: int, rails: set[str] | None) -> lis
 def test_columns_and_figures_match_their_definition_with_gaps_between_steps(seed: int) -> None:
     import random
 
-    from tui.history import group_stats, power_columns
+    from tui.live_model import group_stats, power_columns
 
     rng = random.Random(seed)
     spans, t = [], 0.0

@@ -50,7 +50,7 @@ from tui.actions.fleet import FleetActions
 from tui.actions.store import StoreActions
 from tui.actions.sweeps import SweepActions
 from tui.commands import SlmDvfsCommands
-from tui.history import DeviceHistory
+from tui.live_model import DeviceHistory
 from tui.keys import OrderedKeys
 from tui.lifecycle import Lifecycle
 from tui.messages import ExperimentRequested, PollFailed, SetupChanged, SnapshotTaken

@@ -21,7 +21,7 @@ from typing import Any
 
 from engine.core.interval import Interval, extrapolated
 from engine.core.provenance import MetricProvenance, Source
-from tui.history import Span, group_stats, time_columns
+from tui.live_model import Span, group_stats, time_columns
 
 WINDOW_S = 60.0  # the chart and the rails' averages cover the last minute
 LOG_LINES = 200

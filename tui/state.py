@@ -33,7 +33,7 @@ from tui.sweep_model import SweepView
 if TYPE_CHECKING:
     from engine.device.session import DeviceSession
     from tui.bridge import EventBridge
-    from tui.history import DeviceHistory
+    from tui.live_model import DeviceHistory
     from tui.lifecycle import QuitNote
     from tui.runstate import RunTracker
     from tui.sweep_model import SweepTracker

@@ -1,5 +1,5 @@
 """nvpmodel: the power-mode conf (parse and write), `nvpmodel -q` output, and running an L4T tool
-(which tool may run, and from where: `l4t_tools.py`).
+(which tool may run, and from where: `jetson/l4t_tools.py`).
 
 Conf syntax as shipped in L4T (`etc/nvpmodel/nvpmodel_p3701_0000.conf`):
 

@@ -139,7 +139,7 @@ def twin_root(profile: str) -> Path:
 
 def board_present(root: Path) -> bool:
     """True where the root holds a Jetson GPU devfreq node (as discovery finds it)."""
-    from engine.device.discovery import discover
+    from engine.device.jetson.discovery import discover
     from engine.device.sysfs import SysfsTree
 
     return discover(SysfsTree(root)).gpu_devfreq is not None

@@ -18,7 +18,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.monitor import RAIL_PRESETS
 from engine.device.twin.calibration import Calibration, FitOptions, Observation, calibrate_profile, calibrated_name
-from engine.device.twin.calibration_toml import check_profile_name, overlay_toml
+from engine.device.twin.calibration import check_profile_name, overlay_toml
 from engine.device.twin.profile import devices_dir, load_profile, user_profiles_dir
 from engine.results.calibration_report import format_calibration
 from engine.results.records import dvfs_setting, setting_key

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from tui.history import DeviceHistory
+from tui.live_model import DeviceHistory
 from tui.screens.base import PageScreen
 from tui.state import DeviceReading
 from tui.fmt import fit, title_room

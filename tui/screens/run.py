@@ -18,7 +18,7 @@ from textual.reactive import var
 from textual.widgets import Log
 
 from engine.device.base import ClockDomain
-from tui.history import DeviceHistory, time_columns
+from tui.live_model import DeviceHistory, time_columns
 from tui.runstate import RunView
 from tui.screens.base import PageScreen
 from tui.state import DeviceReading

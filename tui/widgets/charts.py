@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tui.fmt import nice_ceiling
-from tui.history import Stats
+from tui.live_model import Stats
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

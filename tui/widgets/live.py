@@ -3,7 +3,7 @@
 A `GraphStack` holds one `HistoryGraph` per series, made the first time the series is
 shown (a board's rails and zones are known only once it has been read); the graphs share
 the stack's height, so they grow with the terminal. The `plot_*` helpers draw the poll's
-history (`tui.history.DeviceHistory`) and a run's per-step spans into a stack.
+history (`tui.live_model.DeviceHistory`) and a run's per-step spans into a stack.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from textual.containers import Vertical
 
 from engine.device.base import ClockDomain
-from tui.history import TOTAL, DeviceHistory, Span, Stats, clock_key, group_stats, power_columns, rail_key, temp_key
+from tui.live_model import TOTAL, DeviceHistory, Span, Stats, clock_key, group_stats, power_columns, rail_key, temp_key
 from tui.widgets.charts import POWER_HOT, POWER_WARN, HistoryGraph
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C
 

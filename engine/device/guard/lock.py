@@ -30,7 +30,7 @@ from typing import Iterator
 
 from engine.core import paths
 from engine.core.errors import DeviceError, errno_text
-from engine.device.jetson_identity import read_serial
+from engine.device.jetson.identity import read_serial
 from engine.device.sysfs import SysfsTree
 from engine.device.treefs import UnsafeTreeError, not_regular, read_fd, resolve_at
 

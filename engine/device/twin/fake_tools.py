@@ -1,6 +1,6 @@
 """The twin's stand-ins for L4T's `nvpmodel` and `jetson_clocks`.
 
-The logic lives in `engine.device.fake_l4t`, which `engine.device.l4t_tools` calls
+The logic lives in `engine.device.jetson.fake_l4t`, which `engine.device.jetson.l4t_tools` calls
 in-process on a twin's tree: nothing under the tree is executed. `install` also writes two
 small scripts at the tools' L4T paths, for a person who wants to run them by hand.
 """
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from engine.device.treefs import put_file
-from engine.device.fake_l4t import (  # noqa: F401 - the twin's tools, by their old names
+from engine.device.jetson.fake_l4t import (  # noqa: F401 - the twin's tools, by their old names
     DEFAULT_STORE,
     JETSON_CLOCKS_PATH,
     NVPMODEL_PATH,
@@ -27,7 +27,7 @@ _SCRIPT = """#!{python}
 # slm-dvfs itself never runs this file: it calls the same function in-process.
 import sys
 sys.path.append({src!r})
-from engine.device.fake_l4t import {func}
+from engine.device.jetson.fake_l4t import {func}
 sys.exit({func}({root!r}, sys.argv[1:]))
 """
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.trace import StepMix, StepTrace
 from engine.device.setting import MAXN, DvfsSetting
-from engine.device.twin.calibration_core import Observation
+from engine.device.twin.calibration.observations import Observation
 from engine.device.twin.params import get_param, with_params
 
 if TYPE_CHECKING:  # the profile module loads with the first profile
@@ -63,7 +63,7 @@ def synthetic_sweep(trace: StepTrace | StepMix, truth: TwinProfile, *, sweep: st
                     noise: float = 0.015, seed: int = 0, energy_only: int = 0) -> list[Observation]:
     """One sweep "measured" on the `truth` profile: each figure times a log-normal factor of sd
     `noise`; the last `energy_only` pinned settings have no time (as an energy-only import)."""
-    from engine.device.twin.calibration_core import predict
+    from engine.device.twin.calibration.observations import predict
 
     chosen = tuple(settings) if settings is not None else gpu_sweep_settings(truth)
     rng = random.Random(f"{seed}:{sweep}")

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.core.errors import ConfigError, DeviceError
-from engine.device.discovery import discover
+from engine.device.jetson.discovery import discover
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf
 from engine.device.sysfs import TWIN_MARKER, SysfsTree
 from engine.device.treefs import put_file

@@ -6,7 +6,7 @@ environment. Three routes, chosen by the device root alone:
 
 - the root is `/`: the tools at `/usr/sbin/nvpmodel` and `/usr/bin/jetson_clocks`;
 - the root is a twin's tree or a test tree (its marker file, owned by us and writable by
-  nobody else): the same tools' stand-ins called in-process (`engine.device.fake_l4t`);
+  nobody else): the same tools' stand-ins called in-process (`engine.device.jetson.fake_l4t`);
 - any other root (a board's tree mounted elsewhere, a copy): no tool at all; the power mode
   is read from nvpmodel's status file and switching is refused with a clear error.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from engine.core.errors import DeviceError
-from engine.device import fake_l4t
+from engine.device.jetson import fake_l4t
 from engine.device.nvpmodel import parse_query, run_tool
 from engine.device.treefs import own_tree
 

@@ -1,7 +1,7 @@
 """Stand-ins for L4T's `nvpmodel` and `jetson_clocks`, run in-process on a twin or test tree.
 
 Nothing under a root we were handed is ever executed (docs/security.md): on a twin's tree
-(or a test tree carrying `FAKE_L4T_MARKER`) `engine.device.l4t_tools` calls
+(or a test tree carrying `FAKE_L4T_MARKER`) `engine.device.jetson.l4t_tools` calls
 `nvpmodel_main` / `jetson_clocks_main` here as Python functions with the tree's root.
 They act on the tree's files as the real tools act on a board's:
 nvpmodel keeps `var/lib/nvpmodel/status` and writes a mode's caps into the clock and
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from engine.device.base import PowerMode
-from engine.device.discovery import JetsonNodes, discover
+from engine.device.jetson.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
-from engine.device.jetson_write import write_range
+from engine.device.jetson.writes import write_range
 from engine.device.sysfs import FAKE_L4T_MARKER, SysfsTree
 from engine.device.treefs import put_file
 from engine.core.errors import SlmDvfsError

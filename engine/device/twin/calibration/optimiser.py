@@ -1,6 +1,6 @@
 """The calibration's optimiser: bounded least squares over the continuous parameters (scipy),
 alternating with a grid search over the GPU governor's effective threshold, and the posterior
-spreads (engine.device.twin.calibration says what is fitted and why)."""
+spreads (`fit` says what is fitted and why)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from engine.device.twin.calibration_core import (
+from engine.device.twin.calibration.observations import (
     GOVERNOR_PATHS,
     FitOptions,
     Observation,

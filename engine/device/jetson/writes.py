@@ -13,7 +13,7 @@ import time
 
 from engine.core.errors import ClockNotAppliedError, DeviceError
 from engine.device.base import ClockDomain
-from engine.device.discovery import CpuPolicy, JetsonNodes
+from engine.device.jetson.discovery import CpuPolicy, JetsonNodes
 from engine.device.sysfs import SysfsTree
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """What a calibration works on: observations, the forward model over them, fit options and
-fitted parameters (engine.device.twin.calibration says what is fitted and how)."""
+fitted parameters (`fit` says what is fitted and how)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Calibrating the twin to measured sweeps: the profile's uncertain numbers fitted by bounded,
-regularised least squares (the shipped values and spreads are the priors).
+"""Fitting a profile to measured sweeps (`calibrate_profile` -> `Calibration`, with each point's
+and each held-out sweep's error): the profile's uncertain numbers fitted by bounded, regularised
+least squares (the shipped values and spreads are the priors).
 
 An `Observation` is one measured setting of one sweep: energy per sample over the rails the
 measurement summed, and time per sample when it is known (energy-only rows have none). The
@@ -18,37 +19,24 @@ The objective, in normalised units (docs/twin.md, "Calibration"):
 The GPU governor's numbers (podgov_target_load, podgov_load_seen) move MAXN's settled clock in
 whole table steps, so the twin's energy is piecewise constant in them and a gradient sees nothing:
 they are fitted from the sweeps' MAXN points by a grid search between least-squares rounds
-(engine.device.twin.calibration_fit).
+(engine.device.twin.calibration.optimiser).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.device.setting import MAXN
-from engine.device.twin.calibration_core import (
-    DEFAULT_LEVEL_WEIGHT,
-    DEFAULT_NOISE,
-    GOVERNOR_PATHS,
-    FitOptions,
-    Observation,
-    ParamMove,
-    Prediction,
-    predict,
-)
+from engine.device.twin.calibration.observations import FitOptions, Observation, ParamMove, predict
 from engine.device.twin.params import ParamSpread
 from engine.device.twin.profile import CALIBRATED_SUFFIX
 
 if TYPE_CHECKING:  # the profile module loads with the first profile
     from engine.device.twin.profile import TwinProfile
-
-__all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "GOVERNOR_PATHS", "Calibration", "FitOptions", "Observation",
-           "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "loso_summary", "mape",
-           "point_errors", "predict", "spreads_for", "sweep_error", "calibrated_name", "written_profile"]
 
 
 # --------------------------------------------------------------------------- results
@@ -268,7 +256,7 @@ def calibrate_profile(profile: TwinProfile, observations: Sequence[Observation],
     """Fit `profile`'s uncertain numbers (`paths`, default all of profile.uncertainty) to the
     observations; with `loso`, also predict each sweep from a fit to the others. The fitted
     profile is called `name` (default "<base>-calibrated")."""
-    from engine.device.twin.calibration_fit import fit
+    from engine.device.twin.calibration.optimiser import fit
 
     opts = options or FitOptions()
     opts.check()

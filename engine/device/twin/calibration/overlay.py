@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
-from engine.device.twin.calibration import Calibration, calibrated_name
+from engine.device.twin.calibration.fit import Calibration, calibrated_name
 from engine.device.twin.params import get_param
 
 if TYPE_CHECKING:  # the profile module loads with the first profile
@@ -28,7 +28,7 @@ def check_profile_name(name: str) -> str:
 
 def overlay_toml(cal: Calibration, *, name: str | None = None, root: TwinProfile | None = None, sweeps_note: str = "",
                  when: datetime | None = None) -> str:
-    """The overlay file of `cal` (engine.device.twin.calibration.Calibration). Its base is the
+    """The overlay file of `cal` (`fit.Calibration`). Its base is the
     root profile: `cal.base` itself, or, when cal.base is a calibrated overlay, `root` (the profile
     it overlays, which the caller loads): [params] then holds every number that differs from it."""
     base = cal.base

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from engine.core.errors import DeviceError, NodeNotFoundError
-from engine.device import jetson_write as w
+from engine.device.jetson import writes as w
 from engine.device.base import ClockDomain, ClockState, DeviceSettings, DomainSettings, PowerMode
-from engine.device.discovery import CpuPolicy, JetsonNodes
+from engine.device.jetson.discovery import CpuPolicy, JetsonNodes
 from engine.device.sysfs import SysfsTree
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""Bounded histories the live pages graph (no Textual here).
+"""The live graphs' model (`tui/widgets/live.py` draws it; no Textual here): the device poll's
+bounded history and a run's power columns.
 
 `DeviceHistory` keeps what the app's poll reads (about twice a second): each rail's power,
 the total, each clock and every thermal zone, one point per reading, the last `points`.

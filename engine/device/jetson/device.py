@@ -1,9 +1,9 @@
-"""The Jetson backend: the Device protocol over kernel files under a root (`/` on a board).
+"""The Jetson device: the Device protocol over kernel files under a root (`/` on a board).
 
 A digital twin renders the same files under another root (and marks it with a
 `.slm-dvfs-twin` file), so this one code path serves the board and its twin.
-Who the board is: `jetson_identity.py`; how clocks are written safely: `jetson_write.py`;
-the snapshot the guard journals and restores: `jetson_snapshot.py`.
+Who the board is: `identity.py`; how clocks are written safely: `writes.py`; the
+settings the guard journals and restores: `settings.py`; L4T's tools: `l4t_tools.py`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Any, Mapping
 from engine.core.clocks import highest_at_most
 from engine.core.errors import DeviceError, NodeNotFoundError, UnsupportedFrequencyError
 from engine.core.jsontypes import JsonObject
-from engine.device import jetson_snapshot, l4t_tools, nvpmodel
-from engine.device import jetson_write as w
+from engine.device import nvpmodel
 from engine.device.base import (
     ClockDomain,
     ClockState,
@@ -28,8 +27,11 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
-from engine.device.discovery import CpuPolicy, JetsonNodes, RailNode, discover
-from engine.device.jetson_identity import read_identity
+from engine.device.jetson.discovery import CpuPolicy, JetsonNodes, RailNode, discover
+from engine.device.jetson import l4t_tools
+from engine.device.jetson import writes as w
+from engine.device.jetson.identity import read_identity
+from engine.device.jetson.settings import CpuCluster, cpu_clusters, read_settings, restore_steps
 from engine.device.sysfs import OpenFiles, SysfsTree
 
 log = logging.getLogger(__name__)
@@ -313,20 +315,20 @@ class JetsonDevice:
 
     # ------------------------------------------------------------------ snapshot
 
-    def cpu_clusters(self) -> tuple[jetson_snapshot.CpuCluster, ...]:
+    def cpu_clusters(self) -> tuple[CpuCluster, ...]:
         """Each CPU cluster: clocked, offline, or without a cpufreq folder (unknown, never pinned)."""
-        return jetson_snapshot.cpu_clusters(self)
+        return cpu_clusters(self)
 
     def read_settings(self) -> DeviceSettings:
         """Every setting we may change; the CPU once per cpufreq policy, since a mode switch
         hot-plugs whole clusters and each must get its own range back."""
-        return jetson_snapshot.read_settings(self)
+        return read_settings(self)
 
     def apply_settings(self, settings: DeviceSettings) -> None:
         """Restore a snapshot, best effort per setting, then raise one DeviceError listing
         what failed (so one refused write does not leave every other pin in place); the
-        order is `jetson_snapshot.restore_steps`'s."""
-        failed = jetson_snapshot.restore_steps(self, settings)
+        order is `settings.restore_steps`'s."""
+        failed = restore_steps(self, settings)
         self._prev_governor.clear()
         if failed:
             raise DeviceError(
