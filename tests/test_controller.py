@@ -353,8 +353,9 @@ def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_
     root = twin.root
     before = {f: read(root, f) for f in (f"{GPU}/min_freq", f"{CPU0}/scaling_min_freq", f"{EMC}/mrq_rate_locked")}
     store = isolated_state / f"jetson_clocks-{os.getpid()}.store"
-    ctl = controller(twin, "maxn-pinned")
-    with ClockGuard(ctl.device, handle_signals=False) as guard:
+    loose = controller(twin, "maxn-pinned")
+    with ClockGuard(loose.device, handle_signals=False) as guard:
+        ctl = DvfsController(loose.device, loose.policy, loose.ctx, guard=guard)  # the run hands its guard over
         ctl(run_started())
         assert store.is_file() and guard.jetson_clocks_store == str(store)
         assert list_journals()[0].jetson_clocks_store == str(store)  # known after a SIGKILL too
@@ -364,7 +365,7 @@ def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_
         ctl.apply(MAXN_PINNED)  # again: the first store is kept, not overwritten with pinned clocks
         assert store.read_text() == stored
         # A second controller in the same guard (e.g. the baseline run) keeps it too.
-        other = DvfsController(ctl.device, make_policy("maxn-pinned"), ctl.ctx)
+        other = DvfsController(ctl.device, make_policy("maxn-pinned"), ctl.ctx, guard=guard)
         other(run_started())
         assert store.read_text() == stored
     assert calls == [store] and not store.exists()

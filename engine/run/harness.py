@@ -1,8 +1,9 @@
 """The run harness: the one way a run or a sweep meets the device.
 
     workload = resolve_workload(spec.workload)  # once: the store's key, the step trace
-    with open_harness(twin="agx-orin-64gb", rails="all", listeners=[progress]) as h:
+    with open_harness(twin="agx-orin-64gb", rails="all", listeners=[progress], policies=factory) as h:
         with h.guarded():                       # clock guard + power monitor
+            controller = h.controller(h.policies.make("online"), ctx)  # handed the guard
             result = h.train(finetune_spec, callbacks=[controller, recorder], workload=workload)
 
 It opens the device session (a board, or the twin), resolves the workload, takes the
@@ -11,6 +12,11 @@ monitor, builds the per-step hook that advances the twin (nothing on a board), a
 trains or simulates through the same step loop. There is one energy path: the monitor's
 windows over the session's power source, exact on the twin and integrated on a board.
 A `StepMeter` turns each step into a window and emits `StepEnergy` to every listener.
+
+The harness holds what a run's parts are handed instead of looking up: its `ClockGuard` (while
+`guarded()`, given to the DVFS controllers it builds and to the experiment that names its runs in
+the guard's journal) and the `PolicyFactory` its client built (engine.selector.policy_factory()
+with `ml`; the dvfs layer's built-in policies by default). Nothing is process-global.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from engine.device.monitor import PowerMonitor, resolve_rails
 from engine.workload.events import RunCancelled, RunFinished, StepBegin, StepEnd, StepEnergy
 
 if TYPE_CHECKING:
+    from engine.device.guard.guard import ClockGuard
+    from engine.dvfs.controller import DvfsController
+    from engine.dvfs.policies import Policy, PolicyContext, PolicyFactory
     from engine.workload.finetune import FinetuneResult, FinetuneSpec
     from engine.workload.resolve import Workload
 
@@ -90,8 +99,11 @@ class RunHarness:
     """An open device session with what a run needs around it (see the module's docstring)."""
 
     def __init__(self, session: Any, *, rails: str = "all", listeners: Iterable[Callable[[Any], None]] = (),
-                 control: Any = None) -> None:
+                 control: Any = None, policies: PolicyFactory | None = None) -> None:
+        from engine.dvfs.policies import BUILTIN_POLICIES
+
         self.session = session
+        self.policies = policies or BUILTIN_POLICIES  # every policy name a run here may ask for
         self.device = session.device
         self.identity = self.device.identity()
         self.source = self.identity.source
@@ -100,6 +112,7 @@ class RunHarness:
         self.listeners = list(listeners)
         self.control = control
         self.monitor: PowerMonitor | None = None
+        self.clock_guard: ClockGuard | None = None  # while guarded(): the clocks' snapshot and journal
 
     def emit(self, event: Any) -> None:
         for callback in self.listeners:
@@ -117,8 +130,19 @@ class RunHarness:
         """The clock guard (snapshot now, restored on the way out) and the power monitor."""
         from engine.device.guard.guard import ClockGuard
 
-        with ClockGuard(self.device), self.monitored():
-            yield self
+        with ClockGuard(self.device) as guard, self.monitored():
+            self.clock_guard = guard
+            try:
+                yield self
+            finally:
+                self.clock_guard = None
+
+    def controller(self, policy: Policy, ctx: PolicyContext) -> DvfsController:
+        """A DVFS controller of `policy` on this device, handed this harness's clock guard (it notes
+        jetson_clocks' store there); build it inside `guarded()`."""
+        from engine.dvfs.controller import DvfsController
+
+        return DvfsController(self.device, policy, ctx, guard=self.clock_guard)
 
     @contextlib.contextmanager
     def monitored(self) -> Iterator["RunHarness"]:
@@ -173,13 +197,15 @@ class RunHarness:
 @contextlib.contextmanager
 def open_harness(*, session: Any = None, twin: str | None = None, sysfs_root: str | None = None,
                  fallback_to_twin: bool = False, thermal: bool = False, rails: str = "all",
-                 listeners: Iterable[Callable[[Any], None]] = (), control: Any = None) -> Iterator[RunHarness]:
-    """A harness over `session`, or over a session opened here (and closed on the way out)."""
+                 listeners: Iterable[Callable[[Any], None]] = (), control: Any = None,
+                 policies: PolicyFactory | None = None) -> Iterator[RunHarness]:
+    """A harness over `session`, or over a session opened here (and closed on the way out);
+    `policies`: the factory of every policy name its runs may ask for (default: the built-in ones)."""
     owned = session is None
     if owned:
         session = open_session(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, thermal=thermal)
     try:
-        yield RunHarness(session, rails=rails, listeners=listeners, control=control)
+        yield RunHarness(session, rails=rails, listeners=listeners, control=control, policies=policies)
     finally:
         if owned:
             session.close()

@@ -254,17 +254,17 @@ def measure_points(spec: SweepSpec, harness: RunHarness, workload: Workload, pla
 def _run_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
                 guard: Any, record: Callable[..., None]) -> str:
     """The fine-tuning loop over all planned points, inside the harness's clock guard and monitor."""
-    from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import PolicyContext, make_policy
     from engine.workload.finetune import FinetuneSpec
 
     device = harness.device
-    applier = DvfsController(device, make_policy("maxn"), PolicyContext(device, Objective()))
     total_steps = len(plan) * (spec.warmup_steps + spec.steps)
     ft = FinetuneSpec(workload=workload.spec, steps=total_steps, train_samples=spec.train_samples,
                       eval_samples=spec.eval_samples, save_model=False)
     with harness.guarded():
         assert harness.monitor is not None
+        # Only its `apply` is used (each point's setting), handed the guard like any run's controller.
+        applier = harness.controller(make_policy("maxn"), PolicyContext(device, Objective()))
         driver = SweepDriver(plan, warmup_steps=spec.warmup_steps, steps=spec.steps, apply=applier.apply,
                              record=record, monitor=harness.monitor, guard=guard)
         result = harness.train(ft, callbacks=[driver], workload=workload)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.core.errors import one_line
+from engine.dvfs.policies import PolicyFactory
 from engine.run.experiment import ExperimentPhase, ExperimentSpec, run_experiment
 from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
 from engine.workload.events import StepEnergy
@@ -103,7 +104,8 @@ class _Progress:
 def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Sequence[Any],
                  selector: SelectorFiles | None, workload_of: Callable[[WorkloadSpec], Workload],
                  control: Any, put: Callable[[Any], None],
-                 running: Callable[[str], None], pause: Callable[[float], None]) -> ExperimentRecords:
+                 running: Callable[[str], None], pause: Callable[[float], None],
+                 policies: PolicyFactory | None = None) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
     from engine.results.records import DeviceRecord
     from engine.results.run_import import export_runs
@@ -119,7 +121,7 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                     store.add_finished_sweeps(DeviceRecord.from_identity(identity), list(seeds))
                 run_spec = with_selector(spec, selector, Path(tmp) / "selector") if selector is not None else spec
                 result = run_experiment(run_spec, store=store, callbacks=[_Progress(spec, put, running, pause)],
-                                        control=control, session=session, workload=workload)
+                                        control=control, session=session, workload=workload, policies=policies)
                 cancelled = result.cancelled or (result.baseline is not None and result.baseline.cancelled)
                 status = "cancelled" if cancelled else "finished"
             except Exception as exc:  # noqa: BLE001 - the failed runs are shipped too, with the error
