@@ -30,7 +30,7 @@ from engine.dvfs.policies import Policy, PolicyContext
 from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import DeviceError
 from engine.core.jsontypes import JsonObject
-from engine.workload.events import RunStarted, StepBegin, StepEnd, StepEnergy
+from engine.workload.events import RunControl, RunStarted, StepBegin, StepEnd, StepEnergy, TrainingListener
 
 if TYPE_CHECKING:
     from engine.device.guard.guard import ClockGuard
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class DvfsController:
-    """Applies a policy's settings to a device at step boundaries."""
+class DvfsController(TrainingListener):
+    """Applies a policy's settings to a device at step boundaries (a listener of the trainer's events)."""
 
     def __init__(
         self,
@@ -60,24 +60,30 @@ class DvfsController:
         self._next_step = 1
         self._prepared: DvfsSetting | None = None
 
-    # ------------------------------------------------------------------ the callback
+    # ------------------------------------------------------------------ the hooks
 
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, RunStarted):
-            self._next_step = event.start_step + 1
-            first, self._prepared = self._prepared, None
-            self.apply(first if first is not None else self.policy.initial(self.ctx))
-        elif isinstance(event, StepBegin):
-            self._next_step = event.step
-        elif isinstance(event, StepEnd):
-            self._next_step = event.step + 1
-        elif isinstance(event, StepEnergy):
-            self._next_step = event.step + 1
-            cost = self.measure(event)
-            self.last_cost = cost
-            new = self.policy.on_step_end(event.step, cost)
-            if new is not None and new != self.current:
-                self.apply(new)
+    def on_run_started(self, event: RunStarted) -> RunControl | None:
+        self._next_step = event.start_step + 1
+        first, self._prepared = self._prepared, None
+        self.apply(first if first is not None else self.policy.initial(self.ctx))
+        return None
+
+    def on_step_begin(self, event: StepBegin) -> RunControl | None:
+        self._next_step = event.step
+        return None
+
+    def on_step_end(self, event: StepEnd) -> RunControl | None:
+        self._next_step = event.step + 1
+        return None
+
+    def on_step_energy(self, event: StepEnergy) -> RunControl | None:
+        self._next_step = event.step + 1
+        cost = self.measure(event)
+        self.last_cost = cost
+        new = self.policy.on_step_end(event.step, cost)
+        if new is not None and new != self.current:
+            self.apply(new)
+        return None
 
     @staticmethod
     def measure(event: StepEnergy) -> Measurement | None:

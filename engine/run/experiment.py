@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
 from engine.dvfs.policies import PolicyFactory
@@ -37,11 +37,11 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, compare, flatten_metrics, stored_baseline
-from engine.run.harness import RunHarness, open_harness
+from engine.run.events import ExperimentPhase as ExperimentPhase  # defined with every event of a run
+from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
-from engine.workload.events import StepEnd
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
 
@@ -96,16 +96,6 @@ class ExperimentSpec:
 
 
 @dataclass(frozen=True)
-class ExperimentPhase:
-    """Event: one of the experiment's runs is about to start."""
-
-    role: str  # "policy" | "baseline"
-    policy: str
-    index: int  # 1-based
-    total: int
-
-
-@dataclass(frozen=True)
 class ExperimentResult:
     spec: ExperimentSpec
     identity: DeviceIdentity
@@ -143,7 +133,7 @@ def run_experiment(
     spec: ExperimentSpec,
     *,
     store: Any,
-    callbacks: Iterable[Callable[[Any], None]] = (),
+    callbacks: Iterable[ListenerLike] = (),
     control: Any = None,
     session: Any = None,
     workload: Workload | None = None,
@@ -255,6 +245,7 @@ class _Runner:
         self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
     def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
+        from engine.run.thermal import ThermalCheck
         from engine.workload.finetune import FinetuneSpec
 
         spec, harness = self.spec, self.harness
@@ -275,7 +266,7 @@ class _Runner:
         )
         assert harness.monitor is not None
         recorder = RunRecorder(harness.monitor)
-        callbacks = [controller, recorder, self._thermal_check]
+        callbacks = [controller, recorder, ThermalCheck(self.guard)]  # an overheated board: the run's stop
         metric = metric_value = None
         metrics: dict[str, Any] = {}
         learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
@@ -350,10 +341,6 @@ class _Runner:
                              f"Stored: {kept}",
                              f"free space on the disk that holds {self.store.path} (or pass another --db), then run "
                              f"again; the runs stored before it are intact") from None
-
-    def _thermal_check(self, event: Any) -> None:
-        if isinstance(event, StepEnd):
-            self.guard.check()
 
 
 def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BASELINE_COOL_MARGIN_C) -> str:

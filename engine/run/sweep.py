@@ -35,7 +35,8 @@ from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
 from engine.results.compare import optimum_vs_maxn
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
-from engine.run.harness import RunHarness, open_harness
+from engine.run.events import SweepPointDone as SweepPointDone  # defined with every event of a run
+from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
@@ -93,17 +94,6 @@ class SweepSpec:
 
 
 @dataclass(frozen=True)
-class SweepPointDone:
-    """Event: a sweep point was measured and committed."""
-
-    index: int  # 1-based among the points measured in this invocation
-    total: int  # points this invocation measures
-    setting: DvfsSetting
-    repeat: int
-    measurement: Measurement
-
-
-@dataclass(frozen=True)
 class SweepResult:
     sweep_id: int
     spec: SweepSpec
@@ -144,7 +134,7 @@ def run_sweep(
     spec: SweepSpec,
     *,
     store: Any,
-    callbacks: Iterable[Callable[[Any], None]] = (),
+    callbacks: Iterable[ListenerLike] = (),
     control: Any = None,
     session: Any = None,
     limits: Any = None,
