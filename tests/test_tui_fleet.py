@@ -225,11 +225,11 @@ class FixedFleet:
         outcomes = []
         for i, plan in enumerate(self.plans):
             serial = self._boards[i % len(self._boards)].serial
-            on_event(event("started", serial, f"{plan.model}/{plan.task}", sweep_id=i + 1, total=2))
+            on_event(event("started", serial, f"{plan.workload.model}/{plan.workload.task}", sweep_id=i + 1, total=2))
             for done in (1, 2):
                 on_event(event("point", serial, f"GPU {done}", sweep_id=i + 1, done=done, total=2, energy_j=1.0))
-            on_event(event("finished", serial, f"{plan.model}/{plan.task} 2/2", sweep_id=i + 1))
-            outcomes.append(SweepOutcome(i + 1, plan.model, plan.task, "finished", 2, 2, (serial,)))
+            on_event(event("finished", serial, f"{plan.workload.model}/{plan.workload.task} 2/2", sweep_id=i + 1))
+            outcomes.append(SweepOutcome(i + 1, plan.workload.model, plan.workload.task, "finished", 2, 2, (serial,)))
         return FleetSweepResult(tuple(outcomes), {}, 0.5, "finished")
 
     def close(self) -> None:
@@ -257,7 +257,7 @@ async def test_connected_page_and_a_fleet_sweep_of_two_models(twin_session: Any,
         assert isinstance(app.screen, ConfirmScreen)  # one of the boards is not a twin: asked first
         await ui.press("y")
         await ui.wait_for(FleetSweepDone)
-        assert [(p.model, p.task, p.fast) for p in fleet.plans] == [("bert-tiny", "sst2", False),
+        assert [(p.workload.model, p.workload.task, p.fast) for p in fleet.plans] == [("bert-tiny", "sst2", False),
                                                                      ("pythia-70m", "sst2", False)]
         view = app.sweep_view
         assert (view.status, view.done, view.total, view.fleet) == ("finished", 4, 4, True)

@@ -269,7 +269,7 @@ class FleetActions(AppState):
             return None
         tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
         tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
-                     + ", ".join(f"{p.model}/{p.task}" for p in plans) + f" over {plans[0].space}")
+                     + ", ".join(f"{p.workload.model}/{p.workload.task}" for p in plans) + f" over {plans[0].space}")
         self.sweep_tracker = tracker
         self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
                                         min_interval_s=self.run_refresh_s)
