@@ -46,8 +46,8 @@ CLI = "import sys\nfrom engine.cli import main\nsys.exit(main())"
 TUI = f"""
 import asyncio, sys, time
 from engine.cli import build_parser
-from engine.selector import register_ml_policy
-register_ml_policy()
+from engine.selector import policy_factory
+policy_factory()
 build_parser(commands=False).parse_args([])  # as main() does for `slm-dvfs`
 import importlib
 app_module = importlib.import_module("tui.app")

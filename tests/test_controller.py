@@ -61,7 +61,7 @@ def meter_for(twin, ctl, rails: str = "all") -> StepMeter:
     """The run harness's step meter over the twin's power source, feeding `ctl` (one per controller)."""
     meter = _METERS.get(ctl)
     if meter is None:
-        meter = _METERS[ctl] = StepMeter(PowerMonitor(TwinSource(twin), rails=rails), ctl)
+        meter = _METERS[ctl] = StepMeter(PowerMonitor(TwinSource(twin), rails=rails))
     return meter
 
 
@@ -76,11 +76,13 @@ def twin_step(twin, ctl, step: int):
     StepEnd, and the meter's StepEnergy from a monitor window in between. Returns the twin's step."""
     meter = meter_for(twin, ctl)
     begin = StepBegin(step, 0)
-    meter(begin)
+    meter.begin()
     ctl(begin)
     s = twin.run_step(BERT)
     end = StepEnd(step, 0, 1.0, BERT.batch_size, BERT.tokens, 1e-5, 0.01, 0.01 * step)
-    meter(end)  # emits StepEnergy to the controller
+    energy = meter.end(end)  # the step's StepEnergy, delivered before its StepEnd as the harness does
+    assert energy is not None
+    ctl(energy)
     ctl(end)
     return s
 
@@ -224,13 +226,15 @@ def test_step_cost_from_a_monitor_window_on_a_board_source(twin):
     device = twin.device()
     ctl = DvfsController(device, make_policy("static:gpu=714"), PolicyContext(device, parse_objective("energy")))
     with PowerMonitor(DeviceRailSource(device, clock=twin.now), rate_hz=50) as mon:
-        meter = StepMeter(mon, ctl)
+        meter = StepMeter(mon)
         ctl(run_started())
         with twin.driven():
-            meter(StepBegin(1, 0))
+            meter.begin()
             s = twin.run_step(BERT)
             twin.sync()
-            meter(StepEnd(1, 0, 1.0, 32, 4096, 1e-5, 0.01, 0.01))
+            energy = meter.end(StepEnd(1, 0, 1.0, 32, 4096, 1e-5, 0.01, 0.01))
+            assert energy is not None
+            ctl(energy)
     cost = ctl.last_cost
     assert cost is not None and cost.source is Source.TWIN  # the tree says twin; the path is the board's
     assert cost.time_s == pytest.approx(s.time_s)
@@ -353,8 +357,9 @@ def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_
     root = twin.root
     before = {f: read(root, f) for f in (f"{GPU}/min_freq", f"{CPU0}/scaling_min_freq", f"{EMC}/mrq_rate_locked")}
     store = isolated_state / f"jetson_clocks-{os.getpid()}.store"
-    ctl = controller(twin, "maxn-pinned")
-    with ClockGuard(ctl.device, handle_signals=False) as guard:
+    loose = controller(twin, "maxn-pinned")
+    with ClockGuard(loose.device, handle_signals=False) as guard:
+        ctl = DvfsController(loose.device, loose.policy, loose.ctx, guard=guard)  # the run hands its guard over
         ctl(run_started())
         assert store.is_file() and guard.jetson_clocks_store == str(store)
         assert list_journals()[0].jetson_clocks_store == str(store)  # known after a SIGKILL too
@@ -364,7 +369,7 @@ def test_jetson_clocks_state_is_stored_and_the_guard_restores_it(twin, isolated_
         ctl.apply(MAXN_PINNED)  # again: the first store is kept, not overwritten with pinned clocks
         assert store.read_text() == stored
         # A second controller in the same guard (e.g. the baseline run) keeps it too.
-        other = DvfsController(ctl.device, make_policy("maxn-pinned"), ctl.ctx)
+        other = DvfsController(ctl.device, make_policy("maxn-pinned"), ctl.ctx, guard=guard)
         other(run_started())
         assert store.read_text() == stored
     assert calls == [store] and not store.exists()

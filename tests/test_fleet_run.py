@@ -111,10 +111,12 @@ def _local(spec: ExperimentSpec, tmp_path: Path) -> object:
 
     from engine.device.session import open_device
     from engine.run.experiment import run_experiment
+    from engine.selector import policy_factory
 
     with open_device(twin="agx-orin-64gb", realtime=False, twin_dir=tmp_path / "local-twin") as session, \
-            Store(tmp_path / "local.sqlite") as store:
-        return run_experiment(replace(spec, twin="agx-orin-64gb"), store=store, session=session)
+            Store(tmp_path / "local.sqlite") as store:  # the policies a client hands down, `ml` included
+        return run_experiment(replace(spec, twin="agx-orin-64gb"), store=store, session=session,
+                              policies=policy_factory())
 
 
 def test_two_models_by_two_policies_store_every_run_and_comparison_once_within_one_board(

@@ -177,12 +177,10 @@ def test_train_selector_lists_are_strict() -> None:
 @pytest.mark.parametrize("spec", ["mode:" + HUGE, "static:gpu=816,mode=" + HUGE, "static:gpu=" + HUGE,
                                   "static:gpu=٨١٦", "online:warmup=" + HUGE, "ml:probes=" + HUGE])
 def test_policy_numbers_are_strict(spec: str) -> None:
-    from engine.dvfs.policies import make_policy
-    from engine.selector import register_ml_policy
+    from engine.selector import policy_factory
 
-    register_ml_policy()
     with pytest.raises(ConfigError) as err:
-        make_policy(spec)
+        policy_factory().make(spec)
     assert len(str(err.value).splitlines()[0]) < 300
 
 

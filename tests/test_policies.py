@@ -14,13 +14,12 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import parse_objective
 from engine.dvfs.online import OnlinePolicy, parse_online_options
 from engine.dvfs.policies import (
+    BUILTIN_POLICIES,
     FixedPolicy,
     Policy,
     PolicyContext,
+    PolicyFactory,
     make_policy,
-    policy_names,
-    register_policy,
-    unregister_policy,
 )
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
@@ -154,20 +153,10 @@ def test_oracle_without_a_sweep(device):
 # --------------------------------------------------------------------------- ml plug point
 
 
-def test_ml_before_and_after_registration(device):
-    import engine.selector  # registers the shipped selector: take it out to see the bare plug point
-
-    unregister_policy("ml")
-    try:
-        _check_ml_plug_point(device)
-    finally:
-        engine.selector.register_ml_policy()
-
-
-def _check_ml_plug_point(device):
+def test_ml_is_a_plug_point_a_factory_fills(device):
     with pytest.raises(ConfigError) as err:
-        make_policy("ml")
-    assert "not registered" in err.value.what and "register_ml_policy()" in err.value.remedy
+        make_policy("ml")  # the built-in factory: dvfs never imports the selector
+    assert "not among this run's policies" in err.value.what and "policy_factory()" in err.value.remedy
 
     seen = {}
 
@@ -175,28 +164,28 @@ def _check_ml_plug_point(device):
         seen.update(arg=arg, **options)
         return FixedPolicy("ml", "ml", gpu(816), "predicted by a test selector")
 
-    register_policy("ml", factory)
-    try:
-        policy = make_policy("ml:forest", threshold=3)
-        assert policy.initial(ctx(device)) == gpu(816)
-        assert seen == {"arg": "forest", "threshold": 3}
-    finally:
-        unregister_policy("ml")
+    filled = BUILTIN_POLICIES.with_policy("ml", factory)
+    policy = filled.make("ml:forest", threshold=3)
+    assert policy.initial(ctx(device)) == gpu(816)
+    assert seen == {"arg": "forest", "threshold": 3}
     with pytest.raises(ConfigError):
-        make_policy("ml")
+        make_policy("ml")  # the factory it was made from is unchanged
 
 
-def test_registry_guards_builtins():
+def test_a_factory_guards_its_builtins_and_is_a_value():
     with pytest.raises(ConfigError):
-        register_policy("maxn", lambda arg, **o: None)
+        BUILTIN_POLICIES.with_policy("maxn", lambda arg, **o: None)
     with pytest.raises(ConfigError):
-        register_policy("bad name!", lambda arg, **o: None)
-    register_policy("custom", lambda arg, **o: FixedPolicy("custom", "custom", MAXN, "test"))
-    try:
-        assert "custom" in policy_names() and make_policy("custom").name == "custom"
-    finally:
-        unregister_policy("custom")
-    assert "custom" not in policy_names()
+        BUILTIN_POLICIES.with_policy("bad name!", lambda arg, **o: None)
+    custom = BUILTIN_POLICIES.with_policy("custom", lambda arg, **o: FixedPolicy("custom", "custom", MAXN, "test"))
+    assert "custom" in custom.names() and custom.make("custom").name == "custom"
+    assert "custom" not in BUILTIN_POLICIES.names() and "custom" not in PolicyFactory().names()
+    with pytest.raises(ConfigError) as err:
+        BUILTIN_POLICIES.make("custom")
+    assert err.value.remedy.startswith("use one of: maxn, maxn-pinned")
+    with pytest.raises(ConfigError) as err:
+        custom.make("nope")
+    assert err.value.remedy.endswith("online, custom")  # the names it has beyond the built-in ones
 
 
 # --------------------------------------------------------------------------- online, with synthetic costs

@@ -38,11 +38,10 @@ _POLICY_TEXT = st.one_of(st.text(max_size=40), st.lists(_POLICY_WORDS, max_size=
 @example("ml:probes=1e3")
 @example("static:")
 def test_policy_strings_give_a_policy_or_a_config_error(text: str) -> None:
-    from engine.selector import register_ml_policy
+    from engine.selector import policy_factory
 
-    register_ml_policy()
     try:
-        make_policy(text)
+        policy_factory().make(text)
     except ConfigError:
         pass
     try:

@@ -158,15 +158,14 @@ def test_step_meter_reads_the_windows_peak_not_the_buffer() -> None:
     mon = SamplerRunning(SineSource(clock), clock=clock)
     mon.sample_once()
     mon.since = mon.recent = None  # type: ignore[method-assign, assignment]  # a walk over the buffer fails
-    out: list[StepEnergy] = []
-    meter = StepMeter(mon, out.append)
-    meter(StepBegin(step=1, epoch=0))
+    meter = StepMeter(mon)
+    meter.begin()
     for t in (0.1, 0.5, 0.9):
         clock.t = t
         mon.sample_once()
     clock.t = 1.0
-    meter(StepEnd(step=1, epoch=0, loss=0.0, samples=8, tokens=64, lr=1e-3, wall_s=1.0, elapsed_s=1.0))
-    (energy,) = out
+    energy = meter.end(StepEnd(step=1, epoch=0, loss=0.0, samples=8, tokens=64, lr=1e-3, wall_s=1.0, elapsed_s=1.0))
+    assert energy is not None
     assert energy.peak_power_w == pytest.approx(8.0)  # 7 W GPU at t=0.5 + 1 W CPU
     assert energy.time_s == pytest.approx(1.0)
 

@@ -15,17 +15,19 @@ from engine.cli import main
 from engine.device.twin.orin import VirtualOrin
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import parse_objective
-from engine.dvfs.policies import PolicyContext, make_policy, unregister_policy
+from engine.dvfs.policies import BUILTIN_POLICIES, PolicyContext
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.selector import register_ml_policy
+from engine.selector import policy_factory
 from engine.selector.features import describe_workload
 from engine.selector.persistence import sidecar_path
 from engine.selector.policy import MLPolicy, workload_features
 from engine.device.twin.fast import fast_sweep
 from engine.results.records import WorkloadRecord
 from engine.workload.spec import WorkloadSpec
+
+make_policy = policy_factory().make  # every ml spec below goes through the clients' factory
 
 TRAIN = ["train-selector", "--from-twin-zoo", "--models", "bert-tiny,pythia-14m", "--tasks", "sst2",
          "--batch-sizes", "8,32", "--seq-lens", "32", "--precisions", "fp32", "--modes", "full", "--quick",
@@ -113,8 +115,7 @@ def test_select_command(trained, capsys):
     assert main(args[:-1] + [str(trained.parent / "missing.joblib")]) == 2
 
 
-def test_ml_policy_registered_on_import(trained, device, workload):
-    register_ml_policy()
+def test_ml_policy_made_by_the_clients_factory(trained, device, workload):
     policy = make_policy(f"ml:{trained}", probes=0)  # a number given: no probes whatever the interval says
     assert isinstance(policy, MLPolicy) and policy.name == "ml" and not policy.profiling
     ctx = PolicyContext(device, parse_objective("energy"), workload=workload[0])
@@ -195,22 +196,18 @@ def test_workload_features_from_what_the_experiment_passes(workload):
         workload_features(None)
 
 
-def test_unregistered_ml_falls_back_to_the_plug_point(trained):
-    unregister_policy("ml")
-    try:
-        with pytest.raises(ConfigError, match="not registered"):
-            make_policy("ml")
-    finally:
-        register_ml_policy()
+def test_without_the_clients_factory_ml_is_the_plug_point(trained):
+    with pytest.raises(ConfigError, match="not among this run's policies"):
+        BUILTIN_POLICIES.make("ml")
     assert isinstance(make_policy(f"ml:{trained}"), MLPolicy)
     assert DvfsSetting(gpu_hz=816_000_000, nvpmodel=0) in MLPolicy(trained).selector.candidates
 
 
 def test_a_client_registers_ml_without_loading_sklearn(tmp_path):
-    # A fresh interpreter, as `slm-dvfs run --policy ml` is: the client registers the plug point
+    # A fresh interpreter, as `slm-dvfs run --policy ml` is: the client builds its policy factory
     # (dvfs never imports the selector), and that costs no scikit-learn import.
-    code = ("import sys; from engine.selector import register_ml_policy; register_ml_policy(); "
-            "from engine.dvfs.policies import make_policy; p = make_policy('ml'); "
+    code = ("import sys; from engine.selector import policy_factory; policies = policy_factory(); "
+            "p = policies.make('ml'); "
             "assert 'sklearn' not in sys.modules; print(type(p).__name__, p.path.name)")
     env = {**os.environ, "SLM_DVFS_DATA_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout

@@ -221,6 +221,14 @@ _SIGNALLED = textwrap.dedent(
     # SIGTERM lands while the GPU's max_freq is being written under an active guard (the pin's first
     # write there): the guard's handler restores, reading that file, before the write goes on.
     armed = [True]
+    started = []  # guards that have taken their snapshot (no registry holds them: we watch start())
+    _start = guard.ClockGuard.start
+
+    def start(self):
+        _start(self)
+        started.append(self)
+
+    guard.ClockGuard.start = start
 
     def writing_max_freq(frame):
         while frame is not None:
@@ -231,7 +239,7 @@ _SIGNALLED = textwrap.dedent(
         return False
 
     def hook(frame, event, arg):
-        if (armed[0] and event == "c_call" and getattr(arg, "__name__", "") == "write" and guard._ACTIVE
+        if (armed[0] and event == "c_call" and getattr(arg, "__name__", "") == "write" and started
                 and writing_max_freq(frame)):
             armed[0] = False
             signal.raise_signal(signal.SIGTERM)

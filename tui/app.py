@@ -42,7 +42,7 @@ from engine.core.provenance import Source
 from engine.device.base import ClockDomain
 from engine.device.session import DeviceSession
 from engine.device.snapshot import take_snapshot
-from engine.selector import register_ml_policy
+from engine.selector import policy_factory
 from tui import forms
 from tui.actions.calibrate import CalibrateActions
 from tui.actions.experiments import ExperimentActions
@@ -117,7 +117,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         fleet_profile: str | None = None,
     ) -> None:
         super().__init__()
-        register_ml_policy()  # the dvfs layer's `ml` plug point: filled by the client
+        self.policies = policy_factory()  # every policy a run may ask for, `ml` included: handed to each run
         self.session = session
         self.source = Source.TWIN if session.is_twin else Source.MEASURED  # the identity's, once read
         self.refresh_s = refresh_s

@@ -32,6 +32,7 @@ from tui.sweep_model import SweepView
 
 if TYPE_CHECKING:
     from engine.device.session import DeviceSession
+    from engine.dvfs.policies import PolicyFactory
     from tui.bridge import EventBridge
     from tui.live_model import DeviceHistory
     from tui.lifecycle import QuitNote
@@ -98,6 +99,7 @@ class AppState(App[None]):
 
     # ---------------------------------------------------------------- plain state, set in SlmDvfsApp.__init__
     session: DeviceSession
+    policies: PolicyFactory  # every policy a run may ask for (`ml` included), handed to each run
     identity: Any
     run_refresh_s: float
     device_history: DeviceHistory

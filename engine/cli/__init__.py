@@ -63,9 +63,6 @@ def build_parser(*, commands: bool = True) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from engine.selector import register_ml_policy
-
-    register_ml_policy()  # the dvfs layer's `ml` plug point, filled by the client (cheap: lazy imports)
     args_given = list(sys.argv[1:] if argv is None else argv)
     # `slm-dvfs` (or `slm-dvfs -v`) opens the TUI: the sub-commands' modules are not imported for it.
     parser = build_parser(commands=not _tui_only(args_given))

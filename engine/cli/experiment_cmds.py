@@ -132,9 +132,15 @@ def experiment_spec(args: argparse.Namespace) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from engine.run.experiment import run_experiment
+    from functools import partial
 
-    result = _execute(args, experiment_spec(args), run_experiment, format_experiment)
+    from engine.run.experiment import run_experiment
+    from engine.selector import policy_factory
+
+    # Every policy the run may ask for, `ml` included (the selector loads only when `ml` runs):
+    # built by this client, handed down to the harness, as the TUI does.
+    runner = partial(run_experiment, policies=policy_factory())
+    result = _execute(args, experiment_spec(args), runner, format_experiment)
     return 130 if result.cancelled else 0
 
 

@@ -22,7 +22,7 @@ from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.workload.events import (
     Checkpointed,
     EvalResult,
-    Event,
+    TrainerEvent,
     Paused,
     RunCancelled,
     RunFinished,
@@ -130,7 +130,7 @@ class ProgressBar:
         self._last_draw = 0.0
         self._open = False  # a progress line is on screen, without its newline
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: TrainerEvent) -> None:
         if isinstance(event, RunStarted):
             self.total = event.total_steps
             self.model = f"{event.model}/{event.task}"

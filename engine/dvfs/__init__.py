@@ -5,11 +5,12 @@ from engine.dvfs.controller import DvfsController
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.dvfs.online import OnlinePolicy
-from engine.dvfs.policies import Policy, PolicyContext, make_policy, policy_names, register_policy, unregister_policy
+from engine.dvfs.policies import BUILTIN_POLICIES, Policy, PolicyContext, PolicyFactory, make_policy
 from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
 from engine.dvfs.space import setting_space
 
 __all__ = [
+    "BUILTIN_POLICIES",
     "MAXN",
     "MAXN_PINNED",
     "DvfsController",
@@ -19,12 +20,10 @@ __all__ = [
     "OnlinePolicy",
     "Policy",
     "PolicyContext",
+    "PolicyFactory",
     "check_setting",
     "make_policy",
     "module_power_limit_w",
     "parse_objective",
-    "policy_names",
-    "register_policy",
     "setting_space",
-    "unregister_policy",
 ]

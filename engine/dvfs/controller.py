@@ -1,7 +1,7 @@
 """The DVFS controller: a trainer callback that applies a policy's settings at step boundaries.
 
-    controller = DvfsController(device, make_policy("online"), PolicyContext(device, objective))
-    with ClockGuard(device):                  # the guard restores; the controller never does
+    with ClockGuard(device) as guard:         # the guard restores; the controller never does
+        controller = DvfsController(device, make_policy("online"), PolicyContext(device, objective), guard=guard)
         Trainer(..., callbacks=[controller, ...]).run()
 
 RunStarted applies the policy's initial setting (`prepare()` chooses and checks it before the
@@ -12,8 +12,8 @@ applied before the next step (callbacks run synchronously on the training thread
 The controller reads no power itself: a run without a monitor gives the policy no costs.
 
 jetson_clocks is run with `--store` the first time, into the state directory, and the
-guard of the run is told, so that it runs `jetson_clocks --restore` before putting
-its snapshot back (also when it recovers after a SIGKILL).
+guard it was handed (the run harness's) is told, so that it runs `jetson_clocks --restore`
+before putting its snapshot back (also when it recovers after a SIGKILL).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core import paths
 from engine.device.base import ClockDomain, Device
@@ -30,23 +30,29 @@ from engine.dvfs.policies import Policy, PolicyContext
 from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import DeviceError
 from engine.core.jsontypes import JsonObject
-from engine.workload.events import RunStarted, StepBegin, StepEnd, StepEnergy
+from engine.workload.events import RunControl, RunStarted, StepBegin, StepEnd, StepEnergy, TrainingListener
+
+if TYPE_CHECKING:
+    from engine.device.guard.guard import ClockGuard
 
 log = logging.getLogger(__name__)
 
 
-class DvfsController:
-    """Applies a policy's settings to a device at step boundaries."""
+class DvfsController(TrainingListener):
+    """Applies a policy's settings to a device at step boundaries (a listener of the trainer's events)."""
 
     def __init__(
         self,
         device: Device,
         policy: Policy,
         ctx: PolicyContext,
+        *,
+        guard: ClockGuard | None = None,
     ) -> None:
         self.device = device
         self.policy = policy
         self.ctx = ctx
+        self.guard = guard  # the run's clock guard, told of a jetson_clocks store (None: none guards)
         self.jetson_clocks_store: Path | None = None  # where jetson_clocks --store wrote, once run
         self.history: list[tuple[int, DvfsSetting]] = []  # (first step it applied to, setting)
         self.current: DvfsSetting | None = None
@@ -54,24 +60,30 @@ class DvfsController:
         self._next_step = 1
         self._prepared: DvfsSetting | None = None
 
-    # ------------------------------------------------------------------ the callback
+    # ------------------------------------------------------------------ the hooks
 
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, RunStarted):
-            self._next_step = event.start_step + 1
-            first, self._prepared = self._prepared, None
-            self.apply(first if first is not None else self.policy.initial(self.ctx))
-        elif isinstance(event, StepBegin):
-            self._next_step = event.step
-        elif isinstance(event, StepEnd):
-            self._next_step = event.step + 1
-        elif isinstance(event, StepEnergy):
-            self._next_step = event.step + 1
-            cost = self.measure(event)
-            self.last_cost = cost
-            new = self.policy.on_step_end(event.step, cost)
-            if new is not None and new != self.current:
-                self.apply(new)
+    def on_run_started(self, event: RunStarted) -> RunControl | None:
+        self._next_step = event.start_step + 1
+        first, self._prepared = self._prepared, None
+        self.apply(first if first is not None else self.policy.initial(self.ctx))
+        return None
+
+    def on_step_begin(self, event: StepBegin) -> RunControl | None:
+        self._next_step = event.step
+        return None
+
+    def on_step_end(self, event: StepEnd) -> RunControl | None:
+        self._next_step = event.step + 1
+        return None
+
+    def on_step_energy(self, event: StepEnergy) -> RunControl | None:
+        self._next_step = event.step + 1
+        cost = self.measure(event)
+        self.last_cost = cost
+        new = self.policy.on_step_end(event.step, cost)
+        if new is not None and new != self.current:
+            self.apply(new)
+        return None
 
     @staticmethod
     def measure(event: StepEnergy) -> Measurement | None:
@@ -123,9 +135,7 @@ class DvfsController:
     def _jetson_clocks(self) -> None:
         """jetson_clocks, storing the state first the first time (also the fan, which our
         snapshot does not hold), with the run's guard told where, so it restores from it."""
-        from engine.device.guard.guard import active_guard
-
-        guard = active_guard(self.device)
+        guard = self.guard if self.guard is not None and self.guard.active else None
         if self.jetson_clocks_store is not None or (guard is not None and guard.jetson_clocks_store is not None):
             self.device.jetson_clocks()  # the first store holds the state from before any of them
             return

@@ -12,17 +12,21 @@ they are, so they say what a policy does, not how it is built):
   (`slm-dvfs train-selector` trains one; `ml:PATH` loads another).
 - `online`: profiles GPU clocks during the first steps of the run, then keeps the best.
 
-`ml` is a plug point: the clients fill it with `register_policy("ml", ...)` (engine.selector); the
-`online` policy is engine.dvfs.online. A factory registered with `register_policy(name, factory)`
-is called as `factory(arg, **options)`, `arg` being the text after the colon (None without one).
+A `PolicyFactory` is the value that knows every policy name: `BUILTIN_POLICIES` holds the ones
+this layer builds (`ml` among them only as a plug point that says how to get it); the clients
+that have the selector (the CLI, the TUI) build theirs once with `engine.selector.policy_factory()`
+and hand it down to the run harness. There is no registry: two factories in one process never
+see each other's policies. A maker is called as `maker(arg, **options)`, `arg` being the text after
+the colon (None without one). `online` is engine.dvfs.online.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
 from engine.core.units import format_mhz
@@ -246,11 +250,11 @@ def _oracle(arg: str | None, **options: Any) -> Policy:
 
 
 def _ml_missing(arg: str | None, **options: Any) -> Policy:
-    # The dvfs layer does not import the selector above it: the clients (CLI, TUI) register
-    # the ml policy with `engine.selector.register_ml_policy()` at start.
+    # The dvfs layer does not import the selector above it: the clients (CLI, TUI) build their
+    # factory with `engine.selector.policy_factory()`, which puts the ml policy in this place.
     raise ConfigError(
-        "the ml policy is not registered in this process",
-        "call engine.selector.register_ml_policy() first (the slm-dvfs CLI and TUI do), "
+        "the ml policy is not among this run's policies (the built-in ones, without the selector)",
+        "pass the run the factory of engine.selector.policy_factory() (the slm-dvfs CLI and TUI do), "
         "or pick another policy: oracle, online, maxn",
     )
 
@@ -270,7 +274,10 @@ def _online(arg: str | None, **options: Any) -> Policy:
         raise ConfigError(f"bad option for the online policy: {exc}", "see engine.dvfs.online.OnlinePolicy") from None
 
 
-_BUILTIN: dict[str, Callable[..., Policy]] = {
+# What makes a policy from its spec's argument and options: maker(arg, **options).
+PolicyMaker = Callable[..., Policy]
+
+_BUILTIN: Mapping[str, PolicyMaker] = MappingProxyType({
     "maxn": _maxn,
     "maxn-pinned": _maxn_pinned,
     "mode": _mode,
@@ -278,45 +285,52 @@ _BUILTIN: dict[str, Callable[..., Policy]] = {
     "oracle": _oracle,
     "ml": _ml_missing,
     "online": _online,
-}
-_REGISTRY: dict[str, Callable[..., Policy]] = dict(_BUILTIN)
+})
 _PLUG_POINTS = frozenset({"ml"})  # built-in names that exist to be replaced
 
 
-def register_policy(name: str, factory: Callable[..., Policy], *, replace: bool = False) -> None:
-    """Make `name` (and `name:arg`) available to make_policy; the factory is called as
-    factory(arg, **options). Replacing a built-in other than `ml` needs replace=True."""
-    key = name.strip().lower()
-    if not re.fullmatch(r"[a-z][a-z0-9_-]*", key):
-        raise ConfigError(f"policy name {name!r} is not a plain name", "use letters, digits, - and _")
-    if key in _REGISTRY and key not in _PLUG_POINTS and _REGISTRY[key] is not factory and not replace:
-        raise ConfigError(f"a policy named {key!r} is already registered", "pick another name, or pass replace=True")
-    _REGISTRY[key] = factory
-    log.info("registered policy %s", key)
+@dataclass(frozen=True, eq=False)
+class PolicyFactory:
+    """Every policy a run may ask for, by name: an immutable value that a client builds once and
+    hands down (the run harness, the experiment, the fleet's boards). `with_policy` gives a new
+    factory with one more maker; the factory it was made from is unchanged."""
+
+    makers: Mapping[str, PolicyMaker] = field(default_factory=lambda: _BUILTIN)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "makers", MappingProxyType(dict(self.makers)))
+
+    def with_policy(self, name: str, maker: PolicyMaker, *, replace: bool = False) -> PolicyFactory:
+        """This factory with `name` (and `name:arg`) made by `maker`. Replacing a built-in other
+        than the `ml` plug point needs replace=True."""
+        key = name.strip().lower()
+        if not re.fullmatch(r"[a-z][a-z0-9_-]*", key):
+            raise ConfigError(f"policy name {name!r} is not a plain name", "use letters, digits, - and _")
+        if key in self.makers and key not in _PLUG_POINTS and self.makers[key] is not maker and not replace:
+            raise ConfigError(f"a policy named {key!r} is already in this factory",
+                              "pick another name, or pass replace=True")
+        return PolicyFactory({**self.makers, key: maker})
+
+    def names(self) -> tuple[str, ...]:
+        """The policy names this factory makes (help texts, the TUI)."""
+        return tuple(self.makers)
+
+    def make(self, spec: str, **options: Any) -> Policy:
+        """A policy from its spec ("maxn", "mode:2", "static:gpu=816", "online", ...)."""
+        text = (spec or "").strip()
+        name, colon, arg = text.partition(":")
+        maker = self.makers.get(name.strip().lower())
+        if maker is None:
+            extra = sorted(set(self.makers) - set(_BUILTIN))
+            listed = SPEC_HELP + (", " + ", ".join(extra) if extra else "")
+            raise ConfigError(f"unknown policy {spec!r}", f"use one of: {listed}")
+        return maker(arg.strip() if colon else None, **options)
 
 
-def unregister_policy(name: str) -> None:
-    """Drop a registered policy; a replaced built-in (such as `ml`) returns to its default."""
-    key = name.strip().lower()
-    if key in _BUILTIN:
-        _REGISTRY[key] = _BUILTIN[key]
-    else:
-        _REGISTRY.pop(key, None)
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+BUILTIN_POLICIES = PolicyFactory()  # what this layer builds by itself: `ml` only as its plug point
 
 
 def make_policy(spec: str, **options: Any) -> Policy:
-    """A policy from its spec ("maxn", "mode:2", "static:gpu=816", "online", ...)."""
-    text = (spec or "").strip()
-    name, colon, arg = text.partition(":")
-    key = name.strip().lower()
-    factory = _REGISTRY.get(key)
-    if factory is None:
-        extra = sorted(set(_REGISTRY) - set(_BUILTIN))
-        listed = SPEC_HELP + (", " + ", ".join(extra) if extra else "")
-        raise ConfigError(f"unknown policy {spec!r}", f"use one of: {listed}")
-    return factory(arg.strip() if colon else None, **options)
-
+    """A built-in policy from its spec (`BUILTIN_POLICIES.make`); a run that may ask for `ml` uses
+    the factory its client built (engine.selector.policy_factory())."""
+    return BUILTIN_POLICIES.make(spec, **options)

@@ -28,20 +28,21 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
+from engine.dvfs.policies import PolicyFactory
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
-from engine.run.harness import RunHarness, open_harness
+from engine.run.events import ExperimentPhase as ExperimentPhase  # defined with every event of a run
+from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
-from engine.workload.events import StepEnd
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
 
@@ -96,16 +97,6 @@ class ExperimentSpec:
 
 
 @dataclass(frozen=True)
-class ExperimentPhase:
-    """Event: one of the experiment's runs is about to start."""
-
-    role: str  # "policy" | "baseline"
-    policy: str
-    index: int  # 1-based
-    total: int
-
-
-@dataclass(frozen=True)
 class ExperimentResult:
     spec: ExperimentSpec
     identity: DeviceIdentity
@@ -143,17 +134,20 @@ def run_experiment(
     spec: ExperimentSpec,
     *,
     store: Any,
-    callbacks: Iterable[Callable[[Any], None]] = (),
+    callbacks: Iterable[ListenerLike] = (),
     control: Any = None,
     session: Any = None,
     workload: Workload | None = None,
+    policies: PolicyFactory | None = None,
 ) -> ExperimentResult:
     """Run the policy (and the MAXN baseline, with `compare`), record all, return the figures.
 
     `session` (an open DeviceSession) and `workload` (spec.workload resolved) may be passed by a
-    caller that has them; otherwise they are opened / resolved here, once for both runs."""
+    caller that has them; otherwise they are opened / resolved here, once for both runs.
+    `policies`: the factory that makes `spec.policy` (the client's, with `ml`: engine.selector.
+    policy_factory(); default the dvfs layer's built-in policies)."""
     from engine.device.session import DEFAULT_TWIN
-    from engine.dvfs.policies import PolicyContext, make_policy
+    from engine.dvfs.policies import PolicyContext
     from engine.results.store import DeviceRecord, WorkloadRecord
 
     spec.validate()
@@ -166,7 +160,8 @@ def run_experiment(
         workload = resolve_workload(spec.workload)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
     with open_harness(session=session, twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
-                      thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control) as harness:
+                      thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control,
+                      policies=policies) as harness:
         if spec.simulate and not harness.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
@@ -175,7 +170,7 @@ def run_experiment(
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
         workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate
                                                                          else spec.workload.data))
-        policy = make_policy(spec.policy, **dict(spec.policy_options))
+        policy = harness.policies.make(spec.policy, **dict(spec.policy_options))
         points = stored_points(store, device_id, workload_id, source=source, rails=spec.rails) \
             if policy.name == "oracle" else ()
         if policy.name == "oracle" and not points and stored_points(store, device_id, workload_id, source=source):
@@ -210,7 +205,8 @@ def run_experiment(
                         notes.append(cool_before_baseline(guard, runner.policy_start_c))
                     emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
                     base_ctx = PolicyContext(device, objective, (), workload=workload)
-                    baseline = runner.execute("baseline", BASELINE_POLICY, make_policy(BASELINE_POLICY), base_ctx)
+                    baseline = runner.execute("baseline", BASELINE_POLICY, harness.policies.make(BASELINE_POLICY),
+                                              base_ctx)
                 else:
                     notes.append(f"MAXN baseline reused from run {baseline.run_id}")
         if runner.saved_to:
@@ -241,17 +237,16 @@ class _Runner:
         self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
     def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
-        from engine.dvfs.controller import DvfsController
+        from engine.run.thermal import ThermalCheck
         from engine.workload.finetune import FinetuneSpec
 
         spec, harness = self.spec, self.harness
         self.guard.before_point(f"the {role} run ({policy_spec})")
         if role == "policy" and harness.session.warms_up:  # what the baseline cools back to
             self.policy_start_c = self.guard.hottest()[1]
-        from engine.device.guard.guard import active_guard
         from engine.device.guard.lock import session_lock
 
-        controller = DvfsController(harness.device, policy, ctx)
+        controller = harness.controller(policy, ctx)  # handed the run's clock guard
         controller.prepare()  # a setting the board refuses stops here: no run is recorded
         run_id = self.store.start_run(
             owner_lock=str(session_lock()),  # free once we are gone: the run is then marked abandoned
@@ -263,12 +258,12 @@ class _Runner:
         )
         assert harness.monitor is not None
         recorder = RunRecorder(harness.monitor)
-        callbacks = [controller, recorder, self._thermal_check]
+        callbacks = [controller, recorder, ThermalCheck(self.guard)]  # an overheated board: the run's stop
         metric = metric_value = None
         metrics: dict[str, Any] = {}
         learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
         try:  # from here on, whatever stops the run leaves it stored as failed
-            clock_guard = active_guard(harness.device)
+            clock_guard = harness.clock_guard
             if clock_guard is not None:
                 clock_guard.note_run(run_id)  # a recovery of our journal names the runs it ended
             if spec.simulate:
@@ -338,10 +333,6 @@ class _Runner:
                              f"Stored: {kept}",
                              f"free space on the disk that holds {self.store.path} (or pass another --db), then run "
                              f"again; the runs stored before it are intact") from None
-
-    def _thermal_check(self, event: Any) -> None:
-        if isinstance(event, StepEnd):
-            self.guard.check()
 
 
 def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BASELINE_COOL_MARGIN_C) -> str:

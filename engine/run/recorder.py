@@ -13,12 +13,12 @@ from typing import Any
 
 from engine.device.power import PowerSample
 from engine.results.totals import RunTotals
-from engine.workload.events import RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.run.events import RunCancelled, RunControl, RunFinished, RunListener, RunStarted, StepEnd
 
 RUN_WINDOW = "experiment-run"
 
 
-class RunRecorder:
+class RunRecorder(RunListener):
     """Totals one run (RunTotals) from a monitor window over its training steps, with its power trace."""
 
     def __init__(self, monitor: Any, *, keep_samples: bool = True) -> None:
@@ -31,18 +31,26 @@ class RunRecorder:
         self._window: Any = None
         self._open = False
 
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, RunStarted):
-            self.total_steps = event.total_steps
-            self.monitor.begin_window(RUN_WINDOW, trace=self.keep_samples)
-            self._open = True
-        elif isinstance(event, StepEnd):
-            self.steps = event.step
-            self.n_samples += event.samples
-            if event.step >= self.total_steps:
-                self._close()  # the window covers training, not the final evaluation
-        elif isinstance(event, (RunFinished, RunCancelled)):
-            self._close()
+    def on_run_started(self, event: RunStarted) -> RunControl | None:
+        self.total_steps = event.total_steps
+        self.monitor.begin_window(RUN_WINDOW, trace=self.keep_samples)
+        self._open = True
+        return None
+
+    def on_step_end(self, event: StepEnd) -> RunControl | None:
+        self.steps = event.step
+        self.n_samples += event.samples
+        if event.step >= self.total_steps:
+            self._close()  # the window covers training, not the final evaluation
+        return None
+
+    def on_finished(self, event: RunFinished) -> RunControl | None:
+        self._close()
+        return None
+
+    def on_cancelled(self, event: RunCancelled) -> RunControl | None:
+        self._close()
+        return None
 
     def _close(self) -> None:
         if self._open:

@@ -36,7 +36,8 @@ from engine.device.twin.fast import check_counts, fast_points
 from engine.results.compare import SweepSaving, optimum_vs_maxn
 from engine.results.estimates import board_estimate
 from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, summarize_points
-from engine.run.harness import RunHarness, open_harness
+from engine.run.events import SweepPointDone as SweepPointDone  # defined with every event of a run
+from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
@@ -94,17 +95,6 @@ class SweepSpec:
 
 
 @dataclass(frozen=True)
-class SweepPointDone:
-    """Event: a sweep point was measured and committed."""
-
-    index: int  # 1-based among the points measured in this invocation
-    total: int  # points this invocation measures
-    setting: DvfsSetting
-    repeat: int
-    measurement: Measurement
-
-
-@dataclass(frozen=True)
 class SweepResult:
     sweep_id: int
     spec: SweepSpec
@@ -147,7 +137,7 @@ def run_sweep(
     spec: SweepSpec,
     *,
     store: Any,
-    callbacks: Iterable[Callable[[Any], None]] = (),
+    callbacks: Iterable[ListenerLike] = (),
     control: Any = None,
     session: Any = None,
     limits: Any = None,
@@ -261,17 +251,17 @@ def measure_points(spec: SweepSpec, harness: RunHarness, workload: Workload, pla
 def _run_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
                 guard: Any, record: Callable[..., None]) -> str:
     """The fine-tuning loop over all planned points, inside the harness's clock guard and monitor."""
-    from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import PolicyContext, make_policy
     from engine.workload.finetune import FinetuneSpec
 
     device = harness.device
-    applier = DvfsController(device, make_policy("maxn"), PolicyContext(device, Objective()))
     total_steps = len(plan) * (spec.warmup_steps + spec.steps)
     ft = FinetuneSpec(workload=workload.spec, steps=total_steps, train_samples=spec.train_samples,
                       eval_samples=spec.eval_samples, save_model=False)
     with harness.guarded():
         assert harness.monitor is not None
+        # Only its `apply` is used (each point's setting), handed the guard like any run's controller.
+        applier = harness.controller(make_policy("maxn"), PolicyContext(device, Objective()))
         driver = SweepDriver(plan, warmup_steps=spec.warmup_steps, steps=spec.steps, apply=applier.apply,
                              record=record, monitor=harness.monitor, guard=guard)
         result = harness.train(ft, callbacks=[driver], workload=workload)

@@ -4,7 +4,10 @@ Before each sweep point (and each run of an experiment) the guard reads the hott
 thermal zone. Over `wait_c` it idles until the zone is back at or below `cooldown_c`
 (hysteresis, so a point never starts just under the threshold); over `abort_c`, at
 any step, it stops the experiment with `ThermalAbortError` (the clock guard around the
-experiment then restores the clocks).
+experiment then restores the clocks). Inside a run it does not raise: its listener
+(`ThermalCheck`, and the sweep driver) answers the step with `RunControl.stop(reason, error)`,
+the run ends at that boundary, and the harness raises the error once the run has wound down.
+Outside a run (`check`, `before_point`: before a run starts, the baseline's cool-down) it raises.
 
 Limits come from the device session (the twin profile's `[thermal_guard]` table) or
 `DEFAULT_LIMITS` (75 / 85 / 65 degC, poll every 5 s); flags override both. The guard
@@ -22,6 +25,8 @@ from typing import Any, Callable
 
 from engine.device.base import Device
 from engine.core.errors import ConfigError, DeviceError
+from engine.run.events import RunControl, RunListener, StepEnd
+from engine.run.events import ThermalWait as ThermalWait  # defined with every event of a run
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +90,6 @@ class ThermalAbortError(DeviceError):
     """The board got hotter than the abort limit during an experiment."""
 
 
-@dataclass(frozen=True)
-class ThermalWait:
-    """One cool-down: an event for the experiment's listeners and its record."""
-
-    zone: str
-    start_c: float
-    end_c: float
-    waited_s: float  # on the twin: virtual seconds
-    label: str = ""  # what was waiting (e.g. a sweep point)
-    simulated: bool = False  # the twin's idle time, not a sleep
-
-
 class ThermalGuard:
     """Reads a device's temperatures; waits for a cool board; aborts on a hot one.
 
@@ -111,7 +104,7 @@ class ThermalGuard:
         *,
         session: Any = None,
         sleep: Callable[[float], None] = time.sleep,
-        on_wait: Callable[[ThermalWait], None] | None = None,
+        on_wait: Callable[[ThermalWait], RunControl | None] | None = None,
     ) -> None:
         self.device = device
         self.limits = limits
@@ -136,21 +129,48 @@ class ThermalGuard:
         self.peak_c = max(self.peak_c, top.celsius)
         return top.zone, top.celsius
 
-    def check(self) -> float:
-        """Raise ThermalAbortError when the hottest zone is over abort_c; returns its degC."""
+    def reading(self) -> tuple[float, ThermalAbortError | None]:
+        """The hottest zone's degC, with the abort (not raised) when it is over abort_c."""
         zone, celsius = self.hottest()
         if celsius > self.limits.abort_c:
-            raise ThermalAbortError(
+            return celsius, ThermalAbortError(
                 f"{zone} is at {celsius:.1f} degC, over the {self.limits.abort_c:g} degC abort limit "
                 f"({self.limits.origin}); the experiment was stopped and the clocks restored",
                 "let the board cool and improve its cooling (fan mode, airflow), then run again "
                 "(a sweep resumes where it stopped); or raise --thermal-abort-c if the limit is too strict",
             )
+        return celsius, None
+
+    def check(self) -> float:
+        """Raise ThermalAbortError when the hottest zone is over abort_c; returns its degC."""
+        celsius, abort = self.reading()
+        if abort is not None:
+            raise abort
         return celsius
 
+    def step_control(self) -> RunControl | None:
+        """Inside a run, after a step: stop (with the abort as its error) when over abort_c; else None."""
+        _celsius, abort = self.reading()
+        return None if abort is None else stop_for(abort)
+
+    def point_control(self, label: str = "") -> RunControl | None:
+        """Inside a run, before a sweep point: the wait of `before_point`, its abort answered as a stop."""
+        result = self.cool_down(label)
+        return stop_for(result) if isinstance(result, ThermalAbortError) else None
+
     def before_point(self, label: str = "") -> ThermalWait | None:
-        """Abort if too hot; wait (idle) while over wait_c, until at or below cooldown_c."""
-        start = self.check()
+        """Abort (raise) if too hot; wait (idle) while over wait_c, until at or below cooldown_c."""
+        result = self.cool_down(label)
+        if isinstance(result, ThermalAbortError):
+            raise result
+        return result
+
+    def cool_down(self, label: str = "") -> ThermalWait | ThermalAbortError | None:
+        """Wait (idle) while over wait_c, until at or below cooldown_c: the wait, None when none was
+        needed, or the abort (returned, not raised) when over abort_c or not cool within max_wait_s."""
+        start, abort = self.reading()
+        if abort is not None:
+            return abort
         if start <= self.limits.wait_c:
             return None
         zone, _ = self.hottest()
@@ -160,7 +180,7 @@ class ThermalGuard:
         celsius = start
         while celsius > self.limits.cooldown_c:
             if waited >= self.limits.max_wait_s:
-                raise ThermalAbortError(
+                return ThermalAbortError(
                     f"the board stayed above {self.limits.cooldown_c:g} degC for {waited:.0f} s "
                     f"({zone} at {celsius:.1f} degC)",
                     "check the fan and the air around the board, then run again (a sweep resumes)",
@@ -171,7 +191,9 @@ class ThermalGuard:
             else:
                 self._sleep(step)
             waited += step
-            celsius = self.check()
+            celsius, abort = self.reading()
+            if abort is not None:
+                return abort
         wait = ThermalWait(zone, start, celsius, waited, label,
                            simulated=bool(getattr(self.session, "virtual_time", False)))
         self.waits.append(wait)
@@ -187,3 +209,19 @@ class ThermalGuard:
             "waits": [asdict(w) for w in self.waits],
             "peak_c": None if self.peak_c == -math.inf else self.peak_c,
         }
+
+
+def stop_for(abort: ThermalAbortError) -> RunControl:
+    """The run's answer to an abort: stop at this boundary, the abort's text its reason, the abort
+    its error (the harness raises it once the run has wound down: stored failed, clocks restored)."""
+    return RunControl.stop(abort.what, error=abort)
+
+
+class ThermalCheck(RunListener):
+    """A run's listener: after each step, stop the run when the board is over the guard's abort limit."""
+
+    def __init__(self, guard: ThermalGuard) -> None:
+        self.guard = guard
+
+    def on_step_end(self, event: StepEnd) -> RunControl | None:
+        return self.guard.step_control()

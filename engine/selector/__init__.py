@@ -12,14 +12,13 @@
     persistence  joblib + JSON sidecar, verified before unpickling
     policy       the `ml` policy of `slm-dvfs run`
 
-Importing this package registers the `ml` policy with engine.dvfs.policies; scikit-learn
-is imported only when a selector is trained or loaded.
+`policy_factory()` is every policy a client may run, `ml` included (engine.dvfs.policies's
+factory with its plug point filled); nothing is registered on import. scikit-learn is imported
+only when a selector is trained or loaded.
 """
 
 from __future__ import annotations
 
-from engine.selector.policy import MLPolicy, ml_factory, register_ml_policy
+from engine.selector.policy import MLPolicy, ml_factory, policy_factory
 
-register_ml_policy()
-
-__all__ = ["MLPolicy", "ml_factory", "register_ml_policy"]
+__all__ = ["MLPolicy", "ml_factory", "policy_factory"]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from engine.device.base import Device
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
+from engine.dvfs.policies import BUILTIN_POLICIES, PolicyFactory
 from engine.device.setting import DvfsSetting, check_setting
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
 from engine.core.provenance import Source
@@ -322,8 +323,8 @@ def ml_factory(arg: str | None = None, **options: Any) -> MLPolicy:
                           "use selector=PATH, probes=K, warmup_steps=N, measure_steps=N") from None
 
 
-def register_ml_policy() -> None:
-    """Fill the `ml` plug point of engine.dvfs.policies (idempotent)."""
-    from engine.dvfs.policies import register_policy
-
-    register_policy("ml", ml_factory)
+def policy_factory(base: PolicyFactory | None = None) -> PolicyFactory:
+    """Every policy a client may run, `ml` included: `base` (default the dvfs layer's built-in ones)
+    with its `ml` plug point filled by `ml_factory`. The CLI and the TUI build it once and hand it
+    down; nothing is registered anywhere (scikit-learn loads only when a selector does)."""
+    return (base or BUILTIN_POLICIES).with_policy("ml", ml_factory)

@@ -26,7 +26,7 @@ from engine.core.errors import ConfigError
 from engine.core.paths import data_dir
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
-from engine.workload.events import Callback, EvalResult
+from engine.workload.events import Callback, EvalResult, RunControl, TrainerEvent
 from engine.workload.lengths import bucket_of
 from engine.workload.loop import StepHook, TrainControl
 from engine.workload.lora import LoraSettings
@@ -155,10 +155,10 @@ def stamp_evals(callbacks: Iterable[Callback], weights: str, synthetic: bool) ->
     """The callbacks, each handed EvalResult events that say what the model learnt from
     (weights, generated data), so whoever shows a metric can say whether it means anything."""
     def stamped(callback: Callback) -> Callback:
-        def call(event: Any) -> None:
+        def call(event: TrainerEvent) -> RunControl | None:
             if isinstance(event, EvalResult):
                 event = replace(event, weights=weights, synthetic=synthetic)
-            callback(event)
+            return callback(event)  # its answer too: a stop must reach the loop
         return call
     return [stamped(cb) for cb in callbacks]
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from engine.core.errors import ConfigError
-from engine.workload.events import Callback, Event, RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.workload.events import Callback, RunCancelled, RunFinished, RunStarted, StepEnd
 from engine.workload.loop import StepHook, StepLoop, TrainControl
 
 log = logging.getLogger(__name__)
@@ -54,15 +54,12 @@ def simulate_run(
     """Run `steps` steps of `workload` (an engine.workload.resolve.Workload), each only
     calling `step_hook(batch_size, seq_len)`, emitting the trainer's events to `callbacks`.
 
-    A `TrainControl` (pause, cancel) is honoured at step boundaries, by the trainer's loop."""
+    A `TrainControl` (pause, cancel) and a callback's `RunControl.stop` are honoured at step
+    boundaries, by the trainer's loop."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError(f"a simulated run needs at least one step, not {steps!r}", "give --steps 1 or more")
-    listeners = list(callbacks)
-
-    def emit(event: Event) -> None:
-        for callback in listeners:
-            callback(event)
-
+    loop = StepLoop(control, callbacks)  # delivers the events, keeps a callback's stop
+    emit = loop.emit
     trace = workload.trace
     emit(RunStarted(
         model=workload.model, task=workload.task, mode=workload.mode, precision=workload.precision,
@@ -70,9 +67,8 @@ def simulate_run(
         seed=seed, trainable_params=trace.params, total_params=workload.total_params,
     ))
     t0 = time.perf_counter()
-    loop = StepLoop(control, emit)
     samples = step = 0
-    while step < steps:
+    while step < steps or loop.stopping:  # a stop at the last step still ends it cancelled
         if loop.boundary(step, 0):
             wall = time.perf_counter() - t0 - loop.paused_s
             emit(RunCancelled(step, samples, wall, loop.reason))

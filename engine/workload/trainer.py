@@ -32,7 +32,7 @@ from engine.workload.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
-from engine.workload.events import Callback, Checkpointed, EvalResult, Event, RunCancelled, RunFinished, RunStarted, StepEnd
+from engine.workload.events import Callback, Checkpointed, EvalResult, RunCancelled, RunFinished, RunStarted, StepEnd, TrainerEvent
 from engine.workload.lora import LoraSettings, is_peft_model
 from engine.workload.loop import StepHook, StepLoop, TrainControl
 from engine.workload.optim import (
@@ -186,6 +186,7 @@ class Trainer:
         self.metric_fn = metric_fn
         self.callbacks: list[Callback] = list(callbacks)
         self.control = control or TrainControl()
+        self._loop = StepLoop(self.control, self.callbacks)  # a fresh one for each run()
         self.step_hook = step_hook
         self.run_name = run_name
         spe = self.data.batches_per_epoch
@@ -204,9 +205,9 @@ class Trainer:
 
     # -- events
 
-    def emit(self, event: Event) -> None:
-        for callback in self.callbacks:
-            callback(event)
+    def emit(self, event: TrainerEvent) -> None:
+        """To every callback, through the run's step loop (which keeps a callback's stop)."""
+        self._loop.emit(event)
 
     # -- the loop
 
@@ -225,6 +226,7 @@ class Trainer:
             seed_everything(cfg.seed)
         start_step = step
         last_eval: dict[str, Mapping[str, float]] = {}
+        loop = self._loop = StepLoop(self.control, self.callbacks)
         self.emit(RunStarted(
             model=self.run_name[0], task=self.run_name[1], mode=cfg.mode, precision=self.precision,
             device=str(self.device), batch_size=cfg.batch_size, total_steps=self.total_steps,
@@ -233,7 +235,6 @@ class Trainer:
             start_step=start_step))
         t0 = time.perf_counter()
         train_s = 0.0
-        loop = StepLoop(self.control, self.emit)
         autocast = self._autocast()
 
         def elapsed() -> float:
@@ -248,9 +249,9 @@ class Trainer:
                 cancelled=cancelled, start_step=start_step)
 
         self.model.train()
-        while step < self.total_steps:
+        while step < self.total_steps or loop.stopping:  # a stop at the last step still ends it cancelled
             epoch = step // self.data.batches_per_epoch
-            if loop.boundary(step, epoch):  # the only place pause and cancel take effect
+            if loop.boundary(step, epoch):  # the only place pause, cancel and a callback's stop take effect
                 if cfg.checkpoint_dir and step > start_step:
                     self._checkpoint(step, losses, samples, tokens, prior_wall + elapsed(), prior_train + train_s)
                 self.emit(RunCancelled(step, samples, prior_wall + elapsed(), loop.reason))
@@ -271,6 +272,8 @@ class Trainer:
                 self.step_hook(rows, seq)
             self.emit(StepEnd(step=step, epoch=epoch, loss=loss_value, samples=rows, tokens=rows * seq,
                               lr=float(lr), wall_s=wall, elapsed_s=elapsed(), grad_norm=grad_norm))
+            if loop.stopping:
+                continue  # to the boundary, which ends the run: no evaluation or checkpoint first
             if cfg.eval_every and step % cfg.eval_every == 0 and step < self.total_steps:
                 last_eval.update(self.evaluate(step))
                 self.model.train()

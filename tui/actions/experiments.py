@@ -88,10 +88,6 @@ class ExperimentActions(AppState):
         from tui.selection import SelectorPreview, preview_choice
 
         try:
-            import engine.selector  # noqa: F401 - registers the `ml` policy
-        except Exception as exc:  # noqa: BLE001 - without it only `ml` is missing; the others run
-            log.warning("the selector package did not load: %s", exc)
-        try:
             workload = resolve_workload(spec.workload)  # once, for the preview and both runs
             try:
                 preview = preview_choice(spec, workload)
@@ -99,7 +95,7 @@ class ExperimentActions(AppState):
                 preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
             self.post_message(SelectorPreviewed(preview))
             result = run_experiment(spec, store=self.store, callbacks=[bridge, *extra], control=control,
-                                    session=self.session, workload=workload)
+                                    session=self.session, workload=workload, policies=self.policies)
         except BaseException as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
             self.post_message(EngineFailed("experiment", exc))
             return

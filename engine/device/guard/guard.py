@@ -68,25 +68,11 @@ class BoardPinnedError(DeviceBusyError):
     """The board is left pinned by `slm-dvfs pin`; a run must not override it."""
 
 
-# --- the active guards of this process ---------------------------------------------------
-_ACTIVE_LOCK = threading.Lock()
-_ACTIVE: dict[str, "ClockGuard"] = {}  # started guards of this process, by device key
-
-
-def active_guard(device: Device) -> "ClockGuard | None":
-    """The active guard of this process for `device` (started, not yet restored or kept), if any."""
-    try:
-        key = device_key(device.describe())
-    except (AttributeError, TypeError):
-        return None
-    with _ACTIVE_LOCK:
-        guard = _ACTIVE.get(key)
-    return guard if guard is not None and guard.active else None
-
-
-
 class ClockGuard:
     """Context manager that journals a device's settings and restores them on any exit.
+
+    No registry finds a guard: whoever needs it is handed it (the run harness passes its guard to
+    the DVFS controller and the experiment), so two guards in one process never see each other.
 
     `keep()` turns the session into a pin that outlives the process (for `slm-dvfs pin`).
     """
@@ -113,7 +99,6 @@ class ClockGuard:
         self._kept = False
         self._old_handlers: dict[int, Any] = {}
         self._device_lock: DeviceLock | None = None
-        self._key: str | None = None
         self._jetson_clocks_store: str | None = None
 
     # --- lifecycle -------------------------------------------------------------------
@@ -167,9 +152,6 @@ class ClockGuard:
             self._release()
             raise
         self._journal_path = path
-        self._key = key
-        with _ACTIVE_LOCK:
-            _ACTIVE[key] = self
         atexit.register(self.restore)
         if self.handle_signals:
             self._install_handlers()
@@ -178,9 +160,6 @@ class ClockGuard:
         """The clock service snapshots, journals, holds the board lock and restores for this
         device (engine/device/clockd): no journal or lock of ours, the same restore path."""
         self.snapshot = device.service_snapshot()
-        self._key = device_key(self.device.describe())
-        with _ACTIVE_LOCK:
-            _ACTIVE[self._key] = self
         atexit.register(self.restore)
         if self.handle_signals:
             self._install_handlers()
@@ -320,9 +299,6 @@ class ClockGuard:
         return None if self._device_lock is None else self._device_lock.path
 
     def _release(self) -> None:
-        with _ACTIVE_LOCK:
-            if self._key is not None and _ACTIVE.get(self._key) is self:
-                del _ACTIVE[self._key]
         lock, self._device_lock = self._device_lock, None
         if lock is not None:
             lock.release()

@@ -5,6 +5,8 @@ each twin has its own lock, journal and serial), answers `info()` at any time (t
 several methods at once: a snapshot read while a sweep runs), and measures a sweep's points
 through the same harness, clock guard and thermal guard as a local sweep (`measure_points`),
 handing each point back as it is done instead of writing a store: the driver is the writer.
+The worker is the client of its process: it builds the policy factory (`ml` included) once and
+hands it to each experiment it runs, as the CLI and the TUI do.
 
 This module does not import Ray: `cluster` wraps the class in an actor.
 """
@@ -69,6 +71,9 @@ class BoardWorker:
         self._control: TrainControl | None = None
         self._stop = threading.Event()
         self._resolved: dict[WorkloadSpec, Workload] = {}  # the workloads of its sweeps' shares and experiments
+        from engine.selector import policy_factory
+
+        self.policies = policy_factory()  # every policy an experiment here may ask for, `ml` included
 
     # ------------------------------------------------------------------ cheap, any time
     def pid(self) -> int:
@@ -200,7 +205,8 @@ class BoardWorker:
         def work() -> None:
             try:
                 records = run_on_board(spec, self.session, self.identity, seeds=seeds, selector=selector,
-                                       workload_of=self.workload_of, control=control, put=out.put, running=running, pause=pause)
+                                       workload_of=self.workload_of, control=control, put=out.put, running=running, pause=pause,
+                                       policies=self.policies)
                 out.put(records)
                 out.put((END, records.status, records.error))
             except Exception as exc:  # noqa: BLE001 - reported to the driver, which decides

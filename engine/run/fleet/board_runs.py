@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from engine.core.errors import one_line
-from engine.run.experiment import ExperimentPhase, ExperimentSpec, run_experiment
+from engine.dvfs.policies import PolicyFactory
+from engine.run.events import ExperimentPhase, RunControl, RunListener, StepEnergy
+from engine.run.experiment import ExperimentSpec, run_experiment
 from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
-from engine.workload.events import StepEnergy
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 
@@ -73,7 +74,7 @@ def with_selector(spec: ExperimentSpec, files: SelectorFiles, folder: Path) -> E
     return replace(spec, policy="ml", policy_options=tuple({**parsed, **options}.items()))
 
 
-class _Progress:
+class _Progress(RunListener):
     """The experiment's events -> RunProgress items: each run's start, and its steps every few."""
 
     def __init__(self, spec: ExperimentSpec, put: Callable[[Any], None], running: Callable[[str], None],
@@ -83,27 +84,30 @@ class _Progress:
         self.role, self.policy = "policy", spec.policy
         self.step, self.time_s, self.energy_j = 0, 0.0, 0.0
 
-    def __call__(self, event: Any) -> None:
-        if isinstance(event, ExperimentPhase):
-            self.role, self.policy = event.role, event.policy
-            self.step, self.time_s, self.energy_j = 0, 0.0, 0.0
-            self.running(f"{self.role} 0/{self.spec.steps}")
-            self.put(RunProgress("phase", self.role, self.policy, 0, self.spec.steps))
-        elif isinstance(event, StepEnergy):
-            self.pause(event.time_s)
-            self.step += 1
-            self.time_s += event.time_s
-            self.energy_j += event.total_energy_j
-            self.running(f"{self.role} {self.step}/{self.spec.steps}")
-            if self.step % self.every == 0 or self.step == self.spec.steps:
-                self.put(RunProgress("step", self.role, self.policy, self.step, self.spec.steps, self.time_s,
-                                     self.energy_j, event.source))
+    def on_phase(self, event: ExperimentPhase) -> RunControl | None:
+        self.role, self.policy = event.role, event.policy
+        self.step, self.time_s, self.energy_j = 0, 0.0, 0.0
+        self.running(f"{self.role} 0/{self.spec.steps}")
+        self.put(RunProgress("phase", self.role, self.policy, 0, self.spec.steps))
+        return None
+
+    def on_step_energy(self, event: StepEnergy) -> RunControl | None:
+        self.pause(event.time_s)
+        self.step += 1
+        self.time_s += event.time_s
+        self.energy_j += event.total_energy_j
+        self.running(f"{self.role} {self.step}/{self.spec.steps}")
+        if self.step % self.every == 0 or self.step == self.spec.steps:
+            self.put(RunProgress("step", self.role, self.policy, self.step, self.spec.steps, self.time_s,
+                                 self.energy_j, event.source))
+        return None
 
 
 def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Sequence[Any],
                  selector: SelectorFiles | None, workload_of: Callable[[WorkloadSpec], Workload],
                  control: Any, put: Callable[[Any], None],
-                 running: Callable[[str], None], pause: Callable[[float], None]) -> ExperimentRecords:
+                 running: Callable[[str], None], pause: Callable[[float], None],
+                 policies: PolicyFactory | None = None) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
     from engine.results.records import DeviceRecord
     from engine.results.run_import import export_runs
@@ -119,7 +123,7 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                     store.add_finished_sweeps(DeviceRecord.from_identity(identity), list(seeds))
                 run_spec = with_selector(spec, selector, Path(tmp) / "selector") if selector is not None else spec
                 result = run_experiment(run_spec, store=store, callbacks=[_Progress(spec, put, running, pause)],
-                                        control=control, session=session, workload=workload)
+                                        control=control, session=session, workload=workload, policies=policies)
                 cancelled = result.cancelled or (result.baseline is not None and result.baseline.cancelled)
                 status = "cancelled" if cancelled else "finished"
             except Exception as exc:  # noqa: BLE001 - the failed runs are shipped too, with the error

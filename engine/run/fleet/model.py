@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 from engine.core.provenance import Source
 from engine.device.setting import DvfsSetting
+# The fleet driver's events, defined with every other event of a run (engine.run.events.Event).
+from engine.run.events import ExperimentEvent as ExperimentEvent, FleetEvent as FleetEvent
 from engine.run.sweep import SweepSpec
 
 # A fleet sweep is the local sweep's spec; the board it runs on supplies the device (its twin or
@@ -38,24 +40,6 @@ class BoardInfo:
         out = dict(self.__dict__)
         out["temps_c"] = dict(self.temps_c)
         return out
-
-
-@dataclass(frozen=True)
-class FleetEvent:
-    """Something the driver saw: a unit started, a point stored, a board lost, a unit retried..."""
-
-    kind: str  # one of EVENT_KINDS
-    board: str  # the board's serial ("" when none)
-    sweep_id: int | None
-    text: str
-    setting: DvfsSetting | None = None  # "point": the point's figures
-    repeat: int | None = None
-    time_s: float | None = None
-    energy_j: float | None = None
-    avg_power_w: float | None = None
-    done: int | None = None  # "point": points of the sweep stored so far, of `total`
-    total: int | None = None
-    source: Source | None = None  # "point": measured (a board) or twin
 
 
 @dataclass(frozen=True)
@@ -177,25 +161,6 @@ class ExperimentRecords:
     notes: tuple[str, ...] = ()
     status: str = "finished"  # finished | cancelled | failed
     error: str = ""
-
-
-@dataclass(frozen=True)
-class ExperimentEvent:
-    """Something the driver saw of an experiment: started, a run's phase, progress, stored, retried..."""
-
-    kind: str  # one of RUN_EVENT_KINDS
-    board: str  # the board's serial ("" when none)
-    index: int  # the experiment's place in the list given
-    label: str  # e.g. "bert-tiny/sst2 b8 oracle"
-    text: str
-    role: str | None = None  # "phase" / "progress": which run
-    step: int | None = None
-    steps: int | None = None
-    time_s: float | None = None  # the run so far, or (finished) the policy run's
-    energy_j: float | None = None
-    saving_pct: float | None = None  # "finished": against the MAXN baseline on the same board
-    slowdown_pct: float | None = None
-    source: Source | None = None
 
 
 @dataclass(frozen=True)
