@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError
 from engine.core.userinput import parse_int
@@ -167,7 +167,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
                            ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
                            ("seq_lens", _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)),
-                           ("precisions", _csv(args.precisions)), ("modes", _csv(args.modes))):
+                           ("precisions", [parse_precision(t) for t in _csv(args.precisions) or ()]),
+                           ("modes", [parse_mode(t) for t in _csv(args.modes) or ()])):
             if value:
                 zoo_args[key] = tuple(value)
         progress("generating twin training data (fast sweeps)")

@@ -35,7 +35,7 @@ from engine.dvfs.objectives import Objective, module_power_limit_w, parse_object
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
-from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, flatten_metrics, stored_baseline
+from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
 from engine.run.harness import RunHarness, open_harness
 from engine.run.recorder import RunRecorder
@@ -99,7 +99,7 @@ class ExperimentSpec:
 class ExperimentPhase:
     """Event: one of the experiment's runs is about to start."""
 
-    role: str  # "policy" | "baseline"
+    role: RunRole
     policy: str
     index: int  # 1-based
     total: int
@@ -240,7 +240,7 @@ class _Runner:
         self.policy_start_c: float | None = None  # hottest zone as the policy run began
         self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
-    def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
+    def execute(self, role: RunRole, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
         from engine.dvfs.controller import DvfsController
         from engine.workload.finetune import FinetuneSpec
 
