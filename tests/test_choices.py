@@ -95,3 +95,14 @@ def test_the_setup_form_parses_its_selects(isolated_env) -> None:
     assert workload_spec(SetupValues(precision="bf16", mode="lora")).precision == "bf16"
     with pytest.raises(UnknownChoiceError, match="unknown precision 'fp8'"):
         workload_spec(SetupValues(precision="fp8"))
+
+
+def test_an_unknown_objective_kind_is_refused_listing_the_kinds(isolated_env, capsys) -> None:
+    from engine.dvfs.objectives import OBJECTIVES, Objective
+
+    assert main(["train-selector", "--from-twin-zoo", "--models", "bert-tiny", "--objective", "speed@5%"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown objective 'speed@5%'" in err and "energy, edp, eta" in err and "Traceback" not in err
+    assert OBJECTIVES == ("energy", "edp", "eta")
+    with pytest.raises(UnknownChoiceError):
+        Objective(name="speed")  # a library caller's, checked as it is built
