@@ -106,3 +106,13 @@ def test_an_unknown_objective_kind_is_refused_listing_the_kinds(isolated_env, ca
     assert OBJECTIVES == ("energy", "edp", "eta")
     with pytest.raises(UnknownChoiceError):
         Objective(name="speed")  # a library caller's, checked as it is built
+
+
+def test_every_engine_task_the_tui_sets_is_one_of_its_set() -> None:
+    import re
+
+    from tui.state import ENGINE_TASKS
+
+    root = Path(__file__).resolve().parents[1] / "tui"
+    set_to = {m for p in root.rglob("*.py") for m in re.findall(r'engine_busy = "([^"]+)"', p.read_text())}
+    assert set_to and set_to <= set(ENGINE_TASKS)
