@@ -17,7 +17,7 @@ from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
 from engine.cli.mode_args import add_mode_args, workload_spec
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.userinput import parse_int
 
 DEFAULT_PROFILE = "agx-orin-64gb"
@@ -251,7 +251,8 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
                                module=args.module)
     except ConfigError as exc:
         # the store's own hint (another --rails) comes first when it has one
-        hint = exc.remedy.split(", record sweeps")[0] + "; or " if exc.remedy.startswith("give --rails") else ""
+        rails = exc.other_rails if isinstance(exc, NoSweepPointsError) else ()
+        hint = f"give --rails {rails[0]} to learn from those; or " if rails else ""
         raise ConfigError(f"--transfer needs measured sweeps: {exc.what}", hint + HOW_TO_MEASURE) from None
     selector, report = transfer_selector(base, ds, objective, base_path=base_path, command=command)
     path = save_selector(selector, target)

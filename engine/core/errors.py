@@ -108,6 +108,15 @@ class UnknownChoiceError(ConfigError):
         self.choices = tuple(choices)
 
 
+class NoSweepPointsError(ConfigError):
+    """The store holds no sweep points of the source and rails a selector learns from. `other_rails`: the rails
+    presets its sweeps of that source do sum (a client offers --rails by this, never by the remedy's text)."""
+
+    def __init__(self, what: str, remedy: str, other_rails: Sequence[str] = ()) -> None:
+        super().__init__(what, remedy)
+        self.other_rails = tuple(other_rails)
+
+
 class NoRecordedSweepError(ConfigError):
     """A policy that chooses from a recorded sweep (the oracle) found none of the workload on the
     device: a client offers its own way to sweep it (the TUI its Sweep page) by this type."""

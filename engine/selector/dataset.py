@@ -28,7 +28,7 @@ from engine.core.constants import MODES, PRECISIONS, Mode, Precision
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import setting_space
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
 from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
@@ -291,7 +291,7 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
         # sweeps of the wanted source over other rails: the likely fix is --rails, not more sweeps
         other_rails = sorted({str(s.space.get("rails", "all")) for s in every if s.source in wanted
                               and isinstance(s.space, Mapping) and s.space.get("rails", "all") != rails})
-        raise ConfigError(
+        raise NoSweepPointsError(
             f"the results store {getattr(store, 'path', '')} holds no {source} sweep points over rails "
             f"{rails} to train on"
             + (f" (it has {', '.join(have)} sweeps)" if have else "")
@@ -299,6 +299,7 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
             (f"give --rails {other_rails[0]} to learn from those, " if other_rails else "")
             + "record sweeps with `slm-dvfs sweep` (on the board for measured data), pick another --source, "
             "or train on the twin with --from-twin-zoo",
+            other_rails,
         )
     notes = [f"skipped {k}: model not resolvable offline" for k in sorted(skipped)]
     chosen_space = space or (spaces.pop() if len(spaces) == 1 else "mixed")
