@@ -31,7 +31,7 @@ from tui.compare_model import build_comparison
 from tui.fmt import nice_ceiling
 from tui.fmt import format_duration
 from tui.runstate import RunTracker
-from tui.selection import preview_choice
+from tui.selection import SelectorPreview, preview_choice
 from tui.sweep_model import SweepTracker, heat_map
 from tui.widgets.charts import block_rows, render_chart, resample
 
@@ -393,6 +393,8 @@ def test_selector_preview_says_when_there_is_none(monkeypatch: pytest.MonkeyPatc
     preview = preview_choice(spec)
     assert not preview.available
     assert "slm-dvfs train-selector" in preview.line() and preview.short() == "selector: none available"
+    assert preview.missing  # the short line says so by this flag, not by matching the note's text
+    assert SelectorPreview(False, note="none of the candidates fits").short() == "selector: no choice"
 
 
 @pytest.mark.slow

@@ -32,6 +32,8 @@ def test_the_memory_line_fits_or_says_what_would() -> None:
     line = setup_fit.memory_line(big)
     assert line.startswith("memory: does not fit: 248.5 GiB of 58.4 GiB; try batch size 5 or seq length 40")
     assert "--grad-checkpointing" not in line  # the form has no such field: not offered here
+    # Setup marks the line by the status's flag, never by matching its text
+    assert setup_fit.memory_status(big).over and not setup_fit.memory_status(forms.SetupValues(model="bert-tiny")).over
     lora = forms.SetupValues(model="gemma-2b", batch_size="4", precision="fp32", mode="lora", lora_rank="8")
     assert setup_fit.memory_line(lora).startswith("memory: fits: ")
     higher = setup_fit.memory_line(forms.SetupValues(**{**lora.__dict__, "lora_rank": "256"}))

@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from engine.core.constants import PRECISIONS
 from engine.core.errors import ConfigError, ProfileError
 from engine.workload import zoo
 from engine.workload.glue import TASKS, get_task
@@ -71,7 +72,7 @@ def test_zoo_lists_every_model_with_published_architecture():
                 c["max_position_embeddings"]) == (50304, 0.25, True, 2048)
     for e in entries.values():
         assert e.batch_size > 0 and 0 < e.seq_len <= e.config["max_position_embeddings"]
-        assert e.precision in zoo.PRECISIONS
+        assert e.precision in PRECISIONS
 
 
 @pytest.mark.parametrize("name", list(BERT) + list(PYTHIA) + list(OTHERS))

@@ -278,12 +278,14 @@ def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
 def workload_spec(values: SetupValues):  # -> engine.workload.spec.WorkloadSpec
     """The workload the form describes (blank fields: the zoo's defaults; Setup pads dynamically); InputError
     or ConfigError for a field that holds none."""
-    from engine.core.constants import DEFAULT_PADDING
+    from engine.core.constants import DEFAULT_PADDING, parse_mode, parse_precision
     from engine.workload.spec import WorkloadSpec
 
+    # the form's selects hold texts: parsed here, once, into the fixed sets
     return WorkloadSpec(model=values.model.strip(), task=values.task, batch_size=int_or_none(values.batch_size),
                         seq_len=int_or_none(values.seq_len),
-                        precision=None if values.precision == "default" else values.precision, mode=values.mode,
+                        precision=None if values.precision == "default" else parse_precision(values.precision),
+                        mode=parse_mode(values.mode),
                         lora=lora_settings(values), padding=DEFAULT_PADDING, data=values.data.strip())
 
 

@@ -29,6 +29,7 @@ class SelectorPreview:
     slowdown_pct: float | None = None
     confidence: str | None = None
     note: str = ""  # where the selector came from, or why there is none
+    missing: bool = False  # no selector to load (train one): the Run page says so by this, not by the note
     source: Source = Source.PREDICTED
     basis: str = ""  # what the selector rests on, in a few words (engine.selector.basis.DataBasis.short)
     saving_interval: Interval | None = None  # of saving_pct, as fractions (engine.selector.uncertainty)
@@ -45,7 +46,7 @@ class SelectorPreview:
         source whole (the Run page's pane is 48 columns wide at 80): `MAXN≈best: GPU 612 saves 3% (2–19%)
         [predicted]`. Longest first, as tui.fmt.fit takes them."""
         if not self.available:
-            return ("selector: none available" if self.note.startswith("none") else "selector: no choice",)
+            return ("selector: none available" if self.missing else "selector: no choice",)
         setting = (self.setting or "").replace(" · CPU gov", "").replace(" · EMC gov", "").replace(" · mode 0", "")
         choice = f"{setting} {saving_compact(self.saving_pct or 0.0, self.saving_interval)} [{self.source.value}]"
         if not self.maxn_about_optimal:
@@ -84,7 +85,7 @@ def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
     try:
         selector = load_selector()
     except SlmDvfsError:
-        return SelectorPreview(False, note=f"none available; train one with `{TRAIN_COMMAND}`")
+        return SelectorPreview(False, note=f"none available; train one with `{TRAIN_COMMAND}`", missing=True)
     try:
         features, steps = _features(spec, workload)
         choice = with_uncertainty(selector.choose(features, parse_objective(spec.objective)), selector, steps)

@@ -58,7 +58,7 @@ _REMEDY_FIELDS = {"--batch-size": "batch size", "--precision": "precision", "--m
                   "--max-seq-len": "seq length", "--model": "model"}
 
 
-def memory_line(values: SetupValues) -> str:
+def memory_status(values: SetupValues) -> MemoryLine:
     """The workload's estimated peak memory against the board, in one or two lines: "memory:
     fits: 3.2 GiB of 58.4 GiB (...)" or "memory: does not fit: ...; try mode lora"; for a hub
     id, that it is estimated once the model is resolved. Torch-free."""
@@ -66,30 +66,41 @@ def memory_line(values: SetupValues) -> str:
 
     errors = values.errors()
     if any(k in errors for k in ("model", "batch_size", "seq_len", "lora_rank")):
-        return "memory: estimated once the fields marked in red are fixed"
+        return MemoryLine("memory: estimated once the fields marked in red are fixed")
     try:
         found = _config_for(values.model.strip())
         if found is None:
-            return "memory: estimated once the model is resolved (hub ids are read when the run starts)"
+            return MemoryLine("memory: estimated once the model is resolved (hub ids are read when the run starts)")
         name, config, defaults = found
         batch = int_or_none(values.batch_size) or defaults[0]
         length = int_or_none(values.seq_len) or defaults[1]
         precision = defaults[2] if values.precision == "default" else values.precision
         positions = int(config.get("max_position_embeddings", length))
         if length > positions:
-            return f"memory: seq length {length} exceeds the {positions} positions {name} takes"
+            return MemoryLine(f"memory: seq length {length} exceeds the {positions} positions {name} takes")
         fit = memory_fit(estimate_memory(config, batch, length, precision, values.mode,
                                          lora=lora_settings(values)), name)
     except SlmDvfsError as exc:
-        return f"memory: {exc.what}"
+        return MemoryLine(f"memory: {exc.what}")
     parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in fit.estimate.parts())
     head = fit.summary().split("; try ")[0]
     if fit.fits:
-        return f"memory: {head} (estimate: {parts}) [predicted]"
+        return MemoryLine(f"memory: {head} (estimate: {parts}) [predicted]")
     tries = [_as_fields(r.flags) for r in fit.remedies]
     tries = [t for t in tries if t][:2]
     advice = "; try " + " or ".join(tries) if tries else "; try a smaller model"
-    return f"memory: {head}{advice} (estimate: {parts}) [predicted]"
+    return MemoryLine(f"memory: {head}{advice} (estimate: {parts}) [predicted]", over=True)
+
+
+def memory_line(values: SetupValues) -> str:
+    """memory_status's line alone."""
+    return memory_status(values).text
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    text: str
+    over: bool = False  # the step does not fit the board: Setup marks the line (by this, never by its text)
 
 
 def _as_fields(flags: str) -> str | None:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from textual.app import App
 from textual.reactive import var
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# What the engine's worker is doing (one at a time); the app's engine_busy holds one, or None when idle.
+EngineTask = Literal["experiment", "sweep", "fleet sweep", "selector training", "calibration"]
+ENGINE_TASKS: tuple[EngineTask, ...] = get_args(EngineTask)
 IDLE_RUN = RunView(status="idle", log=("no run yet: start one on the Setup page (2)",))
 
 
@@ -90,7 +93,7 @@ class AppState(App[None]):
     selector_short: var[str | tuple[str, ...]] = var("")  # the Run page's: its forms, longest first
     policy_note: var[str] = var("")  # what Setup's policy still needs, or ""
     setup_values: var[SetupValues] = var(SetupValues())  # what Setup holds (the Sweep form follows it)
-    engine_busy: var[str | None] = var(None)  # "experiment" | "sweep" | "fleet sweep" | "selector training" | ...
+    engine_busy: var[EngineTask | None] = var(None)  # what the engine is doing; None: idle
     sweep_view: var[SweepView | None] = var(None)
     sweep_order: var[SweepOrder | None] = var(None)
     compare_view: var[CompareView | None] = var(None)

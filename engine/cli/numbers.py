@@ -12,13 +12,16 @@ finetune) is parsed here too.
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.core.errors import SlmDvfsError
 from engine.core.plausible import (MAX_BATCH, MAX_EPOCHS, MAX_LORA_RANK, MAX_POINT_STEPS, MAX_SAMPLES, MAX_SEQ_LEN,
                                    MAX_STEPS, MAX_SWEEP_REPEATS, MAX_WARMUP_STEPS)
 from engine.core.text import shown
 from engine.core.userinput import MAX_NAME_CHARS, check_name, parse_float, parse_int
+
+if TYPE_CHECKING:
+    from engine.core.constants import Padding
 
 __all__ = ["MAX_BATCH", "MAX_SAMPLES", "MAX_SEQ_LEN", "MAX_STEPS", "SEED_MAX", "MAX_ID"]
 
@@ -136,11 +139,11 @@ def add_pad_argument(p: argparse.ArgumentParser, *, deprecated_padding: bool = F
                        help="deprecated spelling of --pad (max_length = --pad max)")
 
 
-def padding_of(args: argparse.Namespace) -> str:
+def padding_of(args: argparse.Namespace) -> Padding:
     """The padding (engine.core.constants.PADDINGS) that --pad (or the deprecated --padding) asks for."""
     import logging
 
-    from engine.core.constants import DEFAULT_PADDING, PAD_FLAGS
+    from engine.core.constants import DEFAULT_PADDING, PAD_FLAGS, parse_padding
     from engine.core.errors import ConfigError
 
     pad = getattr(args, "pad", None)
@@ -150,5 +153,5 @@ def padding_of(args: argparse.Namespace) -> str:
                                             "max" if old == "max_length" else old)
         if pad is not None and PAD_FLAGS[pad] != old:
             raise ConfigError(f"--pad {pad} and --padding {old} disagree", "give --pad alone")
-        return str(old)
-    return PAD_FLAGS[pad] if pad is not None else DEFAULT_PADDING
+        return parse_padding(old)
+    return parse_padding(pad) if pad is not None else DEFAULT_PADDING

@@ -15,9 +15,9 @@ from typing import Any, Sequence
 from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
 from engine.cli.mode_args import add_mode_args, workload_spec
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.userinput import parse_int
 
 DEFAULT_PROFILE = "agx-orin-64gb"
@@ -167,7 +167,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
                            ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
                            ("seq_lens", _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)),
-                           ("precisions", _csv(args.precisions)), ("modes", _csv(args.modes))):
+                           ("precisions", [parse_precision(t) for t in _csv(args.precisions) or ()]),
+                           ("modes", [parse_mode(t) for t in _csv(args.modes) or ()])):
             if value:
                 zoo_args[key] = tuple(value)
         progress("generating twin training data (fast sweeps)")
@@ -250,7 +251,8 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
                                module=args.module)
     except ConfigError as exc:
         # the store's own hint (another --rails) comes first when it has one
-        hint = exc.remedy.split(", record sweeps")[0] + "; or " if exc.remedy.startswith("give --rails") else ""
+        rails = exc.other_rails if isinstance(exc, NoSweepPointsError) else ()
+        hint = f"give --rails {rails[0]} to learn from those; or " if rails else ""
         raise ConfigError(f"--transfer needs measured sweeps: {exc.what}", hint + HOW_TO_MEASURE) from None
     selector, report = transfer_selector(base, ds, objective, base_path=base_path, command=command)
     path = save_selector(selector, target)

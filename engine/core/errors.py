@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 
+from engine.core.text import shown
 from engine.core.units import format_mhz
 
 
@@ -91,6 +93,28 @@ class ProfileError(SlmDvfsError):
 
 class ConfigError(SlmDvfsError):
     """A user-supplied option or specification is invalid."""
+
+
+class UnknownChoiceError(ConfigError):
+    """A value outside one of the fixed sets (precision, mode, padding, objective, ...): the remedy lists
+    the set. engine.core.constants.parse_choice raises it at the edge where a text comes in."""
+
+    def __init__(self, what: str, value: object, choices: Sequence[str], hint: str = "") -> None:
+        listed = ", ".join(choices)
+        super().__init__(f"unknown {what} {shown(value)!r}",
+                         f"use one of {listed}" + (f" ({hint})" if hint else ""))
+        self.kind = what
+        self.value = value
+        self.choices = tuple(choices)
+
+
+class NoSweepPointsError(ConfigError):
+    """The store holds no sweep points of the source and rails a selector learns from. `other_rails`: the rails
+    presets its sweeps of that source do sum (a client offers --rails by this, never by the remedy's text)."""
+
+    def __init__(self, what: str, remedy: str, other_rails: Sequence[str] = ()) -> None:
+        super().__init__(what, remedy)
+        self.other_rails = tuple(other_rails)
 
 
 class NoRecordedSweepError(ConfigError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from engine.core.constants import Precision, parse_precision
+from engine.core.errors import UnknownChoiceError
 from engine.core.jsontypes import JsonObject
 
 # Operation kinds the twin distinguishes: matrix work may use tensor cores,
@@ -41,7 +43,7 @@ class StepTrace:
     model: str
     batch_size: int
     seq_len: int
-    precision: str  # "fp32" | "fp16" | "bf16"
+    precision: Precision
     ops: tuple[OpCost, ...]
     host_cycles: float  # CPU cycles of host work not tied to kernel launches (data, Python)
     params: int = 0  # trainable parameters (the optimizer's work scales with these)
@@ -84,11 +86,15 @@ class StepTrace:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "StepTrace":
+        try:  # a cached file's: one outside the set reads as unreadable (its callers trace again)
+            precision = parse_precision(data["precision"])
+        except UnknownChoiceError as exc:
+            raise ValueError(exc.what) from None
         return cls(
             model=str(data["model"]),
             batch_size=int(data["batch_size"]),
             seq_len=int(data["seq_len"]),
-            precision=str(data["precision"]),
+            precision=precision,
             ops=tuple(OpCost.from_json(o) for o in data["ops"]),
             host_cycles=float(data["host_cycles"]),
             params=int(data.get("params", 0)),

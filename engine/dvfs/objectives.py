@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 from engine.device.base import DeviceIdentity
 from engine.device.setting import MAXN, DvfsSetting
-from engine.core.errors import ConfigError
+from engine.core.constants import parse_choice
+from engine.core.errors import ConfigError, UnknownChoiceError
 from engine.core.measurement import Measurement, TimeUnknownError
 from engine.core.text import shown
 from engine.core.userinput import parse_float
@@ -30,7 +31,8 @@ from engine.core.jsontypes import JsonObject
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("energy", "edp", "eta")
+ObjectiveKind = Literal["energy", "edp", "eta"]  # what a cost weighs: see the module's doc
+OBJECTIVES: tuple[ObjectiveKind, ...] = get_args(ObjectiveKind)
 DEFAULT_MAX_POWER_W = 60.0
 MODULE_POWER_LIMIT_W = {"64GB": 60.0, "32GB": 40.0}  # spec: module power limits
 _SLOWDOWN_EPS = 1e-9  # a setting exactly at the limit is feasible despite rounding
@@ -41,14 +43,13 @@ _SYNTAX = "energy, energy@5%, edp, edp@10%, eta:0.5 (0 <= eta <= 1)"
 class Objective:
     """How to rank measurements; lower cost is better."""
 
-    name: str = "energy"  # one of OBJECTIVES
+    name: ObjectiveKind = "energy"
     max_slowdown: float | None = None  # fraction (0.05 = 5%) against MAXN; None = no limit
     eta: float | None = None  # for "eta" only
     max_power_w: float = DEFAULT_MAX_POWER_W
 
     def __post_init__(self) -> None:
-        if self.name not in OBJECTIVES:
-            raise ConfigError(f"unknown objective {self.name!r}", f"use one of: {_SYNTAX}")
+        parse_objective_kind(self.name)  # a library caller's; parse_objective's is parsed already
         if self.name == "eta" and (self.eta is None or not 0.0 <= self.eta <= 1.0):
             raise ConfigError(f"eta must lie in [0, 1], got {self.eta!r}", "e.g. eta:0.5")
         if self.name != "eta" and self.eta is not None:
@@ -179,9 +180,17 @@ def parse_objective(text: str, *, max_power_w: float = DEFAULT_MAX_POWER_W) -> O
     elif colon:
         raise ConfigError(f"objective {shown(name)!r} takes no argument (got {shown(text)!r})",
                           f"use one of: {_SYNTAX}")
-    elif name not in OBJECTIVES:
-        raise ConfigError(f"unknown objective {shown(text)!r}", f"use one of: {_SYNTAX}")
-    return Objective(name=name, max_slowdown=max_slowdown, eta=eta, max_power_w=max_power_w)
+    return Objective(name=parse_objective_kind(name, text), max_slowdown=max_slowdown, eta=eta, max_power_w=max_power_w)
+
+
+def parse_objective_kind(value: object, text: object = None) -> ObjectiveKind:
+    """An objective's kind (energy, edp, eta); UnknownChoiceError naming `text` (the whole objective) when
+    it is none of them, its remedy the syntax."""
+    try:
+        return parse_choice(value, OBJECTIVES, "objective")
+    except UnknownChoiceError:
+        raise UnknownChoiceError("objective", value if text is None else text, OBJECTIVES,
+                                 f"written {_SYNTAX}") from None
 
 
 def module_power_limit_w(identity: DeviceIdentity) -> float:

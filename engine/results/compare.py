@@ -6,7 +6,7 @@ TUI's Compare page, the sweep result and the report all call these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping, get_args
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
@@ -30,6 +30,10 @@ __all__ = [
 ]
 
 
+# Which side of a comparison a run is: the policy's, or the MAXN baseline's.
+RunRole = Literal["policy", "baseline"]
+RUN_ROLES: tuple[RunRole, ...] = get_args(RunRole)
+
 # The one sign convention of every saving shown (CLI, TUI, reports, exports), said once.
 SIGN_CONVENTION = "positive saving = less energy than MAXN, positive slowdown = slower"
 
@@ -39,7 +43,7 @@ class RunFigures:
     """One run's figures; all of them (but host_wall_s) from `source`."""
 
     run_id: int
-    role: str  # "policy" | "baseline"
+    role: RunRole
     policy: str  # the spec, e.g. "online" or "maxn"
     source: Source
     totals: RunTotals  # time, energy per rail and over `rails`, samples, steps: what the store holds

@@ -7,10 +7,11 @@ import json
 import sqlite3
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Literal, Mapping, get_args
 
-from engine.core.constants import MODES
+from engine.core.constants import Mode, Padding, Precision, parse_choice, parse_mode, parse_padding, parse_precision
 from engine.core.errors import ConfigError
+from engine.results.errors import stored_choice
 from engine.core.jsontypes import JsonObject
 from engine.core.provenance import MetricProvenance, Source
 from engine.core.trace import StepTrace
@@ -23,12 +24,16 @@ from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 
 __all__ = [
-    "RUN_STATUSES", "SETTING_KEYS", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
+    "RUN_STATUSES", "STORED_STATUSES", "SETTING_KEYS", "RunStatus", "parse_status", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
     "WorkloadRecord", "as_source", "dvfs_setting", "several_boards", "normalize_setting", "setting_key", "trace_features",
 ]
 
-RUN_STATUSES = ("running", "finished", "failed", "cancelled")  # a sweep's too
-ABANDONED = "abandoned"  # its process died while it ran: a run's since schema v4, a sweep's since v11
+# How a run (or a sweep) stands; "abandoned": its process died while it ran (a run's since schema v4, a
+# sweep's since v11). RUN_STATUSES: what a process writes; STORED_STATUSES: what a row may hold.
+RunStatus = Literal["running", "finished", "failed", "cancelled", "abandoned"]
+STORED_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+RUN_STATUSES: tuple[RunStatus, ...] = STORED_STATUSES[:4]
+ABANDONED: RunStatus = "abandoned"
 SETTING_KEYS = ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel")
 _SETTING_ALIASES = {"nvpmodel_id": "nvpmodel", "mode": "nvpmodel"}
 
@@ -158,8 +163,8 @@ class WorkloadRecord:
     task: str
     batch_size: int
     seq_len: int
-    precision: str
-    mode: str = "full"  # one of engine.core.constants.MODES
+    precision: Precision
+    mode: Mode = "full"
     family: str | None = None
     params: int | None = None
     data_source: str | None = None
@@ -168,14 +173,13 @@ class WorkloadRecord:
     source: Source = Source.PREDICTED
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings as given (schema v6)
     grad_checkpointing: bool = False  # schema v6
-    padding: str = "max_length"  # engine.core.constants.PADDINGS; rows before schema v7 are max_length
+    padding: Padding = "max_length"  # rows before schema v7 are max_length
     # The model's config as resolved (schema v11): what rebuilds exactly this model, whatever its name
     # says (a config file's stem may be a zoo model's name). None: not recorded (rows before v11).
     config: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        parse_mode(self.mode)  # a record a library caller builds is stored as it is: never a mode outside the set
         if self.lora is not None and self.mode != "lora":
             raise ConfigError(f"LoRA settings were given for mode {self.mode!r}", "give mode 'lora', or no LoRA settings")
         if self.mode == "lora" and self.lora is None:
@@ -196,9 +200,9 @@ class WorkloadRecord:
         return self.spec.key
 
     @classmethod
-    def from_trace(cls, trace: StepTrace, task: str, mode: str = "full", family: str | None = None,
+    def from_trace(cls, trace: StepTrace, task: str, mode: Mode = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
-                   grad_checkpointing: bool = False, padding: str = "max_length",
+                   grad_checkpointing: bool = False, padding: Padding = "max_length",
                    config: Mapping[str, Any] | None = None) -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
@@ -256,7 +260,7 @@ def trace_features(trace: StepTrace) -> dict[str, float]:
 class RunRecord:
     id: int
     policy: str
-    status: str
+    status: RunStatus
     source: Source
     started_at: str
     device_id: int | None = None
@@ -345,7 +349,7 @@ class SweepRecord:
     warmup_steps: int
     steps: int
     repeats: int
-    status: str
+    status: RunStatus
     source: Source
     created_at: str
     finished_at: str | None = None
@@ -418,16 +422,23 @@ def device_from_row(r: sqlite3.Row, prefix: str = "") -> DeviceRecord:
                         serial=r[prefix + "serial"] if prefix + "serial" in r.keys() else None)
 
 
+def parse_status(value: object) -> RunStatus:
+    return parse_choice(value, STORED_STATUSES, "status", "--status")
+
+
 def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
+    row = f"workload {r[prefix + 'id'] if prefix + 'id' in r.keys() else r['workload_id']}"
+    padding = r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length"
     return WorkloadRecord(
         model=r[prefix + "model"], task=r[prefix + "task"], batch_size=r[prefix + "batch_size"],
-        seq_len=r[prefix + "seq_len"], precision=r[prefix + "precision"], mode=r[prefix + "mode"],
+        seq_len=r[prefix + "seq_len"], precision=stored_choice(parse_precision, r[prefix + "precision"], row, "precision"),
+        mode=stored_choice(parse_mode, r[prefix + "mode"], row, "mode"),
         family=r[prefix + "family"], params=r[prefix + "params"], data_source=r[prefix + "data_source"],
         features=json.loads(r[prefix + "features"]), source=Source(r[prefix + "source"]),
         lora=_lora_from_text(r[prefix + "lora"]) if prefix + "lora" in r.keys() else None,
         grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
         else False,
-        padding=r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length",
+        padding=stored_choice(parse_padding, padding, row, "padding"),
         config=from_json_text(r[prefix + "config"]) if prefix + "config" in r.keys() else None,
     )
 
@@ -439,7 +450,8 @@ def _lora_from_text(text: str | None) -> LoraSettings | None:
 def run_from_row(r: sqlite3.Row) -> RunRecord:
     synthetic = r["synthetic"]
     return RunRecord(
-        id=r["id"], policy=r["policy"], status=r["status"], source=Source(r["source"]), started_at=r["started_at"],
+        id=r["id"], policy=r["policy"], status=stored_choice(parse_status, r["status"], f"run {r['id']}", "status"),
+        source=Source(r["source"]), started_at=r["started_at"],
         device_id=r["device_id"], workload_id=r["workload_id"], objective=r["objective"],
         setting=from_json_text(r["setting"]), seed=r["seed"], steps=r["steps"], samples=r["samples"],
         finished_at=r["finished_at"], wall_s=r["wall_s"], time_s=r["time_s"], energy_j=r["energy_j"],

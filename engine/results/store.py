@@ -33,6 +33,7 @@ from engine.results.migrations import SCHEMA_VERSION
 from engine.results.records import (
     ABANDONED,
     ComparisonRecord,
+    RunStatus,
     DeviceRecord,
     RunRecord,
     SweepPoint,
@@ -161,7 +162,7 @@ class Store(SweepTables, RunImport):
         run_id: int,
         totals: RunTotals | None = None,
         *,
-        status: str = "finished",
+        status: RunStatus = "finished",
         wall_s: float | None = None,
         metrics: Mapping[str, Any] | None = None,
         setting: Any = None,
@@ -257,7 +258,7 @@ class Store(SweepTables, RunImport):
         policy: str | None = None,
         source: Source | str | None = None,
         device_id: int | None = None,
-        status: str | None = None,
+        status: RunStatus | None = None,
         workload_key: str | None = None,
         limit: int | None = 50,
     ) -> list[RunRecord]:

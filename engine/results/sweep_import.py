@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from engine.core.constants import DEFAULT_PADDING, MODES, PAD_FLAGS, PADDINGS, PRECISIONS
+from engine.core.constants import DEFAULT_PADDING, MODES, Mode, Padding, Precision, parse_mode, parse_padding, parse_precision
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.plausible import MAX_BATCH, MAX_REPEATS, MAX_SAMPLES, MAX_SEQ_LEN, time_problem
 from engine.core.text import shown
@@ -65,9 +65,9 @@ class WorkloadFlags:
     task: str | None = None
     batch_size: int | None = None
     seq_len: int | None = None
-    precision: str | None = None
-    mode: str | None = None  # training mode (engine.core.constants.MODES); None: full
-    padding: str | None = None  # max_length | dynamic; None: the CLI's default (dynamic)
+    precision: Precision | None = None
+    mode: Mode | None = None  # None: full
+    padding: Padding | None = None  # None: the CLI's default (dynamic)
     samples: int | None = None  # training samples each point covers
     rails: str | None = None  # the rails every energy sums, e.g. gpu+cpu
     lora: LoraSettings | None = None
@@ -313,18 +313,13 @@ class _RowReader:
             if seq > positions:
                 raise CellError(f"max sequence length {seq} is more than {resolved.name} takes ({positions} positions)",
                                 f"give the length it was fine-tuned at, {positions} or less")
-        precision = str(v["precision"] or defaults.precision).lower()
-        mode = str(v["train_mode"] or "full").lower()
-        padding = str(v["padding"] or DEFAULT_PADDING).lower()
-        padding = PAD_FLAGS.get(padding, padding)
         with self.at(where, "precision"):
-            if precision not in PRECISIONS:
-                raise CellError(f"unknown precision {shown(precision)!r}", f"use one of {', '.join(PRECISIONS)}")
+            precision = parse_precision(str(v["precision"] or defaults.precision).lower())
         with self.at(where, "pad"):
-            if padding not in PADDINGS:
-                raise CellError(f"unknown padding {shown(padding)!r}", "use dynamic, or max (max_length)")
+            padding = parse_padding(str(v["padding"] or DEFAULT_PADDING).lower())
         entry = resolved.entry
         with self.at(where, "mode"):
+            mode = parse_mode(str(v["train_mode"] or "full").lower())
             record = WorkloadRecord(
                 model=resolved.name, task=task, batch_size=batch, seq_len=seq, precision=precision, mode=mode,
                 family=resolved.family, params=entry.params if entry else None, padding=padding,

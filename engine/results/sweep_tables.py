@@ -15,10 +15,11 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.text import clean_text, shown
 from engine.results.db import Database, inserted_id
-from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError
+from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError, stored_choice
 from engine.results.records import (
     RUN_STATUSES,
     DeviceRecord,
+    RunStatus,
     SweepPoint,
     SweepRecord,
     WorkloadRecord,
@@ -26,6 +27,7 @@ from engine.results.records import (
     json_default,
     json_text,
     normalize_setting,
+    parse_status,
     setting_key,
     utc_now,
 )
@@ -120,12 +122,13 @@ class SweepTables(Database):
         r = rows[0]
         return SweepRecord(
             id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
-            warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"], status=r["status"],
+            warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"],
+            status=stored_choice(parse_status, r["status"], f"sweep s{r['id']}", "status"),
             source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
             planned=r["planned"],
         )
 
-    def list_sweeps(self, status: str | None = None) -> list[SweepRecord]:
+    def list_sweeps(self, status: RunStatus | None = None) -> list[SweepRecord]:
         sql, params = "SELECT id FROM sweeps", []
         if status is not None:
             sql, params = sql + " WHERE status = ?", [status]
@@ -136,7 +139,7 @@ class SweepTables(Database):
         rows = self._query("SELECT sweep_id, count(*) FROM sweep_points GROUP BY sweep_id")
         return {int(r[0]): int(r[1]) for r in rows}
 
-    def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
+    def finish_sweep(self, sweep_id: int, status: RunStatus = "finished") -> None:
         if status not in RUN_STATUSES[1:]:
             raise ConfigError(f"a sweep cannot end as {status!r}", "use finished, failed or cancelled")
         with self._tx("finishing a sweep") as conn:

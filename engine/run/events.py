@@ -20,7 +20,7 @@ through one adapter, `as_listener` (the CLI's progress line and the TUI's bridge
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Protocol, Union, runtime_checkable
 
 from engine.core.measurement import Measurement
 from engine.core.provenance import Source
@@ -44,12 +44,15 @@ from engine.workload.events import (
     first_stop,
 )
 
+if TYPE_CHECKING:
+    from engine.results.compare import RunRole
+
 
 @dataclass(frozen=True)
 class ExperimentPhase:
     """Event: one of the experiment's runs is about to start."""
 
-    role: str  # "policy" | "baseline"
+    role: RunRole
     policy: str
     index: int  # 1-based
     total: int

@@ -36,7 +36,7 @@ from engine.dvfs.objectives import Objective, module_power_limit_w, parse_object
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
-from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, flatten_metrics, stored_baseline
+from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
 from engine.run.events import ExperimentPhase as ExperimentPhase  # defined with every event of a run
 from engine.run.harness import ListenerLike, RunHarness, open_harness
@@ -236,7 +236,7 @@ class _Runner:
         self.policy_start_c: float | None = None  # hottest zone as the policy run began
         self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
-    def execute(self, role: str, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
+    def execute(self, role: RunRole, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
         from engine.run.thermal import ThermalCheck
         from engine.workload.finetune import FinetuneSpec
 

@@ -24,10 +24,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from engine.device.base import ClockDomain, PowerMode
+from engine.core.constants import MODES, PRECISIONS, Mode, Precision
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import setting_space
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
 from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
@@ -39,8 +40,8 @@ SOURCE_CHOICES = ("measured", "twin", "both")
 DEFAULT_TASKS = ("sst2",)
 DEFAULT_BATCH_SIZES = (8, 32)
 DEFAULT_SEQ_LENS = (64, 256)
-DEFAULT_PRECISIONS = ("fp32", "fp16", "bf16")  # bf16: the zoo's default for its larger decoders
-DEFAULT_MODES = ("full", "bitfit", "head", "lora")  # every engine.core.constants.MODES
+DEFAULT_PRECISIONS: tuple[Precision, ...] = PRECISIONS  # bf16: the zoo's default for its larger decoders
+DEFAULT_MODES: tuple[Mode, ...] = MODES
 LARGE_MODEL_PARAMS = 300_000_000
 LARGE_BATCH_SIZES = (4, 8)
 SOURCE_COLUMN = "source_measured"
@@ -290,7 +291,7 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
         # sweeps of the wanted source over other rails: the likely fix is --rails, not more sweeps
         other_rails = sorted({str(s.space.get("rails", "all")) for s in every if s.source in wanted
                               and isinstance(s.space, Mapping) and s.space.get("rails", "all") != rails})
-        raise ConfigError(
+        raise NoSweepPointsError(
             f"the results store {getattr(store, 'path', '')} holds no {source} sweep points over rails "
             f"{rails} to train on"
             + (f" (it has {', '.join(have)} sweeps)" if have else "")
@@ -298,6 +299,7 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
             (f"give --rails {other_rails[0]} to learn from those, " if other_rails else "")
             + "record sweeps with `slm-dvfs sweep` (on the board for measured data), pick another --source, "
             "or train on the twin with --from-twin-zoo",
+            other_rails,
         )
     notes = [f"skipped {k}: model not resolvable offline" for k in sorted(skipped)]
     chosen_space = space or (spaces.pop() if len(spaces) == 1 else "mixed")
@@ -376,8 +378,8 @@ def from_twin_zoo(
     tasks: Sequence[str] | None = None,
     batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES,
     seq_lens: Sequence[int] = DEFAULT_SEQ_LENS,
-    precisions: Sequence[str] = DEFAULT_PRECISIONS,
-    modes: Sequence[str] = DEFAULT_MODES,
+    precisions: Sequence[Precision] = DEFAULT_PRECISIONS,
+    modes: Sequence[Mode] = DEFAULT_MODES,
     large_batch_sizes: Sequence[int] | None = LARGE_BATCH_SIZES,
     space: str = "gpu",
     progress: Callable[[int, int, str], None] | None = None,
@@ -388,15 +390,13 @@ def from_twin_zoo(
     `large_batch_sizes` instead of `batch_sizes` (None: the same). Shapes longer than a
     model's positions, or that the board's memory cannot hold, and modes the tracer cannot
     apply, are skipped (the notes say how many, and why)."""
-    from engine.core.constants import MODES
     from engine.device.twin.profile import load_profile
     from engine.selector.features import describe_workload
     from engine.workload.zoo import load_zoo
 
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise ConfigError(f"unknown training mode(s) {', '.join(bad) or '(none given)'}",
-                          f"use modes from {', '.join(MODES)}")
+    if not modes or not precisions:  # each a typed value, parsed by the caller (the CLI's --modes, --precisions)
+        raise ConfigError("no training modes or precisions to generate data for",
+                          "give at least one of each (the defaults: every mode and precision)")
     prof = load_profile(profile)
     settings = profile_settings(prof, space)
     archs: dict[str, Mapping[str, Any] | None] = {}

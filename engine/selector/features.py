@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import Mode, Padding, Precision
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings
@@ -125,19 +125,19 @@ class WorkloadFeatures:
     heads: int
     seq_len: int
     batch_size: int
-    precision: str  # "fp32" | "fp16" | "bf16"
+    precision: Precision
     flops: float
     bytes: float
     kernels: int
     arithmetic_intensity: float
     host_cycles: float
     trainable_params: int = 0  # 0: same as params
-    mode: str = "full"  # one of engine.core.constants.MODES
+    mode: Mode = "full"
     task_num_labels: int = 2
     task_regression: bool = False
     ops: tuple[OpCost, ...] = ()  # the trace's op groups (a record written before them has none)
     # What else tells two workloads apart in the store's key (no feature columns):
-    padding: str = "max_length"
+    padding: Padding = "max_length"
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
 
@@ -145,10 +145,6 @@ class WorkloadFeatures:
         if self.family not in FAMILIES:
             raise ConfigError(f"workload family {self.family!r} is not one the selector knows",
                               f"use a model of family {' or '.join(FAMILIES)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
         for name in ("params", "layers", "hidden", "heads", "seq_len", "batch_size"):
             if int(getattr(self, name)) <= 0:
                 raise ConfigError(f"workload {self.model}: {name} must be positive, got {getattr(self, name)!r}",
@@ -253,10 +249,10 @@ def features_of(workload: Workload) -> WorkloadFeatures:
 
 
 def describe_workload(model: str, task: str, *, batch_size: int | None = None, seq_len: int | None = None,
-                      precision: str | None = None, mode: str = "full",
+                      precision: Precision | None = None, mode: Mode = "full",
                       config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
-                      padding: str = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
+                      padding: Padding = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
     workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
     and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from engine.core.constants import PADDINGS, SYNTHETIC_EVAL_MAX, SYNTHETIC_TRAIN_MAX
+from engine.core.constants import SYNTHETIC_EVAL_MAX, Padding, SYNTHETIC_TRAIN_MAX
 from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import Example, GlueTask, get_task
@@ -204,17 +204,15 @@ class EncodedGlue:
     task: GlueTask
     collate: Callable[[Sequence[Mapping[str, torch.Tensor]]], dict[str, torch.Tensor]]
     max_seq_len: int = 0
-    padding: str = "max_length"
+    padding: Padding = "max_length"
     synthetic: bool = False
     source: str = ""
 
 
 def encode(text: GlueText, tokenizer: Any, max_seq_len: int,
-           padding: str = "max_length") -> EncodedGlue:
+           padding: Padding = "max_length") -> EncodedGlue:
     """Tokenize every split. padding="max_length" pads each example to max_seq_len (the
     shape the energy profile was measured at); "dynamic" leaves padding to the collate."""
-    if padding not in PADDINGS:
-        raise ConfigError(f"unknown padding {padding!r}", f"use one of {', '.join(PADDINGS)}")
     if max_seq_len < 8:
         raise ConfigError(f"max_seq_len {max_seq_len} is too short", "use 8 tokens or more")
     if tokenizer.pad_token_id is None:
@@ -236,7 +234,7 @@ def encode(text: GlueText, tokenizer: Any, max_seq_len: int,
 
 
 def _encode_split(task: GlueTask, examples: Sequence[Example], tokenizer: Any,
-                  max_seq_len: int, padding: str) -> EncodedSplit:
+                  max_seq_len: int, padding: Padding) -> EncodedSplit:
     first = [ex.texts[0] for ex in examples]
     second = [ex.texts[1] for ex in examples] if task.is_pair else None
     if second is not None and tokenizer.sep_token is None:

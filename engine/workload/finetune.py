@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from engine.core.constants import DEFAULT_PADDING
+from engine.core.constants import DEFAULT_PADDING, Mode, Padding, Precision
 from engine.core.errors import ConfigError
 from engine.core.paths import data_dir
 from engine.core.provenance import Source
@@ -84,8 +84,8 @@ class FinetuneSpec:
 class FinetuneResult:
     model: str
     task: str
-    mode: str
-    precision: str  # actually used on the host
+    mode: Mode
+    precision: Precision  # actually used on the host
     device: str
     batch_size: int
     max_seq_len: int
@@ -110,12 +110,12 @@ class FinetuneResult:
     grad_checkpointing: bool = False
     family: str | None = None  # the model's (engine.workload.zoo.FAMILIES)
     twin_profile: str | None = None
-    twin_precision: str | None = None  # what the twin simulated (16-bit runs on the Orin)
+    twin_precision: Precision | None = None  # what the twin simulated (16-bit runs on the Orin)
     twin_time_s: float | None = None  # training steps on the twin
     twin_energy_j: Mapping[str, float] | None = None  # per rail
     host_source: Source = Source.MEASURED
     twin_source: Source | None = None  # Source.TWIN when on the twin
-    padding: str = DEFAULT_PADDING
+    padding: Padding = DEFAULT_PADDING
     lengths: Mapping[str, Any] | None = None  # the train split's token lengths, measured (tokenized here)
 
     @property
@@ -194,12 +194,12 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         resolved = spec.workload.resolved_model()
         w = spec.workload.named(resolved)
         # before anything allocates; 16-bit is a remedy only where autocast can run it
-        check_memory(estimate_memory(resolved.config, int(w.batch_size or 0), int(w.seq_len or 0), str(w.precision),
+        check_memory(estimate_memory(resolved.config, int(w.batch_size or 0), int(w.seq_len or 0), w.named_precision,
                                      w.mode, lora=w.lora, checkpointing=w.grad_checkpointing),
                      resolved.name, int(w.batch_size or 0), int(w.seq_len or 0),
                      cuda=resolve_device(spec.device).type == "cuda")
     task = get_task(w.task)
-    batch_size, seq_len, precision = int(w.batch_size or 0), int(w.seq_len or 0), str(w.precision)
+    batch_size, seq_len, precision = int(w.batch_size or 0), int(w.seq_len or 0), w.named_precision
     model, info = load_model(resolved, task, allow_download=w.allow_download, seed=w.seed)
     lora = w.lora_settings
     # Wrapped (LoRA) and checkpointed here, so that the step traces see what the trainer trains.

@@ -15,6 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from engine.core.constants import Mode
 from engine.core.errors import ConfigError
 from engine.core.plausible import MAX_LORA_RANK
 
@@ -83,7 +84,7 @@ class LoraSettings:
         return f"r{self.rank}-a{self.alpha:g}-d{self.dropout:g}" + (f"-{'+'.join(self.targets)}" if self.targets else "")
 
 
-def check_mode_options(mode: str, lora: LoraSettings | None) -> None:
+def check_mode_options(mode: Mode, lora: LoraSettings | None) -> None:
     """LoRA settings belong to mode 'lora' only: given for another mode they would be silently unused."""
     if lora is not None and mode != "lora":
         raise ConfigError(f"LoRA settings were given for mode {mode!r}", "add --mode lora, or drop the --lora-* options")

@@ -40,7 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from engine.core.constants import MODES
+from engine.core.constants import Mode, Precision
 from engine.core.errors import ConfigError
 from engine.core.units import format_bytes
 from engine.workload.arch import Architecture, architecture
@@ -88,8 +88,8 @@ class MemoryEstimate:
     workspace: int
     batch_size: int = 1
     seq_len: int = 128
-    precision: str = "fp32"
-    mode: str = "full"
+    precision: Precision = "fp32"
+    mode: Mode = "full"
     checkpointing: bool = False
     lora_rank: int | None = None  # None: not a LoRA run
     exact_params: int | None = None  # the caller's exact count of the model's parameters, if given
@@ -133,19 +133,17 @@ def estimate_params(config: Mapping[str, Any], num_labels: int = 2) -> int:
     return architecture(config, num_labels).params
 
 
-def trainable_params(config: Mapping[str, Any], mode: str = "full", *, lora: LoraSettings | None = None,
+def trainable_params(config: Mapping[str, Any], mode: Mode = "full", *, lora: LoraSettings | None = None,
                      params: int | None = None) -> int:
     """Parameters `mode` trains (see the module's doc); `params` is an exact total when known."""
     return _trainable(architecture(config), mode, lora, params)
 
 
-def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, precision: str = "fp32",
-                    mode: str = "full", *, lora: LoraSettings | None = None, checkpointing: bool = False,
+def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, precision: Precision = "fp32",
+                    mode: Mode = "full", *, lora: LoraSettings | None = None, checkpointing: bool = False,
                     params: int | None = None) -> MemoryEstimate:
     """What a training step of `config` at (batch, length) holds at its peak; see the module's doc.
     `lora` applies to mode "lora" (None: LoraSettings() defaults); `params`: the exact count."""
-    if mode not in MODES:
-        raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
     arch = architecture(config)
     settings = _lora_settings(lora) if mode == "lora" else None
     # LoRA's A/B matrices, and the trainable copy of the head peft keeps beside the original
@@ -176,7 +174,7 @@ def _lora_settings(lora: LoraSettings | None) -> LoraSettings:
     return lora if lora is not None else LoraSettings()
 
 
-def _trainable(arch: Architecture, mode: str, lora: LoraSettings | None, params: int | None) -> int:
+def _trainable(arch: Architecture, mode: Mode, lora: LoraSettings | None, params: int | None) -> int:
     if mode == "full":
         return int(params) if params else arch.params
     if mode == "bitfit":
@@ -204,7 +202,7 @@ def _layer_bytes(arch: Architecture, seq_len: int, sixteen: bool) -> int:
     return arch.norms_per_layer * norm + attn + mlp
 
 
-def _activations_per_sample(arch: Architecture, seq_len: int, sixteen: bool, mode: str, checkpointing: bool,
+def _activations_per_sample(arch: Architecture, seq_len: int, sixteen: bool, mode: Mode, checkpointing: bool,
                             lora: LoraSettings | None) -> int:
     e = 2 if sixteen else FP32_BYTES
     h, s = arch.hidden, seq_len

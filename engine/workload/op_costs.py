@@ -22,6 +22,8 @@ import math
 from collections import defaultdict
 from typing import Any, Callable
 
+from engine.core.constants import Precision
+
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -238,7 +240,7 @@ class MathAttention(TorchFunctionMode):
 
 
 
-def apply_precision(tally: Tally, precision: str, model: torch.nn.Module, notes: list[str]) -> None:
+def apply_precision(tally: Tally, precision: Precision, model: torch.nn.Module, notes: list[str]) -> None:
     """Autocast in 16 bits, applied to an fp32 capture (an estimate).
 
     Activations and their gradients move in 16 bits (half the bytes of the forward and

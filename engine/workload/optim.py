@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.core.constants import MODES
+from engine.core.constants import Mode, Precision
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings, is_peft_model, wrap_lora
 
@@ -29,7 +29,7 @@ def head_module_names(model: torch.nn.Module) -> tuple[str, ...]:
     return tuple(name for name, _ in model.named_children() if name in (*HEAD_NAMES, "pooler"))
 
 
-def apply_mode(model: torch.nn.Module, mode: str) -> int:
+def apply_mode(model: torch.nn.Module, mode: Mode) -> int:
     """Set requires_grad for `mode`; returns the number of trainable parameters.
 
     BitFit trains the bias terms only, plus the task head (standard practice: a
@@ -37,8 +37,6 @@ def apply_mode(model: torch.nn.Module, mode: str) -> int:
     backbone; `lora` expects the model wrapped by peft (`prepare_model` does it) and keeps
     what peft trains (the adapters and the head).
     """
-    if mode not in MODES:
-        raise ConfigError(f"unknown training mode {mode!r}", f"use one of {', '.join(MODES)}")
     if mode == "lora":
         if not is_peft_model(model):
             raise ConfigError(f"mode 'lora' needs the model wrapped with LoRA adapters ({type(model).__name__} is not)",
@@ -82,7 +80,7 @@ def model_params(model: torch.nn.Module) -> int:
                if "lora_" not in name and ".modules_to_save." not in name)
 
 
-def prepare_model(model: torch.nn.Module, mode: str, *, lora: LoraSettings | None = None,
+def prepare_model(model: torch.nn.Module, mode: Mode, *, lora: LoraSettings | None = None,
                   checkpointing: bool = False, seed: int = 0) -> tuple[torch.nn.Module, int]:
     """The model as `mode` trains it, and its trainable parameter count: LoRA wraps it with
     peft's adapters (`lora`: the settings, default LoraSettings(); initialised from `seed`, so
@@ -203,7 +201,7 @@ def _cuda_hint() -> str:
     return "; CUDA is available here" if torch.cuda.is_available() else ""
 
 
-def resolve_precision(requested: str, device: torch.device) -> str:
+def resolve_precision(requested: Precision, device: torch.device) -> Precision:
     """The precision a run on `device` can use: 16-bit autocast needs CUDA."""
     if requested == "fp32":
         return "fp32"

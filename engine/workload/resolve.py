@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from engine.core.constants import Mode, Padding, Precision
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
@@ -57,12 +58,12 @@ class Workload:
         return int(self.spec.seq_len or 0)
 
     @property
-    def precision(self) -> str:
+    def precision(self) -> Precision:
         """What the Orin runs (16-bit stays 16-bit on the twin)."""
-        return str(self.spec.precision)
+        return self.spec.named_precision
 
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return self.spec.mode
 
     @property
@@ -75,7 +76,7 @@ class Workload:
         return self.spec.grad_checkpointing
 
     @property
-    def padding(self) -> str:
+    def padding(self) -> Padding:
         return self.spec.padding
 
     @property
@@ -122,7 +123,7 @@ def resolve_workload(spec: WorkloadSpec) -> Workload:
 
     resolved = spec.resolved_model()
     named = spec.named(resolved)
-    batch, length, prec = int(named.batch_size or 0), int(named.seq_len or 0), str(named.precision)
+    batch, length, prec = int(named.batch_size or 0), int(named.seq_len or 0), named.named_precision
     max_pos = int(resolved.config.get("max_position_embeddings", 512))
     if length > max_pos:
         raise ConfigError(f"sequence length {length} exceeds what {resolved.name} can take ({max_pos} positions)",
@@ -178,7 +179,7 @@ def trace_workload(spec: WorkloadSpec, *, seq_len: int | None = None) -> Workloa
     total = sum(p.numel() for p in net.parameters())  # the model's own: LoRA's adapters are not counted
     trained, _ = prepare_model(net, spec.mode, lora=spec.lora_settings, checkpointing=spec.grad_checkpointing)
     record = step_trace(trained, name=spec.name, batch_size=int(spec.batch_size or 0), seq_len=int(seq_len or spec.seq_len or 0),
-                        precision=str(spec.precision))
+                        precision=spec.named_precision)
     found = WorkloadTrace(record.trace, int(total), record.method, cached=False)
     store_workload_trace(key, found)
     return found

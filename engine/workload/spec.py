@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping
 
-from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, MODES, PADDINGS, PRECISIONS
+from engine.core.constants import (DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, Mode, Padding, Precision,
+                                   parse_mode, parse_padding, parse_precision)
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings, check_mode_options
 
@@ -33,7 +34,7 @@ MAX_SEED = 2**32  # NumPy's seeds are 0 to 2**32-1
 class Defaults:
     batch_size: int
     seq_len: int
-    precision: str
+    precision: Precision
 
 
 def defaults_for(model: str) -> Defaults:
@@ -57,11 +58,11 @@ class WorkloadSpec:
     task: str  # a GLUE task, any common spelling (named: the canonical key, e.g. "sst2")
     batch_size: int | None = None  # None: the zoo entry's
     seq_len: int | None = None  # the maximum length a batch pads to; None: the zoo entry's
-    precision: str | None = None  # engine.core.constants.PRECISIONS; None: the zoo entry's
-    mode: str = "full"  # engine.core.constants.MODES
+    precision: Precision | None = None  # None: the zoo entry's
+    mode: Mode = "full"
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
-    padding: str = DEFAULT_PADDING  # engine.core.constants.PADDINGS
+    padding: Padding = DEFAULT_PADDING
     data: str = "synthetic"  # where the text comes from: "synthetic" | "hub" | a GLUE folder (not in the key)
     seed: int = 0  # of weights, data and order (not in the key: runs of two seeds are one workload)
     allow_download: bool = False  # a hub id's config and weights may be fetched
@@ -71,13 +72,13 @@ class WorkloadSpec:
     config: Mapping[str, Any] | None = field(default=None, hash=False, repr=False)
 
     def validate(self) -> None:
-        """Every field in range (a clear error naming the flag), before anything is resolved."""
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
-        if self.precision is not None and self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        if self.padding not in PADDINGS:
-            raise ConfigError(f"unknown padding {self.padding!r}", "use --pad dynamic or --pad max")
+        """Every field in range (a clear error naming the flag), before anything is resolved. The fixed
+        sets are parsed here once for a library caller (the CLI and the TUI parsed them already): nothing
+        after a spec checks them again."""
+        parse_mode(self.mode)
+        if self.precision is not None:
+            parse_precision(self.precision)
+        parse_padding(self.padding)
         check_mode_options(self.mode, self.lora)
         for what, flag, value in (("batch size", "--batch-size", self.batch_size),
                                   ("sequence length", "--max-seq-len", self.seq_len)):
@@ -94,6 +95,14 @@ class WorkloadSpec:
         """Whether the model's name and the shape are settled (named(), a Workload's or a record's spec)."""
         return (self.name is not None and self.batch_size is not None and self.seq_len is not None
                 and self.precision is not None)
+
+    @property
+    def named_precision(self) -> Precision:
+        """The precision of a named spec (named() filled the zoo's in); a ConfigError before it is named."""
+        if self.precision is None:
+            raise ConfigError(f"the workload {self.model} on {self.task} has no precision yet",
+                              "name it first (WorkloadSpec.named())")
+        return self.precision
 
     def resolved_model(self) -> ResolvedModel:
         """Where the model reference points (engine.workload.models.ResolvedModel), without building it.

@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from engine.core.constants import PRECISIONS
+from engine.core.constants import Precision
 from engine.core.errors import ConfigError
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, StepTrace
@@ -234,7 +234,7 @@ def capture_step_trace(
     name: str,
     batch_size: int,
     seq_len: int,
-    precision: str = "fp32",
+    precision: Precision = "fp32",
     make_batch: Callable[..., Mapping[str, torch.Tensor]] | None = None,
     force_fallback: bool = False,
 ) -> TraceRecord:
@@ -243,7 +243,7 @@ def capture_step_trace(
     `make_batch(model, batch_size, seq_len, device)` builds the inputs (labels included);
     the default builds a sequence-classification batch from the model's config.
     """
-    _check_shape(batch_size, seq_len, precision)
+    _check_shape(batch_size, seq_len)
     make_batch = make_batch or default_batch
     notes: list[str] = []
     method = "meta"
@@ -278,12 +278,10 @@ def capture_step_trace(
     return TraceRecord(trace=trace, method=method, notes=tuple(notes), cached=False)
 
 
-def _check_shape(batch_size: int, seq_len: int, precision: str) -> None:
+def _check_shape(batch_size: int, seq_len: int) -> None:
     if batch_size < 1 or seq_len < 1:
         raise ConfigError(f"cannot trace batch {batch_size} x length {seq_len}",
                           "use a batch size and sequence length of at least 1")
-    if precision not in PRECISIONS:
-        raise ConfigError(f"unknown precision {precision!r}", f"use one of {', '.join(PRECISIONS)}")
 
 
 # ---------------------------------------------------------------- cache
@@ -307,7 +305,7 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     return h.hexdigest()[:12]
 
 
-def trace_path(name: str, batch_size: int, seq_len: int, precision: str, fingerprint: str,
+def trace_path(name: str, batch_size: int, seq_len: int, precision: Precision, fingerprint: str,
                root: Path | None = None) -> Path:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
     base = (root or cache_dir()) / "traces"
@@ -320,13 +318,13 @@ def step_trace(
     name: str,
     batch_size: int,
     seq_len: int,
-    precision: str = "fp32",
+    precision: Precision = "fp32",
     make_batch: Callable[..., Mapping[str, torch.Tensor]] | None = None,
     use_cache: bool = True,
     cache_root: Path | None = None,
 ) -> TraceRecord:
     """The trace of one training step, from the cache or captured now and cached."""
-    _check_shape(batch_size, seq_len, precision)
+    _check_shape(batch_size, seq_len)
     path = trace_path(name, batch_size, seq_len, precision, model_fingerprint(model), cache_root)
     if use_cache and path.is_file():
         try:

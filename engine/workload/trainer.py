@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import torch
 
-from engine.core.constants import MODES, PRECISIONS
+from engine.core.constants import Mode, Precision, parse_mode, parse_precision
 from engine.core.errors import ConfigError
 from engine.workload.batching import BatchSource
 from engine.workload.checkpoint import (
@@ -60,8 +60,8 @@ class TrainConfig:
     weight_decay: float = 0.01
     warmup_ratio: float = 0.06
     max_grad_norm: float = 1.0
-    precision: str = "fp32"  # requested; fp16/bf16 need CUDA, else fp32 with a warning
-    mode: str = "full"  # one of engine.core.constants.MODES
+    precision: Precision = "fp32"  # requested; fp16/bf16 need CUDA, else fp32 with a warning
+    mode: Mode = "full"
     lora: LoraSettings | None = None  # mode "lora": rank, alpha, dropout, targets (None: the defaults)
     grad_checkpointing: bool = False  # recompute activations in the backward pass (less memory)
     seed: int = 0
@@ -81,10 +81,8 @@ class TrainConfig:
             raise ConfigError(f"epochs must be positive, not {self.epochs}", "give --epochs above 0")
         if self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, not {self.batch_size}", "give --batch-size 1 or more")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}", f"use one of {', '.join(PRECISIONS)}")
-        if self.mode not in MODES:
-            raise ConfigError(f"unknown training mode {self.mode!r}", f"use one of {', '.join(MODES)}")
+        parse_precision(self.precision)  # a library caller's config: the CLI and the TUI parsed these already
+        parse_mode(self.mode)
         if self.eval_every < 0 or self.checkpoint_every < 0:
             raise ConfigError("eval/checkpoint intervals cannot be negative", "give 0 (off) or a step count")
         if self.checkpoint_every and not self.checkpoint_dir:
@@ -102,7 +100,7 @@ class TrainOutcome:
     train_wall_s: float  # host time of the training steps alone
     losses: tuple[float, ...]  # one per step, from step 1
     eval: Mapping[str, Mapping[str, float]]  # split -> metrics of the last evaluation
-    precision: str  # actually used
+    precision: Precision  # actually used
     device: str
     trainable_params: int
     total_params: int

@@ -17,10 +17,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 (JetPack 6)
     import tomli as tomllib
 
-from engine.core.constants import PRECISIONS
+from engine.core.constants import Precision, parse_precision
 from engine.core import paths
 from engine.core.text import shown
-from engine.core.errors import ConfigError, ProfileError
+from engine.core.errors import ConfigError, ProfileError, UnknownChoiceError
 
 FAMILIES = ("bert", "pythia", "roberta", "distilbert", "electra", "deberta", "gpt2", "opt", "llama",
             "qwen", "gemma", "phi")
@@ -53,7 +53,7 @@ class ZooEntry:
     params: int  # parameters of the model fine-tuned for a 2-label task (backbone + head)
     batch_size: int
     seq_len: int
-    precision: str  # "fp32" | "fp16" | "bf16"
+    precision: Precision
 
     @property
     def model_type(self) -> str:
@@ -149,10 +149,10 @@ def _entry(path: Path, name: str, body: Any) -> ZooEntry:
             raise ProfileError(f"{where}: {key!r} is missing or not a {kind.__name__}", remedy)
     if body["family"] not in FAMILIES:
         raise ProfileError(f"{where}: family {body['family']!r} is not one of {FAMILIES}", remedy)
-    if body["precision"] not in PRECISIONS:
-        raise ProfileError(
-            f"{where}: precision {body['precision']!r} is not one of {PRECISIONS}", remedy
-        )
+    try:
+        precision = parse_precision(body["precision"])
+    except UnknownChoiceError as exc:
+        raise ProfileError(f"{where}: {exc.what}", f"{exc.remedy}; or {remedy}") from None
     config = body["config"]
     if MODEL_TYPE_FAMILY.get(config.get("model_type")) != body["family"]:
         raise ProfileError(
@@ -177,5 +177,5 @@ def _entry(path: Path, name: str, body: Any) -> ZooEntry:
         params=body["params"],
         batch_size=body["batch_size"],
         seq_len=body["seq_len"],
-        precision=body["precision"],
+        precision=precision,
     )

@@ -224,10 +224,10 @@ class SetupScreen(PageScreen):
 
     def _estimate_memory(self) -> None:
         """The form's workload's estimated peak memory against the board (torch-free)."""
-        line = setup_fit.memory_line(self.values())
+        status = setup_fit.memory_status(self.values())
         widget = self.query_one("#memory", Static)
-        widget.update(Text(line))
-        widget.set_class(line.startswith("memory: does not fit"), "-over")
+        widget.update(Text(status.text))
+        widget.set_class(status.over, "-over")
 
     def _toggle_lora_rank(self) -> None:
         lora = str(self.query_one("#mode", Select).value) == "lora"

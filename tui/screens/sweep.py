@@ -40,7 +40,7 @@ from tui.fmt import fit, tag, title_room
 from tui.messages import CalibrationRequested, SelectorTrainingRequested, SweepRequested
 from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
-from tui.state import SweepOrder
+from tui.state import EngineTask, SweepOrder
 from tui.sweep_model import HeatMap, SweepView, workload_text
 
 # What identifies a stored sweep (SweepSpec.space_key) that the form has no field for: SweepSpec fields of those names.
@@ -90,7 +90,7 @@ class SweepScreen(PageScreen):
     # Bound to the app's (tui.state.AppState).
     sweep_view: var[SweepView | None] = var(None, init=False)  # the sweep running, ended, or opened
     setup_values: var[forms.SetupValues | None] = var(None, init=False)  # what Setup holds
-    engine_busy: var[str | None] = var(None, init=False)  # while a sweep runs the form says what it sweeps
+    engine_busy: var[EngineTask | None] = var(None, init=False)  # while a sweep runs the form says what it sweeps
     source: var[Source | None] = var(None, init=False)  # fast is the twin's only
     fleet_view: var[FleetView | None] = var(None, init=False)  # `f` is offered while a fleet is connected
     sweep_order: var[SweepOrder | None] = var(None, init=False)  # the app asks the form to take Setup's workload

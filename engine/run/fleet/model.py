@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.provenance import Source
 from engine.device.setting import DvfsSetting
 # The fleet driver's events, defined with every other event of a run (engine.run.events.Event).
 from engine.run.events import ExperimentEvent as ExperimentEvent, FleetEvent as FleetEvent
 from engine.run.sweep import SweepSpec
+
+if TYPE_CHECKING:
+    from engine.results.compare import RunRole
 
 # A fleet sweep is the local sweep's spec; the board it runs on supplies the device (its twin or
 # its sysfs root), so a plan's `twin` / `sysfs_root` are ignored.
@@ -141,7 +144,7 @@ class RunProgress:
     """Streamed from a board while an experiment runs: a run begins ("phase") or a few more steps are done."""
 
     kind: str  # "phase" | "step"
-    role: str  # "policy" | "baseline"
+    role: RunRole
     policy: str
     step: int = 0  # steps done of `steps`
     steps: int = 0
