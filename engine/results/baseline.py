@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+from engine.core.jsontypes import JsonObject, JsonValue
+
+if TYPE_CHECKING:
+    from engine.selector.selector import Selector
 
 BASIS_VERSION = 1
 
@@ -31,12 +36,12 @@ class DataBasis:
     profile: str | None = None
     devices: tuple[str, ...] = ()
     measured_weight: float | None = None  # a measured row's weight against a twin row's 1
-    base: Mapping[str, Any] | None = None  # transfer: the base selector's file, digest and basis line
+    base: Mapping[str, JsonValue] | None = None  # transfer: the base selector's file, digest and basis line
     modules: tuple[str, ...] = ()  # the modules its store sweeps were of (none recorded: the twin zoo, older files)
     across_modules: bool = False  # the module a feature (`train-selector --across-modules`)
     recorded: bool = True  # False: derived from an older selector's metadata
     note: str = ""
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
@@ -82,7 +87,7 @@ class DataBasis:
             return f"{self.measured_workloads} measured sweep(s)"
         return "twin zoo" if self.origin == "twin zoo" else "twin sweeps"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "extra"}
         out["devices"] = list(self.devices)
         out["modules"] = list(self.modules)
@@ -99,8 +104,8 @@ class DataBasis:
                    modules=tuple(data.get("modules") or ()))
 
 
-def from_training(summary: Mapping[str, Any], *, command: Any = None, measured_weight: float | None = None,
-                  base: Mapping[str, Any] | None = None) -> DataBasis:
+def from_training(summary: Mapping[str, Any], *, command: JsonObject | None = None,
+                  measured_weight: float | None = None, base: Mapping[str, JsonValue] | None = None) -> DataBasis:
     """The basis of a selector fitted now, from its dataset's summary (Dataset.summary())."""
     zoo = isinstance(command, Mapping) and bool(command.get("from_twin_zoo"))
     return DataBasis(
@@ -114,7 +119,7 @@ def from_training(summary: Mapping[str, Any], *, command: Any = None, measured_w
     )
 
 
-def basis_of(selector: Any) -> DataBasis:
+def basis_of(selector: Selector) -> DataBasis:
     """The selector's recorded basis, or one derived from an older file's metadata."""
     training = getattr(selector, "training", {}) or {}
     if isinstance(training.get("basis"), Mapping):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from sklearn.base import clone
@@ -45,6 +45,8 @@ from threadpoolctl import threadpool_limits
 
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
+from engine.selector.estimator import Classifier, Estimator
 from engine.selector.compact import FLOPS_PER_SAMPLE, LOG_MARGIN, figures, log_offset  # noqa: F401 - re-exported
 # log_columns and workload_part live in features (no scikit-learn there); pickled pipelines name
 # `engine.selector.candidates.log_columns`, which this import keeps resolving.
@@ -75,7 +77,7 @@ def _scaled_target(pipe: Pipeline) -> TransformedTargetRegressor:
     return TransformedTargetRegressor(regressor=pipe, transformer=StandardScaler())
 
 
-def make_regressor(name: str, *, small: bool = False) -> Any:
+def make_regressor(name: str, *, small: bool = False) -> Estimator:
     """An unfitted pipeline for one target. `small` trades accuracy for speed (tests)."""
     trees = 30 if small else 80
     if name == "ridge-poly":
@@ -108,7 +110,7 @@ def make_regressor(name: str, *, small: bool = False) -> Any:
     raise ConfigError(f"unknown candidate model {name!r}", f"use one of {', '.join(REGRESSORS + CLASSIFIERS)}")
 
 
-def make_classifier(name: str, *, small: bool = False) -> Any:
+def make_classifier(name: str, *, small: bool = False) -> Classifier:
     if name == "rf-classifier":
         return Pipeline([("log", _logs()), ("rf", RandomForestClassifier(
             n_estimators=40 if small else 150, min_samples_leaf=1, random_state=SEED, n_jobs=1))])
@@ -137,7 +139,7 @@ class CandidateSpec:
             return SettingClassifier(self, make_classifier(self.name, small=self.small))
         return RegressorModel(self, make_regressor(self.name, small=self.small))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "target": self.target, "max_rows": self.max_rows, "small": self.small,
                 "label": self.label, "kind": self.kind}
 
@@ -168,10 +170,10 @@ def _subsample(n: int, max_rows: int | None) -> np.ndarray:
 class RegressorModel:
     """Two fitted pipelines, one per target, in log space; predicts time, power and energy per sample."""
 
-    def __init__(self, spec: CandidateSpec, template: Any) -> None:
+    def __init__(self, spec: CandidateSpec, template: Estimator) -> None:
         self.spec = spec
         self.template = template
-        self.models: dict[str, Any] = {}
+        self.models: dict[str, Estimator] = {}
         self.fit_s = 0.0
 
     def fit(self, x: np.ndarray, time_ps: np.ndarray, power_w: np.ndarray, energy_ps: np.ndarray,
@@ -214,10 +216,10 @@ class RegressorModel:
 class SettingClassifier:
     """Predicts the index of the energy-optimal setting from the workload columns alone."""
 
-    def __init__(self, spec: CandidateSpec, template: Any) -> None:
+    def __init__(self, spec: CandidateSpec, template: Classifier) -> None:
         self.spec = spec
         self.template = template
-        self.model: Any = None
+        self.model: Classifier | None = None
         self.settings: tuple[DvfsSetting, ...] = ()
         self.fit_s = 0.0
 

@@ -25,12 +25,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from engine.core.errors import ConfigError
 from engine.selector.features import FEATURE_COLUMNS, log_columns
+
+if TYPE_CHECKING:
+    from engine.selector.selector import Selector
 
 FORM_VERSION = 1  # the layout of the arrays below
 # Predictions are held within this factor (e^4.6, about 100x) of the training targets' range:
@@ -139,13 +142,14 @@ class CompactRegressor:
 # --------------------------------------------------------------------------- export
 
 
-def _is(obj: Any, name: str) -> bool:
+def _is(obj: object, name: str) -> bool:
     """Whether `obj` is scikit-learn's class `name` (checked by name: nothing is imported here)."""
     cls = type(obj)
     return cls.__name__ == name and cls.__module__.startswith("sklearn.")
 
 
 def _hist_gb(est: Any) -> TreeEnsemble | None:
+    # `est`: a fitted HistGradientBoostingRegressor, read through its private, untyped attributes
     if (type(getattr(est, "_loss", None)).__name__ != "HalfSquaredError" or est.n_trees_per_iteration_ != 1
             or getattr(est, "is_categorical_", None) is not None or getattr(est, "_preprocessor", None) is not None):
         return None
@@ -172,6 +176,7 @@ def _hist_gb(est: Any) -> TreeEnsemble | None:
 
 
 def _forest(est: Any) -> TreeEnsemble | None:
+    # `est`: a fitted random forest or extra trees, read through scikit-learn's untyped tree_ arrays
     if getattr(est, "n_outputs_", 1) != 1 or not est.estimators_:
         return None
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("feature", "threshold", "missing_left", "left", "right",
@@ -197,7 +202,7 @@ def _forest(est: Any) -> TreeEnsemble | None:
                         roots=np.array(roots, dtype=np.int64), combine="mean", float32_input=True)
 
 
-def export_pipeline(pipe: Any) -> TreeEnsemble | None:
+def export_pipeline(pipe: object) -> TreeEnsemble | None:
     """The compact form of a fitted [log_columns, tree model] pipeline, or None when it has none."""
     steps = getattr(pipe, "steps", None) if _is(pipe, "Pipeline") else None
     if not steps or len(steps) != 2:
@@ -214,11 +219,19 @@ def export_pipeline(pipe: Any) -> TreeEnsemble | None:
     return None
 
 
-def export_selector(selector: Any) -> dict[str, np.ndarray] | None:
+@runtime_checkable
+class _PerTarget(Protocol):
+    """A figures model of one fitted model per target (RegressorModel, CompactRegressor): what has a compact form."""
+
+    models: Mapping[str, object]
+    bounds: Mapping[str, tuple[float, float]]
+
+
+def export_selector(selector: Selector) -> dict[str, np.ndarray] | None:
     """Everything a Selector predicts with, as arrays (its settings, encoder and records in a JSON
     `meta` entry); None when its model has no compact form or a classifier chooses."""
     model = selector.model
-    if selector.chooser is not None or not hasattr(model, "models") or set(model.models) != set(KEYS):
+    if selector.chooser is not None or not isinstance(model, _PerTarget) or set(model.models) != set(KEYS):
         return None
     trees = {k: export_pipeline(model.models[k]) for k in KEYS}
     if any(t is None for t in trees.values()):

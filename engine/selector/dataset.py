@@ -19,7 +19,7 @@ import hashlib
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,9 +29,15 @@ from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import setting_space
 from engine.core.errors import ConfigError, NoSweepPointsError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
 from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
+
+if TYPE_CHECKING:
+    from engine.core.trace import StepTrace
+    from engine.device.twin.profile import TwinProfile
+    from engine.results.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +158,7 @@ class Dataset:
             h.update(np.ascontiguousarray(np.round(self.weights, 9)).tobytes())
         return h.hexdigest()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         return {
             "rows": len(self),
             "workloads": len(self.by_workload()),
@@ -167,9 +173,9 @@ class Dataset:
             **self.source_counts(),
         }
 
-    def source_counts(self) -> dict[str, Any]:
+    def source_counts(self) -> JsonObject:
         """Workloads and rows of each source (and the boards of the measured ones): the data basis."""
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for src in (Source.TWIN, Source.MEASURED):
             rows = [i for i, s in enumerate(self.sources) if s == src]
             out[f"{src.value}_rows"] = len(rows)
@@ -219,7 +225,7 @@ def from_points(points: Iterable[tuple[WorkloadFeatures, DvfsSetting, Measuremen
 # --------------------------------------------------------------------------- the store
 
 
-def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin-64gb",
+def from_store(store: Store, *, source: str = "measured", profile: str = "agx-orin-64gb",
                space: str | None = None, rails: str = "all", module: str | None = None,
                across_modules: bool = False) -> Dataset:
     """Every recorded sweep point of `source` (measured | twin | both) in `store`, of the
@@ -321,23 +327,24 @@ def from_store(store: Any, *, source: str = "measured", profile: str = "agx-orin
 class _ProfileTables:
     """A Device-shaped view of a twin profile's clock tables and modes, for setting_space."""
 
-    def __init__(self, profile: Any) -> None:
+    def __init__(self, profile: TwinProfile) -> None:
         self._p = profile
 
     def clock_table(self, domain: ClockDomain) -> tuple[int, ...]:
-        params = {ClockDomain.GPU: self._p.gpu, ClockDomain.CPU: self._p.cpu, ClockDomain.EMC: self._p.emc}
-        return tuple(sorted(params[ClockDomain(domain)].table_hz))
+        tables = {ClockDomain.GPU: self._p.gpu.table_hz, ClockDomain.CPU: self._p.cpu.table_hz,
+                  ClockDomain.EMC: self._p.emc.table_hz}
+        return tuple(sorted(tables[ClockDomain(domain)]))
 
     def power_modes(self) -> tuple[PowerMode, ...]:
         return tuple(self._p.modes)
 
 
-def profile_settings(profile: Any, space: str = "gpu") -> tuple[DvfsSetting, ...]:
+def profile_settings(profile: TwinProfile, space: str = "gpu") -> tuple[DvfsSetting, ...]:
     """The setting space of a twin profile's device (MAXN first)."""
     return setting_space(_ProfileTables(profile), space)  # type: ignore[arg-type]
 
 
-def twin_measure(trace: Any, profile: Any, settings: Sequence[DvfsSetting]) -> list[tuple[DvfsSetting, Measurement]]:
+def twin_measure(trace: StepTrace, profile: TwinProfile, settings: Sequence[DvfsSetting]) -> list[tuple[DvfsSetting, Measurement]]:
     """Twin figures of a trace at each setting, without training (engine.run.sweep.fast_sweep)."""
     from engine.device.twin.fast import fast_sweep
 

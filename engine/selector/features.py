@@ -27,18 +27,22 @@ import hashlib
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
 from engine.core.constants import Mode, Padding, Precision
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
+
+if TYPE_CHECKING:
+    from engine.device.twin.profile import TwinProfile
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +213,7 @@ class WorkloadFeatures:
             *self.op_shares(),
         ]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return asdict(self)
 
     @classmethod
@@ -282,7 +286,7 @@ class SettingEncoder:
     profile: str | None = None
 
     @classmethod
-    def from_profile(cls, profile: Any) -> "SettingEncoder":
+    def from_profile(cls, profile: TwinProfile) -> "SettingEncoder":
         """From a twin profile (its tables and nvpmodel modes): the device the data came from."""
         caps = {int(m.id): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
         return cls(int(max(profile.gpu.table_hz)), int(max(profile.cpu.table_hz)), int(max(profile.emc.table_hz)),
@@ -307,7 +311,7 @@ class SettingEncoder:
             float(setting.jetson_clocks),
         ]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"gpu_max_hz": self.gpu_max_hz, "cpu_max_hz": self.cpu_max_hz, "emc_max_hz": self.emc_max_hz,
                 "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
 

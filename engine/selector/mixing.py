@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from engine.dvfs.objectives import Objective
 from engine.selector.dataset import Dataset
 from engine.core.text import shown
 from engine.core.userinput import number_value
+from engine.device.setting import DvfsSetting
+
+if TYPE_CHECKING:
+    from engine.selector.estimator import Estimator
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +129,7 @@ def graded_keys(ds: Dataset, objective: Objective) -> tuple[set[str], str]:
     return keep, what
 
 
-def energy_oracle(settings: Sequence[Any], energy: np.ndarray) -> Any:
+def energy_oracle(settings: Sequence[DvfsSetting], energy: np.ndarray) -> DvfsSetting:
     """The best setting by energy alone (energy-only rows; the first on ties)."""
     return settings[int(np.argmin(energy))]
 
@@ -138,13 +142,15 @@ def energy_oracle(settings: Sequence[Any], energy: np.ndarray) -> Any:
 _WEIGHTED_STEPS = ("ridge", "svr", "rf", "et", "hgb", "mlp")
 
 
-def fit_weighted(model: Any, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None) -> Any:
+def fit_weighted(model: Estimator, x: np.ndarray, y: np.ndarray, weight: np.ndarray | None) -> Estimator:
     """`model.fit(x, y)` with per-row `weight`: passed to the estimator that takes it, to each
     member of an ensemble, else by replicating each row round(weight / smallest weight) times
     (at most 1000)."""
     if weight is None or np.allclose(weight, weight[0]):
         return model.fit(x, y)
-    if type(model).__name__ == "VotingRegressor":  # the ensemble: each member fitted with the weights
+    from sklearn.ensemble import VotingRegressor  # loaded already: the model is scikit-learn's
+
+    if isinstance(model, VotingRegressor):  # the ensemble: each member fitted with the weights
         from sklearn.base import clone
         from sklearn.utils import Bunch
 
@@ -159,7 +165,7 @@ def fit_weighted(model: Any, x: np.ndarray, y: np.ndarray, weight: np.ndarray | 
     return model.fit(x[idx], y[idx])
 
 
-def _final_step(model: Any) -> str | None:
+def _final_step(model: Estimator) -> str | None:
     pipe = getattr(model, "regressor", model)  # TransformedTargetRegressor wraps the pipeline
     steps = getattr(pipe, "steps", None)
     if not steps or steps[-1][0] not in _WEIGHTED_STEPS:

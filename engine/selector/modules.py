@@ -4,11 +4,14 @@ and `train-selector --across-modules` makes the module a one-hot feature (`modul
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from engine.core.errors import ConfigError
+
+if TYPE_CHECKING:  # dataset imports this module
+    from engine.selector.dataset import Dataset
 
 __all__ = ["MODULE_PREFIX", "concat", "module_column_names", "module_one_hot", "modules_of_schema", "pick_module"]
 
@@ -56,7 +59,7 @@ def pick_module(modules: Sequence[str], module: str | None, profile_module: str,
                       "learn across them with the module as a feature")
 
 
-def concat(parts: Sequence[Any], *, module_columns: tuple[str, ...] = ()) -> Any:
+def concat(parts: Sequence[Dataset], *, module_columns: tuple[str, ...] = ()) -> Dataset:
     """Datasets (engine.selector.dataset.Dataset) of one encoding as one: their rows in order, notes and
     devices once each, the modules of their rows kept (`module_columns`: the one-hot features, if any)."""
     first = parts[0]

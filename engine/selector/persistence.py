@@ -32,12 +32,15 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import __version__
 from engine.core import paths
 from engine.core.errors import ConfigError
 from engine.core.userinput import load_json
+
+if TYPE_CHECKING:  # the selector's modules load numpy: imported where a selector is built or read
+    from engine.selector.selector import Selector
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +103,7 @@ def check_origin(path: str | os.PathLike[str], *, trust: bool = False) -> Path:
         if st.st_uid not in (os.geteuid(), 0):
             raise SelectorFileError(
                 f"the selector file {target} is owned by uid {st.st_uid}, not by you or root; it was not loaded",
-                f"retrain it yourself with `slm-dvfs train-selector`, or `chown` it if you trust its author")
+                "retrain it yourself with `slm-dvfs train-selector`, or `chown` it if you trust its author")
         if st.st_mode & 0o022:
             raise SelectorFileError(
                 f"the selector file {target} is writable by group or others (mode {st.st_mode & 0o777:o}); "
@@ -149,7 +152,7 @@ def library_versions() -> dict[str, str]:
             "scipy": scipy.__version__, "joblib": joblib.__version__, "slm-dvfs": __version__}
 
 
-def save_selector(selector: Any, path: str | os.PathLike[str] | None = None) -> Path:
+def save_selector(selector: Selector, path: str | os.PathLike[str] | None = None) -> Path:
     """Write the joblib file (atomically) and its sidecar; returns the joblib path."""
     import joblib
 
@@ -196,7 +199,7 @@ def save_selector(selector: Any, path: str | os.PathLike[str] | None = None) -> 
     return target
 
 
-def _write_compact(selector: Any, target: Path, joblib_sha256: str) -> Path | None:
+def _write_compact(selector: Selector, target: Path, joblib_sha256: str) -> Path | None:
     """The selector's compact form beside `target` (a temporary name), when its model has one."""
     import numpy as np
 
@@ -297,7 +300,7 @@ def _schema_remedy(path: Path, side: dict[str, Any], older: bool) -> str:
     return f"retrain it with `{how}{where}` ({why}), or move it away to use the shipped selector"
 
 
-def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False, compact: bool = True) -> Any:
+def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = False, compact: bool = True) -> Selector:
     """The selector at `path` (default: resolve_selector_path()), its origin checked and its
     bytes verified before they are unpickled; `trust` admits a path outside the trusted folders.
     With `compact` (the default) it predicts from the compact form when there is one (no
@@ -339,7 +342,7 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
     return obj
 
 
-def _load_compact(path: Path, side: dict[str, Any]) -> Any:
+def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
     """The Selector from the compact form beside `path` (verified), or None when there is no such file."""
     import io
 

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from engine.core.jsontypes import JsonObject
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting
@@ -54,7 +55,7 @@ class Prediction:
     def measurement(self) -> Measurement:
         return Measurement(self.time_per_sample, self.energy_per_sample, 1, None, self.source)
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> JsonObject:
         return {"setting": self.setting.to_json(), "label": self.setting.label(),
                 "time_per_sample_s": self.time_per_sample, "power_w": self.power_w,
                 "energy_per_sample_j": self.energy_per_sample, "source": self.source.value}

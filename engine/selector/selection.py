@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from sklearn.model_selection import GroupKFold
 
+from engine.core.jsontypes import JsonObject
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting
@@ -142,7 +143,7 @@ class CVRow:
         return (round(self.mean_regret, 4), round(self.worst_regret, 4),
                 self.mape_energy if self.mape_energy is not None else math.inf)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
@@ -158,7 +159,7 @@ class CVReport:
     def winner(self) -> CVRow:
         return self.rows[0]
 
-    def table(self) -> list[dict[str, Any]]:
+    def table(self) -> list[JsonObject]:
         return [r.to_json() for r in self.rows]
 
 

@@ -23,6 +23,7 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.selector.dataset import SOURCE_COLUMN, Dataset
 from engine.selector.modules import module_column_names, module_one_hot
@@ -40,8 +41,11 @@ from engine.selector.features import (
 from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes
 
 if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compact model needs none)
-    from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier
-    from engine.selector.compact import CompactRegressor
+    from pathlib import Path
+
+    from engine.selector.basis import DataBasis
+    from engine.selector.candidates import CandidateSpec, SettingClassifier
+    from engine.selector.estimator import FiguresModel
     from engine.selector.selection import CVReport, Progress
     from engine.selector.uncertainty import ChoiceUncertainty
 
@@ -76,7 +80,7 @@ class Confidence:
     extrapolating: tuple[str, ...]  # workload features outside the training range
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["extrapolating"] = list(self.extrapolating)
         out["source"] = Source.PREDICTED.value
@@ -110,7 +114,7 @@ class Choice:
     def slowdown(self) -> float:
         return self.predicted.time_per_sample / self.maxn.time_per_sample - 1.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "workload": self.workload.to_json(),
             "objective": self.objective,
@@ -138,7 +142,7 @@ class Selector:
     def __init__(
         self,
         *,
-        model: RegressorModel | CompactRegressor,  # the fitted estimators, or their compact form
+        model: FiguresModel,  # the fitted estimators, their compact form, or a transferred model
         chooser: SettingClassifier | None,
         encoder: SettingEncoder,
         candidates: Sequence[DvfsSetting],
@@ -167,7 +171,7 @@ class Selector:
         self.modules = tuple(modules)  # across modules: the modules it learnt, each a feature column
         self.module = self.modules[0] if self.modules else None  # the module it predicts for (use_module)
         self.schema = selector_schema(source_column, self.modules)
-        self.path: Any = None  # set by load_selector to the file it was read from
+        self.path: Path | None = None  # set by load_selector to the file it was read from
 
     # A selector pickled before modules were (every one trained per module) has none.
     modules: tuple[str, ...] = ()
@@ -298,13 +302,13 @@ class Selector:
         return Confidence(level, mean_r, worst_r, mape, spread, margin, extra, reason)
 
     @property
-    def basis(self) -> Any:
+    def basis(self) -> DataBasis:
         """What its choices rest on (engine.selector.basis.DataBasis)."""
         from engine.selector.basis import basis_of
 
         return basis_of(self)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "basis": self.basis.to_json(),
             "winner": self.winner,
@@ -333,7 +337,7 @@ def train_selector(
     candidates: Sequence[CandidateSpec] | None = None,
     n_splits: int | None = None,
     progress: Progress | None = None,
-    command: Any = None,
+    command: JsonObject | None = None,
 ) -> tuple[Selector, CVReport]:
     """Cross-validate the candidates, refit the winner on all of `ds`. A winning classifier
     chooses; the best regressor then gives the figures. `n_splits` defaults to selection.DEFAULT_SPLITS."""
@@ -372,7 +376,7 @@ def fit_selector(
     cv_table: Sequence[dict[str, Any]] = (),
     splits: int = 0,
     progress: Progress | None = None,
-    command: Any = None,
+    command: JsonObject | None = None,
 ) -> Selector:
     """A selector of the regressor `spec` (and a classifier `chooser` that picks, when given)
     fitted on all of `ds`, without cross-validation: train_selector after its CV, and

@@ -6,14 +6,19 @@ same selector."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
+from engine.dvfs.objectives import Objective
 from engine.selector.candidates import CandidateSpec, default_candidates
 from engine.selector.dataset import Dataset, from_store, profile_settings
 from engine.selector.mixing import merge, weigh_measured
 from engine.selector.selection import DEFAULT_SPLITS, CVReport, Progress
 from engine.selector.selector import Selector, train_selector
+
+if TYPE_CHECKING:
+    from engine.results.store import Store
 
 DEFAULT_PROFILE = "agx-orin-64gb"
 DEFAULT_SPACE = "gpu"  # every GPU step, CPU and EMC on their governors
@@ -27,7 +32,7 @@ class Trained:
     dataset: Dataset  # what it learnt from
 
 
-def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
+def store_dataset(store: Store, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
                   space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS, measured_weight: float | None = None,
                   module: str | None = None, across_modules: bool = False) -> Dataset:
     """The store's sweep points of `source` over `rails` (engine.selector.dataset.from_store),
@@ -48,7 +53,7 @@ def store_dataset(store: Any, *, source: str = "measured", profile: str = DEFAUL
     return weigh_measured(ds.subset(keep), measured_weight)
 
 
-def with_measured(twin: Dataset, store: Any, *, profile: str = DEFAULT_PROFILE, space: str = DEFAULT_SPACE,
+def with_measured(twin: Dataset, store: Store, *, profile: str = DEFAULT_PROFILE, space: str = DEFAULT_SPACE,
                   rails: str = DEFAULT_RAILS, measured_weight: float | None = None,
                   module: str | None = None) -> Dataset:
     """Twin data (e.g. the twin zoo) and the store's measured sweeps (of one module: store_dataset),
@@ -57,8 +62,8 @@ def with_measured(twin: Dataset, store: Any, *, profile: str = DEFAULT_PROFILE, 
     return weigh_measured(merge(twin, measured), measured_weight)
 
 
-def train_on(ds: Dataset, objective: Any = None, *, candidates: Sequence[CandidateSpec] | None = None,
-             n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None, command: Any = None) -> Trained:
+def train_on(ds: Dataset, objective: Objective | None = None, *, candidates: Sequence[CandidateSpec] | None = None,
+             n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None, command: JsonObject | None = None) -> Trained:
     """Cross-validate the candidates on `ds` and refit the winner (engine.selector.selector.train_selector)."""
     specs = list(candidates or default_candidates())
     if progress is not None:
@@ -68,10 +73,10 @@ def train_on(ds: Dataset, objective: Any = None, *, candidates: Sequence[Candida
     return Trained(selector, report, ds)
 
 
-def train_from_store(store: Any, objective: Any = None, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
+def train_from_store(store: Store, objective: Objective | None = None, *, source: str = "measured", profile: str = DEFAULT_PROFILE,
                      space: str = DEFAULT_SPACE, rails: str = DEFAULT_RAILS,
                      candidates: Sequence[CandidateSpec] | None = None, n_splits: int = DEFAULT_SPLITS,
-                     progress: Progress | None = None, command: Any = None,
+                     progress: Progress | None = None, command: JsonObject | None = None,
                      measured_weight: float | None = None, module: str | None = None,
                      across_modules: bool = False) -> Trained:
     """store_dataset, then train_on: the selector the store's sweeps teach."""

@@ -36,16 +36,22 @@ import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
-from engine.device.setting import MAXN
+from engine.device.setting import MAXN, DvfsSetting
 from engine.dvfs.objectives import Objective
 from engine.selector.dataset import Dataset
-from engine.selector.features import FEATURE_COLUMNS, N_WORKLOAD_COLUMNS
+from engine.selector.features import FEATURE_COLUMNS, N_WORKLOAD_COLUMNS, SettingEncoder
+
+if TYPE_CHECKING:
+    from engine.selector.estimator import FiguresModel, ModelSpec
+    from engine.selector.selection import Outcome
+    from engine.selector.selector import Selector
 
 log = logging.getLogger(__name__)
 
@@ -80,16 +86,16 @@ class Correction:
     c_mean: float
     g_mean: float
 
-    def terms(self, x: np.ndarray, base: Any) -> np.ndarray:
+    def terms(self, x: np.ndarray, base: FiguresModel) -> np.ndarray:
         return _terms(x, base, self.ref_lo, self.ref_hi, self.g_range, self.c_range, self.c_mean, self.g_mean)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"terms": list(TERMS), "time": self.time.coef.tolist(), "energy": self.energy.coef.tolist(),
                 "rows_time": self.time.rows, "rows_energy": self.energy.rows,
                 "log_gpu_ghz_range": list(self.g_range), "compute_bound_range": list(self.c_range)}
 
 
-def _slope(x: np.ndarray, base: Any, ref_lo: np.ndarray, ref_hi: np.ndarray) -> np.ndarray:
+def _slope(x: np.ndarray, base: FiguresModel, ref_lo: np.ndarray, ref_hi: np.ndarray) -> np.ndarray:
     """How compute-bound the base says each row's workload is: -d log(time) / d log(GPU clock)."""
     lo, hi = x.copy(), x.copy()
     lo[:, N_WORKLOAD_COLUMNS:N_WORKLOAD_COLUMNS + N_SETTING] = ref_lo
@@ -99,7 +105,7 @@ def _slope(x: np.ndarray, base: Any, ref_lo: np.ndarray, ref_hi: np.ndarray) -> 
     return (np.log(t_lo) - np.log(t_hi)) / span
 
 
-def _terms(x: np.ndarray, base: Any, ref_lo: np.ndarray, ref_hi: np.ndarray, g_range: tuple[float, float],
+def _terms(x: np.ndarray, base: FiguresModel, ref_lo: np.ndarray, ref_hi: np.ndarray, g_range: tuple[float, float],
            c_range: tuple[float, float], c_mean: float, g_mean: float) -> np.ndarray:
     g = np.clip(np.log(x[:, GPU_GHZ]), *g_range) - g_mean
     c = np.clip(_slope(x, base, ref_lo, ref_hi), *c_range) - c_mean
@@ -130,10 +136,10 @@ def _ridge(phi: np.ndarray, r: np.ndarray, w: np.ndarray, ridge: float) -> np.nd
 class TransferredRegressor:
     """A base model's figures, corrected by a Correction fitted on measured residuals."""
 
-    def __init__(self, base: Any, correction: Correction) -> None:
+    def __init__(self, base: FiguresModel, correction: Correction) -> None:
         self.base = base
         self.correction = correction
-        self.spec = base.spec
+        self.spec: ModelSpec = base.spec
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         t, _p, e = self.base.predict(x)
@@ -143,14 +149,14 @@ class TransferredRegressor:
         return t2, e2 / t2, e2
 
 
-def fit_correction(base: Any, ds: Dataset, settings: Sequence[Any], encoder: Any, *,
+def fit_correction(base: FiguresModel, ds: Dataset, settings: Sequence[DvfsSetting], encoder: SettingEncoder, *,
                    ridge: float = DEFAULT_RIDGE, rows: np.ndarray | None = None) -> Correction:
     """Fit the time and energy corrections of `base` (a regressor) on `ds`'s measured rows
     (or `rows` of them). `settings`: the selector's space, for the reference clocks."""
     rows = np.flatnonzero([s == Source.MEASURED for s in ds.sources]) if rows is None else np.asarray(rows)
     if len(rows) == 0:
         raise ConfigError("no measured sweep point to adapt the selector with", HOW_TO_MEASURE)
-    pinned = sorted((s for s in settings if s != MAXN and s.gpu_hz), key=lambda s: s.gpu_hz)
+    pinned = sorted((s for s in settings if s != MAXN and s.gpu_hz), key=lambda s: s.gpu_hz or 0)  # each has one
     if len(pinned) < 2:
         raise ConfigError("the selector's space has fewer than two pinned GPU clocks", "transfer a gpu-space selector")
     ref_lo, ref_hi = np.array(encoder.row(pinned[0])), np.array(encoder.row(pinned[-1]))
@@ -172,7 +178,8 @@ def fit_correction(base: Any, ds: Dataset, settings: Sequence[Any], encoder: Any
     return Correction(fits["time"], fits["energy"], ref_lo, ref_hi, g_range, c_range, c_mean, g_mean)
 
 
-def _with_model(base: Any, model: Any, training: dict[str, Any], cv_table: list[dict[str, Any]], winner: str) -> Any:
+def _with_model(base: Selector, model: FiguresModel, training: dict[str, Any], cv_table: list[dict[str, Any]],
+                winner: str) -> Selector:
     from engine.selector.selector import Selector
 
     # Labelled by what it learnt from: a twin base and measured sweeps are both.
@@ -183,13 +190,14 @@ def _with_model(base: Any, model: Any, training: dict[str, Any], cv_table: list[
                     modules=getattr(base, "modules", ()))
 
 
-def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective) -> tuple[list[Any], dict[str, list]]:
+def _grade(selector: Selector, ds: Dataset, keys: Sequence[str], objective: Objective
+           ) -> tuple[list[Outcome], dict[str, list[float]]]:
     """Each workload's outcome (its choice against its measured oracle), and the relative errors
     of the selector's time, power and energy at its measured points."""
     from engine.selector.selection import outcome
 
     by_wl = ds.by_workload()
-    out: list[Any] = []
+    out: list[Outcome] = []
     errs: dict[str, list[float]] = {"time": [], "power": [], "energy": []}
     for key in keys:
         rows = by_wl[key]
@@ -207,7 +215,7 @@ def _grade(selector: Any, ds: Dataset, keys: Sequence[str], objective: Objective
     return out, errs
 
 
-def _row(label: str, graded: tuple[list[Any], dict[str, list]], what: str) -> dict[str, Any]:
+def _row(label: str, graded: tuple[list[Outcome], dict[str, list[float]]], what: str) -> JsonObject:
     outcomes, errs = graded
     regrets = [o.regret for o in outcomes]
     mape = {k: (float(np.mean(v)) if v else None) for k, v in errs.items()}
@@ -217,8 +225,9 @@ def _row(label: str, graded: tuple[list[Any], dict[str, list]], what: str) -> di
             "workloads": len(outcomes), "graded_on": what}
 
 
-def transfer_selector(base: Any, ds: Dataset, objective: Objective | None = None, *, ridge: float = DEFAULT_RIDGE,
-                      base_path: str | Path | None = None, command: Any = None) -> tuple[Any, dict[str, Any]]:
+def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None = None, *, ridge: float = DEFAULT_RIDGE,
+                      base_path: str | Path | None = None, command: JsonObject | None = None
+                      ) -> tuple[Selector, JsonObject]:
     """A new Selector: `base`'s model with a correction fitted on `ds`'s measured sweeps.
 
     With two or more measured workloads, each is held out in turn (the correction fitted on the
@@ -247,7 +256,7 @@ def transfer_selector(base: Any, ds: Dataset, objective: Objective | None = None
     if len(keys) >= 2:
         what = "measured workloads, each left out of the correction in turn"
         plain = _grade(base, ds, keys, objective)
-        loo: tuple[list[Any], dict[str, list]] = ([], {"time": [], "power": [], "energy": []})
+        loo: tuple[list[Outcome], dict[str, list[float]]] = ([], {"time": [], "power": [], "energy": []})
         for key in keys:
             train = np.concatenate([rows for k, rows in by_wl.items() if k != key])
             corr = fit_correction(base.model, ds, base.candidates, base.encoder, ridge=ridge, rows=train)

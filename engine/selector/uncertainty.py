@@ -22,15 +22,18 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
+from engine.core.jsontypes import JsonObject
 from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.format import saving_text
 
 if TYPE_CHECKING:
+    from engine.core.trace import StepMix, StepTrace
     from engine.device.twin.ensemble import Ensemble
+    from engine.device.twin.profile import TwinProfile
     from engine.selector.selector import Choice, Selector
 
 log = logging.getLogger(__name__)
@@ -42,14 +45,14 @@ REGRET_SMALL = 0.02  # held-out choices rarely (10%) cost more than this over th
 REGRET_LARGE = 0.05
 
 
-def regret_summary(regrets: Sequence[float], label: str) -> dict[str, Any]:
+def regret_summary(regrets: Sequence[float], label: str) -> JsonObject:
     """The quantiles of a candidate's held-out regrets, as a selector keeps them (training["cv_regret"])."""
     vals = sorted(float(r) for r in regrets)
     return {"label": label, "workloads": len(vals),
             **{f"q{round(100 * q)}": quantile(vals, q) for q in REGRET_QUANTILES}}
 
 
-def cv_regret_q90(selector: Any) -> float | None:
+def cv_regret_q90(selector: Selector) -> float | None:
     """The 90th percentile of the selector's held-out regret, or None for a file without it."""
     kept = (getattr(selector, "training", None) or {}).get("cv_regret")
     if not isinstance(kept, Mapping) or "q90" not in kept:
@@ -75,7 +78,7 @@ class ChoiceUncertainty:
     def basis(self) -> str:
         return self.saving.basis
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"saving": self.saving.to_json(),
                 "energy_per_sample_j": None if self.energy is None else self.energy.to_json(),
                 "maxn_energy_per_sample_j": None if self.maxn_energy is None else self.maxn_energy.to_json(),
@@ -85,7 +88,8 @@ class ChoiceUncertainty:
                 "source": Source.PREDICTED.value}
 
 
-def choice_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, profile: Any = None, *,
+def choice_uncertainty(choice: Choice, selector: Selector, trace: StepTrace | StepMix | None = None,
+                       profile: TwinProfile | str | None = None, *,
                        members: int | None = None, seed: int | None = None) -> ChoiceUncertainty | None:
     """The intervals of `choice` from the ensemble of `profile` (default: the profile the selector
     was trained for) over `trace` (a StepTrace or StepMix; None: no ensemble) and the selector's
@@ -140,18 +144,20 @@ def _no_spread_note(choice: "Choice") -> str:
             f"covers the twin's uncertainty only, not the selector's own error ({fix})")
 
 
-def with_uncertainty(choice: "Choice", selector: "Selector", trace: Any = None, profile: Any = None,
-                     **kwargs: Any) -> "Choice":
+def with_uncertainty(choice: Choice, selector: Selector, trace: StepTrace | StepMix | None = None,
+                     profile: TwinProfile | str | None = None, *, members: int | None = None,
+                     seed: int | None = None) -> Choice:
     """`choice` with its intervals attached (Choice.uncertainty); unchanged when none can be had."""
     try:
-        unc = choice_uncertainty(choice, selector, trace, profile, **kwargs)
+        unc = choice_uncertainty(choice, selector, trace, profile, members=members, seed=seed)
     except Exception as exc:  # noqa: BLE001 - an interval never stops a choice; the log says why
         log.warning("no interval for the choice of %s: %s: %s", choice.setting.label(), type(exc).__name__, exc)
         return choice
     return choice if unc is None else replace(choice, uncertainty=unc)
 
 
-def _ensemble(choice: "Choice", selector: "Selector", trace: Any, profile: Any, members: int,
+def _ensemble(choice: Choice, selector: Selector, trace: StepTrace | StepMix, profile: TwinProfile | str | None,
+              members: int,
               seed: int) -> "Ensemble | None":
     from engine.device.twin.ensemble import ensemble
     from engine.device.twin.profile import calibrated_or, load_profile

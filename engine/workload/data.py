@@ -17,7 +17,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -28,6 +28,9 @@ from engine.workload import zoo
 from engine.workload.glue import Example, GlueTask, get_task
 from engine.workload.glue_folder import read_folder, task_folder
 from engine.workload.synthetic import synthetic_splits
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +202,8 @@ class PadCollator:
 
 @dataclass(frozen=True)
 class EncodedGlue:
-    train: Dataset
-    eval: Mapping[str, Dataset]
+    train: EncodedSplit
+    eval: Mapping[str, EncodedSplit]
     task: GlueTask
     collate: Callable[[Sequence[Mapping[str, torch.Tensor]]], dict[str, torch.Tensor]]
     max_seq_len: int = 0
@@ -209,7 +212,7 @@ class EncodedGlue:
     source: str = ""
 
 
-def encode(text: GlueText, tokenizer: Any, max_seq_len: int,
+def encode(text: GlueText, tokenizer: PreTrainedTokenizerBase, max_seq_len: int,
            padding: Padding = "max_length") -> EncodedGlue:
     """Tokenize every split. padding="max_length" pads each example to max_seq_len (the
     shape the energy profile was measured at); "dynamic" leaves padding to the collate."""
@@ -233,7 +236,7 @@ def encode(text: GlueText, tokenizer: Any, max_seq_len: int,
     )
 
 
-def _encode_split(task: GlueTask, examples: Sequence[Example], tokenizer: Any,
+def _encode_split(task: GlueTask, examples: Sequence[Example], tokenizer: PreTrainedTokenizerBase,
                   max_seq_len: int, padding: Padding) -> EncodedSplit:
     first = [ex.texts[0] for ex in examples]
     second = [ex.texts[1] for ex in examples] if task.is_pair else None

@@ -19,10 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from engine.core.constants import DEFAULT_PADDING, Mode, Padding, Precision
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.paths import data_dir
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
@@ -33,6 +34,11 @@ from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from engine.workload.data import EncodedSplit
+    from engine.workload.lengths import LengthDistribution
     from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
@@ -116,14 +122,14 @@ class FinetuneResult:
     host_source: Source = Source.MEASURED
     twin_source: Source | None = None  # Source.TWIN when on the twin
     padding: Padding = DEFAULT_PADDING
-    lengths: Mapping[str, Any] | None = None  # the train split's token lengths, measured (tokenized here)
+    lengths: Mapping[str, JsonValue] | None = None  # the train split's token lengths, measured (tokenized here)
 
     @property
     def twin_total_energy_j(self) -> float | None:
         return None if self.twin_energy_j is None else float(sum(self.twin_energy_j.values()))
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        out: JsonObject = {
             "model": self.model, "task": self.task, "mode": self.mode, "precision": self.precision,
             "device": self.device, "batch_size": self.batch_size, "max_seq_len": self.max_seq_len,
             "steps": self.steps, "samples": self.samples, "learning_rate": self.learning_rate,
@@ -270,7 +276,7 @@ def default_output_dir(model: str, task: str) -> Path:
     return data_dir() / "adapters" / f"{safe}-{stamp}"
 
 
-def measured_lengths(task: str, split: Any, source: str) -> Any:
+def measured_lengths(task: str, split: EncodedSplit, source: str) -> LengthDistribution:
     """The token lengths of an encoded split's examples (special tokens in, padding out), as an
     engine.workload.lengths.LengthDistribution: what the run's own data holds."""
     from engine.workload.lengths import measured
@@ -283,7 +289,7 @@ def measured_lengths(task: str, split: Any, source: str) -> Any:
     return measured(task, counts, f"measured: the run's {source or 'data'}, tokenized")
 
 
-def align_pad_token(model: Any, tokenizer: Any) -> None:
+def align_pad_token(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase) -> None:
     """A decoder's head pools the last token that is not padding: it must know the id the
     tokenizer pads with (a tokenizer trained here pads with its own, not the checkpoint's)."""
     config = getattr(model, "config", None)

@@ -23,10 +23,12 @@ import math
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from engine.core import paths
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -84,8 +86,8 @@ class LengthDistribution:
 
         return self.specials + math.exp(self.mu + self.sigma * NormalDist().inv_cdf(min(max(q, 1e-9), 1 - 1e-9)))
 
-    def summary(self, max_len: int | None = None, batch_size: int | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"task": self.task, "origin": self.origin, "mean": round(self.mean, 2),
+    def summary(self, max_len: int | None = None, batch_size: int | None = None) -> JsonObject:
+        out: JsonObject = {"task": self.task, "origin": self.origin, "mean": round(self.mean, 2),
                                "p50": round(self.quantile(0.5), 1), "p90": round(self.quantile(0.9), 1)}
         if self.samples:
             out.update(examples=len(self.samples), max=self.samples[-1])
@@ -114,7 +116,7 @@ def measured(task: str, lengths: Sequence[int], origin: str) -> LengthDistributi
     return LengthDistribution(task, origin, samples=tuple(sorted(int(n) for n in lengths)))
 
 
-def table_path() -> Any:
+def table_path() -> Path:
     return paths.profiles_dir() / "glue_lengths.toml"
 
 

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from engine.core.constants import Mode
+from engine.core.jsontypes import JsonObject
+
 from engine.core.errors import ConfigError
 from engine.core.plausible import MAX_LORA_RANK
 
 if TYPE_CHECKING:  # annotations only: peft is imported when a model is wrapped
+    from types import ModuleType
+
+    import torch
     from peft import PeftModel
 
 # family (engine.workload.zoo.FAMILIES) -> module names peft's target_modules matches
@@ -68,7 +73,7 @@ class LoraSettings:
             raise ConfigError(f"no default LoRA targets for family {family!r}",
                               "name the modules with --lora-targets (e.g. q_proj,v_proj)") from None
 
-    def to_json(self, family: str | None = None) -> dict[str, Any]:
+    def to_json(self, family: str | None = None) -> JsonObject:
         """The settings as JSON, with the modules adapted (the family's default when none were named)."""
         targets = self.targets or (DEFAULT_TARGETS.get(family, ()) if family else ())
         return {"rank": self.rank, "alpha": self.alpha, "dropout": self.dropout, "targets": list(targets)}
@@ -95,7 +100,7 @@ def check_mode_options(mode: Mode, lora: LoraSettings | None) -> None:
 PEFT_REMEDY = "install the lora extra: pip install -e '.[lora]'"
 
 
-def _peft() -> Any:
+def _peft() -> ModuleType:
     try:
         import peft
     except ImportError:
@@ -108,7 +113,7 @@ def is_peft_model(model: object) -> TypeGuard[PeftModel]:
     return callable(getattr(model, "get_base_model", None)) and hasattr(model, "peft_config")
 
 
-def family_of(model: Any) -> str | None:
+def family_of(model: torch.nn.Module) -> str | None:
     """The zoo family of a transformers model (through a peft wrapper), or None."""
     from engine.workload.zoo import MODEL_TYPE_FAMILY
 
@@ -116,7 +121,7 @@ def family_of(model: Any) -> str | None:
     return MODEL_TYPE_FAMILY.get(str(getattr(config, "model_type", None)))
 
 
-def linear_module_names(model: Any) -> tuple[str, ...]:
+def linear_module_names(model: torch.nn.Module) -> tuple[str, ...]:
     """The distinct leaf names of the model's linear layers: what --lora-targets can name."""
     import torch
 
@@ -125,8 +130,8 @@ def linear_module_names(model: Any) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def wrap_lora(model: Any, settings: LoraSettings, family: str | None = None,
-              modules_to_save: tuple[str, ...] = ()) -> Any:
+def wrap_lora(model: torch.nn.Module, settings: LoraSettings, family: str | None = None,
+              modules_to_save: tuple[str, ...] = ()) -> PeftModel:
     """`model` with peft's LoRA adapters on the target modules and the head trained whole (peft's
     classifier/score, plus `modules_to_save`); everything else frozen. Returns the PeftModel
     (peft adapts `model` in place)."""

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.constants import Mode, Precision
-from engine.core.errors import ConfigError
 from engine.core.units import format_bytes
 from engine.workload.arch import Architecture, architecture
 
@@ -94,7 +93,7 @@ class MemoryEstimate:
     lora_rank: int | None = None  # None: not a LoRA run
     exact_params: int | None = None  # the caller's exact count of the model's parameters, if given
     config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    lora: Any = field(default=None, compare=False, repr=False)  # the LoraSettings used, if any
+    lora: LoraSettings | None = field(default=None, compare=False, repr=False)  # the LoraSettings used, if any
 
     @property
     def step_peak(self) -> int:

@@ -97,12 +97,12 @@ def _tensor_bytes(t: torch.Tensor) -> float:
     return float(elems * t.element_size())
 
 
-def _tensors(obj: Any) -> list[torch.Tensor]:
+def _tensors(obj: object) -> list[torch.Tensor]:
     flat, _ = tree_flatten(obj)
     return [x for x in flat if isinstance(x, torch.Tensor)]
 
 
-def classify(name: str, func: Any, phase: str) -> str:
+def classify(name: str, func: object, phase: str) -> str:
     """The OpCost kind of an aten operator (base name, e.g. "addmm")."""
     if phase == "optimizer":
         return "optimizer"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.constants import Mode, Padding, Precision
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
 from engine.workload.lora import LoraSettings
@@ -21,6 +22,7 @@ from engine.workload.spec import WorkloadSpec
 from engine.workload.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
+    from engine.workload.lengths import LengthDistribution
     from engine.workload.models import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,7 @@ class Workload:
     trace: StepTrace  # an average step (max_length: the one step shape; dynamic: StepMix.mean_trace)
     total_params: int
     mix: StepMix | None = None  # the steps at each padded length with their weights; None: `trace` alone
-    lengths: Mapping[str, Any] | None = None  # the length distribution's summary (dynamic padding)
+    lengths: Mapping[str, JsonValue] | None = None  # the length distribution's summary (dynamic padding)
     # Where the model came from (its weights, if any): what the trainer loads, not looked up again.
     model_ref: ResolvedModel | None = field(default=None, compare=False, repr=False)
 
@@ -99,7 +101,7 @@ class Workload:
         """What the twin runs for one step of this workload (the weighted buckets of dynamic padding)."""
         return self.mix if self.mix is not None else StepMix.single(self.trace)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"model": self.model, "task": self.task, "family": self.family, "batch_size": self.batch_size,
                 "seq_len": self.seq_len, "precision": self.precision, "mode": self.mode,
                 "lora": None if self.lora_settings is None else self.lora_settings.to_json(self.family),
@@ -140,7 +142,7 @@ def resolve_workload(spec: WorkloadSpec) -> Workload:
 
 
 def padded_steps(spec: WorkloadSpec, *, longest: StepTrace | None = None,
-                 distribution: Any = None) -> tuple[StepMix, dict[str, Any]]:
+                 distribution: LengthDistribution | None = None) -> tuple[StepMix, JsonObject]:
     """The steps of dynamically padded batches of the named `spec`'s task (its published length
     distribution, or `distribution`, an engine.workload.lengths.LengthDistribution): each bucket length a
     batch pads to, traced (cached), weighted by how often a batch's longest example falls in it; and the

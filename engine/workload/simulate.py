@@ -15,11 +15,15 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.workload.events import Callback, RunCancelled, RunFinished, RunStarted, StepEnd
 from engine.workload.loop import StepHook, StepLoop, TrainControl
+
+if TYPE_CHECKING:
+    from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +41,13 @@ class SimulationResult:
     simulated: bool = True
     start_step: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"simulated": True, "steps": self.steps, "samples": self.samples, "cancelled": self.cancelled,
                 "host_wall_s": self.wall_s}
 
 
 def simulate_run(
-    workload: Any,
+    workload: Workload,
     *,
     steps: int,
     step_hook: StepHook | None,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from engine.core.constants import (DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, Mode, Padding, Precision,
                                    parse_mode, parse_padding, parse_precision)
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.workload.lora import LoraSettings, check_mode_options
 
 if TYPE_CHECKING:
@@ -168,7 +169,7 @@ class WorkloadSpec:
             f"|{n.variant}" if n.variant else "")
         return key if n.padding == "max_length" else f"{key}|pad={n.padding}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"model": self.model, "task": self.task, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "precision": self.precision, "mode": self.mode,
                 "lora": None if self.lora is None else self.lora.to_json(),

@@ -32,6 +32,7 @@ import torch
 
 from engine.core.constants import Precision
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, StepTrace
 from engine.workload.lora import is_peft_model
@@ -64,7 +65,7 @@ class TraceRecord:
     cached: bool  # read from the cache rather than captured now
     path: Path | None = None  # the cache file, when cached or saved
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "trace": self.trace.to_json(),
             "method": self.method,

@@ -433,7 +433,7 @@ def _grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
 
 
-def _grad_scaler() -> Any:
+def _grad_scaler() -> torch.amp.GradScaler:
     try:
         return torch.amp.GradScaler("cuda")
     except (AttributeError, TypeError):  # torch < 2.3

@@ -136,7 +136,7 @@ def find_by_hub_id(hub_id: str) -> ZooEntry | None:
     return None
 
 
-def _entry(path: Path, name: str, body: Any) -> ZooEntry:
+def _entry(path: Path, name: str, body: object) -> ZooEntry:
     where = f"[models.{name}] in {path}"
     remedy = "fix that table, or restore profiles/models.toml from the repository"
     if not isinstance(body, dict):
