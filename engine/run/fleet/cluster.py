@@ -23,7 +23,8 @@ from engine.core.errors import ConfigError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
 from engine.device.twin.profile import DEFAULT_PROFILE
-from engine.run.fleet.model import (BoardActor, BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
+from engine.run.fleet.model import (BoardActor, BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult,
+                                    FleetSweepResult,
                                     SweepPlan)
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ def parse_twins(text: str, default_profile: str = DEFAULT_PROFILE, *, flag: str 
 class Fleet:
     """A connected fleet: its boards' actors, their status, sweeps over them. Use `connect()`."""
 
-    def __init__(self, ray: ModuleType, workers: dict[str, BoardActor], *, owns_ray: bool, twin_root: Path | None = None,
+    def __init__(self, ray: ModuleType, workers: dict[str, BoardActor], *, owns_ray: bool,
+                 twin_root: Path | None = None,
                  temporary: tempfile.TemporaryDirectory[str] | None = None) -> None:
         self.ray = ray
         self._workers = workers  # serial -> actor handle
@@ -138,7 +140,8 @@ class Fleet:
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
 
-    def run(self, specs: Sequence[ExperimentSpec], *, store: Store, on_event: Callable[[ExperimentEvent], None] | None = None,
+    def run(self, specs: Sequence[ExperimentSpec], *, store: Store,
+            on_event: Callable[[ExperimentEvent], None] | None = None,
             cancel: threading.Event | None = None) -> FleetRunResult:
         """Run the experiments (ExperimentSpec) over the fleet, each whole on one board (its policy run
         and its MAXN baseline); see engine.run.fleet.runs. Returns a FleetRunResult."""
@@ -244,7 +247,8 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
 def _remote_class(ray: ModuleType) -> ActorClass[BoardWorker]:
     from engine.run.fleet.board import BoardWorker
 
-    cls: ActorClass[BoardWorker] = ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(BoardWorker)
+    remote = ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)
+    cls: ActorClass[BoardWorker] = remote(BoardWorker)
     return cls
 
 

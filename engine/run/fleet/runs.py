@@ -79,7 +79,8 @@ class FleetRun(BoardLoop[_Exp, ExperimentEvent]):
     """One `Fleet.run` call; see the module's docstring. `boards` maps serial -> (actor, BoardInfo)."""
 
     def __init__(self, ray: ModuleType, boards: Mapping[str, tuple[BoardActor, BoardInfo]],
-                 specs: Sequence[ExperimentSpec], *, store: Store, on_event: Callable[[ExperimentEvent], None] | None, cancel: threading.Event | None,
+                 specs: Sequence[ExperimentSpec], *, store: Store, on_event: Callable[[ExperimentEvent], None] | None,
+                 cancel: threading.Event | None,
                  lost: Callable[[str], None] = lambda serial: None) -> None:
         super().__init__(ray, {s: (a, board_kind(info)) for s, (a, info) in boards.items()}, on_event=on_event,
                          cancel=cancel, lost=lost)
