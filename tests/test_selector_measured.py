@@ -166,9 +166,9 @@ def test_transfer_improves_regret_on_perturbed_twin_truth(board):
     before, after = _regret(shipped, board, held), _regret(adapted, board, held)
     assert after < before
     # The leave-one-sweep-out record compares the transfer with its base on the measured workloads.
-    labels = [r["label"] for r in report["cv_table"]]
+    labels = [r["label"] for r in report.cv_table]
     assert labels == ["hist-gb/time+energy+transfer", "hist-gb/time+energy (base, uncorrected)"]
-    assert report["cv_table"][0]["graded_on"].startswith("measured workloads")
+    assert report.cv_table[0]["graded_on"].startswith("measured workloads")
 
 
 def test_transfer_saves_a_new_selector_that_records_its_base(board, tmp_path, monkeypatch):
@@ -184,7 +184,7 @@ def test_transfer_saves_a_new_selector_that_records_its_base(board, tmp_path, mo
     assert "shipped with slm-dvfs: learnt on the twin, from no board's measurements" in basis["base"]["basis"]
     assert side["training"]["transfer"]["measured"]["rows"] == 12
     # One sweep cannot be held out: the CV record is the base's, and says so.
-    assert "too few measured workloads" in report["cv_table"][0]["graded_on"]
+    assert "too few measured workloads" in report.cv_table[0]["graded_on"]
     back = load_selector(path)
     w = one.workloads[0]
     assert [p.energy_per_sample for p in back.predict(w)] == [p.energy_per_sample for p in adapted.predict(w)]

@@ -10,7 +10,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # engine/device holds the digital twin (engine/device/twin).
-CHECKED = ("engine/core", "engine/device", "engine/dvfs", "engine/results", "engine/selector", "engine/workload")
+CHECKED = (
+    "engine/cli",
+    "engine/core",
+    "engine/device",
+    "engine/dvfs",
+    "engine/results",
+    "engine/run",
+    "engine/selector",
+    "engine/workload",
+)
 
 
 def test_checked_packages_type_check_clean() -> None:

@@ -9,12 +9,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from engine.cli.numbers import int_range, seconds
 from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.text import shown
+
+if TYPE_CHECKING:
+    from engine.device.base import Device
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +84,7 @@ def cmd_clockd(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _device(args: argparse.Namespace) -> Iterator[Any]:
+def _device(args: argparse.Namespace) -> Iterator[Device]:
     if args.twin:
         from engine.device.session import open_device
 

@@ -13,7 +13,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Callable, Mapping, TextIO, TypeVar, Union
 
 from engine.core.text import clean_text
 from engine.cli import numbers
@@ -24,6 +24,16 @@ from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import board_estimate_text, rail_savings_text, sweep_point_lines, versus_text
+
+if TYPE_CHECKING:
+    from engine.core.jsontypes import JsonValue
+    from engine.results.store import Store
+    from engine.run.events import Event, StepEnergy
+    from engine.run.experiment import ExperimentResult, ExperimentSpec
+    from engine.run.sweep import SweepResult, SweepSpec
+    from engine.workload.resolve import Workload
+
+Result = TypeVar("Result", "ExperimentResult", "SweepResult")  # what _execute's runner returns
 
 REDRAW_S = 0.1
 
@@ -112,14 +122,15 @@ def _thermal_overrides(args: argparse.Namespace) -> tuple[tuple[str, float], ...
     return tuple((k, float(v)) for k, v in pairs if v is not None)
 
 
-def _store(args: argparse.Namespace, create: bool = True) -> Any:
+def _store(args: argparse.Namespace, create: bool = True) -> Store:
+    from engine.core.jsontypes import JsonValue
     from engine.results.store import Store
 
     return Store(Path(args.db) if args.db else None, create=create)
 
 
 # --- run ----------------------------------------------------------------------------------------
-def experiment_spec(args: argparse.Namespace) -> Any:
+def experiment_spec(args: argparse.Namespace) -> ExperimentSpec:
     from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
@@ -144,7 +155,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 130 if result.cancelled else 0
 
 
-def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -> Any:
+def _execute(args: argparse.Namespace, spec: Union[ExperimentSpec, SweepSpec], runner: Callable[..., Result],
+             formatter: Callable[[Result], str]) -> Result:
     """Validate, run with progress and a graceful Ctrl-C, print text or JSON; returns the result."""
     from engine.workload.loop import TrainControl
 
@@ -162,7 +174,7 @@ def _execute(args: argparse.Namespace, spec: Any, runner: Any, formatter: Any) -
     return result
 
 
-def _seq(workload: Any, twin_only: bool) -> str:
+def _seq(workload: Workload, twin_only: bool) -> str:
     """The workload's length: the maximum; with dynamic padding on a twin-only path, also the mean
     length its steps pad to under the task's published lengths (a trained run pads to its data's)."""
     mix = getattr(workload, "mix", None)
@@ -173,7 +185,7 @@ def _seq(workload: Any, twin_only: bool) -> str:
     return f"<={workload.seq_len}, padded per batch to {mix.expected_seq_len:.0f} on average [published lengths]"
 
 
-def format_experiment(result: Any) -> str:
+def format_experiment(result: ExperimentResult) -> str:
     """The result as text; every figure carries its source label."""
     src = result.source.value
     run, base, cmp_ = result.run, result.baseline, result.comparison
@@ -229,7 +241,7 @@ def format_experiment(result: Any) -> str:
             lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
         if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
             lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval)}")
-    for wait in result.thermal.get("waits", []):
+    for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
     for note in result.notes:
@@ -240,19 +252,25 @@ def format_experiment(result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _mode_suffix(w: Any) -> str:
+def _thermal_waits(thermal: Mapping[str, JsonValue]) -> list[Mapping[str, JsonValue]]:
+    """The thermal guard's waits in a result's thermal notes (ThermalGuard.describe: none in fast mode)."""
+    waits = thermal.get("waits")
+    return [w for w in waits if isinstance(w, Mapping)] if isinstance(waits, list) else []
+
+
+def _mode_suffix(w: Workload) -> str:
     """A sweep's workload line names the mode when it is not plain full fine-tuning."""
     if w.mode == "full" and not w.grad_checkpointing:
         return ""
     return ", " + describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
 
 
-def _fmt(value: Any, fmt: str) -> str:
+def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
 # --- sweep --------------------------------------------------------------------------------------
-def sweep_spec(args: argparse.Namespace) -> Any:
+def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     from engine.run.sweep import SweepSpec
 
     return SweepSpec(
@@ -271,7 +289,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0 if result.complete else 130
 
 
-def format_sweep(result: Any) -> str:
+def format_sweep(result: SweepResult) -> str:
     from engine.core.provenance import obtained
 
     src = result.source.value
@@ -294,7 +312,7 @@ def format_sweep(result: Any) -> str:
                          f"per sample  [{src}]")
             if vs_maxn.interval is not None:
                 lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval)}")
-    for wait in result.thermal.get("waits", []):
+    for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:
         lines.append("the sweep stopped early: run the same command again to resume it")
@@ -334,9 +352,9 @@ class Progress:
         self.phase = ""
         self._last = -1e9
         self._open = False
-        self._energy: Any = None  # the last StepEnergy (it comes just before its StepEnd)
+        self._energy: StepEnergy | None = None  # the last StepEnergy (it comes just before its StepEnd)
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: Event) -> None:
         from engine.run.experiment import ExperimentPhase
         from engine.run.sweep import SweepPointDone
         from engine.run.thermal import ThermalWait

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.cli import numbers
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.constants import PRECISIONS
 from engine.results.format import versus_text
+
+if TYPE_CHECKING:
+    from engine.core.provenance import Source
+    from engine.run.experiment import ExperimentSpec
+    from engine.run.fleet.model import ExperimentEvent, FleetRunResult
 
 
 def add_run_args(r: argparse.ArgumentParser) -> None:
@@ -49,7 +54,7 @@ def add_run_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
-def run_specs(args: argparse.Namespace) -> list[Any]:
+def run_specs(args: argparse.Namespace) -> list[ExperimentSpec]:
     """One ExperimentSpec per model x task x batch size x policy x objective, in that order."""
     from engine.run.experiment import ExperimentSpec
 
@@ -61,11 +66,11 @@ def run_specs(args: argparse.Namespace) -> list[Any]:
             for m, t, b, p, o in itertools.product(args.model, args.task, sizes, args.policy, args.objective)]
 
 
-def _src(source: Any) -> str:
+def _src(source: Source | None) -> str:
     return f"[{source.value}]" if source is not None else "[?]"
 
 
-def format_run_event(e: Any) -> str:
+def format_run_event(e: ExperimentEvent) -> str:
     where = f"[{e.board}]" if e.board else "[fleet]"
     head = f"{where} #{e.index + 1} {e.label}"
     if e.kind == "progress":
@@ -81,7 +86,7 @@ def _figures(energy_j: float | None, time_s: float | None) -> str:
     return f"{energy_j:.4g} J in {time_s:.4g} s"
 
 
-def format_run_summary(result: Any) -> str:
+def format_run_summary(result: FleetRunResult) -> str:
     lines = [f"fleet run {result.status} in {result.wall_s:.1f} s"]
     for o in result.experiments:
         where = o.board or (", ".join(o.boards) if o.boards else "-")

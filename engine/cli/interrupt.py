@@ -5,11 +5,21 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from types import FrameType
+from typing import Iterator, Protocol
+
+
+class Cancellable(Protocol):
+    """What Ctrl-C stops: a run's TrainControl, or the fleet's cancel."""
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def cancel(self, reason: str = ...) -> None: ...
 
 
 @contextmanager
-def cancel_on_sigint(control: Any) -> Iterator[None]:
+def cancel_on_sigint(control: Cancellable) -> Iterator[None]:
     """First Ctrl-C: `control.cancel(...)`, so the run stops at the next step (or sweep
     point) boundary. Second: the usual KeyboardInterrupt. Off the main thread signals
     cannot be set, so they are left alone. Inside the clock guard, the guard chains to
@@ -20,7 +30,7 @@ def cancel_on_sigint(control: Any) -> Iterator[None]:
         yield
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if control.cancelled:
             raise KeyboardInterrupt
         control.cancel("interrupted (Ctrl-C)")

@@ -78,6 +78,6 @@ def describe_mode(mode: str, lora: LoraSettings | None = None, grad_checkpointin
     text = mode
     if mode == "lora":
         settings = lora or LoraSettings()
-        targets = settings.to_json(family)["targets"]
+        targets = settings.shown_targets(family)
         text = f"lora r{settings.rank} a{settings.alpha:g}" + (f" ({','.join(targets)})" if targets else "")
     return text + (", checkpointed" if grad_checkpointing else "")

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
@@ -259,14 +259,14 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     took = time.perf_counter() - started
     if args.json:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
-                          "base": str(base_path), **report, "basis": selector.basis.to_json(),
+                          "base": str(base_path), **report.to_json(), "basis": selector.basis.to_json(),
                           "figures_source": "predicted (graded against measured sweeps)", "wall_s": round(took, 1)},
                          indent=2, default=str))
         return 0
-    print(format_cv_table(report["cv_table"], "measured", report["cv_table"][0].get("graded_on")))
-    print(f"\nAdapted {base_path} with {report['measured']['workloads']} measured workload(s), "
-          f"{report['measured']['rows']} points")
-    if report["measured"]["workloads"] < 2:  # docs/selector.md, "Transfer": the c terms need two
+    print(format_cv_table(report.cv_table, "measured", report.graded_on))
+    print(f"\nAdapted {base_path} with {report.measured_workloads} measured workload(s), "
+          f"{report.measured_rows} points")
+    if report.measured_workloads < 2:  # docs/selector.md, "Transfer": the c terms need two
         print("Note: one measured workload cannot tell the correction how compute-bound and host-bound "
               "workloads differ: it bends every workload as it bent this one; measure a second, unlike it")
     print(f"Saved: {path}\n       {sidecar_path(path)}")
@@ -285,7 +285,7 @@ def _pct(v: Any, digits: int = 2) -> str:
     return "-" if v is None else f"{100 * v:.{digits}f}%"
 
 
-def format_cv_table(rows: Sequence[dict[str, Any]], source: str, graded_on: str | None = None) -> str:
+def format_cv_table(rows: Sequence[Mapping[str, Any]], source: str, graded_on: str | None = None) -> str:
     head = ["#", "candidate", "mean regret", "worst regret", "MAPE time", "MAPE power", "MAPE energy", "fit s"]
     body = [[str(i + 1), r["label"], _pct(r["mean_regret"]), _pct(r["worst_regret"]), _pct(r["mape_time"], 1),
              _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"] for i, r in enumerate(rows)]
@@ -358,8 +358,8 @@ def cmd_select(args: argparse.Namespace) -> int:
         if not choice.probes:
             n, why = _probes_advice(choice)
             out["probes_it_calls_for"] = {"probes": n, "why": why}
-        out["selector"] = {"path": str(getattr(selector, "path", "")), **selector.describe()}
-        out["selector"].pop("cv_table", None)
+        described = {k: v for k, v in selector.describe().items() if k != "cv_table"}
+        out["selector"] = {"path": str(getattr(selector, "path", "")), **described}
         out["basis"] = selector.basis.line()
         if selector.modules:
             out["module"] = selector.module

@@ -12,18 +12,24 @@ import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.device.monitor import RAIL_PRESETS
 from engine.device.twin.calibration import Calibration, FitOptions, Observation, calibrate_profile, calibrated_name
 from engine.device.twin.calibration import check_profile_name, overlay_toml
 from engine.device.twin.profile import devices_dir, load_profile, user_profiles_dir
 from engine.results.calibration_report import format_calibration
-from engine.results.records import dvfs_setting, setting_key
+from engine.results.records import DeviceRecord, SweepPoint, WorkloadRecord, dvfs_setting, setting_key
 from engine.results.sweeps import RAILS_ALL
 from engine.core.text import shown
+
+if TYPE_CHECKING:
+    from engine.core.trace import StepMix
+    from engine.device.twin.profile import TwinProfile
+    from engine.results.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class SweepUsed:
     def name(self) -> str:
         return f"s{self.id}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "name": self.name, "workload": self.workload, "points": self.points,
                 "energy_only": self.energy_only, "rails": list(self.rails)}
 
@@ -68,7 +74,7 @@ class SweepUsed:
 class Gathered:
     observations: tuple[Observation, ...]
     sweeps: tuple[SweepUsed, ...]
-    base: Any  # the TwinProfile fitted
+    base: TwinProfile  # the profile fitted
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ class CalibrateResult:
                 f"{cal.energy_mape_before_pct:.1f}% -> {cal.energy_mape_pct:.1f}%{held} [predicted vs measured]; "
                 f"use --twin {self.profile_name}")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"profile": self.profile_name, "profile_path": str(self.profile_path), "summary": self.summary_line(),
                 "report_markdown": str(self.report_markdown), "report_json": str(self.report_json),
                 "sweeps": [s.to_json() for s in self.sweeps], "calibration": self.calibration.to_json(),
@@ -122,13 +128,13 @@ class StoredSweep:
     """What the fit needs of one stored sweep, read in one go (the store is let go before tracing)."""
 
     id: int
-    device: Any  # DeviceRecord
-    workload: Any  # WorkloadRecord
-    rails: Any  # the sweep space's rails preset
-    points: tuple[Any, ...]  # SweepPoint
+    device: DeviceRecord
+    workload: WorkloadRecord
+    rails: object  # the sweep space's rails preset, as stored (a preset's name, or a list of rails)
+    points: tuple[SweepPoint, ...]
 
 
-def read_measured(store: Any, spec: CalibrateSpec) -> tuple[StoredSweep, ...]:
+def read_measured(store: Store, spec: CalibrateSpec) -> tuple[StoredSweep, ...]:
     """The measured sweeps `spec` names (all when none), as stored; refuses unknown ids, sweeps
     that are not measured when named, and a store without any."""
     wanted = set(spec.sweeps)
@@ -169,7 +175,7 @@ def observe(stored: Sequence[StoredSweep], spec: CalibrateSpec) -> Gathered:
     return Gathered(tuple(observations), tuple(used), base)
 
 
-def gather(store: Any, spec: CalibrateSpec) -> Gathered:
+def gather(store: Store, spec: CalibrateSpec) -> Gathered:
     """read_measured() then observe(): the observations of the measured sweeps `spec` names."""
     return observe(read_measured(store, spec), spec)
 
@@ -205,7 +211,7 @@ def calibrate_gathered(gathered: Gathered, spec: CalibrateSpec) -> CalibrateResu
     return result
 
 
-def run_calibration(spec: CalibrateSpec, *, store: Any) -> CalibrateResult:
+def run_calibration(spec: CalibrateSpec, *, store: Store) -> CalibrateResult:
     """gather() from the store, then calibrate_gathered(): what the CLI and the TUI run."""
     return calibrate_gathered(gather(store, spec), spec)
 
@@ -217,7 +223,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _check_board(device: Any, profile: Any, sweep_id: int) -> None:
+def _check_board(device: DeviceRecord, profile: TwinProfile, sweep_id: int) -> None:
     """A measured sweep of another module calibrates another board's twin: refused. A module the
     store does not know (an import without one) is taken as the profile's."""
     module = (device.module or "").strip()
@@ -233,7 +239,7 @@ def _check_board(device: Any, profile: Any, sweep_id: int) -> None:
                       "leave it out with --sweeps, or calibrate that board's profile with --twin NAME")
 
 
-def _steps(record: Any, sweep_id: int) -> Any:
+def _steps(record: WorkloadRecord, sweep_id: int) -> StepMix:
     from engine.workload.resolve import resolve_workload
 
     try:
@@ -245,7 +251,7 @@ def _steps(record: Any, sweep_id: int) -> Any:
     return workload.steps  # with dynamic padding, the mix of its batch lengths
 
 
-def _rails(preset: Any, points: Sequence[Any], profile: Any, sweep_id: int) -> tuple[str, ...]:
+def _rails(preset: object, points: Sequence[SweepPoint], profile: TwinProfile, sweep_id: int) -> tuple[str, ...]:
     text = ",".join(map(str, preset)) if isinstance(preset, (list, tuple)) else str(preset or RAILS_ALL).strip()
     if text.lower() == RAILS_ALL:
         seen = {r for p in points for r in (p.rail_energy_j or {})}
@@ -263,8 +269,8 @@ def _rails(preset: Any, points: Sequence[Any], profile: Any, sweep_id: int) -> t
     return names
 
 
-def _observations(name: str, steps: Any, rails: tuple[str, ...], points: Sequence[Any]) -> list[Observation]:
-    groups: dict[str, list[Any]] = {}
+def _observations(name: str, steps: StepMix, rails: tuple[str, ...], points: Sequence[SweepPoint]) -> list[Observation]:
+    groups: dict[str, list[SweepPoint]] = {}
     for p in points:
         groups.setdefault(setting_key(p.setting), []).append(p)
     out = []

@@ -28,12 +28,13 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 from engine.device.base import DeviceIdentity
 from engine.dvfs.policies import PolicyFactory
 from engine.dvfs.objectives import Objective, module_power_limit_w, parse_objective
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
@@ -45,6 +46,15 @@ from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from engine.results.records import RunStatus
+    from engine.device.session import DeviceSession
+    from engine.device.setting import DvfsSetting
+    from engine.dvfs.policies import Policy, PolicyContext
+    from engine.results.store import Store
+    from engine.run.thermal import ThermalGuard
+    from engine.workload.loop import TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +82,7 @@ class ExperimentSpec:
     simulate: bool = False  # twin only: no training, just the twin's step costs
     thermal: bool = False  # the twin's thermal model
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
-    policy_options: tuple[tuple[str, Any], ...] = ()  # keyword options of the policy (online)
+    policy_options: tuple[tuple[str, object], ...] = ()  # keyword options of the policy (online; ml's selector)
     label: str | None = None
     output_dir: str | None = None  # the policy run's trained model (a LoRA run: its adapter; default: data dir)
 
@@ -88,11 +98,13 @@ class ExperimentSpec:
             raise ConfigError("--simulate runs on the digital twin only", "add --twin (e.g. --twin agx-orin-64gb)")
         parse_objective(self.objective)
 
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
+    def to_json(self) -> JsonObject:
+        out: JsonObject = dict(self.__dict__)
         out["workload"] = self.workload.to_json()
         out["thermal_overrides"] = dict(self.thermal_overrides)
-        out["policy_options"] = dict(self.policy_options)
+        # an option given as text stays as given; one loaded on a fleet board (ml's selector) by its repr
+        out["policy_options"] = {k: v if v is None or isinstance(v, (str, int, float)) else repr(v)
+                                 for k, v in self.policy_options}
         return out
 
 
@@ -107,7 +119,7 @@ class ExperimentResult:
     baseline: RunFigures | None = None
     comparison: Comparison | None = None
     notes: tuple[str, ...] = ()
-    thermal: Mapping[str, Any] = field(default_factory=dict)
+    thermal: Mapping[str, JsonValue] = field(default_factory=dict)
 
     @property
     def simulated(self) -> bool:
@@ -117,7 +129,7 @@ class ExperimentResult:
     def cancelled(self) -> bool:
         return self.run.cancelled
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "source": self.source.value, "simulated": self.simulated, "cancelled": self.cancelled,
             "spec": self.spec.to_json(), "objective": self.objective.spec, "workload": self.workload.to_json(),
@@ -133,10 +145,10 @@ class ExperimentResult:
 def run_experiment(
     spec: ExperimentSpec,
     *,
-    store: Any,
+    store: Store,
     callbacks: Iterable[ListenerLike] = (),
-    control: Any = None,
-    session: Any = None,
+    control: TrainControl | None = None,
+    session: DeviceSession | None = None,
     workload: Workload | None = None,
     policies: PolicyFactory | None = None,
 ) -> ExperimentResult:
@@ -182,7 +194,7 @@ def run_experiment(
         objective.check_times([m for _s, m in points])  # energy-only sweeps rank by energy alone
         guard = harness.thermal_guard(spec.thermal_overrides)
         ctx = PolicyContext(device, objective, tuple(points), workload=workload)
-        notes = list(getattr(harness.session, "notes", []))
+        notes = list(harness.session.notes)
         if spec.simulate:
             notes.append(SIMULATED_NOTE)
         runner = _Runner(spec, harness, workload, store, device_id, workload_id, objective, guard)
@@ -227,8 +239,8 @@ def run_experiment(
 class _Runner:
     """Executes one run of an experiment: store record, controller, recorder, training."""
 
-    def __init__(self, spec: ExperimentSpec, harness: RunHarness, workload: Workload, store: Any, device_id: int,
-                 workload_id: int, objective: Objective, guard: Any) -> None:
+    def __init__(self, spec: ExperimentSpec, harness: RunHarness, workload: Workload, store: Store, device_id: int,
+                 workload_id: int, objective: Objective, guard: ThermalGuard) -> None:
         self.spec, self.harness, self.workload, self.store = spec, harness, workload, store
         self.device_id, self.workload_id, self.objective, self.guard = device_id, workload_id, objective, guard
         self.rails = harness.rails
@@ -236,7 +248,7 @@ class _Runner:
         self.policy_start_c: float | None = None  # hottest zone as the policy run began
         self.saved_to: str | None = None  # where the policy run's model (a LoRA adapter) was saved
 
-    def execute(self, role: RunRole, policy_spec: str, policy: Any, ctx: Any) -> RunFigures:
+    def execute(self, role: RunRole, policy_spec: str, policy: Policy, ctx: PolicyContext) -> RunFigures:
         from engine.run.thermal import ThermalCheck
         from engine.workload.finetune import FinetuneSpec
 
@@ -260,8 +272,11 @@ class _Runner:
         recorder = RunRecorder(harness.monitor)
         callbacks = [controller, recorder, ThermalCheck(self.guard)]  # an overheated board: the run's stop
         metric = metric_value = None
-        metrics: dict[str, Any] = {}
-        learnt: dict[str, Any] = {}  # weights, synthetic, data_source: whether the metric means anything
+        metrics: dict[str, float] = {}
+        # what the run learnt from (whether the metric means anything): none on a simulated run
+        weights: str | None = None
+        synthetic: bool | None = None
+        data_source: str | None = None
         try:  # from here on, whatever stops the run leaves it stored as failed
             clock_guard = harness.clock_guard
             if clock_guard is not None:
@@ -286,7 +301,7 @@ class _Runner:
                 first = next(iter(res.eval.values()), {})
                 if res.primary_metric in first:
                     metric, metric_value = res.primary_metric, float(first[res.primary_metric])
-                learnt = {"weights": res.weights, "synthetic": res.synthetic, "data_source": res.data_source}
+                weights, synthetic, data_source = res.weights, res.synthetic, res.data_source
                 notes = (f"policy {policy_spec}; weights {res.weights}"
                          + ("; synthetic data (accuracy not meaningful)" if res.synthetic else ""))
             totals = recorder.totals(rails=self.rails, rails_preset=spec.rails)
@@ -301,24 +316,29 @@ class _Runner:
             totals = RunTotals(time_s=0.0, rails=self.rails, rails_preset=spec.rails, samples=0, steps=0,
                                source=self.source)
         if measured:
-            self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, **learnt,
-                         wall_s=wall_s, metrics=metrics, setting=controller.current)
+            self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, weights=weights,
+                         synthetic=synthetic, data_source=data_source, wall_s=wall_s, metrics=metrics,
+                         setting=controller.current)
         else:
-            self._finish(run_id, "cancelled", None, notes=notes, **learnt)
+            self._finish(run_id, "cancelled", None, notes=notes, weights=weights, synthetic=synthetic,
+                         data_source=data_source)
         log.info("%s run %d (%s): %.3f s, %.2f J over %s [%s]", role, run_id, policy_spec, totals.time_s,
                  totals.total_j, spec.rails, self.source)
         return RunFigures(
             run_id=run_id, role=role, policy=policy_spec, source=self.source, totals=totals,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
             history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
-            cancelled=cancelled, weights=learnt.get("weights"), synthetic=learnt.get("synthetic"),
+            cancelled=cancelled, weights=weights, synthetic=synthetic,
         )
 
-    def _finish(self, run_id: int, status: str, totals: RunTotals | None, **fields: Any) -> None:
+    def _finish(self, run_id: int, status: RunStatus, totals: RunTotals | None, *, notes: str,
+                weights: str | None, synthetic: bool | None, data_source: str | None, wall_s: float | None = None,
+                metrics: Mapping[str, float] | None = None, setting: DvfsSetting | None = None) -> None:
         """Store the run's end: its totals with its power trace, in one transaction. When the store
         cannot take them (a full disk), the run is marked failed and the error says what was kept."""
         try:
-            self.store.finish_run(run_id, totals, status=status, **fields)
+            self.store.finish_run(run_id, totals, status=status, notes=notes, weights=weights, synthetic=synthetic,
+                                  data_source=data_source, wall_s=wall_s, metrics=metrics, setting=setting)
         except StoreError as exc:
             try:
                 self.store.fail_run(run_id, f"its figures and power trace could not be stored: {exc.what}")
@@ -335,7 +355,7 @@ class _Runner:
                              f"again; the runs stored before it are intact") from None
 
 
-def cool_before_baseline(guard: Any, start_c: float | None, margin_c: float = BASELINE_COOL_MARGIN_C) -> str:
+def cool_before_baseline(guard: ThermalGuard, start_c: float | None, margin_c: float = BASELINE_COOL_MARGIN_C) -> str:
     """Before the MAXN baseline on a board: let the thermal guard idle until the hottest
     zone is back within `margin_c` of where it was when the policy run began (or at the
     guard's wait limit, if that is lower), so the baseline does not start on a board the

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Union
 
 from engine.core.errors import ConfigError
 from engine.device.monitor import PowerMonitor, resolve_rails
@@ -53,8 +53,12 @@ ListenerLike = Union[Listener, Callable[[Event], Union[RunControl, None]]]
 
 if TYPE_CHECKING:
     from engine.device.guard.guard import ClockGuard
+    from engine.device.session import DeviceSession
     from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import Policy, PolicyContext, PolicyFactory
+    from engine.run.thermal import ThermalGuard, ThermalLimits
+    from engine.workload.loop import TrainControl
+    from engine.workload.simulate import SimulationResult
     from engine.workload.finetune import FinetuneResult, FinetuneSpec
     from engine.workload.resolve import Workload
 
@@ -69,8 +73,8 @@ def open_session(
     sysfs_root: str | None = None,
     fallback_to_twin: bool = False,
     thermal: bool = False,
-) -> Any:
-    """The device of a sweep or experiment (engine.device.session.DeviceSession): the twin
+) -> DeviceSession:
+    """The device of a sweep or experiment: the twin
     runs in virtual time only (no wall-clock idle drift, so results repeat), with its
     thermal model when `thermal`."""
     from engine.device.session import open_device
@@ -79,7 +83,7 @@ def open_session(
                        thermal=thermal)
 
 
-def rail_names(session: Any, preset: str) -> tuple[str, ...]:
+def rail_names(session: DeviceSession, preset: str) -> tuple[str, ...]:
     """The rails a preset names on this device (checked: a clear error names the others)."""
     return resolve_rails(preset, session.rail_names())
 
@@ -118,8 +122,8 @@ class StepMeter:
 class RunHarness:
     """An open device session with what a run needs around it (see the module's docstring)."""
 
-    def __init__(self, session: Any, *, rails: str = "all", listeners: Iterable[ListenerLike] = (),
-                 control: Any = None, policies: PolicyFactory | None = None) -> None:
+    def __init__(self, session: DeviceSession, *, rails: str = "all", listeners: Iterable[ListenerLike] = (),
+                 control: TrainControl | None = None, policies: PolicyFactory | None = None) -> None:
         from engine.dvfs.policies import BUILTIN_POLICIES
 
         self.session = session
@@ -142,7 +146,8 @@ class RunHarness:
             self._stop = first_stop(self._stop, deliver(listener, event))
         return self._stop
 
-    def thermal_guard(self, overrides: Iterable[tuple[str, float]] = (), limits: Any = None) -> Any:
+    def thermal_guard(self, overrides: Iterable[tuple[str, float]] = (),
+                      limits: ThermalLimits | None = None) -> ThermalGuard:
         """The thermal guard of this device: its limits (or `limits`) with the overrides; waits go to listeners."""
         from engine.run.thermal import ThermalGuard, limits_for
 
@@ -230,8 +235,8 @@ class RunHarness:
                                   step_hook=self.session.step_hook, workload=workload)
         return result
 
-    def simulate(self, workload: Any, *, steps: int, seed: int = 0,
-                 callbacks: Iterable[Callback] = ()) -> Any:
+    def simulate(self, workload: Workload, *, steps: int, seed: int = 0,
+                 callbacks: Iterable[Callback] = ()) -> SimulationResult:
         """Only advance the device's model by the workload's steps, step by step (with dynamic
         padding each step is the weighted mix of the lengths its batches pad to)."""
         from engine.workload.simulate import simulate_run
@@ -239,7 +244,7 @@ class RunHarness:
         if not self.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
-        mix = workload.steps if hasattr(workload, "steps") else workload.trace
+        mix = workload.steps
         hook = self.session.step_hook(lambda rows, seq_len: mix)
         with self._run(), self.session.driven():
             result = simulate_run(workload, steps=steps, seed=seed, step_hook=hook,
@@ -248,14 +253,14 @@ class RunHarness:
 
 
 @contextlib.contextmanager
-def open_harness(*, session: Any = None, twin: str | None = None, sysfs_root: str | None = None,
+def open_harness(*, session: DeviceSession | None = None, twin: str | None = None, sysfs_root: str | None = None,
                  fallback_to_twin: bool = False, thermal: bool = False, rails: str = "all",
-                 listeners: Iterable[ListenerLike] = (), control: Any = None,
+                 listeners: Iterable[ListenerLike] = (), control: TrainControl | None = None,
                  policies: PolicyFactory | None = None) -> Iterator[RunHarness]:
     """A harness over `session`, or over a session opened here (and closed on the way out);
     `policies`: the factory of every policy name its runs may ask for (default: the built-in ones)."""
     owned = session is None
-    if owned:
+    if session is None:
         session = open_session(twin=twin, sysfs_root=sysfs_root, fallback_to_twin=fallback_to_twin, thermal=thermal)
     try:
         yield RunHarness(session, rails=rails, listeners=listeners, control=control, policies=policies)
@@ -264,8 +269,8 @@ def open_harness(*, session: Any = None, twin: str | None = None, sysfs_root: st
             session.close()
 
 
-def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callback] = (),
-                      control: Any = None, rails: str = "all") -> Any:
+def finetune_measured(spec: FinetuneSpec, *, twin: str, callbacks: Iterable[Callback] = (),
+                      control: TrainControl | None = None, rails: str = "all") -> FinetuneResult:
     """`slm-dvfs finetune --twin`: fine-tune on this host while the twin runs every step, and
     give the result the twin's time and energy from one monitor window over the training steps."""
     from engine.core.provenance import Source
@@ -280,5 +285,5 @@ def finetune_measured(spec: Any, *, twin: str, callbacks: Iterable[Callback] = (
         totals = recorder.totals()
     if totals is None:
         return result
-    return replace(result, twin_profile=twin, twin_precision=str(spec.workload.named().precision),
+    return replace(result, twin_profile=twin, twin_precision=spec.workload.named().named_precision,
                    twin_time_s=totals.time_s, twin_energy_j=dict(totals.rail_energy_j), twin_source=Source.TWIN)

@@ -9,11 +9,14 @@ trapezoid is the window's energy, so a stored trace always agrees with the run's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.device.power import PowerSample
 from engine.results.totals import RunTotals
 from engine.run.events import RunCancelled, RunControl, RunFinished, RunListener, RunStarted, StepEnd
+
+if TYPE_CHECKING:
+    from engine.device.monitor import PowerMonitor, WindowResult
 
 RUN_WINDOW = "experiment-run"
 
@@ -21,14 +24,14 @@ RUN_WINDOW = "experiment-run"
 class RunRecorder(RunListener):
     """Totals one run (RunTotals) from a monitor window over its training steps, with its power trace."""
 
-    def __init__(self, monitor: Any, *, keep_samples: bool = True) -> None:
+    def __init__(self, monitor: PowerMonitor, *, keep_samples: bool = True) -> None:
         self.monitor = monitor
         self.keep_samples = keep_samples
         self.samples: list[PowerSample] = []  # the run's power trace, once its window has closed
         self.total_steps = 0
         self.steps = 0
         self.n_samples = 0
-        self._window: Any = None
+        self._window: WindowResult | None = None
         self._open = False
 
     def on_run_started(self, event: RunStarted) -> RunControl | None:

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from engine.device.base import DeviceIdentity
+from engine.device.base import Device, DeviceIdentity
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.device.setting import DvfsSetting
 from engine.dvfs.space import SPACES
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.device.twin.fast import check_counts, fast_points
 from engine.results.compare import SweepSaving, optimum_vs_maxn
@@ -41,6 +42,13 @@ from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
+
+if TYPE_CHECKING:
+    from engine.results.records import RunStatus
+    from engine.device.session import DeviceSession
+    from engine.results.store import Store
+    from engine.run.thermal import ThermalGuard, ThermalLimits
+    from engine.workload.loop import TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +84,7 @@ class SweepSpec:
                               "add --twin (e.g. --twin agx-orin-64gb), or drop --fast on a board")
         parse_objective(self.objective)
 
-    def space_key(self, rails: str) -> dict[str, Any]:
+    def space_key(self, rails: str) -> JsonObject:
         """What identifies the sweep among the store's, besides workload, device and counts."""
         if self.settings:
             return {"settings": [s.to_json() for s in self.settings], "rails": rails,
@@ -86,8 +94,8 @@ class SweepSpec:
                 "rails": rails, "method": "fast" if self.fast else "run", "seed": self.workload.seed,
                 "thermal": bool(self.thermal and self.twin)}
 
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
+    def to_json(self) -> JsonObject:
+        out: JsonObject = dict(self.__dict__)
         out["workload"] = self.workload.to_json()
         out["settings"] = [s.to_json() for s in self.settings]
         out["thermal_overrides"] = dict(self.thermal_overrides)
@@ -108,15 +116,15 @@ class SweepResult:
     points: tuple[PointSummary, ...]
     optimum: PointSummary | None
     maxn: PointSummary | None
-    status: str  # finished | cancelled
-    thermal: Mapping[str, Any] = field(default_factory=dict)
+    status: RunStatus  # finished | cancelled
+    thermal: Mapping[str, JsonValue] = field(default_factory=dict)
     vs_maxn: SweepSaving | None = None  # the optimum against MAXN per sample, its board estimate included
 
     @property
     def complete(self) -> bool:
         return self.status == "finished"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         saving = None if self.vs_maxn is None else self.vs_maxn.saving_pct
         return {
             "sweep_id": self.sweep_id, "source": self.source.value, "status": self.status,
@@ -136,11 +144,11 @@ class SweepResult:
 def run_sweep(
     spec: SweepSpec,
     *,
-    store: Any,
+    store: Store,
     callbacks: Iterable[ListenerLike] = (),
-    control: Any = None,
-    session: Any = None,
-    limits: Any = None,
+    control: TrainControl | None = None,
+    session: DeviceSession | None = None,
+    limits: ThermalLimits | None = None,
     workload: Workload | None = None,
 ) -> SweepResult:
     """Run (or resume) a sweep and return its summary. Points are committed one by one.
@@ -209,7 +217,7 @@ def run_sweep(
         )
 
 
-def sweep_settings(spec: SweepSpec, device: Any) -> tuple[DvfsSetting, ...]:
+def sweep_settings(spec: SweepSpec, device: Device) -> tuple[DvfsSetting, ...]:
     """The settings a sweep measures on this device: its explicit ones (checked), or its space's."""
     from engine.dvfs.space import setting_space
 
@@ -226,12 +234,13 @@ PointSink = Callable[[DvfsSetting, int, Measurement, Mapping[str, float], int], 
 
 
 def measure_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
-                   record: PointSink, *, control: Any = None, limits: Any = None) -> tuple[str, dict[str, Any]]:
+                   record: PointSink, *, control: TrainControl | None = None,
+                   limits: ThermalLimits | None = None) -> tuple[RunStatus, JsonObject]:
     """Measure the planned (setting, repeat) points in order, each handed to `record(setting,
     repeat, measurement, rail_j, i)` as it is done: the store's writer in a local sweep, the
     stream back to the driver on a fleet board. Returns (finished | cancelled, the thermal notes)."""
-    status = "finished"
-    thermal: dict[str, Any] = {}
+    status: RunStatus = "finished"
+    thermal: JsonObject = {}
     if spec.fast:
         pts = fast_points(workload.steps, harness.session.fast_model(), [s for s, _r in plan],
                           warmup_steps=spec.warmup_steps, steps=spec.steps, rails=harness.rails)
@@ -249,7 +258,7 @@ def measure_points(spec: SweepSpec, harness: RunHarness, workload: Workload, pla
 
 
 def _run_points(spec: SweepSpec, harness: RunHarness, workload: Workload, plan: list[tuple[DvfsSetting, int]],
-                guard: Any, record: Callable[..., None]) -> str:
+                guard: ThermalGuard, record: PointSink) -> RunStatus:
     """The fine-tuning loop over all planned points, inside the harness's clock guard and monitor."""
     from engine.dvfs.policies import PolicyContext, make_policy
     from engine.workload.finetune import FinetuneSpec

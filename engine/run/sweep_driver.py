@@ -9,7 +9,7 @@ the point's peak is the highest step-average power of its measured steps (`StepE
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
@@ -25,6 +25,7 @@ from engine.run.events import (
 )
 
 if TYPE_CHECKING:
+    from engine.device.monitor import PowerMonitor
     from engine.run.thermal import ThermalGuard
 
 POINT_WINDOW = "sweep-point"
@@ -42,7 +43,7 @@ class SweepDriver(RunListener):
         steps: int,
         apply: Callable[[DvfsSetting], None],
         record: Callable[[DvfsSetting, int, Measurement, Mapping[str, float], int], None],
-        monitor: Any,
+        monitor: PowerMonitor,
         guard: ThermalGuard | None = None,
     ) -> None:
         self.plan = list(plan)

@@ -21,12 +21,16 @@ import logging
 import math
 import time
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.device.base import Device
 from engine.core.errors import ConfigError, DeviceError
+from engine.core.jsontypes import JsonObject
 from engine.run.events import RunControl, RunListener, StepEnd
 from engine.run.events import ThermalWait as ThermalWait  # defined with every event of a run
+
+if TYPE_CHECKING:
+    from engine.device.session import DeviceSession
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +69,16 @@ class ThermalLimits:
                               "use wait_c, abort_c, cooldown_c, poll_s, max_wait_s")
         if not given:
             return self
-        return replace(self, **given, origin=f"{self.origin} + flags")  # type: ignore[arg-type]
+        return replace(self, **given, origin=f"{self.origin} + flags")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 DEFAULT_LIMITS = ThermalLimits()
 
 
-def limits_for(session: Any = None, **overrides: float | None) -> ThermalLimits:
+def limits_for(session: DeviceSession | None = None, **overrides: float | None) -> ThermalLimits:
     """The limits for a device session: its own (`session.thermal_guard_params()`, e.g. a
     twin profile's `[thermal_guard]`) when it has some, else the defaults; then the
     non-None overrides (wait_c=..., abort_c=..., ...)."""
@@ -102,7 +106,7 @@ class ThermalGuard:
         device: Device,
         limits: ThermalLimits = DEFAULT_LIMITS,
         *,
-        session: Any = None,
+        session: DeviceSession | None = None,
         sleep: Callable[[float], None] = time.sleep,
         on_wait: Callable[[ThermalWait], RunControl | None] | None = None,
     ) -> None:
@@ -195,7 +199,7 @@ class ThermalGuard:
             if abort is not None:
                 return abort
         wait = ThermalWait(zone, start, celsius, waited, label,
-                           simulated=bool(getattr(self.session, "virtual_time", False)))
+                           simulated=self.session is not None and self.session.virtual_time)
         self.waits.append(wait)
         log.info("cooled from %.1f to %.1f degC in %.0f s%s", start, celsius, waited,
                  " (twin idle time)" if wait.simulated else "")
@@ -203,7 +207,7 @@ class ThermalGuard:
             self.on_wait(wait)
         return wait
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> JsonObject:
         return {
             "limits": self.limits.to_json(),
             "waits": [asdict(w) for w in self.waits],

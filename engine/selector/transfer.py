@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -225,9 +225,32 @@ def _row(label: str, graded: tuple[list[Outcome], dict[str, list[float]]], what:
             "workloads": len(outcomes), "graded_on": what}
 
 
+@dataclass(frozen=True)
+class TransferReport:
+    """What a transfer did: its cross-validation table (rows as the selector's own), the correction,
+    and the measured data it rests on (`measured`: rows, workloads, digest, devices, energy-only rows)."""
+
+    cv_table: Sequence[Mapping[str, Any]]
+    correction: JsonObject
+    measured_rows: int
+    measured_workloads: int
+    measured: JsonObject
+    basis: str
+
+    @property
+    def graded_on(self) -> str | None:
+        """What the table's figures were graded on (its first row says)."""
+        note = self.cv_table[0].get("graded_on") if self.cv_table else None
+        return None if note is None else str(note)
+
+    def to_json(self) -> JsonObject:
+        return {"cv_table": [dict(r) for r in self.cv_table], "correction": self.correction,
+                "measured": self.measured, "basis": self.basis}
+
+
 def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None = None, *, ridge: float = DEFAULT_RIDGE,
                       base_path: str | Path | None = None, command: JsonObject | None = None
-                      ) -> tuple[Selector, JsonObject]:
+                      ) -> tuple[Selector, TransferReport]:
     """A new Selector: `base`'s model with a correction fitted on `ds`'s measured sweeps.
 
     With two or more measured workloads, each is held out in turn (the correction fitted on the
@@ -295,8 +318,9 @@ def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None =
     if base.chooser is not None:
         log.info("the base's classifier is left out: the correction acts on the figures, so they choose")
     selector = _with_model(base, TransferredRegressor(base.model, corr), training, cv_table, winner)
-    report = {"cv_table": cv_table, "correction": corr.to_json(), "measured": training["transfer"]["measured"],
-              "basis": basis.line()}
+    counts: JsonObject = {k: summary[k] for k in ("rows", "workloads", "digest", "devices", "energy_only_rows")}
+    report = TransferReport(cv_table=cv_table, correction=corr.to_json(), measured_rows=len(ds),
+                            measured_workloads=len(ds.by_workload()), measured=counts, basis=basis.line())
     return selector, report
 
 

@@ -75,8 +75,13 @@ class LoraSettings:
 
     def to_json(self, family: str | None = None) -> JsonObject:
         """The settings as JSON, with the modules adapted (the family's default when none were named)."""
-        targets = self.targets or (DEFAULT_TARGETS.get(family, ()) if family else ())
-        return {"rank": self.rank, "alpha": self.alpha, "dropout": self.dropout, "targets": list(targets)}
+        return {"rank": self.rank, "alpha": self.alpha, "dropout": self.dropout,
+                "targets": list(self.shown_targets(family))}
+
+    def shown_targets(self, family: str | None) -> tuple[str, ...]:
+        """The modules adapted as said to a user: the ones given, else the family's defaults (an
+        unknown family: none, and nothing is raised: wrapping the model says what to do)."""
+        return self.targets or (DEFAULT_TARGETS.get(family, ()) if family else ())
 
     @classmethod
     def from_json(cls, data: Any) -> "LoraSettings":

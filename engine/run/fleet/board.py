@@ -20,22 +20,32 @@ import tempfile
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, TypeVar, Union
 
 from engine.core.errors import one_line
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
-from engine.run.fleet.model import BoardInfo, StreamedPoint, UnitPlan
+from engine.results.records import DeviceRecord
+from engine.run.fleet.model import BoardInfo, StreamEnd, StreamedPoint, UnitPlan
 from engine.run.harness import open_harness
 from engine.run.sweep import SweepSpec, measure_points, sweep_settings
 from engine.workload.loop import TrainControl
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
 
+if TYPE_CHECKING:
+    from engine.run.experiment import ExperimentSpec
+    from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
+    from engine.results.sweep_tables import FinishedSweep
+
 log = logging.getLogger(__name__)
 
 END = "end"  # the last item of a measure stream: (END, status, error)
 RESOLVED_KEPT = 16  # workloads a board keeps resolved (a fleet's sweeps and experiments, in turn)
+
+# What a board's experiment streams: progress, then its records, then the END.
+BoardItem = Union["RunProgress", "ExperimentRecords", StreamEnd]
+Item = TypeVar("Item")
 
 
 def board_serial(root: str | Path) -> str:
@@ -108,15 +118,13 @@ class BoardWorker:
             stop.set()
 
     # ------------------------------------------------------------------ one workload's sweep
-    def device_record(self) -> Any:
-        """What the store records for this board (engine.results.records.DeviceRecord)."""
-        from engine.results.records import DeviceRecord
-
+    def device_record(self) -> DeviceRecord:
+        """What the store records for this board."""
         return DeviceRecord.from_identity(self.identity)
 
     def prepare(self, spec: SweepSpec) -> UnitPlan:
         """The records the driver stores for this workload on this board, and its settings."""
-        from engine.results.records import DeviceRecord, WorkloadRecord
+        from engine.results.records import WorkloadRecord
 
         spec = self.board_spec(spec)
         workload = self.workload_of(spec.workload)
@@ -147,16 +155,19 @@ class BoardWorker:
         spec.validate()
         return spec
 
-    def measure(self, spec: SweepSpec, plan: Sequence[tuple[DvfsSetting, int]]) -> Iterator[Any]:
+    def measure(self, spec: SweepSpec,
+                plan: Sequence[tuple[DvfsSetting, int]]) -> Iterator[Union[StreamedPoint, StreamEnd]]:
         """Measure the planned points, yielding a StreamedPoint for each as it is done, then
         (END, status, error). Runs the harness in a thread so that points stream while it runs."""
         spec = self.board_spec(spec)
-        out: queue.Queue[Any] = queue.Queue()
+        out: queue.Queue[Union[StreamedPoint, StreamEnd]] = queue.Queue()
         control = TrainControl()
         stop = threading.Event()
         label = f"{spec.workload.model}/{spec.workload.task}"
 
-        def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Any, i: int) -> None:
+        def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Mapping[str, float], i: int) -> None:
+            # a point measured here has its time (only an imported sweep's may lack one)
+            assert m.time_s is not None
             if self.pace > 0:
                 stop.wait(m.time_s * self.pace)  # paced twin: the point's time, in wall time
             with self._lock:
@@ -178,18 +189,19 @@ class BoardWorker:
         yield from self._stream(work, out, control, stop, f"{label} 0/{len(plan)}")
 
     # ------------------------------------------------------------------ one experiment (`fleet run`)
-    def plan_experiment(self, spec: Any) -> Any:
+    def plan_experiment(self, spec: ExperimentSpec) -> ExperimentPlan:
         """The records an experiment's runs will carry on this board (board_runs.plan_experiment)."""
         from engine.run.fleet.board_runs import plan_experiment
 
         return plan_experiment(spec, self.session, self.identity, self.workload_of)
 
-    def experiment(self, spec: Any, seeds: Sequence[Any] = (), selector: Any = None) -> Iterator[Any]:
+    def experiment(self, spec: ExperimentSpec, seeds: Sequence[FinishedSweep] = (),
+                   selector: SelectorFiles | None = None) -> Iterator[BoardItem]:
         """Run one experiment (engine.run.fleet.board_runs), yielding RunProgress items as it runs, then
         its ExperimentRecords, then (END, status, error). A thread runs it so that progress streams."""
         from engine.run.fleet.board_runs import run_on_board
 
-        out: queue.Queue[Any] = queue.Queue()
+        out: queue.Queue[BoardItem] = queue.Queue()
         control = TrainControl()
         stop = threading.Event()
         label = f"{spec.workload.model}/{spec.workload.task} {spec.policy}"
@@ -215,8 +227,8 @@ class BoardWorker:
 
         yield from self._stream(work, out, control, stop, label)
 
-    def _stream(self, work: Callable[[], None], out: queue.Queue[Any], control: TrainControl,
-                stop: threading.Event, running: str) -> Iterator[Any]:
+    def _stream(self, work: Callable[[], None], out: queue.Queue[Item], control: TrainControl,
+                stop: threading.Event, running: str) -> Iterator[Item]:
         """Run `work` in a thread (it puts items on `out`, ending with (END, status, error)) and
         yield the items as they come: a sweep's points or an experiment's progress stream while it
         runs. One job at a time per board; the board is free again before the END reaches the
@@ -227,7 +239,7 @@ class BoardWorker:
             self._control, self._stop, self._running = control, stop, running
         thread = threading.Thread(target=work, name=f"fleet-{self.name}", daemon=True)
         thread.start()
-        end = None
+        end: Item | None = None
         try:
             while True:
                 item = out.get()
@@ -241,6 +253,7 @@ class BoardWorker:
             thread.join()
             with self._lock:
                 self._control, self._stop, self._running = None, threading.Event(), ""
+        assert end is not None  # the loop above ends only at the END item
         yield end
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ import logging
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from engine.core.errors import one_line
 from engine.dvfs.policies import PolicyFactory
@@ -25,19 +25,26 @@ from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgres
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 
+if TYPE_CHECKING:
+    from engine.results.compare import RunRole
+    from engine.device.base import DeviceIdentity
+    from engine.device.session import DeviceSession
+    from engine.results.sweep_tables import FinishedSweep
+    from engine.workload.loop import TrainControl
+
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 10  # a run reports its progress about this many times (and at its last step)
 
 
-def board_spec(spec: ExperimentSpec, session: Any) -> ExperimentSpec:
+def board_spec(spec: ExperimentSpec, session: DeviceSession) -> ExperimentSpec:
     """The experiment on this board: its device (its twin's profile, or none on a board), checked."""
     spec = replace(spec, twin=session.profile_name, sysfs_root=None, fallback_to_twin=False)
     spec.validate()
     return spec
 
 
-def plan_experiment(spec: ExperimentSpec, session: Any, identity: Any,
+def plan_experiment(spec: ExperimentSpec, session: DeviceSession, identity: DeviceIdentity,
                     workload_of: Callable[[WorkloadSpec], Workload]) -> ExperimentPlan:
     """The records this experiment's runs will carry on this board (what the driver's checks need);
     `workload_of` is the board's (cached) workload resolution."""
@@ -77,11 +84,12 @@ def with_selector(spec: ExperimentSpec, files: SelectorFiles, folder: Path) -> E
 class _Progress(RunListener):
     """The experiment's events -> RunProgress items: each run's start, and its steps every few."""
 
-    def __init__(self, spec: ExperimentSpec, put: Callable[[Any], None], running: Callable[[str], None],
+    def __init__(self, spec: ExperimentSpec, put: Callable[[RunProgress], None], running: Callable[[str], None],
                  pause: Callable[[float], None]) -> None:
         self.spec, self.put, self.running, self.pause = spec, put, running, pause
         self.every = max(1, spec.steps // PROGRESS_EVERY)
-        self.role, self.policy = "policy", spec.policy
+        self.role: RunRole = "policy"
+        self.policy = spec.policy
         self.step, self.time_s, self.energy_j = 0, 0.0, 0.0
 
     def on_phase(self, event: ExperimentPhase) -> RunControl | None:
@@ -103,9 +111,10 @@ class _Progress(RunListener):
         return None
 
 
-def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Sequence[Any],
+def run_on_board(spec: ExperimentSpec, session: DeviceSession, identity: DeviceIdentity, *,
+                 seeds: Sequence[FinishedSweep],
                  selector: SelectorFiles | None, workload_of: Callable[[WorkloadSpec], Workload],
-                 control: Any, put: Callable[[Any], None],
+                 control: TrainControl | None, put: Callable[[RunProgress], None],
                  running: Callable[[str], None], pause: Callable[[float], None],
                  policies: PolicyFactory | None = None) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""

@@ -16,14 +16,23 @@ import re
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
 from engine.device.twin.profile import DEFAULT_PROFILE
-from engine.run.fleet.model import (BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult, FleetSweepResult,
+from engine.run.fleet.model import (BoardActor, BoardInfo, ExperimentEvent, FleetEvent, FleetRunResult,
+                                    FleetSweepResult,
                                     SweepPlan)
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
+
+    from engine.results.store import Store
+    from engine.run.experiment import ExperimentSpec
+    from engine.run.fleet.board import BoardWorker
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +70,8 @@ def parse_twins(text: str, default_profile: str = DEFAULT_PROFILE, *, flag: str 
 class Fleet:
     """A connected fleet: its boards' actors, their status, sweeps over them. Use `connect()`."""
 
-    def __init__(self, ray: Any, workers: dict[str, Any], *, owns_ray: bool, twin_root: Path | None = None,
+    def __init__(self, ray: ModuleType, workers: dict[str, BoardActor], *, owns_ray: bool,
+                 twin_root: Path | None = None,
                  temporary: tempfile.TemporaryDirectory[str] | None = None) -> None:
         self.ray = ray
         self._workers = workers  # serial -> actor handle
@@ -78,7 +88,7 @@ class Fleet:
         with self._lock:
             return tuple(self._workers)
 
-    def actor(self, serial: str) -> Any:
+    def actor(self, serial: str) -> BoardActor:
         """The board's actor handle (tests kill it; a caller can ask it for its pid)."""
         with self._lock:
             return self._workers[serial]
@@ -116,7 +126,7 @@ class Fleet:
             workers = list(self._workers.values())
         self.ray.get([w.set_pace.remote(pace) for w in workers])
 
-    def sweep(self, plans: Sequence[SweepPlan], *, store: Any, on_event: Callable[[FleetEvent], None] | None = None,
+    def sweep(self, plans: Sequence[SweepPlan], *, store: Store, on_event: Callable[[FleetEvent], None] | None = None,
               cancel: threading.Event | None = None) -> FleetSweepResult:
         """Run the plans' sweeps over the fleet, their points shared out among the boards, one share
         per board at a time; see engine.run.fleet.dispatch."""
@@ -130,7 +140,8 @@ class Fleet:
         return FleetSweep(self.ray, boards, plans, store=store, on_event=on_event, cancel=cancel,
                           lost=self._forget).run()
 
-    def run(self, specs: Sequence[Any], *, store: Any, on_event: Callable[[ExperimentEvent], None] | None = None,
+    def run(self, specs: Sequence[ExperimentSpec], *, store: Store,
+            on_event: Callable[[ExperimentEvent], None] | None = None,
             cancel: threading.Event | None = None) -> FleetRunResult:
         """Run the experiments (ExperimentSpec) over the fleet, each whole on one board (its policy run
         and its MAXN baseline); see engine.run.fleet.runs. Returns a FleetRunResult."""
@@ -233,10 +244,12 @@ def _probe(address: str, timeout_s: float = 5.0) -> None:
                           "(docs/fleet.md)") from exc
 
 
-def _remote_class(ray: Any) -> Any:
+def _remote_class(ray: ModuleType) -> ActorClass[BoardWorker]:
     from engine.run.fleet.board import BoardWorker
 
-    return ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)(BoardWorker)
+    remote = ray.remote(num_cpus=0, max_concurrency=ACTOR_CONCURRENCY, max_restarts=0)
+    cls: ActorClass[BoardWorker] = remote(BoardWorker)
+    return cls
 
 
 def node_worker_args(resources: dict[str, float], node_id: str) -> dict[str, str]:
@@ -246,7 +259,7 @@ def node_worker_args(resources: dict[str, float], node_id: str) -> dict[str, str
     return {"twin": names[0], "serial": f"twin-{node_id[:8]}"} if names else {}
 
 
-def _board_actors(ray: Any) -> dict[str, Any]:
+def _board_actors(ray: ModuleType) -> dict[str, BoardActor]:
     """One worker on each alive node with a board slot, pinned to it: the node's board, or the twin
     it advertises (a machine joined with `"twin:<profile>": 1` to try a cluster before its boards)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -267,7 +280,7 @@ def _board_actors(ray: Any) -> dict[str, Any]:
     return _by_serial(ray, actors)
 
 
-def _local_twins(ray: Any, n: int, profile: str, folder: str | Path | None, pace: float, thermal: bool) -> Fleet:
+def _local_twins(ray: ModuleType, n: int, profile: str, folder: str | Path | None, pace: float, thermal: bool) -> Fleet:
     from engine.device.twin.profile import load_profile
     from engine.run.fleet.ray_init import init_local
 
@@ -315,7 +328,7 @@ def _ours(line: str) -> str:
     return re.sub(r"^engine(\.\w+)*\.\w+Error: ", "", line)
 
 
-def _by_serial(ray: Any, actors: dict[str, Any]) -> dict[str, Any]:
+def _by_serial(ray: ModuleType, actors: dict[str, BoardActor]) -> dict[str, BoardActor]:
     """The started actors keyed by their board's serial (waits for them to open their devices)."""
     names = list(actors)
     try:

@@ -31,17 +31,25 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Tuple
 
+from engine.core.provenance import Source
+from engine.device.setting import DvfsSetting
 from engine.results.errors import StoreError
 from engine.run.fleet.loop import BoardLoop
-from engine.run.fleet.model import FleetEvent, FleetSweepResult, StreamedPoint, SweepOutcome, SweepPlan, plan_label
+from engine.run.fleet.model import (BoardActor, FleetEvent, FleetSweepResult, StreamedPoint, SweepOutcome, SweepPlan,
+                                    UnitPlan, plan_label)
+
+if TYPE_CHECKING:
+    from engine.results.records import RunStatus
+    from engine.results.store import Store
 
 log = logging.getLogger(__name__)
 
 SHARE_DIVISOR = 2  # a share is what is left over (boards of the kind x this), at least one point
 
-Point = Any  # (DvfsSetting, repeat)
+Point = Tuple[DvfsSetting, int]  # (setting, repeat)
 
 
 @dataclass
@@ -61,7 +69,7 @@ class _Work:
     measured: int = 0  # points measured in this call, and their time: the sweep's mean point time
     measured_s: float = 0.0
     retries: int = 0  # shares handed back after their board was lost
-    source: Any = None  # engine.core.provenance.Source of the sweep
+    source: Source | None = None  # of the sweep
     status: str = "pending"  # pending (not planned) | running | finished | cancelled | failed
     error: str = ""
 
@@ -74,11 +82,12 @@ class _Work:
         return self.status in ("pending", "running")
 
 
-class FleetSweep(BoardLoop):
+class FleetSweep(BoardLoop[_Work, FleetEvent]):
     """One `Fleet.sweep` call; see the module's docstring. `boards` maps serial -> (actor, kind):
     engine.run.fleet.loop.board_kind, boards of one module (twins of one profile) share sweeps."""
 
-    def __init__(self, ray: Any, boards: Mapping[str, tuple[Any, str]], plans: Sequence[SweepPlan], *, store: Any,
+    def __init__(self, ray: ModuleType, boards: Mapping[str, tuple[BoardActor, str]], plans: Sequence[SweepPlan], *,
+                 store: Store,
                  on_event: Callable[[FleetEvent], None] | None, cancel: threading.Event | None,
                  lost: Callable[[str], None] = lambda serial: None) -> None:
         super().__init__(ray, boards, on_event=on_event, cancel=cancel, lost=lost)
@@ -110,8 +119,11 @@ class FleetSweep(BoardLoop):
                 job = self._pick(serial, self.boards[serial][1])
                 if job is not None:
                     work, share = job
-                    self._start(serial, work, lambda serial, work, share=share: self._report(
-                        serial, work, lambda: self._run_job(serial, work, share), f"sweep {work.label}"))
+
+                    def run_job(serial: str, work: _Work, share: list[Point] | None = share) -> None:
+                        self._report(serial, work, lambda: self._run_job(serial, work, share), f"sweep {work.label}")
+
+                    self._start(serial, work, run_job)
 
     def _pick(self, serial: str, kind: str) -> tuple[_Work, list[Point] | None] | None:
         """The next job of a free board: plan a workload nobody planned yet (its share is taken once
@@ -132,7 +144,7 @@ class FleetSweep(BoardLoop):
         """Guided self-scheduling: what is left of the kind's pools over twice its boards (at least one point)."""
         n_boards = sum(1 for _a, k in self.boards.values() if k == work.kind)
         planned = [w for w in self.works if w.status == "running" and w.kind == work.kind]
-        left = sum(len(w.todo) for w in planned)
+        left: float = sum(len(w.todo) for w in planned)
         unplanned = [w for w in self.works if w.status == "pending" and w.kind in (None, work.kind)]
         if unplanned:  # not planned yet: as many points as the planned ones have on average
             left += len(unplanned) * sum(w.total for w in planned) / max(1, len(planned))
@@ -194,7 +206,7 @@ class FleetSweep(BoardLoop):
         elif work.status == "running" and not work.todo:
             self._close(work, "finished" if work.stored >= work.total else "failed", work.error)
 
-    def _close(self, work: _Work, status: str, error: str = "") -> None:
+    def _close(self, work: _Work, status: RunStatus, error: str = "") -> None:
         with self._lock:
             if not work.open:
                 return
@@ -205,9 +217,12 @@ class FleetSweep(BoardLoop):
                   f"{work.label}: {status} with {work.stored}/{work.total} points" + (f" ({error})" if error else ""))
 
     def _stopped(self, why: str) -> None:
+        from engine.results.records import parse_status
+
+        status = parse_status(why)  # the loop's "cancelled": a sweep's stored status
         for work in self.works:
             if work.open:
-                self._close(work, why)
+                self._close(work, status)
 
     # ------------------------------------------------------------------ one job on one board (a thread)
     def _run_job(self, serial: str, work: _Work, share: list[Point] | None) -> tuple[str, str]:
@@ -224,13 +239,15 @@ class FleetSweep(BoardLoop):
                                            f"{work.total} points (sweep s{work.sweep_id})")
         work.boards.append(serial)
         stream = actor.measure.options(num_returns="streaming").remote(work.spec, share)
-        outcome, error = self._read(serial, actor, stream, lambda p: self._store_point(serial, work, p, device_id),
-                                    f"its share of {work.label}")
+        def take(point: StreamedPoint) -> None:
+            self._store_point(serial, work, point, device_id)
+
+        outcome, error = self._read(serial, actor, stream, take, f"its share of {work.label}")
         self._say("done", serial, work, f"{work.label}: {serial}'s share of {len(share)} points {outcome}"
                                         + (f" ({error})" if error else ""))
         return outcome, error
 
-    def _open_sweep(self, work: _Work, plan: Any, kind: str, serial: str) -> list[Point]:
+    def _open_sweep(self, work: _Work, plan: UnitPlan, kind: str, serial: str) -> list[Point]:
         """Find or open the workload's sweep (any board's of the module), fill its pool; this board's share."""
         from engine.device.guard.lock import session_lock
         from engine.results.store import setting_key
@@ -254,7 +271,7 @@ class FleetSweep(BoardLoop):
         self._nudge()  # the pool is open: the other free boards take their shares now
         return share
 
-    def _device_id(self, serial: str, actor: Any) -> int:
+    def _device_id(self, serial: str, actor: BoardActor) -> int:
         with self._lock:
             if serial in self._device_ids:
                 return self._device_ids[serial]

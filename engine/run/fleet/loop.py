@@ -9,23 +9,30 @@ import logging
 import queue
 import threading
 import time
-from typing import Any, Callable, Mapping
+from types import ModuleType
+from typing import Callable, Generic, Iterable, Mapping, TypeVar
 
 from engine.core.errors import ConfigError, one_line
 from engine.run.fleet.board import END
+from engine.run.fleet.model import BoardActor
 
 log = logging.getLogger(__name__)
+
+Unit = TypeVar("Unit")  # a driver's job: a sweep's work, an experiment
+Event = TypeVar("Event")  # the driver's events: FleetEvent, ExperimentEvent
+Item = TypeVar("Item")  # what a board streams (a point, an experiment's progress and records)
 
 CANCEL_WAIT_S = 120.0  # how long cancelled boards get to stop at a step boundary, restore and report
 POLL_S = 0.2
 
 
-class BoardLoop:
+class BoardLoop(Generic[Unit, Event]):
     """The loop; a driver gives `_assign` (start jobs on free boards with `_start`) and `_settle`
     (a job's end: "finished", "cancelled", "failed" or "lost"), and `_stopped` (after a cancel).
     `boards` maps serial -> (actor, kind): boards of one kind stand in for one another."""
 
-    def __init__(self, ray: Any, boards: Mapping[str, tuple[Any, str]], *, on_event: Callable[[Any], None] | None,
+    def __init__(self, ray: ModuleType, boards: Mapping[str, tuple[BoardActor, str]], *,
+                 on_event: Callable[[Event], None] | None,
                  cancel: threading.Event | None, lost: Callable[[str], None]) -> None:
         self.ray = ray
         self.boards = dict(boards)
@@ -33,14 +40,14 @@ class BoardLoop:
         self.cancel = cancel or threading.Event()
         self.lost = lost
         self._lock = threading.RLock()  # the store's writes, the jobs' state, events
-        self._done: queue.Queue[tuple[str, Any, str, str] | None] = queue.Queue()  # (serial, unit, outcome, error)
-        self._active: dict[str, tuple[Any, threading.Thread]] = {}
+        self._done: queue.Queue[tuple[str, Unit, str, str] | None] = queue.Queue()  # (serial, unit, outcome, error)
+        self._active: dict[str, tuple[Unit, threading.Thread]] = {}
 
     # ------------------------------------------------------------------ what a driver gives
     def _assign(self) -> None:
         raise NotImplementedError
 
-    def _settle(self, serial: str, unit: Any, outcome: str, error: str) -> None:
+    def _settle(self, serial: str, unit: Unit, outcome: str, error: str) -> None:
         raise NotImplementedError
 
     def _stopped(self, why: str) -> None:
@@ -70,13 +77,13 @@ class BoardLoop:
         """Serials of the boards with no job (of this kind)."""
         return [s for s, (_a, k) in self.boards.items() if s not in self._active and kind in (None, k)]
 
-    def _start(self, serial: str, unit: Any, job: Callable[[str, Any], None]) -> None:
+    def _start(self, serial: str, unit: Unit, job: Callable[[str, Unit], None]) -> None:
         """Run `job(serial, unit)` in a thread; its end is reported back with `_report`."""
         thread = threading.Thread(target=job, args=(serial, unit), name=f"fleet-{serial}", daemon=True)
         self._active[serial] = (unit, thread)
         thread.start()
 
-    def _end(self, serial: str, unit: Any, outcome: str, error: str) -> None:
+    def _end(self, serial: str, unit: Unit, outcome: str, error: str) -> None:
         _unit, thread = self._active.pop(serial)
         thread.join()
         if outcome == "lost":
@@ -108,7 +115,7 @@ class BoardLoop:
         """Have the loop hand out work now (the free boards wait for no job's end to take it)."""
         self._done.put(None)
 
-    def _report(self, serial: str, unit: Any, work: Callable[[], tuple[str, str]], what: str) -> None:
+    def _report(self, serial: str, unit: Unit, work: Callable[[], tuple[str, str]], what: str) -> None:
         """Run a job's `work` (-> (outcome, error)) and report its end; a board that is gone is "lost"."""
         from ray.exceptions import GetTimeoutError, RayActorError
 
@@ -123,8 +130,10 @@ class BoardLoop:
             outcome, error = "failed", one_line(exc)
         self._done.put((serial, unit, outcome, error))
 
-    def _read(self, serial: str, actor: Any, stream: Any, take: Callable[[Any], None], what: str) -> tuple[str, str]:
-        """Hand each item of a board's stream to `take` until its (END, status, error)."""
+    def _read(self, serial: str, actor: BoardActor, stream: Iterable[object], take: Callable[[Item], None],
+              what: str) -> tuple[str, str]:
+        """Hand each item of a board's stream (Ray's generator of its items' refs) to `take` until its
+        (END, status, error)."""
         told = False
         for ref in stream:
             item = self.ray.get(ref)
@@ -137,7 +146,7 @@ class BoardLoop:
             take(item)
         raise ConfigError(f"board {serial} ended {what} without a status", "run the same command again")
 
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: Event) -> None:
         if self.on_event is None:
             return
         with self._lock:

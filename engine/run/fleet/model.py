@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Tuple
 
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.device.setting import DvfsSetting
+from engine.results.records import DeviceRecord, WorkloadRecord
 # The fleet driver's events, defined with every other event of a run (engine.run.events.Event).
 from engine.run.events import ExperimentEvent as ExperimentEvent, FleetEvent as FleetEvent
 from engine.run.sweep import SweepSpec
 
 if TYPE_CHECKING:
     from engine.results.compare import RunRole
+    from engine.results.run_import import RunBundle
 
 # A fleet sweep is the local sweep's spec; the board it runs on supplies the device (its twin or
 # its sysfs root), so a plan's `twin` / `sysfs_root` are ignored.
 SweepPlan = SweepSpec
+
+# Ray's handle of a board's BoardWorker actor. Ray types an actor's method calls only through its
+# @ray.method stubs (ActorHandle.__getattr__ is typed Never), so a call through a handle is unchecked.
+BoardActor = Any
+
+# The last item of a board's stream: (engine.run.fleet.board.END, status, error).
+StreamEnd = Tuple[str, str, str]
 
 # started / done: a board's share (a chunk of a workload's points) began / ended; finished /
 # cancelled: a workload's whole sweep (board "")
@@ -39,8 +49,8 @@ class BoardInfo:
     running: str = ""  # what it runs, e.g. "bert-tiny/sst2 12/30"
     node: str = ""  # the Ray node's address
 
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
+    def to_json(self) -> JsonObject:
+        out: JsonObject = dict(self.__dict__)
         out["temps_c"] = dict(self.temps_c)
         return out
 
@@ -49,11 +59,11 @@ class BoardInfo:
 class UnitPlan:
     """What a board answers for one workload before it measures: records the driver stores."""
 
-    device: Any  # engine.results.records.DeviceRecord
-    workload: Any  # engine.results.records.WorkloadRecord
+    device: DeviceRecord
+    workload: WorkloadRecord
     settings: tuple[DvfsSetting, ...]
     source: Source
-    space: Mapping[str, Any]  # the sweep's space key, as a local sweep of the same plan stores it
+    space: Mapping[str, JsonValue]  # the sweep's space key, as a local sweep of the same plan stores it
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ class FleetSweepResult:
     def complete(self) -> bool:
         return self.status == "finished"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"status": self.status, "wall_s": self.wall_s, "per_board": dict(self.per_board),
                 "sweeps": [dict(s.__dict__, boards=list(s.boards)) for s in self.sweeps]}
 
@@ -134,8 +144,8 @@ class SelectorFiles:
 class ExperimentPlan:
     """What a board answers for an experiment before it runs: the records its runs will carry."""
 
-    device: Any  # engine.results.records.DeviceRecord
-    workload: Any  # engine.results.records.WorkloadRecord
+    device: DeviceRecord
+    workload: WorkloadRecord
     source: Source
 
 
@@ -157,7 +167,7 @@ class RunProgress:
 class ExperimentRecords:
     """Streamed from a board when an experiment ends: what its own store recorded (board-local ids)."""
 
-    bundle: Any  # engine.results.run_import.RunBundle
+    bundle: RunBundle
     run_id: int | None  # the policy run
     baseline_run_id: int | None
     comparison_id: int | None
@@ -194,8 +204,8 @@ class ExperimentOutcome:
     notes: tuple[str, ...] = ()
     error: str = ""
 
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
+    def to_json(self) -> JsonObject:
+        out: JsonObject = dict(self.__dict__)
         out.update(boards=list(self.boards), notes=list(self.notes),
                    source=None if self.source is None else self.source.value)
         return out
@@ -212,6 +222,6 @@ class FleetRunResult:
     def complete(self) -> bool:
         return self.status == "finished"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"status": self.status, "wall_s": self.wall_s, "per_board": dict(self.per_board),
                 "experiments": [e.to_json() for e in self.experiments]}

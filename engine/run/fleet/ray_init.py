@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, TextIO
 
 from engine.core.errors import ConfigError
@@ -37,7 +38,7 @@ RAY_MEMORY_BYTES = int(0.5 * 2**30)
 RAY_LOG_FORMAT = "%(levelname)s ray: %(message)s"
 
 
-def import_ray() -> Any:
+def import_ray() -> ModuleType:
     try:
         import ray
     except ImportError as exc:
@@ -109,7 +110,7 @@ def check_twin_count(n: int, room: TwinRoom | None = None) -> None:
 
 
 # --------------------------------------------------------------------------- starting Ray
-def init_ray(ray: Any, **options: Any) -> None:
+def init_ray(ray: ModuleType, **options: object) -> None:
     """ray.init(**options), safe inside a TUI; stopped again when it fails part-way. Ray's log lines
     here say `ray:` (not Ray's own timestamped format, as if they were ours) at this program's level."""
     _fault_handler_on_real_stderr()
@@ -122,7 +123,7 @@ def init_ray(ray: Any, **options: Any) -> None:
         raise
 
 
-def init_local(ray: Any, **options: Any) -> None:
+def init_local(ray: ModuleType, **options: object) -> None:
     """A local Ray instance (a fleet of twins) listening on the loopback interface only.
 
     Ray binds its servers to every interface unless the node's address is the loopback one, which
@@ -132,12 +133,12 @@ def init_local(ray: Any, **options: Any) -> None:
     constants = _ray_constants()
     before = getattr(constants, "ENABLE_RAY_CLUSTER", None)
     if before is not None:
-        constants.ENABLE_RAY_CLUSTER = False
+        setattr(constants, "ENABLE_RAY_CLUSTER", False)
     try:
         init_ray(ray, **options)
     finally:
         if before is not None:
-            constants.ENABLE_RAY_CLUSTER = before
+            setattr(constants, "ENABLE_RAY_CLUSTER", before)
     node_ip = ray.util.get_node_ip_address()
     if node_ip not in LOOPBACK:
         ray.shutdown()
@@ -147,7 +148,7 @@ def init_local(ray: Any, **options: Any) -> None:
                           "head bound to your own network (docs/fleet.md) and join it with --address")
 
 
-def _ray_constants() -> Any:
+def _ray_constants() -> ModuleType | None:
     try:
         from ray._private import ray_constants
     except ImportError:  # another Ray layout: init_local's check still refuses a non-loopback start
@@ -175,7 +176,7 @@ def _real_stderr() -> TextIO | None:
     return None
 
 
-def _route_ray_prints(ray: Any) -> None:
+def _route_ray_prints(ray: ModuleType) -> None:
     """Ray's driver prints the cluster's error messages (a board's worker killed: `(raylet) A worker
     died or was killed ...`) with print_to_stdstream, on stdout: they go to the `ray` logger instead
     (a lost board is this program's own event too). Ray looks the function up when it prints."""
@@ -183,7 +184,7 @@ def _route_ray_prints(ray: Any) -> None:
     if worker is None or getattr(getattr(worker, "print_to_stdstream", None), "routed", False):
         return
 
-    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+    def to_log(data: dict[str, Any], ignore_prefix: bool = False) -> None:  # Ray's message, as it prints it
         who = f"({data['pid']}) " if data.get("pid") else ""
         for line in data.get("lines", ()):
             ray_log.warning("%s%s", who, line)

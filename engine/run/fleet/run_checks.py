@@ -3,25 +3,31 @@ the oracle's stored sweeps of the workload on a board's module, the `ml` policy'
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from engine.core.constants import DEFAULT_PADDING, PAD_FLAGS
 from engine.core.errors import ConfigError
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet.model import ExperimentPlan, SelectorFiles
 
+if TYPE_CHECKING:
+    from engine.results.records import DeviceRecord
+    from engine.results.store import Store
+    from engine.results.sweep_tables import FinishedSweep
+
 RAILS_ALL = "all"  # a sweep's space without "rails" totals every rail (engine.results.sweeps)
 
 
-def same_module(a: Any, b: Any) -> bool:
+def same_module(a: DeviceRecord, b: DeviceRecord) -> bool:
     """Two DeviceRecords whose results count as one module's (the store's device scope "module")."""
     return (a.board, a.module, a.l4t, a.jetpack, a.profile, a.is_twin) == \
         (b.board, b.module, b.l4t, b.jetpack, b.profile, b.is_twin)
 
 
-def oracle_seeds(store: Any, plan: ExperimentPlan, spec: ExperimentSpec) -> tuple[Any, ...]:
+def oracle_seeds(store: Store, plan: ExperimentPlan, spec: ExperimentSpec) -> tuple[FinishedSweep, ...]:
     """The store's sweeps of the plan's workload on any board of its module with its source and rails,
     as FinishedSweeps to store on the board (what stored_points would read here); read-only."""
     from engine.results.sweep_tables import FinishedSweep
@@ -73,6 +79,9 @@ def selector_files(spec: ExperimentSpec) -> SelectorFiles:
 
     _name, _colon, arg = spec.policy.partition(":")
     explicit = parse_ml_arg(arg.strip() or None).get("selector") or dict(spec.policy_options).get("selector")
+    if explicit is not None and not isinstance(explicit, (str, os.PathLike)):  # a library caller's loaded selector
+        raise ConfigError("a fleet run sends the ml policy's selector to its boards as a file",
+                          "give the selector's path (ml:selector=PATH), not a loaded selector")
     path = resolve_selector_path(explicit)  # no selector, or an untrusted one: refused with the remedy
     joblib = path.read_bytes()
     verify_selector_file(path, joblib)

@@ -17,21 +17,31 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.results.format import versus_text
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet.loop import BoardLoop, board_kind as kind_of
 from engine.run.fleet.model import (
+    BoardActor,
     BoardInfo,
     ExperimentEvent,
     ExperimentOutcome,
+    ExperimentPlan,
     ExperimentRecords,
     FleetRunResult,
     RunProgress,
     SelectorFiles,
 )
+
+if TYPE_CHECKING:
+    from engine.results.store import Store
+    from engine.results.sweep_tables import FinishedSweep
+
+# run_checks.oracle_seeds: the store's sweeps of a plan's workload that the oracle on a board needs
+SeedsOf = Callable[["Store", ExperimentPlan, ExperimentSpec], "tuple[FinishedSweep, ...]"]
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +75,12 @@ class _Exp:
         return experiment_label(self.spec)
 
 
-class FleetRun(BoardLoop):
+class FleetRun(BoardLoop[_Exp, ExperimentEvent]):
     """One `Fleet.run` call; see the module's docstring. `boards` maps serial -> (actor, BoardInfo)."""
 
-    def __init__(self, ray: Any, boards: Mapping[str, tuple[Any, BoardInfo]], specs: Sequence[ExperimentSpec], *,
-                 store: Any, on_event: Callable[[ExperimentEvent], None] | None, cancel: threading.Event | None,
+    def __init__(self, ray: ModuleType, boards: Mapping[str, tuple[BoardActor, BoardInfo]],
+                 specs: Sequence[ExperimentSpec], *, store: Store, on_event: Callable[[ExperimentEvent], None] | None,
+                 cancel: threading.Event | None,
                  lost: Callable[[str], None] = lambda serial: None) -> None:
         super().__init__(ray, {s: (a, board_kind(info)) for s, (a, info) in boards.items()}, on_event=on_event,
                          cancel=cancel, lost=lost)
@@ -78,7 +89,7 @@ class FleetRun(BoardLoop):
         self.store = store
         self.units: list[_Exp] = []
         self.per_board: dict[str, int] = {serial: 0 for serial in self.boards}
-        self._seeds: dict[tuple[int, str], tuple[Any, ...]] = {}  # (index, kind) -> the oracle's sweeps
+        self._seeds: dict[tuple[int, str], tuple[FinishedSweep, ...]] = {}  # (index, kind) -> the oracle's sweeps
         self._selectors: dict[int, SelectorFiles] = {}
 
     # ------------------------------------------------------------------ before anything starts
@@ -94,7 +105,7 @@ class FleetRun(BoardLoop):
             if spec.reuse_baseline:
                 raise ConfigError("a fleet experiment runs its own MAXN baseline on its board",
                                   "drop --reuse-baseline (reusing a stored baseline is for a local `slm-dvfs run`)")
-            allowed = twin_modules if spec.simulate else modules
+            allowed = frozenset(twin_modules if spec.simulate else modules)
             if not allowed:
                 raise ConfigError("--simulate runs on twins only, and this fleet has no twin",
                                   "drop --simulate, or try it on a local fleet with --twins N")
@@ -107,7 +118,7 @@ class FleetRun(BoardLoop):
                 make_policy(spec.policy, **dict(spec.policy_options))  # its syntax, as a local run checks it
             self.units.append(_Exp(i, spec, frozenset(allowed)))
 
-    def _seed_oracle(self, index: int, spec: ExperimentSpec, module: str, seeds_of: Any) -> bool:
+    def _seed_oracle(self, index: int, spec: ExperimentSpec, module: str, seeds_of: SeedsOf) -> bool:
         """Whether the store holds the oracle's sweep of this workload on this module (kept, to send)."""
         actor = next(a for a, kind in self.boards.values() if kind == module)
         seeds = seeds_of(self.store, self.ray.get(actor.plan_experiment.remote(spec)), spec)
@@ -186,7 +197,7 @@ class FleetRun(BoardLoop):
         stream = actor.experiment.options(num_returns="streaming").remote(
             unit.spec, self._seeds.get((unit.index, kind), ()), self._selectors.get(unit.index))
 
-        def take(item: Any) -> None:
+        def take(item: object) -> None:
             if isinstance(item, RunProgress):
                 self._progress(serial, unit, item)
             elif isinstance(item, ExperimentRecords):
