@@ -136,7 +136,7 @@ def r36_tree(tmp_path: Path) -> tuple[Path, TreeLayout]:
 def fake_tools():
     """Marks a tree as a test tree whose nvpmodel / jetson_clocks run in-process (nothing under a
     handed root is executed); each call is logged in ROOT/<tool>.calls. Returns those logs."""
-    from engine.device.jetson.fake_l4t import FAKE_L4T_MARKER
+    from engine.device.sysfs import FAKE_L4T_MARKER
 
     def install(root: Path) -> tuple[Path, Path]:
         (root / FAKE_L4T_MARKER).write_text("test tree\n")

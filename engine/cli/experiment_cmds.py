@@ -123,7 +123,6 @@ def _thermal_overrides(args: argparse.Namespace) -> tuple[tuple[str, float], ...
 
 
 def _store(args: argparse.Namespace, create: bool = True) -> Store:
-    from engine.core.jsontypes import JsonValue
     from engine.results.store import Store
 
     return Store(Path(args.db) if args.db else None, create=create)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_float, as_object
 
 LEVEL = 0.9  # every interval the tool quotes holds 90% of its basis's outcomes unless it says otherwise
 
@@ -65,10 +65,11 @@ class Interval:
         return {"low": self.low, "high": self.high, "level": self.level, "basis": self.basis}
 
     @classmethod
-    def from_json(cls, data: Any) -> "Interval":
+    def from_json(cls, data: object) -> "Interval":
         try:
-            return cls(float(data["low"]), float(data["high"]), float(data.get("level", LEVEL)),
-                       str(data.get("basis", "")))
+            d = as_object(data)
+            return cls(as_float(d["low"]), as_float(d["high"]), as_float(d.get("level", LEVEL)),
+                       str(d.get("basis", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"not an interval: {data!r} ({exc})", "give low, high, level and basis") from None
 

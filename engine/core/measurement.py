@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_float, as_int
 
 
 class TimeUnknownError(ConfigError):
@@ -108,13 +108,13 @@ class Measurement:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Measurement":
+    def from_json(cls, d: Mapping[str, object]) -> "Measurement":
         try:
             return cls(
-                time_s=None if d["time_s"] is None else float(d["time_s"]),
-                energy_j=float(d["energy_j"]),
-                samples=int(d["samples"]),
-                peak_power_w=None if d.get("peak_power_w") is None else float(d["peak_power_w"]),
+                time_s=None if d["time_s"] is None else as_float(d["time_s"]),
+                energy_j=as_float(d["energy_j"]),
+                samples=as_int(d["samples"]),
+                peak_power_w=None if d.get("peak_power_w") is None else as_float(d["peak_power_w"]),
                 source=Source(d.get("source", Source.TWIN.value)),
             )
         except (KeyError, TypeError, ValueError) as exc:

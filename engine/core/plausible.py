@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 # --- workload shapes: the CLI's flags and imported cells alike -----------------------------------
 MAX_STEPS = 10_000_000  # a million steps is weeks of training on a board; ten times that is a typo
@@ -52,6 +52,18 @@ NEGATIVE_CURRENT_TOLERANCE_MA = 40.0
 MAX_RAIL_MV = 26_000.0
 
 
+class LimitsSource(Protocol):
+    """What the limits read from a device profile (engine.device.twin.profile.TwinProfile, which
+    engine/core cannot import: the layers point down)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def module_power_limit_mw(self) -> float: ...
+    @property
+    def memory_total_mb(self) -> float | None: ...
+
+
 @dataclass(frozen=True)
 class BoardLimits:
     """What one board can plausibly show: from its device profile (`from_profile`)."""
@@ -61,10 +73,10 @@ class BoardLimits:
     memory_mb: float | None = None  # the memory Linux sees (MemTotal, tegrastats' RAM total); None: unknown
 
     @classmethod
-    def from_profile(cls, profile: Any) -> "BoardLimits":
+    def from_profile(cls, profile: LimitsSource) -> "BoardLimits":
         """From a device profile (engine.device.twin.profile.TwinProfile)."""
         return cls(profile=str(profile.name), power_limit_w=float(profile.module_power_limit_mw) / 1000.0,
-                   memory_mb=getattr(profile, "memory_total_mb", None))
+                   memory_mb=profile.memory_total_mb)
 
     @property
     def max_power_w(self) -> float:

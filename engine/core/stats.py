@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject

@@ -7,11 +7,11 @@ uses its totals as workload features. Capturing a trace lives in `tracer.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.constants import Precision, parse_precision
 from engine.core.errors import UnknownChoiceError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_float, as_int, as_list, as_object
 
 # Operation kinds the twin distinguishes: matrix work may use tensor cores,
 # the rest is bound by memory bandwidth or launch overhead.
@@ -31,8 +31,9 @@ class OpCost:
         return {"kind": self.kind, "flops": self.flops, "bytes": self.bytes, "kernels": self.kernels}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "OpCost":
-        return cls(str(data["kind"]), float(data["flops"]), float(data["bytes"]), int(data["kernels"]))
+    def from_json(cls, data: object) -> "OpCost":
+        data = as_object(data)
+        return cls(str(data["kind"]), as_float(data["flops"]), as_float(data["bytes"]), as_int(data["kernels"]))
 
 
 @dataclass(frozen=True)
@@ -85,19 +86,19 @@ class StepTrace:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "StepTrace":
+    def from_json(cls, data: Mapping[str, object]) -> "StepTrace":
         try:  # a cached file's: one outside the set reads as unreadable (its callers trace again)
             precision = parse_precision(data["precision"])
         except UnknownChoiceError as exc:
             raise ValueError(exc.what) from None
         return cls(
             model=str(data["model"]),
-            batch_size=int(data["batch_size"]),
-            seq_len=int(data["seq_len"]),
+            batch_size=as_int(data["batch_size"]),
+            seq_len=as_int(data["seq_len"]),
             precision=precision,
-            ops=tuple(OpCost.from_json(o) for o in data["ops"]),
-            host_cycles=float(data["host_cycles"]),
-            params=int(data.get("params", 0)),
+            ops=tuple(OpCost.from_json(o) for o in as_list(data["ops"])),
+            host_cycles=as_float(data["host_cycles"]),
+            params=as_int(data.get("params", 0)),
         )
 
 

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn
+from typing import BinaryIO, NoReturn
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.text import shown
@@ -81,7 +81,7 @@ def _number_remedy(raw: str, *, whole: bool = False) -> str:
     return f"write {kind}, without units" + ("" if whole else " (e.g. 12.5 or 1.2e3)")
 
 
-def number_value(value: Any, what: str) -> float:
+def number_value(value: object, what: str) -> float:
     """A finite number from a JSON value or a cell: a JSON number, or text parse_float reads."""
     if isinstance(value, bool):
         raise InputError(f"{what} is {value!r}, not a number", "write a plain number")
@@ -109,7 +109,7 @@ def _json_constant(name: str) -> NoReturn:
 
 
 def load_json(text: str | bytes, what: str, remedy: str, *,
-              error: type[SlmDvfsError] = ConfigError, finite: bool = True) -> Any:
+              error: type[SlmDvfsError] = ConfigError, finite: bool = True) -> object:
     """JSON from a user's file or argument; anything wrong (syntax, a number too long, NaN with
     `finite`, nesting deeper than MAX_JSON_DEPTH) is `error(what is wrong, remedy)`, never another
     exception. `finite=False` takes NaN and Infinity, as Python's json writes them (our own files)."""
@@ -128,7 +128,7 @@ def load_json(text: str | bytes, what: str, remedy: str, *,
     return data
 
 
-def _depth(data: Any) -> int:
+def _depth(data: object) -> int:
     """How deep lists and objects nest (iterative: the check itself must not recurse)."""
     deepest, stack = 0, [(data, 1)]
     while stack:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import Mapping, Protocol, runtime_checkable
 
 from engine.core.provenance import Source
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
 
 
 class ClockDomain(str, Enum):
@@ -95,7 +95,7 @@ class DomainSettings:
     policy: int | None = None  # CPU only: the cpufreq policy (its first CPU); None = every policy
 
     def to_json(self) -> JsonObject:
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "domain": self.domain.value,
             "min_hz": self.min_hz,
             "max_hz": self.max_hz,
@@ -108,15 +108,17 @@ class DomainSettings:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "DomainSettings":
+    def from_json(cls, data: object) -> "DomainSettings":
+        data = as_object(data)
+        governor = data.get("governor")
         return cls(
             domain=ClockDomain(data["domain"]),
-            min_hz=int(data["min_hz"]),
-            max_hz=int(data["max_hz"]),
-            governor=data.get("governor"),
+            min_hz=as_int(data["min_hz"]),
+            max_hz=as_int(data["max_hz"]),
+            governor=None if governor is None else str(governor),
             locked=bool(data.get("locked", False)),
-            rate_hz=None if data.get("rate_hz") is None else int(data["rate_hz"]),
-            policy=None if data.get("policy") is None else int(data["policy"]),
+            rate_hz=None if data.get("rate_hz") is None else as_int(data["rate_hz"]),
+            policy=None if data.get("policy") is None else as_int(data["policy"]),
         )
 
 
@@ -139,11 +141,11 @@ class DeviceSettings:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "DeviceSettings":
+    def from_json(cls, data: Mapping[str, object]) -> "DeviceSettings":
         return cls(
-            nvpmodel_id=None if data.get("nvpmodel_id") is None else int(data["nvpmodel_id"]),
-            domains=tuple(DomainSettings.from_json(d) for d in data.get("domains", [])),
-            online_cpus=tuple(int(c) for c in data.get("online_cpus", [])),
+            nvpmodel_id=None if data.get("nvpmodel_id") is None else as_int(data["nvpmodel_id"]),
+            domains=tuple(DomainSettings.from_json(d) for d in as_list(data.get("domains", []))),
+            online_cpus=tuple(as_int(c) for c in as_list(data.get("online_cpus", []))),
         )
 
 

@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Mapping, Protocol, TypedDict, TypeVar
 
 from engine.device.base import RailReading
 from engine.core.errors import DeviceError
@@ -37,7 +37,56 @@ def jtop_available(root: str | os.PathLike[str] = "/") -> tuple[bool, str]:
     return True, f"jtop service at {sock}"
 
 
-def _open_jtop(interval_s: float) -> Any:
+class JtopRail(TypedDict, total=False):
+    """One rail of jtop's `power["rail"]` (mV, mA, mW)."""
+
+    online: bool
+    volt: float
+    curr: float
+    power: float
+
+
+class JtopTotal(TypedDict, total=False):
+    power: float  # mW, the sum of the rails on AGX Orin
+
+
+class JtopPower(TypedDict, total=False):
+    """jtop's `power` dict, the parts read here."""
+
+    rail: Mapping[str, JtopRail]
+    tot: JtopTotal
+
+
+class JtopMode(Protocol):
+    """jtop's nvpmodel reading."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+
+
+class Jtop(Protocol):
+    """What this module uses of a `jtop.jtop` connection (jetson-stats ships no types)."""
+
+    def start(self) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def power(self) -> JtopPower | None: ...
+    @property
+    def nvpmodel(self) -> JtopMode | None: ...
+    @nvpmodel.setter
+    def nvpmodel(self, mode_id: int) -> None: ...  # the service switches the mode
+    @property
+    def jetson_clocks(self) -> bool: ...
+    @jetson_clocks.setter
+    def jetson_clocks(self, on: bool) -> None: ...
+
+
+T = TypeVar("T")
+
+
+def _open_jtop(interval_s: float) -> Jtop:
     try:
         from jtop import jtop
     except ImportError:
@@ -50,17 +99,17 @@ class _JtopSession:
 
     def __init__(
         self,
-        jetson: Any | None = None,
+        jetson: Jtop | None = None,
         *,
         interval_s: float = 0.5,
-        factory: Callable[[float], Any] = _open_jtop,
+        factory: Callable[[float], Jtop] = _open_jtop,
     ) -> None:
         self._jetson = jetson
         self._owned = jetson is None
         self._interval_s = interval_s
         self._factory = factory
 
-    def open(self) -> Any:
+    def open(self) -> Jtop:
         if self._jetson is None:
             j = self._factory(self._interval_s)
             try:
@@ -85,7 +134,7 @@ class _JtopSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _guard(self, what: str, fn: Callable[[Any], Any]) -> Any:
+    def _guard(self, what: str, fn: Callable[[Jtop], T]) -> T:
         j = self.open()
         try:
             return fn(j)
@@ -143,7 +192,7 @@ class JtopControl(_JtopSession):
     """nvpmodel and jetson_clocks through the jtop service (it cannot set GPU min/max)."""
 
     def power_mode(self) -> tuple[int, str]:
-        def read(j: Any) -> tuple[int, str]:
+        def read(j: Jtop) -> tuple[int, str]:
             mode = j.nvpmodel
             if mode is None:
                 raise DeviceError("jtop reports no nvpmodel on this board", "use the sysfs backend's nvpmodel")
@@ -152,13 +201,13 @@ class JtopControl(_JtopSession):
         return self._guard("read the power mode", read)
 
     def set_power_mode(self, mode_id: int) -> None:
-        def write(j: Any) -> None:
+        def write(j: Jtop) -> None:
             j.nvpmodel = int(mode_id)
 
         self._guard(f"switch to power mode {mode_id}", write)
 
     def set_jetson_clocks(self, on: bool) -> None:
-        def write(j: Any) -> None:
+        def write(j: Jtop) -> None:
             j.jetson_clocks = bool(on)
 
         self._guard("turn jetson_clocks " + ("on" if on else "off"), write)

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
 from engine.device.power import RAIL_PRESETS, DeviceRailSource, PowerSample, PowerSource, TwinSource, resolve_rails

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
 from engine.device.base import Device
@@ -117,6 +117,15 @@ class DeviceRailSource:
         return None  # the INA3221 has no energy counter: the monitor integrates
 
 
+class TwinMeter(Protocol):
+    """What TwinSource reads of the twin (engine.device.twin.orin.VirtualOrin, or a test's stand-in);
+    an optional `rail_update_interval_s()` gives the tick its clock moves in while it idles."""
+
+    def now(self) -> float: ...
+    def rail_powers_mw(self) -> Mapping[str, float]: ...
+    def energy_j(self) -> Mapping[str, float]: ...
+
+
 class TwinSource:
     """Rail power and exact energy straight from the digital twin (`VirtualOrin`).
 
@@ -127,7 +136,7 @@ class TwinSource:
 
     source = Source.TWIN
 
-    def __init__(self, orin: Any) -> None:
+    def __init__(self, orin: TwinMeter) -> None:
         for name in ("now", "rail_powers_mw", "energy_j"):
             if not callable(getattr(orin, name, None)):
                 raise TypeError(f"TwinSource needs an object with {name}(); got {type(orin).__name__}")

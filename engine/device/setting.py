@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import numbers
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError, DeviceError, UnsupportedFrequencyError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_int
 from engine.device.base import ClockDomain, Device, PowerMode
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class DvfsSetting:
         }
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "DvfsSetting":
+    def from_json(cls, d: Mapping[str, object]) -> "DvfsSetting":
         unknown = set(d) - {"gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks"}
         if unknown:
             raise ConfigError(
@@ -102,7 +102,7 @@ class DvfsSetting:
             if v is None:
                 return None
             try:
-                return int(v)
+                return as_int(v)
             except (TypeError, ValueError):
                 raise ConfigError(f"stored DVFS setting has {key} = {v!r}", "it must be an integer or null") from None
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Literal, Sequence, get_args
 
 from engine.device.base import DeviceIdentity
 from engine.device.setting import MAXN, DvfsSetting

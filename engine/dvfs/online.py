@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TypedDict
 
 from engine.device.base import ClockDomain
 from engine.core.units import format_mhz
@@ -50,6 +50,7 @@ from engine.core.userinput import parse_int
 from engine.core.jsontypes import JsonObject
 
 if TYPE_CHECKING:
+    from engine.device.twin.profile import TwinProfile
     from engine.dvfs.policies import PolicyContext
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class OnlinePolicy:
         coarse_stride: int = 2,
         order: str = "descending",
         prior: str = "none",
-        profile: Any = None,
+        profile: str | TwinProfile | None = None,
     ) -> None:
         _positive_int("warmup_steps", warmup_steps, allow_zero=True)
         _positive_int("measure_steps", measure_steps)
@@ -126,7 +127,7 @@ class OnlinePolicy:
         self._chosen: DvfsSetting | None = None
         self._chosen_m: Measurement | None = None
         self._started = False
-        self.prior_summary: dict[str, Any] | None = None
+        self.prior_summary: JsonObject | None = None
 
     # ------------------------------------------------------------------ the Policy protocol
 
@@ -351,13 +352,26 @@ class OnlinePolicy:
                 f"profiled settings ({self.search}, {self._steps} profiling steps)")
 
 
-def parse_online_options(arg: str) -> dict[str, Any]:
+class OnlineOptions(TypedDict, total=False):
+    """OnlinePolicy's keyword arguments, as `online:...` and a client's policy options give them."""
+
+    candidates_hz: Sequence[int] | None
+    min_hz: int
+    warmup_steps: int
+    measure_steps: int
+    search: str
+    coarse_stride: int
+    order: str
+    prior: str
+    profile: str | TwinProfile | None
+
+
+def parse_online_options(arg: str) -> OnlineOptions:
     """`warmup=1,measure=2,search=sweep,stride=2,order=ascending,min=306,candidates=306/612/918`
     (clocks in MHz) -> OnlinePolicy keyword arguments."""
-    out: dict[str, Any] = {}
-    keys = {"warmup": "warmup_steps", "measure": "measure_steps", "search": "search", "stride": "coarse_stride",
-            "order": "order", "min": "min_hz", "candidates": "candidates_hz", "prior": "prior",
-            "profile": "profile"}
+    out: OnlineOptions = {}
+    keys = ("warmup", "measure", "search", "stride", "order", "min", "candidates", "prior", "profile")
+    seen: set[str] = set()
     for item in arg.split(","):
         if not item.strip():
             continue
@@ -368,25 +382,39 @@ def parse_online_options(arg: str) -> dict[str, Any]:
                 f"bad online option {shown(item.strip())!r}",
                 "use key=value with keys " + ", ".join(keys) + " (e.g. online:warmup=1,measure=2,search=sweep)",
             )
-        name = keys[key]
-        if name in out:
+        if key in seen:
             raise ConfigError(f"online option {key} given twice", "give each once")
-        if name in ("warmup_steps", "measure_steps", "coarse_stride"):
-            try:
-                out[name] = parse_int(value, f"online option {key}")
-            except ConfigError:
-                raise ConfigError(f"online option {key}={shown(value)} is not a whole number",
-                                  f"e.g. {key}=2") from None
-        elif name == "min_hz":
-            out[name] = parse_mhz(value, what=f"online option {key}:")
-        elif name == "candidates_hz":
-            out[name] = tuple(parse_mhz(v, what=f"online option {key}:") for v in value.split("/") if v.strip())
+        seen.add(key)
+        # one branch per key: each sets its keyword with its own type
+        if key == "warmup":
+            out["warmup_steps"] = _whole_option(key, value)
+        elif key == "measure":
+            out["measure_steps"] = _whole_option(key, value)
+        elif key == "stride":
+            out["coarse_stride"] = _whole_option(key, value)
+        elif key == "min":
+            out["min_hz"] = parse_mhz(value, what=f"online option {key}:")
+        elif key == "candidates":
+            out["candidates_hz"] = tuple(parse_mhz(v, what=f"online option {key}:") for v in value.split("/") if v.strip())
+        elif key == "search":
+            out["search"] = value
+        elif key == "order":
+            out["order"] = value
+        elif key == "prior":
+            out["prior"] = value
         else:
-            out[name] = value
+            out["profile"] = value
     return out
 
 
-def _positive_int(name: str, value: Any, *, allow_zero: bool = False) -> None:
+def _whole_option(key: str, value: str) -> int:
+    try:
+        return parse_int(value, f"online option {key}")
+    except ConfigError:
+        raise ConfigError(f"online option {key}={shown(value)} is not a whole number", f"e.g. {key}=2") from None
+
+
+def _positive_int(name: str, value: object, *, allow_zero: bool = False) -> None:
     ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value >= 1)
     if not ok:
         raise ConfigError(f"online option {name} must be a {'non-negative' if allow_zero else 'positive'} integer, "

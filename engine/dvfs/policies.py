@@ -26,7 +26,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 from engine.device.base import Device
 from engine.core.units import format_mhz
@@ -38,6 +38,11 @@ from engine.core.errors import ConfigError, NoRecordedSweepError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
 from engine.core.jsontypes import JsonObject
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from engine.dvfs.online import OnlineOptions
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +58,10 @@ class PolicyContext:
     device: Device
     objective: Objective
     sweep_points: Sequence[tuple[DvfsSetting, Measurement]] = ()  # a recorded sweep (oracle)
-    workload: Any = None  # workload features (the ml selector's input)
+    # What the run fine-tunes, as its client has it: a resolved Workload (engine.workload.resolve), its
+    # WorkloadSpec, a stored record or the selector's features. Each policy narrows it (the ml selector
+    # to its features, online's prior to the step trace); dvfs names none of them (features live above).
+    workload: object = None
 
 
 @runtime_checkable
@@ -197,7 +205,7 @@ def _mode_id(text: str, what: str, remedy: str) -> int:
     return n
 
 
-def _no_options(spec: str, options: dict[str, Any]) -> None:
+def _no_options(spec: str, options: Mapping[str, object]) -> None:
     if options:
         raise ConfigError(
             f"policy {spec} takes no options (got {', '.join(sorted(options))})",
@@ -210,27 +218,27 @@ def _no_arg(name: str, arg: str | None) -> None:
         raise ConfigError(f"policy {name} takes no argument (got {name}:{arg})", f"use one of: {SPEC_HELP}")
 
 
-def _maxn(arg: str | None, **options: Any) -> Policy:
+def _maxn(arg: str | None, **options: object) -> Policy:
     _no_arg("maxn", arg)
     _no_options("maxn", options)
     return FixedPolicy("maxn", "maxn", MAXN, "nvpmodel mode 0 with its default dynamic governors (the baseline)")
 
 
-def _maxn_pinned(arg: str | None, **options: Any) -> Policy:
+def _maxn_pinned(arg: str | None, **options: object) -> Policy:
     _no_arg("maxn-pinned", arg)
     _no_options("maxn-pinned", options)
     reason = "mode 0 with jetson_clocks: every clock at its maximum"
     return FixedPolicy("maxn-pinned", "maxn-pinned", MAXN_PINNED, reason)
 
 
-def _mode(arg: str | None, **options: Any) -> Policy:
+def _mode(arg: str | None, **options: object) -> Policy:
     _no_options(f"mode:{arg}", options)
     n = _mode_id(arg or "", f"mode needs a mode id (got {shown(arg)!r})",
                  "e.g. mode:2 (`slm-dvfs device` lists the modes)")
     return FixedPolicy("mode", f"mode:{n}", DvfsSetting(nvpmodel=n), f"nvpmodel mode {n} with its default governors")
 
 
-def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: Any) -> Policy:
+def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: object) -> Policy:
     _no_options("static", options)
     if setting is None:
         setting = parse_static(arg or "")
@@ -243,13 +251,13 @@ def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: A
     return FixedPolicy("static", spec, setting, "explicit clocks")
 
 
-def _oracle(arg: str | None, **options: Any) -> Policy:
+def _oracle(arg: str | None, **options: object) -> Policy:
     _no_arg("oracle", arg)
     _no_options("oracle", options)
     return OraclePolicy()
 
 
-def _ml_missing(arg: str | None, **options: Any) -> Policy:
+def _ml_missing(arg: str | None, **options: object) -> Policy:
     # The dvfs layer does not import the selector above it: the clients (CLI, TUI) build their
     # factory with `engine.selector.policy_factory()`, which puts the ml policy in this place.
     raise ConfigError(
@@ -259,7 +267,7 @@ def _ml_missing(arg: str | None, **options: Any) -> Policy:
     )
 
 
-def _online(arg: str | None, **options: Any) -> Policy:
+def _online(arg: str | None, **options: Unpack[OnlineOptions]) -> Policy:
     from engine.dvfs.online import OnlinePolicy, parse_online_options
 
     if arg:
@@ -267,7 +275,8 @@ def _online(arg: str | None, **options: Any) -> Policy:
         both = set(parsed) & set(options)
         if both:
             raise ConfigError(f"online option(s) {', '.join(sorted(both))} given twice", "give each once")
-        options = {**parsed, **options}
+        merged: OnlineOptions = {**parsed, **options}
+        options = merged
     try:
         return OnlinePolicy(**options)
     except TypeError as exc:  # an unknown keyword
@@ -315,7 +324,7 @@ class PolicyFactory:
         """The policy names this factory makes (help texts, the TUI)."""
         return tuple(self.makers)
 
-    def make(self, spec: str, **options: Any) -> Policy:
+    def make(self, spec: str, **options: object) -> Policy:
         """A policy from its spec ("maxn", "mode:2", "static:gpu=816", "online", ...)."""
         text = (spec or "").strip()
         name, colon, arg = text.partition(":")
@@ -330,7 +339,7 @@ class PolicyFactory:
 BUILTIN_POLICIES = PolicyFactory()  # what this layer builds by itself: `ml` only as its plug point
 
 
-def make_policy(spec: str, **options: Any) -> Policy:
+def make_policy(spec: str, **options: object) -> Policy:
     """A built-in policy from its spec (`BUILTIN_POLICIES.make`); a run that may ask for `ml` uses
     the factory its client built (engine.selector.policy_factory())."""
     return BUILTIN_POLICIES.make(spec, **options)

@@ -20,11 +20,12 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
 from engine.core.errors import DeviceError
-from engine.core.jsontypes import JsonObject
-from engine.device.base import ClockDomain, ClockState, Device, DeviceSettings, PowerMode
+from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
+from engine.device.base import (ClockDomain, ClockState, Device, DeviceIdentity, DeviceSettings, PowerMode, RailReading,
+                                TemperatureReading)
 from engine.device.clockd.membership import NotInGroupError, refused_at_socket
 from engine.device.clockd.protocol import PROTOCOL_VERSION, Request, clock_from_json
 
@@ -46,6 +47,11 @@ class ServiceUnavailableError(DeviceError):
 def socket_path() -> Path:
     """Where the service listens: $SLM_DVFS_CLOCKD_SOCKET, else /run/slm-dvfs/clockd.sock."""
     return Path(os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET)
+
+
+# A reply as read from the socket: a JSON object whose fields each caller narrows (the service is
+# another process, perhaps another version: nothing in a reply is trusted to be of its type).
+Reply = dict[str, object]
 
 
 class ClockdClient:
@@ -78,10 +84,10 @@ class ClockdClient:
         except OSError:
             pass
 
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
+    def request(self, op: str, *, domain: str | None = None, hz: int | None = None, mode: int | None = None,
+                on: bool | None = None) -> Reply:
         """Send one request; the reply's fields, or a DeviceError carrying the service's words."""
-        domain = fields.pop("domain", None)
-        line = Request(op, domain=None if domain is None else ClockDomain(domain), **fields).to_line()
+        line = Request(op, domain=None if domain is None else ClockDomain(domain), hz=hz, mode=mode, on=on).to_line()
         with self._lock:
             if self._dead is not None:
                 raise DeviceError(f"the connection to the clock service at {self.path} is closed ({self._dead}); "
@@ -124,14 +130,14 @@ class ClockdClient:
                               f"{raw[:80]!r})", NOT_OURS_REMEDY)
         if not reply.get("ok"):
             kind = NotInGroupError if reply.get("kind") == NotInGroupError.__name__ else DeviceError
-            raise kind(reply.get("error") or "the clock service refused the request", reply.get("remedy") or "")
+            raise kind(str(reply.get("error") or "the clock service refused the request"), str(reply.get("remedy") or ""))
         return reply
 
-    def hello(self) -> dict[str, Any]:
+    def hello(self) -> Reply:
         return self.request("hello")
 
     def snapshot(self) -> DeviceSettings:
-        return DeviceSettings.from_json(self.request("snapshot")["settings"])
+        return DeviceSettings.from_json(as_object(self.request("snapshot")["settings"]))
 
     def pin(self, domain: ClockDomain, hz: int) -> ClockState:
         return clock_from_json(self.request("pin", domain=ClockDomain(domain).value, hz=int(hz))["clock"])
@@ -148,7 +154,7 @@ class ClockdClient:
     def restore(self) -> bool:
         return bool(self.request("restore").get("restored"))
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Reply:
         return self.request("status")
 
     def close(self) -> None:
@@ -172,8 +178,9 @@ class ServiceDevice:
     def __repr__(self) -> str:
         return f"ServiceDevice({self.inner!r}, socket={self.client.path if self.client else None})"
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)  # reads the protocol does not name (root, tree, rail, ...)
+    def __getattr__(self, name: str) -> object:
+        # reads the Device protocol does not name (root, tree, rail, ...): their callers narrow them
+        return getattr(self.inner, name)
 
     def require_client(self) -> ClockdClient:
         """The connection writes go through; without one, why this process cannot write (not
@@ -194,14 +201,14 @@ class ServiceDevice:
                 self.client.close()
 
     # reads: straight from the kernel files
-    def identity(self) -> Any:
+    def identity(self) -> DeviceIdentity:
         return self.inner.identity()
 
     def clock_table(self, domain: ClockDomain) -> tuple[int, ...]:
         try:
             return self.inner.clock_table(domain)
         except DeviceError as exc:
-            return tuple(int(hz) for hz in self._served_clock(domain, exc)["table"])
+            return tuple(as_int(hz) for hz in as_list(self._served_clock(domain, exc)["table"]))
 
     def clock(self, domain: ClockDomain) -> ClockState:
         try:
@@ -209,32 +216,32 @@ class ServiceDevice:
         except DeviceError as exc:
             return clock_from_json(self._served_clock(domain, exc))
 
-    def _served_clock(self, domain: ClockDomain, exc: DeviceError) -> dict[str, Any]:
+    def _served_clock(self, domain: ClockDomain, exc: DeviceError) -> Mapping[str, object]:
         """A domain this process cannot read (the EMC lives in root-only debugfs), as the service
         reads it; the first error stands where there is no service or it cannot read it either."""
         if self.client is None:
             raise exc
-        clock = self.client.status()["clocks"].get(ClockDomain(domain).value) or {}
+        clock = as_object(as_object(self.client.status()["clocks"]).get(ClockDomain(domain).value) or {})
         if "error" in clock or "table" not in clock:
             raise exc
         return clock
 
-    def rails(self) -> Any:
+    def rails(self) -> tuple[RailReading, ...]:
         return self.inner.rails()
 
     def rail_update_interval_s(self) -> float:
         return self.inner.rail_update_interval_s()
 
-    def temperatures(self) -> Any:
+    def temperatures(self) -> tuple[TemperatureReading, ...]:
         return self.inner.temperatures()
 
     def gpu_load(self) -> float:
         return self.inner.gpu_load()
 
-    def power_modes(self) -> Any:
+    def power_modes(self) -> tuple[PowerMode, ...]:
         return self.inner.power_modes()
 
-    def power_mode(self) -> Any:
+    def power_mode(self) -> PowerMode:
         try:
             return self.inner.power_mode()
         except DeviceError as exc:  # e.g. nvpmodel not runnable by this user: ask the service
@@ -299,9 +306,9 @@ def _may_write(device: Device) -> bool:
         return False
 
 
-def _same_root(a: Any, b: Any) -> bool:
+def _same_root(a: object, b: object) -> bool:
     try:
-        return a is not None and b is not None and Path(a).resolve() == Path(b).resolve()
+        return isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve()
     except OSError:
         return False
 

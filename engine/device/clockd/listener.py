@@ -18,9 +18,11 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import Callable
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject
 from engine.device.clockd.protocol import encode, error_reply
 from engine.device.clockd.server import ClockService, peer_credentials, serve_connection
 
@@ -56,7 +58,7 @@ def bind_socket(path: Path, gid: int, mode: int = 0o660) -> socket.socket:
     return sock
 
 
-def _send_now(conn: socket.socket, reply: dict[str, Any]) -> None:
+def _send_now(conn: socket.socket, reply: JsonObject) -> None:
     """A refusal on a fresh connection, without waiting: its buffer is empty, the reply small."""
     try:
         conn.setblocking(False)
@@ -132,7 +134,7 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = None) -> int:
+def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Callable[[Path], object] | None = None) -> int:
     """Serve until one of `STOP_SIGNALS` comes, then restore everything and remove the socket.
     Returns the signal's number. The handlers stay in place until the restore is done, so a
     second signal cannot cut it short."""
@@ -141,7 +143,7 @@ def serve(service: ClockService, path: Path, *, mode: int = 0o660, ready: Any = 
     stop_r, stop_w = os.pipe()
     os.set_blocking(stop_w, False)
 
-    def stop(signum: int, frame: Any) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         try:
             os.write(stop_w, bytes([signum]))
         except OSError:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import NoReturn
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.device.base import ClockDomain, ClockState
+from engine.core.jsontypes import JsonObject, JsonValue, as_int, as_list, as_object
 
 PROTOCOL_VERSION = 1
 MAX_LINE = 4096  # bytes per request line, its newline included; longer is refused (and the connection closed)
@@ -56,17 +57,16 @@ class Request:
     on: bool | None = None
 
     def to_line(self) -> bytes:
-        data: dict[str, Any] = {"v": PROTOCOL_VERSION, "op": self.op}
+        data: JsonObject = {"v": PROTOCOL_VERSION, "op": self.op}
         if self.domain is not None:
             data["domain"] = self.domain.value
-        for name in ("hz", "mode", "on"):
-            value = getattr(self, name)
+        for name, value in (("hz", self.hz), ("mode", self.mode), ("on", self.on)):
             if value is not None:
                 data[name] = value
         return encode(data)
 
 
-def encode(data: Mapping[str, Any]) -> bytes:
+def encode(data: JsonObject) -> bytes:
     return json.dumps(data, separators=(",", ":")).encode() + b"\n"
 
 
@@ -75,7 +75,7 @@ def _usage(op: str) -> str:
     return '{"v": %d, "op": "%s"%s}' % (PROTOCOL_VERSION, op, f", {fields}" if fields else "")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """A client's value in an error, as JSON spells it (`null`, `true`, `"612"`), cut short: a
     reply never echoes a request at length (nor walks a nested value again)."""
     if isinstance(value, (list, dict)):
@@ -97,12 +97,12 @@ def _integer(digits: str) -> int:
     return int(digits)
 
 
-def _constant(name: str) -> Any:
+def _constant(name: str) -> NoReturn:
     raise ProtocolError(f"request holds {name}, which is not a JSON number", "send finite numbers only")
 
 
-def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    data: dict[str, Any] = {}
+def _object(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    data: dict[str, object] = {}
     for key, value in pairs:
         if key in data:
             raise ProtocolError(f"request gives field {_shown(key)} twice", "send each field once")
@@ -110,7 +110,7 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return data
 
 
-def _decode(line: bytes) -> Any:
+def _decode(line: bytes) -> object:
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -169,23 +169,26 @@ def parse_request(line: bytes) -> Request:
     return Request(op, domain=domain, hz=data.get("hz"), mode=data.get("mode"), on=data.get("on"))
 
 
-def ok_reply(**fields: Any) -> dict[str, Any]:
+def ok_reply(**fields: JsonValue) -> JsonObject:
     return {"v": PROTOCOL_VERSION, "ok": True, **fields}
 
 
-def error_reply(exc: SlmDvfsError) -> dict[str, Any]:
+def error_reply(exc: SlmDvfsError) -> JsonObject:
     return {"v": PROTOCOL_VERSION, "ok": False, "error": exc.what, "remedy": exc.remedy,
             "kind": type(exc).__name__}
 
 
-def clock_to_json(state: ClockState) -> dict[str, Any]:
+def clock_to_json(state: ClockState) -> JsonObject:
     return {"domain": state.domain.value, "cur_hz": state.cur_hz, "min_hz": state.min_hz, "max_hz": state.max_hz,
             "governor": state.governor, "available_governors": list(state.available_governors),
             "locked": state.locked}
 
 
-def clock_from_json(data: Mapping[str, Any]) -> ClockState:
-    return ClockState(domain=ClockDomain(data["domain"]), cur_hz=int(data["cur_hz"]), min_hz=int(data["min_hz"]),
-                      max_hz=int(data["max_hz"]), governor=data.get("governor"),
-                      available_governors=tuple(data.get("available_governors", ())),
+def clock_from_json(data: object) -> ClockState:
+    """A clock as a reply carries it (read back from the socket: narrowed here)."""
+    data = as_object(data)
+    governor = data.get("governor")
+    return ClockState(domain=ClockDomain(data["domain"]), cur_hz=as_int(data["cur_hz"]), min_hz=as_int(data["min_hz"]),
+                      max_hz=as_int(data["max_hz"]), governor=None if governor is None else str(governor),
+                      available_governors=tuple(str(g) for g in as_list(data.get("available_governors", ()))),
                       locked=bool(data.get("locked", False)))

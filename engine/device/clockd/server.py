@@ -20,9 +20,10 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from engine import __version__
+from engine.core.jsontypes import JsonObject
 from engine.core.errors import ConfigError, DeviceError, SlmDvfsError
 from engine.device.base import ClockDomain, Device
 from engine.device.clockd.framing import DEFAULT_IDLE_TIMEOUT_S, LineReader
@@ -164,44 +165,45 @@ class ClockService:
             self._capped.discard(peer.uid)
 
     # --- requests --------------------------------------------------------------------
-    def handle(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def handle(self, peer: Peer, req: Request) -> JsonObject:
         with self._lock:
             if self._closed:
                 raise DeviceError("the clock service is stopping", "retry once it is back "
                                   "(`systemctl status slm-dvfs-clockd`)")
             if req.op in CHANGING_OPS:
                 self._take(peer)
-            return getattr(self, f"_op_{req.op}")(peer, req)
+            op: Callable[[Peer, Request], JsonObject] = getattr(self, f"_op_{req.op}")  # OPS: each has one
+            return op(peer, req)
 
-    def _op_hello(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_hello(self, peer: Peer, req: Request) -> JsonObject:
         ident = self.device.identity()
         return ok_reply(server="slm-dvfs clockd", version=__version__, protocol=PROTOCOL_VERSION,
                         root=self.device.describe().get("root"), board=ident.board, module=ident.module,
                         l4t=ident.l4t, client=peer.describe())
 
-    def _op_snapshot(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_snapshot(self, peer: Peer, req: Request) -> JsonObject:
         assert self._guard is not None and self._guard.snapshot is not None
         return ok_reply(settings=self._guard.snapshot.to_json())
 
-    def _op_pin(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_pin(self, peer: Peer, req: Request) -> JsonObject:
         assert req.domain is not None and req.hz is not None
         check_setting(self.device, DvfsSetting.pinning(req.domain, req.hz))  # listed, under the mode's cap
         log.info("%s pins %s to %d Hz", peer.describe(), req.domain.value, req.hz)
         return ok_reply(clock=clock_to_json(self.device.pin(req.domain, req.hz)))
 
-    def _op_unpin(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_unpin(self, peer: Peer, req: Request) -> JsonObject:
         assert req.domain is not None
         log.info("%s unpins %s", peer.describe(), req.domain.value)
         return ok_reply(clock=clock_to_json(self.device.unpin(req.domain)))
 
-    def _op_set_mode(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_set_mode(self, peer: Peer, req: Request) -> JsonObject:
         assert req.mode is not None
         check_setting(self.device, DvfsSetting(nvpmodel=req.mode))  # a defined mode id only
         log.info("%s sets nvpmodel mode %d", peer.describe(), req.mode)
         self.device.set_power_mode(req.mode)
         return ok_reply(mode=req.mode)
 
-    def _op_jetson_clocks(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_jetson_clocks(self, peer: Peer, req: Request) -> JsonObject:
         assert self._guard is not None
         if req.on:
             if self._jc_store is None:  # the first store holds the state from before any of them
@@ -215,15 +217,15 @@ class ClockService:
         log.info("%s turns jetson_clocks %s", peer.describe(), "on" if req.on else "off")
         return ok_reply(on=req.on)
 
-    def _op_restore(self, peer: Peer, req: Request) -> dict[str, Any]:
+    def _op_restore(self, peer: Peer, req: Request) -> JsonObject:
         if self._holder is not None and self._holder.conn_id != peer.conn_id:
             return ok_reply(restored=False, holder=self._holder.describe())
         restored = self._holder is not None
         self._release()
         return ok_reply(restored=restored)
 
-    def _op_status(self, peer: Peer, req: Request) -> dict[str, Any]:
-        clocks = {}
+    def _op_status(self, peer: Peer, req: Request) -> JsonObject:
+        clocks: JsonObject = {}
         for domain in ClockDomain:
             try:  # with the table: a client may not read debugfs (the EMC) itself
                 clocks[domain.value] = {**clock_to_json(self.device.clock(domain)),
@@ -231,7 +233,7 @@ class ClockService:
             except DeviceError as exc:
                 clocks[domain.value] = {"error": exc.what}
         try:
-            mode: Any = self.device.power_mode().id
+            mode: int | None = self.device.power_mode().id
         except DeviceError:
             mode = None
         holder = None if self._holder is None else self._holder.describe()
@@ -305,7 +307,7 @@ def serve_connection(service: ClockService, conn: socket.socket, peer: Peer) -> 
     protocol's error and is dropped; whatever ends the connection restores what it held."""
     reader = LineReader(conn, service.idle_timeout_s)
 
-    def send(reply: dict[str, Any]) -> None:
+    def send(reply: JsonObject) -> None:
         conn.settimeout(service.idle_timeout_s)  # a client that never reads its replies is dropped too
         conn.sendall(encode(reply))
 

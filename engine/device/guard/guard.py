@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Callable, Union
 
 from engine.core.errors import DeviceError, SlmDvfsError
 from engine.device.base import Device, DeviceSettings, ServiceWriter
@@ -62,6 +62,8 @@ from engine.device.guard.trust import in_folder, pin_marker, pinned_journal
 log = logging.getLogger(__name__)
 
 _SIGNALS = tuple(s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s)
+# What signal.signal returns and takes: a function, SIG_DFL/SIG_IGN, or None (set outside Python).
+_SignalHandler = Union[Callable[[int, Union[FrameType, None]], object], int, signal.Handlers, None]
 
 
 class BoardPinnedError(DeviceBusyError):
@@ -97,7 +99,7 @@ class ClockGuard:
         self._lock = threading.RLock()
         self._restored = False
         self._kept = False
-        self._old_handlers: dict[int, Any] = {}
+        self._old_handlers: dict[int, _SignalHandler] = {}
         self._device_lock: DeviceLock | None = None
         self._jetson_clocks_store: str | None = None
 
@@ -338,9 +340,3 @@ class ClockGuard:
         if callable(old):
             old(signum, frame)
         raise SystemExit(128 + signum)
-
-
-def guarded(device: Device, **kwargs: Any) -> ClockGuard:
-    """Shorthand: `with guarded(device): ...`."""
-    return ClockGuard(device, **kwargs)
-

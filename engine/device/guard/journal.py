@@ -28,7 +28,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from engine.core import paths
 from engine.core.errors import DeviceError, SlmDvfsError, errno_text
@@ -51,7 +51,7 @@ class Journal:
     pid_start: str | None  # the process's start time, so a reused pid is not mistaken for ours
     host: str
     created: float
-    device: dict[str, Any]  # Device.describe(): how to reopen it from another process
+    device: JsonObject  # Device.describe(): how to reopen it from another process
     settings: DeviceSettings
     path: Path
     jetson_clocks_store: str | None = None  # `jetson_clocks --store` file to restore from first
@@ -185,7 +185,7 @@ def device_key(description: Mapping[str, object]) -> str:
     return hashlib.sha256(raw).hexdigest()[:12]
 
 
-def reopen_device(description: dict[str, Any]) -> Device:
+def reopen_device(description: Mapping[str, object]) -> Device:
     """Open the device a journal names, in this process."""
     kind = description.get("kind")
     if kind == "jetson":
@@ -309,7 +309,7 @@ def ensure_dir(directory: Path) -> Path:
     return directory
 
 
-def atomic_write(path: Path, data: dict[str, Any]) -> None:
+def atomic_write(path: Path, data: JsonObject) -> None:
     """Write a journal so that a crash leaves the old file or the new one, never half of one:
     a fresh 0600 file beside it (O_EXCL: never through someone's link), fsync, rename, fsync
     the folder. A refused write names the file and the errno."""

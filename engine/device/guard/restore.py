@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from engine.core.errors import DeviceError, SlmDvfsError
 from engine.device.base import Device, DeviceSettings

@@ -15,7 +15,6 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
 
 from engine.core import paths
 from engine.core.errors import DeviceError
@@ -60,7 +59,7 @@ def pin_marker(lock_dir: Path, key: str) -> Path:
     return lock_dir / f"{key}.pinned"
 
 
-def read_pin_marker(lock_dir: Path, key: str) -> dict[str, Any] | None:
+def read_pin_marker(lock_dir: Path, key: str) -> dict[str, object] | None:
     """What the board's pin marker says (`journal`, `uid`, ...), None when there is none or it
     cannot be read (never through a link, never waiting on a FIFO)."""
     try:
@@ -70,7 +69,7 @@ def read_pin_marker(lock_dir: Path, key: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def pinned_journal(lock_dir: Path, key: str) -> tuple[str, Any] | None:
+def pinned_journal(lock_dir: Path, key: str) -> tuple[str, object] | None:
     """(journal, uid) of the pin the board's marker names, None when there is none. A marker whose
     journal is gone (restored, deleted) is removed; one whose journal cannot be seen (another
     user's private state dir) still counts."""

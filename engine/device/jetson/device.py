@@ -12,7 +12,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.clocks import highest_at_most
 from engine.core.errors import DeviceError, NodeNotFoundError, UnsupportedFrequencyError
@@ -347,7 +347,7 @@ class JetsonDevice:
         }  # no tool paths: a journal never says what to execute
 
     @classmethod
-    def from_description(cls, d: Mapping[str, Any]) -> "JetsonDevice":
+    def from_description(cls, d: Mapping[str, object]) -> "JetsonDevice":
         if d.get("kind") != "jetson":
             raise DeviceError(
                 f"cannot reopen a {d.get('kind')!r} device as a Jetson",

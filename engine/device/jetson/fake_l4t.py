@@ -20,7 +20,7 @@ from engine.device.base import PowerMode
 from engine.device.jetson.discovery import JetsonNodes, discover
 from engine.device.nvpmodel import EMC_CAP_FILE, parse_conf
 from engine.device.jetson.writes import write_range
-from engine.device.sysfs import FAKE_L4T_MARKER, SysfsTree
+from engine.device.sysfs import SysfsTree
 from engine.device.treefs import put_file
 from engine.core.errors import SlmDvfsError
 

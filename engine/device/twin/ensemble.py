@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.core.measurement import Measurement

@@ -16,7 +16,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 
 from engine.device.base import PowerMode
 from engine.core.errors import ProfileError, SlmDvfsError
@@ -25,6 +25,9 @@ from engine.core.plausible import BoardLimits
 from engine.core.text import shown
 from engine.core.userinput import read_user_file
 from engine.device.twin.params import ParamSpread, get_param, with_params
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +304,7 @@ def _load(name_or_path: str | Path, seen: tuple[str, ...]) -> TwinProfile:
     return profile
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, object]:
     try:
         raw = read_user_file(path, "device profile", max_bytes=MAX_PROFILE_BYTES,
                              remedy="give a profile TOML file (profiles/devices/ shows one)")
@@ -318,7 +321,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ProfileError(f"device profile {path} nests too deeply to be read", "restore the shipped file") from None
 
 
-def _overlay(data: Mapping[str, Any], path: Path, seen: tuple[str, ...]) -> TwinProfile:
+def _overlay(data: Mapping[str, object], path: Path, seen: tuple[str, ...]) -> TwinProfile:
     base = data["base"]
     if not isinstance(base, str) or not base:
         raise _bad(path, "base", f"should name a profile, found {base!r}")
@@ -328,13 +331,16 @@ def _overlay(data: Mapping[str, Any], path: Path, seen: tuple[str, ...]) -> Twin
     params = data.get("params", {})
     if not isinstance(params, Mapping):
         raise _bad(path, "params", "should be a table of parameter paths and numbers")
+    numbers: dict[str, float] = {}
     for key, value in params.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(path, f"params.{key}", f"should be a number, found {value!r}")
+        numbers[key] = value  # an int stays an int: with_params keeps integers integers
     try:
-        profile = with_params(parent, params)
+        profile = with_params(parent, numbers)
     except ProfileError as exc:
         raise ProfileError(f"device profile {path}: {exc.what}", exc.remedy) from None
+    # Any: _convert has checked each value against its field's type, read at run time (see below)
     changes: dict[str, Any] = {"base": base}
     for key in ("name", "description"):
         if key in data:
@@ -345,13 +351,17 @@ def _overlay(data: Mapping[str, Any], path: Path, seen: tuple[str, ...]) -> Twin
 
 
 # --- generic TOML -> frozen dataclass mapping, with errors naming file and key ---------
+# The field types are read at run time (typing.get_type_hints), so a converted value is an `object`
+# to the checker: each conversion checks it against its field's type before the dataclass takes it.
+
+D = TypeVar("D", bound="DataclassInstance")
 
 
-def _build(cls: type, table: Any, where: str, path: Path) -> Any:
+def _build(cls: type[D], table: object, where: str, path: Path) -> D:
     if not isinstance(table, Mapping):
         raise _bad(path, where, f"should be a table, found {type(table).__name__}")
     hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for f in dataclasses.fields(cls):
         if f.name == "source_path":
             continue
@@ -367,7 +377,7 @@ def _build(cls: type, table: Any, where: str, path: Path) -> Any:
     return cls(**kwargs)
 
 
-def _convert(tp: Any, value: Any, key: str, path: Path) -> Any:
+def _convert(tp: object, value: object, key: str, path: Path) -> object:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
