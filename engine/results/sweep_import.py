@@ -333,8 +333,8 @@ class _RowReader:
 
     def _check_fits(self, resolved: Any, w: WorkloadRecord) -> None:
         """A workload whose step cannot fit the board's memory was not measured on it."""
-        from engine.workload.fit import board_budget, check_memory
-        from engine.workload.memory import estimate_memory
+        from engine.workload.sizing.fit import board_budget, check_memory
+        from engine.workload.sizing.memory import estimate_memory
 
         limits = self.tables.limits
         if limits is None:

@@ -234,7 +234,7 @@ class RunHarness:
                  callbacks: Iterable[Callback] = ()) -> Any:
         """Only advance the device's model by the workload's steps, step by step (with dynamic
         padding each step is the weighted mix of the lengths its batches pad to)."""
-        from engine.workload.simulate import simulate_run
+        from engine.workload.trace.simulate import simulate_run
 
         if not self.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",

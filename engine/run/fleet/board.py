@@ -28,7 +28,7 @@ from engine.device.setting import DvfsSetting
 from engine.run.fleet.model import BoardInfo, StreamedPoint, UnitPlan
 from engine.run.harness import open_harness
 from engine.run.sweep import SweepSpec, measure_points, sweep_settings
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
 
