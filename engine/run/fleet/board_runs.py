@@ -110,7 +110,7 @@ def run_on_board(spec: ExperimentSpec, session: Any, identity: Any, *, seeds: Se
                  policies: PolicyFactory | None = None) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
     from engine.results.records import DeviceRecord
-    from engine.results.run_import import export_runs
+    from engine.results.store.run_import import export_runs
     from engine.results.store import Store
 
     spec = board_spec(spec, session)

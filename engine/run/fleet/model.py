@@ -157,7 +157,7 @@ class RunProgress:
 class ExperimentRecords:
     """Streamed from a board when an experiment ends: what its own store recorded (board-local ids)."""
 
-    bundle: Any  # engine.results.run_import.RunBundle
+    bundle: Any  # engine.results.store.run_import.RunBundle
     run_id: int | None  # the policy run
     baseline_run_id: int | None
     comparison_id: int | None

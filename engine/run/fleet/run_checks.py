@@ -24,7 +24,7 @@ def same_module(a: Any, b: Any) -> bool:
 def oracle_seeds(store: Any, plan: ExperimentPlan, spec: ExperimentSpec) -> tuple[Any, ...]:
     """The store's sweeps of the plan's workload on any board of its module with its source and rails,
     as FinishedSweeps to store on the board (what stored_points would read here); read-only."""
-    from engine.results.sweep_tables import FinishedSweep
+    from engine.results.store.sweep_tables import FinishedSweep
 
     found = store.find_workload(plan.workload.key)
     if found is None:
