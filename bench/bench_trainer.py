@@ -40,11 +40,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from engine.workload.data import encode, load_glue_text  # noqa: E402
+from engine.workload.data.text import encode, load_glue_text  # noqa: E402
 from engine.workload.events import StepEnd  # noqa: E402
 from engine.workload.models import build_model, load_model  # noqa: E402
-from engine.workload.tokenization import load_tokenizer  # noqa: E402
-from engine.workload.trainer import TrainConfig, Trainer  # noqa: E402
+from engine.workload.data.tokenization import load_tokenizer  # noqa: E402
+from engine.workload.training.trainer import TrainConfig, Trainer  # noqa: E402
 from engine.workload.zoo import get_entry  # noqa: E402
 
 MODEL = "bert-tiny"

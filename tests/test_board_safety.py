@@ -412,7 +412,7 @@ def test_a_guard_names_its_runs_and_a_loose_journal_folder_is_tightened(twin_tre
 
 def test_case5_restore_marks_the_runs_a_dead_sessions_journal_names(twin_tree: Path, isolated_env, capsys) -> None:
     from engine.core.provenance import Source
-    from engine.results.db import default_db_path
+    from engine.results.store.db import default_db_path
     from engine.results.store import Store
 
     with Store(default_db_path()) as store:

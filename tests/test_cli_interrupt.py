@@ -9,7 +9,7 @@ import pytest
 
 from engine.cli import experiment_cmds, finetune_cmd
 from engine.cli.interrupt import cancel_on_sigint
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 
 
 def test_first_ctrl_c_cancels_the_second_interrupts_and_the_handler_is_restored(

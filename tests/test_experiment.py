@@ -36,7 +36,7 @@ from engine.device.twin.fast import fast_points
 from engine.run.thermal import ThermalAbortError, ThermalGuard, ThermalLimits
 from engine.workload.events import RunStarted, StepEnd
 from engine.core.trace import StepTrace
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 
 MHZ = 1_000_000
 PROFILE = load_profile("agx-orin-64gb")

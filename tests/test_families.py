@@ -14,8 +14,8 @@ from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.finetune import FinetuneSpec, run_finetune
 from engine.workload.models import build_model, resolve_model
-from engine.workload.tokenization import tokenizer_kind
-from engine.workload.tracer import capture_step_trace
+from engine.workload.data.tokenization import tokenizer_kind
+from engine.workload.trace.tracer import capture_step_trace
 from engine.workload.spec import WorkloadSpec
 
 VOCAB = 512  # above the 256 bytes + specials a trained byte-level BPE needs

@@ -10,11 +10,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from engine.core.errors import ConfigError
-from engine.workload import data
-from engine.workload.data import encode, load_glue_text
+from engine.workload.data import text as data
+from engine.workload.data.text import encode, load_glue_text
 from engine.workload.glue import TASKS, Example, get_task
-from engine.workload.glue_folder import generate_glue_folder
-from engine.workload.tokenization import train_tokenizer
+from engine.workload.data.glue_folder import generate_glue_folder
+from engine.workload.data.tokenization import train_tokenizer
 
 TRAIN, DEV = 24, 12
 

@@ -70,7 +70,7 @@ def test_the_cli_starts_without_torch() -> None:
 def test_resolving_a_workload_and_predicting_import_nothing_heavy() -> None:
     # What `select`, `sweep --fast` and `run --simulate` use once a trace is cached: torch and
     # transformers are imported where a model is built or traced, scikit-learn where one is trained.
-    modules = ("engine.workload.resolve", "engine.workload.models", "engine.workload.trace_cache",
+    modules = ("engine.workload.resolve", "engine.workload.models", "engine.workload.trace.trace_cache",
                "engine.selector.features", "engine.selector.selector", "engine.selector.persistence",
                "engine.selector.compact", "engine.run.harness", "engine.device.twin.fast")
     code = ("import importlib, sys\n"

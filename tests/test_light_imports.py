@@ -67,7 +67,7 @@ def stored_run(isolated_env: IsolatedEnv) -> int:
     """One finished twin run with power samples in the data dir's store."""
     from engine.device.power import PowerSample
     from engine.results.records import DeviceRecord, WorkloadRecord
-    from engine.results.db import default_db_path
+    from engine.results.store.db import default_db_path
     from engine.results.store import Store
     from engine.results.totals import RunTotals
 

@@ -19,8 +19,8 @@ from engine.workload import zoo
 from engine.workload.finetune import FinetuneSpec, run_finetune
 from engine.workload.lora import DEFAULT_TARGETS, LoraSettings, is_peft_model, linear_module_names, wrap_lora
 from engine.workload.models import build_model
-from engine.workload.optim import apply_mode, is_checkpointing, model_params, prepare_model
-from engine.workload.tracer import capture_step_trace, model_fingerprint
+from engine.workload.training.optim import apply_mode, is_checkpointing, model_params, prepare_model
+from engine.workload.trace.tracer import capture_step_trace, model_fingerprint
 from engine.workload.spec import WorkloadSpec
 from test_families import TINY_CONFIGS
 
@@ -213,7 +213,7 @@ def test_lora_trains_on_the_cpu_and_saves_an_adapter_peft_loads(name: str, tmp_p
 
 
 def test_lora_resumes_bit_for_bit_with_the_adapter_in_each_checkpoint(tmp_path: Path) -> None:
-    from engine.workload.trainer import TrainConfig, Trainer
+    from engine.workload.training.trainer import TrainConfig, Trainer
 
     torch.manual_seed(3)
     ids = torch.randint(5, 500, (32, 12))

@@ -10,7 +10,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from engine.core.errors import ConfigError
 from engine.workload.glue import TASKS
-from engine.workload.metrics import compute_metrics
+from engine.workload.training.metrics import compute_metrics
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_cola_matthews_matches_sklearn(rng):
 
 
 def test_multiclass_matthews_matches_sklearn(rng):
-    from engine.workload.metrics import matthews_correlation
+    from engine.workload.training.metrics import matthews_correlation
 
     gold = rng.integers(0, 3, 400)
     pred = _noisy_labels(rng, gold, 3, flip=0.5)

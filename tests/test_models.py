@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from engine.core.errors import ConfigError
-from engine.workload import models, tokenization, zoo
-from engine.workload.data import encode, load_glue_text
+from engine.workload import models, zoo
+from engine.workload.data import tokenization
+from engine.workload.data.text import encode, load_glue_text
 from engine.workload.glue import get_task
 from engine.workload.models import load_model, resolve_model
 

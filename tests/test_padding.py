@@ -24,7 +24,7 @@ from engine.results import migrations
 from engine.results.store import Store, WorkloadRecord
 from engine.run.experiment import ExperimentSpec
 from engine.run.sweep import SweepSpec
-from engine.workload import lengths
+from engine.workload.data import lengths
 from engine.workload.finetune import FinetuneSpec
 from engine.workload.resolve import resolve_workload
 from engine.workload.spec import WorkloadSpec

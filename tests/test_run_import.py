@@ -1,4 +1,4 @@
-"""Runs carried from one store into another (engine.results.run_import): what a fleet board records
+"""Runs carried from one store into another (engine.results.store.run_import): what a fleet board records
 in its own store reaches the driver's store whole, in one transaction, with every field kept."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.results.records import ComparisonRecord
-from engine.results.run_import import RunBundle, export_runs
+from engine.results.store.run_import import RunBundle, export_runs
 from engine.results.store import Store, StoreError
 from engine.run.experiment import ExperimentSpec, run_experiment
 from engine.workload.spec import WorkloadSpec

@@ -21,7 +21,7 @@ from engine.results.records import WorkloadRecord
 from engine.run.harness import RunHarness
 from engine.workload.resolve import resolve_workload
 from engine.workload.spec import WorkloadSpec
-from engine.workload.simulate import SIMULATED_DEVICE, simulate_run
+from engine.workload.trace.simulate import SIMULATED_DEVICE, simulate_run
 from engine.device.twin.fast import fast_sweep
 from engine.workload.events import (
     Paused,
@@ -33,7 +33,7 @@ from engine.workload.events import (
     StepEnd,
     StepEnergy,
 )
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 
 WORKLOAD = bert_base_workload()
 
@@ -141,7 +141,7 @@ def test_cancel_and_pause_at_step_boundaries(session) -> None:
 
 
 def test_the_simulate_path_does_not_import_torch() -> None:
-    code = ("import sys, engine.workload.simulate, engine.workload.loop, engine.run.harness; "
+    code = ("import sys, engine.workload.trace.simulate, engine.workload.training.loop, engine.run.harness; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine.core.errors import ConfigError
-from engine.workload import arch as arch_mod
+from engine.workload.sizing import arch as arch_mod
 from engine.workload.lora import LoraSettings
 from engine.workload.sizing import (DEFAULT_BUDGET_BYTES, GIB, ORIN_MEMTOTAL_BYTES, OS_RESERVE_BYTES,
                                     board_budget, check_memory, estimate_memory, estimate_params, memory_fit,
@@ -43,7 +43,7 @@ def meta_models():
 
 @pytest.mark.parametrize("name", sorted({**TINY_CONFIGS, **VARIANTS}))
 def test_the_count_is_exact_for_every_family_and_mode(name, meta_models) -> None:
-    from engine.workload.optim import apply_mode
+    from engine.workload.training.optim import apply_mode
 
     config = {**TINY_CONFIGS, **VARIANTS}[name]
     model = meta_models[name]

@@ -19,10 +19,10 @@ from engine.device.setting import MAXN, DvfsSetting
 from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective, parse_objective
 from engine.results import migrations
-from engine.results.import_fields import BoardTables
+from engine.results.imports.fields import BoardTables
 from engine.results.store import DeviceRecord, Store, WorkloadRecord
-from engine.results.sweep_import import WorkloadFlags, read_sweep_file
-from engine.results.sweep_tables import FinishedSweep
+from engine.results.imports.sweep_file import WorkloadFlags, read_sweep_file
+from engine.results.store.sweep_tables import FinishedSweep
 from engine.results.records import SweepPoint, setting_key
 from engine.results.sweeps import stored_points, summarize_points
 from engine.workload.spec import WorkloadSpec

@@ -16,7 +16,7 @@ from conftest import IsolatedEnv
 from test_store_cmds import _read_csv
 from engine.cli import main
 from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
-from engine.results.sweep_tables import FinishedSweep
+from engine.results.store.sweep_tables import FinishedSweep
 
 ROOT = Path(__file__).resolve().parent.parent
 TWIN = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005 (AGX Orin 64GB)", "36.3.0", "6.0",
@@ -141,7 +141,7 @@ def test_export_of_an_unknown_sweep_is_a_clear_error(db: Path, capsys: pytest.Ca
 
 KILLED_SWEEP = textwrap.dedent("""
     import os, signal, sys
-    from engine.results.sweep_tables import SweepTables
+    from engine.results.store.sweep_tables import SweepTables
     from engine.cli import main
     add = SweepTables.add_point
     def add_then_die(self, point):
@@ -177,7 +177,7 @@ SWEEP_ARGS = ["sweep", "--model", "bert-tiny", "--task", "sst2", "--twin", "agx-
               "--repeats", "2"]
 HELD_SWEEP = textwrap.dedent("""
     import sys
-    import engine.results.sweep_tables as tables
+    import engine.results.store.sweep_tables as tables
     from engine.cli import main
     add = tables.SweepTables.add_point
     held = []

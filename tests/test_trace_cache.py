@@ -61,8 +61,8 @@ def test_the_cached_entry_holds_what_building_the_model_gives(isolated_env: Isol
     from engine.workload.glue import get_task
     from engine.workload.models import build_model, resolve_model
     from engine.workload.resolve import trace_workload
-    from engine.workload.trace_cache import cached_workload_trace, trace_key
-    from engine.workload.tracer import step_trace
+    from engine.workload.trace.trace_cache import cached_workload_trace, trace_key
+    from engine.workload.trace.tracer import step_trace
 
     config = resolve_model("bert-tiny").config
     task = get_task("mrpc")
@@ -79,7 +79,7 @@ def test_the_cached_entry_holds_what_building_the_model_gives(isolated_env: Isol
 
 def test_anything_the_trace_depends_on_is_in_the_key(isolated_env: IsolatedEnv) -> None:
     from engine.workload.models import resolve_model
-    from engine.workload.trace_cache import entry_path, trace_key
+    from engine.workload.trace.trace_cache import entry_path, trace_key
 
     config = dict(resolve_model("bert-tiny").config)
     key = trace_key(named(batch_size=4, seq_len=32, precision="fp32"))
@@ -107,7 +107,7 @@ def test_an_unreadable_or_foreign_entry_is_traced_again(isolated_env: IsolatedEn
     from engine.workload.glue import get_task
     from engine.workload.models import resolve_model
     from engine.workload.resolve import trace_workload
-    from engine.workload.trace_cache import entry_path, trace_key
+    from engine.workload.trace.trace_cache import entry_path, trace_key
 
     spec = named(batch_size=2, seq_len=16, precision="fp32")
     first = trace_workload(spec)

@@ -9,8 +9,8 @@ import torch
 
 from engine.workload.models import build_model
 from engine.core.trace import OP_KINDS, StepTrace
-from engine.workload.tracer import capture_step_trace, step_trace, trace_path, model_fingerprint
-from engine.workload.optim import apply_mode
+from engine.workload.trace.tracer import capture_step_trace, step_trace, trace_path, model_fingerprint
+from engine.workload.training.optim import apply_mode
 from engine.workload.zoo import get_entry
 
 

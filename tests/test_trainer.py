@@ -25,11 +25,11 @@ from engine.workload.events import (
     event_to_json,
 )
 from engine.core.trace import OpCost, StepTrace
-from engine.workload.batching import BatchSource
-from engine.workload.checkpoint import find_checkpoint
-from engine.workload.loop import TrainControl
-from engine.workload.optim import LinearWarmup, apply_mode, resolve_device
-from engine.workload.trainer import TrainConfig, Trainer, TrainOutcome
+from engine.workload.data.batching import BatchSource
+from engine.workload.training.checkpoint import find_checkpoint
+from engine.workload.training.loop import TrainControl
+from engine.workload.training.optim import LinearWarmup, apply_mode, resolve_device
+from engine.workload.training.trainer import TrainConfig, Trainer, TrainOutcome
 
 VOCAB, LENGTH = 50, 12
 
@@ -280,7 +280,7 @@ def test_pause_and_cancel_from_another_thread() -> None:
 
 
 def test_fp16_on_cpu_falls_back_to_fp32_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="engine.workload.trainer"):
+    with caplog.at_level(logging.WARNING, logger="engine.workload.training.trainer"):
         outcome = make_trainer(steps=2, precision="fp16").run()
     assert outcome.precision == "fp32"
     assert any("fp16 needs CUDA" in r.getMessage() for r in caplog.records)
@@ -448,7 +448,7 @@ def test_resume_refuses_garbage_foreign_and_old_files(tmp_path: Path) -> None:
 
 
 def test_unwritable_checkpoint_dir_is_a_config_error(tmp_path: Path) -> None:
-    from engine.workload.checkpoint import check_checkpoint_dir
+    from engine.workload.training.checkpoint import check_checkpoint_dir
 
     with pytest.raises(ConfigError, match="cannot create the checkpoint folder /proc/nope"):
         check_checkpoint_dir("/proc/nope")

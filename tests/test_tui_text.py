@@ -123,7 +123,7 @@ async def test_start_on_an_opened_unfinished_sweep_resumes_that_sweep(
     gpu+emc space, 2 warm-up and 7 measured steps, 2 repeats, seed 3), cancelled after 3 points:
     opened from History, `s` resumes that very sweep (the same id) to the points it plans."""
     from engine.run.sweep import SweepPointDone, SweepSpec, run_sweep
-    from engine.workload.loop import TrainControl
+    from engine.workload.training.loop import TrainControl
     from tui.messages import SweepDone
 
     control = TrainControl()

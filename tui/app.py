@@ -221,7 +221,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         if self._store_path is not None:
             return Path(self._store_path)
         try:
-            from engine.results.db import default_db_path
+            from engine.results.store.db import default_db_path
 
             return default_db_path()
         except (ImportError, SlmDvfsError):

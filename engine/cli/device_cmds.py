@@ -318,7 +318,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _abandon_runs_of(journals: Any) -> None:
     """The runs a recovered session journal names are over: mark them abandoned in the default store."""
-    from engine.results.db import default_db_path
+    from engine.results.store.db import default_db_path
     from engine.results.errors import StoreError
     from engine.results.store import Store
 

@@ -157,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _execute(args: argparse.Namespace, spec: Union[ExperimentSpec, SweepSpec], runner: Callable[..., Result],
              formatter: Callable[[Result], str]) -> Result:
     """Validate, run with progress and a graceful Ctrl-C, print text or JSON; returns the result."""
-    from engine.workload.loop import TrainControl
+    from engine.workload.training.loop import TrainControl
 
     spec.validate()
     control = TrainControl()

@@ -31,7 +31,7 @@ from engine.workload.events import (
     StepEnergy,
 )
 from engine.workload.finetune import FinetuneResult, FinetuneSpec, run_finetune
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 
 BAR_WIDTH = 24
 REDRAW_S = 0.1  # at most ten progress redraws a second
@@ -86,7 +86,7 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
     checkpoint_dir = args.checkpoint_dir
     if args.resume and not checkpoint_dir and args.checkpoint_every:
         # Keep checkpointing where the resumed run did (the run folder, not a step folder).
-        from engine.workload.checkpoint import CHECKPOINT_FILE  # here: it imports torch
+        from engine.workload.training.checkpoint import CHECKPOINT_FILE  # here: it imports torch
 
         resume = Path(args.resume)
         checkpoint_dir = str(resume.parent if (resume / CHECKPOINT_FILE).is_file() else resume)

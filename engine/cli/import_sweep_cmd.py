@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _flags(args: argparse.Namespace) -> Any:
-    from engine.results.sweep_import import WorkloadFlags
+    from engine.results.imports.sweep_file import WorkloadFlags
 
     return WorkloadFlags(
         model=args.model, task=args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
@@ -75,9 +75,9 @@ def _flags(args: argparse.Namespace) -> Any:
 def cmd_import_sweep(args: argparse.Namespace) -> int:
     from engine.device.twin.profile import load_profile
     from engine.dvfs.space import SWEEP_MODE
-    from engine.results.import_fields import BoardTables
+    from engine.results.imports.fields import BoardTables
     from engine.results.store import DeviceRecord, Store
-    from engine.results.sweep_import import read_sweep_file
+    from engine.results.imports.sweep_file import read_sweep_file
 
     profile = load_profile(args.profile)
     tables = BoardTables.from_profile(profile)

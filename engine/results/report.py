@@ -79,7 +79,7 @@ def write_report(store: Store, ident: str, out_dir: str | Path | None = None, *,
 def default_report_dir(store: Store) -> Path:
     """DATA_DIR/reports for the default store; DATA_DIR/reports/<db name> for another one, so
     run 12 of two stores do not overwrite each other's report."""
-    from engine.results.db import default_db_path
+    from engine.results.store.db import default_db_path
 
     path = getattr(store, "path", None)
     if path is None or Path(path).resolve() == default_db_path().resolve():

@@ -16,7 +16,7 @@ Figures come from the power monitor's window over the training steps (exact on t
 twin, integrated on a board); the energy total is over the monitor's rail preset (`all`
 or `gpu+cpu`), named in the result. Every run, its down-sampled power trace and the
 comparison are recorded in the store. `simulate` (twin only) replaces training with
-`engine.workload.simulate.simulate_run`.
+`engine.workload.trace.simulate.simulate_run`.
 
 Events of both runs go to `callbacks` (the trainer's events, `StepEnergy` per step,
 `ExperimentPhase` and the thermal guard's `ThermalWait`); a `TrainControl` pauses or
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from engine.dvfs.policies import Policy, PolicyContext
     from engine.results.store import Store
     from engine.run.thermal import ThermalGuard
-    from engine.workload.loop import TrainControl
+    from engine.workload.training.loop import TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +164,7 @@ def run_experiment(
 
     spec.validate()
     if not spec.simulate:  # a data folder that holds no such task, say: refused before any run is recorded
-        from engine.workload.data import check_source  # torch, as training needs anyway
+        from engine.workload.data.text import check_source  # torch, as training needs anyway
 
         check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,
                      eval_samples=spec.eval_samples)

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from engine.dvfs.controller import DvfsController
     from engine.dvfs.policies import Policy, PolicyContext, PolicyFactory
     from engine.run.thermal import ThermalGuard, ThermalLimits
-    from engine.workload.loop import TrainControl
-    from engine.workload.simulate import SimulationResult
+    from engine.workload.training.loop import TrainControl
+    from engine.workload.trace.simulate import SimulationResult
     from engine.workload.finetune import FinetuneResult, FinetuneSpec
     from engine.workload.resolve import Workload
 
@@ -239,7 +239,7 @@ class RunHarness:
                  callbacks: Iterable[Callback] = ()) -> SimulationResult:
         """Only advance the device's model by the workload's steps, step by step (with dynamic
         padding each step is the weighted mix of the lengths its batches pad to)."""
-        from engine.workload.simulate import simulate_run
+        from engine.workload.trace.simulate import simulate_run
 
         if not self.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from engine.device.session import DeviceSession
     from engine.results.store import Store
     from engine.run.thermal import ThermalGuard, ThermalLimits
-    from engine.workload.loop import TrainControl
+    from engine.workload.training.loop import TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +170,7 @@ def run_sweep(
         if spec.fast:
             harness.session.fast_model()  # a board has none: say so before the store is touched
         else:  # its thermal limits and its data: refused before the store is touched too
-            from engine.workload.data import check_source  # torch, as training needs anyway
+            from engine.workload.data.text import check_source  # torch, as training needs anyway
 
             limits = limits or limits_for(harness.session, **dict(spec.thermal_overrides))
             check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,

@@ -28,8 +28,8 @@ from engine.core.paths import data_dir
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
 from engine.workload.events import Callback, EvalResult, RunControl, TrainerEvent
-from engine.workload.lengths import bucket_of
-from engine.workload.loop import StepHook, TrainControl
+from engine.workload.data.lengths import bucket_of
+from engine.workload.training.loop import StepHook, TrainControl
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
 
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from engine.workload.data import EncodedSplit
-    from engine.workload.lengths import LengthDistribution
+    from engine.workload.data.text import EncodedSplit
+    from engine.workload.data.lengths import LengthDistribution
     from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # model, and a larger one for a model that starts from random weights.
 LR_PRETRAINED = 5e-5
 LR_RANDOM = 1e-3
-# Dynamic padding: batch lengths are rounded up (engine.workload.lengths.bucket_of) for the twin's
+# Dynamic padding: batch lengths are rounded up (engine.workload.data.lengths.bucket_of) for the twin's
 # step traces: a run needs a handful of traces, not one per length.
 
 
@@ -81,7 +81,7 @@ class FinetuneSpec:
         if self.epochs is not None and not (math.isfinite(self.epochs) and self.epochs > 0):
             raise ConfigError(f"epochs must be a positive number, not {self.epochs}", "give --epochs above 0")
         if self.device:
-            from engine.workload.optim import resolve_device
+            from engine.workload.training.optim import resolve_device
 
             resolve_device(self.device)  # a device this host lacks fails now, not after the model loads
 
@@ -179,15 +179,15 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     run's step traces (`trace_for(rows, seq_len)`, cached per shape). `workload`: the spec's
     workload as the caller resolved it (engine.workload.resolve.resolve_workload: named, its memory
     checked); without it the workload is named here, once."""
-    from engine.workload.checkpoint import check_checkpoint_dir, find_checkpoint, read_meta
-    from engine.workload.data import encode, load_glue_text
+    from engine.workload.training.checkpoint import check_checkpoint_dir, find_checkpoint, read_meta
+    from engine.workload.data.text import encode, load_glue_text
     from engine.workload.glue import get_task
-    from engine.workload.metrics import compute_metrics
+    from engine.workload.training.metrics import compute_metrics
     from engine.workload.models import load_model
-    from engine.workload.optim import prepare_model, resolve_device
+    from engine.workload.training.optim import prepare_model, resolve_device
     from engine.workload.sizing import check_memory, estimate_memory
-    from engine.workload.tokenization import load_tokenizer
-    from engine.workload.trainer import TrainConfig, Trainer
+    from engine.workload.data.tokenization import load_tokenizer
+    from engine.workload.training.trainer import TrainConfig, Trainer
 
     spec.validate()
     if spec.checkpoint_dir:
@@ -225,7 +225,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
 
     @lru_cache(maxsize=None)
     def traced(rows: int, length: int) -> StepTrace:
-        from engine.workload.tracer import step_trace
+        from engine.workload.trace.tracer import step_trace
 
         return step_trace(trained, name=info.name, batch_size=rows, seq_len=length, precision=precision).trace
 
@@ -278,8 +278,8 @@ def default_output_dir(model: str, task: str) -> Path:
 
 def measured_lengths(task: str, split: EncodedSplit, source: str) -> LengthDistribution:
     """The token lengths of an encoded split's examples (special tokens in, padding out), as an
-    engine.workload.lengths.LengthDistribution: what the run's own data holds."""
-    from engine.workload.lengths import measured
+    engine.workload.data.lengths.LengthDistribution: what the run's own data holds."""
+    from engine.workload.data.lengths import measured
 
     mask = split.features["attention_mask"]
     if isinstance(mask, list):  # dynamic padding: one unpadded tensor per example

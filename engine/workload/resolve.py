@@ -19,10 +19,10 @@ from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
-from engine.workload.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
+from engine.workload.trace.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
-    from engine.workload.lengths import LengthDistribution
+    from engine.workload.data.lengths import LengthDistribution
     from engine.workload.models import ResolvedModel
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class Workload:
 def resolve_workload(spec: WorkloadSpec) -> Workload:
     """The workload `spec` asks for, with its step trace (cached; captured on meta tensors when not).
     Defaults come from the zoo entry. With dynamic padding its steps are a mix of the lengths a batch
-    pads to under the task's published length distribution (engine.workload.lengths), each traced (and
+    pads to under the task's published length distribution (engine.workload.data.lengths), each traced (and
     cached). A spec with a recorded config (a stored workload's) is rebuilt as it was recorded, whatever
     its name resolves to now. Refused (ConfigError) before anything is traced when the model cannot take
     the length or its step would not fit the board's memory."""
@@ -144,10 +144,10 @@ def resolve_workload(spec: WorkloadSpec) -> Workload:
 def padded_steps(spec: WorkloadSpec, *, longest: StepTrace | None = None,
                  distribution: LengthDistribution | None = None) -> tuple[StepMix, JsonObject]:
     """The steps of dynamically padded batches of the named `spec`'s task (its published length
-    distribution, or `distribution`, an engine.workload.lengths.LengthDistribution): each bucket length a
+    distribution, or `distribution`, an engine.workload.data.lengths.LengthDistribution): each bucket length a
     batch pads to, traced (cached), weighted by how often a batch's longest example falls in it; and the
     distribution's summary. `longest`: the step at the full length, when traced already."""
-    from engine.workload.lengths import bucket_weights, published
+    from engine.workload.data.lengths import bucket_weights, published
 
     dist = distribution if distribution is not None else published(spec.task)
     seq_len, batch_size = int(spec.seq_len or 0), int(spec.batch_size or 0)
@@ -174,8 +174,8 @@ def trace_workload(spec: WorkloadSpec, *, seq_len: int | None = None) -> Workloa
         return found
     from engine.workload.glue import get_task
     from engine.workload.models import build_model
-    from engine.workload.optim import prepare_model
-    from engine.workload.tracer import step_trace
+    from engine.workload.training.optim import prepare_model
+    from engine.workload.trace.tracer import step_trace
 
     net = build_model(spec.config, get_task(spec.task), seed=spec.seed, device="meta")
     total = sum(p.numel() for p in net.parameters())  # the model's own: LoRA's adapters are not counted

@@ -51,7 +51,7 @@ class ExperimentActions(AppState):
     def start_experiment(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
         """Run `spec` in the engine worker on this app's device; returns its TrainControl."""
         from engine.run.harness import rail_names
-        from engine.workload.loop import TrainControl
+        from engine.workload.training.loop import TrainControl
 
         if self._refuse_if_busy():
             return None

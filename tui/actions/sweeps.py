@@ -144,7 +144,7 @@ class SweepActions(AppState):
         )
 
     def start_sweep(self, spec: Any) -> Any:
-        from engine.workload.loop import TrainControl
+        from engine.workload.training.loop import TrainControl
 
         if self._refuse_if_busy() or self.store is None:
             return None

@@ -22,6 +22,7 @@ from typing import Sequence
 from engine.core.errors import DeviceError
 from engine.device.jetson import fake_l4t
 from engine.device.nvpmodel import parse_query, run_tool
+from engine.device.sysfs import FAKE_L4T_MARKER
 from engine.device.treefs import own_tree
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def run(root: str | os.PathLike[str], tool: str, args: Sequence[str], timeout_s:
     main = fake_l4t.nvpmodel_main if tool == "nvpmodel" else fake_l4t.jetson_clocks_main
     out, err = io.StringIO(), io.StringIO()
     resolved = os.path.realpath(root)
-    if (Path(resolved) / fake_l4t.FAKE_L4T_MARKER).is_file():  # a test tree keeps a log of its tools' calls
+    if (Path(resolved) / FAKE_L4T_MARKER).is_file():  # a test tree keeps a log of its tools' calls
         with open(Path(resolved) / f"{tool}.calls", "a") as fh:
             fh.write(" ".join(args) + "\n")
     code = main(resolved, list(args), out, err)

@@ -29,14 +29,14 @@ from engine.results.records import DeviceRecord
 from engine.run.fleet.model import BoardInfo, StreamEnd, StreamedPoint, UnitPlan
 from engine.run.harness import open_harness
 from engine.run.sweep import SweepSpec, measure_points, sweep_settings
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
 
 if TYPE_CHECKING:
     from engine.run.experiment import ExperimentSpec
     from engine.run.fleet.model import ExperimentPlan, ExperimentRecords, RunProgress, SelectorFiles
-    from engine.results.sweep_tables import FinishedSweep
+    from engine.results.store.sweep_tables import FinishedSweep
 
 log = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from engine.results.compare import RunRole
     from engine.device.base import DeviceIdentity
     from engine.device.session import DeviceSession
-    from engine.results.sweep_tables import FinishedSweep
-    from engine.workload.loop import TrainControl
+    from engine.results.store.sweep_tables import FinishedSweep
+    from engine.workload.training.loop import TrainControl
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def run_on_board(spec: ExperimentSpec, session: DeviceSession, identity: DeviceI
                  policies: PolicyFactory | None = None) -> ExperimentRecords:
     """Run the experiment into a temporary store of this board's; return everything it recorded."""
     from engine.results.records import DeviceRecord
-    from engine.results.run_import import export_runs
+    from engine.results.store.run_import import export_runs
     from engine.results.store import Store
 
     spec = board_spec(spec, session)

@@ -15,7 +15,7 @@ from engine.run.sweep import SweepSpec
 
 if TYPE_CHECKING:
     from engine.results.compare import RunRole
-    from engine.results.run_import import RunBundle
+    from engine.results.store.run_import import RunBundle
 
 # A fleet sweep is the local sweep's spec; the board it runs on supplies the device (its twin or
 # its sysfs root), so a plan's `twin` / `sysfs_root` are ignored.

@@ -16,7 +16,7 @@ from engine.run.fleet.model import ExperimentPlan, SelectorFiles
 if TYPE_CHECKING:
     from engine.results.records import DeviceRecord
     from engine.results.store import Store
-    from engine.results.sweep_tables import FinishedSweep
+    from engine.results.store.sweep_tables import FinishedSweep
 
 RAILS_ALL = "all"  # a sweep's space without "rails" totals every rail (engine.results.sweeps)
 
@@ -30,7 +30,7 @@ def same_module(a: DeviceRecord, b: DeviceRecord) -> bool:
 def oracle_seeds(store: Store, plan: ExperimentPlan, spec: ExperimentSpec) -> tuple[FinishedSweep, ...]:
     """The store's sweeps of the plan's workload on any board of its module with its source and rails,
     as FinishedSweeps to store on the board (what stored_points would read here); read-only."""
-    from engine.results.sweep_tables import FinishedSweep
+    from engine.results.store.sweep_tables import FinishedSweep
 
     found = store.find_workload(plan.workload.key)
     if found is None:

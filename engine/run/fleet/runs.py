@@ -38,7 +38,7 @@ from engine.run.fleet.model import (
 
 if TYPE_CHECKING:
     from engine.results.store import Store
-    from engine.results.sweep_tables import FinishedSweep
+    from engine.results.store.sweep_tables import FinishedSweep
 
 # run_checks.oracle_seeds: the store's sweeps of a plan's workload that the oracle on a board needs
 SeedsOf = Callable[["Store", ExperimentPlan, ExperimentSpec], "tuple[FinishedSweep, ...]"]

@@ -2,7 +2,7 @@
 """A sweep cancelled after 4 points, by today's code (resumable)."""
 from engine.results.store import Store
 from engine.run.sweep import SweepSpec, SweepPointDone, run_sweep
-from engine.workload.loop import TrainControl
+from engine.workload.training.loop import TrainControl
 from engine.workload.lora import LoraSettings
 
 control = TrainControl()

@@ -2,7 +2,7 @@
 
 `check_config` refuses dimensions no model has (negative or zero sizes, heads that do not
 divide the hidden size, an absurd vocabulary) with a ConfigError naming the key.
-`estimate_memory` (engine.workload.memory) adds up what a fine-tuning step holds at its peak;
+`estimate_memory` (engine.workload.sizing.memory) adds up what a fine-tuning step holds at its peak;
 `memory_fit` sets it against the board's budget and finds what would make it fit, and
 `check_memory` refuses a step over the budget with the estimate and those remedies, before
 any model is built.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from engine.core.errors import ConfigError
-from engine.workload.fit import MemoryFit, Remedy, board_budget, check_memory, memory_fit
-from engine.workload.memory import (DEFAULT_BOARD_MEMORY_BYTES, DEFAULT_BUDGET_BYTES, GIB, ORIN_MEMTOTAL_BYTES,
+from engine.workload.sizing.fit import MemoryFit, Remedy, board_budget, check_memory, memory_fit
+from engine.workload.sizing.memory import (DEFAULT_BOARD_MEMORY_BYTES, DEFAULT_BUDGET_BYTES, GIB, ORIN_MEMTOTAL_BYTES,
                                     OS_RESERVE_BYTES, MemoryEstimate, estimate_memory, estimate_params,
                                     trainable_params)
 from engine.workload.zoo import dims

@@ -1,6 +1,6 @@
 """Whether a workload's estimated peak fits the board, and what would make it fit (no torch).
 
-`memory_fit(estimate)` sets an `engine.workload.memory` estimate against the budget (the
+`memory_fit(estimate)` sets an `engine.workload.sizing.memory` estimate against the budget (the
 memory Linux sees on the board less OS_RESERVE_BYTES) and, when it does not fit, lists the
 changes a user would try, in that order, each only if it fits by the same estimate: the
 largest smaller batch, gradient checkpointing, 16-bit autocast (on CUDA), LoRA at the default
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.core.errors import ConfigError, ProfileError
-from engine.workload.memory import DEFAULT_BUDGET_BYTES, GIB, MIB, OS_RESERVE_BYTES, MemoryEstimate
+from engine.workload.sizing.memory import DEFAULT_BUDGET_BYTES, GIB, MIB, OS_RESERVE_BYTES, MemoryEstimate
 
 MIN_SUGGESTED_LENGTH = 16  # a shorter length than this is no fine-tuning worth suggesting
 
@@ -157,7 +157,7 @@ def _remedies(est: MemoryEstimate, budget: int, cuda: bool, zoo: bool) -> list[R
 def _smaller_model(est: MemoryEstimate, budget: int) -> Remedy | None:
     """The largest zoo model with fewer parameters that fits at the same settings (its own
     family first)."""
-    from engine.workload.memory import estimate_memory
+    from engine.workload.sizing.memory import estimate_memory
     from engine.workload.zoo import MODEL_TYPE_FAMILY, load_zoo
 
     try:

@@ -26,16 +26,16 @@ import torch
 
 from engine.core.constants import Mode, Precision, parse_mode, parse_precision
 from engine.core.errors import ConfigError
-from engine.workload.batching import BatchSource
-from engine.workload.checkpoint import (
+from engine.workload.data.batching import BatchSource
+from engine.workload.training.checkpoint import (
     load_state,
     save_checkpoint,
     seed_everything,
 )
 from engine.workload.events import Callback, Checkpointed, EvalResult, RunCancelled, RunFinished, RunStarted, StepEnd, TrainerEvent
 from engine.workload.lora import LoraSettings, is_peft_model
-from engine.workload.loop import StepHook, StepLoop, TrainControl
-from engine.workload.optim import (
+from engine.workload.training.loop import StepHook, StepLoop, TrainControl
+from engine.workload.training.optim import (
     LinearWarmup,
     build_optimizer,
     model_params,
@@ -193,7 +193,8 @@ class Trainer:
         else:
             self.total_steps = max(1, math.ceil((config.epochs if config.epochs is not None else 1.0) * spe))
         self.warmup_steps = math.ceil(self.total_steps * config.warmup_ratio)
-        self.optimizer = build_optimizer(self.model, config, self.device)
+        self.optimizer = build_optimizer(self.model, self.device, learning_rate=config.learning_rate,
+                                         weight_decay=config.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, LinearWarmup(self.warmup_steps, self.total_steps))
         self.scaler = _grad_scaler() if self.precision == "fp16" else None

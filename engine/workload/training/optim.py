@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -14,8 +13,6 @@ from engine.core.constants import Mode, Precision
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings, is_peft_model, wrap_lora
 
-if TYPE_CHECKING:
-    from engine.workload.trainer import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +37,7 @@ def apply_mode(model: torch.nn.Module, mode: Mode) -> int:
     if mode == "lora":
         if not is_peft_model(model):
             raise ConfigError(f"mode 'lora' needs the model wrapped with LoRA adapters ({type(model).__name__} is not)",
-                              "prepare it with engine.workload.optim.prepare_model(model, 'lora')")
+                              "prepare it with engine.workload.training.optim.prepare_model(model, 'lora')")
         return _trainable(model)
     if mode == "head":
         heads = set(head_module_names(model))
@@ -131,22 +128,25 @@ def _no_decay(model: torch.nn.Module) -> set[int]:
     return skip
 
 
-def build_optimizer(model: torch.nn.Module, config: "TrainConfig", device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(model: torch.nn.Module, device: torch.device, *, learning_rate: float,
+                    weight_decay: float) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters, biases and norms without decay; the two figures it takes
+    from the trainer's TrainConfig (not the config itself: the trainer imports this module)."""
     skip = _no_decay(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     if not trainable:
         raise ConfigError("the model has no trainable parameters", "train in mode 'full', 'lora' or 'head'")
     groups = [
-        {"params": [p for p in trainable if id(p) not in skip], "weight_decay": config.weight_decay},
+        {"params": [p for p in trainable if id(p) not in skip], "weight_decay": weight_decay},
         {"params": [p for p in trainable if id(p) in skip], "weight_decay": 0.0},
     ]
     groups = [g for g in groups if g["params"]]
     if device.type == "cpu":
         # The fused CPU kernel (torch >= 2.4) is several times faster than the loop.
         with contextlib.suppress(RuntimeError, TypeError, ValueError):
-            return torch.optim.AdamW(groups, lr=config.learning_rate, fused=True)
+            return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
     # On CUDA keep torch's default (foreach): it is what the step tracer models.
-    return torch.optim.AdamW(groups, lr=config.learning_rate)
+    return torch.optim.AdamW(groups, lr=learning_rate)
 
 
 class LinearWarmup:

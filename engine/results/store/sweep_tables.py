@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.text import clean_text, shown
-from engine.results.db import Database, inserted_id
+from engine.results.store.db import Database, inserted_id
 from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError, stored_choice
 from engine.results.records import (
     RUN_STATUSES,

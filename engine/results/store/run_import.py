@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.device.power import PowerSample
-from engine.results.db import Database, inserted_id
+from engine.results.store.db import Database, inserted_id
 from engine.results.errors import StoreError
 from engine.results.records import ComparisonRecord, RunRecord, as_source, json_text, normalize_setting, utc_now
 
 if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
-    from engine.results.store import Store
+    from engine.results.store.runs import RunTables
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class ImportedRuns:
     comparison_ids: Mapping[int, int]
 
 
-def export_runs(store: Store, run_ids: Sequence[int]) -> RunBundle:
+def export_runs(store: RunTables, run_ids: Sequence[int]) -> RunBundle:
     """The runs `run_ids` of `store` with their power samples and every comparison among them."""
     runs = tuple(store.get_run(int(i)) for i in run_ids)
     wanted = {r.id for r in runs}

@@ -1,7 +1,7 @@
 """Simulated runs: the fine-tuning event stream without training anything; torch-free.
 
 `simulate_run` emits what the trainer emits (RunStarted, StepBegin, StepEnd,
-RunFinished or RunCancelled) through the same step-boundary loop (`engine.workload.loop`),
+RunFinished or RunCancelled) through the same step-boundary loop (`engine.workload.training.loop`),
 but a step only calls the run's `step_hook` with the workload's batch and length: no
 data, no model weights, no torch arithmetic. Where the run is assembled on the digital
 twin, that hook advances the twin by the step trace, so a policy (and the DVFS controller
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.workload.events import Callback, RunCancelled, RunFinished, RunStarted, StepEnd
-from engine.workload.loop import StepHook, StepLoop, TrainControl
+from engine.workload.training.loop import StepHook, StepLoop, TrainControl
 
 if TYPE_CHECKING:
     from engine.workload.resolve import Workload

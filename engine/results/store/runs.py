@@ -1,22 +1,10 @@
-"""The results store: runs, sweeps, power traces and comparisons in one SQLite file.
-
-    with Store() as store:                        # data_dir()/results.sqlite, or $SLM_DVFS_DB
-        run = store.start_run(device=DeviceRecord.from_identity(ident), workload=wl,
-                              policy="maxn", source=Source.TWIN, seed=0, steps=100)
-        ...
-        store.finish_run(run, RunTotals.from_window(window, samples=3200, steps=100),
-                         metrics={"accuracy": 0.91})          # the recorder's totals()
-
-Every recorded item is its own committed transaction, so a crash loses at most the item
-in progress. The file is in WAL mode: the TUI may read while a run writes, from another
-thread or process. Every row carries its Source (measured, twin, predicted).
-"""
+"""The store's runs: a run's row from start to finish, its power trace, and comparisons between runs;
+abandoned runs (and sweeps) reaped when a store opens."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sqlite3
 from dataclasses import replace
 from datetime import datetime
@@ -27,55 +15,31 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
 from engine.results.compare import Comparison, compare_records
-from engine.results.db import default_db_path, inserted_id
-from engine.results.errors import CorruptStoreError, StoreError, StoreVersionError, UnknownRecordError
-from engine.results.migrations import SCHEMA_VERSION
+from engine.results.store.db import Database, inserted_id
+from engine.results.errors import UnknownRecordError
 from engine.results.records import (
     ABANDONED,
     ComparisonRecord,
     RunStatus,
     DeviceRecord,
     RunRecord,
-    SweepPoint,
-    SweepRecord,
     WorkloadRecord,
     as_source,
     json_text,
     normalize_setting,
     run_from_row,
     sample_from_row,
-    setting_key,
     timestamp,
-    trace_features,
     utc_now,
 )
-from engine.results.run_import import RunImport
 from engine.results.totals import RunTotals
-from engine.results.sweep_tables import SweepTables
 from engine.results.traces import DEFAULT_MAX_SAMPLES, downsample
-
-# The records and errors are re-exported: `from engine.results.store import RunRecord, Store` is the
-# usual way in, and callers need not know which module of the results package holds what.
-__all__ = [
-    "SCHEMA_VERSION", "ComparisonRecord", "CorruptStoreError", "DeviceRecord", "RunRecord", "Store",
-    "StoreError", "StoreVersionError", "SweepPoint", "SweepRecord", "UnknownRecordError",
-    "WorkloadRecord", "default_db_path", "downsample", "normalize_setting", "setting_key",
-    "trace_features",
-]
 
 log = logging.getLogger(__name__)
 
 
-class Store(SweepTables, RunImport):
-    """One results database: runs, their power traces and comparisons here; sweeps, devices,
-    workloads and the connection in the classes below. Use as a context manager."""
-
-    def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
-        super().__init__(path, create)
-        try:
-            self.reap_abandoned()
-        except StoreError as exc:  # e.g. a read-only file: the runs stay `running` for now
-            log.info("cannot mark abandoned runs in %s: %s", self.path, exc.what)
+class RunTables(Database):
+    """The runs, power_samples and comparisons tables (Store inherits them)."""
 
     # ------------------------------------------------------------------ runs
     def reap_abandoned(self, run_ids: Sequence[int] = ()) -> list[int]:

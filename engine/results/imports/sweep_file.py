@@ -27,8 +27,8 @@ from engine.core.text import shown
 from engine.core.userinput import check_name, number_value
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
-from engine.results.import_read import read_bytes, table_rows
-from engine.results.import_fields import (
+from engine.results.imports.read import read_bytes, table_rows
+from engine.results.imports.fields import (
     BoardTables,
     CellError,
     check_caps,
@@ -39,7 +39,7 @@ from engine.results.import_fields import (
     whole,
 )
 from engine.results.records import SweepPoint, WorkloadRecord, setting_key
-from engine.results.sweep_tables import FinishedSweep
+from engine.results.store.sweep_tables import FinishedSweep
 from engine.workload.lora import LoraSettings
 
 IMPORT_METHOD = "import"  # the sweep space's "method" of an imported sweep
@@ -333,8 +333,8 @@ class _RowReader:
 
     def _check_fits(self, resolved: Any, w: WorkloadRecord) -> None:
         """A workload whose step cannot fit the board's memory was not measured on it."""
-        from engine.workload.fit import board_budget, check_memory
-        from engine.workload.memory import estimate_memory
+        from engine.workload.sizing.fit import board_budget, check_memory
+        from engine.workload.sizing.memory import estimate_memory
 
         limits = self.tables.limits
         if limits is None:

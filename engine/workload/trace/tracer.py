@@ -36,9 +36,9 @@ from engine.core.jsontypes import JsonObject
 from engine.core.paths import cache_dir
 from engine.core.trace import OP_KINDS, StepTrace
 from engine.workload.lora import is_peft_model
-from engine.workload.optim import is_checkpointing
-from engine.workload.trace_cache import TRACER_VERSION
-from engine.workload.op_costs import (
+from engine.workload.training.optim import is_checkpointing
+from engine.workload.trace.trace_cache import TRACER_VERSION
+from engine.workload.trace.op_costs import (
     HOST_CYCLES_PER_OP,
     HOST_CYCLES_PER_SAMPLE,
     HOST_CYCLES_PER_STEP,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.constants import Mode, Precision
 from engine.core.units import format_bytes
-from engine.workload.arch import Architecture, architecture
+from engine.workload.sizing.arch import Architecture, architecture
 
 if TYPE_CHECKING:
     from engine.workload.lora import LoraSettings

@@ -26,8 +26,8 @@ from engine.core.constants import SYNTHETIC_EVAL_MAX, Padding, SYNTHETIC_TRAIN_M
 from engine.core.errors import ConfigError
 from engine.workload import zoo
 from engine.workload.glue import Example, GlueTask, get_task
-from engine.workload.glue_folder import read_folder, task_folder
-from engine.workload.synthetic import synthetic_splits
+from engine.workload.data.glue_folder import read_folder, task_folder
+from engine.workload.data.synthetic import synthetic_splits
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -220,7 +220,7 @@ def encode(text: GlueText, tokenizer: PreTrainedTokenizerBase, max_seq_len: int,
         raise ConfigError(f"max_seq_len {max_seq_len} is too short", "use 8 tokens or more")
     if tokenizer.pad_token_id is None:
         raise ConfigError("the tokenizer has no pad token",
-                          "load it with engine.workload.tokenization.load_tokenizer")
+                          "load it with engine.workload.data.tokenization.load_tokenizer")
     def encode_split(examples: Sequence[Example]) -> EncodedSplit:
         return _encode_split(text.task, examples, tokenizer, max_seq_len, padding)
 
