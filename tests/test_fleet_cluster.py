@@ -92,6 +92,7 @@ import json, sys
 from ray.cluster_utils import Cluster
 from engine.results.store import Store
 from engine.run.fleet import SweepPlan, connect
+from engine.workload.spec import WorkloadSpec
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
 try:
@@ -99,7 +100,7 @@ try:
         cluster.add_node(num_cpus=1, resources=json.loads(sys.argv[1]))
     cluster.wait_for_nodes()
     with connect(cluster.address) as fleet, Store(sys.argv[2]) as store:
-        result = fleet.sweep([SweepPlan(model="bert-tiny", task="sst2", fast=True, steps=2)], store=store)
+        result = fleet.sweep([SweepPlan(WorkloadSpec("bert-tiny", "sst2"), fast=True, steps=2)], store=store)
         print(json.dumps({"status": result.status, "per_board": result.per_board}))
 finally:
     cluster.shutdown()

@@ -59,6 +59,45 @@ def test_a_twin_fleet_too_big_for_this_machine_is_refused_before_ray_starts(
     assert started == [] and not ray.is_initialized()
 
 
+OTHER_RAY = """
+import sys
+import ray
+ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()  # up until the test closes our stdin
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # two local Ray instances start (and are stopped): ~20-40 s on two cores
+def test_a_twin_fleet_starts_its_own_ray_beside_one_already_running(tmp_path: Path) -> None:
+    """A Ray instance already running on the machine (`ray start`, another session's fleet, named by
+    $RAY_ADDRESS or found in /tmp/ray) is not joined by `--twins`: the fleet starts its own (was:
+    ray.init without an address joined it and failed, "When connecting to an existing cluster,
+    num_cpus and num_gpus must not be provided")."""
+    import subprocess
+    import sys
+
+    from engine.run.fleet import connect
+
+    other = subprocess.Popen([sys.executable, "-c", OTHER_RAY], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert other.stdout is not None
+        address = other.stdout.readline().strip()
+        assert address, "the other Ray instance did not start"
+        with fleet_isolation(tmp_path), pytest.MonkeyPatch.context() as mp:
+            mp.setenv("RAY_ADDRESS", address)  # as a user who ran `ray start` has it
+            with connect(twins=1, folder=tmp_path / "twins") as fleet:
+                assert [b.serial for b in fleet.boards()] and len(fleet.boards()) == 1
+                assert ray.get_runtime_context().gcs_address != address  # its own instance
+        assert not ray.is_initialized()
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        other.wait(timeout=60)
+
+
 @pytest.mark.slow  # a local Ray instance starts (and is stopped): ~10-20 s on two cores
 def test_a_fleet_whose_worker_cannot_start_says_why_and_leaves_no_ray(tmp_path: Path) -> None:
     from engine.run.fleet import connect

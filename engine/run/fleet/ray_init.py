@@ -124,7 +124,10 @@ def init_ray(ray: ModuleType, **options: object) -> None:
 
 
 def init_local(ray: ModuleType, **options: object) -> None:
-    """A local Ray instance (a fleet of twins) listening on the loopback interface only.
+    """A new local Ray instance (a fleet of twins) listening on the loopback interface only: its
+    own, never an instance already running on the machine (`ray start`, another session's fleet,
+    $RAY_ADDRESS), which `ray.init()` without an address would join (Ray's docs: address "local"
+    starts a new instance "even if there is already an existing local Ray instance").
 
     Ray binds its servers to every interface unless the node's address is the loopback one, which
     it picks only where it does not run clusters (its RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER switch,
@@ -135,7 +138,7 @@ def init_local(ray: ModuleType, **options: object) -> None:
     if before is not None:
         setattr(constants, "ENABLE_RAY_CLUSTER", False)
     try:
-        init_ray(ray, **options)
+        init_ray(ray, address="local", **options)
     finally:
         if before is not None:
             setattr(constants, "ENABLE_RAY_CLUSTER", before)
