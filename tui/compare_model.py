@@ -233,7 +233,7 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
         notes.append(f"run {run.id} is simulated: no training, so no eval metric")
     elif m_run is not None and not meaning.meaningful:
         notes.append(f"{metric_label} {meaning.label(run.source)}")
-    figures = (
+    figures: tuple[Figure, ...] = (
         Figure("energy", "J", run.energy_j, b.energy_j if b else None, src, kind="saving"),
         Figure("time", "s", run.time_s, b.time_s if b else None, src, kind="slowdown"),
         Figure("power", "W", run.avg_power_w, b.avg_power_w if b else None, src),

@@ -9,8 +9,10 @@ is estimated once the run resolves it), with what would make it fit in the form'
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN
 from engine.core.errors import SlmDvfsError
@@ -86,8 +88,7 @@ def memory_line(values: SetupValues) -> str:
     head = fit.summary().split("; try ")[0]
     if fit.fits:
         return f"memory: {head} (estimate: {parts}) [predicted]"
-    tries = [_as_fields(r.flags) for r in fit.remedies]
-    tries = [t for t in tries if t][:2]
+    tries = [t for t in (_as_fields(r.flags) for r in fit.remedies) if t][:2]
     advice = "; try " + " or ".join(tries) if tries else "; try a smaller model"
     return f"memory: {head}{advice} (estimate: {parts}) [predicted]"
 
@@ -101,7 +102,7 @@ def _as_fields(flags: str) -> str | None:
     return ", ".join(out) or None
 
 
-def _config_for(spec: str):  # -> (name, config, (batch, length, precision)) | None
+def _config_for(spec: str) -> tuple[str, Mapping[str, Any], tuple[int, int, str]] | None:
     """A zoo model's or a local config.json's architecture and defaults; None for a hub id
     (its config is read when the run resolves it)."""
     name = next((n for n in zoo_names() if n.lower() == spec.lower()), None)
@@ -116,7 +117,7 @@ def _config_for(spec: str):  # -> (name, config, (batch, length, precision)) | N
     from engine.workload.models import resolve_model  # reads the config.json; builds nothing
 
     resolved = resolve_model(str(path))
-    entry = resolved.entry
-    if entry is not None:
-        return resolved.name, resolved.config, (entry.batch_size, entry.seq_len, entry.precision)
+    known = resolved.entry
+    if known is not None:
+        return resolved.name, resolved.config, (known.batch_size, known.seq_len, known.precision)
     return resolved.name, resolved.config, (DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, "fp32")

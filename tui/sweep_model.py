@@ -174,7 +174,8 @@ class SweepTracker:
         self._points: list[tuple[DvfsSetting, float, float]] = []
         self._log: deque[str] = deque(maxlen=200)
         self.status = "running"
-        self.done = self.total = 0
+        self.done = 0
+        self.total: int | None = 0  # a stored sweep's plan may be unknown (SweepView.total)
         self.last = ""
         self.sweep_id: int | None = None
         self.workload: Any = None  # the stored workload, once the sweep has finished

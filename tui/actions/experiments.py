@@ -166,8 +166,10 @@ class ExperimentActions(AppState):
         self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
 
     def action_pause_resume(self) -> None:
+        from engine.workload.loop import TrainControl
+
         control = self.control
-        if control is None or self.engine_busy != "experiment":
+        if not isinstance(control, TrainControl) or self.engine_busy != "experiment":  # a sweep's cannot pause
             self.notify("no run in progress", severity="warning")
             return
         if control.paused:

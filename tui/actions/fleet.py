@@ -233,7 +233,7 @@ class FleetActions(AppState):
         self.action_page("sweep")
         self.call_after_refresh(self.run_action, "fleet_sweep", self.get_screen("sweep"))
 
-    def request_fleet_sweep(self, values: dict) -> None:
+    def request_fleet_sweep(self, values: dict[str, Any]) -> None:
         """The Sweep form's workload on every board: one sweep per model in its model field."""
         from tui.forms import sweep_spec
 

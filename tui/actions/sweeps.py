@@ -119,7 +119,7 @@ class SweepActions(AppState):
         else:
             self.request_sweep(message.values)
 
-    def request_sweep(self, values: dict) -> None:
+    def request_sweep(self, values: dict[str, Any]) -> None:
         from tui.forms import sweep_spec
 
         if self._refuse_if_busy():
@@ -196,7 +196,7 @@ class SweepActions(AppState):
                      f"{versus_text(vs.saving_pct, vs.slowdown_pct, than='MAXN Mode 0')} per sample [{vs.source.value}]")
             if vs.interval is not None:
                 line += f"\n{board_estimate_text(vs.saving_pct, vs.interval)}"
-        if self.sweep_tracker is not None:
+        if isinstance(self.sweep_tracker, SweepTracker):  # a local sweep's (a fleet sweep ends in FleetSweepDone)
             heat = from_summaries(result.points, result.source)
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
                                       stored=self._stored_view(result.sweep_id, heat))

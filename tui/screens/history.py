@@ -111,9 +111,10 @@ class HistoryScreen(PageScreen):
             space = space or ("" if method else "?")  # an imported sweep reads `import`
             method = "" if method == "run" and space else method  # a sweep that trains: the default, said by `fast`'s absence
             # points stored of those planned and the status as `slm-dvfs sweeps` says them: `15/60`, `abandoned, resumable`
-            cells = (short_when(s.created_at, this_year), cut(workload, SWEEP_WORKLOAD_W),
-                     cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value, sweep_state(s))
-            st.add_row(str(s.id), *(f" {c}" for c in cells), key=str(s.id))
+            sweep_cells = (short_when(s.created_at, this_year), cut(workload, SWEEP_WORKLOAD_W),
+                           cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value,
+                           sweep_state(s))
+            st.add_row(str(s.id), *(f" {c}" for c in sweep_cells), key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
         elif not runs and self.focused is not st:

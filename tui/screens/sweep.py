@@ -20,6 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
@@ -59,7 +60,7 @@ def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
     for col in heat.cols:
         table.add_column(f"EMC {col}", justify="right")
     for row in heat.rows[:max_rows]:
-        cells = []
+        cells: list[Text | str] = []
         for col in heat.cols:
             cell = heat.cells.get((row, col))
             if cell is None:
@@ -176,7 +177,7 @@ class SweepScreen(PageScreen):
         return fields
 
     def compose_body(self) -> ComposeResult:
-        def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
+        def field(label: str, widget: Widget) -> Horizontal:
             return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
         def number(bounds: forms.Bounds) -> list[CheckValidator]:
@@ -215,7 +216,7 @@ class SweepScreen(PageScreen):
         self.query_one("#sweep-progress", ProgressBar).display = False
         self._log_lines: tuple[str, ...] = ()
 
-    def values(self) -> dict:
+    def values(self) -> dict[str, Any]:
         def text(name: str) -> str:
             return self.query_one(f"#sw-{name}", Input).value.strip()
 
