@@ -10,7 +10,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # engine/device holds the digital twin (engine/device/twin).
-CHECKED = ("engine/core", "engine/device", "engine/dvfs", "engine/results", "engine/selector", "engine/workload")
+CHECKED = ("engine/core", "engine/device", "engine/dvfs", "engine/results", "engine/selector", "engine/workload",
+           "tui")
 
 
 def test_checked_packages_type_check_clean() -> None:
