@@ -3,8 +3,6 @@ measured sweeps (engine.run.calibrate, as `slm-dvfs calibrate` does) and shows t
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual import work
 
 from tui.actions.experiments import ENGINE
@@ -43,7 +41,7 @@ class CalibrateActions(AppState):
         self.post_message(TwinCalibrated(result))
 
     def on_twin_calibrated(self, message: TwinCalibrated) -> None:
-        result: Any = message.result
+        result = message.result
         self._engine_idle()
         self.push_screen(ReportScreen(f"Calibrated profile {result.profile_name}", result.report_text()))
         self.notify(result.summary_line(), title="Twin calibrated", timeout=12)
