@@ -11,7 +11,7 @@ The page binds the app's sweep view, Setup's values, the fleet and the engine's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
@@ -43,6 +43,9 @@ from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
 from tui.state import SweepOrder
 from tui.sweep_model import HeatMap, SweepView, workload_text
+
+if TYPE_CHECKING:
+    from engine.results.records import SweepRecord, WorkloadRecord
 
 # What identifies a stored sweep (SweepSpec.space_key) that the form has no field for: SweepSpec fields of those names.
 SPACE_FIELDS = ("rails", "seed", "cpu_stride", "include_maxn", "thermal")
@@ -100,7 +103,7 @@ class SweepScreen(PageScreen):
         super().__init__()
         self.setup = forms.SetupValues()  # the Setup workload the form last took
         self._followed: tuple[str, ...] | None = None
-        self.opened: Any = None  # the stored workload of a sweep opened from History, while the form holds it
+        self.opened: WorkloadRecord | None = None  # the stored workload of a sweep opened from History, while the form holds it
         self._opened_id: int | None = None
         self._opened_view: SweepView | None = None  # the opened sweep's view whose workload the form took
         self._sweep_fields: dict[str, Any] = {}  # the opened sweep's SweepSpec fields the form has no field for
@@ -117,10 +120,11 @@ class SweepScreen(PageScreen):
         self._fill(values)
         return True
 
-    def take_workload(self, workload: Any, sweep_id: int | None = None, record: Any = None) -> None:
-        """An opened sweep's own workload (engine.results.records.WorkloadRecord) in the form, until
+    def take_workload(self, workload: WorkloadRecord, sweep_id: int | None = None,
+                      record: SweepRecord | None = None) -> None:
+        """An opened sweep's own workload in the form, until
         Setup changes: `s` then sweeps that workload (resuming the sweep if unfinished), and the heat
-        map is not shown beside another. With its `record` (SweepRecord), what else makes it that
+        map is not shown beside another. With its `record`, what else makes it that
         sweep in the store too: its space, fast or not, warm-up, steps and repeats in the form, and
         what the form has no field for (rails, seed, CPU stride, MAXN, thermal) kept for `s`."""
         lora = workload.lora.rank if workload.mode == "lora" and workload.lora is not None else 8
@@ -130,7 +134,9 @@ class SweepScreen(PageScreen):
                                        mode=workload.mode, lora_rank=str(lora))
         self._fill(self.setup)
         self._sweep_fields, self._takes_sweep = {}, False
-        space = {} if record is None else record.space
+        if record is None:
+            return  # the workload alone: `s` starts a new sweep of it
+        space = record.space
         if space.get("method") not in ("run", "fast") or space.get("space") not in SPACES:
             return  # imported, or explicit settings: no sweep of the form's is that one; `s` starts a new one
         self.query_one("#sw-space", Select).value = space["space"]
