@@ -19,6 +19,7 @@ from tui.screens.modals import ConfirmScreen
 from tui.state import AppState
 
 if TYPE_CHECKING:  # the engine's run pipeline loads when a run starts
+    from engine.results.store import Store
     from engine.run.experiment import ExperimentSpec
     from engine.run.harness import ListenerLike
     from engine.workload.loop import TrainControl
@@ -86,11 +87,11 @@ class ExperimentActions(AppState):
         self.runs_started += 1  # the Run page's log starts afresh
         self.run_view = tracker.view()
         self.action_page("run")  # unless a dialog is open
-        self.experiment_worker(spec, control, self.run_bridge, tuple(callbacks))
+        self.experiment_worker(spec, store, control, self.run_bridge, tuple(callbacks))
         return control
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def experiment_worker(self, spec: ExperimentSpec, control: TrainControl, bridge: EventBridge,
+    def experiment_worker(self, spec: ExperimentSpec, store: Store, control: TrainControl, bridge: EventBridge,
                           extra: tuple[ListenerLike, ...]) -> None:
         from engine.run.experiment import run_experiment
         from engine.workload.resolve import resolve_workload
@@ -103,7 +104,7 @@ class ExperimentActions(AppState):
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run
                 preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
             self.post_message(SelectorPreviewed(preview))
-            result = run_experiment(spec, store=self.store, callbacks=[bridge, *extra], control=control,
+            result = run_experiment(spec, store=store, callbacks=[bridge, *extra], control=control,
                                     session=self.session, workload=workload, policies=self.policies)
         except BaseException as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
             self.post_message(EngineFailed("experiment", exc))

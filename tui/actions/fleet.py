@@ -38,6 +38,7 @@ from tui.screens.modals import ConfirmScreen
 from tui.state import AppState
 
 if TYPE_CHECKING:  # the engine's run pipeline (and Ray) is imported when a fleet is connected
+    from engine.results.store import Store
     from engine.run.fleet import Fleet, FleetSweepResult
     from engine.run.sweep import SweepSpec
 
@@ -272,8 +273,8 @@ class FleetActions(AppState):
                           "cancelled, or on quit.", yes="Sweep"), answer)
 
     def start_fleet_sweep(self, plans: list[SweepSpec]) -> FleetCancel | None:
-        fleet = self.fleet
-        if self._refuse_if_busy() or self.store is None or fleet is None:
+        fleet, store = self.fleet, self.store
+        if self._refuse_if_busy() or store is None or fleet is None:
             return None
         tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
         tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
@@ -284,14 +285,14 @@ class FleetActions(AppState):
         self.control = cancel = FleetCancel()
         self.engine_busy = "fleet sweep"
         self.sweep_view = tracker.view()
-        self.fleet_sweep_worker(fleet, tuple(plans), cancel, self.sweep_bridge)
+        self.fleet_sweep_worker(fleet, store, tuple(plans), cancel, self.sweep_bridge)
         return cancel
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def fleet_sweep_worker(self, fleet: Fleet, plans: tuple[SweepSpec, ...], cancel: FleetCancel,
+    def fleet_sweep_worker(self, fleet: Fleet, store: Store, plans: tuple[SweepSpec, ...], cancel: FleetCancel,
                            bridge: EventBridge) -> None:
         try:
-            result = fleet.sweep(plans, store=self.store, on_event=bridge, cancel=cancel.event)
+            result = fleet.sweep(plans, store=store, on_event=bridge, cancel=cancel.event)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("fleet sweep", exc))
             return

@@ -159,7 +159,8 @@ class SweepActions(AppState):
     def start_sweep(self, spec: SweepSpec) -> TrainControl | None:
         from engine.workload.loop import TrainControl
 
-        if self._refuse_if_busy() or self.store is None:
+        store = self.store
+        if self._refuse_if_busy() or store is None:
             return None
         tracker = SweepTracker(self.source)
         tracker.note(f"sweep of {spec.workload.model}/{spec.workload.task} over {spec.space}"
@@ -171,15 +172,15 @@ class SweepActions(AppState):
         self.engine_busy = "sweep"
         self.pinned_by_us = not spec.fast
         self.sweep_view = tracker.view()
-        self.sweep_worker(spec, control, self.sweep_bridge)
+        self.sweep_worker(spec, store, control, self.sweep_bridge)
         return control
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def sweep_worker(self, spec: SweepSpec, control: TrainControl, bridge: EventBridge) -> None:
+    def sweep_worker(self, spec: SweepSpec, store: Store, control: TrainControl, bridge: EventBridge) -> None:
         from engine.run.sweep import run_sweep
 
         try:
-            result = run_sweep(spec, store=self.store, callbacks=[bridge], control=control, session=self.session)
+            result = run_sweep(spec, store=store, callbacks=[bridge], control=control, session=self.session)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("sweep", exc))
             return
