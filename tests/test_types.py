@@ -19,6 +19,7 @@ CHECKED = (
     "engine/run",
     "engine/selector",
     "engine/workload",
+    "tui",
 )
 
 

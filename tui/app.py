@@ -30,18 +30,18 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.binding import Binding
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.worker import get_current_worker
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.device.base import ClockDomain
 from engine.device.session import DeviceSession
-from engine.device.snapshot import take_snapshot
+from engine.device.snapshot import DeviceSnapshot, take_snapshot
 from engine.selector import policy_factory
 from tui import forms
 from tui.actions.calibrate import CalibrateActions
@@ -64,7 +64,11 @@ from tui.screens.history import HistoryScreen
 from tui.screens.run import RunScreen
 from tui.screens.setup import SetupScreen
 from tui.screens.sweep import SweepScreen
-from tui.state import AppState, DeviceReading
+from tui.state import PAGES, AppState, DeviceReading
+
+if TYPE_CHECKING:
+    from engine.results.store import Store
+    from engine.run.fleet import Fleet
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +77,6 @@ REFRESH_S = 0.5
 # drawn together with the run's progress: each redraw costs the CPU the run is measured on.
 RUN_REFRESH_S = 1.0
 QUIT_WAIT_S = 5.0  # how long quitting waits for the engine to reach a step boundary
-PAGES = ("device", "setup", "run", "compare", "history", "sweep", "fleet")
 PAGE_KEYS = Binding.Group("pages", compact=True)
 # Each page's class (the help screen lists their keys); the app installs one of each, bound to its state.
 PAGE_SCREENS: dict[str, type[PageScreen]] = {
@@ -105,13 +108,13 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         session: DeviceSession,
         refresh_s: float = REFRESH_S,
         *,
-        store: Any = None,
+        store: Store | None = None,
         store_path: str | Path | None = None,
         poll: bool = True,
         quit_wait_s: float = QUIT_WAIT_S,
         handle_signals: bool = True,
         run_refresh_s: float = RUN_REFRESH_S,
-        fleet: Any = None,
+        fleet: Fleet | None = None,
         fleet_address: str | None = None,
         fleet_twins: int | None = None,
         fleet_profile: str | None = None,
@@ -128,12 +131,12 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self._store = store
         self._own_store = store is None
         self._store_path = store_path
-        self.identity: Any = None
+        self.identity = None
         self.pinned_by_us = False  # an engine worker holds a clock guard
-        self.last_snapshot = None
+        self.last_snapshot: DeviceSnapshot | None = None
         self.device_history = DeviceHistory()  # what the live graphs show; fills while a page is hidden
         self.clock_tables: dict[ClockDomain, tuple[int, ...]] = {}
-        self.control: Any = None  # TrainControl of the experiment or sweep in progress
+        self.control = None  # of the experiment or sweep in progress
         self.run_tracker = None
         self.run_bridge = None
         self.sweep_tracker = None
@@ -141,7 +144,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self.sweep_for = None  # the Setup policy a sweep was started for (oracle)
         self.selector_key = None  # the Setup workload selector_line is about
         self.highlighted_run = None
-        self.last_result: Any = None
+        self.last_result = None
         self.quit_requested_at: float | None = None  # monotonic times, for the tests' stopwatch
         self.exited_at: float | None = None
         self._signals: dict[int, Any] = {}
@@ -226,12 +229,6 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
             return default_db_path()
         except (ImportError, SlmDvfsError):
             return None
-
-    def action_page(self, name: str) -> None:
-        if self._quitting or isinstance(self.screen, ModalScreen) or name not in PAGES:
-            return
-        if not self.showing(name):
-            self.switch_screen(name)
 
     def page(self, name: str) -> Screen:
         """The installed page `name` (for tests and the command palette)."""

@@ -12,16 +12,26 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from engine.run.events import Event
 
 MIN_INTERVAL_S = 0.5
+
+
+class Tracker(Protocol):
+    """What a bridge folds events into (tui.runstate.RunTracker, tui.sweep_model.SweepTracker,
+    tui.fleet_model.FleetSweepTracker): True when the event is news to post at once."""
+
+    def feed(self, event: Event) -> bool: ...
 
 
 class EventBridge:
     def __init__(
         self,
-        tracker: Any,
-        post: Callable[[], Any],
+        tracker: Tracker,
+        post: Callable[[], object],
         *,
         min_interval_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -35,7 +45,7 @@ class EventBridge:
         self._last = -float("inf")
         self._lock = threading.Lock()
 
-    def __call__(self, event: Any) -> None:
+    def __call__(self, event: Event) -> None:
         urgent = self.tracker.feed(event)
         self.poke(urgent)
 

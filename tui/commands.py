@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 # (title, help, app action, argument or None)
-COMMANDS: tuple[tuple[str, str, str, Any], ...] = (
+COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
     ("Page: Device", "live rails, clocks, temperatures (1)", "page", "device"),
     ("Page: Setup", "choose model, task, policy; start a run (2)", "page", "setup"),
     ("Page: Run", "the run in progress (3)", "page", "run"),
@@ -34,7 +34,7 @@ COMMANDS: tuple[tuple[str, str, str, Any], ...] = (
 class SlmDvfsCommands(Provider):
     """Offers every action of the app by name."""
 
-    def _callback(self, action: str, arg: Any):  # type: ignore[no-untyped-def]
+    def _callback(self, action: str, arg: str | None) -> Callable[[], object]:
         method = getattr(self.app, f"action_{action}")
         return partial(method, arg) if arg is not None else method
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from engine.core.errors import ConfigError
 from engine.core.interval import Interval
@@ -18,6 +18,10 @@ from engine.results.compare import Side, compare_pair, fitting_baselines, mismat
 from engine.results.format import SAME, change_text, id_list, saving_short, slowdown_text
 from engine.results.records import RunRecord
 from tui.fmt import nice_ceiling
+
+if TYPE_CHECKING:
+    from engine.device.power import PowerSample
+    from engine.results.store import Store
 
 
 # What the change column says, one sign convention everywhere (as the CLI and the reports):
@@ -175,7 +179,7 @@ def primary_metric(run: RunRecord) -> tuple[str | None, float | None]:
     return None, None
 
 
-def series_of(samples: Sequence[Any], rails: Sequence[str] | None, source: Source) -> Series:
+def series_of(samples: Sequence[PowerSample], rails: Sequence[str] | None, source: Source) -> Series:
     if not samples:
         return Series((), (), source)
     t0 = samples[0].t
@@ -199,8 +203,8 @@ def rails_of(run: RunRecord) -> tuple[str, ...] | None:
         return tuple(run.rail_energy_j)
 
 
-def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequence[Any] = (),
-                     base_samples: Sequence[Any] = (), store: Any = None) -> CompareView:
+def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequence[PowerSample] = (),
+                     base_samples: Sequence[PowerSample] = (), store: Store | None = None) -> CompareView:
     """Side-by-side figures of `run` and its baseline (None: the run alone). The saving and
     slowdown are engine.results.compare's, given only when the two runs compare; for runs of
     different lengths (a MAXN run of the workload with other steps) they are per sample. With the
@@ -233,7 +237,7 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
         notes.append(f"run {run.id} is simulated: no training, so no eval metric")
     elif m_run is not None and not meaning.meaningful:
         notes.append(f"{metric_label} {meaning.label(run.source)}")
-    figures = (
+    figures: tuple[Figure, ...] = (
         Figure("energy", "J", run.energy_j, b.energy_j if b else None, src, kind="saving"),
         Figure("time", "s", run.time_s, b.time_s if b else None, src, kind="slowdown"),
         Figure("power", "W", run.avg_power_w, b.avg_power_w if b else None, src),
@@ -265,7 +269,7 @@ def build_comparison(run: RunRecord, base: RunRecord | None, run_samples: Sequen
                        per_sample=per_sample)
 
 
-def fitting_note(store: Any, run: RunRecord) -> str:
+def fitting_note(store: Store, run: RunRecord) -> str:
     """Which stored MAXN runs `run` compares with (engine.results.compare.fitting_baselines), as History marks them."""
     fits = fitting_baselines(store, run)
     if not fits:

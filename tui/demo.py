@@ -79,8 +79,8 @@ def run_view(steps_done: int = 120, total: int = 300) -> RunView:
         # a slow ramp and a dip, so the chart shows shape
         scale = 1.0 + 0.2 * ((i % 40) / 40.0) - (0.3 if 60 <= i < 70 else 0.0)
         energy = {"VDD_GPU_SOC": 0.0455 * scale, "VDD_CPU_CV": 0.0083, "VIN_SYS_5V0": 0.0277, "VDDQ_VDD2_1V8AO": 0.0167}
-        total = sum(energy.values())
-        tracker.feed(StepEnergy(step=i, time_s=0.005, energy_j=energy, total_energy_j=total, avg_power_w=total / 0.005,
+        step_j = sum(energy.values())
+        tracker.feed(StepEnergy(step=i, time_s=0.005, energy_j=energy, total_energy_j=step_j, avg_power_w=step_j / 0.005,
                                 rails=RAILS, source=Source.TWIN, samples=32))
         tracker.feed(StepEnd(step=i, epoch=i // 63, loss=0.70 - 0.001 * i, samples=32, tokens=4096, lr=1e-3,
                              wall_s=0.02, elapsed_s=0.02 * i))

@@ -96,10 +96,10 @@ class DeviceHistory:
             if key not in values:
                 series.append(None)
         for key, v in values.items():
-            series = self._series.get(key)
-            if series is None:
-                series = self._series[key] = deque(maxlen=self.points)
-            series.append(None if math.isnan(v) else v)
+            column = self._series.get(key)
+            if column is None:
+                column = self._series[key] = deque(maxlen=self.points)
+            column.append(None if math.isnan(v) else v)
 
     def keys(self, prefix: str) -> list[str]:
         return [k for k in self._series if k.startswith(prefix)]

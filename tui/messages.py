@@ -11,12 +11,19 @@ up as one of the requests at the end of this module, which the app handles with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
 from engine.device.snapshot import DeviceSnapshot
 from tui.forms import SetupValues
+
+if TYPE_CHECKING:  # the engine's run pipeline loads when a run starts, not with the app
+    from engine.run.calibrate import CalibrateResult
+    from engine.run.experiment import ExperimentResult
+    from engine.run.fleet import BoardInfo, Fleet, FleetSweepResult
+    from engine.run.sweep import SweepResult
+    from tui.selection import SelectorPreview
 
 
 class SnapshotTaken(Message):
@@ -42,7 +49,7 @@ class RunProgress(Message):
 class SelectorPreviewed(Message):
     """What the selector would choose for the spec about to run (figures predicted)."""
 
-    def __init__(self, preview: Any) -> None:
+    def __init__(self, preview: SelectorPreview) -> None:
         super().__init__()
         self.preview = preview
 
@@ -50,7 +57,7 @@ class SelectorPreviewed(Message):
 class ExperimentDone(Message):
     """run_experiment returned (finished or cancelled)."""
 
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: ExperimentResult) -> None:
         super().__init__()
         self.result = result
 
@@ -69,15 +76,15 @@ class SweepProgress(Message):
 
 
 class SweepDone(Message):
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: SweepResult) -> None:
         super().__init__()
         self.result = result
 
 
 class TwinCalibrated(Message):
-    """The twin's profile was fitted to measured sweeps (an engine.run.calibrate.CalibrateResult)."""
+    """The twin's profile was fitted to measured sweeps."""
 
-    def __init__(self, result: object) -> None:
+    def __init__(self, result: CalibrateResult) -> None:
         super().__init__()
         self.result = result
 
@@ -95,7 +102,7 @@ class SelectorTrained(Message):
 class FleetConnected(Message):
     """engine.run.fleet.connect returned: the app holds (and closes at exit) this Fleet."""
 
-    def __init__(self, fleet: Any, where: str) -> None:
+    def __init__(self, fleet: Fleet, where: str) -> None:
         super().__init__()
         self.fleet = fleet
         self.where = where
@@ -118,18 +125,18 @@ class FleetClosed(Message):
 
 
 class FleetPolled(Message):
-    """One `Fleet.boards()` answer (a tuple of engine.run.fleet BoardInfo), or the error that stopped it."""
+    """One `Fleet.boards()` answer, or the error that stopped it."""
 
-    def __init__(self, boards: tuple[Any, ...], error: str = "") -> None:
+    def __init__(self, boards: tuple[BoardInfo, ...], error: str = "") -> None:
         super().__init__()
         self.boards = boards
         self.error = error
 
 
 class FleetSweepDone(Message):
-    """Fleet.sweep returned (finished or cancelled): an engine.run.fleet FleetSweepResult."""
+    """Fleet.sweep returned (finished or cancelled)."""
 
-    def __init__(self, result: Any) -> None:
+    def __init__(self, result: FleetSweepResult) -> None:
         super().__init__()
         self.result = result
 

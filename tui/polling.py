@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.device.base import Device, PowerMode
 
 MODE_TTL_S = 15.0
 
@@ -20,19 +23,19 @@ MODE_TTL_S = 15.0
 class SlowModeDevice:
     """Delegates to a Device, caching `power_mode()` for `ttl_s` seconds."""
 
-    def __init__(self, device: Any, ttl_s: float = MODE_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, device: Device, ttl_s: float = MODE_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
         self._device = device
         self._ttl_s = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._mode: Any = None
+        self._mode: PowerMode | None = None
         self._read_at = -float("inf")
         self.queries = 0  # how often the tool actually ran
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._device, name)
 
-    def power_mode(self) -> Any:
+    def power_mode(self) -> PowerMode:
         with self._lock:
             now = self._clock()
             if self._mode is None or now - self._read_at >= self._ttl_s:

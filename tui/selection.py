@@ -9,12 +9,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import SlmDvfsError
 from engine.core.interval import Interval
 from engine.core.provenance import Source
 from engine.results.format import saving_compact, versus_text
+
+if TYPE_CHECKING:  # the run pipeline and the selector load when the selector is asked
+    from engine.core.trace import StepMix
+    from engine.run.experiment import ExperimentSpec
+    from engine.selector.features import WorkloadFeatures
+    from engine.workload.resolve import Workload
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +77,10 @@ def selector_available() -> bool:
     return any((folder() / DEFAULT_NAME).is_file() for folder in (user_selector_dir, shipped_selector_dir))
 
 
-def preview_choice(spec: Any, workload: Any = None) -> SelectorPreview:
+def preview_choice(spec: ExperimentSpec, workload: Workload | None = None) -> SelectorPreview:
     """The selector's choice for an ExperimentSpec's workload and objective.
 
-    `workload` (engine.workload.resolve.Workload) saves resolving it again when the caller has it
+    `workload` (the spec's, resolved) saves resolving it again when the caller has it
     (the Run page's preview); Setup's resolves it as the run will, so the two give one interval:
     the twin ensemble costs the steps the run takes (with dynamic padding, the mix of its lengths),
     as the `ml` policy does once the run starts."""
@@ -106,7 +112,7 @@ def _basis(selector: Any) -> str:
     return basis.short() if basis is not None else ""
 
 
-def _features(spec: Any, workload: Any) -> tuple[Any, Any]:
+def _features(spec: ExperimentSpec, workload: Workload | None) -> tuple[WorkloadFeatures, StepMix]:
     """The selector's features of the workload, and the steps the twin ensemble costs for its interval."""
     from engine.selector.policy import workload_features
     from engine.workload.resolve import resolve_workload

@@ -9,10 +9,12 @@ is estimated once the run resolves it), with what would make it fit in the form'
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN
+from engine.core.constants import DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, Precision, parse_mode, parse_precision
 from engine.core.errors import SlmDvfsError
 from engine.core.units import format_bytes
 from tui.forms import SetupValues, int_or_none, lora_settings, zoo_names
@@ -74,11 +76,11 @@ def memory_status(values: SetupValues) -> MemoryLine:
         name, config, defaults = found
         batch = int_or_none(values.batch_size) or defaults[0]
         length = int_or_none(values.seq_len) or defaults[1]
-        precision = defaults[2] if values.precision == "default" else values.precision
+        precision = defaults[2] if values.precision == "default" else parse_precision(values.precision)
         positions = int(config.get("max_position_embeddings", length))
         if length > positions:
             return MemoryLine(f"memory: seq length {length} exceeds the {positions} positions {name} takes")
-        fit = memory_fit(estimate_memory(config, batch, length, precision, values.mode,
+        fit = memory_fit(estimate_memory(config, batch, length, precision, parse_mode(values.mode),
                                          lora=lora_settings(values)), name)
     except SlmDvfsError as exc:
         return MemoryLine(f"memory: {exc.what}")
@@ -86,8 +88,7 @@ def memory_status(values: SetupValues) -> MemoryLine:
     head = fit.summary().split("; try ")[0]
     if fit.fits:
         return MemoryLine(f"memory: {head} (estimate: {parts}) [predicted]")
-    tries = [_as_fields(r.flags) for r in fit.remedies]
-    tries = [t for t in tries if t][:2]
+    tries = [t for t in (_as_fields(r.flags) for r in fit.remedies) if t][:2]
     advice = "; try " + " or ".join(tries) if tries else "; try a smaller model"
     return MemoryLine(f"memory: {head}{advice} (estimate: {parts}) [predicted]", over=True)
 
@@ -112,7 +113,7 @@ def _as_fields(flags: str) -> str | None:
     return ", ".join(out) or None
 
 
-def _config_for(spec: str):  # -> (name, config, (batch, length, precision)) | None
+def _config_for(spec: str) -> tuple[str, Mapping[str, Any], tuple[int, int, Precision]] | None:
     """A zoo model's or a local config.json's architecture and defaults; None for a hub id
     (its config is read when the run resolves it)."""
     name = next((n for n in zoo_names() if n.lower() == spec.lower()), None)
@@ -127,7 +128,7 @@ def _config_for(spec: str):  # -> (name, config, (batch, length, precision)) | N
     from engine.workload.models import resolve_model  # reads the config.json; builds nothing
 
     resolved = resolve_model(str(path))
-    entry = resolved.entry
-    if entry is not None:
-        return resolved.name, resolved.config, (entry.batch_size, entry.seq_len, entry.precision)
+    known = resolved.entry
+    if known is not None:
+        return resolved.name, resolved.config, (known.batch_size, known.seq_len, known.precision)
     return resolved.name, resolved.config, (DEFAULT_BATCH_SIZE, DEFAULT_SEQ_LEN, "fp32")

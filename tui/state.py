@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from textual.app import App
 from textual.reactive import var
+from textual.screen import ModalScreen
 
 from engine.core.errors import NoRecordedSweepError, SlmDvfsError
 from engine.core.provenance import Source
@@ -31,11 +32,20 @@ from tui.runstate import RunView
 from tui.sweep_model import SweepView
 
 if TYPE_CHECKING:
+    from engine.core.interval import Interval
+    from engine.device.base import DeviceIdentity
     from engine.device.session import DeviceSession
     from engine.dvfs.policies import PolicyFactory
+    from engine.results.records import RunRecord, SweepRecord
+    from engine.results.store import Store
+    from engine.run.experiment import ExperimentResult
+    from engine.workload.training.loop import TrainControl
+    from tui.actions.fleet import FleetCancel
     from tui.bridge import EventBridge
+    from tui.fleet_model import FleetSweepTracker
     from tui.live_model import DeviceHistory
     from tui.lifecycle import QuitNote
+    from tui.polling import SlowModeDevice
     from tui.runstate import RunTracker
     from tui.sweep_model import SweepTracker
 
@@ -44,6 +54,7 @@ log = logging.getLogger(__name__)
 # What the engine's worker is doing (one at a time); the app's engine_busy holds one, or None when idle.
 EngineTask = Literal["experiment", "sweep", "fleet sweep", "selector training", "calibration"]
 ENGINE_TASKS: tuple[EngineTask, ...] = get_args(EngineTask)
+PAGES = ("device", "setup", "run", "compare", "history", "sweep", "fleet")  # keys 1-7
 IDLE_RUN = RunView(status="idle", log=("no run yet: start one on the Setup page (2)",))
 
 
@@ -63,8 +74,8 @@ class StoredRecords:
     """What the History page lists: runs (RunRecord), and sweeps as (SweepRecord, workload text,
     points stored)."""
 
-    runs: Sequence[Any] = ()
-    sweeps: Sequence[tuple[Any, str, int]] = ()
+    runs: Sequence[RunRecord] = ()
+    sweeps: Sequence[tuple[SweepRecord, str, int]] = ()
 
 
 @dataclass(frozen=True)
@@ -103,34 +114,44 @@ class AppState(App[None]):
     # ---------------------------------------------------------------- plain state, set in SlmDvfsApp.__init__
     session: DeviceSession
     policies: PolicyFactory  # every policy a run may ask for (`ml` included), handed to each run
-    identity: Any
+    identity: DeviceIdentity | None  # read at mount
     run_refresh_s: float
     device_history: DeviceHistory
-    polled: Any  # tui.polling.SlowModeDevice: what the poll reads
-    control: Any  # TrainControl (or FleetCancel) of the experiment or sweep in progress
+    polled: SlowModeDevice  # what the poll reads
+    control: TrainControl | FleetCancel | None  # of the experiment or sweep in progress
     pinned_by_us: bool  # an engine worker holds a clock guard
     run_tracker: RunTracker | None
     run_bridge: EventBridge | None
-    sweep_tracker: SweepTracker | Any
+    sweep_tracker: SweepTracker | FleetSweepTracker | None
     sweep_bridge: EventBridge | None
     sweep_for: str | None  # the Setup policy a sweep was started for (oracle)
     selector_key: tuple[str, ...] | None  # the Setup workload selector_line is about
     highlighted_run: int | None  # the run highlighted on History (the palette's export and delete)
-    last_result: Any
+    last_result: ExperimentResult | None
     fleet_tracker: FleetTracker  # what the Fleet page shows, folded from polls and a fleet sweep's events
     engine_ended: str | None  # the engine's last line on how it ended
     engine_failed: bool
     quit_note: QuitNote | None
     _quitting: bool
-    _store: Any
+    _store: Store | None
     _store_path: str | Path | None
+
+    if TYPE_CHECKING:
+        # What one action mixin asks of another (each is defined by its mixin, tui.actions): declared
+        # here so that every mixin sees the whole app through this class.
+        def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True,
+                     estimate: Interval | None = None) -> None: ...
+
+        def open_sweep(self, sweep_id: int) -> None: ...
+
+        def request_fleet_sweep(self, values: dict[str, Any]) -> None: ...
 
     @property
     def is_twin(self) -> bool:
         return self.source is Source.TWIN
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store | None:
         """The results store, opened on first use; None (and said) when it cannot be opened."""
         if self._store is None:
             from engine.results.store import Store
@@ -145,6 +166,13 @@ class AppState(App[None]):
     def showing(self, name: str) -> bool:
         """Page `name` is the current screen (not under a dialog)."""
         return getattr(self.screen, "PAGE", None) == name
+
+    def action_page(self, name: str) -> None:
+        """Show page `name` (its number key): not while quitting or over a dialog."""
+        if self._quitting or isinstance(self.screen, ModalScreen) or name not in PAGES:
+            return
+        if not self.showing(name):
+            self.switch_screen(name)
 
     def _refuse_if_busy(self) -> bool:
         if self._quitting:

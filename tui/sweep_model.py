@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pct
 from engine.results.format import sweep_progress, sweep_total
+
+if TYPE_CHECKING:
+    from engine.results.records import SweepRecord, WorkloadRecord
+    from engine.results.store import Store
+    from engine.results.sweeps import PointSummary
 
 
 @dataclass(frozen=True)
@@ -105,13 +110,13 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def from_summaries(summaries: Sequence[Any], source: Source) -> HeatMap:
-    """From engine.run.sweep.PointSummary (a finished or stored sweep); energy-only points have no time."""
+def from_summaries(summaries: Sequence[PointSummary], source: Source) -> HeatMap:
+    """From a finished or stored sweep's points; energy-only points have no time."""
     return heat_map(((p.setting, p.joules_per_sample.mean,
                       None if p.seconds_per_sample is None else p.seconds_per_sample.mean) for p in summaries), source)
 
 
-def from_store(store: Any, sweep_id: int) -> HeatMap:
+def from_store(store: Store, sweep_id: int) -> HeatMap:
     from engine.results.sweeps import summarize_points
 
     sweep = store.get_sweep(sweep_id)
@@ -131,9 +136,9 @@ class SweepView:
     log: tuple[str, ...] = ()
     sweep_id: int | None = None
     fleet: bool = False  # a fleet sweep: several sweeps at once, no single heat map
-    workload: Any = None  # the sweep's stored workload (engine.results.records.WorkloadRecord), once known
+    workload: WorkloadRecord | None = None  # the sweep's stored workload, once known
     opened: bool = False  # opened from History: the Sweep form takes its workload (s sweeps it again)
-    record: Any = None  # the stored sweep (engine.results.records.SweepRecord), once known
+    record: SweepRecord | None = None  # the stored sweep, once known
 
     @property
     def progress(self) -> str:
@@ -143,7 +148,7 @@ class SweepView:
         return f"{self.done}/{self.total}"
 
 
-def stored_view(store: Any, sweep_id: int, log: Sequence[str], *, opened: bool = False,
+def stored_view(store: Store, sweep_id: int, log: Sequence[str], *, opened: bool = False,
                 heat: HeatMap | None = None) -> SweepView:
     """A stored sweep as the Sweep page shows it: its status, points stored of those planned, heat map
     (its stored points', unless given) and workload. Raises the store's SlmDvfsError."""
@@ -154,7 +159,7 @@ def stored_view(store: Any, sweep_id: int, log: Sequence[str], *, opened: bool =
                      workload=store.get_workload(sweep.workload_id), opened=opened, record=sweep)
 
 
-def workload_text(w: Any) -> str:
+def workload_text(w: WorkloadRecord) -> str:
     """A stored workload's shape as the Sweep page says it: `batch 16, seq 128, fp32, full, dynamic padding`."""
     mode = f"lora r{w.lora.rank}" if w.mode == "lora" and w.lora is not None else w.mode
     padding = "dynamic padding" if w.padding == "dynamic" else f"padded to {w.seq_len}"
@@ -174,11 +179,12 @@ class SweepTracker:
         self._points: list[tuple[DvfsSetting, float, float]] = []
         self._log: deque[str] = deque(maxlen=200)
         self.status = "running"
-        self.done = self.total = 0
+        self.done = 0
+        self.total: int | None = 0  # a stored sweep's plan may be unknown (SweepView.total)
         self.last = ""
         self.sweep_id: int | None = None
-        self.workload: Any = None  # the stored workload, once the sweep has finished
-        self.record: Any = None  # the stored sweep, once it has ended: its counts are the store's then
+        self.workload: WorkloadRecord | None = None  # the stored workload, once the sweep has finished
+        self.record: SweepRecord | None = None  # the stored sweep, once it has ended: its counts are the store's then
         self._final: HeatMap | None = None
 
     def feed(self, event: Any) -> bool:
@@ -209,7 +215,7 @@ class SweepTracker:
             self._log.append(line)
 
     def finish(self, status: str, heat: HeatMap | None = None, sweep_id: int | None = None,
-               line: str | None = None, workload: Any = None, stored: SweepView | None = None) -> None:
+               line: str | None = None, workload: WorkloadRecord | None = None, stored: SweepView | None = None) -> None:
         """The sweep has ended; `stored`: its view from the store (stored_view), whose counts (points
         stored of those planned, a resumed sweep's earlier points too) replace this invocation's."""
         with self._lock:

@@ -207,7 +207,8 @@ class TerminalDriver(LinuxDriver):
         super().__init__(app, **kwargs)
         self.lost_reason: str | None = None
         self._lost_lock = threading.Lock()
-        self._file = TerminalOutput(self._file, self._report_lost)
+        # Textual types its private stream a TextIOWrapper; the driver only writes, flushes and asks isatty/fileno of it
+        self._file = TerminalOutput(self._file, self._report_lost)  # type: ignore[assignment]
 
     def run_input_thread(self) -> None:
         TerminalInput(self.fileno, self.process_message, self._report_lost, self.exit_event,

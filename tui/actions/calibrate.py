@@ -3,7 +3,7 @@ measured sweeps (engine.run.calibrate, as `slm-dvfs calibrate` does) and shows t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from textual import work
 
@@ -11,6 +11,9 @@ from tui.actions.experiments import ENGINE
 from tui.messages import CalibrationRequested, EngineFailed, TwinCalibrated
 from tui.screens.modals import ReportScreen
 from tui.state import AppState
+
+if TYPE_CHECKING:
+    from engine.results.store import Store
 
 DEFAULT_BASE = "agx-orin-64gb"
 
@@ -22,28 +25,29 @@ class CalibrateActions(AppState):
         self.calibrate_twin()
 
     def calibrate_twin(self) -> None:
-        if self._refuse_if_busy() or self.store is None:
+        store = self.store
+        if self._refuse_if_busy() or store is None:
             return
         # The twin's own profile when the app runs on one; on a board, the shipped profile of its kind.
         base = getattr(self.identity, "profile", None) or DEFAULT_BASE
         self.engine_busy = "calibration"
         self.notify(f"calibrating {base} to this store's measured sweeps (with leave-one-sweep-out); "
                     "this takes a minute or so")
-        self.calibrate_worker(base)
+        self.calibrate_worker(store, base)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def calibrate_worker(self, base: str) -> None:
+    def calibrate_worker(self, store: Store, base: str) -> None:
         from engine.run.calibrate import CalibrateSpec, run_calibration
 
         try:
-            result = run_calibration(CalibrateSpec(twin=base), store=self.store)
+            result = run_calibration(CalibrateSpec(twin=base), store=store)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("calibration", exc))
             return
         self.post_message(TwinCalibrated(result))
 
     def on_twin_calibrated(self, message: TwinCalibrated) -> None:
-        result: Any = message.result
+        result = message.result
         self._engine_idle()
         self.push_screen(ReportScreen(f"Calibrated profile {result.profile_name}", result.report_text()))
         self.notify(result.summary_line(), title="Twin calibrated", timeout=12)

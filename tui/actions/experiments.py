@@ -4,8 +4,8 @@ pause/resume, cancel, and the selector's preview before a run."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from textual import work
 
@@ -18,6 +18,13 @@ from tui.runstate import RunTracker
 from tui.screens.modals import ConfirmScreen
 from tui.state import AppState
 
+if TYPE_CHECKING:  # the engine's run pipeline loads when a run starts
+    from engine.results.store import Store
+    from engine.run.experiment import ExperimentSpec
+    from engine.run.harness import ListenerLike
+    from engine.workload.training.loop import TrainControl
+    from tui.forms import SetupValues
+
 log = logging.getLogger(__name__)
 ENGINE = "engine"  # the worker group of experiments, sweeps and selector training
 
@@ -26,7 +33,7 @@ class ExperimentActions(AppState):
     """Mixin of SlmDvfsApp."""
 
     # ------------------------------------------------------------------ experiments
-    def request_start(self, values: Any) -> None:
+    def request_start(self, values: SetupValues) -> None:
         """Start what the setup form describes, asking first on a real board."""
         from tui.forms import build_spec
 
@@ -41,14 +48,17 @@ class ExperimentActions(AppState):
             self.start_experiment(spec)
             return
         runs = "this policy and then MAXN Mode 0" if spec.compare else f"policy {spec.policy}"
+
+        def answer(ok: bool | None) -> None:
+            if ok:
+                self.start_experiment(spec)
+
         self.push_screen(
             ConfirmScreen("Change the board's clocks?",
                           f"{runs} will set the clocks and power mode of this board for {spec.steps} steps; "
-                          "they are restored when the run ends, is cancelled, or on quit.", yes="Start"),
-            lambda ok: self.start_experiment(spec) if ok else None,
-        )
+                          "they are restored when the run ends, is cancelled, or on quit.", yes="Start"), answer)
 
-    def start_experiment(self, spec: Any, callbacks: Iterable[Callable[[Any], None]] = ()) -> Any:
+    def start_experiment(self, spec: ExperimentSpec, callbacks: Iterable[ListenerLike] = ()) -> TrainControl | None:
         """Run `spec` in the engine worker on this app's device; returns its TrainControl."""
         from engine.run.harness import rail_names
         from engine.workload.training.loop import TrainControl
@@ -69,7 +79,7 @@ class ExperimentActions(AppState):
         self.run_tracker = tracker
         self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()),
                                       min_interval_s=self.run_refresh_s)
-        self.control = TrainControl()
+        self.control = control = TrainControl()
         self.polled.invalidate()
         self.engine_busy = "experiment"
         self.pinned_by_us = True
@@ -77,12 +87,12 @@ class ExperimentActions(AppState):
         self.runs_started += 1  # the Run page's log starts afresh
         self.run_view = tracker.view()
         self.action_page("run")  # unless a dialog is open
-        self.experiment_worker(spec, self.control, self.run_bridge, tuple(callbacks))
-        return self.control
+        self.experiment_worker(spec, store, control, self.run_bridge, tuple(callbacks))
+        return control
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def experiment_worker(self, spec: Any, control: Any, bridge: EventBridge,
-                          extra: tuple[Callable[[Any], None], ...]) -> None:
+    def experiment_worker(self, spec: ExperimentSpec, store: Store, control: TrainControl, bridge: EventBridge,
+                          extra: tuple[ListenerLike, ...]) -> None:
         from engine.run.experiment import run_experiment
         from engine.workload.resolve import resolve_workload
         from tui.selection import SelectorPreview, preview_choice
@@ -94,7 +104,7 @@ class ExperimentActions(AppState):
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run
                 preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
             self.post_message(SelectorPreviewed(preview))
-            result = run_experiment(spec, store=self.store, callbacks=[bridge, *extra], control=control,
+            result = run_experiment(spec, store=store, callbacks=[bridge, *extra], control=control,
                                     session=self.session, workload=workload, policies=self.policies)
         except BaseException as exc:  # noqa: BLE001 - shown in the app, never a crash to the shell
             self.post_message(EngineFailed("experiment", exc))
@@ -166,8 +176,10 @@ class ExperimentActions(AppState):
         self.notify(f"{text}\n{detail}", title=f"The {what} failed", severity="error", timeout=15)
 
     def action_pause_resume(self) -> None:
+        from engine.workload.training.loop import TrainControl
+
         control = self.control
-        if control is None or self.engine_busy != "experiment":
+        if not isinstance(control, TrainControl) or self.engine_busy != "experiment":  # a sweep's cannot pause
             self.notify("no run in progress", severity="warning")
             return
         if control.paused:
@@ -207,7 +219,7 @@ class ExperimentActions(AppState):
         self.selector_key = forms.workload_key(message.values)
         self.request_preview(message.values)
 
-    def request_preview(self, values: Any) -> None:
+    def request_preview(self, values: SetupValues) -> None:
         from tui.forms import build_spec
 
         try:
@@ -219,7 +231,7 @@ class ExperimentActions(AppState):
         self.preview_worker(spec)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="preview")
-    def preview_worker(self, spec: Any) -> None:
+    def preview_worker(self, spec: ExperimentSpec) -> None:
         from tui.selection import SelectorPreview, preview_choice
 
         try:

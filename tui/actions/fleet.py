@@ -37,7 +37,9 @@ from tui.messages import (
 from tui.screens.modals import ConfirmScreen
 from tui.state import AppState
 
-if TYPE_CHECKING:  # the engine's run pipeline is imported when a fleet sweep starts
+if TYPE_CHECKING:  # the engine's run pipeline (and Ray) is imported when a fleet is connected
+    from engine.results.store import Store
+    from engine.run.fleet import Fleet, FleetSweepResult
     from engine.run.sweep import SweepSpec
 
 FLEET_POLL_S = 1.0  # Fleet.boards() asks every board: once a second is live enough
@@ -68,9 +70,9 @@ def split_models(text: str) -> list[str]:
 class FleetActions(AppState):
     """Mixin of SlmDvfsApp."""
 
-    fleet: Any = None
+    fleet: Fleet | None = None
 
-    def init_fleet(self, fleet: Any, address: str | None, twins: int | None, profile: str | None,
+    def init_fleet(self, fleet: Fleet | None, address: str | None, twins: int | None, profile: str | None,
                    refresh_s: float = FLEET_POLL_S) -> None:
         """`fleet`: one already connected (the caller closes it); else `address`/`twins` are connected
         to when the app starts (and closed by close_fleet)."""
@@ -80,7 +82,7 @@ class FleetActions(AppState):
         self.fleet_tracker = FleetTracker()
         # The fleet this app connected to (None: none, or one handed to it), set by the connect worker
         # the moment connect returns, so close_fleet finds it even if FleetConnected was never handled.
-        self._owned_fleet: Any = None
+        self._owned_fleet: Fleet | None = None
         self._fleet_closed = False  # close_fleet ran: a connect that ends later closes its own fleet
         self._fleet_lock = threading.Lock()
 
@@ -156,7 +158,7 @@ class FleetActions(AppState):
         self.notify(message.error, title=f"Cannot connect to {message.where}", severity="error", timeout=15)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-poll")
-    def poll_fleet(self, fleet: Any) -> None:
+    def poll_fleet(self, fleet: Fleet) -> None:
         worker = get_current_worker()
         while not worker.is_cancelled and self.fleet is fleet:
             try:
@@ -199,7 +201,7 @@ class FleetActions(AppState):
             self.notify(f"disconnected from {where}", title="Fleet")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-close")
-    def fleet_close_worker(self, fleet: Any, where: str) -> None:
+    def fleet_close_worker(self, fleet: Fleet, where: str) -> None:
         try:
             fleet.close()
         except Exception as exc:  # noqa: BLE001 - said on the page, never a crash to the shell
@@ -233,7 +235,7 @@ class FleetActions(AppState):
         self.action_page("sweep")
         self.call_after_refresh(self.run_action, "fleet_sweep", self.get_screen("sweep"))
 
-    def request_fleet_sweep(self, values: dict) -> None:
+    def request_fleet_sweep(self, values: dict[str, Any]) -> None:
         """The Sweep form's workload on every board: one sweep per model in its model field."""
         from tui.forms import sweep_spec
 
@@ -259,16 +261,20 @@ class FleetActions(AppState):
         if twins_only:
             self.start_fleet_sweep(plans)
             return
+
+        def answer(ok: bool | None) -> None:
+            if ok:
+                self.start_fleet_sweep(plans)
+
         self.push_screen(
             ConfirmScreen("Sweep the fleet's boards?",
                           f"{len(plans)} sweep(s) over the {plans[0].space} space run on the fleet's boards, each "
                           "setting applied in turn; every board restores its clocks when its work ends, is "
-                          "cancelled, or on quit.", yes="Sweep"),
-            lambda ok: self.start_fleet_sweep(plans) if ok else None,
-        )
+                          "cancelled, or on quit.", yes="Sweep"), answer)
 
-    def start_fleet_sweep(self, plans: list[SweepSpec]) -> Any:
-        if self._refuse_if_busy() or self.store is None or self.fleet is None:
+    def start_fleet_sweep(self, plans: list[SweepSpec]) -> FleetCancel | None:
+        fleet, store = self.fleet, self.store
+        if self._refuse_if_busy() or store is None or fleet is None:
             return None
         tracker = FleetSweepTracker(self.fleet_tracker, len(plans))
         tracker.note(f"fleet sweep on {self.fleet_tracker.where}: "
@@ -276,16 +282,17 @@ class FleetActions(AppState):
         self.sweep_tracker = tracker
         self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
                                         min_interval_s=self.run_refresh_s)
-        self.control = FleetCancel()
+        self.control = cancel = FleetCancel()
         self.engine_busy = "fleet sweep"
         self.sweep_view = tracker.view()
-        self.fleet_sweep_worker(self.fleet, tuple(plans), self.control, self.sweep_bridge)
-        return self.control
+        self.fleet_sweep_worker(fleet, store, tuple(plans), cancel, self.sweep_bridge)
+        return cancel
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def fleet_sweep_worker(self, fleet: Any, plans: tuple[Any, ...], cancel: FleetCancel, bridge: EventBridge) -> None:
+    def fleet_sweep_worker(self, fleet: Fleet, store: Store, plans: tuple[SweepSpec, ...], cancel: FleetCancel,
+                           bridge: EventBridge) -> None:
         try:
-            result = fleet.sweep(plans, store=self.store, on_event=bridge, cancel=cancel.event)
+            result = fleet.sweep(plans, store=store, on_event=bridge, cancel=cancel.event)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("fleet sweep", exc))
             return
@@ -304,7 +311,7 @@ class FleetActions(AppState):
             self.notify(line, title="Fleet sweep " + status)
 
 
-def fleet_result_line(result: Any) -> str:
+def fleet_result_line(result: FleetSweepResult) -> str:
     """A FleetSweepResult in one line: its status, each sweep's points, what was retried."""
     sweeps = getattr(result, "sweeps", ())
     parts = [f"sweep {s.sweep_id} {s.model}/{s.task} {s.status} {s.points}/{s.total}"

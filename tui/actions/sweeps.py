@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual import work
 
@@ -24,12 +25,21 @@ from tui.screens.modals import ConfirmScreen
 from tui.state import AppState, SweepOrder
 from tui.sweep_model import SweepTracker, SweepView
 
+if TYPE_CHECKING:  # the engine's run pipeline and the selector's training load when used
+    from engine.results.store import Store
+    from engine.run.sweep import SweepSpec
+    from engine.selector.candidates import CandidateSpec
+    from engine.selector.training import Trained
+    from engine.workload.training.loop import TrainControl
+    from tui.forms import SetupValues
+    from tui.sweep_model import HeatMap
+
 
 class SweepActions(AppState):
     """Mixin of SlmDvfsApp."""
 
     # ------------------------------------------------------------------ what Setup's policy needs
-    def sweeps_of(self, values: Any) -> int:
+    def sweeps_of(self, values: SetupValues) -> int:
         """How many of the store's sweeps of this device (and source) measured Setup's workload:
         the workload found by the key the engine's oracle looks it up by (engine.results.sweeps.
         stored_points), with the zoo's defaults for blank fields and Setup's dynamic padding."""
@@ -56,7 +66,7 @@ class SweepActions(AppState):
             return 0
         return count
 
-    def policy_warning(self, values: Any) -> str:
+    def policy_warning(self, values: SetupValues) -> str:
         """What Setup says under the form about its policy: what it still needs, or ""."""
         from tui.forms import policy_needs
         from tui.selection import TRAIN_COMMAND, selector_available
@@ -71,7 +81,7 @@ class SweepActions(AppState):
                     f"or `{TRAIN_COMMAND}`")
         return ""
 
-    def policy_ready(self, values: Any) -> bool:
+    def policy_ready(self, values: SetupValues) -> bool:
         """Before Setup starts a run: True when its policy has what it needs; otherwise says so
         and offers the way to get it (a fast sweep on the twin, the Sweep page on a board)."""
         from tui.forms import policy_needs
@@ -101,7 +111,7 @@ class SweepActions(AppState):
             return False
         return True
 
-    def sweep_for_setup(self, values: Any, *, fast: bool, start: bool = True) -> None:
+    def sweep_for_setup(self, values: SetupValues, *, fast: bool, start: bool = True) -> None:
         """The Sweep page on Setup's workload; with `start`, its sweep started (fast on the twin)."""
         self.sweep_for = values.policy.strip() if start else None  # said when the sweep is done
         serial = self.sweep_order.serial + 1 if self.sweep_order is not None else 1
@@ -119,7 +129,7 @@ class SweepActions(AppState):
         else:
             self.request_sweep(message.values)
 
-    def request_sweep(self, values: dict) -> None:
+    def request_sweep(self, values: dict[str, Any]) -> None:
         from tui.forms import sweep_spec
 
         if self._refuse_if_busy():
@@ -136,17 +146,21 @@ class SweepActions(AppState):
         if self.is_twin:
             self.start_sweep(spec)
             return
+
+        def answer(ok: bool | None) -> None:
+            if ok:
+                self.start_sweep(spec)
+
         self.push_screen(
             ConfirmScreen("Sweep the board's clocks?",
                           f"Every setting of the {spec.space} space is applied in turn; the clocks are restored "
-                          "when the sweep ends, is cancelled, or on quit.", yes="Sweep"),
-            lambda ok: self.start_sweep(spec) if ok else None,
-        )
+                          "when the sweep ends, is cancelled, or on quit.", yes="Sweep"), answer)
 
-    def start_sweep(self, spec: Any) -> Any:
+    def start_sweep(self, spec: SweepSpec) -> TrainControl | None:
         from engine.workload.training.loop import TrainControl
 
-        if self._refuse_if_busy() or self.store is None:
+        store = self.store
+        if self._refuse_if_busy() or store is None:
             return None
         tracker = SweepTracker(self.source)
         tracker.note(f"sweep of {spec.workload.model}/{spec.workload.task} over {spec.space}"
@@ -154,19 +168,19 @@ class SweepActions(AppState):
         self.sweep_tracker = tracker
         self.sweep_bridge = EventBridge(tracker, lambda: self.post_message(SweepProgress()),
                                         min_interval_s=self.run_refresh_s)
-        self.control = TrainControl()
+        self.control = control = TrainControl()
         self.engine_busy = "sweep"
         self.pinned_by_us = not spec.fast
         self.sweep_view = tracker.view()
-        self.sweep_worker(spec, self.control, self.sweep_bridge)
-        return self.control
+        self.sweep_worker(spec, store, control, self.sweep_bridge)
+        return control
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def sweep_worker(self, spec: Any, control: Any, bridge: EventBridge) -> None:
+    def sweep_worker(self, spec: SweepSpec, store: Store, control: TrainControl, bridge: EventBridge) -> None:
         from engine.run.sweep import run_sweep
 
         try:
-            result = run_sweep(spec, store=self.store, callbacks=[bridge], control=control, session=self.session)
+            result = run_sweep(spec, store=store, callbacks=[bridge], control=control, session=self.session)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("sweep", exc))
             return
@@ -196,7 +210,7 @@ class SweepActions(AppState):
                      f"{versus_text(vs.saving_pct, vs.slowdown_pct, than='MAXN Mode 0')} per sample [{vs.source.value}]")
             if vs.interval is not None:
                 line += f"\n{board_estimate_text(vs.saving_pct, vs.interval)}"
-        if self.sweep_tracker is not None:
+        if isinstance(self.sweep_tracker, SweepTracker):  # a local sweep's (a fleet sweep ends in FleetSweepDone)
             heat = from_summaries(result.points, result.source)
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
                                       stored=self._stored_view(result.sweep_id, heat))
@@ -206,7 +220,7 @@ class SweepActions(AppState):
             line += f"\n{policy} has its sweep now: start the run on Setup (2)"
         self.notify(line, title="Sweep " + result.status)
 
-    def _stored_view(self, sweep_id: int | None, heat: Any) -> SweepView | None:
+    def _stored_view(self, sweep_id: int | None, heat: HeatMap) -> SweepView | None:
         """A sweep that has ended as the store keeps it (its counts, status and workload); None when
         it cannot be read (the tracker then keeps this invocation's counts)."""
         from tui.sweep_model import stored_view
@@ -245,16 +259,17 @@ class SweepActions(AppState):
         self.train_selector()
 
     def train_selector(self) -> None:
-        if self._refuse_if_busy() or self.store is None:
+        store = self.store
+        if self._refuse_if_busy() or store is None:
             return
         self.engine_busy = "selector training"
         self.notify("training the selector on this store's sweeps (quick candidates); this takes a while")
-        self.train_worker(self.source.value, getattr(self.identity, "profile", None) or "agx-orin-64gb")
+        self.train_worker(store, self.source.value, getattr(self.identity, "profile", None) or "agx-orin-64gb")
 
     @work(thread=True, exclusive=True, exit_on_error=False, group=ENGINE)
-    def train_worker(self, source: str, profile: str) -> None:
+    def train_worker(self, store: Store, source: str, profile: str) -> None:
         try:
-            path, trained = train_for_app(self.store, source, profile)
+            path, trained = train_for_app(store, source, profile)
         except BaseException as exc:  # noqa: BLE001 - shown in the app
             self.post_message(EngineFailed("selector training", exc))
             return
@@ -268,10 +283,11 @@ class SweepActions(AppState):
                     title="Selector trained")
 
 
-def train_for_app(store: Any, source: str, profile: str, candidates: Any = None) -> tuple[Path, Any]:
+def train_for_app(store: Store, source: str, profile: str,
+                  candidates: Sequence[CandidateSpec] | None = None) -> tuple[Path, Trained]:
     """The train key's work, off the UI thread: the CLI's training path and defaults (space,
     rails), with quick candidates, so the same store trains the same selector; saved where
-    `train-selector` saves. Returns the file and the engine.selector.training.Trained."""
+    `train-selector` saves. Returns the file and what was trained."""
     from engine.selector.candidates import default_candidates
     from engine.selector.persistence import save_selector
     from engine.selector.training import train_from_store

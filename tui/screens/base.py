@@ -53,7 +53,7 @@ class TickBox(Checkbox):
 class PageScreen(Screen):
     """A numbered page of the app; subclasses compose their body in `compose_body`."""
 
-    BINDINGS = PAGE_BINDINGS
+    BINDINGS = [*PAGE_BINDINGS]  # a list of its own: Screen.BINDINGS is typed list[BindingType]
 
     AUTO_FOCUS = ""  # nothing focused: the number keys switch pages until tab enters a form
     PAGE = ""  # the name the app switches to

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from rich.text import Text
 from textual import on
@@ -14,7 +13,7 @@ from textual.reactive import var
 from textual.widgets import DataTable, Static
 
 from engine.results.format import format_setting, format_when, sweep_progress, sweep_state
-from engine.results.records import several_boards
+from engine.results.records import RunRecord, SweepRecord, several_boards
 from tui.fmt import energy, sig3
 from tui.messages import (
     DeleteRequested,
@@ -56,8 +55,8 @@ class HistoryScreen(PageScreen):
     def __init__(self) -> None:
         super().__init__()
         self.marked: list[int] = []
-        self._runs: list[Any] = []
-        self._sweeps: list[Any] = []
+        self._runs: list[RunRecord] = []
+        self._sweeps: list[SweepRecord] = []
 
     def compose_body(self) -> ComposeResult:
         with Vertical(id="history-body"):
@@ -111,9 +110,10 @@ class HistoryScreen(PageScreen):
             space = space or ("" if method else "?")  # an imported sweep reads `import`
             method = "" if method == "run" and space else method  # a sweep that trains: the default, said by `fast`'s absence
             # points stored of those planned and the status as `slm-dvfs sweeps` says them: `15/60`, `abandoned, resumable`
-            cells = (short_when(s.created_at, this_year), cut(workload, SWEEP_WORKLOAD_W),
-                     cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value, sweep_state(s))
-            st.add_row(str(s.id), *(f" {c}" for c in cells), key=str(s.id))
+            sweep_cells = (short_when(s.created_at, this_year), cut(workload, SWEEP_WORKLOAD_W),
+                           cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value,
+                           sweep_state(s))
+            st.add_row(str(s.id), *(f" {c}" for c in sweep_cells), key=str(s.id))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
         elif not runs and self.focused is not st:
@@ -137,13 +137,13 @@ class HistoryScreen(PageScreen):
     def say(self, text: str) -> None:
         self.query_one("#history-status", Static).update(text)
 
-    def selected_run(self) -> Any | None:
+    def selected_run(self) -> RunRecord | None:
         table = self.query_one("#runs", DataTable)
         if not self._runs or table.cursor_row < 0 or table.cursor_row >= len(self._runs):
             return None
         return self._runs[table.cursor_row]
 
-    def selected_sweep(self) -> Any | None:
+    def selected_sweep(self) -> SweepRecord | None:
         table = self.query_one("#sweeps", DataTable)
         if not self._sweeps or table.cursor_row < 0 or table.cursor_row >= len(self._sweeps):
             return None
@@ -158,7 +158,7 @@ class HistoryScreen(PageScreen):
     def _sweeps_focused(self) -> bool:
         return self.focused is self.query_one("#sweeps", DataTable)
 
-    def _run_target(self) -> Any | None:
+    def _run_target(self) -> RunRecord | None:
         """The run a run key acts on: the runs table's highlighted one, the focus brought there
         (from the sweeps table, or from nothing) so that it is the one shown highlighted."""
         runs = self.query_one("#runs", DataTable)
@@ -246,7 +246,7 @@ def short_when(stamp: str | None, this_year: str) -> str:
     return when[5:] if when.startswith(this_year) else when[:10]
 
 
-def _policy(run: Any) -> str:
+def _policy(run: RunRecord) -> str:
     notes = run.notes or ""
     if notes.startswith("policy "):
         return notes[len("policy "):].split(";")[0]

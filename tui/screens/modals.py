@@ -3,12 +3,18 @@ a long text report to read (a calibration's)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
+
+if TYPE_CHECKING:
+    from tui.setup_fit import ZooRow
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -52,7 +58,7 @@ class ZooPickerScreen(ModalScreen["str | None"]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, rows, current: str = "") -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, rows: Iterable[ZooRow], current: str = "") -> None:
         super().__init__()
         self.rows = tuple(rows)
         self.current = current

@@ -114,8 +114,9 @@ class RunScreen(PageScreen):
             self.draw_device(self.reading)
 
     def watch_selector_short(self, line: str | tuple[str, ...]) -> None:
-        if self.last_view is not None:
-            self.paint("selector", lambda: self.query_one(ProgressPane).show(self.last_view, line))
+        view = self.last_view
+        if view is not None:
+            self.paint("selector", lambda: self.query_one(ProgressPane).show(view, line))
 
     def draw_run(self, view: RunView) -> None:
         self.last_view = view

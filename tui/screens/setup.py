@@ -11,8 +11,10 @@ from it: the selector's preview line and what the policy still needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, VerticalScroll
@@ -20,6 +22,7 @@ from textual.reactive import var
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
 from textual.validation import ValidationResult, Validator
+from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from engine.core.provenance import Source
@@ -32,7 +35,7 @@ from tui.screens.base import PageScreen, TickBox
 class CheckValidator(Validator):
     """A Textual validator over one of tui.forms' checks (None = good, else the reason)."""
 
-    def __init__(self, check, **options) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, check: Callable[..., str | None], **options: object) -> None:
         super().__init__()
         self.check = check
         self.options = options
@@ -68,7 +71,7 @@ HELP_KEYS = {"batch_size": "batch size", "seq_len": "seq length", "train_samples
 SELECTOR_PROMPT = "selector: press p to ask what it would choose (figures predicted)"
 
 
-def _row(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
+def _row(label: str, widget: Widget) -> Horizontal:
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
 
@@ -270,13 +273,13 @@ class SetupScreen(PageScreen):
         widget.update(Text(note))  # [predicted] is no markup
         widget.display = bool(note)
 
-    def on_descendant_focus(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         self._explain(getattr(event, "widget", None) or self.focused)
 
-    def on_descendant_blur(self, event) -> None:  # type: ignore[no-untyped-def]
+    def on_descendant_blur(self, event: events.DescendantBlur) -> None:
         self.call_after_refresh(lambda: self._explain(self.focused))
 
-    def _explain(self, widget) -> None:  # type: ignore[no-untyped-def]
+    def _explain(self, widget: Widget | None) -> None:
         """The focused field's meaning under the form (the policy's own, from the engine, too)."""
         field = getattr(widget, "id", None) or ""
         key = HELP_KEYS.get(field, field)

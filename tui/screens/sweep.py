@@ -11,7 +11,7 @@ The page binds the app's sweep view, Setup's values, the fleet and the engine's 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
@@ -20,6 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.reactive import var
+from textual.widget import Widget
 from textual.widgets import (
     Button,
     Checkbox,
@@ -43,6 +44,9 @@ from tui.screens.setup import CheckValidator
 from tui.state import EngineTask, SweepOrder
 from tui.sweep_model import HeatMap, SweepView, workload_text
 
+if TYPE_CHECKING:
+    from engine.results.records import SweepRecord, WorkloadRecord
+
 # What identifies a stored sweep (SweepSpec.space_key) that the form has no field for: SweepSpec fields of those names.
 SPACE_FIELDS = ("rails", "seed", "cpu_stride", "include_maxn", "thermal")
 HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
@@ -59,7 +63,7 @@ def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
     for col in heat.cols:
         table.add_column(f"EMC {col}", justify="right")
     for row in heat.rows[:max_rows]:
-        cells = []
+        cells: list[Text | str] = []
         for col in heat.cols:
             cell = heat.cells.get((row, col))
             if cell is None:
@@ -99,7 +103,7 @@ class SweepScreen(PageScreen):
         super().__init__()
         self.setup = forms.SetupValues()  # the Setup workload the form last took
         self._followed: tuple[str, ...] | None = None
-        self.opened: Any = None  # the stored workload of a sweep opened from History, while the form holds it
+        self.opened: WorkloadRecord | None = None  # the stored workload of a sweep opened from History, while the form holds it
         self._opened_id: int | None = None
         self._opened_view: SweepView | None = None  # the opened sweep's view whose workload the form took
         self._sweep_fields: dict[str, Any] = {}  # the opened sweep's SweepSpec fields the form has no field for
@@ -116,10 +120,11 @@ class SweepScreen(PageScreen):
         self._fill(values)
         return True
 
-    def take_workload(self, workload: Any, sweep_id: int | None = None, record: Any = None) -> None:
-        """An opened sweep's own workload (engine.results.records.WorkloadRecord) in the form, until
+    def take_workload(self, workload: WorkloadRecord, sweep_id: int | None = None,
+                      record: SweepRecord | None = None) -> None:
+        """An opened sweep's own workload in the form, until
         Setup changes: `s` then sweeps that workload (resuming the sweep if unfinished), and the heat
-        map is not shown beside another. With its `record` (SweepRecord), what else makes it that
+        map is not shown beside another. With its `record`, what else makes it that
         sweep in the store too: its space, fast or not, warm-up, steps and repeats in the form, and
         what the form has no field for (rails, seed, CPU stride, MAXN, thermal) kept for `s`."""
         lora = workload.lora.rank if workload.mode == "lora" and workload.lora is not None else 8
@@ -129,7 +134,9 @@ class SweepScreen(PageScreen):
                                        mode=workload.mode, lora_rank=str(lora))
         self._fill(self.setup)
         self._sweep_fields, self._takes_sweep = {}, False
-        space = {} if record is None else record.space
+        if record is None:
+            return  # the workload alone: `s` starts a new sweep of it
+        space = record.space
         if space.get("method") not in ("run", "fast") or space.get("space") not in SPACES:
             return  # imported, or explicit settings: no sweep of the form's is that one; `s` starts a new one
         self.query_one("#sw-space", Select).value = space["space"]
@@ -176,7 +183,7 @@ class SweepScreen(PageScreen):
         return fields
 
     def compose_body(self) -> ComposeResult:
-        def field(label: str, widget) -> Horizontal:  # type: ignore[no-untyped-def]
+        def field(label: str, widget: Widget) -> Horizontal:
             return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
         def number(bounds: forms.Bounds) -> list[CheckValidator]:
@@ -215,7 +222,7 @@ class SweepScreen(PageScreen):
         self.query_one("#sweep-progress", ProgressBar).display = False
         self._log_lines: tuple[str, ...] = ()
 
-    def values(self) -> dict:
+    def values(self) -> dict[str, Any]:
         def text(name: str) -> str:
             return self.query_one(f"#sw-{name}", Input).value.strip()
 

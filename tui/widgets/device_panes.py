@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -32,7 +33,7 @@ class Pane(Static):
     _key: object = None
     _lines = -1
 
-    def draw_if_changed(self, key: object, build) -> bool:  # type: ignore[no-untyped-def]
+    def draw_if_changed(self, key: object, build: Callable[[], tuple[RenderableType, int]]) -> bool:
         """Draw `build()` unless `key` equals the last one drawn; returns whether it drew."""
         if key is not None and key == self._key:
             return False
