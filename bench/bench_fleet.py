@@ -97,10 +97,10 @@ def main() -> None:
             with connect(twins=3, folder=base / f"twins-cold-{r}") as fresh:
                 cold += timed_side(fresh, plans[:1], 0.0, 1, base, f"cold-{r}")["per_round"]
     print(json.dumps({
-        "workloads": [f"{p.model}/{p.task}" for p in plans], "mode": "fast, paced", "pace": args.pace,
+        "workloads": [f"{p.workload.model}/{p.workload.task}" for p in plans], "mode": "fast, paced", "pace": args.pace,
         "steps": args.steps, "host_cpus": os.cpu_count(), "serial": serial, "fleet": fleet,
         "ratio_fleet_over_serial": round(fleet["wall_s"] / serial["wall_s"], 3),
-        "one_sweep_on_three_fresh_unpaced_twins": {"workload": f"{plans[0].model}/{plans[0].task}", "per_round": cold},
+        "one_sweep_on_three_fresh_unpaced_twins": {"workload": f"{plans[0].workload.model}/{plans[0].workload.task}", "per_round": cold},
         "note": "each sweep's points spread over the boards in shares: 1/3 is the ideal on 3 boards; the boards "
                 "are balanced by board time (bert-mini points take longer than bert-tiny ones: shares differ in "
                 "points, not in time)",
