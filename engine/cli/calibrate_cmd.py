@@ -12,7 +12,7 @@ from engine.core.errors import ConfigError
 from engine.core.text import clean_text
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("calibrate", help="fit the digital twin to measured sweeps; writes a calibrated profile",
                        description="Fit the twin profile's uncertain parameters (voltage curve, capacitances, "
                                    "leakage, efficiencies, host overheads, MAXN's governor) to the measured sweeps "

@@ -32,7 +32,7 @@ def _mode(text: str) -> int:
     return mode
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from engine.device.clockd.framing import DEFAULT_IDLE_TIMEOUT_S
     from engine.device.clockd.server import DEFAULT_GROUP, DEFAULT_MAX_CONNECTIONS, DEFAULT_SOCKET, DEFAULT_STATE_DIR
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
 from engine.cli import numbers
 from engine.cli.store_cmds import _db_path, _num, add_db_arg
 from engine.core.errors import ConfigError
 from engine.core.text import clean_text
-from engine.results.compare import SIGN_CONVENTION
+from engine.results.compare import SIGN_CONVENTION, PairComparison
 from engine.results.format import rail_savings_text, versus_text
 from engine.results.store import RunRecord, Store
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("compare", help="a stored run against its MAXN Mode 0 baseline (found, or the run given): "
                        "saving and slowdown, refused for runs that do not compare (two workloads, board vs twin, ...)")
     add_db_arg(p)
@@ -55,7 +54,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_pair(pair: Any) -> str:
+def format_pair(pair: PairComparison) -> str:
     """`slm-dvfs compare`: each run's workload and figures, then the saving and slowdown against MAXN, in
     words as `run` and `show` say them (engine.results.format); signed numbers only in --json."""
     run, base, c = pair.run, pair.base, pair.comparison

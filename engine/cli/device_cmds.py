@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Iterable, TypedDict
 
 from engine.cli import numbers
 from engine.core import paths
@@ -17,6 +17,9 @@ from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
 from engine.device.snapshot import take_snapshot
 from engine.core.errors import ConfigError, NodeNotFoundError, SlmDvfsError
+
+if TYPE_CHECKING:
+    from engine.device.guard.journal import Journal
 
 NO_CONF = "unknown (no nvpmodel.conf - a container?)"
 
@@ -42,7 +45,7 @@ def session_from_args(args: argparse.Namespace, *, realtime: bool = True) -> Dev
     return open_device(twin=args.twin, sysfs_root=args.sysfs_root, realtime=realtime)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("device", help="identity, clock tables, clocks, rails, temperatures, power mode")
     add_device_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -71,7 +74,74 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # --- device -------------------------------------------------------------------------------
-def device_report(device: Device) -> dict[str, Any]:
+# What `slm-dvfs device` shows, as plain data: `--json` prints it, format_device_report writes it out.
+class ClusterReport(TypedDict):
+    cpus: list[int]
+    label: str
+    policy: int | None
+    state: str  # online | offline | unknown
+    min_hz: int | None
+    cur_hz: int | None
+    max_hz: int | None
+    governor: str | None
+    pinned: bool
+    why: str
+
+
+class ClockReport(TypedDict, total=False):
+    error: str  # the domain could not be read: only this key
+    table_hz: list[int]
+    cur_hz: int
+    min_hz: int
+    max_hz: int
+    governor: str | None
+    pinned: bool
+    clusters: list[ClusterReport]  # the CPU's, where the device tells them
+
+
+class RailReport(TypedDict):
+    name: str
+    voltage_mv: float
+    current_ma: float
+    power_mw: float
+    implausible: str | None
+
+
+class ModeReport(TypedDict):
+    id: int
+    name: str
+    gpu_max_hz: int | None
+    cpu_max_hz: int | None
+    emc_max_hz: int | None
+    online_cpus: int | None
+
+
+class ModeId(TypedDict):
+    id: int
+    name: str
+
+
+class DeviceReport(TypedDict):
+    board: str
+    module: str
+    l4t: str | None
+    jetpack: str | None
+    serial: str | None
+    twin: bool
+    profile: str | None
+    source: str
+    nvpmodel: ModeId | None
+    nvpmodel_conf: bool
+    power_modes: list[ModeReport]
+    clocks: dict[str, ClockReport]
+    gpu_load: float | None
+    rails: list[RailReport]
+    total_power_mw: float
+    temperatures: dict[str, float]
+    errors: dict[str, str]
+
+
+def device_report(device: Device) -> DeviceReport:
     """Everything `slm-dvfs device` shows, as plain data (JSON-ready)."""
     snap = take_snapshot(device)
     ident = snap.identity
@@ -80,7 +150,7 @@ def device_report(device: Device) -> dict[str, Any]:
         no_conf = False
     except NodeNotFoundError:  # every L4T container: the board is there, its modes are not
         modes, no_conf = (), True
-    clocks: dict[str, Any] = {}
+    clocks: dict[str, ClockReport] = {}
     clusters = _cpu_clusters(device)
     for domain in ClockDomain:
         state = snap.clock(domain)
@@ -100,7 +170,7 @@ def device_report(device: Device) -> dict[str, Any]:
             clocks["cpu"]["pinned"] = all(c["pinned"] for c in clusters if c["state"] != "offline") and all(
                 c["state"] != "unknown" for c in clusters)
             clocks["cpu"]["clusters"] = clusters
-    rails = [{"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw,
+    rails: list[RailReport] = [{"name": r.name, "voltage_mv": r.voltage_mv, "current_ma": r.current_ma, "power_mw": r.power_mw,
               "implausible": snap.implausible.get(r.name)} for r in snap.rails]
     return {
         "board": ident.board,
@@ -127,7 +197,7 @@ def device_report(device: Device) -> dict[str, Any]:
     }
 
 
-def _cpu_clusters(device: Device) -> list[dict[str, Any]]:
+def _cpu_clusters(device: Device) -> list[ClusterReport]:
     """Each CPU cluster's state (a board or the twin; [] for a device that cannot tell)."""
     read = getattr(device, "cpu_clusters", None)
     if read is None:
@@ -142,7 +212,7 @@ def _cpu_clusters(device: Device) -> list[dict[str, Any]]:
              "pinned": c.pinned, "why": c.why} for c in clusters]
 
 
-def _cluster_lines(c: dict[str, Any]) -> list[str]:
+def _cluster_lines(c: ClockReport) -> list[str]:
     """The CPU's clusters under its line, where they are not all alike and online."""
     clusters = c.get("clusters") or []
     same = len({(k["state"], k["min_hz"], k["max_hz"], k["governor"]) for k in clusters}) <= 1
@@ -152,15 +222,20 @@ def _cluster_lines(c: dict[str, Any]) -> list[str]:
     for k in clusters:
         if k["state"] == "online":
             pin = "  (pinned)" if k["pinned"] else ""
-            out.append(f"    {k['label']:10} {format_mhz(k['min_hz']):>6} / {format_mhz(k['cur_hz']):>8} / "
-                       f"{format_mhz(k['max_hz']):>8}   {k['governor'] or '-'}{pin}")
+            out.append(f"    {k['label']:10} {_mhz(k['min_hz']):>6} / {_mhz(k['cur_hz']):>8} / "
+                       f"{_mhz(k['max_hz']):>8}   {k['governor'] or '-'}{pin}")
         else:
             what = "offline" if k["state"] == "offline" else "unknown"
             out.append(f"    {k['label']:10} {what}" + (f": {k['why']}" if k["why"] != "offline" else ""))
     return out
 
 
-def format_device_report(rep: dict[str, Any]) -> str:
+def _mhz(hz: int | None) -> str:
+    # An online cluster's clocks were all read (CpuCluster.known), so `-` is never shown there.
+    return "-" if hz is None else format_mhz(hz)
+
+
+def format_device_report(rep: DeviceReport) -> str:
     src = rep["source"]
     kind = f"digital twin ({rep['profile']})" if rep["twin"] else "real board"
     lines = [
@@ -217,7 +292,7 @@ def format_device_report(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _mode_text(rep: dict[str, Any]) -> str:
+def _mode_text(rep: DeviceReport) -> str:
     mode = rep["nvpmodel"]
     if not rep.get("nvpmodel_conf", True):  # no names, no caps: at most the id nvpmodel's status file keeps
         return NO_CONF + (f" (its status file says mode {mode['id']})" if mode else "")
@@ -316,7 +391,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     return 0
 
 
-def _abandon_runs_of(journals: Any) -> None:
+def _abandon_runs_of(journals: Iterable[Journal]) -> None:
     """The runs a recovered session journal names are over: mark them abandoned in the default store."""
     from engine.results.store.db import default_db_path
     from engine.results.errors import StoreError

@@ -38,7 +38,7 @@ Result = TypeVar("Result", "ExperimentResult", "SweepResult")  # what _execute's
 REDRAW_S = 0.1
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "run", help="fine-tune under a DVFS policy (optionally also under MAXN Mode 0, to compare)",
         description="Fine-tune a model on a GLUE task under a DVFS policy; with --compare maxn also under "

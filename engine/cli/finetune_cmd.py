@@ -12,7 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from engine.cli import numbers
 from engine.core.constants import PRECISIONS
@@ -37,7 +37,7 @@ BAR_WIDTH = 24
 REDRAW_S = 0.1  # at most ten progress redraws a second
 
 
-def register(subparsers: Any) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "finetune",
         help="fine-tune a model on a GLUE task (on this host; --twin also runs it on the digital twin)",

@@ -11,7 +11,7 @@ import itertools
 import json
 import sys
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence, TypeVar
 
 from engine.cli import numbers
 from engine.cli.fleet_run_cmd import add_run_args, format_run_event, format_run_summary, run_specs
@@ -19,11 +19,18 @@ from engine.cli.interrupt import cancel_on_sigint
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, as_list
 from engine.core.text import clean_text
 from engine.results.format import versus_text
 
+if TYPE_CHECKING:  # Ray and the fleet are imported only when a fleet command runs
+    from engine.results.compare import SweepSaving
+    from engine.results.store import Store
+    from engine.results.sweeps import PointSummary
+    from engine.run.fleet import BoardInfo, Fleet, FleetEvent, FleetSweepResult, SweepOutcome, SweepPlan
 
-def register(sub: argparse._SubParsersAction) -> None:
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fleet", help="boards (or local twins) over a Ray cluster: status, sweeps, experiments",
                        description="A lab's boards joined in a Ray cluster (docs/fleet.md): list them; spread "
                        "sweeps over them, each sweep's points shared out among the boards, every point stored here "
@@ -92,7 +99,7 @@ def _fleet_args(p: argparse.ArgumentParser) -> None:
                    "rise under load and the thermal guard acts, as on a board)")
 
 
-def _connect(args: argparse.Namespace) -> Any:
+def _connect(args: argparse.Namespace) -> Fleet:
     from engine.run.fleet import connect, parse_twins
 
     if args.twins:
@@ -115,7 +122,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_status(boards: Any) -> str:
+def format_status(boards: Sequence[BoardInfo]) -> str:
     if not boards:
         return "no boards answer\n"
     lines = [f"{len(boards)} board{'s' if len(boards) != 1 else ''}",
@@ -144,7 +151,7 @@ class _Cancel:
         return self.event.is_set()
 
 
-def sweep_plans(args: argparse.Namespace) -> list[Any]:
+def sweep_plans(args: argparse.Namespace) -> list[SweepPlan]:
     from engine.run.fleet import SweepPlan
 
     sizes = args.batch_size or [None]
@@ -169,9 +176,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                   format_run_event, lambda result, store: format_run_summary(result))
 
 
-def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], None], threading.Event], Any],
-           line: Callable[[Any], str], summary: Callable[[Any, Any], str],
-           as_json: Callable[[Any, Any], dict[str, Any]] = lambda result, store: result.to_json()) -> int:
+class _Result(Protocol):
+    """What _drive reads of a fleet's result (a FleetSweepResult, a FleetRunResult)."""
+
+    @property
+    def status(self) -> str: ...
+
+    def to_json(self) -> JsonObject: ...
+
+
+E = TypeVar("E")  # an event of the fleet's work
+R = TypeVar("R", bound=_Result)
+
+
+def _drive(args: argparse.Namespace, start: Callable[[Fleet, Store, Callable[[E], None], threading.Event], R],
+           line: Callable[[E], str], summary: Callable[[R, Store], str],
+           as_json: Callable[[R, Store], JsonObject] = lambda result, store: result.to_json()) -> int:
     """Connect, start the fleet's work with a line per event (stderr with --json), print its summary
     (or its JSON); exit 0 finished, 130 cancelled (Ctrl-C: every board restores its clocks), 1 failed."""
     from engine.results.store import Store
@@ -179,7 +199,7 @@ def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], 
     cancel = _Cancel()
     out = sys.stderr if args.json else sys.stdout
 
-    def show(event: Any) -> None:
+    def show(event: E) -> None:
         out.write(clean_text(line(event)) + "\n")
         out.flush()
 
@@ -195,7 +215,7 @@ def _drive(args: argparse.Namespace, start: Callable[[Any, Any, Callable[[Any], 
     return {"finished": 0, "cancelled": 130}.get(result.status, 1)
 
 
-def format_event(e: Any) -> str:
+def format_event(e: FleetEvent) -> str:
     where = f"[{e.board}]" if e.board else "[fleet]"
     sweep = f" s{e.sweep_id}" if e.sweep_id is not None else ""
     if e.kind == "point":
@@ -205,7 +225,7 @@ def format_event(e: Any) -> str:
     return f"{where}{sweep} {e.kind}: {e.text}"
 
 
-def sweep_optimum(store: Any, outcome: Any, objective: str) -> tuple[Any, Any, str] | None:
+def sweep_optimum(store: Store, outcome: SweepOutcome, objective: str) -> tuple[PointSummary, SweepSaving | None, str] | None:
     """A fleet sweep's optimum by `objective`, its saving and slowdown against MAXN (None without
     MAXN), and its source: None before any point is stored."""
     from engine.dvfs.objectives import parse_objective
@@ -221,7 +241,7 @@ def sweep_optimum(store: Any, outcome: Any, objective: str) -> tuple[Any, Any, s
     return best, optimum_vs_maxn(best, maxn_of(points)), store.get_sweep(outcome.sweep_id).source.value
 
 
-def format_summary(result: Any, store: Any, objective: str) -> str:
+def format_summary(result: FleetSweepResult, store: Store, objective: str) -> str:
     lines = [f"fleet sweep {result.status} in {result.wall_s:.1f} s"]
     for s in result.sweeps:
         where = ", ".join(dict.fromkeys(s.boards)) or "-"
@@ -244,10 +264,12 @@ def format_summary(result: Any, store: Any, objective: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def sweep_json(result: Any, store: Any, objective: str) -> dict[str, Any]:
+def sweep_json(result: FleetSweepResult, store: Store, objective: str) -> JsonObject:
     """The result's JSON, each sweep with its optimum and the optimum's saving and slowdown vs MAXN."""
     out = result.to_json()
-    for s, row in zip(result.sweeps, out["sweeps"]):
+    for s, row in zip(result.sweeps, as_list(out["sweeps"])):
+        if not isinstance(row, dict):  # FleetSweepResult.to_json writes each sweep as a dict
+            raise TypeError(f"a sweep's JSON is a {type(row).__name__}")
         found = sweep_optimum(store, s, objective)
         best, vs, src = found if found is not None else (None, None, None)
         row.update(optimum=None if best is None else best.setting.label(), source=src,

@@ -20,7 +20,7 @@ from engine.core.text import clean_text
 DEFAULT_PROFILE = "agx-orin-64gb"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "import-sweep", help="store a sweep measured elsewhere (CSV or JSON) as a measured sweep",
         description="Read one row per measured point (GPU clock, optionally CPU, EMC and nvpmodel mode, or "

@@ -5,10 +5,10 @@ WorkloadSpec a command's workload flags make."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TypedDict
 
 from engine.cli import numbers
-from engine.core.constants import MODES
+from engine.core.constants import MODES, Mode
 from engine.core.errors import ConfigError
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
@@ -42,18 +42,26 @@ def _targets(text: str) -> tuple[str, ...]:
 def lora_settings(args: argparse.Namespace) -> LoraSettings | None:
     """The LoRA settings the options give: None unless a --lora-* option was given (the spec then
     uses the defaults for --mode lora, and refuses --lora-* options for another mode)."""
-    given: dict[str, Any] = {}
-    for flag, field in (("lora_rank", "rank"), ("lora_alpha", "alpha"), ("lora_dropout", "dropout"),
-                        ("lora_targets", "targets")):
-        value = getattr(args, flag, None)
-        if flag == "lora_targets" and value is not None:
-            value = _targets(value)
-        if value is not None:
-            given[field] = value
-    return LoraSettings(**given) if given else None
+    rank, alpha, dropout = (getattr(args, flag, None) for flag in ("lora_rank", "lora_alpha", "lora_dropout"))
+    text = getattr(args, "lora_targets", None)
+    targets = None if text is None else _targets(text)
+    if rank is None and alpha is None and dropout is None and targets is None:
+        return None
+    default = LoraSettings()  # an option not given keeps its default
+    return LoraSettings(rank=default.rank if rank is None else rank, alpha=default.alpha if alpha is None else alpha,
+                        dropout=default.dropout if dropout is None else dropout,
+                        targets=default.targets if targets is None else targets)
 
 
-def mode_options(args: argparse.Namespace) -> dict[str, Any]:
+class ModeOptions(TypedDict):
+    """The spec keywords of the mode options."""
+
+    mode: Mode
+    lora: LoraSettings | None
+    grad_checkpointing: bool
+
+
+def mode_options(args: argparse.Namespace) -> ModeOptions:
     """The spec keywords of the mode options: mode, lora, grad_checkpointing."""
     return {"mode": args.mode, "lora": lora_settings(args), "grad_checkpointing": bool(args.grad_checkpointing)}
 

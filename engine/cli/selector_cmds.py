@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
@@ -18,7 +18,17 @@ from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError, NoSweepPointsError
+from engine.core.jsontypes import JsonObject
 from engine.core.userinput import parse_int
+
+if TYPE_CHECKING:  # the selector (and scikit-learn) are imported inside the commands
+    from engine.core.measurement import Measurement
+    from engine.device.setting import DvfsSetting
+    from engine.device.twin.profile import TwinProfile
+    from engine.dvfs.objectives import Objective
+    from engine.selector.selection import CvTableRow
+    from engine.selector.selector import Choice, Selector
+    from engine.selector.uncertainty import ChoiceUncertainty
 
 DEFAULT_PROFILE = "agx-orin-64gb"
 
@@ -43,7 +53,7 @@ def _ints(text: str | None, what: str, high: int = numbers.MAX_BATCH) -> tuple[i
     return out
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("train-selector", help="train the ML selector on sweeps (or the twin zoo) and save the winner")
     p.add_argument("--source", choices=["measured", "twin", "both"],
                    help="which sweeps to learn from (default measured; twin with --from-twin-zoo). "
@@ -113,13 +123,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # --------------------------------------------------------------------------- train-selector
-def _progress(enabled: bool):
-    def report(*args: Any) -> None:
+def _progress(enabled: bool) -> Callable[..., None]:
+    """One reporter for both callers: the twin zoo's (i, n, what) and training's one line."""
+    def report(*args: object) -> None:
         if not enabled:
             return
         if len(args) == 3:
             i, n, what = args
-            if i % 25 == 0 or i == n:
+            if isinstance(i, int) and (i % 25 == 0 or i == n):
                 print(f"  [{i}/{n}] {what}", file=sys.stderr, flush=True)
         else:
             print(f"  {args[0]}", file=sys.stderr, flush=True)
@@ -129,7 +140,8 @@ def _progress(enabled: bool):
 def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.selector.candidates import default_candidates
-    from engine.selector.dataset import from_twin_zoo
+    from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_MODES, DEFAULT_PRECISIONS, DEFAULT_SEQ_LENS,
+                                         LARGE_BATCH_SIZES, from_twin_zoo)
     from engine.selector.mixing import parse_weight
     from engine.selector.persistence import save_selector, sidecar_path
     from engine.selector.training import train_from_store, train_on
@@ -163,17 +175,17 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         if args.module and args.source != "both":
             raise ConfigError("--module picks the store's measured sweeps; --from-twin-zoo alone reads none",
                               "add --source both to add that module's measured sweeps, or drop --module")
-        zoo_args: dict[str, Any] = {}
-        for key, value in (("batch_sizes", _ints(args.batch_sizes, "batch-sizes")),
-                           ("large_batch_sizes", _ints(args.large_batch_sizes, "large-batch-sizes")),
-                           ("seq_lens", _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)),
-                           ("precisions", [parse_precision(t) for t in _csv(args.precisions) or ()]),
-                           ("modes", [parse_mode(t) for t in _csv(args.modes) or ()])):
-            if value:
-                zoo_args[key] = tuple(value)
+        # An option not given keeps the zoo's default grid.
+        batch_sizes = _ints(args.batch_sizes, "batch-sizes")
+        large_batch_sizes = _ints(args.large_batch_sizes, "large-batch-sizes")
+        seq_lens = _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)
+        precisions = tuple(parse_precision(t) for t in _csv(args.precisions) or ())
+        modes = tuple(parse_mode(t) for t in _csv(args.modes) or ())
         progress("generating twin training data (fast sweeps)")
         ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
-                           progress=progress, **zoo_args)
+                           progress=progress, batch_sizes=batch_sizes or DEFAULT_BATCH_SIZES,
+                           large_batch_sizes=large_batch_sizes or LARGE_BATCH_SIZES, seq_lens=seq_lens or DEFAULT_SEQ_LENS,
+                           precisions=precisions or DEFAULT_PRECISIONS, modes=modes or DEFAULT_MODES)
         if args.source == "both":  # the zoo, and the store's measured sweeps weighted over it
             from engine.results.store import Store, default_db_path
             from engine.selector.training import with_measured
@@ -216,7 +228,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     return 0
 
 
-def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any], started: float) -> int:
+def _transfer(args: argparse.Namespace, objective: Objective, command: JsonObject, started: float) -> int:
     """`train-selector --transfer`: the base selector with a correction fitted on the store's measured sweeps."""
     import time
 
@@ -247,7 +259,7 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     try:
         with Store(db, create=False) as store:
             ds = store_dataset(store, source="measured", profile=base.encoder.profile or args.profile,
-                               space=base.training.get("space") or args.space, rails=args.rails,
+                               space=_trained_space(base) or args.space, rails=args.rails,
                                module=args.module)
     except ConfigError as exc:
         # the store's own hint (another --rails) comes first when it has one
@@ -275,17 +287,23 @@ def _transfer(args: argparse.Namespace, objective: Any, command: dict[str, Any],
     return 0
 
 
-def _load_profile(name: str) -> Any:
+def _trained_space(selector: Selector) -> str | None:
+    """The setting space the selector was trained over, as its training record says."""
+    space = selector.training.get("space")
+    return space if isinstance(space, str) else None
+
+
+def _load_profile(name: str) -> TwinProfile:
     from engine.device.twin.profile import load_profile
 
     return load_profile(name)
 
 
-def _pct(v: Any, digits: int = 2) -> str:
+def _pct(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{100 * v:.{digits}f}%"
 
 
-def format_cv_table(rows: Sequence[Mapping[str, Any]], source: str, graded_on: str | None = None) -> str:
+def format_cv_table(rows: Sequence[CvTableRow], source: str, graded_on: str | None = None) -> str:
     head = ["#", "candidate", "mean regret", "worst regret", "MAPE time", "MAPE power", "MAPE energy", "fit s"]
     body = [[str(i + 1), r["label"], _pct(r["mean_regret"]), _pct(r["worst_regret"]), _pct(r["mape_time"], 1),
              _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"] for i, r in enumerate(rows)]
@@ -314,7 +332,7 @@ def cmd_select(args: argparse.Namespace) -> int:
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
     selector = load_selector(args.selector, trust=args.trust)
     module = args.module
-    own = selector.training.get("modules") or []
+    own = selector.trained_modules
     if module is not None and not selector.modules and module not in own:
         # a per-module selector has no module feature: an explicit --module would change nothing
         raise ConfigError(f"--module {module!r}: this selector was not trained across modules"
@@ -338,7 +356,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 
         profile = _load_profile(args.twin)
 
-        def measure(setting: Any) -> Any:
+        def measure(setting: DvfsSetting) -> Measurement:
             return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
 
     from engine.core.provenance import Source
@@ -373,7 +391,7 @@ def cmd_select(args: argparse.Namespace) -> int:
 MAXN_ABOUT_OPTIMAL = "MAXN Mode 0 is already about optimal for this workload: another setting saves little or nothing"
 
 
-def format_choice(choice: Any, selector: Any) -> str:
+def format_choice(choice: Choice, selector: Selector) -> str:
     from engine.core.provenance import Source
 
     w = choice.workload
@@ -416,7 +434,7 @@ def format_choice(choice: Any, selector: Any) -> str:
     return "\n".join(lines)
 
 
-def _probes_advice(choice: Any) -> tuple[int, str]:
+def _probes_advice(choice: Choice) -> tuple[int, str]:
     """How many probes the ml policy would take for this choice, and why (uncertainty.probes_for)."""
     from engine.selector.probes import MAX_PROBES
     from engine.selector.uncertainty import probes_for
@@ -424,7 +442,7 @@ def _probes_advice(choice: Any) -> tuple[int, str]:
     return probes_for(choice, MAX_PROBES)
 
 
-def uncertainty_lines(unc: Any) -> list[str]:
+def uncertainty_lines(unc: ChoiceUncertainty | None) -> list[str]:
     """The basis of the saving's interval, the energies' intervals, the optimum's spread, what is left out."""
     if unc is None:
         return ["Interval: none (no step trace and no CV record to give one)"]

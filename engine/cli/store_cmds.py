@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.cli import numbers
 from engine.cli.mode_args import describe_mode
@@ -28,7 +28,13 @@ from engine.results.format import (format_setting, format_when, saving_text, slo
                                     versus_text)
 from engine.results.records import several_boards
 from engine.results.totals import RunTotals
-from engine.results.store import DeviceRecord, RunRecord, Store, WorkloadRecord, default_db_path
+from engine.results.store import (ComparisonRecord, DeviceRecord, RunRecord, Store, SweepRecord, WorkloadRecord,
+                                  default_db_path)
+
+if TYPE_CHECKING:
+    from engine.device.tegra_parse import TegrastatsLog
+    from engine.results.compare import SweepSaving
+    from engine.results.sweeps import PointSummary
 
 IMPORTED_POLICY = "imported"
 
@@ -42,7 +48,7 @@ def _db_path(args: argparse.Namespace) -> Path:
     return Path(args.db) if args.db else default_db_path()
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("runs", help="list stored runs, newest first")
     add_db_arg(p)
     p.add_argument("--model", type=numbers.model, help="only runs of this model")
@@ -101,7 +107,7 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
     return "-" if value is None else format(value, fmt)
 
 
-def _metric(value: Any) -> str:
+def _metric(value: object) -> str:
     return format(value, ".4f") if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
@@ -130,7 +136,7 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], right: set
     return [line(header)] + [line(row) for row in rows]
 
 
-def format_run(run: RunRecord, comparisons: Sequence[Any], n_samples: int,
+def format_run(run: RunRecord, comparisons: Sequence[ComparisonRecord], n_samples: int,
                others: Mapping[int, RunRecord | None] | None = None) -> str:
     """`show N`; `others`: each run it was compared with (None: deleted since), whose other board of its
     module is said, and which is refused when it does not compare (a comparison stored before it was checked)."""
@@ -276,8 +282,9 @@ def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
     return 0
 
 
-def format_sweep_record(sweep: Any, device: DeviceRecord, w: WorkloadRecord, points: Sequence[Any], best: Any,
-                        maxn: Any, vs_maxn: Any, boards: Sequence[DeviceRecord] = ()) -> str:
+def format_sweep_record(sweep: SweepRecord, device: DeviceRecord, w: WorkloadRecord, points: Sequence[PointSummary],
+                        best: PointSummary | None, maxn: PointSummary | None, vs_maxn: SweepSaving | None,
+                        boards: Sequence[DeviceRecord] = ()) -> str:
     """A stored sweep (run here or imported) for `show sN`: `—` where a time was not recorded."""
     src = sweep.source.value
     space = sweep.space
@@ -424,7 +431,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finished_at(tlog: Any) -> str | None:
+def _finished_at(tlog: TegrastatsLog) -> str | None:
     if tlog.started_at is None:
         return None
     from datetime import timedelta

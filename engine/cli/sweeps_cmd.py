@@ -18,7 +18,7 @@ from engine.results.store import Store, SweepRecord, WorkloadRecord
 SWEEP_STATUSES = (*RUN_STATUSES, ABANDONED)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sweeps", help="list stored sweeps, newest first (their ids are sN: `show sN`, `export sN`)")
     add_db_arg(p)
     p.add_argument("--model", type=numbers.model, help="only sweeps of this model")

@@ -34,7 +34,7 @@ import numpy as np
 from engine.core.constants import Mode, Padding, Precision
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
@@ -316,13 +316,14 @@ class SettingEncoder:
                 "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "SettingEncoder":
-        def hz(v: Any) -> int | None:
-            return None if v is None else int(v)
+    def from_json(cls, data: Mapping[str, object]) -> "SettingEncoder":
+        def hz(v: object) -> int | None:
+            return None if v is None else as_int(v)
 
-        caps = {int(k): (hz(v[0]), hz(v[1]), hz(v[2])) for k, v in dict(data.get("mode_caps") or {}).items()}
+        caps = {int(k): (hz(c[0]), hz(c[1]), hz(c[2]))
+                for k, c in ((k, as_list(v)) for k, v in as_object(data.get("mode_caps") or {}).items())}
         profile = data.get("profile")
-        return cls(int(data["gpu_max_hz"]), int(data["cpu_max_hz"]), int(data["emc_max_hz"]), caps,
+        return cls(as_int(data["gpu_max_hz"]), as_int(data["cpu_max_hz"]), as_int(data["emc_max_hz"]), caps,
                    None if profile is None else str(profile))
 
 

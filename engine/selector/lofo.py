@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence, TypedDict
 
 import numpy as np
 
@@ -102,9 +102,30 @@ def leave_one_family_out(ds: Dataset, spec: CandidateSpec, objective: Objective 
     return results
 
 
-def summarise(results: Sequence[FamilyResult]) -> dict[str, Any]:
-    """Mean and worst regret, and the savings against MAXN, per family and overall, per probe count."""
-    def block(rs: Sequence[FamilyResult]) -> dict[str, Any]:
+class RegretBlock(TypedDict):
+    """Regret and savings over some workloads (a family's, or all)."""
+
+    workloads: int
+    mean_regret: float
+    worst_regret: float
+    within_2pct: float
+    mean_saving_vs_maxn: float | None
+    oracle_mean_saving_vs_maxn: float | None
+    worst_workload: str
+
+
+class ProbesSummary(TypedDict):
+    """One probe count's summary: overall, the mean of the families' means, and each family's."""
+
+    overall: RegretBlock
+    mean_of_family_means: float
+    families: dict[str, RegretBlock]
+
+
+def summarise(results: Sequence[FamilyResult]) -> dict[str, ProbesSummary]:
+    """Mean and worst regret, and the savings against MAXN, per family and overall, per probe count
+    (keyed `probes_K`)."""
+    def block(rs: Sequence[FamilyResult]) -> RegretBlock:
         worst = max(rs, key=lambda r: r.regret)
         savings = [r.saving for r in rs if r.saving is not None]
         oracle = [r.oracle_saving for r in rs if r.oracle_saving is not None]
@@ -118,7 +139,7 @@ def summarise(results: Sequence[FamilyResult]) -> dict[str, Any]:
             "worst_workload": f"{worst.workload} (chose {worst.chosen})",
         }
 
-    out: dict[str, Any] = {}
+    out: dict[str, ProbesSummary] = {}
     for k in sorted({r.probes for r in results}):
         rs = [r for r in results if r.probes == k]
         families = sorted({r.family for r in rs})

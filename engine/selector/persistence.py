@@ -348,7 +348,9 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
 
     import numpy as np
 
+    from engine.core.jsontypes import as_list
     from engine.device.setting import DvfsSetting
+    from engine.selector.cv_table import cv_table_row
     from engine.selector.compact import read_meta, regressor_from_arrays
     from engine.selector.features import SettingEncoder
     from engine.selector.selector import Selector
@@ -375,7 +377,7 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
         selector = Selector(
             model=regressor_from_arrays(arrays, meta), chooser=None, encoder=SettingEncoder.from_json(meta["encoder"]),
             candidates=[DvfsSetting.from_json(s) for s in meta["settings"]], source=str(meta["source"]),
-            source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=meta["cv_table"],
+            source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=[cv_table_row(r) for r in as_list(meta["cv_table"])],
             objective=str(meta["objective"]), training=dict(meta["training"]),
             power_floor_w=float(meta["power_floor_w"]),
             ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},

@@ -29,6 +29,7 @@ from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.selector.candidates import CandidateSpec, RegressorModel, SettingClassifier, workload_part
+from engine.selector.cv_table import CvTableRow
 from engine.selector.dataset import Dataset
 
 log = logging.getLogger(__name__)
@@ -146,6 +147,12 @@ class CVRow:
     def to_json(self) -> JsonObject:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
+    def table_row(self) -> CvTableRow:
+        return CvTableRow(label=self.label, name=self.name, target=self.target, kind=self.kind,
+                          mean_regret=self.mean_regret, worst_regret=self.worst_regret, mape_time=self.mape_time,
+                          mape_power=self.mape_power, mape_energy=self.mape_energy, fit_s=self.fit_s,
+                          workloads=self.workloads)
+
 
 @dataclass(frozen=True)
 class CVReport:
@@ -159,8 +166,8 @@ class CVReport:
     def winner(self) -> CVRow:
         return self.rows[0]
 
-    def table(self) -> list[JsonObject]:
-        return [r.to_json() for r in self.rows]
+    def table(self) -> list[CvTableRow]:
+        return [r.table_row() for r in self.rows]
 
 
 def _mape(pred: np.ndarray, true: np.ndarray) -> float:

@@ -23,8 +23,9 @@ from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_list
 from engine.core.provenance import Source
+from engine.selector.cv_table import CvTableRow, cv_row_json
 from engine.selector.dataset import SOURCE_COLUMN, Dataset
 from engine.selector.modules import module_column_names, module_one_hot
 from engine.selector.features import (
@@ -149,9 +150,9 @@ class Selector:
         source: str,
         source_column: bool,
         winner: str,
-        cv_table: Sequence[dict[str, Any]],
+        cv_table: Sequence[CvTableRow],
         objective: str,
-        training: dict[str, Any],
+        training: JsonObject,
         power_floor_w: float,
         ranges: dict[str, tuple[float, float]],
         modules: Sequence[str] = (),
@@ -163,7 +164,7 @@ class Selector:
         self.source = source
         self.source_column = source_column
         self.winner = winner
-        self.cv_table = [dict(r) for r in cv_table]
+        self.cv_table = [r.copy() for r in cv_table]
         self.objective = objective
         self.training = dict(training)
         self.power_floor_w = float(power_floor_w)
@@ -177,12 +178,17 @@ class Selector:
     modules: tuple[str, ...] = ()
     module: str | None = None
 
+    @property
+    def trained_modules(self) -> list[str]:
+        """The modules whose sweeps it was trained on, as its training record says ([] where it does not)."""
+        return [str(m) for m in as_list(self.training.get("modules") or [])]
+
     def use_module(self, module: str | None) -> None:
         """Predict for `module` (an across-module selector: one it learnt; a per-module one: its own or None)."""
         if module is None:
             return
         if not self.modules:
-            own = self.training.get("modules") or []
+            own = self.trained_modules
             if own and module not in own:
                 log.warning("selector trained on %s predicts for %s: its choices rest on another module",
                             ", ".join(own), module)
@@ -287,7 +293,7 @@ class Selector:
         )
 
     def _confidence(self, workload: WorkloadFeatures, costs: Sequence[float]) -> Confidence:
-        win = next((r for r in self.cv_table if r.get("label") == self.winner), {})
+        win = next((r for r in self.cv_table if r.get("label") == self.winner), CvTableRow())
         mean_r, worst_r = float(win.get("mean_regret", math.nan)), float(win.get("worst_regret", math.nan))
         mape = next((r.get("mape_energy") for r in self.cv_table if r.get("label") == self.model.spec.label), None)
         spread = costs[min(2, len(costs) - 1)] / costs[0] - 1.0
@@ -321,7 +327,7 @@ class Selector:
             "trained_at": self.training.get("created_at"),
             "rows": self.training.get("rows"),
             "workloads": self.training.get("workloads"),
-            "cv_table": self.cv_table,
+            "cv_table": [cv_row_json(r) for r in self.cv_table],
         }
 
 
@@ -373,7 +379,7 @@ def fit_selector(
     objective: Objective | None = None,
     *,
     chooser: CandidateSpec | None = None,
-    cv_table: Sequence[dict[str, Any]] = (),
+    cv_table: Sequence[CvTableRow] = (),
     splits: int = 0,
     progress: Progress | None = None,
     command: JsonObject | None = None,

@@ -45,6 +45,7 @@ from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.dvfs.objectives import Objective
+from engine.selector.cv_table import CvTableRow, cv_row_json
 from engine.selector.dataset import Dataset
 from engine.selector.features import FEATURE_COLUMNS, N_WORKLOAD_COLUMNS, SettingEncoder
 
@@ -178,7 +179,7 @@ def fit_correction(base: FiguresModel, ds: Dataset, settings: Sequence[DvfsSetti
     return Correction(fits["time"], fits["energy"], ref_lo, ref_hi, g_range, c_range, c_mean, g_mean)
 
 
-def _with_model(base: Selector, model: FiguresModel, training: dict[str, Any], cv_table: list[dict[str, Any]],
+def _with_model(base: Selector, model: FiguresModel, training: JsonObject, cv_table: list[CvTableRow],
                 winner: str) -> Selector:
     from engine.selector.selector import Selector
 
@@ -215,7 +216,7 @@ def _grade(selector: Selector, ds: Dataset, keys: Sequence[str], objective: Obje
     return out, errs
 
 
-def _row(label: str, graded: tuple[list[Outcome], dict[str, list[float]]], what: str) -> JsonObject:
+def _row(label: str, graded: tuple[list[Outcome], dict[str, list[float]]], what: str) -> CvTableRow:
     outcomes, errs = graded
     regrets = [o.regret for o in outcomes]
     mape = {k: (float(np.mean(v)) if v else None) for k, v in errs.items()}
@@ -225,12 +226,21 @@ def _row(label: str, graded: tuple[list[Outcome], dict[str, list[float]]], what:
             "workloads": len(outcomes), "graded_on": what}
 
 
+def _relabelled(row: CvTableRow, label: str | None, graded_on: str) -> CvTableRow:
+    """A base's CV row under the transfer's label (None where the row had none), graded_on said."""
+    out = row.copy()
+    if label is not None:  # every row CVRow writes has one
+        out["label"] = label
+    out["graded_on"] = graded_on
+    return out
+
+
 @dataclass(frozen=True)
 class TransferReport:
     """What a transfer did: its cross-validation table (rows as the selector's own), the correction,
     and the measured data it rests on (`measured`: rows, workloads, digest, devices, energy-only rows)."""
 
-    cv_table: Sequence[Mapping[str, Any]]
+    cv_table: Sequence[CvTableRow]
     correction: JsonObject
     measured_rows: int
     measured_workloads: int
@@ -240,11 +250,10 @@ class TransferReport:
     @property
     def graded_on(self) -> str | None:
         """What the table's figures were graded on (its first row says)."""
-        note = self.cv_table[0].get("graded_on") if self.cv_table else None
-        return None if note is None else str(note)
+        return self.cv_table[0].get("graded_on") if self.cv_table else None
 
     def to_json(self) -> JsonObject:
-        return {"cv_table": [dict(r) for r in self.cv_table], "correction": self.correction,
+        return {"cv_table": [cv_row_json(r) for r in self.cv_table], "correction": self.correction,
                 "measured": self.measured, "basis": self.basis}
 
 
@@ -275,7 +284,7 @@ def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None =
     by_wl = ds.by_workload()
     keys = [k for k, rows in by_wl.items() if gradable(ds, rows, objective)]
     winner = f"{base.winner}+transfer"
-    cv_table: list[dict[str, Any]] = []
+    cv_table: list[CvTableRow] = []
     if len(keys) >= 2:
         what = "measured workloads, each left out of the correction in turn"
         plain = _grade(base, ds, keys, objective)
@@ -291,7 +300,7 @@ def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None =
         cv_table = [_row(winner, loo, what), _row(f"{base.winner} (base, uncorrected)", plain, what)]
     else:
         note = "too few measured workloads to hold one out; the base's CV record, on its own data"
-        cv_table = [{**r, "label": winner if r.get("label") == base.winner else r.get("label"), "graded_on": note}
+        cv_table = [_relabelled(r, winner if r.get("label") == base.winner else r.get("label"), note)
                     for r in base.cv_table]
     corr = fit_correction(base.model, ds, base.candidates, base.encoder, ridge=ridge)
     summary = ds.summary()
@@ -305,7 +314,7 @@ def transfer_selector(base: Selector, ds: Dataset, objective: Objective | None =
     basis = from_training(summary, command=command, base=base_info)
     basis = replace(basis, twin_workloads=base_basis.twin_workloads, twin_points=base_basis.twin_points,
                     profile=base_basis.profile)
-    training = {
+    training: JsonObject = {
         **{k: v for k, v in base.training.items() if k not in ("basis", "cv_graded_on")},
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": command, "transfer": {"ridge": ridge, "correction": corr.to_json(),
