@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.jsontypes import as_int
 from engine.core.text import shown
 from engine.core.userinput import check_name, load_json, read_user_file
 from engine.workload.sizing import check_config
@@ -37,7 +38,7 @@ _NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
                      "torch_dtype", "dtype", "id2label", "label2id", "num_labels", "problem_type")
 
 
-def architecture(config: Mapping[str, Any]) -> dict[str, Any]:
+def architecture(config: Mapping[str, object]) -> dict[str, Any]:
     """A config without its bookkeeping keys: two configs that build the same model are equal here."""
     return {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
 
@@ -49,7 +50,7 @@ class ModelInfo:
     params: int  # parameters of the built classification model
     weights: str  # "pretrained" | "random"
     origin: str  # "zoo:bert-tiny" | "hub:<id>" | "dir:/path" | "config:/path/config.json"
-    config: Mapping[str, Any]  # architecture + pad_token_id, num_labels, problem_type
+    config: Mapping[str, object]  # architecture + pad_token_id, num_labels, problem_type
     num_layers: int
     hidden_size: int
     num_heads: int
@@ -57,14 +58,14 @@ class ModelInfo:
 
     @property
     def max_positions(self) -> int:
-        return int(self.config.get("max_position_embeddings", 512))
+        return as_int(self.config.get("max_position_embeddings", 512))
 
 
 class ResolvedModel(NamedTuple):
     """Where a spec points, before anything is built."""
 
     origin: str  # as ModelInfo.origin
-    config: Mapping[str, Any]  # config.json contents, including model_type
+    config: Mapping[str, object]  # config.json contents, including model_type
     family: str
     name: str  # short display name
     weights_from: str | None  # hub id or folder to try for pretrained weights; None: none
@@ -145,7 +146,7 @@ def load_model(spec: str | ResolvedModel, task: GlueTask | str, *, allow_downloa
     return model, model_info(resolved, model, weights)
 
 
-def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 0,
+def build_model(config: Mapping[str, object], task: GlueTask | str, *, seed: int = 0,
                 device: str | torch.device | None = None) -> PreTrainedModel:
     """A classification model from an architecture alone, with random weights.
     `device="meta"` builds it without allocating memory (for counting parameters)."""
@@ -165,7 +166,7 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
         return AutoModelForSequenceClassification.from_config(hf_config)
 
 
-def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
+def head_kwargs(config: Mapping[str, object], task: GlueTask) -> dict[str, Any]:
     """Config overrides that give a backbone the task's head (and a decoder a pad token)."""
     kwargs: dict[str, Any] = {}
     if task.is_regression:
@@ -181,7 +182,7 @@ def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
     return kwargs
 
 
-def decoder_pad_token_id(config: Mapping[str, Any], family: str) -> int:
+def decoder_pad_token_id(config: Mapping[str, object], family: str) -> int:
     """The pad token of a decoder's classification head: its own, else end-of-text, as
     Hugging Face's examples do (`pad_token = eos_token`); the head pools the last other token."""
     pad = config.get("pad_token_id")
@@ -299,7 +300,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _family(config: Mapping[str, Any], spec: str) -> str:
+def _family(config: Mapping[str, object], spec: str) -> str:
     family = zoo.MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
     if family is None:
         raise ConfigError(

@@ -92,7 +92,7 @@ class MemoryEstimate:
     checkpointing: bool = False
     lora_rank: int | None = None  # None: not a LoRA run
     exact_params: int | None = None  # the caller's exact count of the model's parameters, if given
-    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    config: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
     lora: LoraSettings | None = field(default=None, compare=False, repr=False)  # the LoraSettings used, if any
 
     @property
@@ -127,18 +127,18 @@ class MemoryEstimate:
         return estimate_memory(self.config, args.pop("batch_size"), args.pop("seq_len"), **args)
 
 
-def estimate_params(config: Mapping[str, Any], num_labels: int = 2) -> int:
+def estimate_params(config: Mapping[str, object], num_labels: int = 2) -> int:
     """Parameters of the classification model `config` builds (backbone and head)."""
     return architecture(config, num_labels).params
 
 
-def trainable_params(config: Mapping[str, Any], mode: Mode = "full", *, lora: LoraSettings | None = None,
+def trainable_params(config: Mapping[str, object], mode: Mode = "full", *, lora: LoraSettings | None = None,
                      params: int | None = None) -> int:
     """Parameters `mode` trains (see the module's doc); `params` is an exact total when known."""
     return _trainable(architecture(config), mode, lora, params)
 
 
-def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, precision: Precision = "fp32",
+def estimate_memory(config: Mapping[str, object], batch_size: int, seq_len: int, precision: Precision = "fp32",
                     mode: Mode = "full", *, lora: LoraSettings | None = None, checkpointing: bool = False,
                     params: int | None = None) -> MemoryEstimate:
     """What a training step of `config` at (batch, length) holds at its peak; see the module's doc.
