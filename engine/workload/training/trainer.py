@@ -135,10 +135,8 @@ def _input_filter(model: torch.nn.Module) -> Callable[[Mapping[str, torch.Tensor
     return lambda batch: {k: v for k, v in batch.items() if k in named}
 
 
-def _field(output: Any, name: str, index: int) -> torch.Tensor:
-    if isinstance(output, Mapping):
-        return output[name]
-    value = getattr(output, name, None)
+def _field(output: object, name: str, index: int) -> torch.Tensor:
+    value = output[name] if isinstance(output, Mapping) else getattr(output, name, None)
     if value is None and isinstance(output, (tuple, list)):
         value = output[index]
     if not isinstance(value, torch.Tensor):
@@ -285,14 +283,14 @@ class Trainer:
         self.emit(RunFinished(step, samples, result.wall_s, result.final_loss))
         return result
 
-    def _autocast(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    def _autocast(self) -> Callable[[], contextlib.AbstractContextManager[object]]:
         if self.precision == "fp32":
             return contextlib.nullcontext
         dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
         return lambda: torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def _train_step(self, batch: Mapping[str, torch.Tensor],
-                    autocast: Callable[[], contextlib.AbstractContextManager[Any]]) -> tuple[float, float]:
+                    autocast: Callable[[], contextlib.AbstractContextManager[object]]) -> tuple[float, float]:
         with autocast():
             loss = _field(self.model(**self._inputs(batch)), "loss", 0)
         if self.scaler is not None:
