@@ -12,7 +12,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, TypedDict
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.jsontypes import as_int
@@ -38,7 +38,7 @@ _NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
                      "torch_dtype", "dtype", "id2label", "label2id", "num_labels", "problem_type")
 
 
-def architecture(config: Mapping[str, object]) -> dict[str, Any]:
+def architecture(config: Mapping[str, object]) -> dict[str, object]:
     """A config without its bookkeeping keys: two configs that build the same model are equal here."""
     return {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
 
@@ -155,7 +155,7 @@ def build_model(config: Mapping[str, object], task: GlueTask | str, *, seed: int
 
     task = get_task(task)
     arch = architecture(config)
-    model_type = arch.pop("model_type")
+    model_type = str(arch.pop("model_type"))
     arch.update(head_kwargs(config, task))
     hf_config = AutoConfig.for_model(model_type, **arch)
     with torch.random.fork_rng(devices=[]):
@@ -166,9 +166,19 @@ def build_model(config: Mapping[str, object], task: GlueTask | str, *, seed: int
         return AutoModelForSequenceClassification.from_config(hf_config)
 
 
-def head_kwargs(config: Mapping[str, object], task: GlueTask) -> dict[str, Any]:
+class HeadKwargs(TypedDict, total=False):
+    """The config overrides head_kwargs gives (transformers' PretrainedConfig fields)."""
+
+    num_labels: int
+    problem_type: str
+    id2label: dict[int, str]
+    label2id: dict[str, int]
+    pad_token_id: int
+
+
+def head_kwargs(config: Mapping[str, object], task: GlueTask) -> HeadKwargs:
     """Config overrides that give a backbone the task's head (and a decoder a pad token)."""
-    kwargs: dict[str, Any] = {}
+    kwargs: HeadKwargs = {}
     if task.is_regression:
         kwargs["num_labels"] = 1
         kwargs["problem_type"] = "regression"
@@ -261,7 +271,7 @@ def _quiet_progress() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
+def _hub_config(hub_id: str, allow_download: bool) -> dict[str, object] | None:
     """A hub id's config.json from the local cache (or the hub, when allowed)."""
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
@@ -285,7 +295,7 @@ def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
 MAX_CONFIG_BYTES = 4 << 20  # a Hugging Face config.json is a few KB (with a tokenizer's id maps, under 1 MB)
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path) -> dict[str, object]:
     remedy = "give a valid config.json (as save_pretrained writes it)"
     try:
         raw = read_user_file(path, "model configuration", max_bytes=MAX_CONFIG_BYTES, remedy=remedy)
