@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from engine.core.errors import ConfigError
 from engine.core.interval import Interval
+from engine.core.jsontypes import as_float
 from engine.core.provenance import Source
 from engine.results.baseline import BASELINE_POLICY
 from engine.results.compare import Side, compare_pair, fitting_baselines, mismatch, rail_saving_pct
@@ -173,7 +174,7 @@ def primary_metric(run: RunRecord) -> tuple[str | None, float | None]:
     for key, value in run.metrics.items():
         if key == primary or key.endswith("/" + primary):
             try:
-                return key, float(value)
+                return key, as_float(value)
             except (TypeError, ValueError):
                 return key, None
     return None, None

@@ -6,10 +6,10 @@ TUI's Compare page, the sweep result and the report all call these."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Mapping, get_args
+from typing import TYPE_CHECKING, Literal, Mapping, get_args
 
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, JsonValue, as_float
 from engine.core.interval import Interval
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
@@ -52,7 +52,7 @@ class RunFigures:
     metric_value: float | None = None
     setting: DvfsSetting | None = None  # the last one applied
     history: tuple[tuple[int, DvfsSetting], ...] = ()
-    detail: Mapping[str, Any] = field(default_factory=dict)  # the policy's describe()
+    detail: Mapping[str, JsonValue] = field(default_factory=dict)  # the policy's describe()
     simulated: bool = False
     reused: bool = False  # a stored baseline, not run now
     cancelled: bool = False
@@ -394,7 +394,7 @@ class SweepSaving:
     # computed once by the sweep that found it; None for measured figures or where none can be had.
     interval: Interval | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"saving_pct": self.saving_pct, "slowdown_pct": self.slowdown_pct, "source": self.source.value,
                 "board_estimate": None if self.interval is None else self.interval.to_json()}
 
@@ -434,9 +434,9 @@ def stored_baseline(store: Store, *, workload_key: str, task: str, device_id: in
     )
 
 
-def _as_float(value: Any) -> float | None:
+def _as_float(value: object) -> float | None:
     try:
-        return float(value)
+        return as_float(value)
     except (TypeError, ValueError):
         return None
 

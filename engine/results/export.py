@@ -9,7 +9,8 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonScalar, JsonValue
@@ -58,7 +59,7 @@ def write_parquet(path: Path, run: RunRecord, samples: Sequence[PowerSample]) ->
     """One row per sample; the summary travels in the file's metadata (`slm_dvfs.run`)."""
     pa, pq = _pyarrow()
     rails, t0 = rail_columns(samples), samples[0].t if samples else 0.0
-    columns: dict[str, Any] = {"t_s": pa.array([s.t - t0 for s in samples], pa.float64())}
+    columns: dict[str, object] = {"t_s": pa.array([s.t - t0 for s in samples], pa.float64())}
     for r in rails:
         columns[f"{r}_mw"] = pa.array([s.rails_mw.get(r) for s in samples], pa.float64())
     columns["total_mw"] = pa.array([s.total_mw for s in samples], pa.float64())
@@ -69,7 +70,7 @@ def write_parquet(path: Path, run: RunRecord, samples: Sequence[PowerSample]) ->
     pq.write_table(table.replace_schema_metadata(meta), str(path))
 
 
-def _pyarrow() -> tuple[Any, Any]:
+def _pyarrow() -> tuple[ModuleType, ModuleType]:  # pyarrow and pyarrow.parquet, imported when asked
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq

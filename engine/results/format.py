@@ -2,28 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from engine.core.units import format_mhz
 from engine.core.errors import ConfigError
 from engine.core.interval import Interval
+from engine.core.jsontypes import as_float, as_list
 from engine.core.stats import Stat
 from engine.results.records import SweepRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
 
 
-def format_setting(setting: Mapping[str, Any] | None) -> str:
+def format_setting(setting: Mapping[str, object] | None) -> str:
     """`GPU 816 EMC 3199 MHz m0`; `governor` when nothing is pinned; `-` when not known."""
     if setting is None:
         return "-"
-    parts = [f"{d.upper()} {format_mhz(setting[d + '_hz'])}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
+    parts = [f"{d.upper()} {format_mhz(as_float(setting[d + '_hz']))}" for d in ("gpu", "cpu", "emc") if setting.get(d + "_hz")]
     text = " ".join(parts) + (" MHz" if parts else "governor")
     if setting.get("nvpmodel") is not None:
         text += f" m{setting['nvpmodel']}"
     return text
 
 
-def setting_label(setting: Mapping[str, Any] | None) -> str:
+def setting_label(setting: Mapping[str, object] | None) -> str:
     """A stored setting as DvfsSetting.label() says it; `unknown` when not recorded."""
     if not setting:
         return "unknown"
@@ -33,11 +34,11 @@ def setting_label(setting: Mapping[str, Any] | None) -> str:
         return str(dict(setting))
 
 
-def describe_space(space: Mapping[str, Any]) -> str:
+def describe_space(space: Mapping[str, object]) -> str:
     """What a stored sweep covered, in a few words: `gpu`, `gpu+emc (fast)`, `5 settings`, `imported (a.csv)`."""
     if space.get("method") == "import":
         return f"imported ({space.get('file', '?')})"
-    what = f"{len(space['settings'])} settings" if space.get("settings") else str(space.get("space") or "?")
+    what = f"{len(as_list(space['settings']))} settings" if space.get("settings") else str(space.get("space") or "?")
     return what + (" (fast)" if space.get("method") == "fast" else "")
 
 
@@ -114,7 +115,7 @@ def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Inter
     return head if interval is None else f"{head} ({interval.level:.0%}: {_range_words(interval)})"
 
 
-def board_estimate_text(saving_pct: float, interval: Any) -> str:
+def board_estimate_text(saving_pct: float, interval: Interval) -> str:
     """A twin's saving read as an estimate of a board's, as every client says it:
     `as an estimate of a board's: 14.7% less energy than MAXN (90%: 4.1–16.8% less)  [basis]`."""
     return f"as an estimate of a board's: {saving_text(saving_pct, interval=interval)}  [{interval.basis}]"

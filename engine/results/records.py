@@ -7,12 +7,12 @@ import json
 import sqlite3
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
-from typing import Any, Iterable, Literal, Mapping, get_args
+from typing import Iterable, Literal, Mapping, Protocol, SupportsInt, get_args, runtime_checkable
 
 from engine.core.constants import Mode, Padding, Precision, parse_choice, parse_mode, parse_padding, parse_precision
 from engine.core.errors import ConfigError
 from engine.results.errors import stored_choice
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_object
 from engine.core.provenance import MetricProvenance, Source
 from engine.core.trace import StepTrace
 from engine.device.base import DeviceIdentity
@@ -68,27 +68,47 @@ def json_default(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def from_json_text(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+@runtime_checkable
+class _HasJson(Protocol):
+    """A value that writes itself as JSON (a DvfsSetting)."""
+
+    def to_json(self) -> object: ...
 
 
-def normalize_setting(setting: Any) -> dict[str, Any]:
+def from_json_text(text: str | None) -> Mapping[str, object] | None:
+    """A JSON object column (a setting, a config, metrics, rail energies) as stored; None for NULL."""
+    return None if text is None else as_object(json.loads(text))
+
+
+def _numbers(values: Mapping[str, object] | None) -> dict[str, float]:
+    """A stored {rail: joules} as it stands (ints kept as ints); TypeError for a value not a number."""
+    out: dict[str, float] = {}
+    for key, value in (values or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"rail energy {key!r} is not a number: {value!r}")
+        out[key] = value
+    return out
+
+
+def normalize_setting(setting: object) -> dict[str, object]:
     """A DVFS setting as stored: gpu_hz, cpu_hz, emc_hz (None = governor) and nvpmodel,
     plus any other keys it carries. Accepts a mapping, or anything with to_json()."""
     if setting is None:
-        data: Mapping[str, Any] = {}
+        data: Mapping[str, object] = {}
     elif isinstance(setting, Mapping):
         data = setting
-    elif hasattr(setting, "to_json"):
-        data = setting.to_json()
+    elif isinstance(setting, _HasJson):
+        data = as_object(setting.to_json())
     else:
         raise ConfigError(f"a DVFS setting must be a mapping, not {type(setting).__name__}",
                           "pass e.g. {'gpu_hz': 816000000, 'nvpmodel': 0}")
-    out: dict[str, Any] = {k: None for k in SETTING_KEYS}
+    out: dict[str, object] = {k: None for k in SETTING_KEYS}
     for key, value in data.items():
         key = _SETTING_ALIASES.get(key, key)
         if key in SETTING_KEYS and value is not None:
             try:
+                if not isinstance(value, (str, SupportsInt)):  # int()'s own TypeError, for the except below
+                    raise TypeError(f"int() cannot take a {type(value).__name__}")
                 value = int(value)
             except (TypeError, ValueError):
                 raise ConfigError(f"setting {key} must be a whole number, not {value!r}",
@@ -97,14 +117,14 @@ def normalize_setting(setting: Any) -> dict[str, Any]:
     return out
 
 
-def setting_key(setting: Any) -> str:
+def setting_key(setting: object) -> str:
     """The canonical text of a setting: equal settings have equal keys (how sweeps resume)."""
     return json.dumps(normalize_setting(setting), sort_keys=True, separators=(",", ":"))
 
 
 
 
-def dvfs_setting(stored: Mapping[str, Any]) -> DvfsSetting:
+def dvfs_setting(stored: Mapping[str, object]) -> DvfsSetting:
     """A stored setting (a run's or a sweep point's JSON) as a DvfsSetting; extra keys are ignored."""
     return DvfsSetting.from_json({k: v for k, v in stored.items()
                                   if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
@@ -176,7 +196,7 @@ class WorkloadRecord:
     padding: Padding = "max_length"  # rows before schema v7 are max_length
     # The model's config as resolved (schema v11): what rebuilds exactly this model, whatever its name
     # says (a config file's stem may be a zoo model's name). None: not recorded (rows before v11).
-    config: Mapping[str, Any] | None = None
+    config: Mapping[str, object] | None = None
 
     def __post_init__(self) -> None:
         parse_mode(self.mode)  # a record a library caller builds is stored as it is: never a mode outside the set
@@ -203,7 +223,7 @@ class WorkloadRecord:
     def from_trace(cls, trace: StepTrace, task: str, mode: Mode = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
                    grad_checkpointing: bool = False, padding: Padding = "max_length",
-                   config: Mapping[str, Any] | None = None) -> "WorkloadRecord":
+                   config: Mapping[str, object] | None = None) -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
@@ -266,7 +286,7 @@ class RunRecord:
     device_id: int | None = None
     workload_id: int | None = None
     objective: str | None = None
-    setting: Mapping[str, Any] | None = None  # None: not known (e.g. an imported log)
+    setting: Mapping[str, object] | None = None  # None: not known (e.g. an imported log)
     seed: int | None = None
     steps: int | None = None
     samples: int | None = None
@@ -279,7 +299,7 @@ class RunRecord:
     avg_power_w: float | None = None
     samples_per_s: float | None = None
     joules_per_sample: float | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, object] = field(default_factory=dict)
     weights: str | None = None  # "pretrained" | "random"; None: not recorded
     synthetic: bool | None = None  # generated data; None: not recorded
     data_source: str | None = None  # "synthetic" | "hub:..." | "dir:..." (schema v5)
@@ -345,7 +365,7 @@ class SweepRecord:
     id: int
     device_id: int
     workload_id: int
-    space: Mapping[str, Any]
+    space: Mapping[str, object]
     warmup_steps: int
     steps: int
     repeats: int
@@ -375,7 +395,7 @@ class SweepRecord:
 @dataclass(frozen=True)
 class SweepPoint:
     sweep_id: int
-    setting: Mapping[str, Any]
+    setting: Mapping[str, object]
     repeat: int
     time_s: float | None  # None: energy only, the time was not recorded (imported; schema v8)
     energy_j: float  # total over the sweep's rails
@@ -455,7 +475,7 @@ def run_from_row(r: sqlite3.Row) -> RunRecord:
         device_id=r["device_id"], workload_id=r["workload_id"], objective=r["objective"],
         setting=from_json_text(r["setting"]), seed=r["seed"], steps=r["steps"], samples=r["samples"],
         finished_at=r["finished_at"], wall_s=r["wall_s"], time_s=r["time_s"], energy_j=r["energy_j"],
-        rail_energy_j=from_json_text(r["rail_energy_j"]) or {}, rails=r["rails"], avg_power_w=r["avg_power_w"],
+        rail_energy_j=_numbers(from_json_text(r["rail_energy_j"])), rails=r["rails"], avg_power_w=r["avg_power_w"],
         samples_per_s=r["samples_per_s"], joules_per_sample=r["joules_per_sample"],
         metrics=from_json_text(r["metrics"]) or {}, weights=r["weights"],
         synthetic=None if synthetic is None else bool(synthetic), label=r["label"], notes=r["notes"],

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Union
+from typing import Callable, Mapping, Protocol, Union
 
 from engine.core.errors import SlmDvfsError
+from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 
 
@@ -231,9 +232,9 @@ def deliver_training(listener: TrainingHooks, event: TrainerEvent) -> RunControl
     return listener.on_cancelled(event)
 
 
-def event_to_json(event: TrainerEvent) -> dict[str, Any]:
+def event_to_json(event: TrainerEvent) -> JsonObject:
     """A JSON-ready dict of an event, with its type under "event"."""
-    out: dict[str, Any] = {"event": type(event).__name__}
+    out: JsonObject = {"event": type(event).__name__}
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
         if isinstance(value, Source):

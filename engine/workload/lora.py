@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from engine.core.constants import Mode
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_float, as_int, as_list, as_object
 
 from engine.core.errors import ConfigError
 from engine.core.plausible import MAX_LORA_RANK
@@ -84,10 +84,12 @@ class LoraSettings:
         return self.targets or (DEFAULT_TARGETS.get(family, ()) if family else ())
 
     @classmethod
-    def from_json(cls, data: Any) -> "LoraSettings":
-        """Settings as to_json wrote them (the targets as given)."""
-        return cls(rank=int(data["rank"]), alpha=float(data["alpha"]), dropout=float(data["dropout"]),
-                   targets=tuple(data.get("targets") or ()))
+    def from_json(cls, data: object) -> "LoraSettings":
+        """Settings as to_json wrote them (the targets as given); KeyError, TypeError or ValueError for
+        JSON of another shape."""
+        d = as_object(data)
+        return cls(rank=as_int(d["rank"]), alpha=as_float(d["alpha"]), dropout=as_float(d["dropout"]),
+                   targets=tuple(str(t) for t in as_list(d.get("targets") or ())))
 
     def key(self) -> str:
         """A short stable text for cache keys and run records."""

@@ -12,9 +12,10 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple, TypedDict
 
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.jsontypes import as_int
 from engine.core.text import shown
 from engine.core.userinput import check_name, load_json, read_user_file
 from engine.workload.sizing import check_config
@@ -37,7 +38,7 @@ _NOT_ARCHITECTURE = ("_name_or_path", "transformers_version", "architectures",
                      "torch_dtype", "dtype", "id2label", "label2id", "num_labels", "problem_type")
 
 
-def architecture(config: Mapping[str, Any]) -> dict[str, Any]:
+def architecture(config: Mapping[str, object]) -> dict[str, object]:
     """A config without its bookkeeping keys: two configs that build the same model are equal here."""
     return {k: v for k, v in config.items() if k not in _NOT_ARCHITECTURE}
 
@@ -49,7 +50,7 @@ class ModelInfo:
     params: int  # parameters of the built classification model
     weights: str  # "pretrained" | "random"
     origin: str  # "zoo:bert-tiny" | "hub:<id>" | "dir:/path" | "config:/path/config.json"
-    config: Mapping[str, Any]  # architecture + pad_token_id, num_labels, problem_type
+    config: Mapping[str, object]  # architecture + pad_token_id, num_labels, problem_type
     num_layers: int
     hidden_size: int
     num_heads: int
@@ -57,14 +58,14 @@ class ModelInfo:
 
     @property
     def max_positions(self) -> int:
-        return int(self.config.get("max_position_embeddings", 512))
+        return as_int(self.config.get("max_position_embeddings", 512))
 
 
 class ResolvedModel(NamedTuple):
     """Where a spec points, before anything is built."""
 
     origin: str  # as ModelInfo.origin
-    config: Mapping[str, Any]  # config.json contents, including model_type
+    config: Mapping[str, object]  # config.json contents, including model_type
     family: str
     name: str  # short display name
     weights_from: str | None  # hub id or folder to try for pretrained weights; None: none
@@ -145,7 +146,7 @@ def load_model(spec: str | ResolvedModel, task: GlueTask | str, *, allow_downloa
     return model, model_info(resolved, model, weights)
 
 
-def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 0,
+def build_model(config: Mapping[str, object], task: GlueTask | str, *, seed: int = 0,
                 device: str | torch.device | None = None) -> PreTrainedModel:
     """A classification model from an architecture alone, with random weights.
     `device="meta"` builds it without allocating memory (for counting parameters)."""
@@ -154,7 +155,7 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
 
     task = get_task(task)
     arch = architecture(config)
-    model_type = arch.pop("model_type")
+    model_type = str(arch.pop("model_type"))
     arch.update(head_kwargs(config, task))
     hf_config = AutoConfig.for_model(model_type, **arch)
     with torch.random.fork_rng(devices=[]):
@@ -165,9 +166,19 @@ def build_model(config: Mapping[str, Any], task: GlueTask | str, *, seed: int = 
         return AutoModelForSequenceClassification.from_config(hf_config)
 
 
-def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
+class HeadKwargs(TypedDict, total=False):
+    """The config overrides head_kwargs gives (transformers' PretrainedConfig fields)."""
+
+    num_labels: int
+    problem_type: str
+    id2label: dict[int, str]
+    label2id: dict[str, int]
+    pad_token_id: int
+
+
+def head_kwargs(config: Mapping[str, object], task: GlueTask) -> HeadKwargs:
     """Config overrides that give a backbone the task's head (and a decoder a pad token)."""
-    kwargs: dict[str, Any] = {}
+    kwargs: HeadKwargs = {}
     if task.is_regression:
         kwargs["num_labels"] = 1
         kwargs["problem_type"] = "regression"
@@ -181,7 +192,7 @@ def head_kwargs(config: Mapping[str, Any], task: GlueTask) -> dict[str, Any]:
     return kwargs
 
 
-def decoder_pad_token_id(config: Mapping[str, Any], family: str) -> int:
+def decoder_pad_token_id(config: Mapping[str, object], family: str) -> int:
     """The pad token of a decoder's classification head: its own, else end-of-text, as
     Hugging Face's examples do (`pad_token = eos_token`); the head pools the last other token."""
     pad = config.get("pad_token_id")
@@ -260,7 +271,7 @@ def _quiet_progress() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
+def _hub_config(hub_id: str, allow_download: bool) -> dict[str, object] | None:
     """A hub id's config.json from the local cache (or the hub, when allowed)."""
     try:
         from huggingface_hub import hf_hub_download, try_to_load_from_cache
@@ -284,7 +295,7 @@ def _hub_config(hub_id: str, allow_download: bool) -> dict[str, Any] | None:
 MAX_CONFIG_BYTES = 4 << 20  # a Hugging Face config.json is a few KB (with a tokenizer's id maps, under 1 MB)
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path) -> dict[str, object]:
     remedy = "give a valid config.json (as save_pretrained writes it)"
     try:
         raw = read_user_file(path, "model configuration", max_bytes=MAX_CONFIG_BYTES, remedy=remedy)
@@ -299,7 +310,7 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _family(config: Mapping[str, Any], spec: str) -> str:
+def _family(config: Mapping[str, object], spec: str) -> str:
     family = zoo.MODEL_TYPE_FAMILY.get(str(config.get("model_type")))
     if family is None:
         raise ConfigError(

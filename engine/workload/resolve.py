@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from engine.core.constants import Mode, Padding, Precision
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject, JsonValue
+from engine.core.jsontypes import JsonObject, JsonValue, as_int
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
 from engine.workload.lora import LoraSettings
@@ -82,7 +82,7 @@ class Workload:
         return self.spec.padding
 
     @property
-    def config(self) -> Mapping[str, Any] | None:
+    def config(self) -> Mapping[str, object] | None:
         """The model's config as resolved: what the store keeps to rebuild it."""
         return self.spec.config
 
@@ -126,7 +126,7 @@ def resolve_workload(spec: WorkloadSpec) -> Workload:
     resolved = spec.resolved_model()
     named = spec.named(resolved)
     batch, length, prec = int(named.batch_size or 0), int(named.seq_len or 0), named.named_precision
-    max_pos = int(resolved.config.get("max_position_embeddings", 512))
+    max_pos = as_int(resolved.config.get("max_position_embeddings", 512))
     if length > max_pos:
         raise ConfigError(f"sequence length {length} exceeds what {resolved.name} can take ({max_pos} positions)",
                           f"give --max-seq-len {max_pos} or less")

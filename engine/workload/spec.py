@@ -70,7 +70,7 @@ class WorkloadSpec:
     name: str | None = None  # the model's display name once named (what the key holds); None: not yet
     # The model's definition once named (or as a store recorded it, schema v11): what rebuilds exactly this
     # model, whatever its name says. None: not named yet, or a store row from before v11.
-    config: Mapping[str, Any] | None = field(default=None, hash=False, repr=False)
+    config: Mapping[str, object] | None = field(default=None, hash=False, repr=False)
 
     def validate(self) -> None:
         """Every field in range (a clear error naming the flag), before anything is resolved. The fixed
@@ -177,7 +177,7 @@ class WorkloadSpec:
                 "seed": self.seed, "allow_download": self.allow_download, "name": self.name}
 
 
-def as_recorded(name: str, config: Mapping[str, Any]) -> ResolvedModel:
+def as_recorded(name: str, config: Mapping[str, object]) -> ResolvedModel:
     """A model as a store recorded it (its name and config): a ResolvedModel with no weights to load."""
     from engine.workload.models import ResolvedModel
     from engine.workload.zoo import MODEL_TYPE_FAMILY

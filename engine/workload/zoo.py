@@ -49,7 +49,7 @@ class ZooEntry:
     name: str
     hub_id: str
     family: str  # one of FAMILIES
-    config: Mapping[str, Any]  # the full architecture, as in the checkpoint's config.json
+    config: Mapping[str, object]  # the full architecture, as in the checkpoint's config.json
     params: int  # parameters of the model fine-tuned for a 2-label task (backbone + head)
     batch_size: int
     seq_len: int
@@ -60,7 +60,7 @@ class ZooEntry:
         return str(self.config["model_type"])
 
 
-def dims(config: Mapping[str, Any]) -> dict[str, int]:
+def dims(config: Mapping[str, object]) -> dict[str, int]:
     """hidden_size, num_hidden_layers, num_attention_heads (and intermediate_size when given)
     of a config.json, whatever the architecture calls them; a missing one is left out."""
     out: dict[str, int] = {}

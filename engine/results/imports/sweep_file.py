@@ -22,6 +22,7 @@ from typing import Any, Iterator, Mapping
 
 from engine.core.constants import DEFAULT_PADDING, MODES, Mode, Padding, Precision, parse_mode, parse_padding, parse_precision
 from engine.core.errors import ConfigError, SlmDvfsError
+from engine.core.jsontypes import as_int
 from engine.core.plausible import MAX_BATCH, MAX_REPEATS, MAX_SAMPLES, MAX_SEQ_LEN, time_problem
 from engine.core.text import shown
 from engine.core.userinput import check_name, number_value
@@ -309,7 +310,7 @@ class _RowReader:
         with self.at(where, "max_seq_len"):
             seq = (defaults.seq_len if v["seq_len"] is None
                    else whole(v["seq_len"], "max sequence length", 1, MAX_SEQ_LEN))
-            positions = int(resolved.config.get("max_position_embeddings", seq))
+            positions = as_int(resolved.config.get("max_position_embeddings", seq))
             if seq > positions:
                 raise CellError(f"max sequence length {seq} is more than {resolved.name} takes ({positions} positions)",
                                 f"give the length it was fine-tuned at, {positions} or less")

@@ -9,7 +9,7 @@ import sqlite3
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
@@ -88,7 +88,7 @@ class RunTables(Database):
         device: DeviceRecord | int | None = None,
         workload: WorkloadRecord | int | None = None,
         objective: str | None = None,
-        setting: Any = None,
+        setting: object = None,
         seed: int | None = None,
         steps: int | None = None,
         rails: str | None = None,
@@ -128,8 +128,8 @@ class RunTables(Database):
         *,
         status: RunStatus = "finished",
         wall_s: float | None = None,
-        metrics: Mapping[str, Any] | None = None,
-        setting: Any = None,
+        metrics: Mapping[str, object] | None = None,
+        setting: object = None,
         notes: str | None = None,
         finished_at: datetime | str | None = None,
         weights: str | None = None,

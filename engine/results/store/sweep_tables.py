@@ -9,7 +9,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
@@ -41,7 +41,7 @@ class FinishedSweep:
     are ignored (they were measured on the device the sweeps are stored under)."""
 
     workload: WorkloadRecord | int
-    space: Mapping[str, Any]
+    space: Mapping[str, object]
     points: Sequence[SweepPoint]
     repeats: int
     source: Source = Source.MEASURED
@@ -58,7 +58,7 @@ class SweepTables(Database):
         *,
         device: DeviceRecord | int,
         workload: WorkloadRecord | int,
-        space: Mapping[str, Any],
+        space: Mapping[str, object],
         warmup_steps: int,
         steps: int,
         repeats: int,
@@ -111,7 +111,7 @@ class SweepTables(Database):
         return UnknownRecordError(f"no sweep with id {sweep_id} in {self.path}",
                                   "`slm-dvfs sweeps` lists the stored sweeps and their ids (sN)")
 
-    def sweeps_with(self, key: str, value: Any) -> list[SweepRecord]:
+    def sweeps_with(self, key: str, value: object) -> list[SweepRecord]:
         """The sweeps whose space holds `key` = `value` (e.g. an imported file's sha256), oldest first."""
         return [s for s in reversed(self.list_sweeps()) if s.space.get(key) == value]
 

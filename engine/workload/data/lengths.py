@@ -24,11 +24,11 @@ import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from engine.core import paths
 from engine.core.errors import ConfigError
-from engine.core.jsontypes import JsonObject
+from engine.core.jsontypes import JsonObject, as_float, as_int, as_list, as_object
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -121,7 +121,7 @@ def table_path() -> Path:
 
 
 @lru_cache(maxsize=1)
-def _table() -> Mapping[str, Any]:
+def _table() -> Mapping[str, object]:
     path = table_path()
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -143,10 +143,11 @@ def published(task: str) -> LengthDistribution:
     if not isinstance(row, Mapping) or not row.get("texts"):
         raise ConfigError(f"the length table has no row for {glue.name}",
                           "restore profiles/glue_lengths.toml from the repository")
-    defaults = table.get("defaults", {})
+    defaults = as_object(table.get("defaults", {}))
     pair = bool(row.get("pair", glue.is_pair))
-    specials = int(defaults.get("specials_pair" if pair else "specials_single", 3 if pair else 2))
-    return lognormal(glue.name, [float(t) for t in row["texts"]], float(row.get("cv", defaults.get("cv", 0.5))),
+    specials = as_int(defaults.get("specials_pair" if pair else "specials_single", 3 if pair else 2))
+    return lognormal(glue.name, [as_float(t) for t in as_list(row["texts"])],
+                     as_float(row.get("cv", defaults.get("cv", 0.5))),
                      specials, f"published: {row.get('source', 'profiles/glue_lengths.toml')}")
 
 

@@ -17,7 +17,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence, Union
 
 import torch
 from torch.utils.data import Dataset
@@ -147,7 +147,7 @@ def _hub_split(task: GlueTask, split: Any) -> tuple[Example, ...]:
 
 
 @contextlib.contextmanager
-def _patched(obj: Any, name: str, value: Any):
+def _patched(obj: object, name: str, value: object) -> Iterator[None]:
     old = getattr(obj, name)
     setattr(obj, name, value)
     try:
@@ -160,11 +160,15 @@ def _patched(obj: Any, name: str, value: Any):
 # --------------------------------------------------------------------------- encoding
 
 
+# One feature of an encoded split: an (N, L) tensor (padded to max_length), or N 1-D tensors (dynamic).
+Features = Union[torch.Tensor, list[torch.Tensor]]
+
+
 class EncodedSplit(Dataset):
     """Tokenized examples; item i is a dict of tensors (input_ids, attention_mask,
     token_type_ids for BERT, labels)."""
 
-    def __init__(self, features: Mapping[str, Any], labels: torch.Tensor) -> None:
+    def __init__(self, features: Mapping[str, Features], labels: torch.Tensor) -> None:
         self.features = dict(features)  # name -> (N, L) tensor, or N 1-D tensors (dynamic)
         self.labels = labels
 
@@ -250,7 +254,7 @@ def _encode_split(task: GlueTask, examples: Sequence[Example], tokenizer: PreTra
                     padding="max_length" if padding == "max_length" else False,
                     return_token_type_ids=with_types, return_attention_mask=True)
     names = ["input_ids", "attention_mask"] + (["token_type_ids"] if with_types else [])
-    features: dict[str, Any] = {}
+    features: dict[str, Features] = {}
     for name in names:
         rows = enc[name]
         if padding == "max_length":

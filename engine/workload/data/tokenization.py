@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 from engine.core import paths
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import as_int
 from engine.workload import zoo
 from engine.workload.glue import GlueTask, get_task
 from engine.workload.models import PYTHIA_PAD_TOKEN_ID, ModelInfo
@@ -184,8 +185,8 @@ def _set_pad_token(tokenizer, info: ModelInfo, *, trained: bool = False) -> None
     if want is None and info.family == "pythia":
         want = PYTHIA_PAD_TOKEN_ID
     if tokenizer.pad_token is None:
-        if want is not None and want < len(tokenizer):
-            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(int(want))
+        if want is not None and as_int(want) < len(tokenizer):
+            tokenizer.pad_token = tokenizer.convert_ids_to_tokens(as_int(want))
         elif tokenizer.eos_token is not None:
             tokenizer.pad_token = tokenizer.eos_token
         else:

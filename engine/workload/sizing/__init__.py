@@ -39,7 +39,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
-def check_config(config: Mapping[str, Any], name: str = "the model") -> None:
+def check_config(config: Mapping[str, object], name: str = "the model") -> None:
     """Refuse a configuration with impossible dimensions (ConfigError, naming the key)."""
     remedy = "fix the config.json (as save_pretrained writes it), or use a zoo model (profiles/models.toml)"
     config = {**config, **dims(config)}  # GPT-2 and DistilBERT name their dimensions differently

@@ -18,14 +18,15 @@ counts once (the input embedding).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import as_float, as_int, as_list
 from engine.workload.zoo import MODEL_TYPE_FAMILY, dims
 
 # transformers' defaults (5.x) for the keys that shape each model, used where a config.json
 # leaves a key out (the zoo ships only the keys that shape the model).
-_DEFAULTS: dict[str, dict[str, Any]] = {
+_DEFAULTS: dict[str, dict[str, object]] = {
     "bert": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2),
     "roberta": dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -158,7 +159,7 @@ class Architecture:
         return sum(x.copies * rank * (x.n_in + x.n_out) for x in self.lora_targets(targets))
 
 
-def architecture(config: Mapping[str, Any], num_labels: int = 2) -> Architecture:
+def architecture(config: Mapping[str, object], num_labels: int = 2) -> Architecture:
     """The modules `AutoModelForSequenceClassification` builds from `config` (a config.json's
     contents) for a `num_labels`-way task; ConfigError for a model type no family covers."""
     model_type = str(config.get("model_type"))
@@ -167,17 +168,17 @@ def architecture(config: Mapping[str, Any], num_labels: int = 2) -> Architecture
         raise ConfigError(f"model type {model_type!r} is not one slm-dvfs can size",
                           f"use one of {', '.join(sorted(MODEL_TYPE_FAMILY))}")
     cfg = {**_DEFAULTS.get(model_type, {}), **{k: v for k, v in config.items() if v is not None}, **dims(config)}
-    h, n, a = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
+    h, n, a = as_int(cfg["hidden_size"]), as_int(cfg["num_hidden_layers"]), as_int(cfg["num_attention_heads"])
     build = _ENCODERS.get(model_type) or _DECODERS[model_type]
     return build(model_type, family, cfg, h, n, a, int(num_labels))
 
 
-def _arch(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int, *, kv: int, d: int,
+def _arch(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int, *, kv: int, d: int,
           inter: int, gated: bool, act: str, hidden_dropout: float, attention_dropout: float, norms: int,
           embedding_norm: bool, linears: list[Linear], others: list[Tensors]) -> Architecture:
     return Architecture(
         model_type=model_type, family=family, hidden=h, layers=n, heads=a, kv_heads=kv, head_dim=d,
-        intermediate=inter, vocab=int(cfg["vocab_size"]), gated=gated, activation=act,
+        intermediate=inter, vocab=as_int(cfg["vocab_size"]), gated=gated, activation=act,
         hidden_dropout=hidden_dropout > 0, attention_dropout=attention_dropout > 0, norms_per_layer=norms,
         embedding_norm=embedding_norm, linears=tuple(linears), others=tuple(others))
 
@@ -185,14 +186,14 @@ def _arch(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, 
 # ----------------------------------------------------------------------------- encoders
 
 
-def _bert_like(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _bert_like(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
                labels: int) -> Architecture:
     """BERT, RoBERTa, ELECTRA: post-LN encoder layers with a GELU MLP."""
-    inter, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
-    emb = int(cfg.get("embedding_size", h)) if model_type == "electra" else h
+    inter, vocab = as_int(cfg["intermediate_size"]), as_int(cfg["vocab_size"])
+    emb = as_int(cfg.get("embedding_size", h)) if model_type == "electra" else h
     others = [Tensors("word_embeddings", vocab * emb),
-              Tensors("position_embeddings", int(cfg["max_position_embeddings"]) * emb),
-              Tensors("token_type_embeddings", int(cfg["type_vocab_size"]) * emb),
+              Tensors("position_embeddings", as_int(cfg["max_position_embeddings"]) * emb),
+              Tensors("token_type_embeddings", as_int(cfg["type_vocab_size"]) * emb),
               Tensors("LayerNorm", emb, emb),
               Tensors("LayerNorm", h, h, copies=2 * n)]
     linears = [Linear(name, h, h, True, n) for name in ("query", "key", "value", "dense")]
@@ -206,64 +207,64 @@ def _bert_like(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: 
     return _bert_style(model_type, family, cfg, h, n, a, inter, linears, others)
 
 
-def _bert_style(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int, inter: int,
+def _bert_style(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int, inter: int,
                 linears: list[Linear], others: list[Tensors]) -> Architecture:
     """A post-norm encoder layer as BERT names its config (RoBERTa, ELECTRA and DeBERTa do too)."""
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=float(cfg.get("hidden_dropout_prob", 0.1)),
-                 attention_dropout=float(cfg.get("attention_probs_dropout_prob", 0.1)), norms=2,
+                 act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=as_float(cfg.get("hidden_dropout_prob", 0.1)),
+                 attention_dropout=as_float(cfg.get("attention_probs_dropout_prob", 0.1)), norms=2,
                  embedding_norm=True, linears=linears, others=others)
 
 
-def _distilbert(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _distilbert(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
                 labels: int) -> Architecture:
-    inter = int(cfg.get("intermediate_size", 4 * h))
-    others = [Tensors("word_embeddings", int(cfg["vocab_size"]) * h),
-              Tensors("position_embeddings", int(cfg["max_position_embeddings"]) * h),
+    inter = as_int(cfg.get("intermediate_size", 4 * h))
+    others = [Tensors("word_embeddings", as_int(cfg["vocab_size"]) * h),
+              Tensors("position_embeddings", as_int(cfg["max_position_embeddings"]) * h),
               Tensors("LayerNorm", h, h, copies=1 + 2 * n)]
     linears = [Linear(name, h, h, True, n) for name in ("q_lin", "k_lin", "v_lin", "out_lin")]
     linears += [Linear("lin1", h, inter, True, n), Linear("lin2", inter, h, True, n),
                 Linear("pre_classifier", h, h, True, head=True), Linear("classifier", h, labels, True, head=True)]
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg.get("activation", "gelu")), hidden_dropout=float(cfg.get("dropout", 0.1)),
-                 attention_dropout=float(cfg.get("attention_dropout", 0.1)), norms=2, embedding_norm=True,
+                 act=str(cfg.get("activation", "gelu")), hidden_dropout=as_float(cfg.get("dropout", 0.1)),
+                 attention_dropout=as_float(cfg.get("attention_dropout", 0.1)), norms=2, embedding_norm=True,
                  linears=linears, others=others)
 
 
-def _deberta(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _deberta(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
              labels: int) -> Architecture:
     """DeBERTa-v2/v3: BERT-like layers, relative position embeddings shared by every layer."""
-    inter, emb = int(cfg["intermediate_size"]), int(cfg.get("embedding_size", h))
-    max_pos = int(cfg["max_position_embeddings"])
-    others = [Tensors("word_embeddings", int(cfg["vocab_size"]) * emb), Tensors("LayerNorm", h, h),
+    inter, emb = as_int(cfg["intermediate_size"]), as_int(cfg.get("embedding_size", h))
+    max_pos = as_int(cfg["max_position_embeddings"])
+    others = [Tensors("word_embeddings", as_int(cfg["vocab_size"]) * emb), Tensors("LayerNorm", h, h),
               Tensors("LayerNorm", h, h, copies=2 * n)]
     if cfg["position_biased_input"]:
         others.append(Tensors("position_embeddings", max_pos * emb))
-    if int(cfg["type_vocab_size"]) > 0:
-        others.append(Tensors("token_type_embeddings", int(cfg["type_vocab_size"]) * emb))
+    if as_int(cfg["type_vocab_size"]) > 0:
+        others.append(Tensors("token_type_embeddings", as_int(cfg["type_vocab_size"]) * emb))
     linears = [Linear(name, h, h, True, n) for name in ("query_proj", "key_proj", "value_proj", "dense")]
     linears += [Linear("dense", h, inter, True, n), Linear("dense", inter, h, True, n)]
     if emb != h:
         linears.append(Linear("embed_proj", emb, h, False))
     if cfg.get("relative_attention"):
-        span = int(cfg["max_relative_positions"])
+        span = as_int(cfg["max_relative_positions"])
         span = max_pos if span < 1 else span
-        if int(cfg["position_buckets"]) > 0:
-            span = int(cfg["position_buckets"])
+        if as_int(cfg["position_buckets"]) > 0:
+            span = as_int(cfg["position_buckets"])
         others.append(Tensors("rel_embeddings", 2 * span * h))
         if "layer_norm" in [x.strip() for x in str(cfg["norm_rel_ebd"]).lower().split("|")]:
             others.append(Tensors("LayerNorm", h, h))
         pos_att = cfg.get("pos_att_type") or ()
-        pos_att = [x.strip() for x in pos_att.lower().split("|")] if isinstance(pos_att, str) else list(pos_att)
+        pos_att = [x.strip() for x in pos_att.lower().split("|")] if isinstance(pos_att, str) else list(as_list(pos_att))
         if not cfg["share_att_key"]:
             if "c2p" in pos_att:
                 linears.append(Linear("pos_key_proj", h, h, True, n))
             if "p2c" in pos_att:
                 linears.append(Linear("pos_query_proj", h, h, True, n))
-    kernel = int(cfg["conv_kernel_size"])
+    kernel = as_int(cfg["conv_kernel_size"])
     if kernel > 0:  # ConvLayer after the first layer: a grouped Conv1d and its LayerNorm
-        others += [Tensors("conv", h * (h // int(cfg["conv_groups"])) * kernel, h), Tensors("LayerNorm", h, h)]
-    pooled = int(cfg.get("pooler_hidden_size", h))
+        others += [Tensors("conv", h * (h // as_int(cfg["conv_groups"])) * kernel, h), Tensors("LayerNorm", h, h)]
+    pooled = as_int(cfg.get("pooler_hidden_size", h))
     linears += [Linear("dense", pooled, pooled, True), Linear("classifier", pooled, labels, True, head=True)]
     return _bert_style(model_type, family, cfg, h, n, a, inter, linears, others)
 
@@ -271,41 +272,41 @@ def _deberta(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: in
 # ----------------------------------------------------------------------------- decoders
 
 
-def _pythia(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _pythia(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
             labels: int) -> Architecture:
-    inter, bias = int(cfg["intermediate_size"]), bool(cfg["attention_bias"])
-    others = [Tensors("embed_in", int(cfg["vocab_size"]) * h), Tensors("layernorm", h, h, copies=2 * n + 1)]
+    inter, bias = as_int(cfg["intermediate_size"]), bool(cfg["attention_bias"])
+    others = [Tensors("embed_in", as_int(cfg["vocab_size"]) * h), Tensors("layernorm", h, h, copies=2 * n + 1)]
     linears = [Linear("query_key_value", h, 3 * h, bias, n), Linear("dense", h, h, bias, n),
                Linear("dense_h_to_4h", h, inter, True, n), Linear("dense_4h_to_h", inter, h, True, n),
                Linear("score", h, labels, False, head=True)]
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=float(cfg["hidden_dropout"]),
-                 attention_dropout=float(cfg["attention_dropout"]), norms=2, embedding_norm=False,
+                 act=str(cfg.get("hidden_act", "gelu")), hidden_dropout=as_float(cfg["hidden_dropout"]),
+                 attention_dropout=as_float(cfg["attention_dropout"]), norms=2, embedding_norm=False,
                  linears=linears, others=others)
 
 
-def _gpt2(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _gpt2(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
           labels: int) -> Architecture:
-    inter = int(cfg.get("intermediate_size") or 4 * h)
-    others = [Tensors("wte", int(cfg["vocab_size"]) * h),
-              Tensors("wpe", int(cfg.get("n_positions", cfg.get("max_position_embeddings", 1024))) * h),
+    inter = as_int(cfg.get("intermediate_size") or 4 * h)
+    others = [Tensors("wte", as_int(cfg["vocab_size"]) * h),
+              Tensors("wpe", as_int(cfg.get("n_positions", cfg.get("max_position_embeddings", 1024))) * h),
               Tensors("ln", h, h, copies=2 * n + 1)]
     linears = [Linear("c_attn", h, 3 * h, True, n), Linear("c_proj", h, h, True, n),
                Linear("c_fc", h, inter, True, n), Linear("c_proj", inter, h, True, n),
                Linear("score", h, labels, False, head=True)]
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg["activation_function"]), hidden_dropout=float(cfg["resid_pdrop"]),
-                 attention_dropout=float(cfg["attn_pdrop"]), norms=2, embedding_norm=False,
+                 act=str(cfg["activation_function"]), hidden_dropout=as_float(cfg["resid_pdrop"]),
+                 attention_dropout=as_float(cfg["attn_pdrop"]), norms=2, embedding_norm=False,
                  linears=linears, others=others)
 
 
-def _opt(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _opt(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
          labels: int) -> Architecture:
-    inter, bias = int(cfg["intermediate_size"]), bool(cfg["enable_bias"])
-    proj = int(cfg.get("word_embed_proj_dim") or h)
+    inter, bias = as_int(cfg["intermediate_size"]), bool(cfg["enable_bias"])
+    proj = as_int(cfg.get("word_embed_proj_dim") or h)
     # OPT offsets learned positions by 2 (its padding convention).
-    others = [Tensors("embed_tokens", int(cfg["vocab_size"]) * proj),
-              Tensors("embed_positions", (int(cfg["max_position_embeddings"]) + 2) * h),
+    others = [Tensors("embed_tokens", as_int(cfg["vocab_size"]) * proj),
+              Tensors("embed_positions", (as_int(cfg["max_position_embeddings"]) + 2) * h),
               Tensors("layer_norm", h, h if bias else 0, copies=2 * n)]
     if cfg["do_layer_norm_before"] and not cfg["_remove_final_layer_norm"]:
         others.append(Tensors("final_layer_norm", h, h if bias else 0))
@@ -315,17 +316,17 @@ def _opt(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a
     if proj != h:
         linears += [Linear("project_in", proj, h, False), Linear("project_out", h, proj, False)]
     return _arch(model_type, family, cfg, h, n, a, kv=a, d=h // a, inter=inter, gated=False,
-                 act=str(cfg.get("activation_function", "relu")), hidden_dropout=float(cfg["dropout"]),
-                 attention_dropout=float(cfg["attention_dropout"]), norms=2, embedding_norm=False,
+                 act=str(cfg.get("activation_function", "relu")), hidden_dropout=as_float(cfg["dropout"]),
+                 attention_dropout=as_float(cfg["attention_dropout"]), norms=2, embedding_norm=False,
                  linears=linears, others=others)
 
 
-def _gated(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int, a: int,
+def _gated(model_type: str, family: str, cfg: Mapping[str, object], h: int, n: int, a: int,
            labels: int) -> Architecture:
     """Llama, Qwen2/3, Gemma/Gemma-2, Phi-3: RMSNorm, rotary, grouped-query attention, gated MLP."""
-    inter = int(cfg["intermediate_size"])
-    kv = int(cfg.get("num_key_value_heads", a))
-    d = int(cfg.get("head_dim") or h // a)
+    inter = as_int(cfg["intermediate_size"])
+    kv = as_int(cfg.get("num_key_value_heads", a))
+    d = as_int(cfg.get("head_dim") or h // a)
     q, k = a * d, kv * d
     attn_bias = model_type == "qwen2" or bool(cfg.get("attention_bias", False))
     mlp_bias = bool(cfg.get("mlp_bias", False))
@@ -340,12 +341,12 @@ def _gated(model_type: str, family: str, cfg: Mapping[str, Any], h: int, n: int,
                    Linear("down_proj", inter, h, mlp_bias, n)]
     linears.append(Linear("score", h, labels, False, head=True))
     norms = 4 if model_type == "gemma2" else 2  # Gemma-2 norms before and after each block
-    others = [Tensors("embed_tokens", int(cfg["vocab_size"]) * h), Tensors("norm", h, copies=norms * n + 1)]
+    others = [Tensors("embed_tokens", as_int(cfg["vocab_size"]) * h), Tensors("norm", h, copies=norms * n + 1)]
     if model_type == "qwen3":  # RMSNorm on each head's query and key
         others.append(Tensors("qk_norm", 2 * d, copies=n))
     act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
     return _arch(model_type, family, cfg, h, n, a, kv=kv, d=d, inter=inter, gated=True, act=act,
-                 hidden_dropout=float(cfg.get("resid_pdrop", 0.0)), attention_dropout=float(cfg.get("attention_dropout", 0.0)),
+                 hidden_dropout=as_float(cfg.get("resid_pdrop", 0.0)), attention_dropout=as_float(cfg.get("attention_dropout", 0.0)),
                  norms=norms, embedding_norm=False, linears=linears, others=others)
 
 

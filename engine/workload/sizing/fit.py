@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from engine.core.errors import ConfigError, ProfileError
+from engine.core.jsontypes import as_int
 from engine.workload.sizing.memory import DEFAULT_BUDGET_BYTES, GIB, MIB, OS_RESERVE_BYTES, MemoryEstimate
 
 MIN_SUGGESTED_LENGTH = 16  # a shorter length than this is no fine-tuning worth suggesting
@@ -167,7 +168,7 @@ def _smaller_model(est: MemoryEstimate, budget: int) -> Remedy | None:
     family = MODEL_TYPE_FAMILY.get(str(est.config.get("model_type")))
     found: list[tuple[bool, int, str, MemoryEstimate]] = []
     for entry in entries:
-        if entry.params >= est.params or est.seq_len > int(entry.config.get("max_position_embeddings", est.seq_len)):
+        if entry.params >= est.params or est.seq_len > as_int(entry.config.get("max_position_embeddings", est.seq_len)):
             continue
         try:  # LoRA targets named for this model may name nothing in another family
             candidate = estimate_memory(entry.config, est.batch_size, est.seq_len, est.precision, est.mode,

@@ -38,7 +38,8 @@ backward), which overstates a little; kernels' own scratch is not modelled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from enum import Enum
+from typing import TYPE_CHECKING, Literal, Mapping
 
 from engine.core.constants import Mode, Precision
 from engine.core.units import format_bytes
@@ -71,6 +72,12 @@ FRAGMENTATION = 0.10
 FP32_BYTES = 4
 
 
+class _Keep(Enum):
+    """with_changes' default for lora, where None means something (LoRA's default settings)."""
+
+    KEEP = "keep"
+
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Bytes a fine-tuning step holds at its peak (estimated), by part, and what it was asked."""
@@ -92,7 +99,7 @@ class MemoryEstimate:
     checkpointing: bool = False
     lora_rank: int | None = None  # None: not a LoRA run
     exact_params: int | None = None  # the caller's exact count of the model's parameters, if given
-    config: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    config: Mapping[str, object] = field(default_factory=dict, compare=False, repr=False)
     lora: LoraSettings | None = field(default=None, compare=False, repr=False)  # the LoraSettings used, if any
 
     @property
@@ -117,28 +124,30 @@ class MemoryEstimate:
         model's parts are MiB, which one GiB decimal would show as 0.0)."""
         return f"{self.total / GIB:,.1f} GiB (" + ", ".join(f"{k} {format_bytes(v)}" for k, v in self.parts()) + ")"
 
-    def with_changes(self, **changes: Any) -> "MemoryEstimate":
-        """The estimate of the same workload with some inputs changed (batch_size, seq_len,
-        precision, mode, checkpointing, lora)."""
-        args: dict[str, Any] = dict(batch_size=self.batch_size, seq_len=self.seq_len, precision=self.precision,
-                                    mode=self.mode, lora=self.lora, checkpointing=self.checkpointing,
-                                    params=self.exact_params)
-        args.update(changes)
-        return estimate_memory(self.config, args.pop("batch_size"), args.pop("seq_len"), **args)
+    def with_changes(self, *, batch_size: int | None = None, seq_len: int | None = None,
+                     precision: Precision | None = None, mode: Mode | None = None, checkpointing: bool | None = None,
+                     lora: LoraSettings | None | Literal[_Keep.KEEP] = _Keep.KEEP) -> "MemoryEstimate":
+        """The estimate of the same workload with some inputs changed (None, and lora not given: as
+        it was; lora=None: LoraSettings() defaults for mode "lora")."""
+        return estimate_memory(
+            self.config, self.batch_size if batch_size is None else batch_size,
+            self.seq_len if seq_len is None else seq_len, self.precision if precision is None else precision,
+            self.mode if mode is None else mode, lora=self.lora if lora is _Keep.KEEP else lora,
+            checkpointing=self.checkpointing if checkpointing is None else checkpointing, params=self.exact_params)
 
 
-def estimate_params(config: Mapping[str, Any], num_labels: int = 2) -> int:
+def estimate_params(config: Mapping[str, object], num_labels: int = 2) -> int:
     """Parameters of the classification model `config` builds (backbone and head)."""
     return architecture(config, num_labels).params
 
 
-def trainable_params(config: Mapping[str, Any], mode: Mode = "full", *, lora: LoraSettings | None = None,
+def trainable_params(config: Mapping[str, object], mode: Mode = "full", *, lora: LoraSettings | None = None,
                      params: int | None = None) -> int:
     """Parameters `mode` trains (see the module's doc); `params` is an exact total when known."""
     return _trainable(architecture(config), mode, lora, params)
 
 
-def estimate_memory(config: Mapping[str, Any], batch_size: int, seq_len: int, precision: Precision = "fp32",
+def estimate_memory(config: Mapping[str, object], batch_size: int, seq_len: int, precision: Precision = "fp32",
                     mode: Mode = "full", *, lora: LoraSettings | None = None, checkpointing: bool = False,
                     params: int | None = None) -> MemoryEstimate:
     """What a training step of `config` at (batch, length) holds at its peak; see the module's doc.

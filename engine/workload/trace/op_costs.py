@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Callable
 
 from engine.core.constants import Precision
 
@@ -123,7 +123,7 @@ def classify(name: str, func: object, phase: str) -> str:
     return "other"
 
 
-def _flop_formula(func: Any) -> Callable[..., int] | None:
+def _flop_formula(func: torch._ops.OpOverload) -> Callable[..., int] | None:
     from torch.utils.flop_counter import flop_registry
 
     return flop_registry.get(func._overloadpacket)

@@ -23,8 +23,9 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
+from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.paths import cache_dir
 from engine.core.trace import StepTrace
 
@@ -58,14 +59,14 @@ def _library_version(name: str) -> str:
         return "none"
 
 
-def trace_key(spec: WorkloadSpec, *, seq_len: int | None = None) -> dict[str, Any]:
+def trace_key(spec: WorkloadSpec, *, seq_len: int | None = None) -> JsonObject:
     """Everything the trace of a named workload (`seq_len`: at another length, a padded bucket's) depends
     on, without building the model. LoRA (rank, dropout, the modules adapted) and checkpointing enter
     the key only when used, so entries cached before they existed are found again."""
     from engine.workload.zoo import MODEL_TYPE_FAMILY
 
     config = dict(spec.config or {})
-    key = {
+    key: JsonObject = {
         "entry_version": ENTRY_VERSION, "tracer_version": TRACER_VERSION, "name": str(spec.name),
         "config": json.loads(json.dumps(config, sort_keys=True, default=str)), "task": str(spec.task),
         "batch_size": int(spec.batch_size or 0), "seq_len": int(seq_len or spec.seq_len or 0),
@@ -83,13 +84,13 @@ def trace_key(spec: WorkloadSpec, *, seq_len: int | None = None) -> dict[str, An
     return key
 
 
-def entry_path(key: Mapping[str, Any], root: Path | None = None) -> Path:
+def entry_path(key: Mapping[str, JsonValue], root: Path | None = None) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(key["name"])).strip("_") or "model"
     return (root or cache_dir()) / "traces" / "workloads" / f"{safe}-{digest}.json"
 
 
-def cached_workload_trace(key: Mapping[str, Any], root: Path | None = None) -> WorkloadTrace | None:
+def cached_workload_trace(key: Mapping[str, JsonValue], root: Path | None = None) -> WorkloadTrace | None:
     """The entry stored under `key`, or None when there is none (or it is unreadable, or not this key's)."""
     path = entry_path(key, root)
     try:
@@ -105,7 +106,7 @@ def cached_workload_trace(key: Mapping[str, Any], root: Path | None = None) -> W
         return None
 
 
-def store_workload_trace(key: Mapping[str, Any], found: WorkloadTrace, root: Path | None = None) -> None:
+def store_workload_trace(key: Mapping[str, JsonValue], found: WorkloadTrace, root: Path | None = None) -> None:
     """Write the entry (atomically); the cache is an optimisation, so a failure only logs."""
     path = entry_path(key, root)
     body = {"key": dict(key), "trace": found.trace.to_json(), "total_params": found.total_params,

@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import torch
 
@@ -108,12 +108,10 @@ def default_batch(model: torch.nn.Module, batch_size: int, seq_len: int,
     return batch
 
 
-def _loss_of(output: Any) -> torch.Tensor:
+def _loss_of(output: object) -> torch.Tensor:
     if isinstance(output, torch.Tensor):
         return output
-    if isinstance(output, Mapping) and "loss" in output:
-        return output["loss"]
-    loss = getattr(output, "loss", None)
+    loss = output["loss"] if isinstance(output, Mapping) and "loss" in output else getattr(output, "loss", None)
     if loss is None and isinstance(output, (tuple, list)) and output:
         loss = output[0]
     if not isinstance(loss, torch.Tensor):
@@ -123,7 +121,7 @@ def _loss_of(output: Any) -> torch.Tensor:
 
 def _meta_copy(model: torch.nn.Module) -> torch.nn.Module:
     """A copy of `model` whose parameters and buffers live on meta: no data is copied."""
-    memo: dict[int, Any] = {}
+    memo: dict[int, object] = {}
     for p in model.parameters():
         memo[id(p)] = torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
     for b in model.buffers():

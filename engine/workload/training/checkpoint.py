@@ -21,12 +21,13 @@ import os
 import random
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 import numpy as np
 import torch
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import as_float, as_int, as_list, as_object
 from engine.core.userinput import load_json
 
 CHECKPOINT_FILE = "state.pt"
@@ -51,7 +52,7 @@ def check_checkpoint_dir(root: str | Path) -> Path:
     return root
 
 
-def save_checkpoint(root: str | Path, step: int, state: dict[str, Any], *, keep: int = 2) -> Path:
+def save_checkpoint(root: str | Path, step: int, state: Mapping[str, object], *, keep: int = 2) -> Path:
     """Write `state` (plus the RNG states) as `root/step-NNNNNNN/` atomically, point
     `latest` at it and keep the newest `keep` checkpoints; returns the checkpoint folder.
 
@@ -81,7 +82,7 @@ def save_checkpoint(root: str | Path, step: int, state: dict[str, Any], *, keep:
     return target
 
 
-def read_meta(path: Path) -> dict[str, Any]:
+def read_meta(path: Path) -> dict[str, object]:
     """The JSON half of the checkpoint whose state file is `path`, checked for our format."""
     meta_path = path.parent / META_FILE
     if not meta_path.is_file():
@@ -102,7 +103,7 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def load_state(where: str | Path, fingerprint: Mapping[str, Any]) -> tuple[Path, dict[str, Any]]:
+def load_state(where: str | Path, fingerprint: Mapping[str, object]) -> tuple[Path, dict[str, object]]:
     """The checkpoint in `where`, checked against the run's `fingerprint` before its tensors
     are read, with the RNG states restored; returns (file, state)."""
     path = find_checkpoint(where)
@@ -123,7 +124,8 @@ def load_state(where: str | Path, fingerprint: Mapping[str, Any]) -> tuple[Path,
     if not isinstance(tensors, dict) or not {"model", "optimizer", "scheduler", "rng"} <= tensors.keys():
         raise ConfigError(f"the checkpoint {path} is incomplete", RESTART)
     try:
-        _set_rng_parts(meta["rng"]["python"], meta["rng"]["numpy"], tensors["rng"])
+        rng = as_object(meta["rng"])
+        _set_rng_parts(rng["python"], rng["numpy"], tensors["rng"])
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"the checkpoint {path} has a damaged RNG state ({exc})", RESTART) from None
     state = {k: v for k, v in meta.items() if k not in ("magic", "format", "rng")}
@@ -160,23 +162,33 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _rng_parts() -> tuple[list[Any], list[Any], dict[str, Any]]:
+def _rng_parts() -> tuple[list[object], list[object], dict[str, torch.Tensor | list[torch.Tensor]]]:
     """The RNG states as (Python: JSON, NumPy: JSON, torch: tensors)."""
     version, internal, gauss = random.getstate()
-    python_rng = [version, list(internal), gauss]
+    python_rng: list[object] = [version, list(internal), gauss]
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    numpy_rng = [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
-    torch_rng: dict[str, Any] = {"torch": torch.get_rng_state()}
+    numpy_rng: list[object] = [kind, [int(k) for k in keys], int(pos), int(has_gauss), float(cached)]
+    torch_rng: dict[str, torch.Tensor | list[torch.Tensor]] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         torch_rng["cuda"] = torch.cuda.get_rng_state_all()
     return python_rng, numpy_rng, torch_rng
 
 
-def _set_rng_parts(python_rng: list[Any], numpy_rng: list[Any], torch_rng: Mapping[str, Any]) -> None:
-    version, internal, gauss = python_rng
-    random.setstate((version, tuple(int(v) for v in internal), gauss))
-    kind, keys, pos, has_gauss, cached = numpy_rng
-    np.random.set_state((str(kind), np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
-    torch.set_rng_state(torch_rng["torch"])
-    if "cuda" in torch_rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(torch_rng["cuda"])
+def _set_rng_parts(python_rng: object, numpy_rng: object, torch_rng: object) -> None:
+    """Restore what _rng_parts saved (read back: meta.json's JSON, state.pt's tensors); TypeError or
+    ValueError for a part of the wrong shape."""
+    version, internal, gauss = as_list(python_rng)
+    random.setstate((version, tuple(as_int(v) for v in as_list(internal)), gauss))
+    kind, keys, pos, has_gauss, cached = as_list(numpy_rng)
+    np.random.set_state((str(kind), np.asarray(keys, dtype=np.uint32), as_int(pos), as_int(has_gauss),
+                         as_float(cached)))
+    tensors = as_object(torch_rng)
+    torch.set_rng_state(_tensor(tensors["torch"]))
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([_tensor(t) for t in as_list(tensors["cuda"])])
+
+
+def _tensor(value: object) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value
+    raise TypeError(f"an RNG state must be a tensor, not {type(value).__name__}")

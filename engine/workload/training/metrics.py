@@ -6,15 +6,20 @@ than NaN, as scikit-learn does for MCC and F1, so a live display never shows "na
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from engine.core.errors import ConfigError
 from engine.workload.glue import GlueTask, get_task
 
+if TYPE_CHECKING:
+    import numpy.typing as npt
+    import torch
 
-def compute_metrics(task: GlueTask | str, predictions: Any, labels: Any) -> dict[str, float]:
+
+def compute_metrics(task: GlueTask | str, predictions: npt.ArrayLike | torch.Tensor,
+                    labels: npt.ArrayLike | torch.Tensor) -> dict[str, float]:
     """The task's metrics. `predictions` are logits (N, C), regression outputs (N,) or
     (N, 1), or class ids (N,); tensors, arrays and lists are all accepted."""
     task = get_task(task)
@@ -106,9 +111,10 @@ def _rank(values: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def _as_array(values: Any) -> np.ndarray:
+def _as_array(values: object) -> np.ndarray:
     if hasattr(values, "detach"):  # a torch tensor; no torch import needed here
-        values = values.detach().cpu().float().numpy() if values.is_floating_point() else (
-            values.detach().cpu().numpy()
+        tensor = cast("torch.Tensor", values)
+        values = tensor.detach().cpu().float().numpy() if tensor.is_floating_point() else (
+            tensor.detach().cpu().numpy()
         )
     return np.asarray(values)

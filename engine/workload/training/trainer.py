@@ -26,8 +26,10 @@ import torch
 
 from engine.core.constants import Mode, Precision, parse_mode, parse_precision
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import JsonObject, as_float, as_int, as_list
 from engine.workload.data.batching import BatchSource
 from engine.workload.training.checkpoint import (
+    RESTART,
     load_state,
     save_checkpoint,
     seed_everything,
@@ -133,10 +135,8 @@ def _input_filter(model: torch.nn.Module) -> Callable[[Mapping[str, torch.Tensor
     return lambda batch: {k: v for k, v in batch.items() if k in named}
 
 
-def _field(output: Any, name: str, index: int) -> torch.Tensor:
-    if isinstance(output, Mapping):
-        return output[name]
-    value = getattr(output, name, None)
+def _field(output: object, name: str, index: int) -> torch.Tensor:
+    value = output[name] if isinstance(output, Mapping) else getattr(output, name, None)
     if value is None and isinstance(output, (tuple, list)):
         value = output[index]
     if not isinstance(value, torch.Tensor):
@@ -218,9 +218,9 @@ class Trainer:
         prior_wall = prior_train = 0.0
         if resume_from is not None:
             state = self._load(resume_from)
-            step, losses = int(state["step"]), [float(x) for x in state["losses"]]
-            samples, tokens = int(state["samples"]), int(state["tokens"])
-            prior_wall, prior_train = float(state["wall_s"]), float(state["train_wall_s"])
+            step, losses = as_int(state["step"]), [as_float(x) for x in as_list(state["losses"])]
+            samples, tokens = as_int(state["samples"]), as_int(state["tokens"])
+            prior_wall, prior_train = as_float(state["wall_s"]), as_float(state["train_wall_s"])
         else:
             seed_everything(cfg.seed)
         start_step = step
@@ -283,14 +283,14 @@ class Trainer:
         self.emit(RunFinished(step, samples, result.wall_s, result.final_loss))
         return result
 
-    def _autocast(self) -> Callable[[], contextlib.AbstractContextManager[Any]]:
+    def _autocast(self) -> Callable[[], contextlib.AbstractContextManager[object]]:
         if self.precision == "fp32":
             return contextlib.nullcontext
         dtype = torch.float16 if self.precision == "fp16" else torch.bfloat16
         return lambda: torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def _train_step(self, batch: Mapping[str, torch.Tensor],
-                    autocast: Callable[[], contextlib.AbstractContextManager[Any]]) -> tuple[float, float]:
+                    autocast: Callable[[], contextlib.AbstractContextManager[object]]) -> tuple[float, float]:
         with autocast():
             loss = _field(self.model(**self._inputs(batch)), "loss", 0)
         if self.scaler is not None:
@@ -359,7 +359,7 @@ class Trainer:
 
     # -- checkpoints
 
-    def _fingerprint(self) -> dict[str, Any]:
+    def _fingerprint(self) -> JsonObject:
         cfg = self.config
         return {
             "model": self.run_name[0], "task": self.run_name[1], "seed": cfg.seed,
@@ -417,15 +417,22 @@ class Trainer:
                               "give a writable --output-dir with room for the model") from None
         return folder
 
-    def _load(self, where: str | Path) -> dict[str, Any]:
+    def _load(self, where: str | Path) -> dict[str, object]:
         path, state = load_state(where, self._fingerprint())
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self.model.load_state_dict(_state_dict(state["model"]))
+        self.optimizer.load_state_dict(_state_dict(state["optimizer"]))
+        self.scheduler.load_state_dict(_state_dict(state["scheduler"]))
         if self.scaler is not None and state.get("scaler") is not None:
-            self.scaler.load_state_dict(state["scaler"])
+            self.scaler.load_state_dict(_state_dict(state["scaler"]))
         log.info("resumed from %s at step %d", path, state["step"])
         return state
+
+
+def _state_dict(value: object) -> dict[str, object]:
+    """A state dict as torch.load read it back from our own checkpoint."""
+    if isinstance(value, dict):
+        return value
+    raise ConfigError(f"a checkpoint's state is a {type(value).__name__}, not a state dict", RESTART)
 
 
 def _grad_norm(params: Sequence[torch.nn.Parameter]) -> torch.Tensor:
