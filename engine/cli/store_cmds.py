@@ -13,6 +13,7 @@ from engine.cli import numbers
 from engine.cli.mode_args import describe_mode
 from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError, SlmDvfsError
+from engine.core.jsontypes import as_list
 from engine.core.provenance import Source
 from engine.results.compare import Side, mismatch
 from engine.results.export import (
@@ -305,7 +306,7 @@ def format_sweep_record(sweep: SweepRecord, device: DeviceRecord, w: WorkloadRec
         lines.append(f"  method       {space.get('method', 'run')} sweep of {space.get('space') or 'explicit settings'}, "
                      f"{sweep.steps} steps per point after {sweep.warmup_steps} warm-up")
     rails = space.get("rails", "all")
-    summed = space.get("rails_summed")
+    summed = [str(r) for r in as_list(space.get("rails_summed") or [])]  # the rails a stored sweep summed
     lines.append(f"  energy over  {rails}" + (f" = {' + '.join(summed)}" if summed else ""))
     untimed = sum(1 for p in points if p.energy_only)
     planned = f" of {sweep.planned} planned" if sweep.planned and sweep.status != "finished" else ""
