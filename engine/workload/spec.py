@@ -17,7 +17,7 @@ model of another architecture).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from engine.core.constants import (DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_SEQ_LEN, Mode, Padding, Precision,
                                    parse_mode, parse_padding, parse_precision)
