@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Any
 
 import pytest
 from textual.app import App
@@ -20,9 +19,8 @@ from engine.results.store import Store
 from test_tui_flow import env  # noqa: F401 - the flow tests' isolation and frozen trace
 from tui import demo
 from tui.messages import RecordsRequested, RunHighlighted, RunOpenRequested
-from tui.screens.run import RunScreen
 from tui.state import StoredRecords
-from tui_helpers import drive, make_app, plain
+from tui_helpers import drive, make_app, plain, spy_run_draws
 
 TUI = Path(__file__).resolve().parent.parent / "tui"
 # The app's side: what handles the pages' messages and sets the state they bind.
@@ -60,14 +58,7 @@ async def test_history_asks_with_messages_and_draws_what_the_app_sets(twin_sessi
 
 async def test_a_hidden_page_draws_the_latest_state_once_shown_not_what_it_missed(
         twin_session: DeviceSession, results_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    drawn: list[int] = []
-    original = RunScreen.draw_run
-
-    def spy(self: RunScreen, view: Any) -> None:
-        drawn.append(view.step)
-        original(self, view)
-
-    monkeypatch.setattr(RunScreen, "draw_run", spy)
+    drawn = spy_run_draws(monkeypatch)
     app = make_app(twin_session, store=results_store)
     async with drive(app) as ui:
         await ui.press("3", "1")  # the Run page composed, then hidden

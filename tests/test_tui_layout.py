@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from engine.core.interval import Interval
 from engine.device.session import DeviceSession
 from engine.results.store import Store
 from engine.workload.spec import WorkloadSpec
@@ -20,7 +21,7 @@ from tui.screens.modals import ConfirmScreen
 from tui.screens.run import RunScreen
 from tui.screens.setup import SetupScreen
 from tui.screens.sweep import SweepScreen
-from tui_helpers import TWIN, Ui, drive, make_app, plain, screen_text
+from tui_helpers import TWIN, Ui, drive, make_app, plain, screen_text, spy_run_draws
 
 PAGES = ("1", "2", "3", "4", "5", "6")
 
@@ -115,8 +116,11 @@ async def test_compare_charts_grow_with_the_terminal(twin_session: DeviceSession
     ids = demo.fill_store(results_store)
     app = make_app(twin_session, store=results_store, poll=False)
     async with drive(app, size=size) as ui:
-        app.open_run(ids["static"])
+        # with the engine's board estimate, as after an experiment on the twin: the tallest title
+        estimate = Interval(0.05, 0.2, 0.9, "twin ensemble of 32 agx-orin-64gb profiles, paired")
+        app.open_run(ids["static"], estimate=estimate)
         await ui.settle()
+        assert "as an estimate of a board's: " in screen_text(app)
         charts = app.screen.query_one("#compare-charts")
         run_chart = app.screen.query_one("#chart-run")
         await ui.until(lambda: run_chart.size.height > 0, "the charts are laid out")
@@ -148,14 +152,7 @@ async def test_the_selector_preview_of_another_model_is_cleared(twin_session: De
 
 async def test_the_run_page_keeps_updating_under_the_cancel_dialog(twin_session: DeviceSession, results_store: Store,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    shown: list[int] = []
-    original = RunScreen.draw_run
-
-    def spy(self: RunScreen, view: Any) -> None:
-        shown.append(view.step)
-        original(self, view)
-
-    monkeypatch.setattr(RunScreen, "draw_run", spy)
+    shown = spy_run_draws(monkeypatch)
     app = make_app(twin_session, store=results_store)
     async with drive(app) as ui:
         await _start_long_run(ui, twin_session)

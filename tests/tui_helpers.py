@@ -301,3 +301,18 @@ def screen_text(app: SlmDvfsApp) -> str:
                       safe_box=False, color_system=None)
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
+
+
+def spy_run_draws(monkeypatch: Any) -> list[int]:
+    """The steps of the run views the Run page draws from now on (RunScreen.draw_run, still drawing)."""
+    from tui.screens.run import RunScreen
+
+    drawn: list[int] = []
+    original = RunScreen.draw_run
+
+    def spy(self: RunScreen, view: Any) -> None:
+        drawn.append(view.step)
+        original(self, view)
+
+    monkeypatch.setattr(RunScreen, "draw_run", spy)
+    return drawn
