@@ -216,13 +216,10 @@ class FleetSweep(BoardLoop[_Work, FleetEvent]):
         self._say("cancelled" if status == "cancelled" else "finished", "", work,
                   f"{work.label}: {status} with {work.stored}/{work.total} points" + (f" ({error})" if error else ""))
 
-    def _stopped(self, why: str) -> None:
-        from engine.results.records import parse_status
-
-        status = parse_status(why)  # the loop's "cancelled": a sweep's stored status
+    def _stopped(self, why: RunStatus) -> None:
         for work in self.works:
             if work.open:
-                self._close(work, status)
+                self._close(work, why)
 
     # ------------------------------------------------------------------ one job on one board (a thread)
     def _run_job(self, serial: str, work: _Work, share: list[Point] | None) -> tuple[str, str]:

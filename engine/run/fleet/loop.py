@@ -10,11 +10,14 @@ import queue
 import threading
 import time
 from types import ModuleType
-from typing import Callable, Generic, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Iterable, Mapping, TypeVar
 
 from engine.core.errors import ConfigError, one_line
 from engine.run.fleet.board import END
 from engine.run.fleet.model import BoardActor
+
+if TYPE_CHECKING:
+    from engine.results.records import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,8 @@ class BoardLoop(Generic[Unit, Event]):
     def _settle(self, serial: str, unit: Unit, outcome: str, error: str) -> None:
         raise NotImplementedError
 
-    def _stopped(self, why: str) -> None:
-        """After a cancel: every unit still open is `why`."""
+    def _stopped(self, why: RunStatus) -> None:
+        """After a cancel: every unit still open is `why` (a stored status: "cancelled")."""
 
     # ------------------------------------------------------------------ the loop
     def _loop(self) -> None:
@@ -91,7 +94,7 @@ class BoardLoop(Generic[Unit, Event]):
             self.lost(serial)
         self._settle(serial, unit, outcome, error)
 
-    def _stop(self, why: str) -> None:
+    def _stop(self, why: RunStatus) -> None:
         """Cancel every running job; wait for the boards to stop, restore and report."""
         self.cancel.set()
         for serial in list(self._active):

@@ -37,6 +37,7 @@ from engine.run.fleet.model import (
 )
 
 if TYPE_CHECKING:
+    from engine.results.records import RunStatus
     from engine.results.store import Store
     from engine.results.store.sweep_tables import FinishedSweep
 
@@ -181,7 +182,7 @@ class FleetRun(BoardLoop[_Exp, ExperimentEvent]):
                    saving_pct=unit.outcome.saving_pct, slowdown_pct=unit.outcome.slowdown_pct,
                    source=unit.outcome.source)
 
-    def _stopped(self, why: str) -> None:
+    def _stopped(self, why: RunStatus) -> None:
         for unit, _thread in self._active.values():  # boards that did not report within the wait
             unit.status = why
         for unit in self.units:
