@@ -23,7 +23,7 @@ from engine.run.experiment import (
     run_experiment,
 )
 from engine.workload.spec import WorkloadSpec
-from engine.results.compare import RunFigures, compare, flatten_metrics
+from engine.results.compare import Comparison, RunFigures, Side, comparison, flatten_metrics
 from engine.device.monitor import PowerMonitor
 from engine.device.power import PowerSample
 from engine.core.provenance import Source
@@ -74,6 +74,12 @@ def figures(run_id: int, energy: float, time_s: float, rails: dict[str, float], 
     totals = RunTotals(time_s=time_s, rail_energy_j=rails, rails=tuple(rails), rails_preset=preset, samples=320,
                        steps=10, energy_j=energy)
     return RunFigures(run_id, "policy", policy, Source.TWIN, totals)
+
+
+def compare(run: RunFigures, baseline: RunFigures) -> Comparison:
+    """The comparison's arithmetic and checks on two runs' figures (the store's compare_runs applies
+    them to the stored runs)."""
+    return comparison(Side.of(run), Side.of(baseline))
 
 
 def test_saving_and_slowdown_maths() -> None:

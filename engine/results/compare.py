@@ -368,11 +368,6 @@ def compare_stored(store: Store, run: RunRecord, base: RunRecord) -> PairCompari
     return compare_pair(run, base)
 
 
-def compare(run: RunFigures, baseline: RunFigures) -> Comparison:
-    """A run of an experiment against its baseline."""
-    return comparison(Side.of(run), Side.of(baseline))
-
-
 def compare_records(run: RunRecord, baseline: RunRecord) -> Comparison:
     """Two stored runs, both finished with energy and time figures."""
     for r in (run, baseline):
