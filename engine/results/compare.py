@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: engine.results.store imports the results 
 
 __all__ = [
     "BASELINE_POLICY", "SIGN_CONVENTION", "Comparison", "Mismatch", "PairComparison", "RunFigures", "Side",
-    "SweepSaving", "baseline_remedy", "board_note", "compare", "compare_pair", "compare_records", "compare_stored",
+    "SweepSaving", "baseline_remedy", "board_note", "compare_pair", "compare_records", "compare_stored",
     "comparison", "fitting_baselines", "flatten_metrics", "mismatch", "optimum_vs_maxn", "per_sample_saving_pct",
     "per_sample_slowdown_pct", "rail_saving_pct", "saving_pct", "slowdown_pct", "stored_baseline",
 ]
