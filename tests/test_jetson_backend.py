@@ -398,7 +398,6 @@ def test_missing_emc_says_root_is_needed(r36_tree: tuple[Path, TreeLayout]) -> N
 def test_a_channel_answering_enodata_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    import engine.device.jetson.discovery as discovery_mod
     from engine.device.treegen import RailSpec
 
     spec = default_orin_spec("r36")

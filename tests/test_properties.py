@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from engine.core.errors import ConfigError
 from engine.device.tegra_parse import TegrastatsFormatError, parse_line
 from engine.dvfs.objectives import parse_objective
-from engine.dvfs.policies import make_policy, parse_static
+from engine.dvfs.policies import parse_static
 from engine.core.text import clean_text
 from engine.workload.sizing import LIMITS, check_config, check_memory, estimate_memory
 from engine.workload.zoo import MODEL_TYPE_FAMILY

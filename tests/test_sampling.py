@@ -20,7 +20,7 @@ from engine.device.monitor import PowerMonitor, PowerSample, TwinSource
 from engine.device.sysfs import OpenFiles, SysfsTree
 from engine.device.treegen import TreeLayout
 from engine.run.harness import StepMeter
-from engine.workload.events import StepBegin, StepEnd, StepEnergy
+from engine.workload.events import StepEnd
 from test_monitor import FakeClock
 
 

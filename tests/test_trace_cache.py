@@ -104,8 +104,6 @@ def test_anything_the_trace_depends_on_is_in_the_key(isolated_env: IsolatedEnv) 
 
 
 def test_an_unreadable_or_foreign_entry_is_traced_again(isolated_env: IsolatedEnv) -> None:
-    from engine.workload.glue import get_task
-    from engine.workload.models import resolve_model
     from engine.workload.resolve import trace_workload
     from engine.workload.trace.trace_cache import entry_path, trace_key
 

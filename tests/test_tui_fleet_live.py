@@ -12,7 +12,7 @@ import pytest
 
 from engine.core.provenance import Source
 from engine.results.store import Store
-from engine.run.fleet import SweepPlan, connect
+from engine.run.fleet import connect
 from engine.workload.spec import WorkloadSpec
 from tui.messages import FleetPolled, FleetSweepDone, SweepProgress
 from tui.screens.fleet import FleetScreen
