@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from engine.device.base import PowerMode
+from engine.device.twin.dynamics import Domain, simulate
 from engine.device.twin.model import Clocks, StepEstimate, estimate_step
 from engine.device.twin.profile import TwinProfile
 from engine.core.trace import StepTrace
@@ -120,56 +120,15 @@ def _resolve_once(
         )
         return clocks, None
 
-    def est_at(clk: Clocks) -> StepEstimate:
-        return estimate_step(trace, clk, profile, online_cpus=online)
-
-    # Dynamic domains start from the top (a loaded board ramps up first) and settle.
-    clocks = Clocks(gpu_fixed or gpu_allowed[-1], cpu_fixed or cpu_allowed[-1], emc_fixed or emc_allowed[-1])
-    seen: list[Clocks] = [clocks]
-    for _ in range(_MAX_ROUNDS):
-        if gpu_fixed is None:
-            f = _lowest_below(gpu_allowed, g.podgov_target_load,
-                              lambda hz: g.podgov_load_seen * est_at(replace(clocks, gpu_hz=hz)).gpu_util)
-            clocks = replace(clocks, gpu_hz=f)
-        if cpu_fixed is None:
-            target = 1.0 / c.schedutil_headroom
-            floor = [f for f in cpu_allowed if f >= c.idle_hz] or cpu_allowed[-1:]
-            f = _lowest_below(floor, target, lambda hz: est_at(replace(clocks, cpu_hz=hz)).cpu_util)
-            clocks = replace(clocks, cpu_hz=f)
-        if emc_fixed is None:
-            clocks = replace(clocks, emc_hz=_emc_auto(est_at(clocks), clocks, emc_allowed, profile))
-        if clocks == seen[-1]:
-            break
-        if clocks in seen:  # a cycle: settle on the highest clocks it visits
-            loop = seen[seen.index(clocks):]
-            clocks = Clocks(max(k.gpu_hz for k in loop), max(k.cpu_hz for k in loop), max(k.emc_hz for k in loop))
-            break
-        seen.append(clocks)
-    return clocks, est_at(clocks)
-
-
-def _emc_auto(est: StepEstimate, clocks: Clocks, allowed: list[int], profile: TwinProfile) -> int:
-    e, g = profile.emc, profile.gpu
-    need = est.traffic_bps / (e.target_util * e.bytes_per_cycle)
-    if est.gpu_util > e.gpu_busy_threshold:
-        need = max(need, e.gpu_ratio * clocks.gpu_hz / g.table_hz[-1] * e.table_hz[-1])
-    return _pick_at_least(allowed, max(need, e.idle_hz))
-
-
-def _lowest_below(allowed: list[int], target: float, util_at: Callable[[int], float]) -> int:
-    """The lowest clock whose utilisation is at or below target (the governor would not
-    raise it further); the top of the range if none is. Utilisation falls with clock,
-    so a bisection finds it."""
-    lo, hi = 0, len(allowed) - 1
-    if util_at(allowed[hi]) > target:
-        return allowed[hi]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if util_at(allowed[mid]) <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    return allowed[lo]
+    gpu = Domain(tuple(gpu_allowed), gpu_fixed is None)
+    cpu = Domain(tuple(cpu_allowed) if cpu_fixed is None else (cpu_fixed,), cpu_fixed is None)
+    emc = Domain(tuple(emc_allowed) if emc_fixed is None else (emc_fixed,), emc_fixed is None)
+    if gpu_fixed is not None:
+        gpu = Domain((gpu_fixed,), False)
+    if not (gpu.dynamic or cpu.dynamic or emc.dynamic):
+        clocks = Clocks(gpu.allowed[0], cpu.allowed[0], emc.allowed[0])
+        return clocks, estimate_step(trace, clocks, profile, online_cpus=online)
+    return simulate(trace, gpu, cpu, emc, profile, online_cpus=online)
 
 
 def _fixed_choice(ctl: DomainControl, allowed: list[int]) -> int | None:

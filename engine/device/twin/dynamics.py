@@ -1,0 +1,241 @@
+"""The governors as controllers over time: what a training step costs while they move the clocks.
+
+A board's dynamic governors sample the load every few tens of milliseconds and move their clock
+in table steps; a training step's load is not steady (the GPU idles while the loop collates the
+next batch, is starved by launches in some kernels, saturated in others), so the clock moves
+within a step and MAXN's energy is the time-average over the clocks it visits. This module plays
+a loaded step's phases (`model.step_loads`: host, forward+backward, optimizer) back over virtual
+time, tick by tick, under three controllers (docs/twin.md, "Governors"):
+
+- GPU `nvhost_podgov` as L4T implements it (governor_pod_scaling.c): the window's load, an
+  exponential average of the normalised busy cycles (`smooth`), a jump of a third of the range when
+  the window's load exceeds `load_max`, else a step of `bias x f x (busyness - target) / target`,
+  damped against the average request (`damp`), at most once per `block window`, rounded up to the table.
+- CPU `schedutil`: the frequency-invariant utilisation, averaged as PELT does (32 ms half-life),
+  asks for `headroom x util x f_max`, never below the idle clock.
+- EMC: the traffic at the governor's target utilisation, the GPU driver's request while the GPU is
+  busy and the idle floor, averaged over the activity monitor's window.
+
+The loads a governor sees vary from window to window (kernels and phases straddle windows), so a
+request near a table boundary lands on either side of it: each request is rounded up to the table
+in expectation over a relative noise `load_noise` (`expected_roundup`). The clock that results is
+the mean of the table clocks the governor visits, which the model evaluates directly (time and
+power are smooth in a clock between two table entries). So a twin figure is a continuous function
+of the workload and of every parameter: curves have no steps from thresholds, and calibration can
+fit the governors' numbers by least squares.
+
+Pure: no files, no threads; `VirtualOrin` and the fast mode call it through `governors.resolve`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from engine.core.trace import StepTrace
+from engine.device.twin.model import Clocks, PhaseLoad, StepEstimate, rail_powers_mw, step_loads
+from engine.device.twin.profile import TwinProfile
+
+# How much of a run the simulation plays before it measures (the controllers' averages settle in
+# about 10 windows), and how much it measures: whole steps, at least this long.
+WARMUP_S = 1.0
+MEASURE_S = 1.0
+MIN_STEPS = 3
+MAX_TICKS = 1200  # a step of several seconds still costs at most this many windows
+
+
+@dataclass(frozen=True)
+class Domain:
+    """One clock domain as the simulation sees it: the table clocks it may take, and whether a
+    load-following governor moves it (else it stays on `allowed[0]`)."""
+
+    allowed: tuple[int, ...]
+    dynamic: bool
+
+
+def expected_roundup(request_hz: float, allowed: Sequence[int], noise: float) -> float:
+    """The mean table clock a governor runs at when it rounds `request_hz x (1 + e)` up to the
+    table, e normal with sd `noise` (the window-to-window spread of the load), within `allowed`."""
+    if len(allowed) == 1:
+        return float(allowed[0])
+    if noise <= 0.0 or request_hz <= 0.0:
+        return float(next((f for f in allowed if f >= request_hz), allowed[-1]))
+    mean = 0.0
+    below = 0.0  # P(request <= allowed[k-1])
+    for k, f in enumerate(allowed):
+        at_most = 1.0 if k == len(allowed) - 1 else _phi((f / request_hz - 1.0) / noise)
+        mean += f * (at_most - below)
+        below = at_most
+    return mean
+
+
+def _phi(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+@dataclass
+class _Window:
+    """What one governor window saw, in totals."""
+
+    busy_s: float = 0.0
+    bytes: float = 0.0
+    cpu_util_s: float = 0.0
+
+
+@dataclass
+class _Totals:
+    time_s: float = 0.0
+    steps: float = 0.0
+    busy_s: float = 0.0
+    activity_s: float = 0.0
+    bytes: float = 0.0
+    cpu_busy_s: float = 0.0
+    cpu_util_s: float = 0.0
+    gpu_hz_s: float = 0.0  # clock x seconds: the time-mean clock
+    cpu_hz_s: float = 0.0
+    emc_hz_s: float = 0.0
+
+
+class _Timeline:
+    """The step's phases at whatever clocks the governors hold, played back in virtual time."""
+
+    def __init__(self, trace: StepTrace, profile: TwinProfile, online: int | None) -> None:
+        self.trace, self.profile, self.online = trace, profile, online
+        self._memo: dict[Clocks, tuple[tuple[PhaseLoad, Mapping[str, float]], ...]] = {}
+        self.phase = 0
+        self.done = 0.0  # fraction of the current phase done
+
+    def at(self, clocks: Clocks) -> tuple[tuple[PhaseLoad, Mapping[str, float]], ...]:
+        found = self._memo.get(clocks)
+        if found is None:
+            found = tuple((p, rail_powers_mw(clocks, p.load(self.online), self.profile))
+                          for p in step_loads(self.trace, clocks, self.profile))
+            if len(self._memo) > 4096:
+                self._memo.clear()
+            self._memo[clocks] = found
+        return found
+
+    def advance(self, clocks: Clocks, dt: float, window: _Window, totals: _Totals | None,
+                energy: dict[str, float] | None) -> None:
+        phases = self.at(clocks)
+        left = dt
+        while left > 0.0:
+            self.phase %= len(phases)
+            load, power = phases[self.phase]
+            remaining = (1.0 - self.done) * load.time_s
+            span = min(left, remaining)
+            frac = span / load.time_s
+            window.busy_s += load.gpu_busy_s * frac
+            window.bytes += load.bytes * frac
+            window.cpu_util_s += load.cpu_util_s * frac
+            if totals is not None and energy is not None:
+                totals.time_s += span
+                totals.busy_s += load.gpu_busy_s * frac
+                totals.activity_s += load.activity_s * frac
+                totals.bytes += load.bytes * frac
+                totals.cpu_busy_s += load.cpu_busy_s * frac
+                totals.cpu_util_s += load.cpu_util_s * frac
+                totals.gpu_hz_s += clocks.gpu_hz * span
+                totals.cpu_hz_s += clocks.cpu_hz * span
+                totals.emc_hz_s += clocks.emc_hz * span
+                for rail, mw in power.items():
+                    energy[rail] = energy.get(rail, 0.0) + mw * span / 1000.0
+            left -= span
+            if span >= remaining:
+                if totals is not None:
+                    totals.steps += load.time_s / sum(p.time_s for p, _ in phases) * (1.0 - self.done)
+                self.done = 0.0
+                self.phase += 1
+            else:
+                if totals is not None:
+                    totals.steps += span / sum(p.time_s for p, _ in phases)
+                self.done += frac
+
+
+def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: TwinProfile,
+             *, online_cpus: int | None = None) -> tuple[Clocks, StepEstimate]:
+    """One step's figures under the governors, as the mean over whole steps of a run in its steady
+    state, and the clocks they visit most (each domain's time-mean clock, to the nearest allowed one)."""
+    g, c, e = profile.gpu, profile.cpu, profile.emc
+    timeline = _Timeline(trace, profile, online_cpus)
+    # A loaded board ramps up first: dynamic domains start at the top of their range.
+    req_g, req_c, req_e = float(gpu.allowed[-1]), float(cpu.allowed[-1]), float(emc.allowed[-1])
+    fg, fc, fe = req_g, req_c, req_e
+    cycles_avg, freq_avg = fg, fg  # podgov's averages of the normalised busy cycles and of its requests
+    util_c = 1.0  # schedutil's frequency-invariant utilisation
+    dt = g.poll_s
+    a_cpu = 0.5 ** (dt / c.schedutil_half_life_s)
+    a_emc = 0.5 ** (dt / e.half_life_s)
+    block = max(1, round(g.podgov_block_s / dt))
+    g_top, c_top, e_top = float(g.table_hz[-1]), float(c.table_hz[-1]), float(e.table_hz[-1])
+    step_s = sum(p.time_s for p, _ in timeline.at(_clocks(fg, fc, fe)))
+    warmup = max(WARMUP_S, MIN_STEPS * step_s)
+    measure = max(MEASURE_S, MIN_STEPS * step_s)
+    ticks = min(MAX_TICKS, math.ceil((warmup + measure) / dt))
+    warm_ticks = min(ticks // 2, math.ceil(warmup / dt))
+    totals = _Totals()
+    energy: dict[str, float] = {}
+    for tick in range(ticks):
+        clocks = _clocks(fg, fc, fe)
+        window = _Window()
+        measuring = tick >= warm_ticks
+        timeline.advance(clocks, dt, window, totals if measuring else None, energy if measuring else None)
+        if gpu.dynamic:
+            load = min(g.podgov_load_seen * window.busy_s / dt, 1.0)
+            cycles_avg = (cycles_avg * g.podgov_smooth + fg * load) / (g.podgov_smooth + 1.0)
+            if (tick + 1) % block == 0:
+                busyness = cycles_avg / fg
+                over = _phi((load - g.podgov_load_max) / g.load_noise)  # P(the window's load > load_max)
+                max_boost = gpu.allowed[-1] / 3.0
+                step = min(g.podgov_bias * fg * (busyness - g.podgov_target_load) / g.podgov_target_load, max_boost)
+                res = fg + over * max_boost + (1.0 - over) * step
+                freq_avg = (freq_avg * g.podgov_smooth + res) / (g.podgov_smooth + 1.0)
+                damp = over + (1.0 - over) * g.podgov_damp
+                res = damp * res + (1.0 - damp) * freq_avg
+                req_g = min(max(res, float(gpu.allowed[0])), float(gpu.allowed[-1]))
+                fg = expected_roundup(req_g, gpu.allowed, g.load_noise)
+        if cpu.dynamic:
+            util = min(window.cpu_util_s / dt, 1.0) * fc / c_top
+            util_c = a_cpu * util_c + (1.0 - a_cpu) * util
+            req_c = max(c.schedutil_headroom * util_c * c_top, float(c.idle_hz))
+            fc = expected_roundup(req_c, cpu.allowed, c.load_noise)
+        if emc.dynamic:
+            busy = window.busy_s / dt
+            need = (window.bytes / dt) / (e.target_util * e.bytes_per_cycle)
+            gpu_request = e.gpu_ratio * fg / g_top * e_top * min(1.0, busy / e.gpu_busy_threshold)
+            req_e = a_emc * req_e + (1.0 - a_emc) * max(need, gpu_request, float(e.idle_hz))
+            fe = expected_roundup(req_e, emc.allowed, e.load_noise)
+    return _result(totals, energy, gpu, cpu, emc, profile, online_cpus)
+
+
+def _clocks(fg: float, fc: float, fe: float) -> Clocks:
+    return Clocks(int(round(fg)), int(round(fc)), int(round(fe)))
+
+
+def _nearest(allowed: Sequence[int], hz: float) -> int:
+    return min(allowed, key=lambda f: abs(f - hz))
+
+
+def _result(t: _Totals, energy: Mapping[str, float], gpu: Domain, cpu: Domain, emc: Domain,
+            profile: TwinProfile, online_cpus: int | None) -> tuple[Clocks, StepEstimate]:
+    steps = t.steps if t.steps > 0.0 else 1.0
+    time_s = t.time_s / steps
+    per_step = {rail: j / steps for rail, j in energy.items()}
+    clocks = Clocks(_nearest(gpu.allowed, t.gpu_hz_s / t.time_s), _nearest(cpu.allowed, t.cpu_hz_s / t.time_s),
+                    _nearest(emc.allowed, t.emc_hz_s / t.time_s))
+    traffic = t.bytes / t.time_s
+    est = StepEstimate(
+        time_s=time_s,
+        gpu_busy_s=t.busy_s / steps,
+        host_s=t.cpu_util_s / steps,
+        power_mw={rail: 1000.0 * j / time_s for rail, j in per_step.items()},
+        energy_j=per_step,
+        gpu_util=min(t.busy_s / t.time_s, 1.0),
+        emc_util=min(traffic / (profile.emc.bytes_per_cycle * (t.emc_hz_s / t.time_s)), 1.0),
+        cpu_util=min(t.cpu_util_s / t.time_s, 1.0),
+        traffic_bps=traffic,
+        gpu_activity=min(t.activity_s / t.time_s, 1.0),
+        cpu_busy_cores=min(t.cpu_busy_s / t.time_s, 1.0),
+    )
+    return clocks, est
