@@ -24,6 +24,7 @@ from engine.core.constants import (DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.workload.lora import LoraSettings, check_mode_options
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop, parse_loop
 
 if TYPE_CHECKING:
     from engine.workload.models import ResolvedModel
@@ -64,6 +65,7 @@ class WorkloadSpec:
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
     padding: Padding = DEFAULT_PADDING
+    loop: Loop = DEFAULT_LOOP  # the training loop whose host side the twin models (engine/workload/trace/loop.py)
     data: str = "synthetic"  # where the text comes from: "synthetic" | "hub" | a GLUE folder (not in the key)
     seed: int = 0  # of weights, data and order (not in the key: runs of two seeds are one workload)
     allow_download: bool = False  # a hub id's config and weights may be fetched
@@ -80,6 +82,7 @@ class WorkloadSpec:
         if self.precision is not None:
             parse_precision(self.precision)
         parse_padding(self.padding)
+        parse_loop(self.loop)
         check_mode_options(self.mode, self.lora)
         for what, flag, value in (("batch size", "--batch-size", self.batch_size),
                                   ("sequence length", "--max-seq-len", self.seq_len)):
@@ -161,19 +164,21 @@ class WorkloadSpec:
     def key(self) -> str:
         """What the store knows this workload by: the one definition of a workload's identity. What was
         added to a workload later is in it only when used, so the keys of workloads stored before stay the
-        same: the variant, and dynamic padding (rows stored before padding was part of a workload mean
-        max_length; dynamic padding is another workload: its steps are shorter). The data source and the
+        same: the variant, dynamic padding (rows stored before padding was part of a workload mean
+        max_length; dynamic padding is another workload: its steps are shorter) and a loop other than the
+        Trainer-style default (the lean loop's host side is another workload). The data source and the
         seed are not in it."""
         n = self if self.is_named else self.named()
         key = f"{n.name}|{n.task}|{n.batch_size}|{n.seq_len}|{n.precision}|{n.mode}" + (
             f"|{n.variant}" if n.variant else "")
-        return key if n.padding == "max_length" else f"{key}|pad={n.padding}"
+        key = key if n.padding == "max_length" else f"{key}|pad={n.padding}"
+        return key if n.loop == DEFAULT_LOOP else f"{key}|loop={n.loop}"
 
     def to_json(self) -> JsonObject:
         return {"model": self.model, "task": self.task, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "precision": self.precision, "mode": self.mode,
                 "lora": None if self.lora is None else self.lora.to_json(),
-                "grad_checkpointing": self.grad_checkpointing, "padding": self.padding, "data": self.data,
+                "grad_checkpointing": self.grad_checkpointing, "padding": self.padding, "loop": self.loop, "data": self.data,
                 "seed": self.seed, "allow_download": self.allow_download, "name": self.name}
 
 
