@@ -1,22 +1,19 @@
-"""What the kernel's frequency governors settle on, for a given load and control state.
+"""The control state the governors work from, and what they make of a load.
 
-The twin does not simulate governor ticks: for a steady load (one training step
-repeated, or idle) it resolves each dynamic governor to its fixed point, which is
-what a board shows after the first few steps. Rules (docs/twin.md, "Governors"):
-
-- GPU `nvhost_podgov` / `simple_ondemand`: the lowest allowed clock at which the GPU
-  load stays below `podgov_target_load`; idle parks at `gpu.idle_hz`.
-- CPU `schedutil` / `ondemand`: schedutil asks for headroom x util x f, so its fixed
-  point is the lowest allowed clock with util <= 1/headroom; idle parks at `cpu.idle_hz`.
-- EMC automatic: the lowest rate that covers the traffic at `target_util`, the GPU
-  driver's request (proportional to the GPU clock while the GPU is busy) and the idle floor.
-- `performance` / `powersave` / `userspace`: top / bottom / the current clock of the range.
-Every clock is then held inside [min, min(max, mode cap, thermal cap)].
+`resolve(trace, control, profile)` applies the control files (min/max, governors, the EMC lock),
+the nvpmodel mode's caps, a thermal cap and the module power limit. A domain whose clock no load
+changes (pinned, `performance`, `powersave`, `userspace`, a locked EMC rate) takes its clock; the
+load-following ones (GPU `nvhost_podgov` / `simple_ondemand`, CPU `schedutil` / `ondemand` /
+`conservative`, the EMC's automatic scaling) are simulated as controllers over the step's phases
+(engine/device/twin/dynamics.py), and the step's figures are the time-average over the clocks they
+visit. An idle board parks each dynamic domain at its idle clock. Every clock stays inside
+[min, min(max, mode cap, thermal cap)] (docs/twin.md, "Governors and modes").
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
 
 from engine.device.base import PowerMode
@@ -83,6 +80,29 @@ def resolve(
     """The clocks the governors settle on for this load (None = idle), and the step
     estimate at those clocks. Applies the mode's caps, `gpu_cap_hz` (thermal throttling)
     and the module power limit (the GPU steps down while the total exceeds it)."""
+    key = (trace, control, gpu_cap_hz, id(profile))
+    with _SETTLED_LOCK:
+        found = _SETTLED.get(key)
+    if found is not None and found[0] is profile:
+        return found[1]
+    result = _resolve(trace, control, profile, gpu_cap_hz)
+    with _SETTLED_LOCK:
+        if len(_SETTLED) >= _SETTLED_MAX:
+            _SETTLED.pop(next(iter(_SETTLED)))
+        _SETTLED[key] = (profile, result)
+    return result
+
+
+# A board's state is settled again on every sync and every step of a run while nothing changed:
+# the governors' simulation is the twin's costliest part, so its results are kept (the profile is
+# held with them, so an id is never reused by another profile while its entry lives).
+_SETTLED: dict[tuple[object, ...], tuple[TwinProfile, tuple[Clocks, StepEstimate | None]]] = {}
+_SETTLED_MAX = 256
+_SETTLED_LOCK = threading.Lock()  # the sync thread and a run's steps settle in parallel
+
+
+def _resolve(trace: StepTrace | None, control: ControlState, profile: TwinProfile,
+             gpu_cap_hz: int | None) -> tuple[Clocks, StepEstimate | None]:
     mode = next((m for m in profile.modes if m.id == control.mode_id), None)
     if mode is None:
         log.warning("twin: nvpmodel mode %d is not in profile %s; no mode caps applied", control.mode_id, profile.name)
