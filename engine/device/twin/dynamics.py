@@ -41,8 +41,7 @@ from engine.device.twin.profile import TwinProfile
 # about 10 windows), and how much it measures: whole steps, at least this long.
 WARMUP_S = 1.0
 MEASURE_S = 1.0
-MIN_STEPS = 3
-MAX_TICKS = 1200  # a step of several seconds still costs at most this many windows
+MAX_TICKS = 20000  # 500 s of virtual time: a step longer than ~4 minutes is out of the twin's range
 
 
 @dataclass(frozen=True)
@@ -116,8 +115,9 @@ class _Timeline:
             self._memo[clocks] = found
         return found
 
-    def advance(self, clocks: Clocks, dt: float, window: _Window, totals: _Totals | None,
-                energy: dict[str, float] | None) -> None:
+    def advance(self, clocks: Clocks, dt: float, window: _Window, meter: "_Meter") -> None:
+        """Play `dt` seconds of steps at `clocks` into the governors' window, and into the meter's
+        totals while it measures; the meter hears each step's end."""
         phases = self.at(clocks)
         left = dt
         while left > 0.0:
@@ -129,7 +129,8 @@ class _Timeline:
             window.busy_s += load.gpu_busy_s * frac
             window.bytes += load.bytes * frac
             window.cpu_util_s += load.cpu_util_s * frac
-            if totals is not None and energy is not None:
+            totals = meter.totals
+            if totals is not None:
                 totals.time_s += span
                 totals.busy_s += load.gpu_busy_s * frac
                 totals.activity_s += load.activity_s * frac
@@ -139,18 +140,39 @@ class _Timeline:
                 totals.gpu_hz_s += clocks.gpu_hz * span
                 totals.cpu_hz_s += clocks.cpu_hz * span
                 totals.emc_hz_s += clocks.emc_hz * span
+                energy = meter.energy
                 for rail, mw in power.items():
                     energy[rail] = energy.get(rail, 0.0) + mw * span / 1000.0
             left -= span
             if span >= remaining:
-                if totals is not None:
-                    totals.steps += load.time_s / sum(p.time_s for p, _ in phases) * (1.0 - self.done)
                 self.done = 0.0
                 self.phase += 1
+                if self.phase == len(phases):
+                    meter.step_ended()
             else:
-                if totals is not None:
-                    totals.steps += span / sum(p.time_s for p, _ in phases)
                 self.done += frac
+
+
+class _Meter:
+    """Measures whole steps: from the first step's end after the warm-up to the end of `steps` more."""
+
+    def __init__(self, warmup_ticks: int, steps: int) -> None:
+        self.warmup_ticks, self.steps = warmup_ticks, steps
+        self.tick = 0
+        self.totals: _Totals | None = None
+        self.energy: dict[str, float] = {}
+        self.counted = 0
+        self.finished = False
+
+    def step_ended(self) -> None:
+        if self.totals is not None:
+            self.counted += 1
+            self.totals.steps = float(self.counted)
+            if self.counted >= self.steps:
+                self.finished = True
+                self.final, self.totals = self.totals, None
+        elif self.tick >= self.warmup_ticks and not self.finished:
+            self.totals = _Totals()
 
 
 def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: TwinProfile,
@@ -170,17 +192,17 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
     block = max(1, round(g.podgov_block_s / dt))
     g_top, c_top, e_top = float(g.table_hz[-1]), float(c.table_hz[-1]), float(e.table_hz[-1])
     step_s = sum(p.time_s for p, _ in timeline.at(_clocks(fg, fc, fe)))
-    warmup = max(WARMUP_S, MIN_STEPS * step_s)
-    measure = max(MEASURE_S, MIN_STEPS * step_s)
-    ticks = min(MAX_TICKS, math.ceil((warmup + measure) / dt))
-    warm_ticks = min(ticks // 2, math.ceil(warmup / dt))
-    totals = _Totals()
-    energy: dict[str, float] = {}
-    for tick in range(ticks):
+    # The controllers forget their start within about a second; then whole steps are measured, enough
+    # of them to span a second (a periodic steady state: one step of a long run is its average).
+    warmup_ticks = math.ceil(max(WARMUP_S, step_s) / dt)
+    meter = _Meter(warmup_ticks, max(1, math.ceil(MEASURE_S / step_s)))
+    for tick in range(MAX_TICKS):
+        if meter.finished:
+            break
+        meter.tick = tick
         clocks = _clocks(fg, fc, fe)
         window = _Window()
-        measuring = tick >= warm_ticks
-        timeline.advance(clocks, dt, window, totals if measuring else None, energy if measuring else None)
+        timeline.advance(clocks, dt, window, meter)
         if gpu.dynamic:
             load = min(g.podgov_load_seen * window.busy_s / dt, 1.0)
             cycles_avg = (cycles_avg * g.podgov_smooth + fg * load) / (g.podgov_smooth + 1.0)
@@ -206,7 +228,10 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
             gpu_request = e.gpu_ratio * fg / g_top * e_top * min(1.0, busy / e.gpu_busy_threshold)
             req_e = a_emc * req_e + (1.0 - a_emc) * max(need, gpu_request, float(e.idle_hz))
             fe = expected_roundup(req_e, emc.allowed, e.load_noise)
-    return _result(totals, energy, gpu, cpu, emc, profile, online_cpus)
+    totals = meter.final if meter.finished else meter.totals
+    if totals is None or totals.time_s <= 0.0:  # a step longer than the simulation's horizon
+        raise RuntimeError(f"twin: no whole step within {MAX_TICKS} governor windows (a step of {step_s:.1f} s)")
+    return _result(totals, meter.energy, gpu, cpu, emc, profile, online_cpus)
 
 
 def _clocks(fg: float, fc: float, fe: float) -> Clocks:
