@@ -18,10 +18,10 @@ time, tick by tick, under three controllers (docs/twin.md, "Governors"):
 
 The loads a governor sees vary from window to window (kernels and phases straddle windows), so a
 request near a table boundary lands on either side of it: each request is rounded up to the table
-in expectation over a relative noise `load_noise` (`expected_roundup`). The clock that results is
-the mean of the table clocks the governor visits, which the model evaluates directly (time and
-power are smooth in a clock between two table entries). So a twin figure is a continuous function
-of the workload and of every parameter: curves have no steps from thresholds, and calibration can
+in expectation over a relative noise `load_noise` (`occupancy`: the share of the window each table
+clock holds). A window's figures are the time-share mixture of the model's at those table clocks
+(what a board running each for its share would do). So a twin figure is a continuous function of
+the workload and of every parameter: curves have no steps from thresholds, and calibration can
 fit the governors' numbers by least squares.
 
 Pure: no files, no threads; `VirtualOrin` and the fast mode call it through `governors.resolve`.
@@ -29,6 +29,7 @@ Pure: no files, no threads; `VirtualOrin` and the fast mode call it through `gov
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -53,24 +54,39 @@ class Domain:
     dynamic: bool
 
 
-def expected_roundup(request_hz: float, allowed: Sequence[int], noise: float) -> float:
-    """The mean table clock a governor runs at when it rounds `request_hz x (1 + e)` up to the
-    table, e normal with sd `noise` (the window-to-window spread of the load), within `allowed`."""
+def occupancy(request_hz: float, allowed: Sequence[int], noise: float) -> tuple[tuple[int, float], ...]:
+    """The table clocks a governor runs at when it rounds `request_hz x (1 + e)` up to the table
+    (e normal with sd `noise`: the window-to-window spread of the load), each with its share of
+    the time; within `allowed`. Shares under 1e-9 are left out (the rest renormalised)."""
     if len(allowed) == 1:
-        return float(allowed[0])
+        return ((allowed[0], 1.0),)
     if noise <= 0.0 or request_hz <= 0.0:
-        return float(next((f for f in allowed if f >= request_hz), allowed[-1]))
-    mean = 0.0
-    below = 0.0  # P(request <= allowed[k-1])
-    for k, f in enumerate(allowed):
+        return ((next((f for f in allowed if f >= request_hz), allowed[-1]), 1.0),)
+    # Only clocks within 6 sd of the request hold a share above ~1e-9.
+    lo = bisect.bisect_left(allowed, request_hz * (1.0 - 6.0 * noise))
+    hi = bisect.bisect_right(allowed, request_hz * (1.0 + 6.0 * noise))
+    out: list[tuple[int, float]] = []
+    below = 0.0  # P(the rounded request is below allowed[k])
+    for k in range(lo, min(hi + 1, len(allowed))):
+        f = allowed[k]
         at_most = 1.0 if k == len(allowed) - 1 else _phi((f / request_hz - 1.0) / noise)
-        mean += f * (at_most - below)
+        share = at_most - below
         below = at_most
-    return mean
+        if share > 1e-6:
+            out.append((f, share))
+    total = sum(w for _f, w in out)
+    return tuple((f, w / total) for f, w in out) if total > 0.0 else ((allowed[-1], 1.0),)
+
+
+def mean_clock(occ: Sequence[tuple[int, float]]) -> float:
+    return sum(f * w for f, w in occ)
 
 
 def _phi(x: float) -> float:
-    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+    return 0.5 * (1.0 + math.erf(x * _SQRT_HALF))
+
+
+_SQRT_HALF = math.sqrt(0.5)
 
 
 @dataclass
@@ -96,82 +112,140 @@ class _Totals:
     emc_hz_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Rates:
+    """One phase under a mixture of clocks, per second of wall time: how fast it progresses (phases
+    per second), what the hardware does, and the power per rail."""
+
+    progress: float
+    busy: float
+    activity: float
+    bytes: float
+    cpu_busy: float
+    cpu_util: float
+    gpu_hz: float
+    cpu_hz: float
+    emc_hz: float
+    power_mw: tuple[float, ...]  # in the order of _Timeline.rails
+
+
 class _Timeline:
     """The step's phases at whatever clocks the governors hold, played back in virtual time."""
 
     def __init__(self, trace: StepTrace, profile: TwinProfile, online: int | None) -> None:
         self.trace, self.profile, self.online = trace, profile, online
-        self._memo: dict[Clocks, tuple[tuple[PhaseLoad, Mapping[str, float]], ...]] = {}
+        self.rails = tuple(r.name for r in profile.rails)
+        self._memo: dict[Clocks, tuple[tuple[PhaseLoad, tuple[float, ...]], ...]] = {}
+        self._rows: dict[Clocks, tuple[tuple[float, ...], ...]] = {}
         self.phase = 0
         self.done = 0.0  # fraction of the current phase done
 
-    def at(self, clocks: Clocks) -> tuple[tuple[PhaseLoad, Mapping[str, float]], ...]:
+    def at(self, clocks: Clocks) -> tuple[tuple[PhaseLoad, tuple[float, ...]], ...]:
+        """The phases at one set of table clocks, with their power per rail (kept: a run visits few)."""
         found = self._memo.get(clocks)
         if found is None:
-            found = tuple((p, rail_powers_mw(clocks, p.load(self.online), self.profile))
-                          for p in step_loads(self.trace, clocks, self.profile))
-            if len(self._memo) > 4096:
-                self._memo.clear()
-            self._memo[clocks] = found
+            found = []
+            for p in step_loads(self.trace, clocks, self.profile):
+                power = rail_powers_mw(clocks, p.load(self.online), self.profile)
+                found.append((p, tuple(power[r] for r in self.rails)))
+            found = self._memo[clocks] = tuple(found)
         return found
 
-    def advance(self, clocks: Clocks, dt: float, window: _Window, meter: "_Meter") -> None:
-        """Play `dt` seconds of steps at `clocks` into the governors' window, and into the meter's
-        totals while it measures; the meter hears each step's end."""
-        phases = self.at(clocks)
+    def rates(self, og: Sequence[tuple[int, float]], oc: Sequence[tuple[int, float]],
+              oe: Sequence[tuple[int, float]]) -> tuple[_Rates | None, ...]:
+        """Each phase's rates under the clocks' time shares (None: a phase of no time)."""
+        sums: list[list[float]] | None = None
+        for g, wg in og:
+            for c, wc in oc:
+                for e, we in oe:
+                    w = wg * wc * we
+                    per_clocks = self._per_second(Clocks(g, c, e))
+                    if sums is None:
+                        sums = [[0.0] * len(row) for row in per_clocks]
+                    for acc, row in zip(sums, per_clocks):
+                        for i, x in enumerate(row):
+                            acc[i] += w * x
+        assert sums is not None
+        return tuple(None if a[0] <= 0.0 else _Rates(*a[:9], tuple(a[9:])) for a in sums)
+
+    def _per_second(self, clocks: Clocks) -> tuple[tuple[float, ...], ...]:
+        """Each phase at these clocks as a row of _Rates' fields (kept: a run visits few clocks)."""
+        found = self._rows.get(clocks)
+        if found is None:
+            rows = []
+            for p, power in self.at(clocks):
+                k = 1.0 / p.time_s if p.time_s > 0.0 else 0.0
+                rows.append((k, k * p.gpu_busy_s, k * p.activity_s, k * p.bytes, k * p.cpu_busy_s,
+                             k * p.cpu_util_s, float(clocks.gpu_hz), float(clocks.cpu_hz), float(clocks.emc_hz))
+                            + power)
+            found = self._rows[clocks] = tuple(rows)
+        return found
+
+    def advance(self, rates: Sequence[_Rates | None], dt: float, window: _Window, meter: "_Meter") -> None:
+        """Play `dt` seconds of steps into the governors' window, and into the meter's totals while
+        it measures; the meter hears each step's end."""
         left = dt
+        n = len(rates)
         while left > 0.0:
-            self.phase %= len(phases)
-            load, power = phases[self.phase]
-            remaining = (1.0 - self.done) * load.time_s
-            span = min(left, remaining)
-            frac = span / load.time_s
-            window.busy_s += load.gpu_busy_s * frac
-            window.bytes += load.bytes * frac
-            window.cpu_util_s += load.cpu_util_s * frac
+            r = rates[self.phase]
+            if r is None:  # a phase of no time
+                self._next_phase(n, meter)
+                continue
+            to_end = (1.0 - self.done) / r.progress
+            span = min(left, to_end)
+            window.busy_s += r.busy * span
+            window.bytes += r.bytes * span
+            window.cpu_util_s += r.cpu_util * span
             totals = meter.totals
             if totals is not None:
                 totals.time_s += span
-                totals.busy_s += load.gpu_busy_s * frac
-                totals.activity_s += load.activity_s * frac
-                totals.bytes += load.bytes * frac
-                totals.cpu_busy_s += load.cpu_busy_s * frac
-                totals.cpu_util_s += load.cpu_util_s * frac
-                totals.gpu_hz_s += clocks.gpu_hz * span
-                totals.cpu_hz_s += clocks.cpu_hz * span
-                totals.emc_hz_s += clocks.emc_hz * span
+                totals.busy_s += r.busy * span
+                totals.activity_s += r.activity * span
+                totals.bytes += r.bytes * span
+                totals.cpu_busy_s += r.cpu_busy * span
+                totals.cpu_util_s += r.cpu_util * span
+                totals.gpu_hz_s += r.gpu_hz * span
+                totals.cpu_hz_s += r.cpu_hz * span
+                totals.emc_hz_s += r.emc_hz * span
                 energy = meter.energy
-                for rail, mw in power.items():
-                    energy[rail] = energy.get(rail, 0.0) + mw * span / 1000.0
+                for i, mw in enumerate(r.power_mw):
+                    energy[i] += mw * span / 1000.0
             left -= span
-            if span >= remaining:
-                self.done = 0.0
-                self.phase += 1
-                if self.phase == len(phases):
-                    meter.step_ended()
+            if span >= to_end:
+                self._next_phase(n, meter)
             else:
-                self.done += frac
+                self.done += span * r.progress
+
+    def _next_phase(self, n: int, meter: "_Meter") -> None:
+        self.done = 0.0
+        self.phase += 1
+        if self.phase == n:
+            self.phase = 0
+            meter.step_ended()
 
 
 class _Meter:
     """Measures whole steps: from the first step's end after the warm-up to the end of `steps` more."""
 
-    def __init__(self, warmup_ticks: int, steps: int) -> None:
+    def __init__(self, warmup_ticks: int, steps: int, rails: int) -> None:
         self.warmup_ticks, self.steps = warmup_ticks, steps
         self.tick = 0
         self.totals: _Totals | None = None
-        self.energy: dict[str, float] = {}
+        self.final: _Totals | None = None
+        self.energy = [0.0] * rails
         self.counted = 0
-        self.finished = False
+
+    @property
+    def finished(self) -> bool:
+        return self.final is not None
 
     def step_ended(self) -> None:
         if self.totals is not None:
             self.counted += 1
             self.totals.steps = float(self.counted)
             if self.counted >= self.steps:
-                self.finished = True
                 self.final, self.totals = self.totals, None
-        elif self.tick >= self.warmup_ticks and not self.finished:
+        elif self.tick >= self.warmup_ticks and self.final is None:
             self.totals = _Totals()
 
 
@@ -182,8 +256,11 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
     g, c, e = profile.gpu, profile.cpu, profile.emc
     timeline = _Timeline(trace, profile, online_cpus)
     # A loaded board ramps up first: dynamic domains start at the top of their range.
-    req_g, req_c, req_e = float(gpu.allowed[-1]), float(cpu.allowed[-1]), float(emc.allowed[-1])
-    fg, fc, fe = req_g, req_c, req_e
+    og: tuple[tuple[int, float], ...] = ((gpu.allowed[-1], 1.0),)
+    oc: tuple[tuple[int, float], ...] = ((cpu.allowed[-1], 1.0),)
+    oe: tuple[tuple[int, float], ...] = ((emc.allowed[-1], 1.0),)
+    fg, fc = float(gpu.allowed[-1]), float(cpu.allowed[-1])
+    req_e = float(emc.allowed[-1])
     cycles_avg, freq_avg = fg, fg  # podgov's averages of the normalised busy cycles and of its requests
     util_c = 1.0  # schedutil's frequency-invariant utilisation
     dt = g.poll_s
@@ -191,18 +268,19 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
     a_emc = 0.5 ** (dt / e.half_life_s)
     block = max(1, round(g.podgov_block_s / dt))
     g_top, c_top, e_top = float(g.table_hz[-1]), float(c.table_hz[-1]), float(e.table_hz[-1])
-    step_s = sum(p.time_s for p, _ in timeline.at(_clocks(fg, fc, fe)))
+    rates = timeline.rates(og, oc, oe)
+    step_s = sum(1.0 / r.progress for r in rates if r is not None)
     # The controllers forget their start within about a second; then whole steps are measured, enough
     # of them to span a second (a periodic steady state: one step of a long run is its average).
     warmup_ticks = math.ceil(max(WARMUP_S, step_s) / dt)
-    meter = _Meter(warmup_ticks, max(1, math.ceil(MEASURE_S / step_s)))
+    meter = _Meter(warmup_ticks, max(1, math.ceil(MEASURE_S / step_s)), len(timeline.rails))
     for tick in range(MAX_TICKS):
         if meter.finished:
             break
         meter.tick = tick
-        clocks = _clocks(fg, fc, fe)
         window = _Window()
-        timeline.advance(clocks, dt, window, meter)
+        timeline.advance(rates, dt, window, meter)
+        changed = False
         if gpu.dynamic:
             load = min(g.podgov_load_seen * window.busy_s / dt, 1.0)
             cycles_avg = (cycles_avg * g.podgov_smooth + fg * load) / (g.podgov_smooth + 1.0)
@@ -216,26 +294,33 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
                 damp = over + (1.0 - over) * g.podgov_damp
                 res = damp * res + (1.0 - damp) * freq_avg
                 req_g = min(max(res, float(gpu.allowed[0])), float(gpu.allowed[-1]))
-                fg = expected_roundup(req_g, gpu.allowed, g.load_noise)
+                new = occupancy(req_g, gpu.allowed, g.load_noise)
+                changed = changed or new != og
+                og, fg = new, mean_clock(new)
         if cpu.dynamic:
             util = min(window.cpu_util_s / dt, 1.0) * fc / c_top
             util_c = a_cpu * util_c + (1.0 - a_cpu) * util
             req_c = max(c.schedutil_headroom * util_c * c_top, float(c.idle_hz))
-            fc = expected_roundup(req_c, cpu.allowed, c.load_noise)
+            # The CPU's table is dense (76.8 MHz steps): its time-mean clock stands for its shares,
+            # to 100 kHz so that a settled governor's windows reuse the model's figures.
+            fc = round(mean_clock(occupancy(req_c, cpu.allowed, c.load_noise)), -5)
+            changed = changed or fc != oc[0][0]
+            oc = ((int(fc), 1.0),)
         if emc.dynamic:
             busy = window.busy_s / dt
             need = (window.bytes / dt) / (e.target_util * e.bytes_per_cycle)
             gpu_request = e.gpu_ratio * fg / g_top * e_top * min(1.0, busy / e.gpu_busy_threshold)
             req_e = a_emc * req_e + (1.0 - a_emc) * max(need, gpu_request, float(e.idle_hz))
-            fe = expected_roundup(req_e, emc.allowed, e.load_noise)
-    totals = meter.final if meter.finished else meter.totals
+            new = occupancy(req_e, emc.allowed, e.load_noise)
+            changed = changed or new != oe
+            oe = new
+        if changed:
+            rates = timeline.rates(og, oc, oe)
+    totals = meter.final if meter.final is not None else meter.totals
     if totals is None or totals.time_s <= 0.0:  # a step longer than the simulation's horizon
         raise RuntimeError(f"twin: no whole step within {MAX_TICKS} governor windows (a step of {step_s:.1f} s)")
-    return _result(totals, meter.energy, gpu, cpu, emc, profile, online_cpus)
-
-
-def _clocks(fg: float, fc: float, fe: float) -> Clocks:
-    return Clocks(int(round(fg)), int(round(fc)), int(round(fe)))
+    energy = dict(zip(timeline.rails, meter.energy))
+    return _result(totals, energy, gpu, cpu, emc, profile, online_cpus)
 
 
 def _nearest(allowed: Sequence[int], hz: float) -> int:

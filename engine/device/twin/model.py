@@ -138,8 +138,8 @@ def step_loads(trace: StepTrace, clocks: Clocks, profile: TwinProfile) -> tuple[
     k_gpu = g.kernel_cycles / fg + g.kernel_fixed_s
     k_cpu = c.launch_cycles / fc
 
-    # [compute, optimizer]: GPU time, launch time, per-group slower side, activity-seconds, bytes
-    acc = [[0.0] * 5, [0.0] * 5]
+    # [compute, optimizer]: GPU time, launch time, per-group slower side, activity-seconds, bytes, kernels
+    acc = [[0.0] * 6, [0.0] * 6]
     for op in trace.ops:
         t_compute = op.flops / (matrix_peak if op.kind in MATRIX_KINDS else vector_peak)
         t_memory = op.bytes / bandwidth
@@ -157,39 +157,32 @@ def step_loads(trace: StepTrace, clocks: Clocks, profile: TwinProfile) -> tuple[
             a[3] += body * a_body
         a[3] += overhead * g.activity_overhead
         a[4] += op.bytes
-    gpu_sum = acc[0][0] + acc[1][0]
-    launch_sum = acc[0][1] + acc[1][1]
-    slower_sum = acc[0][2] + acc[1][2]
-    # Asynchronous stream: perfect queueing hides the faster side (max of sums); the
-    # per-group slower side (sum of max) is the no-overlap bound; overlap_loss blends them.
-    ideal = max(gpu_sum, launch_sum)
-    stream = ideal + g.overlap_loss * (slower_sum - ideal)
+        a[5] += op.kernels
     host_work = trace.host_cycles / fc
     serial = trace.serial_cycles * c.serial_scale / fc + (1.0 - c.host_overlap) * host_work
-    # The GPU's part of the step: the stream, unless the host's own work (launches and the host work
-    # that overlaps the queue) takes longer; the host then starves the GPU.
-    gpu_part = max(stream, launch_sum + c.host_overlap * host_work)
-    if gpu_part + serial <= 0.0:
-        serial = 1e-9  # an empty trace: avoid dividing by zero, report idle power
     # The thread spins while it waits for the GPU (CUDA's default with fewer contexts than cores):
     # the OS sees it busy, the power model counts it at reduced activity.
     spin = c.wait_spin_activity / c.activity_busy
     spins = c.wait_spin_activity > 0.0
-    host_busy = launch_sum + c.host_overlap * host_work
-    wait = max(gpu_part - host_busy, 0.0)
+    kernels = acc[0][5] + acc[1][5]
     phases = [PhaseLoad(HOST_PHASE, serial, 0.0, 0.0, 0.0, serial, serial)]
-    split = [a[2] for a in acc]  # each part's share of the GPU part: by its own slower side
-    total_split = sum(split)
-    for name, a, share in ((COMPUTE_PHASE, acc[0], split[0]), (OPTIMIZER_PHASE, acc[1], split[1])):
-        if total_split <= 0.0 or share <= 0.0:
-            continue
-        frac = share / total_split
-        t = gpu_part * frac
-        busy_host = host_busy * frac
-        waited = wait * frac
-        phases.append(PhaseLoad(name, t, a[0], a[3], a[4], busy_host + waited * spin,
-                                busy_host + (waited if spins else 0.0)))
-    return tuple(p for p in phases if p.time_s > 0.0)
+    for name, a in ((COMPUTE_PHASE, acc[0]), (OPTIMIZER_PHASE, acc[1])):
+        # Asynchronous stream: perfect queueing hides the faster side (max of sums); the per-group
+        # slower side (sum of max) is the no-overlap bound; overlap_loss blends them. Each part is
+        # its own stream: the optimizer's kernels run after the backward pass, so its GPU time cannot
+        # hide in the forward's launch gaps.
+        ideal = max(a[0], a[1])
+        stream = ideal + g.overlap_loss * (a[2] - ideal)
+        # The host work that overlaps the queue (Python around each op) goes with the part's operators;
+        # when launches and that work take longer than the stream, the host starves the GPU.
+        host_busy = a[1] + c.host_overlap * host_work * (a[5] / kernels if kernels else 0.0)
+        t = max(stream, host_busy)
+        waited = t - host_busy
+        phases.append(PhaseLoad(name, t, a[0], a[3], a[4], host_busy + waited * spin,
+                                host_busy + (waited if spins else 0.0)))
+    if sum(p.time_s for p in phases) <= 0.0:  # an empty trace: report idle power
+        phases[0] = PhaseLoad(HOST_PHASE, 1e-9, 0.0, 0.0, 0.0, 1e-9, 1e-9)
+    return tuple(phases)  # the same three at any clocks; a phase of a kind the trace lacks takes no time
 
 
 HOST_PHASE = "host"  # the loop's serial host work: data collation, bookkeeping, the end-of-step sync

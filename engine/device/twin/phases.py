@@ -44,7 +44,7 @@ def step_phases(trace: StepTrace, clocks: Clocks, profile: TwinProfile, est: Ste
     """The phases of a step whose whole estimate is `est`: times sum to est.time_s and each
     rail's phase energies to est.energy_j (the last phase takes what is left, so the sums
     hold to rounding). A trace with a single phase gives one phase: the step itself."""
-    loads = step_loads(trace, clocks, profile)
+    loads = tuple(p for p in step_loads(trace, clocks, profile) if p.time_s > 0.0)
     if len(loads) <= 1 or est.time_s <= 0.0:
         return (Phase("step", est.time_s, dict(est.power_mw), est.gpu_util),)
     parts = [(p, rail_powers_mw(clocks, p.load(online_cpus), profile)) for p in loads]

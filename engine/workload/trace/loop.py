@@ -35,7 +35,7 @@ DEFAULT_LOOP: Loop = "hf"
 
 # hf, per step: the Trainer's Python around a step (training_step, the accelerator's backward and
 # clip_grad_norm_, optimizer and scheduler steps, zero_grad, callbacks), ~9 ms at 2.2 GHz.
-HF_CYCLES_PER_STEP = 90_000_000
+HF_CYCLES_PER_STEP = 100_000_000
 # hf, per sample: one row read from the Arrow table into Python and padded by the collator, ~70 us.
 HF_CYCLES_PER_SAMPLE = 400_000
 # hf, per token of the padded batch: building and copying the padded tensors, ~0.2 ns... per token.
