@@ -9,6 +9,7 @@ from engine.device.session import DeviceSession
 from engine.results.store import Store
 from engine.workload.spec import WorkloadSpec
 from test_tui_flow import env  # noqa: F401 - the flow tests' isolation and frozen trace
+from test_tui_text import open_from_history
 from tui.screens.sweep import SweepScreen
 from tui_helpers import drive, make_app, plain
 
@@ -34,7 +35,7 @@ async def test_an_opened_lean_sweep_says_its_loop_and_resumes_as_lean(
     app = make_app(twin_session, store=results_store, poll=False)
     async with drive(app) as ui:
         await ui.press("5")  # History: only sweeps, so their table has the focus
-        await ui.press("enter")
+        await open_from_history(ui, app, stored.id)
         page = app.screen
         assert isinstance(page, SweepScreen)
         await ui.footer()
