@@ -363,7 +363,8 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
     return spec
 
 
-_WORKLOAD_FIELDS = ("batch_size", "seq_len", "precision", "mode", "lora", "grad_checkpointing", "padding", "seed")
+_WORKLOAD_FIELDS = ("batch_size", "seq_len", "precision", "mode", "lora", "grad_checkpointing", "padding", "loop",
+                    "seed")
 
 
 def sweep_spec(model: str, task: str, fields: Mapping, **sweep):  # -> engine.run.sweep.SweepSpec

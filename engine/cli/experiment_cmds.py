@@ -24,6 +24,7 @@ from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import board_estimate_text, rail_savings_text, sweep_point_lines, versus_text
+from engine.workload.trace.loop import DEFAULT_LOOP
 
 if TYPE_CHECKING:
     from engine.core.jsontypes import JsonValue
@@ -100,6 +101,7 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(p)
     numbers.add_pad_argument(p)
+    numbers.add_loop_argument(p)
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
@@ -192,7 +194,8 @@ def format_experiment(result: ExperimentResult) -> str:
     ident = result.identity
     kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
-    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}) "
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}"
+             f"{_loop_suffix(w)}) "
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
@@ -264,6 +267,11 @@ def _mode_suffix(w: Workload) -> str:
     return ", " + describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
 
 
+def _loop_suffix(w: Workload) -> str:
+    """A workload line names the training loop when it is not the default (hf): `, lean loop`."""
+    return "" if w.loop == DEFAULT_LOOP else f", {w.loop} loop"
+
+
 def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -294,7 +302,7 @@ def format_sweep(result: SweepResult) -> str:
     src = result.source.value
     w = result.workload
     lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.spec.fast)}, "
-             f"{w.precision}{_mode_suffix(w)}) on {result.identity.board}"
+             f"{w.precision}{_mode_suffix(w)}{_loop_suffix(w)}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
     where = "on the twin" if result.identity.is_twin else "on the board"  # the twin computes, a board measures

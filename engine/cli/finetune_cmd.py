@@ -68,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--lr", type=numbers.learning_rate, metavar="RATE",
                    help="peak learning rate (default 5e-5 pretrained, 1e-3 random weights)")
     numbers.add_pad_argument(p, deprecated_padding=True)
+    numbers.add_loop_argument(p)
     p.add_argument("--twin", metavar="PROFILE", help="also run every step on the digital twin, e.g. agx-orin-64gb")
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--eval-every", type=numbers.interval_steps, default=0, metavar="N", help="also evaluate every N steps")

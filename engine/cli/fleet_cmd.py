@@ -70,6 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--objective", default="energy", help="how each sweep's optimum is chosen (default energy)")
     add_mode_args(w)
     numbers.add_pad_argument(w)
+    numbers.add_loop_argument(w)
     w.add_argument("--pace", type=numbers.float_range(0.0, 1000.0), default=0.0, metavar="X",
                    help="twins: each point also takes its twin time x X in wall time, as on a board (default 0)")
     w.add_argument("--json", action="store_true", help="print the result as one JSON object")

@@ -40,6 +40,7 @@ def add_run_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(r)
     numbers.add_pad_argument(r)
+    numbers.add_loop_argument(r)
     r.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order")
     r.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR",
                    help="where the text comes from (hub or DIR: on each board)")

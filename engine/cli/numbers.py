@@ -6,7 +6,7 @@ range (exit 2, no traceback), before anything opens a board or allocates. Number
 strictly (engine.core.userinput: no `2_5`, no Unicode digits, no 5000-digit text), and
 their bounds are engine.core.plausible's. `--model` and other names are one printable line
 of bounded length (`name`). `--pad` (the padding vocabulary of run, sweep, select and
-finetune) is parsed here too.
+finetune) and `--loop` (the training loop a workload runs in) are parsed here too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engine.core.userinput import MAX_NAME_CHARS, check_name, parse_float, parse
 
 if TYPE_CHECKING:
     from engine.core.constants import Padding
+    from engine.workload.trace.loop import Loop
 
 __all__ = ["MAX_BATCH", "MAX_SAMPLES", "MAX_SEQ_LEN", "MAX_STEPS", "SEED_MAX", "MAX_ID"]
 
@@ -155,3 +156,23 @@ def padding_of(args: argparse.Namespace) -> Padding:
             raise ConfigError(f"--pad {pad} and --padding {old} disagree", "give --pad alone")
         return parse_padding(old)
     return parse_padding(pad) if pad is not None else DEFAULT_PADDING
+
+
+LOOP_HELP = ("the training loop the workload runs in: hf (default) = a Hugging Face Trainer-style loop, as the "
+             "published Orin runs used, the twin's default; lean = slm-dvfs's own loop, batches pre-padded, "
+             "the loss read only when logged")
+
+
+def add_loop_argument(p: argparse.ArgumentParser) -> None:
+    """--loop hf|lean (default hf): which loop's host side the workload's steps carry."""
+    from engine.workload.trace.loop import LOOPS
+
+    p.add_argument("--loop", choices=LOOPS, default=None, help=LOOP_HELP)
+
+
+def loop_of(args: argparse.Namespace) -> Loop:
+    """The training loop (engine.workload.trace.loop.LOOPS) that --loop asks for; hf when not given."""
+    from engine.workload.trace.loop import DEFAULT_LOOP, parse_loop
+
+    loop = getattr(args, "loop", None)
+    return parse_loop(loop) if loop is not None else DEFAULT_LOOP

@@ -16,6 +16,7 @@ from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
+from engine.workload.trace.loop import DEFAULT_LOOP
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.jsontypes import JsonObject
@@ -109,6 +110,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(p)
     numbers.add_pad_argument(p)
+    numbers.add_loop_argument(p)
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--trust", action="store_true",
@@ -401,7 +403,8 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         f"Rests on:  {selector.basis.line()}",
         *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
           if getattr(selector, "modules", ()) else []),
-        f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
+        f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}"
+        + ("" if w.loop == DEFAULT_LOOP else f", {w.loop} loop"),
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",
         "",

@@ -38,6 +38,7 @@ from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
@@ -144,6 +145,7 @@ class WorkloadFeatures:
     padding: Padding = "max_length"
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
+    loop: Loop = DEFAULT_LOOP  # the training loop (engine/workload/trace/loop.py)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -162,7 +164,7 @@ class WorkloadFeatures:
         """The workload these features describe (named: the model as the store names it)."""
         return WorkloadSpec(model=self.model, name=self.model, task=self.task, batch_size=self.batch_size,
                             seq_len=self.seq_len, precision=self.precision, mode=self.mode, lora=self.lora,
-                            grad_checkpointing=self.grad_checkpointing, padding=self.padding)
+                            grad_checkpointing=self.grad_checkpointing, padding=self.padding, loop=self.loop)
 
     @property
     def key(self) -> str:
@@ -249,6 +251,7 @@ def features_of(workload: Workload) -> WorkloadFeatures:
         trainable_params=int(trace.params or workload.total_params), mode=workload.mode,
         task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops,
         padding=workload.padding, lora=workload.lora, grad_checkpointing=workload.grad_checkpointing,
+        loop=workload.loop,
     )
 
 
@@ -256,7 +259,8 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       precision: Precision | None = None, mode: Mode = "full",
                       config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
-                      padding: Padding = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
+                      padding: Padding = "max_length",
+                      loop: Loop = DEFAULT_LOOP) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
     workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
     and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint
@@ -268,7 +272,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
 
     workload = resolve_workload(WorkloadSpec(
         model=model, task=task, batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
-        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, config=config))
+        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, loop=loop, config=config))
     return features_of(workload), workload.trace
 
 

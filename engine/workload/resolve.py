@@ -19,7 +19,7 @@ from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
-from engine.workload.trace.loop import with_loop
+from engine.workload.trace.loop import Loop, with_loop
 from engine.workload.trace.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
@@ -83,6 +83,11 @@ class Workload:
         return self.spec.padding
 
     @property
+    def loop(self) -> Loop:
+        """The training loop whose host side its steps carry (engine/workload/trace/loop.py)."""
+        return self.spec.loop
+
+    @property
     def config(self) -> Mapping[str, object] | None:
         """The model's config as resolved: what the store keeps to rebuild it."""
         return self.spec.config
@@ -108,7 +113,7 @@ class Workload:
                 "lora": None if self.lora_settings is None else self.lora_settings.to_json(self.family),
                 "grad_checkpointing": self.grad_checkpointing,
                 "trainable_params": self.trace.params, "total_params": self.total_params,
-                "padding": self.padding,
+                "padding": self.padding, "loop": self.loop,
                 "trace": {"flops": self.trace.flops, "bytes": self.trace.bytes, "kernels": self.trace.kernels,
                           "source": Source.PREDICTED.value},
                 **({"lengths": {**dict(self.lengths), "buckets": [[t.seq_len, w] for w, t in self.steps.parts]}}

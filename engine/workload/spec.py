@@ -182,6 +182,13 @@ class WorkloadSpec:
                 "seed": self.seed, "allow_download": self.allow_download, "name": self.name}
 
 
+def loop_in_key(key: str) -> str:
+    """The loop a store key names (WorkloadSpec.key puts a loop other than hf last, as `|loop=NAME`), hf
+    where it names none; as text: a stored row's reader parses it and names the row if it is not a loop."""
+    _rest, _bar, last = key.rpartition("|")
+    return last[len("loop="):] if last.startswith("loop=") else DEFAULT_LOOP
+
+
 def as_recorded(name: str, config: Mapping[str, object]) -> ResolvedModel:
     """A model as a store recorded it (its name and config): a ResolvedModel with no weights to load."""
     from engine.workload.models import ResolvedModel
