@@ -34,11 +34,14 @@ LOOPS: tuple[Loop, ...] = ("hf", "lean")
 DEFAULT_LOOP: Loop = "hf"
 
 # hf, per step: the Trainer's Python around a step (training_step, the accelerator's backward and
-# clip_grad_norm_, optimizer and scheduler steps, zero_grad, callbacks), ~9 ms at 2.2 GHz.
+# clip_grad_norm_, optimizer and scheduler steps, zero_grad, callbacks, the loss check's sync),
+# ~45 ms at 2.2 GHz. Calibrated to reproduce the published fact that BERT-tiny's step hardly moves
+# with the GPU clock on an AGX Orin (docs/twin.md, "What it reproduces"); a board's own figure comes
+# from `slm-dvfs calibrate` (cpu.serial_scale).
 HF_CYCLES_PER_STEP = 100_000_000
-# hf, per sample: one row read from the Arrow table into Python and padded by the collator, ~70 us.
+# hf, per sample: one row read from the Arrow table into Python and padded by the collator, ~0.18 ms.
 HF_CYCLES_PER_SAMPLE = 400_000
-# hf, per token of the padded batch: building and copying the padded tensors, ~0.2 ns... per token.
+# hf, per token of the padded batch: building and copying the padded tensors, ~0.2 us per token.
 HF_CYCLES_PER_TOKEN = 400
 
 
