@@ -38,10 +38,14 @@ from engine.core.trace import StepTrace
 from engine.device.twin.model import Clocks, PhaseLoad, StepEstimate, rail_powers_mw, step_loads
 from engine.device.twin.profile import TwinProfile
 
-# How much of a run the simulation plays before it measures (the controllers' averages settle in
-# about 10 windows), and how much it measures: whole steps, at least this long.
+# How much of a run the simulation plays before it measures, and how much it measures (whole steps,
+# at least this long). podgov's averages forget their start in about ten windows (p_smooth = 10 at
+# 25 ms); schedutil's and the EMC's in a few of their half-lives (32 and 20 ms), so a run whose GPU
+# clock is fixed settles, and repeats its steps, sooner.
 WARMUP_S = 1.0
 MEASURE_S = 1.0
+FIXED_GPU_WARMUP_S = 0.3
+FIXED_GPU_MEASURE_S = 0.3
 MAX_TICKS = 20000  # 500 s of virtual time: a step longer than ~4 minutes is out of the twin's range
 
 
@@ -272,8 +276,9 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
     step_s = sum(1.0 / r.progress for r in rates if r is not None)
     # The controllers forget their start within about a second; then whole steps are measured, enough
     # of them to span a second (a periodic steady state: one step of a long run is its average).
-    warmup_ticks = math.ceil(max(WARMUP_S, step_s) / dt)
-    meter = _Meter(warmup_ticks, max(1, math.ceil(MEASURE_S / step_s)), len(timeline.rails))
+    warmup_s, measure_s = (WARMUP_S, MEASURE_S) if gpu.dynamic else (FIXED_GPU_WARMUP_S, FIXED_GPU_MEASURE_S)
+    warmup_ticks = math.ceil(max(warmup_s, step_s) / dt)
+    meter = _Meter(warmup_ticks, max(1, math.ceil(measure_s / step_s)), len(timeline.rails))
     for tick in range(MAX_TICKS):
         if meter.finished:
             break
