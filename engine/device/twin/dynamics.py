@@ -148,11 +148,11 @@ class _Timeline:
         """The phases at one set of table clocks, with their power per rail (kept: a run visits few)."""
         found = self._memo.get(clocks)
         if found is None:
-            found = []
+            rows: list[tuple[PhaseLoad, tuple[float, ...]]] = []
             for p in step_loads(self.trace, clocks, self.profile):
                 power = rail_powers_mw(clocks, p.load(self.online), self.profile)
-                found.append((p, tuple(power[r] for r in self.rails)))
-            found = self._memo[clocks] = tuple(found)
+                rows.append((p, tuple(power[r] for r in self.rails)))
+            found = self._memo[clocks] = tuple(rows)
         return found
 
     def rates(self, og: Sequence[tuple[int, float]], oc: Sequence[tuple[int, float]],
@@ -170,7 +170,8 @@ class _Timeline:
                         for i, x in enumerate(row):
                             acc[i] += w * x
         assert sums is not None
-        return tuple(None if a[0] <= 0.0 else _Rates(*a[:9], tuple(a[9:])) for a in sums)
+        return tuple(None if a[0] <= 0.0 else _Rates(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], tuple(a[9:]))
+                     for a in sums)
 
     def _per_second(self, clocks: Clocks) -> tuple[tuple[float, ...], ...]:
         """Each phase at these clocks as a row of _Rates' fields (kept: a run visits few clocks)."""
