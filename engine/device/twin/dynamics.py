@@ -274,7 +274,10 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
     block = max(1, round(g.podgov_block_s / dt))
     g_top, c_top, e_top = float(g.table_hz[-1]), float(c.table_hz[-1]), float(e.table_hz[-1])
     rates = timeline.rates(og, oc, oe)
-    step_s = sum(1.0 / r.progress for r in rates if r is not None)
+    # The horizon is set by the step at the table's top clocks, whatever this control state allows: the
+    # same number of windows and steps for every setting of a sweep, so a curve has no ripple from a
+    # horizon one step longer at one setting than at the next.
+    step_s = sum(p.time_s for p in step_loads(trace, Clocks(g.table_hz[-1], c.table_hz[-1], e.table_hz[-1]), profile))
     # The controllers forget their start within about a second; then whole steps are measured, enough
     # of them to span a second (a periodic steady state: one step of a long run is its average).
     warmup_s, measure_s = (WARMUP_S, MEASURE_S) if gpu.dynamic else (FIXED_GPU_WARMUP_S, FIXED_GPU_MEASURE_S)
