@@ -246,8 +246,8 @@ def test_the_shipped_selector_rests_on_the_twin_zoo_and_select_says_so(capsys):
 
     shipped = load_selector()
     basis = basis_of(shipped)
-    assert not basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 912
-    assert basis.line() == ("twin zoo (912 workloads, 10944 points) [twin], profile agx-orin-64gb "
+    assert not basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 1824
+    assert basis.line() == ("twin zoo (1824 workloads, 21888 points) [twin], profile agx-orin-64gb "
                             "(shipped with slm-dvfs: learnt on the twin, from no board's measurements)")
     assert main(["select", "--model", "bert-tiny", "--task", "sst2"]) == 0
     out = capsys.readouterr().out
@@ -329,7 +329,7 @@ def test_transfer_from_the_cli_then_select_says_what_it_rests_on(board, tmp_path
     text = capsys.readouterr().out
     assert f"Selector:  {path}" in text
     assert "Rests on:  2 measured workload(s) (24 points) on P3701-0005 (AGX Orin 64GB) L4T 36.4.0 [measured] " \
-           "adapting twin zoo (912 workloads" in text and "transfer from default.joblib" in text
+           "adapting twin zoo (1824 workloads" in text and "transfer from default.joblib" in text
 
 
 def test_transfer_adapts_any_base_toward_its_measured_sweep(zoo, target):
