@@ -38,22 +38,35 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
     from test_tui_flow import BERT_TINY
     from tui.selection import SelectorPreview
 
-    selector = load_selector()
+    import copy
+
+    shipped = load_selector()
+    kept = with_uncertainty(shipped.choose(workload_features(BERT_TINY), parse_objective("energy")), shipped,
+                            BERT_TINY.steps)
+    assert kept.uncertainty is not None and kept.uncertainty.regret_q90 is not None  # the shipped file keeps them
+    # A selector file that records only its worst held-out miss (one trained before the quantiles were kept).
+    selector = copy.copy(shipped)
+    selector.training = {k: v for k, v in shipped.training.items() if k != "cv_regret"}
     choice = with_uncertainty(selector.choose(workload_features(BERT_TINY), parse_objective("energy")), selector,
                               BERT_TINY.steps)
     worst = choice.confidence.cv_worst_regret
     assert choice.uncertainty is not None and choice.uncertainty.regret_q90 is None  # no quantiles in the file
     assert choice.uncertainty.note.startswith(f"this selector file records only its worst held-out miss "
                                               f"({worst:.1%} more energy than the best setting), not its spread")
-    # max-length padding's interval reaches below zero: said in words, never as a negative saving
-    reach = maxn_about_optimal(choice)
+    # an interval that reaches below zero: said in words, never as a negative saving
+    unc = choice.uncertainty
+    below = replace(choice, uncertainty=replace(unc, saving=Interval(-0.012, 0.15, 0.9, unc.saving.basis)))
+    reach = maxn_about_optimal(below)
     assert reach is not None and re.fullmatch(r"the saving's 90% interval reaches down to [0-9.]+% more energy "
                                               r"than MAXN", reach), reach
     worse = replace(choice, predicted=replace(choice.predicted, energy_per_sample=1.006 * choice.maxn.energy_per_sample))
     assert maxn_about_optimal(worse) == "the selector predicts 0.6% more energy than MAXN"  # not "saving is -0.6%"
-    # the reviewer's interval (dynamic padding's): above zero, so the verdict rests on the worst miss alone
-    unc = choice.uncertainty
-    choice = replace(choice, uncertainty=replace(unc, saving=Interval(0.022, 0.194, 0.9, unc.saving.basis)))
+    # the reviewer's case: an interval above zero and a saving within the worst miss, so the verdict rests
+    # on the worst miss alone
+    choice = replace(choice, predicted=replace(choice.predicted, energy_per_sample=(1 - 0.029)
+                                               * choice.maxn.energy_per_sample),
+                     uncertainty=replace(unc, saving=Interval(0.022, 0.194, 0.9, unc.saving.basis)))
+    assert worst is not None and choice.saving < worst
     why = maxn_about_optimal(choice)
     assert why is not None and why.endswith(f"cost up to {worst:.1%} more energy than the best setting (an error "
                                             "the saving's 90% interval leaves out)")
