@@ -60,6 +60,7 @@ from engine.selector.features import features_of
 from engine.selector.persistence import load_selector
 from engine.workload.resolve import resolve_workload
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import TWIN_LOOP  # the twin computes: the published runs' loop
 
 MODELS = ("bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base-uncased",
           "pythia-14m", "pythia-31m", "pythia-70m", "pythia-160m", "pythia-410m")
@@ -111,7 +112,7 @@ def curve_checks(points: list[FastPoint], rails: Sequence[str] | None) -> dict[s
 
 def workload_row(model: str, task: str, profile: TwinProfile, settings: Sequence[DvfsSetting],
                  selector: Any) -> dict[str, Any]:
-    workload = resolve_workload(WorkloadSpec(model, task))
+    workload = resolve_workload(WorkloadSpec(model, task, loop=TWIN_LOOP))
     points = fast_points(workload.steps, profile, settings)
     choice = selector.choose(features_of(workload), Objective(), as_source=Source.TWIN)
     return {"model": workload.model, "task": workload.task, "batch_size": workload.batch_size,
@@ -151,11 +152,11 @@ def optima(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def shape_checks(profile: TwinProfile, settings: Sequence[DvfsSetting]) -> dict[str, Any]:
     """BERT-tiny's flatness and the RoBERTa-large shape's MAXN against the top pin (their own shapes)."""
     tiny = resolve_workload(WorkloadSpec("bert-tiny", "sst2", batch_size=32, seq_len=128, precision="fp32",
-                                         padding="max_length"))
+                                         padding="max_length", loop=TWIN_LOOP))
     pts = sorted((p for p in fast_points(tiny.steps, profile, settings) if p.setting != MAXN), key=lambda p: p.gpu_hz)
     flat = pts[0].measurement.seconds_per_sample / pts[-1].measurement.seconds_per_sample
     large = resolve_workload(WorkloadSpec("roberta-large-shape", "sst2", batch_size=16, seq_len=256,
-                                          precision="fp32", config=ROBERTA_LARGE))
+                                          precision="fp32", config=ROBERTA_LARGE, loop=TWIN_LOOP))
     by = {p.setting: p for p in fast_points(large.steps, profile, settings)}
     top = max((p for p in by.values() if p.setting != MAXN), key=lambda p: p.gpu_hz)
     return {"bert_tiny_time_ratio_306_to_top": flat,

@@ -37,9 +37,10 @@ def bench_workload(model: str, task: str, steps: int, store, session, rails: str
     from engine.run.experiment import ExperimentSpec, run_experiment
     from engine.workload.resolve import resolve_workload
     from engine.workload.spec import WorkloadSpec
+    from engine.workload.trace.loop import TWIN_LOOP  # the twin computes: the published runs' loop
     from engine.run.sweep import SweepSpec, run_sweep
 
-    asked = WorkloadSpec(model, task, padding="max_length")  # every batch at the maximum length
+    asked = WorkloadSpec(model, task, padding="max_length", loop=TWIN_LOOP)  # every batch at the maximum length
     workload = resolve_workload(asked)
     twin = session.profile_name
     sweep = run_sweep(SweepSpec(asked, fast=True, twin=twin, rails=rails), store=store, session=session,

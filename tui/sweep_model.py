@@ -14,7 +14,6 @@ from engine.core.provenance import Source
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pct
 from engine.results.format import sweep_progress, sweep_total
-from engine.workload.trace.loop import DEFAULT_LOOP
 
 if TYPE_CHECKING:
     from engine.results.records import SweepRecord, WorkloadRecord
@@ -162,12 +161,12 @@ def stored_view(store: Store, sweep_id: int, log: Sequence[str], *, opened: bool
 
 def workload_text(w: WorkloadRecord) -> str:
     """A stored workload's shape as the Sweep page says it: `batch 16, seq 128, fp32, full, dynamic padding`
-    (`, lean loop` after it for a loop other than the default)."""
+    (and its loop, `, lean loop`)."""
     mode = f"lora r{w.lora.rank}" if w.mode == "lora" and w.lora is not None else w.mode
     padding = "dynamic padding" if w.padding == "dynamic" else f"padded to {w.seq_len}"
     return (f"batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {mode}"
             + (", checkpointed" if w.grad_checkpointing else "") + f", {padding}"
-            + ("" if w.loop == DEFAULT_LOOP else f", {w.loop} loop"))
+            + f", {w.loop} loop")  # always: which loop is the default depends on whether a sweep trains
 
 
 class SweepTracker:

@@ -24,7 +24,6 @@ from engine.cli.mode_args import add_mode_args, describe_mode, workload_spec
 from engine.cli.store_cmds import add_db_arg
 from engine.results.compare import SIGN_CONVENTION
 from engine.results.format import board_estimate_text, rail_savings_text, sweep_point_lines, versus_text
-from engine.workload.trace.loop import DEFAULT_LOOP
 
 if TYPE_CHECKING:
     from engine.core.jsontypes import JsonValue
@@ -135,7 +134,7 @@ def experiment_spec(args: argparse.Namespace) -> ExperimentSpec:
     from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
-        workload=workload_spec(args), policy=args.policy, objective=args.objective, compare=args.compare,
+        workload=workload_spec(args, trains=not args.simulate), policy=args.policy, objective=args.objective, compare=args.compare,
         reuse_baseline=args.reuse_baseline, steps=args.steps, train_samples=args.train_samples,
         eval_samples=args.eval_samples, twin=args.twin, sysfs_root=args.sysfs_root, rails=args.rails,
         simulate=args.simulate, thermal=args.thermal, thermal_overrides=_thermal_overrides(args), label=args.label,
@@ -268,8 +267,9 @@ def _mode_suffix(w: Workload) -> str:
 
 
 def _loop_suffix(w: Workload) -> str:
-    """A workload line names the training loop when it is not the default (hf): `, lean loop`."""
-    return "" if w.loop == DEFAULT_LOOP else f", {w.loop} loop"
+    """A workload line always names its training loop (`, lean loop`): which one a command runs by default
+    depends on whether it trains (engine.workload.trace.loop.default_loop), so none goes unsaid."""
+    return f", {w.loop} loop"
 
 
 def _fmt(value: float | None, fmt: str) -> str:
@@ -281,7 +281,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     from engine.run.sweep import SweepSpec
 
     return SweepSpec(
-        workload=workload_spec(args), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
+        workload=workload_spec(args, trains=not args.fast), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
         repeats=args.repeats, fast=args.fast, train_samples=args.train_samples,
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,

@@ -92,7 +92,7 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
         resume = Path(args.resume)
         checkpoint_dir = str(resume.parent if (resume / CHECKPOINT_FILE).is_file() else resume)
     return FinetuneSpec(
-        workload=workload_spec(args), steps=args.steps, epochs=args.epochs, train_samples=args.train_samples,
+        workload=workload_spec(args, trains=True), steps=args.steps, epochs=args.epochs, train_samples=args.train_samples,
         eval_samples=args.eval_samples, output_dir=args.output_dir, eval_every=args.eval_every,
         checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume=args.resume,
         learning_rate=args.lr, device=args.device,

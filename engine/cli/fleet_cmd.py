@@ -156,7 +156,7 @@ def sweep_plans(args: argparse.Namespace) -> list[SweepPlan]:
     from engine.run.fleet import SweepPlan
 
     sizes = args.batch_size or [None]
-    return [SweepPlan(workload=workload_spec(args, model=m, task=t, batch_size=b), space=space,
+    return [SweepPlan(workload=workload_spec(args, trains=not args.fast, model=m, task=t, batch_size=b), space=space,
                       warmup_steps=args.warmup_steps, steps=args.steps, repeats=args.repeats, fast=args.fast,
                       train_samples=args.train_samples,
                       eval_samples=args.eval_samples if args.eval_samples is not None else 8, rails=args.rails,

@@ -60,7 +60,7 @@ def run_specs(args: argparse.Namespace) -> list[ExperimentSpec]:
     from engine.run.experiment import ExperimentSpec
 
     sizes = args.batch_size or [None]
-    return [ExperimentSpec(workload=workload_spec(args, model=m, task=t, batch_size=b), policy=p, objective=o,
+    return [ExperimentSpec(workload=workload_spec(args, trains=not args.simulate, model=m, task=t, batch_size=b), policy=p, objective=o,
                            compare=None if args.compare == "none" else args.compare, steps=args.steps,
                            simulate=args.simulate, train_samples=args.train_samples, eval_samples=args.eval_samples,
                            rails=args.rails, label=args.label)

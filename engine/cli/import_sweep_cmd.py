@@ -69,7 +69,7 @@ def _flags(args: argparse.Namespace) -> Any:
         model=args.model, task=args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
         precision=args.precision, mode=args.mode,
         padding=numbers.padding_of(args) if args.pad is not None else None,
-        loop=numbers.loop_of(args) if args.loop is not None else None, samples=args.samples,
+        loop=numbers.asked_loop(args), samples=args.samples,  # the file says what ran: either loop
         rails=args.rails, lora=lora_settings(args), grad_checkpointing=bool(args.grad_checkpointing),
     )
 

@@ -158,21 +158,30 @@ def padding_of(args: argparse.Namespace) -> Padding:
     return parse_padding(pad) if pad is not None else DEFAULT_PADDING
 
 
-LOOP_HELP = ("the training loop the workload runs in: hf (default) = a Hugging Face Trainer-style loop, as the "
-             "published Orin runs used, the twin's default; lean = slm-dvfs's own loop, batches pre-padded, "
-             "the loss read only when logged")
+LOOP_HELP = ("the training loop the workload runs in: lean = slm-dvfs's own loop (batches pre-padded, the loss read "
+             "only when logged), the only one a run that trains can run, and its default; hf = a Hugging Face "
+             "Trainer-style loop, as the published Orin runs used, modelled by the twin only: the default where "
+             "the twin alone computes the steps (run --simulate, sweep --fast, select)")
 
 
 def add_loop_argument(p: argparse.ArgumentParser) -> None:
-    """--loop hf|lean (default hf): which loop's host side the workload's steps carry."""
+    """--loop hf|lean (default: the command's, engine.workload.trace.loop.default_loop)."""
     from engine.workload.trace.loop import LOOPS
 
     p.add_argument("--loop", choices=LOOPS, default=None, help=LOOP_HELP)
 
 
-def loop_of(args: argparse.Namespace) -> Loop:
-    """The training loop (engine.workload.trace.loop.LOOPS) that --loop asks for; hf when not given."""
-    from engine.workload.trace.loop import DEFAULT_LOOP, parse_loop
+def asked_loop(args: argparse.Namespace) -> Loop | None:
+    """The training loop --loop names, or None where it was not given."""
+    from engine.workload.trace.loop import parse_loop
 
     loop = getattr(args, "loop", None)
-    return parse_loop(loop) if loop is not None else DEFAULT_LOOP
+    return parse_loop(loop) if loop is not None else None
+
+
+def loop_of(args: argparse.Namespace, *, trains: bool) -> Loop:
+    """The training loop a command runs: --loop's, refused where the command trains and it is not lean
+    (ConfigError), else the command's default (engine.workload.trace.loop.loop_for: the one rule)."""
+    from engine.workload.trace.loop import loop_for
+
+    return loop_for(trains, asked_loop(args))

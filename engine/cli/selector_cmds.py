@@ -16,7 +16,7 @@ from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
-from engine.workload.trace.loop import DEFAULT_LOOP, LOOPS, parse_loop
+from engine.workload.trace.loop import LOOPS, parse_loop
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.jsontypes import JsonObject
@@ -352,7 +352,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     objective = parse_objective(args.objective)
     from engine.workload.resolve import resolve_workload
 
-    resolved = resolve_workload(workload_spec(args))  # once: its features, and its steps as a run takes them
+    resolved = resolve_workload(workload_spec(args, trains=False))  # once: its features, and its steps as a run takes them
     workload = features_of(resolved)
     # With dynamic padding, the mix of its batch lengths: what the probes run and the twin ensemble costs for
     # the interval, as the Setup and Run pages and the ml policy do.
@@ -409,7 +409,7 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
           if getattr(selector, "modules", ()) else []),
         f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}"
-        + ("" if w.loop == DEFAULT_LOOP else f", {w.loop} loop"),
+        + f", {w.loop} loop",  # always: which loop is the default depends on the command
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",
         "",

@@ -11,7 +11,7 @@ from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.records import RunRecord
 from engine.workload.lora import LoraSettings
-from engine.workload.trace.loop import DEFAULT_LOOP
+from engine.workload.trace.loop import default_loop
 
 if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
     from engine.results.store import Store
@@ -88,7 +88,7 @@ def maxn_command(run: RunRecord) -> str:
         if w.grad_checkpointing:
             flags.append("--grad-checkpointing")
         flags += ["--pad", "max" if w.padding == "max_length" else w.padding]
-        if w.loop != DEFAULT_LOOP:
+        if w.loop != default_loop(trains=not run.simulated):  # the run command's own default goes unsaid
             flags += ["--loop", w.loop]
     if run.device is not None and run.device.is_twin:
         flags += ["--twin"] + ([run.device.profile] if run.device.profile else [])

@@ -196,7 +196,8 @@ class WorkloadRecord:
     grad_checkpointing: bool = False  # schema v6
     padding: Padding = "max_length"  # rows before schema v7 are max_length
     # The training loop (engine/workload/trace/loop.py): no column of its own, the stored key carries it
-    # (`|loop=lean`; hf, the default, leaves the key as before), and a row's is read back from its key.
+    # (`|loop=hf`; lean, the default, leaves the key as before: rows stored before the loop was recorded
+    # ran it), and a row's is read back from its key.
     loop: Loop = DEFAULT_LOOP
     # The model's config as resolved (schema v11): what rebuilds exactly this model, whatever its name
     # says (a config file's stem may be a zoo model's name). None: not recorded (rows before v11).
@@ -253,7 +254,8 @@ class WorkloadRecord:
     @property
     def label(self) -> str:
         """Which workload, for a line that names it: `bert-tiny/sst2 (batch 32, length 128, fp32, full)`,
-        with its padding, loop, LoRA or checkpointing where they are not the defaults."""
+        with its padding, loop, LoRA or checkpointing where they are not the defaults (as its key says them:
+        a loop other than lean, `hf loop`)."""
         mode = f"lora r{self.lora.rank}" if self.mode == "lora" and self.lora is not None else self.mode
         parts = (f"batch {self.batch_size}", f"length {self.seq_len}", self.precision, mode,
                  "checkpointed" if self.grad_checkpointing else "",

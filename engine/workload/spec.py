@@ -65,7 +65,9 @@ class WorkloadSpec:
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
     padding: Padding = DEFAULT_PADDING
-    loop: Loop = DEFAULT_LOOP  # the training loop whose host side the twin models (engine/workload/trace/loop.py)
+    # the training loop its steps run in (engine/workload/trace/loop.py): lean, slm-dvfs's own, unless named;
+    # a command picks it with default_loop / check_loop_for (hf only where the twin alone computes)
+    loop: Loop = DEFAULT_LOOP
     data: str = "synthetic"  # where the text comes from: "synthetic" | "hub" | a GLUE folder (not in the key)
     seed: int = 0  # of weights, data and order (not in the key: runs of two seeds are one workload)
     allow_download: bool = False  # a hub id's config and weights may be fetched
@@ -165,9 +167,10 @@ class WorkloadSpec:
         """What the store knows this workload by: the one definition of a workload's identity. What was
         added to a workload later is in it only when used, so the keys of workloads stored before stay the
         same: the variant, dynamic padding (rows stored before padding was part of a workload mean
-        max_length; dynamic padding is another workload: its steps are shorter) and a loop other than the
-        Trainer-style default (the lean loop's host side is another workload). The data source and the
-        seed are not in it."""
+        max_length; dynamic padding is another workload: its steps are shorter) and a loop other than
+        slm-dvfs's own lean loop (`|loop=hf`: the Trainer-style loop's host side is another workload; rows
+        stored before the loop was recorded ran the lean loop, engine/workload/trace/loop.py). The data
+        source and the seed are not in it."""
         n = self if self.is_named else self.named()
         key = f"{n.name}|{n.task}|{n.batch_size}|{n.seq_len}|{n.precision}|{n.mode}" + (
             f"|{n.variant}" if n.variant else "")
@@ -183,8 +186,9 @@ class WorkloadSpec:
 
 
 def loop_in_key(key: str) -> str:
-    """The loop a store key names (WorkloadSpec.key puts a loop other than hf last, as `|loop=NAME`), hf
-    where it names none; as text: a stored row's reader parses it and names the row if it is not a loop."""
+    """The loop a store key names (WorkloadSpec.key puts a loop other than lean last, as `|loop=NAME`), lean
+    where it names none (every row stored before the loop was recorded); as text: a stored row's reader
+    parses it and names the row if it is not a loop."""
     _rest, _bar, last = key.rpartition("|")
     return last[len("loop="):] if last.startswith("loop=") else DEFAULT_LOOP
 

@@ -180,6 +180,8 @@ class SweepScreen(PageScreen):
         if self.opened is not None:
             fields.update(padding=self.opened.padding, loop=self.opened.loop, grad_checkpointing=self.opened.grad_checkpointing,
                           lora=self.opened.lora if self.opened.mode == "lora" else None, **self._sweep_fields)
+        else:  # Setup's run's loop: a fast sweep of it is what that run's oracle finds (forms.sweep_loop)
+            fields["setup_loop"] = forms.run_loop(v)
         return fields
 
     def compose_body(self) -> ComposeResult:

@@ -42,7 +42,7 @@ from engine.results.imports.fields import (
 from engine.results.records import SweepPoint, WorkloadRecord, setting_key
 from engine.results.store.sweep_tables import FinishedSweep
 from engine.workload.lora import LoraSettings
-from engine.workload.trace.loop import DEFAULT_LOOP, Loop, parse_loop
+from engine.workload.trace.loop import Loop, default_loop, parse_loop
 
 IMPORT_METHOD = "import"  # the sweep space's "method" of an imported sweep
 CLOCK_COLUMNS = {f"{d}{suffix}": (d, unit) for d in ("gpu", "cpu", "emc")
@@ -70,7 +70,7 @@ class WorkloadFlags:
     precision: Precision | None = None
     mode: Mode | None = None  # None: full
     padding: Padding | None = None  # None: the CLI's default (dynamic)
-    loop: Loop | None = None  # None: the default, hf (engine/workload/trace/loop.py)
+    loop: Loop | None = None  # None: a column says it, else lean (a board trained with slm-dvfs's own loop)
     samples: int | None = None  # training samples each point covers
     rails: str | None = None  # the rails every energy sums, e.g. gpu+cpu
     lora: LoraSettings | None = None
@@ -322,7 +322,9 @@ class _RowReader:
         with self.at(where, "pad"):
             padding = parse_padding(str(v["padding"] or DEFAULT_PADDING).lower())
         with self.at(where, "loop"):
-            loop = parse_loop(str(v["loop"] or DEFAULT_LOOP).lower())
+            # not said: a board's measurements are of a run that trained, with slm-dvfs's own loop (a file of
+            # a Trainer's runs says `hf` in a loop column or with --loop hf)
+            loop = parse_loop(str(v["loop"] or default_loop(trains=True)).lower())
         entry = resolved.entry
         with self.at(where, "mode"):
             mode = parse_mode(str(v["train_mode"] or "full").lower())

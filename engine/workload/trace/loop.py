@@ -16,6 +16,13 @@ training loop's host side"):
 - `lean`: slm-dvfs's own loop (engine/workload/training): batches pre-tokenised and padded in
   tensors, the loss read back only when logged; its host work is the trace's `host_cycles` alone.
 
+Which loop a workload names is the loop that runs (`default_loop`, `check_loop_for`: the one rule, used by
+the CLI, the TUI, the fleet and the run and sweep specs): a run that trains runs slm-dvfs's own loop, so
+it is `lean` and cannot be `hf`; where only the twin computes the steps (a simulated run, a fast sweep,
+`select`) either loop can be modelled, and `hf`, the published runs' loop, is the default. A workload's
+key names the loop only when it is not `lean` (`|loop=hf`): every row stored before the loop was recorded
+ran the lean loop (a trained run) or was computed by a twin that modelled no Trainer host work.
+
 The cycle counts are estimates for an A78AE core (about 2.2 GHz) running CPython 3.10 and PyTorch
 2.x, of the order that profiles of the Trainer on ARM cores show; `slm-dvfs calibrate` moves the
 twin's CPU numbers against a board's measurements of a small, host-bound model.
@@ -26,12 +33,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Literal
 
-from engine.core.errors import UnknownChoiceError
+from engine.core.errors import ConfigError, UnknownChoiceError
 from engine.core.trace import StepTrace
 
 Loop = Literal["hf", "lean"]
 LOOPS: tuple[Loop, ...] = ("hf", "lean")
-DEFAULT_LOOP: Loop = "hf"
+# The loop a workload is when none is named: slm-dvfs's own, the one its training runs. A key leaves it
+# unsaid (WorkloadSpec.key), so the keys and the meaning of rows stored before the loop was recorded stay.
+DEFAULT_LOOP: Loop = "lean"
+# The published Orin runs' loop: the default where only the twin computes the steps.
+TWIN_LOOP: Loop = "hf"
 
 # hf, per step: the Trainer's Python around a step (training_step, the accelerator's backward and
 # clip_grad_norm_, optimizer and scheduler steps, zero_grad, callbacks, the loss check's sync),
@@ -52,6 +63,28 @@ def parse_loop(value: object) -> Loop:
     if value == "lean":
         return "lean"
     raise UnknownChoiceError("training loop", value, LOOPS)
+
+
+def default_loop(trains: bool) -> Loop:
+    """The loop a command runs when none is asked for: lean where it trains (the only loop slm-dvfs trains
+    with), hf where only the twin computes its steps (a simulated run, a fast sweep, select)."""
+    return DEFAULT_LOOP if trains else TWIN_LOOP
+
+
+def check_loop_for(trains: bool, loop: Loop) -> None:
+    """A ConfigError when a run that trains names a loop it would not run (the key would lie about it)."""
+    if trains and loop != DEFAULT_LOOP:
+        raise ConfigError(f"--loop {loop} on a run that trains: slm-dvfs trains with its own loop ({DEFAULT_LOOP})",
+                          f"slm-dvfs trains with its own loop: drop --loop {loop} (or give --loop {DEFAULT_LOOP}); "
+                          f"a Trainer-style loop is modelled by the twin only (use --simulate, --fast or select)")
+
+
+def loop_for(trains: bool, asked: Loop | None) -> Loop:
+    """The loop a command runs: the one asked for (checked against whether it trains), else the default."""
+    if asked is None:
+        return default_loop(trains)
+    check_loop_for(trains, asked)
+    return asked
 
 
 def loop_serial_cycles(loop: Loop, batch_size: int, seq_len: int) -> float:
