@@ -83,6 +83,7 @@ def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys,
     # the calibrated twin through the CLI: its MAXN figure is the calibrated model's, not the shipped one's
     code, out, err = _run(capsys, "sweep", "--fast", "--twin", "agx-orin-64gb-calibrated", "--model", "bert-small",
                           "--task", "sst2", "--batch-size", "16", "--max-seq-len", "64", "--pad", "max",
+                          "--loop", "lean",  # the board's sweeps trained (lean); a fast sweep is hf unless told
                           "--rails", "gpu+cpu", "--db", str(tmp_path / "twin.sqlite"), "--json")
     assert code == 0, err
     maxn = json.loads(out)["maxn"]["joules_per_sample"]["mean"]

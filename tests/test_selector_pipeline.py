@@ -50,7 +50,7 @@ def test_twin_zoo_dataset(ds):
     assert len(ds.by_workload()) == 24 and len(set(ds.groups().tolist())) == 6
     assert np.allclose(ds.energy_per_sample, ds.time_per_sample * ds.power_w)
     # Against fast_sweep itself: the dataset holds exactly the twin's per-sample figures.
-    w, trace = describe_workload("bert-mini", "sst2", batch_size=32, seq_len=32)
+    w, trace = describe_workload("bert-mini", "sst2", batch_size=32, seq_len=32, loop="hf")
     rows = ds.by_workload()[w.key]
     direct = truth(w, trace)
     for i in rows:
@@ -133,9 +133,12 @@ def test_train_and_choose_for_an_unseen_workload(ds, trained):
     oracle = min(real.values(), key=lambda m: m.joules_per_sample)
     regret = real[choice.setting].joules_per_sample / oracle.joules_per_sample - 1
     assert regret < 0.05, f"regret {regret:.3%} on an interpolated workload"
-    # Predicted energies follow the twin within the CV error band.
+    # Predicted energies follow the twin within the CV error band (this grid is tiny: three small models at two
+    # batch sizes, each shape under two loops whose per-sample costs differ several times over).
+    band = report.winner.mape_energy
+    assert band is not None and band > 0
     for p in selector.predict(w):
-        assert p.energy_per_sample == pytest.approx(real[p.setting].joules_per_sample, rel=0.35)
+        assert p.energy_per_sample == pytest.approx(real[p.setting].joules_per_sample, rel=band)
     out = choice.to_json()
     assert out["predicted"]["source"] == "predicted" and out["saving_source"] == "predicted"
     # Far outside the training shapes, the selector says so.

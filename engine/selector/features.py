@@ -40,7 +40,7 @@ from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
-from engine.workload.trace.loop import DEFAULT_LOOP, TWIN_LOOP, Loop, loop_serial_cycles
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop, loop_serial_cycles
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
@@ -287,7 +287,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
                       padding: Padding = "max_length",
-                      loop: Loop = TWIN_LOOP) -> tuple[WorkloadFeatures, StepTrace]:
+                      loop: Loop = DEFAULT_LOOP) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
     workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
     and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint
@@ -295,7 +295,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     precision default to the zoo entry's (else 32, 128, fp32). With `padding="dynamic"` the trace is an
     average step (StepMix.mean_trace) over the lengths the task's batches pad to; "max_length" (the
     default here, what the shipped selector was trained on) traces every step at `seq_len`. The loop is
-    the twin's default, hf (engine.workload.trace.loop.default_loop: these steps are the twin's alone)."""
+    a WorkloadSpec's (lean unless given: the twin zoo and `select` name theirs)."""
     from engine.workload.resolve import resolve_workload
 
     workload = resolve_workload(WorkloadSpec(
