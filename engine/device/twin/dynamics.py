@@ -32,7 +32,10 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:  # numpy loads with the first mixture of clocks: `slm-dvfs device --twin` starts without it
+    import numpy as np
 
 from engine.core.trace import StepTrace
 from engine.device.twin.model import Clocks, PhaseLoad, StepEstimate, rail_powers_mw, step_loads
@@ -133,6 +136,11 @@ class _Rates:
     power_mw: tuple[float, ...]  # in the order of _Timeline.rails
 
 
+def _as_rates(rows: np.ndarray) -> tuple[_Rates | None, ...]:
+    return tuple(None if a[0] <= 0.0 else _Rates(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], tuple(a[9:]))
+                 for a in rows.tolist())
+
+
 class _Timeline:
     """The step's phases at whatever clocks the governors hold, played back in virtual time."""
 
@@ -140,7 +148,8 @@ class _Timeline:
         self.trace, self.profile, self.online = trace, profile, online
         self.rails = tuple(r.name for r in profile.rails)
         self._memo: dict[Clocks, tuple[tuple[PhaseLoad, tuple[float, ...]], ...]] = {}
-        self._rows: dict[Clocks, tuple[tuple[float, ...], ...]] = {}
+        self._rows: dict[Clocks, np.ndarray] = {}
+        self._single: dict[Clocks, tuple[_Rates | None, ...]] = {}
         self.phase = 0
         self.done = 0.0  # fraction of the current phase done
 
@@ -158,22 +167,19 @@ class _Timeline:
     def rates(self, og: Sequence[tuple[int, float]], oc: Sequence[tuple[int, float]],
               oe: Sequence[tuple[int, float]]) -> tuple[_Rates | None, ...]:
         """Each phase's rates under the clocks' time shares (None: a phase of no time)."""
-        sums: list[list[float]] | None = None
-        for g, wg in og:
-            for c, wc in oc:
-                for e, we in oe:
-                    w = wg * wc * we
-                    per_clocks = self._per_second(Clocks(g, c, e))
-                    if sums is None:
-                        sums = [[0.0] * len(row) for row in per_clocks]
-                    for acc, row in zip(sums, per_clocks):
-                        for i, x in enumerate(row):
-                            acc[i] += w * x
-        assert sums is not None
-        return tuple(None if a[0] <= 0.0 else _Rates(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], tuple(a[9:]))
-                     for a in sums)
+        combos = [(wg * wc * we, Clocks(g, c, e)) for g, wg in og for c, wc in oc for e, we in oe]
+        if len(combos) == 1:  # one clock per domain: the rates at those clocks, as computed once
+            clocks = combos[0][1]
+            found = self._single.get(clocks)
+            if found is None:
+                found = self._single[clocks] = _as_rates(self._per_second(clocks))
+            return found
+        merged = combos[0][0] * self._per_second(combos[0][1])  # numpy arrays: a few clocks' rows
+        for w, clocks in combos[1:]:
+            merged += w * self._per_second(clocks)
+        return _as_rates(merged)
 
-    def _per_second(self, clocks: Clocks) -> tuple[tuple[float, ...], ...]:
+    def _per_second(self, clocks: Clocks) -> np.ndarray:
         """Each phase at these clocks as a row of _Rates' fields (kept: a run visits few clocks)."""
         found = self._rows.get(clocks)
         if found is None:
@@ -183,7 +189,9 @@ class _Timeline:
                 rows.append((k, k * p.gpu_busy_s, k * p.activity_s, k * p.bytes, k * p.cpu_busy_s,
                              k * p.cpu_util_s, float(clocks.gpu_hz), float(clocks.cpu_hz), float(clocks.emc_hz))
                             + power)
-            found = self._rows[clocks] = tuple(rows)
+            import numpy
+
+            found = self._rows[clocks] = numpy.array(rows, dtype=float)
         return found
 
     def advance(self, rates: Sequence[_Rates | None], dt: float, window: _Window, meter: "_Meter") -> None:
