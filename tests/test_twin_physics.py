@@ -173,3 +173,16 @@ def test_a_host_bound_model_is_flatter_in_gpu_clock_under_the_hf_loop() -> None:
         return slow.measurement.seconds_per_sample / fast.measurement.seconds_per_sample
 
     assert 1.0 <= spread("hf") < spread("lean")
+
+
+def test_a_step_longer_than_the_simulation_covers_is_refused_with_a_remedy() -> None:
+    """A step the governors' simulation cannot play whole (minutes at the top clocks) is a ConfigError naming
+    its length and what to do, not a figure from a part of a step."""
+    from engine.core.errors import ConfigError
+    from engine.core.trace import OpCost, StepTrace
+
+    huge = StepTrace("huge", 1, 1, "fp32", (OpCost("matmul", 1e18, 1e9, 10),), host_cycles=0.0)
+    with pytest.raises(ConfigError) as err:
+        fast_points(huge, load_profile("agx-orin-64gb"), [MAXN])
+    assert "longer than the twin's governors are simulated for" in err.value.what
+    assert "smaller batch" in err.value.remedy

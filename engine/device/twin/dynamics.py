@@ -38,7 +38,9 @@ if TYPE_CHECKING:  # numpy loads with the first mixture of clocks: `slm-dvfs dev
     import numpy as np
 
 from engine.core.trace import StepTrace
-from engine.device.twin.model import Clocks, PhaseLoad, StepEstimate, rail_powers_mw, step_loads
+from engine.core.errors import ConfigError
+from engine.device.twin.model import (Clocks, PhaseLoad, StepEstimate, launch_and_host_cycles, rail_powers_mw,
+                                      step_loads)
 from engine.device.twin.profile import TwinProfile
 
 # How much of a run the simulation plays before it measures, and how much it measures (whole steps,
@@ -335,17 +337,20 @@ def simulate(trace: StepTrace, gpu: Domain, cpu: Domain, emc: Domain, profile: T
             rates = timeline.rates(og, oc, oe)
     totals = meter.final if meter.final is not None else meter.totals
     if totals is None or totals.time_s <= 0.0:  # a step longer than the simulation's horizon
-        raise RuntimeError(f"twin: no whole step within {MAX_TICKS} governor windows (a step of {step_s:.1f} s)")
+        raise ConfigError(f"a training step of {step_s:.0f} s at the top clocks is longer than the twin's governors "
+                          f"are simulated for ({MAX_TICKS * dt:.0f} s)",
+                          "give the twin a smaller batch or a shorter sequence length")
     energy = dict(zip(timeline.rails, meter.energy))
-    return _result(totals, energy, gpu, cpu, emc, profile, online_cpus)
+    host_s = launch_and_host_cycles(trace, profile) / (totals.cpu_hz_s / totals.time_s)
+    return _result(totals, energy, host_s, gpu, cpu, emc, profile)
 
 
 def _nearest(allowed: Sequence[int], hz: float) -> int:
     return min(allowed, key=lambda f: abs(f - hz))
 
 
-def _result(t: _Totals, energy: Mapping[str, float], gpu: Domain, cpu: Domain, emc: Domain,
-            profile: TwinProfile, online_cpus: int | None) -> tuple[Clocks, StepEstimate]:
+def _result(t: _Totals, energy: Mapping[str, float], host_s: float, gpu: Domain, cpu: Domain, emc: Domain,
+            profile: TwinProfile) -> tuple[Clocks, StepEstimate]:
     steps = t.steps if t.steps > 0.0 else 1.0
     time_s = t.time_s / steps
     per_step = {rail: j / steps for rail, j in energy.items()}
@@ -355,7 +360,7 @@ def _result(t: _Totals, energy: Mapping[str, float], gpu: Domain, cpu: Domain, e
     est = StepEstimate(
         time_s=time_s,
         gpu_busy_s=t.busy_s / steps,
-        host_s=t.cpu_util_s / steps,
+        host_s=host_s,  # the thread's own work at its time-mean clock (not its spinning)
         power_mw={rail: 1000.0 * j / time_s for rail, j in per_step.items()},
         energy_j=per_step,
         gpu_util=min(t.busy_s / t.time_s, 1.0),
