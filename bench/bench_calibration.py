@@ -44,6 +44,7 @@ from engine.device.twin.profile import load_profile  # noqa: E402
 from engine.device.twin.synthetic import PERTURBATION, gpu_sweep_settings, perturbed_profile, synthetic_sweep  # noqa: E402
 from engine.workload.resolve import resolve_workload  # noqa: E402
 from engine.workload.spec import WorkloadSpec  # noqa: E402
+from engine.workload.trace.loop import TWIN_LOOP  # noqa: E402  # the twin computes: the published runs' loop
 
 # (model, task, max length): families, tasks and lengths differ between the two sets.
 TRAIN = (("bert-base-uncased", "sst2", 128), ("bert-base-uncased", "mnli", 256),
@@ -84,7 +85,7 @@ def main() -> int:
     truth = perturbed_profile(shipped)
 
     def steps_of(model: str, task: str, length: int) -> object:
-        return resolve_workload(WorkloadSpec(model, task, seq_len=length, padding=args.pad)).steps
+        return resolve_workload(WorkloadSpec(model, task, seq_len=length, padding=args.pad, loop=TWIN_LOOP)).steps
 
     train = []
     for k, (model, task, length) in enumerate(TRAIN):

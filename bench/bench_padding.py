@@ -34,6 +34,7 @@ from engine.device.twin.profile import load_profile  # noqa: E402
 from engine.selector.dataset import profile_settings  # noqa: E402
 from engine.workload.resolve import resolve_workload  # noqa: E402
 from engine.workload.spec import WorkloadSpec  # noqa: E402
+from engine.workload.trace.loop import TWIN_LOOP  # noqa: E402  # the twin computes: the published runs' loop
 
 
 def costs(steps: object, profile: object, settings: list) -> dict[str, float]:
@@ -59,7 +60,7 @@ def main() -> int:
     out: dict[str, object] = {"model": args.model, "max_seq_len": args.max_seq_len, "profile": args.profile,
                               "source": "twin", "tasks": {}}
     for task in args.tasks.split(","):
-        asked = WorkloadSpec(args.model, task, batch_size=args.batch_size, seq_len=args.max_seq_len)
+        asked = WorkloadSpec(args.model, task, batch_size=args.batch_size, seq_len=args.max_seq_len, loop=TWIN_LOOP)
         fixed = resolve_workload(replace(asked, padding="max_length"))
         dyn = resolve_workload(replace(asked, padding="dynamic"))
         a, b = costs(fixed.steps, profile, settings), costs(dyn.steps, profile, settings)

@@ -32,18 +32,21 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 
-def bench_workload(model: str, task: str, steps: int, store, session) -> dict:
+def bench_workload(model: str, task: str, steps: int, store, session, rails: str = "all") -> dict:
     from engine.results.compare import optimum_vs_maxn
     from engine.run.experiment import ExperimentSpec, run_experiment
     from engine.workload.resolve import resolve_workload
     from engine.workload.spec import WorkloadSpec
+    from engine.workload.trace.loop import TWIN_LOOP  # the twin computes: the published runs' loop
     from engine.run.sweep import SweepSpec, run_sweep
 
-    asked = WorkloadSpec(model, task, padding="max_length")  # every batch at the maximum length
+    asked = WorkloadSpec(model, task, padding="max_length", loop=TWIN_LOOP)  # every batch at the maximum length
     workload = resolve_workload(asked)
     twin = session.profile_name
-    sweep = run_sweep(SweepSpec(asked, fast=True, twin=twin), store=store, session=session, workload=workload)
-    common = dict(workload=asked, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True)
+    sweep = run_sweep(SweepSpec(asked, fast=True, twin=twin, rails=rails), store=store, session=session,
+                      workload=workload)
+    common = dict(workload=asked, twin=twin, simulate=True, steps=steps, compare="maxn", reuse_baseline=True,
+                  rails=rails)
     oracle = run_experiment(ExperimentSpec(policy="oracle", **common), store=store, session=session, workload=workload)
     online = run_experiment(ExperimentSpec(policy="online", **common), store=store, session=session, workload=workload)
     assert oracle.baseline is not None and online.baseline is not None
@@ -75,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default="sst2,mnli", help="comma list of GLUE tasks (default sst2,mnli)")
     p.add_argument("--models", help="comma list of zoo models (default: the whole zoo)")
     p.add_argument("--twin", default="agx-orin-64gb", help="twin profile (default agx-orin-64gb)")
+    p.add_argument("--rails", default="all", choices=("all", "gpu+cpu"),
+                   help="the energy the policies minimise and are compared on (gpu+cpu: VDD_GPU_SOC + VDD_CPU_CV, "
+                        "as the seed paper measured; default all)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     with Store(work / "bench.sqlite") as store, open_session(twin=args.twin) as session:
         for model in models:
             for task in tasks:
-                rows.append(bench_workload(model, task, args.steps, store, session))
+                rows.append(bench_workload(model, task, args.steps, store, session, args.rails))
                 print(f"{model}/{task}: oracle {rows[-1]['oracle']['saving_pct']:+.1f}%, online "
                       f"{rows[-1]['online']['saving_pct']:+.1f}%", file=sys.stderr)
     out = {
@@ -99,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "simulated": True,
         "twin": args.twin,
         "steps": args.steps,
+        "rails": args.rails,
         "workloads": rows,
         "means": {
             "oracle_saving_pct": statistics.fmean(r["oracle"]["saving_pct"] for r in rows),

@@ -42,6 +42,7 @@ from engine.device.twin.profile import load_profile
 from engine.dvfs.objectives import Objective
 from engine.selector.features import describe_workload
 from engine.selector.persistence import load_selector
+from engine.workload.trace.loop import TWIN_LOOP
 
 # Shapes outside the zoo of families the zoo has: held out of the shipped selector's training.
 OUT_OF_ZOO = {
@@ -168,7 +169,8 @@ def held_out(selector: Any, quick: bool) -> dict[str, Any]:
     print(f"held_out: {len(cases)} workloads", file=sys.stderr, flush=True)
     for name, cfg, b, seq, prec in cases:
         try:
-            w, trace = describe_workload(name, "sst2", batch_size=b, seq_len=seq, precision=prec, config=cfg)
+            w, trace = describe_workload(name, "sst2", batch_size=b, seq_len=seq, precision=prec, config=cfg,
+                                         loop=TWIN_LOOP)
         except ConfigError as exc:  # a shape the board cannot hold
             skipped.append(f"{name} b{b} L{seq} {prec}: {exc.what}")
             continue

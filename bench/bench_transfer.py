@@ -42,6 +42,7 @@ from engine.selector.dataset import from_points, profile_settings
 from engine.selector.features import SettingEncoder, describe_workload
 from engine.selector.persistence import load_selector
 from engine.selector.selection import outcome
+from engine.workload.trace.loop import TWIN_LOOP
 from engine.selector.transfer import transfer_selector
 
 # The synthetic board: each parameter moved by this factor of its shipped value (clamped to its bounds).
@@ -72,7 +73,7 @@ def workloads(models: tuple[str, ...], quick: bool) -> list[tuple[Any, Any]]:
                     for mode in GRID["modes"]:
                         try:
                             out.append(describe_workload(m, "sst2", batch_size=b, seq_len=length, precision=p,
-                                                         mode=mode))
+                                                         mode=mode, loop=TWIN_LOOP))
                         except Exception:  # noqa: BLE001 - a shape the board cannot hold: not in the grid
                             continue
     return out

@@ -83,6 +83,7 @@ def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys,
     # the calibrated twin through the CLI: its MAXN figure is the calibrated model's, not the shipped one's
     code, out, err = _run(capsys, "sweep", "--fast", "--twin", "agx-orin-64gb-calibrated", "--model", "bert-small",
                           "--task", "sst2", "--batch-size", "16", "--max-seq-len", "64", "--pad", "max",
+                          "--loop", "lean",  # the board's sweeps trained (lean); a fast sweep is hf unless told
                           "--rails", "gpu+cpu", "--db", str(tmp_path / "twin.sqlite"), "--json")
     assert code == 0, err
     maxn = json.loads(out)["maxn"]["joules_per_sample"]["mean"]
@@ -100,8 +101,9 @@ def test_calibrate_end_to_end_then_use_the_calibrated_twin(isolated_env, capsys,
     data = json.loads(out)
     assert data["profile"] == "mine" and data["next"] == "--twin mine"
     assert data["summary"].startswith("calibrated agx-orin-64gb to 1 measured sweep(s): energy MAPE ")
-    assert [p["path"] for p in data["calibration"]["params"]] == [s.path for s in SHIPPED.uncertainty
-                                                                  if s.path != "gpu.podgov_target_load"]
+    # every uncertain number, MAXN's governor's both (the twin is continuous in them) and the host's
+    assert [p["path"] for p in data["calibration"]["params"]] == [s.path for s in SHIPPED.uncertainty]
+    assert isinstance(data["calibration"]["at_bounds"], list)
     assert data["calibration"]["leave_one_sweep_out"] == []
     assert load_profile("mine").base == "agx-orin-64gb"
 
@@ -315,3 +317,37 @@ def test_a_store_from_before_model_definitions_checks_and_fills_them(isolated_en
     mine.write_text(json.dumps(dict(resolve_model("bert-tiny").config)))
     code, out, err = _import_as(capsys, tmp_path, rows[:1] + rows[2:] + rows[1:2], str(mine), "d.csv")
     assert code == 2 and "already holds results of another model named 'my-model'" in err
+
+
+@pytest.mark.slow
+def test_two_measured_sweeps_of_different_workloads_give_a_twin_that_predicts_a_third(isolated_env, capsys,
+                                                                                      tmp_path: Path) -> None:
+    """A user with two measured sweeps (a small model on short sentences, a BERT-base on pairs: a perturbed
+    twin's figures with noise) imports them, calibrates every uncertain number, and the calibrated twin
+    predicts a third workload's normalised energy curve and its optimum against the synthetic truth."""
+    from engine.device.twin.calibration import sweep_error
+
+    rows = ["model,task,batch_size,max_seq_len,pad,rails,samples,gpu_mhz,setting,time_s,energy_j"]
+    n = 16 * STEPS
+    for model, task, batch, length in (SMALL, ("bert-base-uncased", "qnli", 16, 128)):
+        for ob in synthetic_sweep(_steps(model, task, batch, length).steps, TRUTH, sweep=task, noise=0.01):
+            pinned = "" if ob.setting == MAXN else f"{ob.setting.gpu_hz / 1e6:g}"
+            rows.append(f"{model},{task},{batch},{length},max,gpu+cpu,{n},{pinned},"
+                        f"{'maxn' if ob.setting == MAXN else ''},{ob.time_s_per_sample * n:.6g},"
+                        f"{ob.energy_j_per_sample * n:.6g}")
+    measured = tmp_path / "measured.csv"
+    measured.write_text("\n".join(rows) + "\n")
+    code, out, err = _run(capsys, "import-sweep", str(measured))
+    assert code == 0, err
+    code, out, err = _run(capsys, "calibrate", "--sweeps", "s1,s2", "--no-loso", "--json")
+    assert code == 0, err
+    fitted = {p["path"] for p in json.loads(out)["calibration"]["params"]}
+    assert fitted == {s.path for s in SHIPPED.uncertainty}  # the governor's and the host's among them
+    third = _steps("distilbert-base-uncased", "rte", 16, 128).steps
+    truth = synthetic_sweep(third, TRUTH, sweep="third", noise=0.0)
+    after = sweep_error(load_profile("agx-orin-64gb-calibrated"), truth)
+    before = sweep_error(SHIPPED, truth)
+    assert after.curve_rmse_pct < 5.0 and after.curve_rmse_pct < before.curve_rmse_pct
+    assert after.optimum_step_error is not None and after.optimum_step_error <= 1
+    assert after.saving_error_pts is not None and before.saving_error_pts is not None
+    assert abs(after.saving_error_pts) < abs(before.saving_error_pts)

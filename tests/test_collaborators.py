@@ -147,8 +147,9 @@ def test_the_thermal_abort_is_the_runs_answer_then_its_error(isolated_env, capsy
     RunCancelled (the progress line says why), then the error is raised, the run stored as failed."""
     from engine.cli import main
 
+    # The lean loop keeps the GPU busy (no Trainer-style host gaps), so the twin heats within the run.
     assert main(["run", "--twin", "--simulate", "--model", "bert-tiny", "--task", "sst2", "--policy", "maxn-pinned",
-                 "--steps", "400", "--thermal", "--thermal-cooldown-c", "40", "--thermal-wait-c", "43",
+                 "--loop", "lean", "--steps", "400", "--thermal", "--thermal-cooldown-c", "40", "--thermal-wait-c", "43",
                  "--thermal-abort-c", "44"]) == 2
     err = capsys.readouterr().err
     stopped = [line for line in err.splitlines() if line.startswith("stopped after step")]

@@ -207,7 +207,7 @@ def test_a_refusal_names_the_maxn_runs_that_fit_or_the_command_that_makes_one(
     assert main(["compare", str(lora), str(dyn_maxn)]) == 2
     err = capsys.readouterr().err
     assert f"no MAXN run in the store fits run {lora}: make one with `slm-dvfs run --model bert-tiny --task sst2 " \
-           "--batch-size 32 --max-seq-len 128 --precision fp32 --mode lora --lora-rank 4 --pad max " \
+           "--batch-size 32 --max-seq-len 128 --precision fp32 --mode lora --lora-rank 4 --pad max --loop lean " \
            "--twin agx-orin-64gb --simulate --steps 100 --seed 0 --rails all --policy maxn`" in " ".join(err.split())
     assert main(["compare", str(lora)]) == 2  # no baseline found: the same command
-    assert "--mode lora --lora-rank 4 --pad max --twin agx-orin-64gb --simulate" in " ".join(capsys.readouterr().err.split())
+    assert "--mode lora --lora-rank 4 --pad max --loop lean --twin agx-orin-64gb --simulate" in " ".join(capsys.readouterr().err.split())

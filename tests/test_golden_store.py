@@ -49,6 +49,16 @@ def test_every_stored_workload_keeps_its_key(golden: Path) -> None:
             assert store.find_workload(key)[0] == wid
 
 
+def test_every_stored_workload_reads_back_lean(golden: Path) -> None:
+    """Every row stored before the loop was recorded ran slm-dvfs's own loop (a trained run) or was computed
+    by a twin that modelled no Trainer host work: its key names no loop, and it reads back lean."""
+    with _open(golden) as store:
+        rows = store._query("SELECT id, key FROM workloads ORDER BY id")
+        assert rows and all("loop=" not in key for _wid, key in rows)
+        assert {store.get_workload(wid).loop for wid, _key in rows} == {"lean"}
+        assert {run.workload.loop for run in store.list_runs(limit=None)} == {"lean"}
+
+
 def test_every_run_finds_the_baseline_it_found(golden: Path) -> None:
     from engine.results.baseline import find_baseline
     from engine.results.compare import fitting_baselines
@@ -118,17 +128,19 @@ def test_the_selector_learns_from_the_same_workloads(golden: Path) -> None:
 def test_the_same_commands_resume_the_sweep_and_find_the_oracles_points(golden: Path,
                                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """Through the CLI: the sweep command that was cancelled resumes its sweep (s10, 4 points kept), and the
-    oracle of a stored workload finds its sweeps and chooses what it chose then (run 3's setting)."""
+    oracle of a stored workload finds its sweeps and chooses what it chose then (run 3's setting). Both are
+    commands the twin alone computes, whose default loop is now hf: the stored workloads, from before the loop
+    was recorded, are lean (the twin then modelled no Trainer host work), so the commands name that loop."""
     from engine.cli import main
 
-    db, twin = ["--db", str(golden)], ["--twin", "agx-orin-64gb"]
+    db, twin, lean = ["--db", str(golden)], ["--twin", "agx-orin-64gb"], ["--loop", "lean"]
     assert main(["sweep", "--fast", "--model", "bert-small", "--task", "mrpc", "--batch-size", "8", "--pad", "max",
                  "--mode", "lora", "--lora-rank", "16", "--lora-alpha", "32", "--space", "gpu+emc", *twin, *db,
-                 "--json"]) == 0
+                 *lean, "--json"]) == 0
     swept = json.loads(capsys.readouterr().out)
     assert (swept["sweep_id"], swept["resumed"], swept["status"]) == (10, 4, "finished")
     assert main(["run", "--simulate", "--model", "bert-tiny", "--task", "sst2", "--policy", "oracle", "--steps", "5",
-                 *twin, *db, "--json"]) == 0
+                 *twin, *db, *lean, "--json"]) == 0
     ran = json.loads(capsys.readouterr().out)
     with _open(golden) as store:
         assert ran["run"]["setting"]["gpu_hz"] == store.get_run(3).setting["gpu_hz"]

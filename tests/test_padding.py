@@ -225,7 +225,7 @@ def test_the_text_report_says_how_batches_are_padded(capsys: pytest.CaptureFixtu
     assert main(common) == 0
     assert "seq <=128, padded per batch to " in capsys.readouterr().out
     assert main([*common, "--pad", "max"]) == 0
-    assert "(batch 32, seq 128, fp32, full)" in capsys.readouterr().out
+    assert "(batch 32, seq 128, fp32, full, hf loop)" in capsys.readouterr().out  # simulated: the twin's default
 
 
 def test_the_selectors_store_data_describes_a_dynamic_sweep_as_dynamic(tmp_path: Path) -> None:

@@ -84,8 +84,9 @@ def test_a_sweep_refused_before_it_starts_is_not_stored(flags: list[str], why: s
 def test_a_run_that_fails_once_started_is_stored_as_failed(isolated_env: Any,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
     """The twin heats past the abort limit mid-run: the run was recorded, so it stays, as failed."""
+    # The lean loop keeps the GPU busy (no Trainer-style host gaps), so the twin heats within the run.
     assert main(["run", "--twin", "--simulate", "--model", "bert-tiny", "--task", "sst2", "--policy", "maxn-pinned",
-                 "--steps", "400", "--thermal", "--thermal-cooldown-c", "40", "--thermal-wait-c", "43",
+                 "--loop", "lean", "--steps", "400", "--thermal", "--thermal-cooldown-c", "40", "--thermal-wait-c", "43",
                  "--thermal-abort-c", "44"]) == 2
     assert "over the 44 degC abort limit" in capsys.readouterr().err
     (run,) = stored_runs(isolated_env.data_dir / "results.sqlite")

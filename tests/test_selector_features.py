@@ -153,3 +153,28 @@ def test_an_old_workload_record_reads_but_says_it_cannot_be_a_row():
     with pytest.raises(ConfigError, match="no op groups") as err:
         back.row()
     assert "describe_workload" in err.value.remedy
+
+
+def test_the_loops_serial_host_work_is_a_feature():
+    """Version 2's columns had host_cycles but not the loop's serial host work: a Trainer-style (hf) step and a
+    lean one were the same row, so the selector predicted hf figures for the lean loop."""
+    from engine.workload.trace.loop import loop_serial_cycles
+
+    names = [n for n, _log in WORKLOAD_COLUMNS]
+    hf, hf_trace = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32, loop="hf")
+    lean, lean_trace = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32, loop="lean")
+    assert hf.serial_cycles == hf_trace.serial_cycles > 0 and lean.serial_cycles == lean_trace.serial_cycles == 0
+    assert hf.host_cycles == lean.host_cycles and hf.key != lean.key and hf.shape_key == lean.shape_key
+    a, b = dict(zip(names, hf.row())), dict(zip(names, lean.row()))
+    assert {n for n in names if a[n] != b[n]} == {"serial_share", "loop_host_cycles_per_sample"}
+    total = hf.host_cycles + hf.serial_cycles
+    assert a["serial_share"] == pytest.approx(hf.serial_cycles / total) and b["serial_share"] == 0.0
+    assert a["loop_host_cycles_per_sample"] == pytest.approx(total / 8)
+    assert b["loop_host_cycles_per_sample"] == pytest.approx(lean.host_cycles / 8)  # positive: its log is defined
+    assert dict(zip(FEATURE_COLUMNS, log_columns(np.array([lean.row()]))[0]))["loop_host_cycles_per_sample"] > 0
+    # a record written before the field: its trace carried the loop's work at the record's shape
+    old = {k: v for k, v in hf.to_json().items() if k != "serial_cycles"}
+    assert WorkloadFeatures.from_json(old).serial_cycles == loop_serial_cycles("hf", 8, 32) == hf.serial_cycles
+    assert WorkloadFeatures.from_json({**old, "loop": "lean"}).serial_cycles == 0.0
+    with pytest.raises(ConfigError, match="serial_cycles"):
+        replace(hf, serial_cycles=-1.0)

@@ -46,7 +46,7 @@ def test_each_family_is_held_out_whole(ds):
         assert not {ds.workloads[i].model for i in train} & {ds.workloads[i].model for i in test}
     bert = next(s for s in splits if s.family == "bert")
     assert {ds.workloads[i].model for i in bert.test} == {"bert-tiny", "bert-mini"}
-    assert len(ds.subset(bert.test).by_workload()) == 2 * 2 * 2  # models x batches x modes
+    assert len(ds.subset(bert.test).by_workload()) == 2 * 2 * 2 * 2  # models x batches x modes x loops
     with pytest.raises(ConfigError, match="no workload of family gemma"):
         lofo.family_splits(ds, ["gemma"])
     with pytest.raises(ConfigError, match="at least 2 families"):
@@ -84,7 +84,7 @@ def test_the_selector_graded_on_a_family_never_saw_it(ds, monkeypatch):
         assert block["overall"]["worst_regret"] == pytest.approx(max(regrets))
         bert = [r.regret for r in results if r.probes == k and r.family == "bert"]
         assert block["families"]["bert"]["worst_regret"] == pytest.approx(max(bert))
-        assert block["families"]["bert"]["workloads"] == 8
+        assert block["families"]["bert"]["workloads"] == 16  # models x batches x modes x loops
         assert block["mean_of_family_means"] == pytest.approx(
             np.mean([v["mean_regret"] for v in block["families"].values()]))
 

@@ -80,7 +80,7 @@ def test_round_trip_with_sidecar(saved, selector):
     assert side["feature_schema"]["version"] == FEATURE_SCHEMA_VERSION
     assert side["feature_schema"]["columns"] == selector.schema["columns"]
     assert {"scikit-learn", "numpy", "joblib", "python", "slm-dvfs"} <= set(side["versions"])
-    assert side["training"]["digest"] and side["training"]["rows"] == 2 * 2 * 12
+    assert side["training"]["digest"] and side["training"]["rows"] == 2 * 2 * 2 * 12  # models x batches x loops
     assert side["cv_table"][0]["label"] == "ridge-poly/time+power" and side["label"] == "twin-trained"
     loaded = load_selector(saved)
     assert isinstance(loaded, Selector) and loaded.path == saved
@@ -153,7 +153,7 @@ def test_a_selector_of_the_old_features_is_refused_with_how_to_retrain_it(select
                  "--max-seq-len", "32"]) == 2
     assert "--source measured" in capsys.readouterr().err
     mine.unlink()  # moved away: the shipped selector (of this version's features) is used again
-    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 2
+    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 3
 
 
 def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):
@@ -255,3 +255,38 @@ def test_a_selector_owned_by_another_user_is_refused(saved, second_user, no_unpi
     with pytest.raises(SelectorFileError) as err:
         load_selector(saved, trust=True)
     assert f"owned by uid {second_user}" in err.value.what and "train-selector" in err.value.remedy
+
+
+def test_every_schema_after_the_first_says_what_it_changed():
+    from engine.selector.persistence import SCHEMA_CHANGES
+
+    assert sorted(SCHEMA_CHANGES) == list(range(2, FEATURE_SCHEMA_VERSION + 1))
+
+
+def test_a_selector_of_schema_2_is_refused_with_how_to_retrain_it(selector, tmp_path, monkeypatch, no_unpickling,
+                                                                   capsys):
+    """A selector trained before the loop's serial host work was a column (schema 2) cannot tell the lean loop
+    from the hf one, and cannot read this version's rows: refused before unpickling, naming what changed and the
+    retrain command; `select` says the same and exits 2."""
+    from engine.cli import main
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    mine = save_selector(selector, user_selector_dir() / "twin.joblib")
+    side_path = sidecar_path(mine)
+    side = json.loads(side_path.read_text())
+    new = ("serial_share", "loop_host_cycles_per_sample")
+    schema = side["feature_schema"]
+    side["feature_schema"] = {"version": 2, "columns": [c for c in schema["columns"] if c not in new],
+                              "log_columns": [c for c in schema["log_columns"] if c not in new],
+                              "workload_columns": schema["workload_columns"] - len(new)}
+    side["source"], side["training"]["command"] = "twin", {"from_twin_zoo": True}
+    side_path.write_text(json.dumps(side))
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(mine)
+    assert "schema version 2" in err.value.what and f"version {FEATURE_SCHEMA_VERSION}" in err.value.what
+    assert "serial host work" in err.value.what and "version 1 described" not in err.value.what
+    assert f"`slm-dvfs train-selector --from-twin-zoo --out {mine}`" in err.value.remedy
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+                 "--selector", str(mine)]) == 2
+    said = capsys.readouterr().err
+    assert "schema version 2" in said and "--from-twin-zoo" in said and "Traceback" not in said

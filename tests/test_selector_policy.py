@@ -78,7 +78,7 @@ def test_train_selector_command_prints_the_cv_table_and_saves(trained_run):
     assert "cross-validation on twin data" in lines[0] and "mean regret" in lines[1]
     assert [ln.split()[1] for ln in lines[2:6]] == [r["label"] for r in side["cv_table"]]
     assert f"Winner: {side['winner']}" in out and str(path) in out and "twin-trained" in out
-    assert "Took " in lines[-1] and "4 workloads" in lines[-1]  # how long a retrain takes, said at its end
+    assert "Took " in lines[-1] and "8 workloads" in lines[-1]  # 4 shapes x the hf and lean loops  # how long a retrain takes, said at its end
 
 
 def test_train_selector_json_and_option_errors(tmp_path, capsys):
@@ -94,6 +94,39 @@ def test_train_selector_json_and_option_errors(tmp_path, capsys):
     assert main(TRAIN + ["--modes", "full,prefix", "--out", str(tmp_path / "m.joblib")]) == 2
     err = capsys.readouterr().err  # parsed at the edge, the values listed
     assert "unknown training mode 'prefix'" in err and "full, bitfit, head, lora" in err
+
+
+def test_train_selector_loops_option(tmp_path, capsys):
+    """The twin zoo has a workload of each loop per shape (the default); --loops narrows it, as --modes does."""
+    assert main(TRAIN + ["--loops", "lean", "--candidates", "knn", "--json", "--out", str(tmp_path / "l.joblib")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["training"]["workloads"] == 4 and "loops lean" in report["training"]["notes"]
+    assert report["training"]["command"]["loops"] == "lean"
+    assert main(TRAIN + ["--loops", "hf,trainer", "--out", str(tmp_path / "m.joblib")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown training loop 'trainer'" in err and "hf, lean" in err
+    assert main(["train-selector", "--loops", "lean"]) == 2  # a zoo option without --from-twin-zoo
+    assert "--loops only applies with --from-twin-zoo" in capsys.readouterr().err
+
+
+def test_the_shipped_selector_tells_the_lean_loop_from_the_hf_one(capsys):
+    """`select --loop lean` predicted the hf loop's figures: the features had no column for the loop's serial
+    host work. On the shipped selector (this module's data folder holds no default.joblib) the two differ, and
+    the lean loop, without the Trainer's per-step Python the GPU waits for, is predicted faster."""
+    from engine.selector.persistence import resolve_selector_path, shipped_selector_dir
+
+    assert resolve_selector_path().parent == shipped_selector_dir().resolve()
+    args = ["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+            "--pad", "max", "--json"]
+    figures = {}
+    for loop in ("hf", "lean"):
+        assert main(args + ["--loop", loop]) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert data["workload"]["loop"] == loop and data["predicted"]["source"] == "predicted"
+        assert (data["workload"]["serial_cycles"] > 0) == (loop == "hf")
+        figures[loop] = data["maxn"]
+    assert figures["lean"]["time_per_sample_s"] < figures["hf"]["time_per_sample_s"]
+    assert figures["lean"]["energy_per_sample_j"] != figures["hf"]["energy_per_sample_j"]
 
 
 def test_select_command(trained, capsys):
@@ -240,7 +273,7 @@ def test_select_and_run_need_trust_outside_the_trusted_folders(trained, tmp_path
 def test_training_keeps_the_winners_regret_quantiles_and_select_shows_intervals(trained, capsys):
     side = json.loads(sidecar_path(trained).read_text())
     kept = side["training"]["cv_regret"]
-    assert kept["label"] == side["winner"] and kept["workloads"] == 4
+    assert kept["label"] == side["winner"] and kept["workloads"] == 8  # 4 shapes x 2 loops
     assert 0 <= kept["q50"] <= kept["q90"] <= kept["q95"]
     args = ["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
             "--selector", str(trained)]

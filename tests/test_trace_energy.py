@@ -87,12 +87,14 @@ RUNS = st.fixed_dictionaries({
 })
 
 
-def _run_case(db: Path, case: dict[str, Any], extra: list[str], swept: set[tuple[str, str]],
+def _run_case(db: Path, case: dict[str, Any], extra: list[str], swept: set[tuple[str, str, str]],
               capsys: pytest.CaptureFixture[str]) -> None:
     common = [*WORKLOAD, "--pad", case["pad"], "--rails", case["rails"], "--db", str(db)]
-    if case["policy"] == "oracle" and (case["pad"], case["rails"]) not in swept:  # the oracle needs a sweep
-        assert main(["sweep", *common, "--fast", "--steps", "2", "--json"]) == 0
-        swept.add((case["pad"], case["rails"]))
+    # the oracle needs a sweep of the run's workload: its loop is the run's (a run that trains is lean)
+    loop = "hf" if "--simulate" in extra else "lean"
+    if case["policy"] == "oracle" and (case["pad"], case["rails"], loop) not in swept:
+        assert main(["sweep", *common, "--fast", "--loop", loop, "--steps", "2", "--json"]) == 0
+        swept.add((case["pad"], case["rails"], loop))
     argv = ["run", *common, *extra, "--policy", case["policy"], "--steps", str(case["steps"]), "--json"]
     if case["compare"]:
         argv += ["--compare", "maxn"]
@@ -113,7 +115,7 @@ def test_every_simulated_runs_trace_integrates_to_its_energy(case: dict[str, Any
     _run_case(db, case, ["--simulate"], _SWEPT.setdefault(db, set()), capsys)
 
 
-_SWEPT: dict[Path, set[tuple[str, str]]] = {}
+_SWEPT: dict[Path, set[tuple[str, str, str]]] = {}
 
 
 @pytest.mark.slow

@@ -418,10 +418,11 @@ def test_selector_preview_gives_the_selectors_choice(monkeypatch: pytest.MonkeyP
     assert preview.available and preview.source is Source.PREDICTED
     assert preview.setting == choice.setting.label()
     assert preview.saving_pct == pytest.approx(100 * choice.saving)
-    assert preview.line().endswith("[predicted]") and "saves" in preview.short()
+    assert "[predicted]" in preview.line() and "[predicted]" in preview.short()
     assert preview.basis == "twin zoo" and preview.line().startswith("selector (twin zoo) chooses")
-    iv = preview.saving_interval  # the shipped selector keeps no CV quantiles: the twin ensemble's interval
+    iv = preview.saving_interval  # the twin ensemble's interval, widened by the selector's CV regret quantile
     assert iv is not None and iv.low <= choice.saving <= iv.high and "twin ensemble" in iv.basis
+    assert "CV regret, 90th percentile" in iv.basis
     assert f"(90%: {100 * iv.low:.1f}–{100 * iv.high:.1f}% less)" in preview.line()  # both ends savings here
     assert f"({100 * iv.low:.0f}–{100 * iv.high:.0f}%)" in preview.short()
 

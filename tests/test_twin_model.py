@@ -232,9 +232,14 @@ def test_optimum_saves_10_to_30_percent_against_maxn_mode0(profile, trace):
     maxn_clocks, maxn = resolve(trace, default_control(profile, 0), profile)
     # MAXN Mode 0 (dynamic governors) drives a busy GPU to its top clock.
     assert maxn_clocks.gpu_hz == 1300500000 and maxn_clocks.emc_hz == 3199 * MHZ
-    best = min(est.total_energy_j for est in sweep(trace, profile).values())
-    saving = 1.0 - best / maxn.total_energy_j
+    # Over VDD_GPU_SOC + VDD_CPU_CV, as the seed paper measured (13.11% on average, up to 26.73%).
+    paper = ("VDD_GPU_SOC", "VDD_CPU_CV")
+    swept = sweep(trace, profile).values()
+    best = min(sum(est.energy_j[r] for r in paper) for est in swept)
+    saving = 1.0 - best / sum(maxn.energy_j[r] for r in paper)
     assert 0.10 <= saving <= 0.30
+    # Over every rail the board's static power (DRAM, regulators) dilutes it, but it stays a saving.
+    assert 0.0 < 1.0 - min(est.total_energy_j for est in swept) / maxn.total_energy_j < saving
 
 
 def test_estimate_step_is_fast(profile):

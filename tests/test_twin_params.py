@@ -16,13 +16,13 @@ def shipped():
 
 
 def test_paths_read_and_replace_nested_and_rail_numbers(shipped) -> None:
-    assert get_param(shipped, "gpu.vf.max_v") == 0.95
+    assert get_param(shipped, "gpu.vf.max_v") == 0.83
     assert get_param(shipped, "rails.VDD_CPU_CV.static_mw") == 305.0
     moved = with_params(shipped, {"gpu.vf.max_v": 1.0, "rails.VDD_CPU_CV.static_mw": 400, "gpu.idle_hz": 408e6})
     assert moved.gpu.vf.max_v == 1.0 and moved.rail("VDD_CPU_CV").static_mw == 400.0
     assert moved.gpu.idle_hz == 408_000_000 and isinstance(moved.gpu.idle_hz, int)
     assert moved.rail("VDD_GPU_SOC") == shipped.rail("VDD_GPU_SOC")  # the other rails untouched
-    assert shipped.gpu.vf.max_v == 0.95  # frozen: a copy, not a change
+    assert shipped.gpu.vf.max_v == 0.83  # frozen: a copy, not a change
     for bad in ("gpu.nope", "rails.VDD_NOPE.static_mw", "gpu.governor", "identity"):
         with pytest.raises(ProfileError):
             with_params(shipped, {bad: 1.0})

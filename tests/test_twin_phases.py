@@ -46,7 +46,7 @@ def test_phases_sum_to_the_step_and_differ(gpu_mhz: float) -> None:
         assert sum(p.energy_j[rail] for p in phases) == pytest.approx(joules, rel=1e-12)
     gpu_w = {p.name: p.power_mw["VDD_GPU_SOC"] for p in phases}
     assert gpu_w[COMPUTE] > gpu_w[HOST] and gpu_w[OPTIMIZER] > gpu_w[HOST]  # the GPU idles in host work
-    assert gpu_w[COMPUTE] != pytest.approx(gpu_w[OPTIMIZER], rel=1e-3)
+    assert gpu_w[COMPUTE] != pytest.approx(gpu_w[OPTIMIZER], rel=1e-4)  # each phase its own load
     assert all(p.time_s > 0 for p in phases)
     assert phase_at(phases, 0.0).name == HOST
     assert phase_at(phases, est.time_s * 2).name == OPTIMIZER

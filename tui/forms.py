@@ -276,8 +276,8 @@ def _slowdown_conflict(objective: str, slowdown: str) -> str | None:
 
 
 def workload_spec(values: SetupValues):  # -> engine.workload.spec.WorkloadSpec
-    """The workload the form describes (blank fields: the zoo's defaults; Setup pads dynamically); InputError
-    or ConfigError for a field that holds none."""
+    """The workload the form describes (blank fields: the zoo's defaults; Setup pads dynamically; its loop is
+    its run's: run_loop); InputError or ConfigError for a field that holds none."""
     from engine.core.constants import DEFAULT_PADDING, parse_mode, parse_precision
     from engine.workload.spec import WorkloadSpec
 
@@ -286,7 +286,15 @@ def workload_spec(values: SetupValues):  # -> engine.workload.spec.WorkloadSpec
                         seq_len=int_or_none(values.seq_len),
                         precision=None if values.precision == "default" else parse_precision(values.precision),
                         mode=parse_mode(values.mode),
-                        lora=lora_settings(values), padding=DEFAULT_PADDING, data=values.data.strip())
+                        lora=lora_settings(values), padding=DEFAULT_PADDING, loop=run_loop(values),
+                        data=values.data.strip())
+
+
+def run_loop(values: SetupValues):  # -> engine.workload.trace.loop.Loop
+    """The training loop Setup's run runs: lean where it trains, hf where it is simulated (default_loop)."""
+    from engine.workload.trace.loop import default_loop
+
+    return default_loop(trains=not values.simulate)
 
 
 def workload_key(values: SetupValues) -> tuple[str, str]:
@@ -363,7 +371,8 @@ def build_spec(values: SetupValues, *, twin_profile: str | None, is_twin: bool):
     return spec
 
 
-_WORKLOAD_FIELDS = ("batch_size", "seq_len", "precision", "mode", "lora", "grad_checkpointing", "padding", "seed")
+_WORKLOAD_FIELDS = ("batch_size", "seq_len", "precision", "mode", "lora", "grad_checkpointing", "padding", "loop",
+                    "seed")
 
 
 def sweep_spec(model: str, task: str, fields: Mapping, **sweep):  # -> engine.run.sweep.SweepSpec
@@ -376,8 +385,20 @@ def sweep_spec(model: str, task: str, fields: Mapping, **sweep):  # -> engine.ru
     rest = dict(fields)
     if "max_seq_len" in rest:
         rest["seq_len"] = rest.pop("max_seq_len")
+    setup_loop = rest.pop("setup_loop", None)
     workload = {name: rest.pop(name) for name in _WORKLOAD_FIELDS if name in rest}
+    if "loop" not in workload:  # an opened sweep's loop stays its own (SweepSpec.validate checks it)
+        workload["loop"] = sweep_loop(setup_loop, fast=bool(sweep.get("fast", rest.get("fast", False))))
     return SweepSpec(workload=WorkloadSpec(model=model, task=task, **workload), **rest, **sweep)
+
+
+def sweep_loop(setup_loop, *, fast: bool):  # -> engine.workload.trace.loop.Loop
+    """The loop of a sweep of Setup's workload: a sweep that trains runs the default of one that trains
+    (lean); a fast one the twin computes takes Setup's run's loop (`setup_loop`, what that run's oracle
+    looks its sweeps up by), else the default of the twin alone (default_loop)."""
+    from engine.workload.trace.loop import default_loop
+
+    return setup_loop if fast and setup_loop is not None else default_loop(trains=not fast)
 
 
 def lora_settings(values: SetupValues):  # -> LoraSettings | None

@@ -160,11 +160,14 @@ def stored_view(store: Store, sweep_id: int, log: Sequence[str], *, opened: bool
 
 
 def workload_text(w: WorkloadRecord) -> str:
-    """A stored workload's shape as the Sweep page says it: `batch 16, seq 128, fp32, full, dynamic padding`."""
+    """A stored workload's shape as the Sweep page says it: `batch 16, seq 128, fp32, full, dynamic padding`
+    (and `, hf loop` for a Trainer-style loop's: the lean loop, what a sweep that trains runs, goes unsaid, as
+    a stored workload's label and key leave it)."""
     mode = f"lora r{w.lora.rank}" if w.mode == "lora" and w.lora is not None else w.mode
     padding = "dynamic padding" if w.padding == "dynamic" else f"padded to {w.seq_len}"
     return (f"batch {w.batch_size}, seq {w.seq_len}, {w.precision}, {mode}"
-            + (", checkpointed" if w.grad_checkpointing else "") + f", {padding}")
+            + (", checkpointed" if w.grad_checkpointing else "") + f", {padding}"
+            + (", hf loop" if w.loop == "hf" else ""))
 
 
 class SweepTracker:

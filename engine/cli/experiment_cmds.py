@@ -100,6 +100,7 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(p)
     numbers.add_pad_argument(p)
+    numbers.add_loop_argument(p)
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR", help="where the text comes from")
     p.add_argument("--train-samples", type=numbers.samples, metavar="N", help="training examples to use")
@@ -133,7 +134,7 @@ def experiment_spec(args: argparse.Namespace) -> ExperimentSpec:
     from engine.run.experiment import ExperimentSpec
 
     return ExperimentSpec(
-        workload=workload_spec(args), policy=args.policy, objective=args.objective, compare=args.compare,
+        workload=workload_spec(args, trains=not args.simulate), policy=args.policy, objective=args.objective, compare=args.compare,
         reuse_baseline=args.reuse_baseline, steps=args.steps, train_samples=args.train_samples,
         eval_samples=args.eval_samples, twin=args.twin, sysfs_root=args.sysfs_root, rails=args.rails,
         simulate=args.simulate, thermal=args.thermal, thermal_overrides=_thermal_overrides(args), label=args.label,
@@ -192,7 +193,8 @@ def format_experiment(result: ExperimentResult) -> str:
     ident = result.identity
     kind = f"digital twin {ident.profile}" if ident.is_twin else "board"
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
-    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}) "
+    lines = [f"{w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.simulated)}, {w.precision}, {mode}"
+             f"{_loop_suffix(w)}) "
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
@@ -264,6 +266,12 @@ def _mode_suffix(w: Workload) -> str:
     return ", " + describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
 
 
+def _loop_suffix(w: Workload) -> str:
+    """A workload line always names its training loop (`, lean loop`): which one a command runs by default
+    depends on whether it trains (engine.workload.trace.loop.default_loop), so none goes unsaid."""
+    return f", {w.loop} loop"
+
+
 def _fmt(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
@@ -273,7 +281,7 @@ def sweep_spec(args: argparse.Namespace) -> SweepSpec:
     from engine.run.sweep import SweepSpec
 
     return SweepSpec(
-        workload=workload_spec(args), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
+        workload=workload_spec(args, trains=not args.fast), space=args.space, warmup_steps=args.warmup_steps, steps=args.steps,
         repeats=args.repeats, fast=args.fast, train_samples=args.train_samples,
         eval_samples=args.eval_samples if args.eval_samples is not None else 8, twin=args.twin,
         sysfs_root=args.sysfs_root, rails=args.rails, cpu_stride=args.cpu_stride, objective=args.objective,
@@ -294,7 +302,7 @@ def format_sweep(result: SweepResult) -> str:
     src = result.source.value
     w = result.workload
     lines = [f"sweep s{result.sweep_id}: {w.model} on {w.task} (batch {w.batch_size}, seq {_seq(w, result.spec.fast)}, "
-             f"{w.precision}{_mode_suffix(w)}) on {result.identity.board}"
+             f"{w.precision}{_mode_suffix(w)}{_loop_suffix(w)}) on {result.identity.board}"
              + (f" [digital twin {result.identity.profile}]" if result.identity.is_twin else " [board]")
              + f"  {result.status}"]
     where = "on the twin" if result.identity.is_twin else "on the board"  # the twin computes, a board measures

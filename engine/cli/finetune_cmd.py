@@ -68,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--lr", type=numbers.learning_rate, metavar="RATE",
                    help="peak learning rate (default 5e-5 pretrained, 1e-3 random weights)")
     numbers.add_pad_argument(p, deprecated_padding=True)
+    numbers.add_loop_argument(p)
     p.add_argument("--twin", metavar="PROFILE", help="also run every step on the digital twin, e.g. agx-orin-64gb")
     p.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order (default 0)")
     p.add_argument("--eval-every", type=numbers.interval_steps, default=0, metavar="N", help="also evaluate every N steps")
@@ -91,7 +92,7 @@ def spec_from_args(args: argparse.Namespace) -> FinetuneSpec:
         resume = Path(args.resume)
         checkpoint_dir = str(resume.parent if (resume / CHECKPOINT_FILE).is_file() else resume)
     return FinetuneSpec(
-        workload=workload_spec(args), steps=args.steps, epochs=args.epochs, train_samples=args.train_samples,
+        workload=workload_spec(args, trains=True), steps=args.steps, epochs=args.epochs, train_samples=args.train_samples,
         eval_samples=args.eval_samples, output_dir=args.output_dir, eval_every=args.eval_every,
         checkpoint_every=args.checkpoint_every, checkpoint_dir=checkpoint_dir, resume=args.resume,
         learning_rate=args.lr, device=args.device,

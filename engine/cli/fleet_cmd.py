@@ -70,6 +70,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     w.add_argument("--objective", default="energy", help="how each sweep's optimum is chosen (default energy)")
     add_mode_args(w)
     numbers.add_pad_argument(w)
+    numbers.add_loop_argument(w)
     w.add_argument("--pace", type=numbers.float_range(0.0, 1000.0), default=0.0, metavar="X",
                    help="twins: each point also takes its twin time x X in wall time, as on a board (default 0)")
     w.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -155,7 +156,7 @@ def sweep_plans(args: argparse.Namespace) -> list[SweepPlan]:
     from engine.run.fleet import SweepPlan
 
     sizes = args.batch_size or [None]
-    return [SweepPlan(workload=workload_spec(args, model=m, task=t, batch_size=b), space=space,
+    return [SweepPlan(workload=workload_spec(args, trains=not args.fast, model=m, task=t, batch_size=b), space=space,
                       warmup_steps=args.warmup_steps, steps=args.steps, repeats=args.repeats, fast=args.fast,
                       train_samples=args.train_samples,
                       eval_samples=args.eval_samples if args.eval_samples is not None else 8, rails=args.rails,

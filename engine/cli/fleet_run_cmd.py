@@ -40,6 +40,7 @@ def add_run_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(r)
     numbers.add_pad_argument(r)
+    numbers.add_loop_argument(r)
     r.add_argument("--seed", type=numbers.seed, default=0, metavar="S", help="seed of weights, data and order")
     r.add_argument("--data", default="synthetic", metavar="synthetic|hub|DIR",
                    help="where the text comes from (hub or DIR: on each board)")
@@ -59,7 +60,7 @@ def run_specs(args: argparse.Namespace) -> list[ExperimentSpec]:
     from engine.run.experiment import ExperimentSpec
 
     sizes = args.batch_size or [None]
-    return [ExperimentSpec(workload=workload_spec(args, model=m, task=t, batch_size=b), policy=p, objective=o,
+    return [ExperimentSpec(workload=workload_spec(args, trains=not args.simulate, model=m, task=t, batch_size=b), policy=p, objective=o,
                            compare=None if args.compare == "none" else args.compare, steps=args.steps,
                            simulate=args.simulate, train_samples=args.train_samples, eval_samples=args.eval_samples,
                            rails=args.rails, label=args.label)

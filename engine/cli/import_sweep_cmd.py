@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_mode_args(p)
     p.set_defaults(mode=None)  # not given: a column may say it (else full)
     numbers.add_pad_argument(p)
+    numbers.add_loop_argument(p)
     p.add_argument("--samples", type=numbers.samples, metavar="N",
                    help="training samples each point's energy covers (or a samples column)")
     p.add_argument("--rails", metavar="RAILS",
@@ -67,7 +68,8 @@ def _flags(args: argparse.Namespace) -> Any:
     return WorkloadFlags(
         model=args.model, task=args.task, batch_size=args.batch_size, seq_len=args.max_seq_len,
         precision=args.precision, mode=args.mode,
-        padding=numbers.padding_of(args) if args.pad is not None else None, samples=args.samples,
+        padding=numbers.padding_of(args) if args.pad is not None else None,
+        loop=numbers.asked_loop(args), samples=args.samples,  # the file says what ran: either loop
         rails=args.rails, lora=lora_settings(args), grad_checkpointing=bool(args.grad_checkpointing),
     )
 

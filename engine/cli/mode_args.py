@@ -66,16 +66,17 @@ def mode_options(args: argparse.Namespace) -> ModeOptions:
     return {"mode": args.mode, "lora": lora_settings(args), "grad_checkpointing": bool(args.grad_checkpointing)}
 
 
-def workload_spec(args: argparse.Namespace, *, model: str | None = None, task: str | None = None,
+def workload_spec(args: argparse.Namespace, *, trains: bool, model: str | None = None, task: str | None = None,
                   batch_size: int | None = None) -> WorkloadSpec:
     """The workload a command's flags ask for (--model, --task, --batch-size, --max-seq-len, --precision,
-    the mode options, --pad, --data, --seed, --download where the command has them); `model`, `task` and
-    `batch_size`: one of a list (`fleet` takes several)."""
+    the mode options, --pad, --loop, --data, --seed, --download where the command has them); `trains`:
+    whether the command trains (its loop is then lean: numbers.loop_of); `model`, `task` and `batch_size`:
+    one of a list (`fleet` takes several)."""
     return WorkloadSpec(
         model=args.model if model is None else model, task=args.task if task is None else task,
         batch_size=getattr(args, "batch_size", None) if batch_size is None else batch_size,
         seq_len=getattr(args, "max_seq_len", None), precision=getattr(args, "precision", None),
-        padding=numbers.padding_of(args), data=getattr(args, "data", None) or "synthetic",
+        padding=numbers.padding_of(args), loop=numbers.loop_of(args, trains=trains), data=getattr(args, "data", None) or "synthetic",
         seed=getattr(args, "seed", None) or 0, allow_download=bool(getattr(args, "download", False)),
         **mode_options(args))
 

@@ -6,7 +6,7 @@ range (exit 2, no traceback), before anything opens a board or allocates. Number
 strictly (engine.core.userinput: no `2_5`, no Unicode digits, no 5000-digit text), and
 their bounds are engine.core.plausible's. `--model` and other names are one printable line
 of bounded length (`name`). `--pad` (the padding vocabulary of run, sweep, select and
-finetune) is parsed here too.
+finetune) and `--loop` (the training loop a workload runs in) are parsed here too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engine.core.userinput import MAX_NAME_CHARS, check_name, parse_float, parse
 
 if TYPE_CHECKING:
     from engine.core.constants import Padding
+    from engine.workload.trace.loop import Loop
 
 __all__ = ["MAX_BATCH", "MAX_SAMPLES", "MAX_SEQ_LEN", "MAX_STEPS", "SEED_MAX", "MAX_ID"]
 
@@ -155,3 +156,32 @@ def padding_of(args: argparse.Namespace) -> Padding:
             raise ConfigError(f"--pad {pad} and --padding {old} disagree", "give --pad alone")
         return parse_padding(old)
     return parse_padding(pad) if pad is not None else DEFAULT_PADDING
+
+
+LOOP_HELP = ("the training loop the workload runs in: lean = slm-dvfs's own loop (batches pre-padded, the loss read "
+             "only when logged), the only one a run that trains can run, and its default; hf = a Hugging Face "
+             "Trainer-style loop, as the published Orin runs used, modelled by the twin only: the default where "
+             "the twin alone computes the steps (run --simulate, sweep --fast, select)")
+
+
+def add_loop_argument(p: argparse.ArgumentParser) -> None:
+    """--loop hf|lean (default: the command's, engine.workload.trace.loop.default_loop)."""
+    from engine.workload.trace.loop import LOOPS
+
+    p.add_argument("--loop", choices=LOOPS, default=None, help=LOOP_HELP)
+
+
+def asked_loop(args: argparse.Namespace) -> Loop | None:
+    """The training loop --loop names, or None where it was not given."""
+    from engine.workload.trace.loop import parse_loop
+
+    loop = getattr(args, "loop", None)
+    return parse_loop(loop) if loop is not None else None
+
+
+def loop_of(args: argparse.Namespace, *, trains: bool) -> Loop:
+    """The training loop a command runs: --loop's, refused where the command trains and it is not lean
+    (ConfigError), else the command's default (engine.workload.trace.loop.loop_for: the one rule)."""
+    from engine.workload.trace.loop import loop_for
+
+    return loop_for(trains, asked_loop(args))

@@ -16,6 +16,7 @@ from engine.results.format import versus_text
 from engine.core.text import clean_text, shown
 from engine.cli import numbers
 from engine.core.constants import MODES, PRECISIONS, parse_mode, parse_precision
+from engine.workload.trace.loop import LOOPS, parse_loop
 from engine.cli.mode_args import add_mode_args, workload_spec
 from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.jsontypes import JsonObject
@@ -80,6 +81,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--seq-lens", help="--from-twin-zoo: e.g. 64,256 (the default)")
     p.add_argument("--precisions", help="--from-twin-zoo: e.g. fp32,fp16 (default fp32,fp16,bf16)")
     p.add_argument("--modes", help=f"--from-twin-zoo: training modes, of {', '.join(MODES)} (default all four)")
+    p.add_argument("--loops", help=f"--from-twin-zoo: training loops, of {', '.join(LOOPS)} (default both: every "
+                                   "shape is a workload of each)")
     p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
     p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
@@ -109,6 +112,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--precision", choices=PRECISIONS, help="default: the zoo entry's")
     add_mode_args(p)
     numbers.add_pad_argument(p)
+    numbers.add_loop_argument(p)
     p.add_argument("--objective", default="energy", help="energy (default), energy@5%%, edp, eta:0.5")
     p.add_argument("--selector", metavar="FILE", help="a trained selector (default: yours, else the shipped one)")
     p.add_argument("--trust", action="store_true",
@@ -140,8 +144,8 @@ def _progress(enabled: bool) -> Callable[..., None]:
 def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.selector.candidates import default_candidates
-    from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_MODES, DEFAULT_PRECISIONS, DEFAULT_SEQ_LENS,
-                                         LARGE_BATCH_SIZES, from_twin_zoo)
+    from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_LOOPS, DEFAULT_MODES, DEFAULT_PRECISIONS,
+                                         DEFAULT_SEQ_LENS, LARGE_BATCH_SIZES, from_twin_zoo)
     from engine.selector.mixing import parse_weight
     from engine.selector.persistence import save_selector, sidecar_path
     from engine.selector.training import train_from_store, train_on
@@ -181,11 +185,13 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         seq_lens = _ints(args.seq_lens, "seq-lens", numbers.MAX_SEQ_LEN)
         precisions = tuple(parse_precision(t) for t in _csv(args.precisions) or ())
         modes = tuple(parse_mode(t) for t in _csv(args.modes) or ())
+        loops = tuple(parse_loop(t) for t in _csv(args.loops) or ())
         progress("generating twin training data (fast sweeps)")
         ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
                            progress=progress, batch_sizes=batch_sizes or DEFAULT_BATCH_SIZES,
                            large_batch_sizes=large_batch_sizes or LARGE_BATCH_SIZES, seq_lens=seq_lens or DEFAULT_SEQ_LENS,
-                           precisions=precisions or DEFAULT_PRECISIONS, modes=modes or DEFAULT_MODES)
+                           precisions=precisions or DEFAULT_PRECISIONS, modes=modes or DEFAULT_MODES,
+                           loops=loops or DEFAULT_LOOPS)
         if args.source == "both":  # the zoo, and the store's measured sweeps weighted over it
             from engine.results.store import Store, default_db_path
             from engine.selector.training import with_measured
@@ -196,7 +202,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
                            command=command)
     else:
-        for flag in ("models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions", "modes"):
+        for flag in ("models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions", "modes",
+                     "loops"):
             if getattr(args, flag):
                 raise ConfigError(f"--{flag.replace('_', '-')} only applies with --from-twin-zoo",
                                   "add --from-twin-zoo, or drop the option")
@@ -239,7 +246,7 @@ def _transfer(args: argparse.Namespace, objective: Objective, command: JsonObjec
     from engine.selector.transfer import HOW_TO_MEASURE, transfer_selector
 
     for flag in ("from_twin_zoo", "models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions",
-                 "modes", "candidates"):
+                 "modes", "loops", "candidates"):
         if getattr(args, flag):
             raise ConfigError(f"--{flag.replace('_', '-')} does not apply to --transfer (it adapts a trained "
                               "selector to the store's measured sweeps)", "drop the option")
@@ -345,7 +352,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     objective = parse_objective(args.objective)
     from engine.workload.resolve import resolve_workload
 
-    resolved = resolve_workload(workload_spec(args))  # once: its features, and its steps as a run takes them
+    resolved = resolve_workload(workload_spec(args, trains=False))  # once: its features, and its steps as a run takes them
     workload = features_of(resolved)
     # With dynamic padding, the mix of its batch lengths: what the probes run and the twin ensemble costs for
     # the interval, as the Setup and Run pages and the ml policy do.
@@ -401,7 +408,8 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         f"Rests on:  {selector.basis.line()}",
         *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
           if getattr(selector, "modules", ()) else []),
-        f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}",
+        f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}"
+        + f", {w.loop} loop",  # always: which loop is the default depends on the command
         f"Objective: {choice.objective}",
         f"Chosen:    {choice.setting.label()}",
         "",

@@ -299,7 +299,7 @@ def format_sweep_record(sweep: SweepRecord, device: DeviceRecord, w: WorkloadRec
                      + ", ".join(f"#{b.serial}" if b.serial else "(no serial)" for b in boards))
     mode = describe_mode(w.mode, w.lora, w.grad_checkpointing, w.family)
     lines.append(f"  workload     {w.model} / {w.task}  batch {w.batch_size}  seq {w.seq_len}  {w.precision}  {mode}  "
-                 f"pad {w.padding}")
+                 f"pad {w.padding}  loop {w.loop}")
     if space.get("method") == "import":
         lines.append(f"  method       imported from {space.get('file', '?')} (sha256 {str(space.get('sha256', ''))[:12]})")
     else:

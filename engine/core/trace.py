@@ -48,6 +48,10 @@ class StepTrace:
     ops: tuple[OpCost, ...]
     host_cycles: float  # CPU cycles of host work not tied to kernel launches (data, Python)
     params: int = 0  # trainable parameters (the optimizer's work scales with these)
+    # CPU cycles of the training loop's own work that the GPU waits for: a loop that syncs every step
+    # (Hugging Face's Trainer reads the loss back) collates the next batch while the GPU idles.
+    # 0: the lean loop, whose per-step host work is part of host_cycles. See engine/workload/trace/loop.py.
+    serial_cycles: float = 0.0
 
     @property
     def flops(self) -> float:
@@ -83,6 +87,7 @@ class StepTrace:
             "ops": [op.to_json() for op in self.ops],
             "host_cycles": self.host_cycles,
             "params": self.params,
+            "serial_cycles": self.serial_cycles,
         }
 
     @classmethod
@@ -99,6 +104,7 @@ class StepTrace:
             ops=tuple(OpCost.from_json(o) for o in as_list(data["ops"])),
             host_cycles=as_float(data["host_cycles"]),
             params=as_int(data.get("params", 0)),
+            serial_cycles=as_float(data.get("serial_cycles", 0.0)),
         )
 
 
@@ -157,7 +163,8 @@ class StepMix:
         return StepTrace(model=longest.model, batch_size=longest.batch_size,
                          seq_len=longest.seq_len if seq_len is None else int(seq_len),
                          precision=longest.precision, ops=ops,
-                         host_cycles=sum(w * t.host_cycles for w, t in self.parts), params=longest.params)
+                         host_cycles=sum(w * t.host_cycles for w, t in self.parts), params=longest.params,
+                         serial_cycles=sum(w * t.serial_cycles for w, t in self.parts))
 
 
 def as_mix(trace: "StepTrace | StepMix") -> StepMix:

@@ -141,7 +141,8 @@ class OraclePolicy(FixedPolicy):
         if not points:
             raise NoRecordedSweepError(
                 "the oracle policy has no recorded sweep of this workload on this device",
-                "run `slm-dvfs sweep` for this model, task and batch first, then use --policy oracle",
+                "run `slm-dvfs sweep` of this workload first (its model, task, batch, padding and loop: a run that "
+                "trains needs a lean-loop sweep, e.g. `--fast --loop lean` on the twin), then use --policy oracle",
             )
         self.points, self.objective = len(points), ctx.objective
         self.baseline = baseline_of(points)

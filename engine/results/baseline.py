@@ -11,6 +11,7 @@ from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.results.records import RunRecord
 from engine.workload.lora import LoraSettings
+from engine.workload.trace.loop import default_loop
 
 if TYPE_CHECKING:  # annotations only: engine.results.store imports the results modules
     from engine.results.store import Store
@@ -66,7 +67,7 @@ def find_baseline(store: Store, run: RunRecord) -> RunRecord | None:
 
 def maxn_command(run: RunRecord) -> str:
     """The `slm-dvfs run` that records a MAXN run `run` compares with: its workload (model, task, shape,
-    precision, mode, LoRA, checkpointing, padding), the twin's profile or the board, simulated or trained,
+    precision, mode, LoRA, checkpointing, padding, loop), the twin's profile or the board, simulated or trained,
     its steps, seed and rails, spelled out (none of them is in `slm-dvfs runs`' listing)."""
     flags = ["slm-dvfs", "run"]
     w = run.workload
@@ -87,6 +88,8 @@ def maxn_command(run: RunRecord) -> str:
         if w.grad_checkpointing:
             flags.append("--grad-checkpointing")
         flags += ["--pad", "max" if w.padding == "max_length" else w.padding]
+        if w.loop != default_loop(trains=not run.simulated):  # the run command's own default goes unsaid
+            flags += ["--loop", w.loop]
     if run.device is not None and run.device.is_twin:
         flags += ["--twin"] + ([run.device.profile] if run.device.profile else [])
     if run.simulated:

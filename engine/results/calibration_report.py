@@ -69,6 +69,9 @@ def format_calibration(cal: Calibration, *, sweeps: Sequence[SweepRow] = (), pro
     if still:
         out.append(f"Fitted, not moved (under 0.05 prior sd): {', '.join(still)}")
     out.append("")
+    if cal.at_bounds:
+        out.append(_title("At a bound: the data asked for more than the profile allows", markdown))
+        out += [f"- {hit.line()}" if markdown else f"  {hit.line()}" for hit in cal.at_bounds] + [""]
     if profile_path is not None:
         out.append(f"Profile written: {profile_path}")
     if report_paths:

@@ -21,7 +21,8 @@ from engine.device.setting import DvfsSetting
 from engine.results.totals import RunTotals
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
-from engine.workload.spec import WorkloadSpec
+from engine.workload.spec import WorkloadSpec, loop_in_key
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop, parse_loop
 
 __all__ = [
     "RUN_STATUSES", "STORED_STATUSES", "SETTING_KEYS", "RunStatus", "parse_status", "ComparisonRecord", "DeviceRecord", "RunRecord", "SweepPoint", "SweepRecord",
@@ -194,12 +195,17 @@ class WorkloadRecord:
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings as given (schema v6)
     grad_checkpointing: bool = False  # schema v6
     padding: Padding = "max_length"  # rows before schema v7 are max_length
+    # The training loop (engine/workload/trace/loop.py): no column of its own, the stored key carries it
+    # (`|loop=hf`; lean, the default, leaves the key as before: rows stored before the loop was recorded
+    # ran it), and a row's is read back from its key.
+    loop: Loop = DEFAULT_LOOP
     # The model's config as resolved (schema v11): what rebuilds exactly this model, whatever its name
     # says (a config file's stem may be a zoo model's name). None: not recorded (rows before v11).
     config: Mapping[str, object] | None = None
 
     def __post_init__(self) -> None:
         parse_mode(self.mode)  # a record a library caller builds is stored as it is: never a mode outside the set
+        parse_loop(self.loop)
         if self.lora is not None and self.mode != "lora":
             raise ConfigError(f"LoRA settings were given for mode {self.mode!r}", "give mode 'lora', or no LoRA settings")
         if self.mode == "lora" and self.lora is None:
@@ -212,7 +218,8 @@ class WorkloadRecord:
         its config, where recorded, is the model)."""
         return WorkloadSpec(model=self.model, name=self.model, task=self.task, batch_size=self.batch_size,
                             seq_len=self.seq_len, precision=self.precision, mode=self.mode, lora=self.lora,
-                            grad_checkpointing=self.grad_checkpointing, padding=self.padding, config=self.config)
+                            grad_checkpointing=self.grad_checkpointing, padding=self.padding, loop=self.loop,
+                            config=self.config)
 
     @property
     def key(self) -> str:
@@ -223,12 +230,12 @@ class WorkloadRecord:
     def from_trace(cls, trace: StepTrace, task: str, mode: Mode = "full", family: str | None = None,
                    data_source: str | None = None, lora: LoraSettings | None = None,
                    grad_checkpointing: bool = False, padding: Padding = "max_length",
-                   config: Mapping[str, object] | None = None) -> "WorkloadRecord":
+                   config: Mapping[str, object] | None = None, loop: Loop = DEFAULT_LOOP) -> "WorkloadRecord":
         """From a StepTrace: its shape and its totals as features."""
         return cls(
             model=trace.model, task=task, batch_size=trace.batch_size, seq_len=trace.seq_len,
             precision=trace.precision, mode=mode, family=family, params=trace.params or None,
-            data_source=data_source, features=trace_features(trace), padding=padding,
+            data_source=data_source, features=trace_features(trace), padding=padding, loop=loop,
             lora=lora if mode == "lora" else None, grad_checkpointing=grad_checkpointing, config=config,
         )
 
@@ -238,7 +245,7 @@ class WorkloadRecord:
         return cls.from_trace(workload.trace, workload.task, mode=workload.mode, family=workload.family,
                               data_source=data_source, lora=workload.lora,
                               grad_checkpointing=workload.grad_checkpointing, padding=workload.padding,
-                              config=workload.config)
+                              config=workload.config, loop=workload.loop)
 
     def lora_text(self) -> str | None:
         """The LoRA settings as the store's column holds them (JSON), or None."""
@@ -247,11 +254,13 @@ class WorkloadRecord:
     @property
     def label(self) -> str:
         """Which workload, for a line that names it: `bert-tiny/sst2 (batch 32, length 128, fp32, full)`,
-        with its padding, LoRA or checkpointing where they are not the defaults."""
+        with its padding, loop, LoRA or checkpointing where they are not the defaults (as its key says them:
+        a loop other than lean, `hf loop`)."""
         mode = f"lora r{self.lora.rank}" if self.mode == "lora" and self.lora is not None else self.mode
         parts = (f"batch {self.batch_size}", f"length {self.seq_len}", self.precision, mode,
                  "checkpointed" if self.grad_checkpointing else "",
-                 "" if self.padding == "max_length" else f"pad {self.padding}")
+                 "" if self.padding == "max_length" else f"pad {self.padding}",
+                 "" if self.loop == DEFAULT_LOOP else f"{self.loop} loop")
         return f"{self.model}/{self.task} ({', '.join(p for p in parts if p)})"
 
     def to_json(self, definition: bool = False) -> JsonObject:
@@ -449,6 +458,7 @@ def parse_status(value: object) -> RunStatus:
 def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
     row = f"workload {r[prefix + 'id'] if prefix + 'id' in r.keys() else r['workload_id']}"
     padding = r[prefix + "padding"] if prefix + "padding" in r.keys() else "max_length"
+    key = r[prefix + "key"] if prefix + "key" in r.keys() else None
     return WorkloadRecord(
         model=r[prefix + "model"], task=r[prefix + "task"], batch_size=r[prefix + "batch_size"],
         seq_len=r[prefix + "seq_len"], precision=stored_choice(parse_precision, r[prefix + "precision"], row, "precision"),
@@ -459,6 +469,7 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
         else False,
         padding=stored_choice(parse_padding, padding, row, "padding"),
+        loop=stored_choice(parse_loop, loop_in_key(key), row, "key") if key is not None else DEFAULT_LOOP,
         config=from_json_text(r[prefix + "config"]) if prefix + "config" in r.keys() else None,
     )
 

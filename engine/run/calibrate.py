@@ -97,9 +97,10 @@ class CalibrateResult:
         loso = cal.loso_summary()
         held = ("" if loso["curve_rmse_pct"] is None else
                 f"; held-out curve RMSE {loso['curve_rmse_pct']:.1f}%")
+        bounds = "" if not cal.at_bounds else f"; at a bound: {', '.join(h.path for h in cal.at_bounds)}"
         return (f"calibrated {cal.base.name} to {cal.n_sweeps} measured sweep(s): energy MAPE "
-                f"{cal.energy_mape_before_pct:.1f}% -> {cal.energy_mape_pct:.1f}%{held} [predicted vs measured]; "
-                f"use --twin {self.profile_name}")
+                f"{cal.energy_mape_before_pct:.1f}% -> {cal.energy_mape_pct:.1f}%{held} [predicted vs measured]"
+                f"{bounds}; use --twin {self.profile_name}")
 
     def to_json(self) -> JsonObject:
         return {"profile": self.profile_name, "profile_path": str(self.profile_path), "summary": self.summary_line(),

@@ -46,6 +46,7 @@ from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import check_loop_for
 
 if TYPE_CHECKING:
     from engine.results.records import RunStatus
@@ -86,16 +87,26 @@ class ExperimentSpec:
     label: str | None = None
     output_dir: str | None = None  # the policy run's trained model (a LoRA run: its adapter; default: data dir)
 
+    @property
+    def trains(self) -> bool:
+        """Whether the run trains (slm-dvfs's own loop), or only the twin computes its steps (--simulate)."""
+        return not self.simulate
+
     def validate(self) -> None:
+        self.validate_work()
+        if self.simulate and not self.twin and not self.fallback_to_twin:
+            raise ConfigError("--simulate runs on the digital twin only", "add --twin (e.g. --twin agx-orin-64gb)")
+
+    def validate_work(self) -> None:
+        """Every check but where it runs (a fleet checks that on the board it gives the run)."""
         self.workload.validate()
+        check_loop_for(self.trains, self.workload.loop)
         if self.compare is not None and self.compare not in COMPARE_CHOICES:
             raise ConfigError(f"cannot compare against {self.compare!r}", f"use --compare {' or '.join(COMPARE_CHOICES)}")
         if self.reuse_baseline and self.compare is None:
             raise ConfigError("--reuse-baseline without --compare maxn", "add --compare maxn, or drop --reuse-baseline")
         if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
             raise ConfigError(f"steps must be at least 1, not {self.steps!r}", "give --steps 1 or more")
-        if self.simulate and not self.twin and not self.fallback_to_twin:
-            raise ConfigError("--simulate runs on the digital twin only", "add --twin (e.g. --twin agx-orin-64gb)")
         parse_objective(self.objective)
 
     def to_json(self) -> JsonObject:

@@ -42,6 +42,7 @@ from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
 from engine.workload.resolve import Workload, resolve_workload
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import check_loop_for
 
 if TYPE_CHECKING:
     from engine.results.records import RunStatus
@@ -74,14 +75,24 @@ class SweepSpec:
     settings: tuple[DvfsSetting, ...] = ()  # explicit settings instead of the space (library callers)
     thermal_overrides: tuple[tuple[str, float], ...] = ()  # e.g. (("wait_c", 70.0),)
 
+    @property
+    def trains(self) -> bool:
+        """Whether each point trains (slm-dvfs's own loop), or the twin computes it from the trace (--fast)."""
+        return not self.fast
+
     def validate(self) -> None:
-        self.workload.validate()
-        if self.space not in SPACES:
-            raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
-        check_counts(self.warmup_steps, self.steps, self.repeats)
+        self.validate_work()
         if self.fast and not self.twin:
             raise ConfigError("--fast computes points on the digital twin's model",
                               "add --twin (e.g. --twin agx-orin-64gb), or drop --fast on a board")
+
+    def validate_work(self) -> None:
+        """Every check but where it runs (a fleet checks that on the board it gives the sweep)."""
+        self.workload.validate()
+        check_loop_for(self.trains, self.workload.loop)
+        if self.space not in SPACES:
+            raise ConfigError(f"unknown setting space {self.space!r}", f"use one of {', '.join(SPACES)}")
+        check_counts(self.warmup_steps, self.steps, self.repeats)
         parse_objective(self.objective)
 
     def space_key(self, rails: str) -> JsonObject:

@@ -13,7 +13,7 @@ twin, from no board's measurements)".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -119,15 +119,12 @@ def from_training(summary: Mapping[str, Any], *, command: JsonObject | None = No
     )
 
 
+SHIPPED_NOTE = "shipped with slm-dvfs: learnt on the twin, from no board's measurements"
+
+
 def basis_of(selector: Selector) -> DataBasis:
     """The selector's recorded basis, or one derived from an older file's metadata."""
     training = getattr(selector, "training", {}) or {}
-    if isinstance(training.get("basis"), Mapping):
-        return DataBasis.from_json(training["basis"])
-    source = str(getattr(selector, "source", training.get("source", "")))
-    command = training.get("command")
-    zoo = isinstance(command, Mapping) and bool(command.get("from_twin_zoo"))
-    rows, workloads = int(training.get("rows") or 0), int(training.get("workloads") or 0)
     path = getattr(selector, "path", None)
     shipped = False
     if path is not None:
@@ -137,9 +134,17 @@ def basis_of(selector: Selector) -> DataBasis:
             shipped = Path(path).resolve().parent == (profiles_dir() / "selectors").resolve()
         except OSError:
             shipped = False
+    if isinstance(training.get("basis"), Mapping):
+        recorded = DataBasis.from_json(training["basis"])
+        if shipped and not recorded.note and not recorded.measured_points:
+            return replace(recorded, note=SHIPPED_NOTE)  # where it lies says what it means for the user
+        return recorded
+    source = str(getattr(selector, "source", training.get("source", "")))
+    command = training.get("command")
+    zoo = isinstance(command, Mapping) and bool(command.get("from_twin_zoo"))
+    rows, workloads = int(training.get("rows") or 0), int(training.get("workloads") or 0)
     # what the derivation means for the user, not when the basis began to be recorded
-    note = ("shipped with slm-dvfs: learnt on the twin, from no board's measurements" if shipped
-            else "counts from the file's metadata: its data was not itemised by source and board")
+    note = SHIPPED_NOTE if shipped else "counts from the file's metadata: its data was not itemised by source and board"
     profile = training.get("profile")
     if source == "measured":
         return DataBasis("store sweeps", measured_workloads=workloads, measured_points=rows, profile=profile,

@@ -5,7 +5,9 @@ Two ways in:
   source (measured on a board, or twin) unless both are asked for; then the source is
   a feature column (`source_measured`) and never mixed silently.
 - `from_twin_zoo`: twin sweeps computed on the spot with `fast_sweep` over the model
-  zoo x batch sizes x sequence lengths x precisions x training modes (one GLUE task by
+  zoo x batch sizes x sequence lengths x precisions x training modes x training loops (a
+  Trainer-style `hf` loop and slm-dvfs's `lean` one: the same model work, not the same host
+  work, so every shape is a workload of each; one GLUE task by
   default: tasks change only the classification head, whose cost the trace carries; of
   tasks given, those with the same head have identical traces, hence identical rows, and
   one task per head is kept). Models of LARGE_MODEL_PARAMS or more take the small batch
@@ -33,6 +35,7 @@ from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
 from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
+from engine.workload.trace.loop import LOOPS, Loop
 
 if TYPE_CHECKING:
     from engine.core.trace import StepTrace
@@ -48,6 +51,7 @@ DEFAULT_BATCH_SIZES = (8, 32)
 DEFAULT_SEQ_LENS = (64, 256)
 DEFAULT_PRECISIONS: tuple[Precision, ...] = PRECISIONS  # bf16: the zoo's default for its larger decoders
 DEFAULT_MODES: tuple[Mode, ...] = MODES
+DEFAULT_LOOPS: tuple[Loop, ...] = LOOPS
 LARGE_MODEL_PARAMS = 300_000_000
 LARGE_BATCH_SIZES = (4, 8)
 SOURCE_COLUMN = "source_measured"
@@ -387,6 +391,7 @@ def from_twin_zoo(
     seq_lens: Sequence[int] = DEFAULT_SEQ_LENS,
     precisions: Sequence[Precision] = DEFAULT_PRECISIONS,
     modes: Sequence[Mode] = DEFAULT_MODES,
+    loops: Sequence[Loop] = DEFAULT_LOOPS,
     large_batch_sizes: Sequence[int] | None = LARGE_BATCH_SIZES,
     space: str = "gpu",
     progress: Callable[[int, int, str], None] | None = None,
@@ -396,14 +401,16 @@ def from_twin_zoo(
     by name (e.g. shapes outside the zoo). Models of LARGE_MODEL_PARAMS or more take
     `large_batch_sizes` instead of `batch_sizes` (None: the same). Shapes longer than a
     model's positions, or that the board's memory cannot hold, and modes the tracer cannot
-    apply, are skipped (the notes say how many, and why)."""
+    apply, are skipped (the notes say how many, and why). Each shape is a workload of every loop
+    of `loops` (its own key; one cross-validation group with the others, WorkloadFeatures.shape_key)."""
     from engine.device.twin.profile import load_profile
     from engine.selector.features import describe_workload
     from engine.workload.zoo import load_zoo
 
-    if not modes or not precisions:  # each a typed value, parsed by the caller (the CLI's --modes, --precisions)
-        raise ConfigError("no training modes or precisions to generate data for",
-                          "give at least one of each (the defaults: every mode and precision)")
+    # each a typed value, parsed by the caller (the CLI's --modes, --precisions, --loops)
+    if not modes or not precisions or not loops:
+        raise ConfigError("no training modes, precisions or loops to generate data for",
+                          "give at least one of each (the defaults: every mode, precision and loop)")
     prof = load_profile(profile)
     settings = profile_settings(prof, space)
     archs: dict[str, Mapping[str, Any] | None] = {}
@@ -418,15 +425,17 @@ def from_twin_zoo(
     for m in archs:
         large = large_batch_sizes is not None and model_params(m, archs[m]) >= LARGE_MODEL_PARAMS
         for b in (large_batch_sizes if large else batch_sizes) or ():
-            grid += [(m, t, b, l, p, md) for t in reps for l in seq_lens for p in precisions for md in modes]
+            grid += [(m, t, b, l, p, md, lp) for t in reps for l in seq_lens for p in precisions for md in modes
+                     for lp in loops]
     points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
     skipped: list[str] = []  # why each skipped grid point could not be described
-    for n, (m, t, b, l, p, md) in enumerate(grid):
-        what = f"{m} {t} b{b} L{l} {p} {md}"
+    for n, (m, t, b, l, p, md, lp) in enumerate(grid):
+        what = f"{m} {t} b{b} L{l} {p} {md} {lp}"
         if progress:
             progress(n, len(grid), what)
         try:
-            w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, mode=md, config=archs[m])
+            w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, mode=md, config=archs[m],
+                                         loop=lp)
         except ConfigError as exc:
             log.info("skipping %s: %s", what, exc.what)
             skipped.append(f"{what}: {exc.what}")
@@ -437,7 +446,7 @@ def from_twin_zoo(
         progress(len(grid), len(grid), "done")
     covered = "; ".join(f"{k} covers {', '.join(v)}" for k, v in reps.items() if len(v) > 1)
     notes = [f"twin profile {prof.name}, space {space}, {len(settings)} settings per workload",
-             f"modes {', '.join(modes)}"]
+             f"modes {', '.join(modes)}", f"loops {', '.join(loops)}"]
     if covered:
         notes.append(f"tasks sharing a head have identical twin rows, one kept: {covered}")
     if skipped and not points:

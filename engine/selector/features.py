@@ -6,7 +6,9 @@ governor flag and a nominal value, the nvpmodel mode and jetson_clocks).
 The workload columns say what a training step costs and its shape, never which
 architecture it is: the step trace's FLOPs, DRAM bytes, kernel launches, arithmetic
 intensity and host cycles (in total, per sample, per kernel, and each op group's share:
-matmul, attention, elementwise, ...), the parameters and the trainable fraction of them
+matmul, attention, elementwise, ...), the training loop's serial host work (a Hugging Face
+Trainer-style loop's per-step Python and collation, which the GPU waits for; none for the lean
+loop: engine/workload/trace/loop.py), the parameters and the trainable fraction of them
 (full fine-tuning 1, BitFit, a frozen backbone and LoRA far less: no one-hot per mode),
 batch, length and precision. So a family the selector never saw (a new architecture) is
 described in the same terms as the ones it learnt from; bench/bench_selector.py grades it
@@ -38,6 +40,7 @@ from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
 from engine.workload.lora import LoraSettings
 from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop, loop_serial_cycles
 from engine.workload.zoo import FAMILIES as ZOO_FAMILIES
 from engine.core.trace import OP_KINDS, OpCost, StepTrace
 
@@ -48,7 +51,9 @@ log = logging.getLogger(__name__)
 
 # 2: architecture-agnostic columns (version 1 had the family, layers, hidden size, heads, a
 # BitFit flag and the task's head; a selector saved with them is refused: retrain it).
-FEATURE_SCHEMA_VERSION = 2
+# 3: the training loop's serial host work (serial_share, loop_host_cycles_per_sample): version 2
+# could not tell the hf loop from the lean one.
+FEATURE_SCHEMA_VERSION = 3
 FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
@@ -70,6 +75,11 @@ WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("flops_per_kernel", True),  # work per launch: how busy the GPU is against the host issuing it
     ("bytes_per_kernel", True),
     ("host_cycles_per_sample", True),
+    # The loop's serial host work (the trace's serial_cycles, 0 for the lean loop), which the GPU waits
+    # for: its share of the step's host cycles, and those cycles with it per sample (positive either way,
+    # so its log is defined for both loops).
+    ("serial_share", False),
+    ("loop_host_cycles_per_sample", True),
     # How the step's work splits between op groups (engine.core.trace.OP_KINDS): matrix work may
     # run on tensor cores, the rest is bound by bandwidth or by launches.
     *((f"{kind}_{what}_share", False) for kind in OP_KINDS for what in ("flops", "bytes", "kernels")),
@@ -144,6 +154,10 @@ class WorkloadFeatures:
     padding: Padding = "max_length"
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
+    loop: Loop = DEFAULT_LOOP  # the training loop (engine/workload/trace/loop.py); features from before it: lean
+    # The trace's serial_cycles: the loop's serial host work per step (a feature column). None: a
+    # record written before it, whose trace carried the loop's work at its shape (loop_serial_cycles).
+    serial_cycles: float | None = None
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -156,13 +170,19 @@ class WorkloadFeatures:
         if not self.trainable_params:
             object.__setattr__(self, "trainable_params", int(self.params))
         object.__setattr__(self, "ops", tuple(self.ops))
+        if self.serial_cycles is None:
+            object.__setattr__(self, "serial_cycles",
+                               loop_serial_cycles(self.loop, int(self.batch_size), int(self.seq_len)))
+        elif not float(self.serial_cycles) >= 0.0:  # NaN fails too
+            raise ConfigError(f"workload {self.model}: serial_cycles must be 0 or more, got {self.serial_cycles!r}",
+                              "describe the workload with describe_workload()")
 
     @property
     def spec(self) -> WorkloadSpec:
         """The workload these features describe (named: the model as the store names it)."""
         return WorkloadSpec(model=self.model, name=self.model, task=self.task, batch_size=self.batch_size,
                             seq_len=self.seq_len, precision=self.precision, mode=self.mode, lora=self.lora,
-                            grad_checkpointing=self.grad_checkpointing, padding=self.padding)
+                            grad_checkpointing=self.grad_checkpointing, padding=self.padding, loop=self.loop)
 
     @property
     def key(self) -> str:
@@ -171,8 +191,9 @@ class WorkloadFeatures:
 
     @property
     def shape_key(self) -> str:
-        """The workload without its task. GLUE tasks change only the classification head, so
-        tasks of one shape have (nearly) the same costs: cross-validation keeps them together."""
+        """The workload without its task or loop. GLUE tasks change only the classification head, so
+        tasks of one shape have (nearly) the same costs, and the two loops of one shape the same model
+        work: cross-validation keeps them together (a fold never learns a shape from its other loop)."""
         return f"{self.model}|{self.batch_size}|{self.seq_len}|{self.precision}|{self.mode}"
 
     def op_shares(self) -> list[float]:
@@ -189,6 +210,13 @@ class WorkloadFeatures:
             group[2] += op.kernels
         sums = [max(sum(g[i] for g in totals.values()), 1e-30) for i in range(3)]
         return [totals[kind][i] / sums[i] for kind in OP_KINDS for i in range(3)]
+
+    def loop_host(self) -> tuple[float, float]:
+        """The loop's serial host work as columns: its share of the step's host cycles, and the
+        step's host cycles with it per sample (serial_share, loop_host_cycles_per_sample)."""
+        serial = float(self.serial_cycles or 0.0)
+        total = float(self.host_cycles) + serial
+        return (serial / total if total > 0 else 0.0), total / self.batch_size
 
     def row(self) -> list[float]:
         """The workload columns, in WORKLOAD_COLUMNS order."""
@@ -210,6 +238,7 @@ class WorkloadFeatures:
             float(self.flops) / max(self.kernels, 1),
             float(self.bytes) / max(self.kernels, 1),
             float(self.host_cycles) / self.batch_size,
+            *self.loop_host(),
             *self.op_shares(),
         ]
 
@@ -249,6 +278,7 @@ def features_of(workload: Workload) -> WorkloadFeatures:
         trainable_params=int(trace.params or workload.total_params), mode=workload.mode,
         task_num_labels=glue.num_labels, task_regression=glue.is_regression, ops=trace.ops,
         padding=workload.padding, lora=workload.lora, grad_checkpointing=workload.grad_checkpointing,
+        loop=workload.loop, serial_cycles=trace.serial_cycles,
     )
 
 
@@ -256,19 +286,21 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       precision: Precision | None = None, mode: Mode = "full",
                       config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
-                      padding: Padding = "max_length") -> tuple[WorkloadFeatures, StepTrace]:
+                      padding: Padding = "max_length",
+                      loop: Loop = DEFAULT_LOOP) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
     workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
     and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint
     folder or config.json; or any name when `config` gives the architecture. Batch, length and
     precision default to the zoo entry's (else 32, 128, fp32). With `padding="dynamic"` the trace is an
     average step (StepMix.mean_trace) over the lengths the task's batches pad to; "max_length" (the
-    default here, what the shipped selector was trained on) traces every step at `seq_len`."""
+    default here, what the shipped selector was trained on) traces every step at `seq_len`. The loop is
+    a WorkloadSpec's (lean unless given: the twin zoo and `select` name theirs)."""
     from engine.workload.resolve import resolve_workload
 
     workload = resolve_workload(WorkloadSpec(
         model=model, task=task, batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
-        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, config=config))
+        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, loop=loop, config=config))
     return features_of(workload), workload.trace
 
 

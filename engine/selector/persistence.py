@@ -279,10 +279,23 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
         raise SelectorFileError(
             f"the selector {path} was made for other features (schema version {version!r}, this slm-dvfs computes "
             f"version {expected['version']} with {len(expected['columns'])} columns"
-            + ("; version 1 described a model by its family, layers, hidden size and heads, version 2 by what its "
-               "step costs" if older else "") + "); its model cannot read this version's rows, so it was not loaded",
+            + (f"; {_what_changed(version)}" if isinstance(version, int) and older else "")
+            + "); its model cannot read this version's rows, "
+            "so it was not loaded",
             _schema_remedy(path, side, older))
     return side
+
+
+# What each feature schema after the first added (engine.selector.features.FEATURE_SCHEMA_VERSION).
+SCHEMA_CHANGES = {
+    2: "version 1 described a model by its family, layers, hidden size and heads, version 2 by what its step costs",
+    3: "version 3 adds the training loop's serial host work, so it tells a Trainer-style (hf) loop from the lean one",
+}
+
+
+def _what_changed(version: int) -> str:
+    """What the schemas after `version` changed, oldest first."""
+    return "; ".join(text for v, text in sorted(SCHEMA_CHANGES.items()) if v > version)
 
 
 def _schema_remedy(path: Path, side: dict[str, Any], older: bool) -> str:

@@ -32,6 +32,7 @@ from engine.workload.data.lengths import bucket_of
 from engine.workload.training.loop import StepHook, TrainControl
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import check_loop_for
 
 if TYPE_CHECKING:
     import torch
@@ -69,6 +70,7 @@ class FinetuneSpec:
 
     def validate(self) -> None:
         self.workload.validate()
+        check_loop_for(True, self.workload.loop)  # it trains: with slm-dvfs's own loop, what the workload must name
         if self.steps is not None and self.epochs is not None:
             raise ConfigError("both steps and epochs were given", "give one of --steps and --epochs")
         for name in ("train_samples", "eval_samples", "steps"):

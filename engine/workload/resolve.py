@@ -9,7 +9,7 @@ is computed from (meta tensors: nothing is allocated; a workload traced before c
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
 from engine.core.constants import Mode, Padding, Precision
@@ -19,6 +19,7 @@ from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
 from engine.workload.lora import LoraSettings
 from engine.workload.spec import WorkloadSpec
+from engine.workload.trace.loop import Loop, with_loop
 from engine.workload.trace.trace_cache import WorkloadTrace, cached_workload_trace, store_workload_trace, trace_key
 
 if TYPE_CHECKING:
@@ -82,6 +83,11 @@ class Workload:
         return self.spec.padding
 
     @property
+    def loop(self) -> Loop:
+        """The training loop whose host side its steps carry (engine/workload/trace/loop.py)."""
+        return self.spec.loop
+
+    @property
     def config(self) -> Mapping[str, object] | None:
         """The model's config as resolved: what the store keeps to rebuild it."""
         return self.spec.config
@@ -107,7 +113,7 @@ class Workload:
                 "lora": None if self.lora_settings is None else self.lora_settings.to_json(self.family),
                 "grad_checkpointing": self.grad_checkpointing,
                 "trainable_params": self.trace.params, "total_params": self.total_params,
-                "padding": self.padding,
+                "padding": self.padding, "loop": self.loop,
                 "trace": {"flops": self.trace.flops, "bytes": self.trace.bytes, "kernels": self.trace.kernels,
                           "source": Source.PREDICTED.value},
                 **({"lengths": {**dict(self.lengths), "buckets": [[t.seq_len, w] for w, t in self.steps.parts]}}
@@ -134,6 +140,8 @@ def resolve_workload(spec: WorkloadSpec) -> Workload:
                                  checkpointing=named.grad_checkpointing), resolved.name, batch, length)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(named)
+    # The trace is the model's work, cached per shape; the loop's host side is the spec's.
+    traced = replace(traced, trace=with_loop(traced.trace, named.loop))
     mix, lengths = None, None
     if named.padding == "dynamic":
         mix, lengths = padded_steps(named, longest=traced.trace)
@@ -156,7 +164,7 @@ def padded_steps(spec: WorkloadSpec, *, longest: StepTrace | None = None,
         if longest is not None and length == longest.seq_len:
             trace = longest
         else:
-            trace = trace_workload(spec, seq_len=length).trace
+            trace = with_loop(trace_workload(spec, seq_len=length).trace, spec.loop)
         parts.append((weight, trace))
     return StepMix(tuple(parts)), dist.summary(seq_len, batch_size)
 

@@ -24,6 +24,7 @@ from engine.core.constants import (DEFAULT_BATCH_SIZE, DEFAULT_PADDING, DEFAULT_
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.workload.lora import LoraSettings, check_mode_options
+from engine.workload.trace.loop import DEFAULT_LOOP, Loop, parse_loop
 
 if TYPE_CHECKING:
     from engine.workload.models import ResolvedModel
@@ -64,6 +65,9 @@ class WorkloadSpec:
     lora: LoraSettings | None = None  # mode "lora": the adapters' settings (None: the defaults)
     grad_checkpointing: bool = False
     padding: Padding = DEFAULT_PADDING
+    # the training loop its steps run in (engine/workload/trace/loop.py): lean, slm-dvfs's own, unless named;
+    # a command picks it with default_loop / check_loop_for (hf only where the twin alone computes)
+    loop: Loop = DEFAULT_LOOP
     data: str = "synthetic"  # where the text comes from: "synthetic" | "hub" | a GLUE folder (not in the key)
     seed: int = 0  # of weights, data and order (not in the key: runs of two seeds are one workload)
     allow_download: bool = False  # a hub id's config and weights may be fetched
@@ -80,6 +84,7 @@ class WorkloadSpec:
         if self.precision is not None:
             parse_precision(self.precision)
         parse_padding(self.padding)
+        parse_loop(self.loop)
         check_mode_options(self.mode, self.lora)
         for what, flag, value in (("batch size", "--batch-size", self.batch_size),
                                   ("sequence length", "--max-seq-len", self.seq_len)):
@@ -161,20 +166,31 @@ class WorkloadSpec:
     def key(self) -> str:
         """What the store knows this workload by: the one definition of a workload's identity. What was
         added to a workload later is in it only when used, so the keys of workloads stored before stay the
-        same: the variant, and dynamic padding (rows stored before padding was part of a workload mean
-        max_length; dynamic padding is another workload: its steps are shorter). The data source and the
-        seed are not in it."""
+        same: the variant, dynamic padding (rows stored before padding was part of a workload mean
+        max_length; dynamic padding is another workload: its steps are shorter) and a loop other than
+        slm-dvfs's own lean loop (`|loop=hf`: the Trainer-style loop's host side is another workload; rows
+        stored before the loop was recorded ran the lean loop, engine/workload/trace/loop.py). The data
+        source and the seed are not in it."""
         n = self if self.is_named else self.named()
         key = f"{n.name}|{n.task}|{n.batch_size}|{n.seq_len}|{n.precision}|{n.mode}" + (
             f"|{n.variant}" if n.variant else "")
-        return key if n.padding == "max_length" else f"{key}|pad={n.padding}"
+        key = key if n.padding == "max_length" else f"{key}|pad={n.padding}"
+        return key if n.loop == DEFAULT_LOOP else f"{key}|loop={n.loop}"
 
     def to_json(self) -> JsonObject:
         return {"model": self.model, "task": self.task, "batch_size": self.batch_size, "seq_len": self.seq_len,
                 "precision": self.precision, "mode": self.mode,
                 "lora": None if self.lora is None else self.lora.to_json(),
-                "grad_checkpointing": self.grad_checkpointing, "padding": self.padding, "data": self.data,
+                "grad_checkpointing": self.grad_checkpointing, "padding": self.padding, "loop": self.loop, "data": self.data,
                 "seed": self.seed, "allow_download": self.allow_download, "name": self.name}
+
+
+def loop_in_key(key: str) -> str:
+    """The loop a store key names (WorkloadSpec.key puts a loop other than lean last, as `|loop=NAME`), lean
+    where it names none (every row stored before the loop was recorded); as text: a stored row's reader
+    parses it and names the row if it is not a loop."""
+    _rest, _bar, last = key.rpartition("|")
+    return last[len("loop="):] if last.startswith("loop=") else DEFAULT_LOOP
 
 
 def as_recorded(name: str, config: Mapping[str, object]) -> ResolvedModel:

@@ -2,7 +2,7 @@
 
 The form follows Setup's workload (model, task, batch, length, precision, mode): each time
 the page is shown after Setup changed, it takes them again; edits made here last until then.
-A sweep opened from History puts its own workload in the form (padding included), so its heat
+A sweep opened from History puts its own workload in the form (padding and loop included), so its heat
 map never sits beside another workload's form and `s` sweeps that workload again (resuming the
 sweep if it is unfinished); the heat map and the progress pane name the workload they are of.
 
@@ -167,7 +167,7 @@ class SweepScreen(PageScreen):
 
     def workload(self) -> dict:
         """The SweepSpec fields of the form's workload beyond the model and task (an opened sweep's
-        padding and checkpointing too: `s` sweeps that very workload, resuming it if unfinished)."""
+        padding, loop and checkpointing too: `s` sweeps that very workload, resuming it if unfinished)."""
         v = self.setup
         bad = self._setup_errors()  # refused by errors(); never read here
 
@@ -178,8 +178,10 @@ class SweepScreen(PageScreen):
                   "precision": None if v.precision == "default" else v.precision, "mode": v.mode,
                   "lora": None if "lora_rank" in bad else forms.lora_settings(v)}
         if self.opened is not None:
-            fields.update(padding=self.opened.padding, grad_checkpointing=self.opened.grad_checkpointing,
+            fields.update(padding=self.opened.padding, loop=self.opened.loop, grad_checkpointing=self.opened.grad_checkpointing,
                           lora=self.opened.lora if self.opened.mode == "lora" else None, **self._sweep_fields)
+        else:  # Setup's run's loop: a fast sweep of it is what that run's oracle finds (forms.sweep_loop)
+            fields["setup_loop"] = forms.run_loop(v)
         return fields
 
     def compose_body(self) -> ComposeResult:

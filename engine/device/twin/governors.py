@@ -1,26 +1,23 @@
-"""What the kernel's frequency governors settle on, for a given load and control state.
+"""The control state the governors work from, and what they make of a load.
 
-The twin does not simulate governor ticks: for a steady load (one training step
-repeated, or idle) it resolves each dynamic governor to its fixed point, which is
-what a board shows after the first few steps. Rules (docs/twin.md, "Governors"):
-
-- GPU `nvhost_podgov` / `simple_ondemand`: the lowest allowed clock at which the GPU
-  load stays below `podgov_target_load`; idle parks at `gpu.idle_hz`.
-- CPU `schedutil` / `ondemand`: schedutil asks for headroom x util x f, so its fixed
-  point is the lowest allowed clock with util <= 1/headroom; idle parks at `cpu.idle_hz`.
-- EMC automatic: the lowest rate that covers the traffic at `target_util`, the GPU
-  driver's request (proportional to the GPU clock while the GPU is busy) and the idle floor.
-- `performance` / `powersave` / `userspace`: top / bottom / the current clock of the range.
-Every clock is then held inside [min, min(max, mode cap, thermal cap)].
+`resolve(trace, control, profile)` applies the control files (min/max, governors, the EMC lock),
+the nvpmodel mode's caps, a thermal cap and the module power limit. A domain whose clock no load
+changes (pinned, `performance`, `powersave`, `userspace`, a locked EMC rate) takes its clock; the
+load-following ones (GPU `nvhost_podgov` / `simple_ondemand`, CPU `schedutil` / `ondemand` /
+`conservative`, the EMC's automatic scaling) are simulated as controllers over the step's phases
+(engine/device/twin/dynamics.py), and the step's figures are the time-average over the clocks they
+visit. An idle board parks each dynamic domain at its idle clock. Every clock stays inside
+[min, min(max, mode cap, thermal cap)] (docs/twin.md, "Governors and modes").
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from engine.device.base import PowerMode
+from engine.device.twin.dynamics import Domain, simulate
 from engine.device.twin.model import Clocks, StepEstimate, estimate_step
 from engine.device.twin.profile import TwinProfile
 from engine.core.trace import StepTrace
@@ -83,6 +80,29 @@ def resolve(
     """The clocks the governors settle on for this load (None = idle), and the step
     estimate at those clocks. Applies the mode's caps, `gpu_cap_hz` (thermal throttling)
     and the module power limit (the GPU steps down while the total exceeds it)."""
+    key = (trace, control, gpu_cap_hz, id(profile))
+    with _SETTLED_LOCK:
+        found = _SETTLED.get(key)
+    if found is not None and found[0] is profile:
+        return found[1]
+    result = _resolve(trace, control, profile, gpu_cap_hz)
+    with _SETTLED_LOCK:
+        if len(_SETTLED) >= _SETTLED_MAX:
+            _SETTLED.pop(next(iter(_SETTLED)))
+        _SETTLED[key] = (profile, result)
+    return result
+
+
+# A board's state is settled again on every sync and every step of a run while nothing changed:
+# the governors' simulation is the twin's costliest part, so its results are kept (the profile is
+# held with them, so an id is never reused by another profile while its entry lives).
+_SETTLED: dict[tuple[object, ...], tuple[TwinProfile, tuple[Clocks, StepEstimate | None]]] = {}
+_SETTLED_MAX = 256
+_SETTLED_LOCK = threading.Lock()  # the sync thread and a run's steps settle in parallel
+
+
+def _resolve(trace: StepTrace | None, control: ControlState, profile: TwinProfile,
+             gpu_cap_hz: int | None) -> tuple[Clocks, StepEstimate | None]:
     mode = next((m for m in profile.modes if m.id == control.mode_id), None)
     if mode is None:
         log.warning("twin: nvpmodel mode %d is not in profile %s; no mode caps applied", control.mode_id, profile.name)
@@ -120,56 +140,15 @@ def _resolve_once(
         )
         return clocks, None
 
-    def est_at(clk: Clocks) -> StepEstimate:
-        return estimate_step(trace, clk, profile, online_cpus=online)
-
-    # Dynamic domains start from the top (a loaded board ramps up first) and settle.
-    clocks = Clocks(gpu_fixed or gpu_allowed[-1], cpu_fixed or cpu_allowed[-1], emc_fixed or emc_allowed[-1])
-    seen: list[Clocks] = [clocks]
-    for _ in range(_MAX_ROUNDS):
-        if gpu_fixed is None:
-            f = _lowest_below(gpu_allowed, g.podgov_target_load,
-                              lambda hz: g.podgov_load_seen * est_at(replace(clocks, gpu_hz=hz)).gpu_util)
-            clocks = replace(clocks, gpu_hz=f)
-        if cpu_fixed is None:
-            target = 1.0 / c.schedutil_headroom
-            floor = [f for f in cpu_allowed if f >= c.idle_hz] or cpu_allowed[-1:]
-            f = _lowest_below(floor, target, lambda hz: est_at(replace(clocks, cpu_hz=hz)).cpu_util)
-            clocks = replace(clocks, cpu_hz=f)
-        if emc_fixed is None:
-            clocks = replace(clocks, emc_hz=_emc_auto(est_at(clocks), clocks, emc_allowed, profile))
-        if clocks == seen[-1]:
-            break
-        if clocks in seen:  # a cycle: settle on the highest clocks it visits
-            loop = seen[seen.index(clocks):]
-            clocks = Clocks(max(k.gpu_hz for k in loop), max(k.cpu_hz for k in loop), max(k.emc_hz for k in loop))
-            break
-        seen.append(clocks)
-    return clocks, est_at(clocks)
-
-
-def _emc_auto(est: StepEstimate, clocks: Clocks, allowed: list[int], profile: TwinProfile) -> int:
-    e, g = profile.emc, profile.gpu
-    need = est.traffic_bps / (e.target_util * e.bytes_per_cycle)
-    if est.gpu_util > e.gpu_busy_threshold:
-        need = max(need, e.gpu_ratio * clocks.gpu_hz / g.table_hz[-1] * e.table_hz[-1])
-    return _pick_at_least(allowed, max(need, e.idle_hz))
-
-
-def _lowest_below(allowed: list[int], target: float, util_at: Callable[[int], float]) -> int:
-    """The lowest clock whose utilisation is at or below target (the governor would not
-    raise it further); the top of the range if none is. Utilisation falls with clock,
-    so a bisection finds it."""
-    lo, hi = 0, len(allowed) - 1
-    if util_at(allowed[hi]) > target:
-        return allowed[hi]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if util_at(allowed[mid]) <= target:
-            hi = mid
-        else:
-            lo = mid + 1
-    return allowed[lo]
+    gpu = Domain(tuple(gpu_allowed), gpu_fixed is None)
+    cpu = Domain(tuple(cpu_allowed) if cpu_fixed is None else (cpu_fixed,), cpu_fixed is None)
+    emc = Domain(tuple(emc_allowed) if emc_fixed is None else (emc_fixed,), emc_fixed is None)
+    if gpu_fixed is not None:
+        gpu = Domain((gpu_fixed,), False)
+    if not (gpu.dynamic or cpu.dynamic or emc.dynamic):
+        clocks = Clocks(gpu.allowed[0], cpu.allowed[0], emc.allowed[0])
+        return clocks, estimate_step(trace, clocks, profile, online_cpus=online)
+    return simulate(trace, gpu, cpu, emc, profile, online_cpus=online)
 
 
 def _fixed_choice(ctl: DomainControl, allowed: list[int]) -> int | None:

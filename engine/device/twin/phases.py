@@ -1,26 +1,27 @@
 """A training step's phases on the twin: where its time and energy go within the step.
 
-A step trace holds the step's GPU work by kind; the optimizer's kernels are their own
-kind, forward and backward share the others (the tracer does not tell them apart), and
-the host work (data, Python) is its own figure. Each phase is estimated alone at the
-step's clocks; those estimates give only the *shares*: every phase gets its share of the
-step's exact time and of each rail's exact energy, so the phases always sum to the step
-(`estimate_step`) however the model overlaps them. The twin's rail files show the phase
-power while a run drives it (`VirtualOrin`); its energy counter is the step's, unchanged.
+The model splits a step at fixed clocks into its phases (`model.step_loads`): the loop's serial
+host work with the GPU idle, then forward+backward and the optimizer behind the launch queue (the
+tracer does not tell forward from backward). Under dynamic governors a step's figures are a
+time-average over the clocks they visit (engine/device/twin/dynamics.py), so the phases shown are
+the model's at the clocks the board shows, scaled so that they sum to the step's exact time and
+each rail's exact energy. The twin's rail files show the phase power while a run drives it
+(`VirtualOrin`); its energy counter is the step's, unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Mapping
 
 from engine.core.trace import StepTrace
-from engine.device.twin.model import Clocks, StepEstimate, estimate_step
+from engine.device.twin.model import (COMPUTE_PHASE, HOST_PHASE, OPTIMIZER_PHASE, Clocks, StepEstimate,
+                                      rail_powers_mw, step_loads)
 from engine.device.twin.profile import TwinProfile
 
-HOST = "host"  # data loading and Python between the kernels
-COMPUTE = "forward+backward"
-OPTIMIZER = "optimizer"
+HOST = HOST_PHASE  # the loop's serial host work: the GPU idles
+COMPUTE = COMPUTE_PHASE
+OPTIMIZER = OPTIMIZER_PHASE
 PHASE_ORDER = (HOST, COMPUTE, OPTIMIZER)  # the order within a step
 
 
@@ -43,34 +44,25 @@ def step_phases(trace: StepTrace, clocks: Clocks, profile: TwinProfile, est: Ste
     """The phases of a step whose whole estimate is `est`: times sum to est.time_s and each
     rail's phase energies to est.energy_j (the last phase takes what is left, so the sums
     hold to rounding). A trace with a single phase gives one phase: the step itself."""
-    groups = (
-        (HOST, (), trace.host_cycles),
-        (COMPUTE, tuple(op for op in trace.ops if op.kind != "optimizer"), 0.0),
-        (OPTIMIZER, tuple(op for op in trace.ops if op.kind == "optimizer"), 0.0),
-    )
-    parts: list[tuple[str, StepEstimate]] = []
-    for name, ops, host in groups:
-        if ops or host > 0.0:
-            sub = replace(trace, ops=ops, host_cycles=host)
-            parts.append((name, estimate_step(sub, clocks, profile, online_cpus=online_cpus)))
-    if len(parts) <= 1 or est.time_s <= 0.0:
+    loads = tuple(p for p in step_loads(trace, clocks, profile) if p.time_s > 0.0)
+    if len(loads) <= 1 or est.time_s <= 0.0:
         return (Phase("step", est.time_s, dict(est.power_mw), est.gpu_util),)
-    t_sum = sum(p.time_s for _, p in parts)
-    e_sum = {r: sum(p.energy_j.get(r, 0.0) for _, p in parts) for r in est.energy_j}
+    parts = [(p, rail_powers_mw(clocks, p.load(online_cpus), profile)) for p in loads]
+    t_sum = sum(p.time_s for p, _ in parts)
+    e_sum = {r: sum(mw.get(r, 0.0) * p.time_s for p, mw in parts) for r in est.energy_j}
     t_left, e_left = est.time_s, dict(est.energy_j)
     phases = []
-    for i, (name, p) in enumerate(parts):
+    for i, (p, mw) in enumerate(parts):
         last = i == len(parts) - 1
         dt = t_left if last else est.time_s * p.time_s / t_sum
-        energy = {r: e_left[r] if last else (est.energy_j[r] * p.energy_j.get(r, 0.0) / e_sum[r] if e_sum[r] else 0.0)
+        energy = {r: e_left[r] if last else (est.energy_j[r] * mw.get(r, 0.0) * p.time_s / e_sum[r] if e_sum[r] else 0.0)
                   for r in est.energy_j}
         t_left -= dt
         for r, j in energy.items():
             e_left[r] -= j
         if dt <= 0.0:
             continue
-        gpu_busy = min(p.gpu_busy_s / p.time_s, 1.0) if p.time_s > 0 else 0.0
-        phases.append(Phase(name, dt, {r: j / dt * 1000.0 for r, j in energy.items()}, gpu_busy))
+        phases.append(Phase(p.name, dt, {r: j / dt * 1000.0 for r, j in energy.items()}, min(p.gpu_busy_s / p.time_s, 1.0)))
     return tuple(phases)
 
 

@@ -76,12 +76,18 @@ class GpuParams:
     vf: VfCurve
     governor: str  # default devfreq governor
     available_governors: tuple[str, ...]
-    podgov_target_load: float  # nvhost_podgov settles at the lowest clock whose load is below this
+    podgov_target_load: float  # nvhost_podgov's load_target: it steps the clock towards this load
     idle_hz: int  # where the governor parks an idle GPU
-    # The share of the GPU's busy time podgov's load counter reports under training (its window
-    # also spans data loading and host gaps). 1: all of it, the steady-state model; a calibration
-    # to measured MAXN points may lower it, so MAXN settles below the top clock.
+    # The share of the GPU's busy time podgov's load counter reports (1: all of it).
     podgov_load_seen: float = 1.0
+    # nvhost_podgov's other tunables (engine/device/twin/dynamics.py), L4T's defaults:
+    podgov_load_max: float = 0.9  # a window busier than this jumps a third of the range
+    podgov_bias: float = 0.8  # the step towards the target load, per unit of relative load error
+    podgov_smooth: float = 10.0  # weight of the past in the averages of load and requests
+    podgov_damp: float = 0.7  # weight of the new request against the average request
+    podgov_block_s: float = 0.05  # at most one change per block window
+    poll_s: float = 0.025  # devfreq's polling interval: one governor window
+    load_noise: float = 0.1  # window-to-window relative spread of the load the governor sees
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,11 @@ class CpuParams:
     available_governors: tuple[str, ...]
     schedutil_headroom: float  # schedutil asks for headroom x utilisation x current clock
     idle_hz: int  # where the governor parks an idle CPU (observed in tegrastats)
+    schedutil_half_life_s: float = 0.032  # PELT's utilisation average halves its past in 32 ms
+    # The training loop's serial host work (a trace's serial_cycles) on this board, relative to the
+    # trace's estimate: Python, CPython and library versions move it; calibration fits it.
+    serial_scale: float = 1.0
+    load_noise: float = 0.1  # window-to-window relative spread of the utilisation
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,9 @@ class EmcParams:
     target_util: float  # the automatic governor keeps utilisation below this
     idle_hz: int  # the automatic governor's floor
     gpu_ratio: float  # EMC floor = ratio x (GPU clock / GPU max) x EMC max while the GPU is busy
-    gpu_busy_threshold: float  # GPU load above which the GPU's EMC request applies
+    gpu_busy_threshold: float  # GPU load above which the GPU's EMC request applies in full
+    half_life_s: float = 0.02  # the activity monitor's average halves its past in this time
+    load_noise: float = 0.1  # window-to-window relative spread of the traffic
 
 
 @dataclass(frozen=True)

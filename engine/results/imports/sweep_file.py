@@ -42,6 +42,7 @@ from engine.results.imports.fields import (
 from engine.results.records import SweepPoint, WorkloadRecord, setting_key
 from engine.results.store.sweep_tables import FinishedSweep
 from engine.workload.lora import LoraSettings
+from engine.workload.trace.loop import Loop, default_loop, parse_loop
 
 IMPORT_METHOD = "import"  # the sweep space's "method" of an imported sweep
 CLOCK_COLUMNS = {f"{d}{suffix}": (d, unit) for d in ("gpu", "cpu", "emc")
@@ -49,7 +50,7 @@ CLOCK_COLUMNS = {f"{d}{suffix}": (d, unit) for d in ("gpu", "cpu", "emc")
 MODE_COLUMNS = ("mode", "nvpmodel", "power_mode")  # `mode` holding full/bitfit/head/lora is the training mode
 WORKLOAD_COLUMNS = {"model": ("model",), "task": ("task",), "batch_size": ("batch_size", "batch"),
                     "seq_len": ("max_seq_len", "seq_len"), "precision": ("precision",),
-                    "train_mode": ("train_mode", "training_mode"), "padding": ("pad", "padding")}
+                    "train_mode": ("train_mode", "training_mode"), "padding": ("pad", "padding"), "loop": ("loop",)}
 WORKLOAD_NAMES = frozenset(c for cols in WORKLOAD_COLUMNS.values() for c in cols)
 OTHER_COLUMNS = ("setting", "energy_j", "power_w", "time_s", "samples", "repeat", "rails")
 KNOWN_COLUMNS = frozenset(CLOCK_COLUMNS) | frozenset(MODE_COLUMNS) | frozenset(OTHER_COLUMNS) | WORKLOAD_NAMES
@@ -69,6 +70,7 @@ class WorkloadFlags:
     precision: Precision | None = None
     mode: Mode | None = None  # None: full
     padding: Padding | None = None  # None: the CLI's default (dynamic)
+    loop: Loop | None = None  # None: a column says it, else lean (a board trained with slm-dvfs's own loop)
     samples: int | None = None  # training samples each point covers
     rails: str | None = None  # the rails every energy sums, e.g. gpu+cpu
     lora: LoraSettings | None = None
@@ -283,6 +285,7 @@ class _RowReader:
             "train_mode": self._given(where, {**cells, "train_mode": cells.get("train_mode") or train_mode},
                                       "train_mode", f.mode, "mode", WORKLOAD_COLUMNS["train_mode"]),
             "padding": self._given(where, cells, "pad", f.padding, "pad", WORKLOAD_COLUMNS["padding"]),
+            "loop": self._given(where, cells, "loop", f.loop, "loop"),
         }
         key = tuple(values.values())
         if key not in self._workloads:
@@ -318,12 +321,16 @@ class _RowReader:
             precision = parse_precision(str(v["precision"] or defaults.precision).lower())
         with self.at(where, "pad"):
             padding = parse_padding(str(v["padding"] or DEFAULT_PADDING).lower())
+        with self.at(where, "loop"):
+            # not said: a board's measurements are of a run that trained, with slm-dvfs's own loop (a file of
+            # a Trainer's runs says `hf` in a loop column or with --loop hf)
+            loop = parse_loop(str(v["loop"] or default_loop(trains=True)).lower())
         entry = resolved.entry
         with self.at(where, "mode"):
             mode = parse_mode(str(v["train_mode"] or "full").lower())
             record = WorkloadRecord(
                 model=resolved.name, task=task, batch_size=batch, seq_len=seq, precision=precision, mode=mode,
-                family=resolved.family, params=entry.params if entry else None, padding=padding,
+                family=resolved.family, params=entry.params if entry else None, padding=padding, loop=loop,
                 lora=(self.flags.lora or LoraSettings()) if mode == "lora" else None,
                 grad_checkpointing=self.flags.grad_checkpointing,
                 config=resolved.config,  # the model itself: a config file's stem may name another (schema v11)

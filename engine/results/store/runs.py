@@ -204,7 +204,7 @@ class RunTables(Database):
         "w.batch_size AS w_batch_size, w.seq_len AS w_seq_len, w.precision AS w_precision, w.mode AS w_mode, "
         "w.family AS w_family, w.params AS w_params, w.data_source AS w_data_source, w.features AS w_features, "
         "w.source AS w_source, w.lora AS w_lora, w.grad_checkpointing AS w_grad_checkpointing, "
-        "w.padding AS w_padding, w.config AS w_config FROM runs r LEFT JOIN devices d ON d.id = r.device_id "
+        "w.padding AS w_padding, w.key AS w_key, w.config AS w_config FROM runs r LEFT JOIN devices d ON d.id = r.device_id "
         "LEFT JOIN workloads w ON w.id = r.workload_id"
     )
 

@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Tuple
 
@@ -100,7 +100,7 @@ class FleetSweep(BoardLoop[_Work, FleetEvent]):
     # ------------------------------------------------------------------ the loop
     def run(self) -> FleetSweepResult:
         for work in self.works:  # what needs no board (the board checks the rest: --fast on a twin)
-            replace(work.spec, fast=False).validate()
+            work.spec.validate_work()
         start = time.monotonic()
         self._loop()
         for work in self.works:  # left open: no board of its kind is left

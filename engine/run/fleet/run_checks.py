@@ -12,6 +12,7 @@ from engine.core.constants import DEFAULT_PADDING, PAD_FLAGS
 from engine.core.errors import ConfigError
 from engine.run.experiment import ExperimentSpec
 from engine.run.fleet.model import ExperimentPlan, SelectorFiles
+from engine.workload.trace.loop import default_loop
 
 if TYPE_CHECKING:
     from engine.results.records import DeviceRecord
@@ -63,6 +64,8 @@ def missing_oracle_error(spec: ExperimentSpec, modules: Sequence[str]) -> Config
         args += ["--rails", spec.rails]
     if w.padding != DEFAULT_PADDING:
         args += ["--pad", next((flag for flag, p in PAD_FLAGS.items() if p == w.padding), w.padding)]
+    if w.loop != default_loop(trains=spec.trains):  # the sweep it names trains as this run does (--fast if not)
+        args += ["--loop", w.loop]
     fast = " --fast" if spec.simulate else ""
     return ConfigError(
         f"the oracle policy has no stored sweep of {w.model}/{w.task} on a board of this fleet's module(s) "

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -102,7 +102,7 @@ class FleetRun(BoardLoop[_Exp, ExperimentEvent]):
         modules = {board_kind(info) for info in self.infos.values()}
         twin_modules = {board_kind(info) for info in self.infos.values() if info.is_twin}
         for i, spec in enumerate(self.specs):
-            replace(spec, simulate=False, twin=None, sysfs_root=None).validate()  # the board checks --simulate
+            spec.validate_work()  # the board checks --simulate (on a twin)
             if spec.reuse_baseline:
                 raise ConfigError("a fleet experiment runs its own MAXN baseline on its board",
                                   "drop --reuse-baseline (reusing a stored baseline is for a local `slm-dvfs run`)")

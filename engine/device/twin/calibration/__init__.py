@@ -2,12 +2,14 @@
 
 - `observations`: what a calibration works on: measured points, the twin's forward model over
   them (`predict`), fit options, fitted parameters;
-- `optimiser`: the numerics: bounded least squares, the governor's grid search, posterior spreads;
+- `optimiser`: the numerics: bounded least squares over every fitted number, posterior spreads;
+- `bounds`: what a fit that ends at a parameter's bound means (`BoundHit`);
 - `fit`: `calibrate_profile` -> `Calibration`, each point's and each held-out sweep's error
   (the objective is described there);
 - `overlay`: the calibrated profile as the overlay TOML file `load_profile` reads back.
 """
 
+from engine.device.twin.calibration.bounds import BoundHit, ParamKind, param_kind
 from engine.device.twin.calibration.fit import (
     Calibration,
     PointError,
@@ -24,7 +26,6 @@ from engine.device.twin.calibration.fit import (
 from engine.device.twin.calibration.observations import (
     DEFAULT_LEVEL_WEIGHT,
     DEFAULT_NOISE,
-    GOVERNOR_PATHS,
     FitOptions,
     Observation,
     ParamMove,
@@ -33,7 +34,7 @@ from engine.device.twin.calibration.observations import (
 )
 from engine.device.twin.calibration.overlay import check_profile_name, overlay_toml
 
-__all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "GOVERNOR_PATHS", "Calibration", "FitOptions", "Observation",
-           "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "calibrated_name",
-           "check_profile_name", "loso_summary", "mape", "overlay_toml", "point_errors", "predict", "spreads_for",
+__all__ = ["DEFAULT_LEVEL_WEIGHT", "DEFAULT_NOISE", "BoundHit", "Calibration", "FitOptions", "Observation",
+           "ParamKind", "ParamMove", "PointError", "Prediction", "SweepError", "calibrate_profile", "calibrated_name",
+           "check_profile_name", "loso_summary", "mape", "overlay_toml", "param_kind", "point_errors", "predict", "spreads_for",
            "sweep_error", "written_profile"]

@@ -16,10 +16,12 @@ The objective, in normalised units (docs/twin.md, "Calibration"):
   plain one; below 1 a workload whose trace is off by a constant factor (a tracer's error, not the
   board's) bends the device's parameters less. Optimum, curve and saving against MAXN depend on
   the shape only.
-The GPU governor's numbers (podgov_target_load, podgov_load_seen) move MAXN's settled clock in
-whole table steps, so the twin's energy is piecewise constant in them and a gradient sees nothing:
-they are fitted from the sweeps' MAXN points by a grid search between least-squares rounds
-(engine.device.twin.calibration.optimiser).
+Every number is fitted at once, the GPU governor's (podgov_target_load, podgov_load_seen: the MAXN
+points inform them) and the host's (launch cycles, host overlap, the loop's serial_scale: a
+host-bound model's curve informs them) with the others: the governors are simulated over time and
+their requests rounded to the table in expectation (engine.device.twin.dynamics), so every figure is
+continuous in every parameter. A number the fit leaves at a bound with the data pushing beyond it
+is named with what that means (`Calibration.at_bounds`, engine.device.twin.calibration.bounds).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Sequence
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.device.setting import MAXN
+from engine.device.twin.calibration.bounds import BoundHit
 from engine.device.twin.calibration.observations import FitOptions, Observation, ParamMove, predict
 from engine.device.twin.params import ParamSpread
 from engine.device.twin.profile import CALIBRATED_SUFFIX
@@ -154,6 +157,7 @@ class Calibration:
     sweeps: tuple[str, ...]
     cost: float  # the objective at the optimum (half the sum of squared normalised residuals)
     options: FitOptions = field(default_factory=FitOptions)
+    at_bounds: tuple[BoundHit, ...] = ()  # numbers the fit left at a bound, the data pushing beyond it
 
     @property
     def n_points(self) -> int:
@@ -178,6 +182,7 @@ class Calibration:
             "energy_mape_pct": self.energy_mape_pct, "time_mape_pct": self.time_mape_pct,
             "energy_mape_before_pct": self.energy_mape_before_pct, "time_mape_before_pct": self.time_mape_before_pct,
             "params": [p.to_json() for p in self.params], "moved": [p.path for p in self.moved],
+            "at_bounds": [b.to_json() for b in self.at_bounds],
             "points": [p.to_json() for p in self.points],
             "leave_one_sweep_out": [e.to_json() for e in self.loso],
             "leave_one_sweep_out_before": [e.to_json() for e in self.loso_before],
@@ -275,12 +280,12 @@ def calibrate_profile(profile: TwinProfile, observations: Sequence[Observation],
         for name in sweeps:
             train = [ob for ob in observations if ob.sweep != name]
             test = [ob for ob in observations if ob.sweep == name]
-            refit, _c = fit(profile, train, spreads, opts)
+            refit, _c = fit(profile, train, spreads, opts, posterior=False)
             held.append(sweep_error(refit.profile, test))
             held_before.append(sweep_error(profile, test))
     return Calibration(
         profile=result, base=profile, params=fitted.moves, points=points,
         energy_mape_pct=e_after, time_mape_pct=t_after, energy_mape_before_pct=e_before,
         time_mape_before_pct=t_before, loso=tuple(held), loso_before=tuple(held_before), sweeps=sweeps,
-        cost=cost, options=opts,
+        cost=cost, options=opts, at_bounds=fitted.at_bounds,
     )

@@ -16,7 +16,6 @@ if TYPE_CHECKING:  # the profile module loads with the first profile
     from engine.device.twin.fast import MixEstimate
     from engine.device.twin.profile import TwinProfile
 
-GOVERNOR_PATHS = ("gpu.podgov_load_seen", "gpu.podgov_target_load")
 DEFAULT_NOISE = 0.02  # relative sd of a measured energy or time per sample
 DEFAULT_LEVEL_WEIGHT = 0.5
 MOVED_SD = 0.05  # a parameter "moved" when it changed by at least this many prior sds
@@ -107,17 +106,15 @@ class FitOptions:
 
     noise: float = DEFAULT_NOISE  # relative sd of one measured figure
     level_weight: float = DEFAULT_LEVEL_WEIGHT  # weight of each sweep's mean error against its shape
-    max_rounds: int = 2  # least squares, governor grid, least squares, ...
-    max_nfev: int = 40  # function evaluations per least-squares round
+    max_nfev: int = 40  # the least squares' function evaluations (its Jacobians' not counted)
 
     def check(self) -> None:
         if not (0 < self.noise < 1):
             raise ConfigError(f"noise {self.noise!r} must lie in (0, 1)", "give a relative sd, e.g. 0.02")
         if not (0 <= self.level_weight <= 1):
             raise ConfigError(f"level weight {self.level_weight!r} must lie in [0, 1]", "e.g. 0.5")
-        if self.max_rounds < 1 or self.max_nfev < 1:
-            raise ConfigError("the fit needs at least one round and one evaluation", "raise max_rounds / max_nfev")
+        if self.max_nfev < 1:
+            raise ConfigError("the fit needs at least one evaluation", "raise max_nfev")
 
     def to_json(self) -> JsonObject:
-        return {"noise": self.noise, "level_weight": self.level_weight, "max_rounds": self.max_rounds,
-                "max_nfev": self.max_nfev}
+        return {"noise": self.noise, "level_weight": self.level_weight, "max_nfev": self.max_nfev}
