@@ -58,6 +58,9 @@ class PtyTui:
 
         def child() -> None:  # in the child, before exec: a session whose terminal this is
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            # A login shell starts it with SIGHUP's default action; an ignored SIGHUP would be inherited
+            # across exec from this test process (whatever an earlier test or library left it as).
+            signal.signal(signal.SIGHUP, signal.SIG_DFL)
             if not sighup:  # the hang-up's SIGHUP never reaches it
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
 

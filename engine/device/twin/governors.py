@@ -98,7 +98,8 @@ def resolve(
 # held with them, so an id is never reused by another profile while its entry lives).
 _SETTLED: dict[tuple[object, ...], tuple[TwinProfile, tuple[Clocks, StepEstimate | None]]] = {}
 _SETTLED_MAX = 256
-_SETTLED_LOCK = threading.Lock()  # the sync thread and a run's steps settle in parallel
+_SETTLED_LOCK = threading.RLock()  # the sync thread and a run's steps settle in parallel; re-entrant: a signal
+# handler (the clock guard restoring on SIGHUP) may run in a thread that holds it, and reach a sync
 
 
 def _resolve(trace: StepTrace | None, control: ControlState, profile: TwinProfile,
