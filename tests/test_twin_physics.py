@@ -186,3 +186,46 @@ def test_a_step_longer_than_the_simulation_covers_is_refused_with_a_remedy() -> 
         fast_points(huge, load_profile("agx-orin-64gb"), [MAXN])
     assert "longer than the twin's governors are simulated for" in err.value.what
     assert "smaller batch" in err.value.remedy
+
+
+def _cli_curve(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[list[tuple[int, float, float]], dict[str, Any]]:
+    """`slm-dvfs sweep --fast --json` as a user runs it: (GPU Hz, J/sample, s/sample) of each pinned GPU clock, and
+    the MAXN point."""
+    import json
+
+    from engine.cli import main
+
+    assert main(["sweep", "--twin", "agx-orin-64gb", "--fast", "--json", *argv]) == 0
+    out = json.loads(capsys.readouterr().out)
+    points = out["points"]
+    pinned = sorted((p["setting"]["gpu_hz"], p["joules_per_sample"]["mean"], p["seconds_per_sample"]["mean"])
+                    for p in points if p["setting"]["gpu_hz"] is not None)
+    (maxn,) = [p for p in points if p["setting"]["gpu_hz"] is None]
+    return pinned, maxn
+
+
+def test_the_sweep_command_gives_bert_tiny_a_flat_single_minimum_curve(isolated_env: Any,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's BERT-tiny check through `slm-dvfs sweep --fast` (the twin-only default loop, hf): one energy
+    minimum, a time per sample that never rises with the GPU clock, under 1.3x from 306 to 1300.5 MHz."""
+    pinned, _maxn = _cli_curve(capsys, "--model", "bert-tiny", "--task", "sst2", "--batch-size", "32",
+                               "--max-seq-len", "128", "--precision", "fp32", "--pad", "max")
+    energy, times = [e for _f, e, _t in pinned], [t for _f, _e, t in pinned]
+    assert len(_strict_minima(energy)) == 1
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(times, times[1:]))
+    assert times[0] / times[-1] < 1.3 and pinned[0][0] == 306_000_000 and pinned[-1][0] == 1_300_500_000
+
+
+@pytest.mark.slow  # traces a RoBERTa-large shape on meta tensors (~10 s)
+def test_the_sweep_command_has_maxn_below_the_top_pin_on_a_large_model(isolated_env: Any, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's large-model check through `slm-dvfs sweep --fast --model CONFIG.json`: MAXN costs less energy
+    than the 1300.5 MHz pin."""
+    import json
+
+    config = tmp_path / "roberta-large-shape.json"
+    config.write_text(json.dumps(ROBERTA_LARGE))
+    pinned, maxn = _cli_curve(capsys, "--model", str(config), "--task", "sst2", "--batch-size", "16",
+                              "--max-seq-len", "256", "--precision", "fp32", "--pad", "max")
+    assert pinned[-1][0] == 1_300_500_000
+    assert maxn["joules_per_sample"]["mean"] < pinned[-1][1]
