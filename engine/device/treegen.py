@@ -84,6 +84,7 @@ class TreeSpec:
     cpu_governors: tuple[str, ...] = CPU_GOVERNORS
     gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
     serial: str = ""  # the device tree's serial-number; "" = none written (a board's identity: results, the lock)
+    memory_total_kb: int = 0  # /proc/meminfo's MemTotal; 0 = no proc/meminfo written
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,8 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
     if spec.serial:
         w.file(f"{dt}/serial-number", spec.serial + "\0", newline=False)
     w.link("proc/device-tree", dt)
+    if spec.memory_total_kb > 0:
+        w.file("proc/meminfo", _meminfo(spec.memory_total_kb))
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
     board = "generic" if spec.layout == "r36" else "t186ref"
     w.file(
@@ -245,6 +248,13 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
         f"# R{parts[0]} (release), REVISION: {parts[1]}.{parts[2]}, GCID: 00000000, BOARD: {board}, "
         f"EABI: aarch64, DATE: Mon Jan  1 00:00:00 UTC 2024",
     )
+
+
+def _meminfo(total_kb: int) -> str:
+    """The head of /proc/meminfo as Linux writes it (`Name:` padded, the value right-aligned, " kB");
+    an idle board's free and available memory estimate the rest (readers need MemTotal)."""
+    rows = (("MemTotal", total_kb), ("MemFree", total_kb * 9 // 10), ("MemAvailable", total_kb * 9 // 10))
+    return "\n".join(f"{name + ':':<16}{kb:>8} kB" for name, kb in rows)
 
 
 def _devfreq(

@@ -194,7 +194,12 @@ def parse_objective_kind(value: object, text: object = None) -> ObjectiveKind:
 
 
 def module_power_limit_w(identity: DeviceIdentity) -> float:
-    """The module's power limit (Zeus's MaxPower) from its identity; 60 W when unknown."""
+    """The module's power limit (Zeus's MaxPower) from its identity: its device profile's (an unknown
+    module's fallback profile's, as its identity says), else by memory size; 60 W when unknown."""
+    if identity.module_profile:
+        from engine.device.twin.profile import board_limits  # loads a TOML: only when a profile is named
+
+        return board_limits(identity.module_profile).power_limit_w
     for key, watts in MODULE_POWER_LIMIT_W.items():
         if key.lower() in identity.module.lower():
             return watts

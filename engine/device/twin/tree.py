@@ -48,6 +48,7 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         rails.append(RailSpec(r.name, f"1-00{r.chip[2:]}", r.channel, mv, ma))
     policies = tuple(range(0, profile.cpu.cores, profile.cpu.cluster_size))
     zones = tuple((t, c) for t, c in idle_zone_temps_c(profile.thermal).items())
+    module = profile.module
     return replace(
         base,
         gpu_freqs_hz=profile.gpu.table_hz,
@@ -66,6 +67,8 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         cpu_count=profile.cpu.cores,
         cpu_policies=policies,
         board_model=profile.identity.dt_model,
+        compatible=module.compatible if module is not None else base.compatible,
+        memory_total_kb=int(round(profile.memory_total_mb * 1024)) if profile.memory_total_mb else 0,
         l4t_release=profile.identity.l4t if layout == "r36" else base.l4t_release,
         nvpmodel_id=profile.initial_mode,
         gpu_governors=_default_first(profile.gpu.available_governors, profile.gpu.governor),
