@@ -129,6 +129,9 @@ class DeviceReport(TypedDict):
     serial: str | None
     twin: bool
     profile: str | None
+    module_profile: str | None  # the module's shipped profile; an unknown module's fallback (module_known false)
+    module_known: bool
+    memory_total_mb: float | None
     source: str
     nvpmodel: ModeId | None
     nvpmodel_conf: bool
@@ -180,6 +183,9 @@ def device_report(device: Device) -> DeviceReport:
         "serial": ident.serial,
         "twin": ident.is_twin,
         "profile": ident.profile,
+        "module_profile": ident.module_profile,
+        "module_known": ident.module_known,
+        "memory_total_mb": ident.memory_total_mb,
         "source": ident.source.value,
         "nvpmodel": None if snap.mode is None else {"id": snap.mode.id, "name": snap.mode.name},
         "nvpmodel_conf": not no_conf,
@@ -241,7 +247,8 @@ def format_device_report(rep: DeviceReport) -> str:
     lines = [
         f"{rep['board']} · {rep['module']} · {kind}" + (f" · serial {rep['serial']}" if rep.get("serial") else ""),
         f"L4T {rep['l4t'] or '?'} · JetPack {rep['jetpack'] or '?'} · "
-        "power mode: " + _mode_text(rep),
+        + (f"memory {rep['memory_total_mb']:.0f} MB · " if rep.get("memory_total_mb") else "")
+        + "power mode: " + _mode_text(rep),
         "",
         f"Clocks [{src}]       min / current / max MHz   governor",
     ]

@@ -97,7 +97,7 @@ class DeviceRailSource:
         self.interval_reason = f"the INA3221 sensor updates only every {self.min_interval_s * 1000:.0f} ms"
         identity = device.identity()
         self.source = identity.source
-        self.limits = board_limits(identity.profile)
+        self.limits = board_limits(identity.profile or identity.module_profile)
 
     def now(self) -> float:
         return self._clock()

@@ -65,7 +65,7 @@ def take_snapshot(device: Device, identity: DeviceIdentity | None = None) -> Dev
             clocks.append(state)
     identity = identity or device.identity()
     rails = attempt("rails", device.rails, ())
-    limits = board_limits(identity.profile)
+    limits = board_limits(identity.profile or identity.module_profile)
     implausible = {r.name: why for r in rails if (why := limits.rail_problem(r.voltage_mv, r.current_ma))}
     return DeviceSnapshot(
         t=time.monotonic(),
