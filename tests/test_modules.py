@@ -9,6 +9,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from engine.device.jetson.identity import MODULES, jetpack_for
 from engine.device.treegen import render_tree
 from engine.device.twin.profile import devices_dir, load_profile
 from engine.device.twin.tree import tree_spec
+from conftest import IsolatedEnv
 
 SHIPPED = tuple(sorted(p.stem for p in devices_dir().glob("*.toml")))
 MODULE_PROFILES = ("orin-nano-4gb", "orin-nano-8gb", "orin-nx-8gb", "orin-nx-16gb", "agx-orin-32gb", "agx-orin-64gb",
@@ -26,14 +28,14 @@ MODULE_PROFILES = ("orin-nano-4gb", "orin-nano-8gb", "orin-nx-8gb", "orin-nx-16g
 MODE0_CAPPED = {"orin-nano-4gb", "orin-nano-8gb"}
 
 
-def board_tree(tmp_path: Path, name: str, **changes: object) -> Path:
+def board_tree(tmp_path: Path, name: str, **changes: Any) -> Path:
     """A board's tree (no twin marker) rendered from the profile's facts, with `changes` to its spec."""
     root = tmp_path / f"board-{name}"
     render_tree(root, replace(tree_spec(load_profile(name)), **changes))
     return root
 
 
-def device_json(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
+def device_json(root: Path, capsys: pytest.CaptureFixture[str]) -> Any:  # `device --json`, as parsed
     assert main(["device", "--sysfs-root", str(root), "--json"]) == 0
     return json.loads(capsys.readouterr().out)
 
@@ -51,7 +53,7 @@ def test_every_module_has_a_profile() -> None:
 
 @pytest.mark.parametrize("name", MODULE_PROFILES)
 def test_a_board_of_each_module_says_what_it_is(
-    name: str, tmp_path: Path, isolated_env: object, capsys: pytest.CaptureFixture[str]
+    name: str, tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     profile = load_profile(name)
     rep = device_json(board_tree(tmp_path, name), capsys)
@@ -60,11 +62,11 @@ def test_a_board_of_each_module_says_what_it_is(
     assert rep["module"] == profile.identity.module and not str(rep["module"]).upper().startswith(("P3768", "P3737"))
     assert rep["jetpack"] == profile.identity.jetpack == jetpack_for(profile.identity.l4t)
     assert rep["memory_total_mb"] == pytest.approx(profile.memory_total_mb, abs=0.1)
-    assert [r["name"] for r in rep["rails"]] == list(profile.rail_names)  # type: ignore[index,union-attr]
-    assert [m["name"] for m in rep["power_modes"]] == [m.name for m in profile.modes]  # type: ignore[index,union-attr]
-    gpu = rep["clocks"]["gpu"]  # type: ignore[index]
+    assert [r["name"] for r in rep["rails"]] == list(profile.rail_names)
+    assert [m["name"] for m in rep["power_modes"]] == [m.name for m in profile.modes]
+    gpu = rep["clocks"]["gpu"]
     assert gpu["table_hz"] == list(profile.gpu.table_hz)
-    assert len(rep["clocks"]["cpu"]["clusters"]) == -(-profile.cpu.cores // profile.cpu.cluster_size)  # type: ignore[index]
+    assert len(rep["clocks"]["cpu"]["clusters"]) == -(-profile.cpu.cores // profile.cpu.cluster_size)
     facts = profile.module
     assert facts is not None
     assert facts.total_rail in ("", *profile.rail_names)
@@ -73,13 +75,13 @@ def test_a_board_of_each_module_says_what_it_is(
 
 
 def test_the_orin_nano_is_not_named_after_its_carrier(
-    tmp_path: Path, isolated_env: object, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The issue's board: an Orin Nano 8GB devkit on JetPack 6.2 was "P3768-0000" with "assuming 60 W"."""
     rep = device_json(board_tree(tmp_path, "orin-nano-8gb"), capsys)
     assert rep["module"] == "P3767-0005 (Orin Nano 8GB, developer kit module)"
     assert rep["l4t"] == "36.4.3" and rep["jetpack"] == "6.2"
-    assert [m["name"] for m in rep["power_modes"] if m["gpu_max_hz"] is None] == ["MAXN_SUPER"]  # type: ignore[index,union-attr]
+    assert [m["name"] for m in rep["power_modes"] if m["gpu_max_hz"] is None] == ["MAXN_SUPER"]
     from engine.device.jetson import JetsonDevice
     from engine.dvfs.objectives import module_power_limit_w
 
@@ -89,7 +91,7 @@ def test_the_orin_nano_is_not_named_after_its_carrier(
 @pytest.mark.parametrize(("l4t", "jetpack"), [("35.4.1", "5.1.2"), ("36.4.3", "6.2"), ("36.4.4", "6.2.1"),
                                               ("38.2.0", "7.0"), ("38.4.0", "7.1"), ("39.2.0", "7.2")])
 def test_jetpack_from_the_l4t_release(
-    l4t: str, jetpack: str, tmp_path: Path, isolated_env: object, capsys: pytest.CaptureFixture[str]
+    l4t: str, jetpack: str, tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rep = device_json(board_tree(tmp_path, "agx-orin-64gb", l4t_release=l4t), capsys)
     assert rep["l4t"] == l4t and rep["jetpack"] == jetpack
@@ -100,7 +102,7 @@ def test_jetpack_from_the_l4t_release(
     ("nvidia,p3737-0000+p3711-0001\0nvidia,tegra234\0", "P3711-0001", "agx-orin-64gb"),
 ])
 def test_an_unknown_module_works_generically_and_names_its_fallback(
-    compatible: str, part: str, fallback: str, tmp_path: Path, isolated_env: object,
+    compatible: str, part: str, fallback: str, tmp_path: Path, isolated_env: IsolatedEnv,
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
 ) -> None:
     root = board_tree(tmp_path, "orin-nano-8gb", compatible=compatible)
@@ -108,7 +110,7 @@ def test_an_unknown_module_works_generically_and_names_its_fallback(
         rep = device_json(root, capsys)
     assert rep["module"] == f"unknown module {part} (treated as {fallback})"
     assert rep["module_known"] is False and rep["module_profile"] == fallback
-    assert rep["clocks"]["gpu"]["table_hz"] == list(load_profile("orin-nano-8gb").gpu.table_hz)  # type: ignore[index]
+    assert rep["clocks"]["gpu"]["table_hz"] == list(load_profile("orin-nano-8gb").gpu.table_hz)
     assert any(part in r.getMessage() and fallback in r.getMessage() for r in caplog.records)
     assert main(["device", "--sysfs-root", str(root)]) == 0
     assert f"unknown module {part} (treated as {fallback})" in capsys.readouterr().out
@@ -121,9 +123,9 @@ def _gpu_files(state_dir: Path, name: str) -> tuple[str, str]:
 
 @pytest.mark.parametrize("name", MODULE_PROFILES)
 def test_each_twin_pins_and_restores_through_the_cli(
-    name: str, isolated_env: object, capsys: pytest.CaptureFixture[str]
+    name: str, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    state = Path(isolated_env.state_dir)  # type: ignore[attr-defined]
+    state = isolated_env.state_dir
     assert main(["device", "--twin", name, "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["twin"] is True and rep["profile"] == name and rep["module_profile"] == name
@@ -140,7 +142,7 @@ def test_each_twin_pins_and_restores_through_the_cli(
     pytest.param(n, marks=pytest.mark.xfail(n in MODE0_CAPPED, strict=True,
                                             reason="sweep pins in mode 0, capped on an Orin Nano (issue 23 part 3)"))
     for n in MODULE_PROFILES])
-def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: object, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--fast", "--model", "bert-tiny", "--task", "sst2", "--twin", name, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["device"]["profile"] == name
@@ -150,7 +152,7 @@ def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: object, capsys:
 
 
 @pytest.mark.slow  # two simulated runs: ~3 s
-def test_a_simulated_run_against_the_baseline_on_the_orin_nx_twin(isolated_env: object, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_simulated_run_against_the_baseline_on_the_orin_nx_twin(isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--twin", "orin-nx-16gb", "--simulate", "--model", "bert-tiny", "--task", "sst2",
                  "--policy", "static:gpu=612", "--compare", "maxn", "--steps", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
