@@ -1,161 +1,360 @@
-"""Every Orin module a user may own (issue 23, part 1): a tree built from each shipped profile's
-facts reads as that module (its part, profile, JetPack and memory), its clocks pin and restore
-through the CLI, and `sweep --fast` runs on its twin; an unknown module works generically and says
-which profile it falls back to. Every check goes through `slm-dvfs` as a user would."""
+"""Results carry the board they came from (serial, module, L4T): two boards of one module are two
+devices; baselines are per board, the oracle's points per module; runs of two modules never
+compare; the selector trains per module by default and across modules with the module a feature."""
 
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import replace
+import sqlite3
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pytest
 
-from engine.cli import main
-from engine.device.jetson.identity import MODULES, jetpack_for
-from engine.device.treegen import render_tree
-from engine.device.twin.profile import devices_dir, load_profile
-from engine.device.twin.tree import tree_spec
-from conftest import IsolatedEnv
+from engine.core.errors import ConfigError
+from engine.core.provenance import Source
+from engine.device.jetson.identity import read_identity
+from engine.device.setting import MAXN
+from engine.device.sysfs import SysfsTree
+from engine.device.twin.fast import fast_sweep
+from engine.device.twin.orin import VirtualOrin
+from engine.device.twin.profile import load_profile
+from engine.results import migrations
+from engine.results.baseline import find_baseline, matching_baseline
+from engine.results.compare import board_note, compare_records, mismatch, Side
+from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
+from engine.results.sweeps import stored_points
+from engine.selector.dataset import from_store, profile_settings
+from engine.selector.features import describe_workload
+from engine.selector.modules import pick_module
+from engine.results.totals import RunTotals
 
-SHIPPED = tuple(sorted(p.stem for p in devices_dir().glob("*.toml")))
-MODULE_PROFILES = ("orin-nano-4gb", "orin-nano-8gb", "orin-nx-8gb", "orin-nx-16gb", "agx-orin-32gb", "agx-orin-64gb",
-                   "agx-orin-industrial-64gb")
-# Until the baseline is the board's uncapped mode by name (issue 23, part 3), `sweep` compares
-# against and pins in nvpmodel mode 0, which on an Orin Nano is the capped 15W / 10W mode.
-MODE0_CAPPED = {"orin-nano-4gb", "orin-nano-8gb"}
+from conftest import migrate
 
-
-def board_tree(tmp_path: Path, name: str, **changes: Any) -> Path:
-    """A board's tree (no twin marker) rendered from the profile's facts, with `changes` to its spec."""
-    root = tmp_path / f"board-{name}"
-    render_tree(root, replace(tree_spec(load_profile(name)), **changes))
-    return root
-
-
-def device_json(root: Path, capsys: pytest.CaptureFixture[str]) -> Any:  # `device --json`, as parsed
-    assert main(["device", "--sysfs-root", str(root), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def test_every_module_has_a_profile() -> None:
-    assert set(MODULE_PROFILES) <= set(SHIPPED)
-    for part, (_name, profile) in MODULES.items():
-        facts = load_profile(profile).module
-        assert facts is not None and part in facts.parts, f"{part} -> {profile}, whose [module] parts do not list it"
-    for name in MODULE_PROFILES:
-        facts = load_profile(name).module
-        assert facts is not None
-        assert all(MODULES[part][1] == name for part in facts.parts), name
+AGX = "P3701-0000 (AGX Orin 64GB)"
+# Only the AGX Orin 64GB twin ships: the "other module" below is a label put on device records
+# whose sweeps are that twin's, energy scaled 1.3x. It stands for a second module in these tests;
+# it is not a model of an Orin NX.
+OTHER = "P3767-0000 (Orin NX 16GB, stand-in)"
+BOARD = "NVIDIA Jetson AGX Orin Developer Kit"
 
 
-@pytest.mark.parametrize("name", MODULE_PROFILES)
-def test_a_board_of_each_module_says_what_it_is(
-    name: str, tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
-) -> None:
-    profile = load_profile(name)
-    rep = device_json(board_tree(tmp_path, name), capsys)
-    assert rep["twin"] is False and rep["profile"] is None  # a board: no twin profile ...
-    assert rep["module_profile"] == name and rep["module_known"] is True  # ... but its module's
-    assert rep["module"] == profile.identity.module and not str(rep["module"]).upper().startswith(("P3768", "P3737"))
-    assert rep["jetpack"] == profile.identity.jetpack == jetpack_for(profile.identity.l4t)
-    assert rep["memory_total_mb"] == pytest.approx(profile.memory_total_mb, abs=0.1)
-    assert [r["name"] for r in rep["rails"]] == list(profile.rail_names)
-    assert [m["name"] for m in rep["power_modes"]] == [m.name for m in profile.modes]
-    gpu = rep["clocks"]["gpu"]
-    assert gpu["table_hz"] == list(profile.gpu.table_hz)
-    assert len(rep["clocks"]["cpu"]["clusters"]) == -(-profile.cpu.cores // profile.cpu.cluster_size)
-    facts = profile.module
-    assert facts is not None
-    assert facts.total_rail in ("", *profile.rail_names)
-    if facts.family in ("orin-nano", "orin-nx"):  # VDD_IN is the module's input there (l4t, jetson-stats)
-        assert facts.total_rail == "VDD_IN"
+def _twin(root: Path, serial: str | None) -> DeviceRecord:
+    twin = VirtualOrin(root=root, serial=serial)
+    try:
+        return DeviceRecord.from_identity(read_identity(SysfsTree(twin.root)))
+    finally:
+        twin.close()
 
 
-def test_the_orin_nano_is_not_named_after_its_carrier(
-    tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The issue's board: an Orin Nano 8GB devkit on JetPack 6.2 was "P3768-0000" with "assuming 60 W"."""
-    rep = device_json(board_tree(tmp_path, "orin-nano-8gb"), capsys)
-    assert rep["module"] == "P3767-0005 (Orin Nano 8GB, developer kit module)"
-    assert rep["l4t"] == "36.4.3" and rep["jetpack"] == "6.2"
-    assert [m["name"] for m in rep["power_modes"] if m["gpu_max_hz"] is None] == ["MAXN_SUPER"]
-    from engine.device.jetson import JetsonDevice
-    from engine.dvfs.objectives import module_power_limit_w
-
-    assert module_power_limit_w(JetsonDevice(tmp_path / "board-orin-nano-8gb").identity()) == 25.0
-
-
-@pytest.mark.parametrize(("l4t", "jetpack"), [("35.4.1", "5.1.2"), ("36.4.3", "6.2"), ("36.4.4", "6.2.1"),
-                                              ("38.2.0", "7.0"), ("38.4.0", "7.1"), ("39.2.0", "7.2")])
-def test_jetpack_from_the_l4t_release(
-    l4t: str, jetpack: str, tmp_path: Path, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
-) -> None:
-    rep = device_json(board_tree(tmp_path, "agx-orin-64gb", l4t_release=l4t), capsys)
-    assert rep["l4t"] == l4t and rep["jetpack"] == jetpack
+# --------------------------------------------------------------------------- the serial
+def test_two_twins_with_their_own_serials_are_two_devices_of_one_module(tmp_path: Path) -> None:
+    a, b = _twin(tmp_path / "a", "1422921000001"), _twin(tmp_path / "b", "1422921000002")
+    plain = _twin(tmp_path / "c", None)
+    assert (a.serial, b.serial, plain.serial) == ("1422921000001", "1422921000002", None)
+    assert a.module == b.module == AGX and a.same_module(b) and a.other_board(b) and not a.other_board(a)
+    assert not a.other_board(plain)  # an unknown serial may be the same board
+    assert "#1422921000001" in a.label() and "[twin]" in a.label()
+    assert _twin(tmp_path / "a", None).serial == "1422921000001"  # a reopened twin keeps its serial
+    with Store(tmp_path / "r.sqlite") as store:
+        ida, idb = store.ensure_device(a), store.ensure_device(b)
+        assert ida != idb and store.ensure_device(a) == ida
+        assert store.get_device(idb).serial == "1422921000002"
+        assert store.device_ids(ida, "board") == (ida,)
+        assert set(store.device_ids(ida, "module")) == {ida, idb}
 
 
-@pytest.mark.parametrize(("compatible", "part", "fallback"), [
-    ("nvidia,p3768-0000+p3767-0099\0nvidia,p3767-0099\0nvidia,tegra234\0", "P3767-0099", "orin-nano-8gb"),
-    ("nvidia,p3737-0000+p3711-0001\0nvidia,tegra234\0", "P3711-0001", "agx-orin-64gb"),
-])
-def test_an_unknown_module_works_generically_and_names_its_fallback(
-    compatible: str, part: str, fallback: str, tmp_path: Path, isolated_env: IsolatedEnv,
-    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
-) -> None:
-    root = board_tree(tmp_path, "orin-nano-8gb", compatible=compatible)
-    with caplog.at_level(logging.WARNING, logger="engine.device.jetson.identity"):
-        rep = device_json(root, capsys)
-    assert rep["module"] == f"unknown module {part} (treated as {fallback})"
-    assert rep["module_known"] is False and rep["module_profile"] == fallback
-    assert rep["clocks"]["gpu"]["table_hz"] == list(load_profile("orin-nano-8gb").gpu.table_hz)
-    assert any(part in r.getMessage() and fallback in r.getMessage() for r in caplog.records)
-    assert main(["device", "--sysfs-root", str(root)]) == 0
-    assert f"unknown module {part} (treated as {fallback})" in capsys.readouterr().out
+def test_a_version_8_store_keeps_its_devices_with_an_unknown_serial(tmp_path: Path) -> None:
+    db = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(db)
+    migrate(conn, 8)
+    conn.executescript(f"""
+        INSERT INTO devices VALUES (3, '{BOARD}', '{AGX}', '36.3.0', '6.0', NULL, 0, 'measured', '2025-01-01');
+        PRAGMA user_version = 8;
+    """)
+    conn.close()
+    old = DeviceRecord(BOARD, AGX, "36.3.0", "6.0")
+    with Store(db) as store:
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 11
+        assert store.get_device(3) == old and old.serial is None
+        assert store.ensure_device(old) == 3  # its identity is unchanged
+        new = store.ensure_device(DeviceRecord(BOARD, AGX, "36.3.0", "6.0", serial="1422921012345"))
+        assert new != 3
+        assert store.device_ids(new, "board") == (new, 3)  # the serial-less row may be this board
+        assert store.device_ids(3, "board") == (3,)
+        other = store.ensure_device(DeviceRecord(BOARD, AGX, "36.3.0", "6.0", serial="999"))
+        assert 3 in store.device_ids(other, "board") and new not in store.device_ids(other, "board")
 
 
-def _gpu_files(state_dir: Path, name: str) -> tuple[str, str]:
-    dev = state_dir / "twin" / name / "sys/class/devfreq/17000000.gpu"
-    return (dev / "min_freq").read_text().strip(), (dev / "max_freq").read_text().strip()
+# --------------------------------------------------------------------------- runs and baselines
+def _run(store: Store, device: DeviceRecord, policy: str, energy: float) -> int:
+    wl = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
+    rid = store.start_run(policy=policy, source=Source.TWIN if device.is_twin else Source.MEASURED, device=device,
+                          workload=wl, steps=4, seed=0, rails="all")
+    store.finish_run(rid, RunTotals(time_s=2.0, energy_j=energy, rails_preset="all", samples=128, steps=4))
+    return rid
 
 
-@pytest.mark.parametrize("name", MODULE_PROFILES)
-def test_each_twin_pins_and_restores_through_the_cli(
-    name: str, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
-) -> None:
-    state = isolated_env.state_dir
-    assert main(["device", "--twin", name, "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert rep["twin"] is True and rep["profile"] == name and rep["module_profile"] == name
-    before = _gpu_files(state, name)
-    table = load_profile(name).gpu.table_hz
-    assert main(["pin", "--twin", name, "--gpu", str(table[1] // 1_000_000)]) == 0
-    assert _gpu_files(state, name) == (str(table[1]), str(table[1]))
-    assert main(["restore", "--twin", name]) == 0
-    assert _gpu_files(state, name) == before
+def test_comparisons_refuse_two_modules_and_label_another_board(tmp_path: Path) -> None:
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    with Store(tmp_path / "r.sqlite") as store:
+        maxn_a = _run(store, a, "maxn", 100.0)
+        run_b = _run(store, b, "online", 80.0)
+        run_nx = _run(store, nx, "online", 50.0)
+        rb, ra, rn = store.get_run(run_b), store.get_run(maxn_a), store.get_run(run_nx)
+        assert rb.device is not None and rb.device.serial == "B"
+        problem = mismatch(Side.of(rn), Side.of(ra))
+        assert problem is not None and problem.kind == "module" and "different modules never compare" in problem.what
+        with pytest.raises(ConfigError, match="different modules never compare"):
+            compare_records(rn, ra)
+        assert compare_records(rb, ra).saving_pct == pytest.approx(20.0)  # one module, another board: allowed
+        assert board_note(rb, ra) == "other board (#A)" and board_note(ra, ra) is None
+        # the baseline lookup: this board's first; another board's of the module only as a fallback
+        key = rb.workload.key  # type: ignore[union-attr]
+        assert matching_baseline(store, workload_key=key, device_id=rb.device_id, source=rb.source, steps=None,
+                                 seed=None, rails_preset="all", simulated=False) is None
+        found = find_baseline(store, rb)
+        assert found is not None and found.id == maxn_a and board_note(rb, found) == "other board (#A)"
+        assert find_baseline(store, rn) is None  # never another module's
+        maxn_b = _run(store, b, "maxn", 90.0)
+        assert find_baseline(store, rb).id == maxn_b  # type: ignore[union-attr]
 
 
-@pytest.mark.slow  # a sweep of each twin: ~2 s each, once its step trace is cached
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(n in MODE0_CAPPED, strict=True,
-                                            reason="sweep pins in mode 0, capped on an Orin Nano (issue 23 part 3)"))
-    for n in MODULE_PROFILES])
-def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["sweep", "--fast", "--model", "bert-tiny", "--task", "sst2", "--twin", name, "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["device"]["profile"] == name
-    gpu_table = set(load_profile(name).gpu.table_hz)
-    pinned = [p["setting"]["gpu_hz"] for p in out["points"] if p["setting"].get("gpu_hz")]
-    assert set(pinned) == gpu_table  # every step of the module's own clock table, not the AGX 64GB's
+def test_the_oracle_reads_the_sweeps_of_every_board_of_its_module(tmp_path: Path) -> None:
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    wl = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
+    with Store(tmp_path / "r.sqlite") as store:
+        for dev, energy in ((a, 10.0), (nx, 99.0)):
+            sweep = store.find_or_create_sweep(device=dev, workload=wl, space={"rails": "all"}, warmup_steps=0,
+                                               steps=1, repeats=1, source=Source.MEASURED)
+            store.add_point(SweepPoint(sweep.id, MAXN.to_json(), 0, 1.0, energy, 10))
+        points = stored_points(store, store.ensure_device(b), store.ensure_workload(wl))
+        assert [m.energy_j for _s, m in points] == [10.0]  # board A's, not the other module's
+        # resuming is per board: board B starts its own sweep rather than adding to A's
+        mine = store.find_or_create_sweep(device=b, workload=wl, space={"rails": "all"}, warmup_steps=0, steps=1,
+                                          repeats=1, source=Source.MEASURED)
+        assert mine.device_id == store.ensure_device(b)
 
 
-@pytest.mark.slow  # two simulated runs: ~3 s
-def test_a_simulated_run_against_the_baseline_on_the_orin_nx_twin(isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--twin", "orin-nx-16gb", "--simulate", "--model", "bert-tiny", "--task", "sst2",
-                 "--policy", "static:gpu=612", "--compare", "maxn", "--steps", "5", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["device"]["profile"] == "orin-nx-16gb" and out["device"]["module"] == "P3767-0000 (Orin NX 16GB)"
-    assert set(out["run"]["rail_energy_j"]) == set(load_profile("orin-nx-16gb").rail_names)
-    assert out["run"]["setting"]["gpu_hz"] == 612_000_000 and out["comparison"]["saving_pct"] is not None
+def test_a_fleet_sweep_resumes_on_any_board_of_the_module_and_its_points_name_their_board(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+    from engine.results.report import write_report
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    wl = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
+    db = tmp_path / "r.sqlite"
+    args = dict(workload=wl, space={"rails": "all"}, warmup_steps=0, steps=1, repeats=1, source=Source.MEASURED)
+    with Store(db) as store:
+        first = store.find_or_create_sweep(device=a, **args)
+        store.add_point(SweepPoint(first.id, MAXN.to_json(), 0, 1.0, 10.0, 10))  # device None: the sweep's (A)
+        store.finish_sweep(first.id, "cancelled")
+        # board B picks it up (scope "module"); the other module never does
+        again = store.find_or_create_sweep(device=b, scope="module", **args)
+        assert again.id == first.id and again.device_id == store.ensure_device(a)
+        assert store.find_or_create_sweep(device=nx, scope="module", **args).id != first.id
+        store.add_point(SweepPoint(first.id, {"gpu_hz": 816_000_000, "nvpmodel": 0}, 0, 2.0, 8.0, 10,
+                                   device_id=store.ensure_device(b)))
+        store.finish_sweep(first.id)
+        by_board = {p.key[0]: p.device_id for p in store.sweep_points(first.id)}
+        assert sorted(by_board.values(), key=str) == sorted([None, store.ensure_device(b)], key=str)
+        assert [d.serial for d in store.sweep_boards(first.id)] == ["A", "B"]
+        md = write_report(store, f"s{first.id}", out_dir=tmp_path / "rep").markdown.read_text()
+    assert "measured on 2 boards of the module (serials A, B)" in md
+    assert main(["show", f"s{first.id}", "--db", str(db)]) == 0
+    assert "boards       2 of the module measured its points: #A, #B" in capsys.readouterr().out
+    assert main(["show", f"s{first.id}", "--db", str(db), "--json"]) == 0
+    assert [d["serial"] for d in json.loads(capsys.readouterr().out)["boards"]] == ["A", "B"]
+
+
+# --------------------------------------------------------------------------- the selector
+PROFILE = load_profile("agx-orin-64gb")
+SETTINGS = profile_settings(PROFILE, "gpu")
+
+
+@pytest.fixture(scope="module")
+def two_modules(tmp_path_factory: pytest.TempPathFactory, selector_trace_cache: Path) -> Path:
+    """A store of twin sweeps of three workloads on an AGX Orin device record and on the stand-in
+    module's (the same twin sweeps, energy x1.3: see OTHER)."""
+    db = tmp_path_factory.mktemp("modules") / "results.sqlite"
+    agx = DeviceRecord(BOARD, AGX, profile="agx-orin-64gb", is_twin=True, serial="A")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, profile="agx-orin-64gb", is_twin=True, serial="N")
+    with Store(db) as store:
+        for model, batch in (("bert-tiny", 8), ("bert-tiny", 32), ("pythia-14m", 8)):
+            w, trace = describe_workload(model, "sst2", batch_size=batch, seq_len=32)
+            rec = WorkloadRecord.from_trace(trace, "sst2", family=w.family)
+            rows = fast_sweep(trace, PROFILE, SETTINGS, steps=2)
+            for dev, scale in ((agx, 1.0), (nx, 1.3)):
+                sweep = store.find_or_create_sweep(device=dev, workload=rec, space={"space": "gpu", "rails": "all"},
+                                                   warmup_steps=1, steps=2, repeats=1, source=Source.TWIN)
+                for s, m in rows:
+                    store.add_point(SweepPoint(sweep.id, s.to_json(), 0, m.time_s, m.energy_j * scale, m.samples))
+                store.finish_sweep(sweep.id)
+    return db
+
+
+def test_training_uses_one_module_by_default_and_learns_across_with_the_flag(two_modules: Path) -> None:
+    from engine.selector.candidates import CandidateSpec
+    from engine.selector.training import store_dataset, train_on
+
+    with Store(two_modules) as store:
+        mine = from_store(store, source="twin")  # the profile's module, of the two swept
+        assert set(mine.row_modules) == {AGX} and not mine.module_columns
+        assert mine.summary()["modules"] == [AGX]
+        theirs = store_dataset(store, source="twin", module=OTHER)
+        assert set(theirs.row_modules) == {OTHER} and len(theirs) == len(mine)
+        assert np.allclose(theirs.energy_per_sample, 1.3 * mine.energy_per_sample)
+        with pytest.raises(ConfigError, match="no sweep of module"):
+            from_store(store, source="twin", module="P3767-0005 (Orin Nano)")
+        with pytest.raises(ConfigError, match="--across-modules"):  # two swept, the profile's module neither
+            pick_module([AGX, OTHER], None, "P3701-0004 (AGX Orin 32GB)", "agx-orin-32gb")
+        across = store_dataset(store, source="twin", across_modules=True)
+    assert len(across) == 2 * len(mine) and across.module_columns == (AGX, OTHER)
+    assert across.columns[-2:] == (f"module={AGX}", f"module={OTHER}")
+    assert across.X().shape[1] == mine.X().shape[1] + 2
+    assert mine.digest() != across.digest()
+    trained = train_on(across, candidates=[CandidateSpec("random-forest", "time+energy", small=True)], n_splits=2)
+    sel = trained.selector
+    assert sel.modules == (AGX, OTHER) and sel.schema["columns"][-1] == f"module={OTHER}"
+    assert sel.basis.across_modules and sel.basis.modules == (AGX, OTHER) and "across modules" in sel.basis.line()
+    w, _t = describe_workload("bert-tiny", "sst2", batch_size=16, seq_len=32)
+    sel.use_module(AGX)
+    on_agx = sel.predict(w, [MAXN])[0].energy_per_sample
+    sel.use_module(OTHER)
+    on_other = sel.predict(w, [MAXN])[0].energy_per_sample
+    assert on_other > 1.15 * on_agx  # it learnt the stand-in module's 1.3x energy
+    with pytest.raises(ConfigError, match="trained across"):
+        sel.use_module("P3767-0005 (Orin Nano)")
+    # the ml policy predicts for the board's module, and refuses one the selector never learnt
+    from types import SimpleNamespace
+
+    from engine.device.base import DeviceIdentity
+    from engine.selector.policy import MLPolicy
+
+    policy = MLPolicy(sel, probes=0)
+    for module in (AGX, OTHER):
+        ident = DeviceIdentity("board", module, "36.4.0", "6.1", is_twin=False)
+        policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda ident=ident: ident))  # type: ignore[assignment]
+        assert policy._as_source() == Source.MEASURED and sel.module == module
+    ident = DeviceIdentity("board", "P3767-0005 (Orin Nano)", "36.4.0", "6.1", is_twin=False)
+    policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda: ident))  # type: ignore[assignment]
+    with pytest.raises(ConfigError, match="trained across"):
+        policy._as_source()
+
+
+def test_train_selector_across_modules_then_select_for_a_module(two_modules: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+    from engine.selector.persistence import load_selector
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "data" / "selectors" / "across.joblib"
+    common = ["train-selector", "--db", str(two_modules), "--source", "twin", "--quick", "--candidates",
+              "random-forest", "--splits", "2", "--json"]
+    assert main([*common, "--module", OTHER, "--across-modules", "--out", str(out)]) != 0
+    assert "give one of the two" in capsys.readouterr().err
+    assert main([*common, "--across-modules", "--out", str(out)]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["training"]["module_columns"] == [AGX, OTHER] and trained["basis"]["modules"] == [AGX, OTHER]
+    sel = load_selector(out)
+    assert sel.modules == (AGX, OTHER)
+    picks = {}
+    for module in (AGX, OTHER):
+        assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
+                     "--selector", str(out), "--module", module, "--json"]) == 0
+        picks[module] = json.loads(capsys.readouterr().out)
+        assert picks[module]["module"] == module
+    assert picks[OTHER]["maxn"]["energy_per_sample_j"] > picks[AGX]["maxn"]["energy_per_sample_j"]
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
+                 "--selector", str(out), "--module", OTHER]) == 0
+    assert f"Module:    {OTHER} (learnt across 2" in capsys.readouterr().out
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(out), "--module", "X"]) != 0
+    assert "trained across" in capsys.readouterr().err
+    # per module (the default): the feature schema of every selector before this one
+    per = tmp_path / "data" / "selectors" / "per.joblib"
+    assert main([*common, "--module", OTHER, "--out", str(per)]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert "module_columns" not in trained["training"] and trained["basis"]["modules"] == [OTHER]
+    assert not load_selector(per).modules
+    # a per-module selector has no module feature: another --module is refused, its own accepted
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", AGX]) != 0
+    assert "not trained across modules (it rests on" in capsys.readouterr().err
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", OTHER]) == 0
+
+
+# --------------------------------------------------------------------------- what the CLI and reports say
+def test_show_runs_and_report_say_which_board(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+    from engine.results.report import write_report
+
+    db = tmp_path / "r.sqlite"
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    with Store(db) as store:
+        maxn_a = _run(store, a, "maxn", 100.0)
+        run_b = _run(store, b, "online", 80.0)
+        store.compare_runs(run_b, maxn_a)
+        md = write_report(store, run_b, out_dir=tmp_path / "rep").markdown.read_text()
+    assert f"{AGX} #B L4T 36.4.0" in md and "another board of the module (serial A)" in md
+    assert main(["show", str(run_b), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"{AGX} #B [board] L4T 36.4.0" in out and "(all, other board (#A))" in out
+    assert main(["runs", "--db", str(db)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-1] == "board" and lines[1].endswith("#B L4T 36.4.0")
+
+
+# --------------------------------------------------------------------------- the TUI
+def test_the_compare_view_labels_another_board_and_refuses_another_module(tmp_path: Path) -> None:
+    from tui.compare_model import build_comparison
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    nx = DeviceRecord("NVIDIA Jetson Orin NX", OTHER, "36.4.0", serial="C")
+    with Store(tmp_path / "r.sqlite") as store:
+        base = store.get_run(_run(store, a, "maxn", 100.0))
+        mine = store.get_run(_run(store, b, "online", 80.0))
+        theirs = store.get_run(_run(store, nx, "online", 50.0))
+    view = build_comparison(mine, base)
+    assert view.saving_pct == pytest.approx(20.0) and f"MAXN run {base.id} ran on other board (#A)" in view.notes
+    refused = build_comparison(theirs, base)
+    assert refused.base is None and refused.saving_pct is None
+    assert any("different modules never compare" in n for n in refused.notes)
+
+
+async def test_history_names_the_board_of_a_run_when_the_store_has_several(twin_session, results_store) -> None:
+    from tui_helpers import drive, make_app
+
+    a = DeviceRecord(BOARD, AGX, "36.4.0", serial="A")
+    b = DeviceRecord(BOARD, AGX, "36.4.0", serial="B")
+    _run(results_store, a, "maxn", 100.0)
+    newest = _run(results_store, b, "online", 80.0)
+    app = make_app(twin_session, store=results_store)
+    async with drive(app, size=(100, 30)) as ui:
+        await ui.press("5")
+        await ui.settle()
+        status = str(app.screen.query_one("#history-status").render())
+        assert f"run {newest}: {AGX} #B L4T 36.4.0" in status
+        await ui.press("down")
+        await ui.settle()
+        assert "#A" in str(app.screen.query_one("#history-status").render())
+        await ui.press("q")
+
+
+def test_an_imported_sweep_records_the_serial_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from engine.cli import main
+
+    db = tmp_path / "r.sqlite"
+    example = Path(__file__).resolve().parent.parent / "docs" / "examples" / "measured-sweep.csv"
+    assert main(["import-sweep", str(example), "--db", str(db), "--serial", "1422921012345", "--json"]) == 0
+    capsys.readouterr()
+    with Store(db) as store:
+        (sweep,) = store.list_sweeps()
+        assert store.get_device(sweep.device_id).serial == "1422921012345"

@@ -188,7 +188,7 @@ class IdentityParams:
 class ModuleFacts:
     """What a profile's module is, beside its physics (the `[module]` table; optional, so a profile
     without one, and every figure it gives, stays as it was). engine/device/jetson/identity.py names
-    each part's profile; tests/test_modules.py checks the two agree."""
+    each part's profile; tests/test_module_profiles.py checks the two agree."""
 
     family: str  # "agx-orin" | "orin-nx" | "orin-nano": docs/modules/<family>.md
     parts: tuple[str, ...]  # device-tree part numbers this profile stands for, e.g. ("p3767-0003", "p3767-0005")
