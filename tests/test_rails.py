@@ -185,3 +185,29 @@ def test_jtop_source_keeps_the_input_rail() -> None:
     sample = src.read()
     assert set(sample.rails_mw) == set(NANO_RAILS)
     assert sample.total_mw == pytest.approx(9000.0)
+
+
+def _nano_rail_tree(tmp_path: Path) -> Path:
+    """A board tree whose INA3221 reports an Orin Nano's three rails (9 W in, 4 W + 2 W of it in parts)."""
+    from dataclasses import replace
+
+    from engine.device.treegen import RailSpec, default_orin_spec, render_tree
+
+    root = tmp_path / "board"
+    rails = (RailSpec("VDD_IN", "1-0040", 1, 5000, 1800), RailSpec("VDD_CPU_GPU_CV", "1-0040", 2, 5000, 800),
+             RailSpec("VDD_SOC", "1-0040", 3, 5000, 400))
+    render_tree(root, replace(default_orin_spec("r36"), rails=rails))
+    return root
+
+
+def test_device_and_monitor_total_an_orin_nano_by_vdd_in(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    root = _nano_rail_tree(tmp_path)
+    assert main(["device", "--sysfs-root", str(root), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["total_power_mw"] == pytest.approx(9000.0)  # not 15000
+    assert main(["monitor", "--sysfs-root", str(root), "--seconds", "0.5", "--json"]) == 0
+    window = json.loads(capsys.readouterr().out)
+    assert window["rails"] == ["VDD_IN"]
+    assert window["avg_power_w"] == pytest.approx(9.0)
+    assert window["energy_j"]["VDD_SOC"] == pytest.approx(2.0 * window["duration_s"])
