@@ -211,3 +211,17 @@ def test_device_and_monitor_total_an_orin_nano_by_vdd_in(tmp_path: Path,
     assert window["rails"] == ["VDD_IN"]
     assert window["avg_power_w"] == pytest.approx(9.0)
     assert window["energy_j"]["VDD_SOC"] == pytest.approx(2.0 * window["duration_s"])
+
+
+def test_import_sweep_rail_sets_name_the_modules_total() -> None:
+    """import-sweep's `rails` cell on an Orin Nano's tables: `all` is VDD_IN, and naming VDD_IN is `all`.
+    (No Orin Nano profile ships on this branch, so the tables are built here; the profiles part adds them.)"""
+    from engine.results.imports.fields import BoardTables, rail_set
+
+    nano = BoardTables("orin-nano-8gb", (), (), (), NANO_RAILS, ())
+    assert rail_set("all", nano) == ("all", ("VDD_IN",))
+    assert rail_set("VDD_IN", nano) == ("all", ("VDD_IN",))
+    assert rail_set("gpu+cpu", nano) == ("gpu+cpu", ("VDD_CPU_GPU_CV", "VDD_SOC"))
+    assert rail_set("VDD_IN+VDD_CPU_GPU_CV+VDD_SOC", nano) == ("VDD_IN,VDD_CPU_GPU_CV,VDD_SOC", NANO_RAILS)
+    agx = BoardTables("agx-orin-64gb", (), (), (), AGX_RAILS, ())
+    assert rail_set("VDD_GPU_SOC+VDD_CPU_CV+VIN_SYS_5V0+VDDQ_VDD2_1V8AO", agx) == ("all", AGX_RAILS)  # as before
