@@ -17,6 +17,7 @@ from engine.device.base import (
     TemperatureReading,
 )
 from engine.core.errors import SlmDvfsError
+from engine.device.rails import rail_set_of
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -38,8 +39,10 @@ class DeviceSnapshot:
 
     @property
     def total_power_mw(self) -> float:
-        """Over the plausible rails only."""
-        return sum(r.power_mw for r in self.rails if r.name not in self.implausible)
+        """The module's total (its rail set's: VDD_IN alone on an Orin Nano/NX), over the plausible rails only."""
+        names = tuple(r.name for r in self.rails)
+        in_total = set(rail_set_of(names).total_rails(names))
+        return sum(r.power_mw for r in self.rails if r.name in in_total and r.name not in self.implausible)
 
     def clock(self, domain: ClockDomain) -> ClockState | None:
         return next((c for c in self.clocks if c.domain == domain), None)
