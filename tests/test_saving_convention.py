@@ -70,7 +70,7 @@ def test_cli_run_prints_the_saving_with_the_sign_of_less_energy(tmp_path: Path,
     assert (c["slowdown_pct"] > 0) == (run["time_s"] > base["time_s"])
     assert main(common) == 0
     text = capsys.readouterr().out
-    assert f"vs MAXN: {saving_text(c['saving_pct'], than=None)}, {slowdown_text(c['slowdown_pct'], than=None)}" in text
+    assert f"vs MAXN (mode 0): {saving_text(c['saving_pct'], than=None)}, {slowdown_text(c['slowdown_pct'], than=None)}" in text
 
 
 def test_a_twin_sweep_says_its_points_were_computed_not_measured(tmp_path: Path,

@@ -1,11 +1,14 @@
-"""The MAXN Mode 0 baseline of a run, from the store: one lookup for the experiment's
---reuse-baseline and the TUI's Compare page."""
+"""The baseline of a run, from the store: one lookup for the experiment's --reuse-baseline and the
+TUI's Compare page, and the baseline's name. The baseline is the board's uncapped mode with its
+dynamic governors (engine.device.baseline): MAXN, mode 0, on an AGX Orin; MAXN_SUPER, mode 2, on an
+Orin Nano 8GB. A baseline run is one of policy `maxn`, whatever its mode's id, so a MAXN run of mode 0
+stored before the mode was named is still the AGX Orin's baseline."""
 
 from __future__ import annotations
 
 import logging
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
@@ -19,6 +22,21 @@ if TYPE_CHECKING:  # annotations only: engine.results.store imports the results 
 log = logging.getLogger(__name__)
 
 BASELINE_POLICY = "maxn"
+MODE_NAME_KEY = "nvpmodel_name"  # a baseline run's stored setting names its mode (absent before: MAXN)
+
+
+def stored_mode_name(setting: Mapping[str, object] | None) -> str:
+    """The mode name a baseline run's stored setting carries; `MAXN` for one stored before modes were named."""
+    stored = (setting or {}).get(MODE_NAME_KEY)
+    return stored if isinstance(stored, str) and stored else "MAXN"
+
+
+def mode_text(setting: Mapping[str, object] | None, name: str | None = None) -> str:
+    """How a baseline is named in the UI and reports: `MAXN_SUPER (mode 2)`, from a stored setting (its
+    `nvpmodel` and MODE_NAME_KEY) or `name`; a run stored before modes were named is `MAXN (mode N)`."""
+    label = name or stored_mode_name(setting)
+    mode_id = (setting or {}).get("nvpmodel")
+    return f"{label} (mode {mode_id})" if isinstance(mode_id, int) else label
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

@@ -13,7 +13,7 @@ from engine.core.jsontypes import JsonObject, JsonValue, as_float
 from engine.core.interval import Interval
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
-from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command
+from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command, mode_text, stored_mode_name
 from engine.results.format import id_list
 from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
@@ -58,6 +58,13 @@ class RunFigures:
     cancelled: bool = False
     weights: str | None = None  # "pretrained" | "random"; None: not known (simulated: no metric)
     synthetic: bool | None = None  # trained on generated data
+
+    @property
+    def mode_label(self) -> str:
+        """Its mode by name and id, as the UI names a baseline: `MAXN_SUPER (mode 2)`."""
+        name = (self.detail or {}).get("mode_name")
+        return mode_text(None if self.setting is None else self.setting.to_json(), name if isinstance(name, str)
+                         else None)
 
     @property
     def metric_provenance(self) -> MetricProvenance:
@@ -425,6 +432,7 @@ def stored_baseline(store: Store, *, workload_key: str, task: str, device_id: in
                        samples=stored.samples or 0, energy_j=float(rec.energy_j or 0.0)), host_wall_s=rec.wall_s,
         metric=metric_name, metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]),
         setting=None if rec.setting is None else dvfs_setting(rec.setting), simulated=rec.simulated, reused=True,
+        detail={"mode_name": stored_mode_name(rec.setting)},
         weights=rec.weights, synthetic=rec.synthetic,
     )
 

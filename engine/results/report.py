@@ -24,6 +24,7 @@ from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
 from engine.core.stats import Stat
 from engine.device.power import PowerSample
+from engine.results.baseline import mode_text
 from engine.results.compare import Side, mismatch, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.records import DeviceRecord, RunRecord, SweepRecord
@@ -241,7 +242,7 @@ def run_report(store: Store, run_id: int, out: Path) -> Report:
                   "loss and no evaluation metric.", ""]
     lines += [f"Setting (last applied): **{setting}**; objective `{run.objective or '-'}`; seed {run.seed}; "
               f"{run.steps} steps, {run.samples} samples. Energy over the rails preset `{run.rails}`.", "",
-              f"| figure [{src}] | run {run_id}" + (f" | MAXN run {base.id} |" if base else " |"),
+              f"| figure [{src}] | run {run_id}" + (f" | {mode_text(base.setting)} run {base.id} |" if base else " |"),
               "|---|---:|" + ("---:|" if base else "")]
     for name, key, fmt in (("time (s)", "time_s", ".3f"), ("energy (J)", "energy_j", ".2f"),
                            ("average power (W)", "avg_power_w", ".2f"), ("samples/s", "samples_per_s", ".2f"),
@@ -262,11 +263,11 @@ def run_report(store: Store, run_id: int, out: Path) -> Report:
         lines += ["", f"Not compared with its stored baseline: {refused.what}."]
     if comparison is not None and base is not None:  # both, or neither
         same = ", of the same workload" if base.workload is not None else ""
-        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): "
+        lines += ["", f"Against {mode_text(base.setting)} (run {base.id}{same}): "
                       f"**{saving_text(comparison.saving_pct, than=None)}**, "
                       f"**{slowdown_text(comparison.slowdown_pct, than=None)}** [{comparison.source.value}]."]
         if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
-            lines += [f"The MAXN run was on another board of the module (serial {base.device.serial})."]
+            lines += [f"The baseline run was on another board of the module (serial {base.device.serial})."]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"
@@ -283,7 +284,7 @@ def _rail_figure(run: RunRecord, base: RunRecord | None, title: str, path: Path)
            width, label=f"run {run.id} ({run.policy})")
     if base is not None:
         ax.bar([x + width / 2 for x in xs], [base.rail_energy_j.get(r, 0.0) for r in rails], width,
-               label=f"MAXN Mode 0 (run {base.id})", color="tab:gray")
+               label=f"{mode_text(base.setting)} (run {base.id})", color="tab:gray")
     ax.set_xticks(xs, rails, fontsize=8)
     ax.set_ylabel("energy (J)")
     ax.set_title(title)

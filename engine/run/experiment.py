@@ -1,4 +1,5 @@
-"""Experiments: fine-tune under a DVFS policy and, if asked, under MAXN Mode 0 to compare.
+"""Experiments: fine-tune under a DVFS policy and, if asked, under the baseline to compare (the board's
+uncapped mode by name: MAXN, mode 0, on an AGX Orin; MAXN_SUPER on an Orin Nano / NX).
 
     spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="online", compare="maxn",
                           steps=200, twin="agx-orin-64gb")
@@ -37,6 +38,7 @@ from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
+from engine.results.baseline import MODE_NAME_KEY
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
 from engine.run.events import ExperimentPhase as ExperimentPhase  # defined with every event of a run
@@ -247,6 +249,15 @@ def run_experiment(
                                 thermal=guard.describe())
 
 
+def _named_setting(setting: DvfsSetting | None, detail: Mapping[str, object]) -> object:
+    """The setting to store: a baseline run's carries its mode's name (MAXN_SUPER is no mode 0 to be
+    named by id alone); any other run's is the setting as it is."""
+    name = detail.get("mode_name")
+    if setting is None or not isinstance(name, str):
+        return setting
+    return {**setting.to_json(), MODE_NAME_KEY: name}
+
+
 class _Runner:
     """Executes one run of an experiment: store record, controller, recorder, training."""
 
@@ -326,10 +337,11 @@ class _Runner:
         if totals is None:  # cancelled before the first step: nothing measured, nothing stored
             totals = RunTotals(time_s=0.0, rails=self.rails, rails_preset=spec.rails, samples=0, steps=0,
                                source=self.source)
+        detail = policy.describe()
         if measured:
             self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, weights=weights,
                          synthetic=synthetic, data_source=data_source, wall_s=wall_s, metrics=metrics,
-                         setting=controller.current)
+                         setting=_named_setting(controller.current, detail))
         else:
             self._finish(run_id, "cancelled", None, notes=notes, weights=weights, synthetic=synthetic,
                          data_source=data_source)
@@ -338,13 +350,13 @@ class _Runner:
         return RunFigures(
             run_id=run_id, role=role, policy=policy_spec, source=self.source, totals=totals,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
-            history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
+            history=tuple(controller.history), detail=detail, simulated=spec.simulate,
             cancelled=cancelled, weights=weights, synthetic=synthetic,
         )
 
     def _finish(self, run_id: int, status: RunStatus, totals: RunTotals | None, *, notes: str,
                 weights: str | None, synthetic: bool | None, data_source: str | None, wall_s: float | None = None,
-                metrics: Mapping[str, float] | None = None, setting: DvfsSetting | None = None) -> None:
+                metrics: Mapping[str, float] | None = None, setting: object = None) -> None:
         """Store the run's end: its totals with its power trace, in one transaction. When the store
         cannot take them (a full disk), the run is marked failed and the error says what was kept."""
         try:
