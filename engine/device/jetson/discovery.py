@@ -75,7 +75,7 @@ class JetsonNodes:
             raise NodeNotFoundError(
                 f"no GPU devfreq node (of_node name {' or '.join(GPU_OF_NAMES)}) under sys/class/devfreq; "
                 f"found: {seen}",
-                "check that this is a Jetson running L4T r35/r36 with the GPU driver loaded "
+                "check that this is a Jetson running L4T r35 to r39 (JetPack 5 to 7) with the GPU driver loaded "
                 "(or use --twin); `slm-dvfs device` lists what was found",
             )
         return self.gpu_devfreq
