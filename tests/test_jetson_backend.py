@@ -88,7 +88,7 @@ def test_identity_per_layout(orin_tree: tuple[Path, TreeLayout]) -> None:
     ident = dev.identity()
     assert ident.board == "NVIDIA Jetson AGX Orin Developer Kit"
     assert ident.module == "P3701-0000 (AGX Orin 64GB)"
-    expected = {"36": ("36.3.0", "6.0"), "35": ("35.4.1", "5.1.2"), "32": ("32.7.4", "4.6.4")}
+    expected = {"39": ("39.2.0", "7.2"), "36": ("36.3.0", "6.0"), "35": ("35.4.1", "5.1.2"), "32": ("32.7.4", "4.6.4")}
     assert (ident.l4t, ident.jetpack) == expected[ident.l4t.split(".")[0]]
     assert not ident.is_twin and ident.source is Source.MEASURED and ident.profile is None
 

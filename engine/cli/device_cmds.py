@@ -121,6 +121,11 @@ class ModeId(TypedDict):
     name: str
 
 
+class ScalingReport(TypedDict):
+    enabled: bool  # the GPU's clock follows its load (3D scaling)
+    via: str  # "enable_3d_scaling" (L4T r35/r36) or "governor NAME" (JetPack 7)
+
+
 class DeviceReport(TypedDict):
     board: str
     module: str
@@ -138,6 +143,7 @@ class DeviceReport(TypedDict):
     power_modes: list[ModeReport]
     clocks: dict[str, ClockReport]
     gpu_load: float | None
+    gpu_3d_scaling: ScalingReport | None  # None: a device that cannot tell
     rails: list[RailReport]
     total_power_mw: float
     temperatures: dict[str, float]
@@ -196,11 +202,24 @@ def device_report(device: Device) -> DeviceReport:
         ],
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
+        "gpu_3d_scaling": _gpu_scaling(device),
         "rails": rails,
         "total_power_mw": snap.total_power_mw,  # over the plausible rails: an implausible one is flagged, never summed
         "temperatures": {t.zone: t.celsius for t in snap.temperatures},
         "errors": dict(snap.errors),
     }
+
+
+def _gpu_scaling(device: Device) -> ScalingReport | None:
+    """The GPU's 3D scaling state (a board or the twin; None for a device that cannot tell)."""
+    read = getattr(device, "gpu_scaling", None)
+    if read is None:
+        return None
+    try:
+        scaling = read()
+    except SlmDvfsError:
+        return None
+    return {"enabled": scaling.enabled, "via": scaling.via}
 
 
 def _cpu_clusters(device: Device) -> list[ClusterReport]:
@@ -277,7 +296,10 @@ def format_device_report(rep: DeviceReport) -> str:
     lines.append(f"  {'total':18} {'':7}  {'':7}  {rep['total_power_mw']:7.0f}{left_out}")
     lines += [f"  implausible {r['name']}: {r['implausible']}; not summed" for r in flagged]
     load = "unknown" if rep["gpu_load"] is None else f"{rep['gpu_load'] * 100:.1f}%"
-    lines += ["", f"GPU load [{src}] {load}", f"Temperatures [{src}] (°C)"]
+    lines += ["", f"GPU load [{src}] {load}"]
+    if (scaling := rep.get("gpu_3d_scaling")) is not None:
+        lines.append(f"GPU 3D scaling [{src}] {'on' if scaling['enabled'] else 'off'} ({scaling['via']})")
+    lines.append(f"Temperatures [{src}] (°C)")
     lines += [f"  {zone:18} {c:6.1f}" for zone, c in rep["temperatures"].items()]
     lines += ["", "Power modes (nvpmodel)"]
     if not rep.get("nvpmodel_conf", True):

@@ -176,7 +176,7 @@ def open_device(
         if not fallback_to_twin:
             raise DeviceError(
                 f"no Jetson GPU clock node found under {root}",
-                f"run this on a Jetson (L4T r35/r36), pass --sysfs-root DIR, or use the digital "
+                f"run this on a Jetson (L4T r35 to r39), pass --sysfs-root DIR, or use the digital "
                 f"twin with --twin {DEFAULT_TWIN}",
             )
         twin = DEFAULT_TWIN

@@ -22,7 +22,16 @@ from engine.device.treefs import put_file, resolve_at
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("r36", "r35", "r32")
+LAYOUTS = ("r38", "r36", "r35", "r32")
+# Layouts whose devices sit under platform/bus@0 (L4T r36, and r38/r39's 6.8 kernel on Orin).
+_BUS0_LAYOUTS = ("r36", "r38")
+# "r38": JetPack 7 (L4T r38/r39, kernel 6.8) on the AGX Orin. The nvgpu GPU keeps its devfreq node
+# (17000000.gpu) and railgate_enable, but enable_3d_scaling is gone: 3D scaling is the devfreq governor
+# (nvhost_podgov on, performance off). Source: jetson-stats commit caffd05d ("Fix static GPU controls on
+# JetPack 7.2 Orin", jtop/core/gpu.py, jtop/core/hw_detect.py), https://github.com/rbonghi/jetson_stats.
+# NVIDIA's r38.x guides support only Jetson Thor; the Orin gets JetPack 7 with L4T r39 (7.2), hence
+# the r38 layout's default release 39.2.0.
+_NO_3D_SCALING_NODE = ("r38",)
 
 # AGX Orin 64GB, from the spec (L4T r35.2+/r36).
 ORIN_64GB_GPU_HZ: tuple[int, ...] = (
@@ -50,6 +59,7 @@ CPU_GOVERNORS = ("conservative", "ondemand", "userspace", "powersave", "performa
 SHUNT_MOHM = 2  # 2 mOhm shunts: currents are multiples of 20 mA
 _I2C_BUS = {"r36": "sys/devices/platform/bus@0/c240000.i2c/i2c-1", "r35": "sys/devices/platform/c240000.i2c/i2c-1"}
 _I2C_BUS["r32"] = _I2C_BUS["r35"]
+_I2C_BUS["r38"] = _I2C_BUS["r36"]  # estimate: the r36 bus path, not seen on an r39 board
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,7 @@ class RailSpec:
 
 @dataclass(frozen=True)
 class TreeSpec:
-    layout: str  # "r36" | "r35" | "r32" (r32 = old ina3221x iio rails)
+    layout: str  # "r38" | "r36" | "r35" | "r32" (r38 = JetPack 7; r32 = old ina3221x iio rails)
     gpu_freqs_hz: tuple[int, ...]
     cpu_freqs_khz: tuple[int, ...]
     emc_rates_hz: tuple[int, ...]
@@ -90,7 +100,7 @@ class TreeSpec:
 @dataclass(frozen=True)
 class TreeLayout:  # where treegen put things (root-relative strings), for the twin to update
     gpu_devfreq: str  # folder with min_freq/max_freq/cur_freq/governor/...
-    gpu_device: str  # folder with load, railgate_enable, tpc_pg_mask
+    gpu_device: str  # folder with load, railgate_enable, tpc_pg_mask (and enable_3d_scaling before r38)
     cpu_policy_dirs: tuple[str, ...]  # cpuN/cpufreq folders of the policy CPUs
     cpu_dirs: tuple[str, ...]  # every cpuN folder (with `online`)
     emc: str  # the debugfs emc folder
@@ -120,7 +130,7 @@ def default_rails() -> tuple[RailSpec, ...]:
 def gpu_devfreq_path(layout: str, node: str = "") -> str:
     """Where L4T puts the GPU's devfreq folder for a layout (root-relative)."""
     _check_layout(layout)
-    if layout == "r36":
+    if layout in _BUS0_LAYOUTS:
         node = node or "17000000.gpu"
         return f"sys/devices/platform/bus@0/{node}/devfreq/{node}"
     node = node or "17000000.ga10b"
@@ -130,7 +140,7 @@ def gpu_devfreq_path(layout: str, node: str = "") -> str:
 def default_orin_spec(layout: str = "r36") -> TreeSpec:
     """AGX Orin 64GB developer kit as the spec describes it, for a given L4T layout."""
     _check_layout(layout)
-    release = {"r36": "36.3.0", "r35": "35.4.1", "r32": "32.7.4"}[layout]
+    release = {"r38": "39.2.0", "r36": "36.3.0", "r35": "35.4.1", "r32": "32.7.4"}[layout]
     return TreeSpec(
         layout=layout,
         gpu_freqs_hz=ORIN_64GB_GPU_HZ,
@@ -242,7 +252,7 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
     if spec.memory_total_kb > 0:
         w.file("proc/meminfo", _meminfo(spec.memory_total_kb))
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
-    board = "generic" if spec.layout == "r36" else "t186ref"
+    board = "generic" if spec.layout in _BUS0_LAYOUTS else "t186ref"
     w.file(
         "etc/nv_tegra_release",
         f"# R{parts[0]} (release), REVISION: {parts[1]}.{parts[2]}, GCID: 00000000, BOARD: {board}, "
@@ -283,14 +293,16 @@ def _gpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[str, str]:
     devfreq = gpu_devfreq_path(spec.layout, spec.gpu_node)
     device = devfreq.split("/devfreq/")[0]
     node = devfreq.rsplit("/", 1)[1]
-    of_name = "gpu" if spec.layout == "r36" else "ga10b"
+    of_name = "gpu" if spec.layout in _BUS0_LAYOUTS else "ga10b"
     max_hz = highest_at_most(spec.gpu_freqs_hz, mode.gpu_max_hz)
     _devfreq(w, device, node, of_name, spec.gpu_freqs_hz, max_hz, spec.gpu_governors)
     w.file(f"{device}/load", 0)
     w.file(f"{device}/railgate_enable", 1)
     w.file(f"{device}/tpc_pg_mask", 0)
+    if spec.layout not in _NO_3D_SCALING_NODE:
+        w.file(f"{device}/enable_3d_scaling", 1)  # jtop's `echo 1 > .../enable_3d_scaling` (jtop/core/gpu.py)
     # A second devfreq node, so discovery has to look at of_node names.
-    vic_dev = "sys/devices/platform/bus@0/15340000.vic" if spec.layout == "r36" else "sys/devices/15340000.vic"
+    vic_dev = "sys/devices/platform/bus@0/15340000.vic" if spec.layout in _BUS0_LAYOUTS else "sys/devices/15340000.vic"
     vic = (115200000, 345600000, 601600000, 729600000)
     _devfreq(w, vic_dev, "15340000.vic", "vic", vic, vic[-1], ("nvhost_podgov", "performance"))
     return devfreq, device
@@ -393,7 +405,7 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
                     w.file(f"{d}/in{ch}_input", 0)
                     w.file(f"{d}/curr{ch}_input", 0)
                     w.file(f"{d}/in{ch + 3}_input", 0)
-                # r36: no label and no input files (the kernel answers ENODATA)
+                # r36/r38: no label and no input files (the kernel answers ENODATA)
                 w.file(f"{d}/in{ch}_enable", 0)
                 w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)
                 continue

@@ -31,6 +31,7 @@ from engine.device.jetson.discovery import CpuPolicy, JetsonNodes, RailNode, dis
 from engine.device.jetson import l4t_tools
 from engine.device.jetson import writes as w
 from engine.device.jetson.identity import read_identity
+from engine.device.jetson.scaling import GpuScaling, read_gpu_scaling
 from engine.device.jetson.settings import CpuCluster, cpu_clusters, read_settings, restore_steps
 from engine.device.sysfs import OpenFiles, SysfsTree
 
@@ -245,6 +246,10 @@ class JetsonDevice:
             except DeviceError as exc:  # some zones refuse reads while their sensor is off
                 log.debug("skipping thermal zone %s: %s", kind, exc.what)
         return tuple(out)
+
+    def gpu_scaling(self) -> GpuScaling:
+        """Whether the GPU's clock follows its load (3D scaling), where this L4T keeps that."""
+        return read_gpu_scaling(self.tree, self.nodes)
 
     def gpu_load(self) -> float:
         per_mille = self.tree.read_int(f"{self.nodes.require_gpu_device()}/load")

@@ -54,7 +54,7 @@ FALLBACK_PROFILE = "agx-orin-64gb"
 # L4T release -> JetPack, exact first, then by major.minor, then by major. Sources: NVIDIA's JetPack
 # archive (https://developer.nvidia.com/embedded/jetpack-archive) as jetson-stats tabulates it
 # (jtop/core/jetson_variables.py, NVIDIA_JETPACK): r36.4.3 is 6.2, r36.4.4/36.4.7 6.2.1, r38.2 7.0,
-# r38.4 7.1, r39 7.2.
+# r38.4 7.1, r39 7.2 (r38 runs on Thor only; r39 on the Orin too).
 _JETPACK_EXACT = {
     "39.2.0": "7.2", "39.0.0": "7.2 EA", "38.4.0": "7.1", "38.2.2": "7.0", "38.2.1": "7.0", "38.2.0": "7.0",
     "36.5.0": "6.2.2", "36.4.7": "6.2.1",
