@@ -70,6 +70,8 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         nvpmodel_id=profile.initial_mode,
         gpu_governors=_default_first(profile.gpu.available_governors, profile.gpu.governor),
         cpu_governors=_default_first(profile.cpu.available_governors, profile.cpu.governor),
+        # the memory Linux sees, as the profile has it (/proc/meminfo: what memory fit reads)
+        mem_total_kb=None if profile.memory_total_mb is None else round(profile.memory_total_mb * 1024),
     )
 
 
