@@ -98,10 +98,16 @@ class Workload:
         """What the store keys this workload by (WorkloadSpec.key)."""
         return self.spec.key
 
-    def check_memory(self, mem_total_bytes: int | None) -> MemoryFit:
+    def check_memory(self, mem_total_bytes: int | None) -> MemoryFit | None:
         """This workload's step against the memory of a board whose MemTotal is `mem_total_bytes`
-        (check_workload_memory): for a workload resolved before its board was known."""
-        resolved = self.model_ref if self.model_ref is not None else self.spec.resolved_model()
+        (check_workload_memory): for a workload resolved before its board was known. None for one
+        made from a step trace alone, with no model config to estimate from (a benchmark's, a test's)."""
+        if self.model_ref is not None:
+            resolved = self.model_ref
+        elif self.spec.config is not None:  # a named spec (resolve_workload's) carries its model's config
+            resolved = self.spec.resolved_model()
+        else:
+            return None
         return check_workload_memory(self.spec, resolved, mem_total_bytes)
 
     @property
