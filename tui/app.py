@@ -123,6 +123,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self.policies = policy_factory()  # every policy a run may ask for, `ml` included: handed to each run
         self.session = session
         self.source = Source.TWIN if session.is_twin else Source.MEASURED  # the identity's, once read
+        self.mem_total = session.memory_total_bytes()  # what memory fit sets a workload against
         self.refresh_s = refresh_s
         self.run_refresh_s = max(refresh_s, run_refresh_s)
         self.poll = poll
@@ -188,7 +189,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         pages: dict[str, PageScreen] = {
             "device": DeviceScreen(self.device_history).data_bind(s.reading),
             "setup": SetupScreen(remembered.values, remembered.note).data_bind(
-                s.reading, s.source, s.selector_line, s.policy_note),
+                s.reading, s.source, s.selector_line, s.policy_note, s.mem_total),
             "run": RunScreen(self.device_history, self.run_refresh_s).data_bind(
                 s.reading, s.runs_started, s.selector_short, s.run_view),
             "compare": CompareScreen().data_bind(s.reading, view=s.compare_view),

@@ -98,6 +98,7 @@ class AppState(App[None]):
     # the latest poll (every page's header); each is news, equal or not: the history behind it grew
     reading: var[DeviceReading | None] = var(None, always_update=True)
     source: var[Source] = var(Source.TWIN)  # of what this device measures: twin or measured
+    mem_total: var[int | None] = var(None)  # the device's MemTotal in bytes (Setup's memory budget); None: unknown
     run_view: var[RunView] = var(IDLE_RUN)
     runs_started: var[int] = var(0)  # experiments started: the Run page's log starts afresh
     selector_line: var[str] = var("")  # the Setup page's (long) line

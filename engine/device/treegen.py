@@ -16,6 +16,7 @@ from pathlib import Path
 
 from engine.device.base import PowerMode
 from engine.core.clocks import highest_at_most
+from engine.device.meminfo import render_meminfo
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
 from engine.core.errors import ConfigError
 from engine.device.treefs import put_file, resolve_at
@@ -47,6 +48,8 @@ ORIN_64GB_MODES: tuple[PowerMode, ...] = (
     PowerMode(3, "MODE_50W", online_cpus=12, cpu_max_hz=1497600000, gpu_max_hz=816000000),
 )
 ORIN_64GB_DEFAULT_MODE = 2
+# MemTotal of the AGX Orin 64GB (tegrastats `RAM 2371/62841MB` on a real board, the spec's line).
+ORIN_64GB_MEMTOTAL_KB = 62_841 * 1024
 # Thermal zones in the order L4T numbers them on AGX Orin; idle temperatures.
 ORIN_THERMAL_ZONES: tuple[tuple[str, float], ...] = (
     ("cpu-thermal", 42.5), ("gpu-thermal", 41.0), ("cv0-thermal", 40.5), ("cv1-thermal", 40.5),
@@ -94,7 +97,7 @@ class TreeSpec:
     cpu_governors: tuple[str, ...] = CPU_GOVERNORS
     gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
     serial: str = ""  # the device tree's serial-number; "" = none written (a board's identity: results, the lock)
-    memory_total_kb: int = 0  # /proc/meminfo's MemTotal; 0 = no proc/meminfo written
+    mem_total_kb: int | None = None  # /proc/meminfo's MemTotal; None = no proc/meminfo written
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ def default_orin_spec(layout: str = "r36") -> TreeSpec:
         thermal_zones=ORIN_THERMAL_ZONES,
         nvpmodel_conf=format_conf(ORIN_64GB_MODES, ORIN_64GB_DEFAULT_MODE, gpu_devfreq=gpu_devfreq_path(layout)),
         l4t_release=release,
+        mem_total_kb=ORIN_64GB_MEMTOTAL_KB,
     )
 
 
@@ -249,8 +253,8 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
     if spec.serial:
         w.file(f"{dt}/serial-number", spec.serial + "\0", newline=False)
     w.link("proc/device-tree", dt)
-    if spec.memory_total_kb > 0:
-        w.file("proc/meminfo", _meminfo(spec.memory_total_kb))
+    if spec.mem_total_kb is not None:
+        w.file("proc/meminfo", render_meminfo(spec.mem_total_kb * 1024), newline=False)
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
     board = "generic" if spec.layout in _BUS0_LAYOUTS else "t186ref"
     w.file(
@@ -258,13 +262,6 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
         f"# R{parts[0]} (release), REVISION: {parts[1]}.{parts[2]}, GCID: 00000000, BOARD: {board}, "
         f"EABI: aarch64, DATE: Mon Jan  1 00:00:00 UTC 2024",
     )
-
-
-def _meminfo(total_kb: int) -> str:
-    """The head of /proc/meminfo as Linux writes it (`Name:` padded, the value right-aligned, " kB");
-    an idle board's free and available memory estimate the rest (readers need MemTotal)."""
-    rows = (("MemTotal", total_kb), ("MemFree", total_kb * 9 // 10), ("MemAvailable", total_kb * 9 // 10))
-    return "\n".join(f"{name + ':':<16}{kb:>8} kB" for name, kb in rows)
 
 
 def _devfreq(

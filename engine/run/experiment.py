@@ -46,7 +46,7 @@ from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
-from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 from engine.workload.trace.loop import check_loop_for
 
@@ -181,12 +181,12 @@ def run_experiment(
 
         check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,
                      eval_samples=spec.eval_samples)
-    if workload is None:
-        workload = resolve_workload(spec.workload)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
     with open_harness(session=session, twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
                       thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control,
                       policies=policies) as harness:
+        # once for both runs, against this board's memory: refused before a store row or a model
+        workload = harness.workload(spec.workload, workload)
         if spec.simulate and not harness.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")

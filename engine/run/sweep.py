@@ -40,7 +40,7 @@ from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, sum
 from engine.run.events import SweepPointDone as SweepPointDone  # defined with every event of a run
 from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
-from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 from engine.workload.trace.loop import check_loop_for
 
@@ -173,10 +173,10 @@ def run_sweep(
 
     spec.validate()
     listeners = list(callbacks)
-    if workload is None:
-        workload = resolve_workload(spec.workload)
     with open_harness(session=session, twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal,
                       rails=spec.rails, listeners=listeners, control=control) as harness:
+        # against this board's memory: refused before the store is touched or a model built
+        workload = harness.workload(spec.workload, workload)
         device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
         if spec.fast:
             harness.session.fast_model()  # a board has none: say so before the store is touched

@@ -98,7 +98,8 @@ class ExperimentActions(AppState):
         from tui.selection import SelectorPreview, preview_choice
 
         try:
-            workload = resolve_workload(spec.workload)  # once, for the preview and both runs
+            # once, for the preview and both runs; against this board's memory, before anything is built
+            workload = resolve_workload(spec.workload, mem_total_bytes=self.mem_total)
             try:
                 preview = preview_choice(spec, workload)
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run

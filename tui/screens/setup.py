@@ -93,6 +93,7 @@ class SetupScreen(PageScreen):
     source: var[Source | None] = var(None, init=False)
     selector_line: var[str] = var("", init=False)
     policy_note: var[str] = var("", init=False)
+    mem_total: var[int | None] = var(None, init=False)  # the board's MemTotal (bytes): the memory line's budget
 
     def __init__(self, values: forms.SetupValues | None = None, note: str | None = None) -> None:
         """`values` (and `note`: what was ignored of them) as remembered (tui.remembered); None: read them here."""
@@ -227,7 +228,7 @@ class SetupScreen(PageScreen):
 
     def _estimate_memory(self) -> None:
         """The form's workload's estimated peak memory against the board (torch-free)."""
-        status = setup_fit.memory_status(self.values())
+        status = setup_fit.memory_status(self.values(), self.mem_total)
         widget = self.query_one("#memory", Static)
         widget.update(Text(status.text))
         widget.set_class(status.over, "-over")
@@ -253,6 +254,9 @@ class SetupScreen(PageScreen):
     def watch_source(self, source: Source | None) -> None:
         if source is not None:
             self.paint("source", lambda: self._allow_simulate(source is Source.TWIN))
+
+    def watch_mem_total(self, total: int | None) -> None:
+        self.paint("memory", self._estimate_memory)
 
     def _allow_simulate(self, allowed: bool) -> None:
         box = self.query_one("#simulate", Checkbox)

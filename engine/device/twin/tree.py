@@ -68,11 +68,12 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         cpu_policies=policies,
         board_model=profile.identity.dt_model,
         compatible=module.compatible if module is not None else base.compatible,
-        memory_total_kb=int(round(profile.memory_total_mb * 1024)) if profile.memory_total_mb else 0,
         l4t_release=profile.identity.l4t if layout == "r36" else base.l4t_release,
         nvpmodel_id=profile.initial_mode,
         gpu_governors=_default_first(profile.gpu.available_governors, profile.gpu.governor),
         cpu_governors=_default_first(profile.cpu.available_governors, profile.cpu.governor),
+        # the memory Linux sees, as the profile has it (/proc/meminfo: what memory fit reads)
+        mem_total_kb=None if profile.memory_total_mb is None else round(profile.memory_total_mb * 1024),
     )
 
 

@@ -341,17 +341,16 @@ class _RowReader:
 
     def _check_fits(self, resolved: Any, w: WorkloadRecord) -> None:
         """A workload whose step cannot fit the board's memory was not measured on it."""
-        from engine.workload.sizing.fit import board_budget, check_memory
+        from engine.workload.sizing.fit import check_memory
         from engine.workload.sizing.memory import estimate_memory
 
         limits = self.tables.limits
         if limits is None:
             return
-        memory = limits.memory_bytes
-        try:
+        try:  # the budget every run on that board is held to (its MemTotal, as its profile gives it)
             check_memory(estimate_memory(resolved.config, w.batch_size, w.seq_len, w.precision, w.mode, lora=w.lora,
                                          checkpointing=w.grad_checkpointing, params=w.params),
-                         resolved.name, w.batch_size, w.seq_len, None if memory is None else board_budget(memory))
+                         resolved.name, w.batch_size, w.seq_len, mem_total_bytes=limits.memory_bytes)
         except ConfigError as exc:
             raise CellError(f"this workload cannot have run on {limits.profile}: {exc.what}",
                             "check the batch size, length, precision and mode the file gives (or --profile)") from None

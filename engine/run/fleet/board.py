@@ -142,7 +142,7 @@ class BoardWorker:
         with self._lock:
             if spec in self._resolved:
                 return self._resolved[spec]
-        workload = resolve_workload(spec)
+        workload = resolve_workload(spec, mem_total_bytes=self.session.memory_total_bytes())  # this board's memory
         with self._lock:
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.pop(next(iter(self._resolved)))
