@@ -1,7 +1,7 @@
 """JetPack's Python stack: a library installed but refusing this NumPy (pyarrow 26 under JetPack 6's NumPy 1)
 is a clear error naming the numpy1 extra, through each command that needs one; every dependency imports in
-the environment the tests run in (CI's numpy<2 step runs them there); the README's test command checks
-that the code runs on Python 3.10 (JetPack 6)."""
+the environment the tests run in (CI's numpy<2 step runs them there); NumPy 2's pickles of random
+generators load under NumPy 1; the README's test command checks that the code runs on Python 3.10."""
 
 from __future__ import annotations
 
@@ -127,3 +127,21 @@ def test_the_code_runs_on_python_310() -> None:
     proc = subprocess.run([str(Path(sys.executable).with_name("vermin")), *argv[1:]], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_random_generators_pickled_under_numpy2_continue_their_streams_here() -> None:
+    """scikit-learn's estimators keep random generators, so the shipped selector (saved under NumPy 2)
+    carries NumPy 2's pickles of them; under NumPy 1 they must load and go on where they stopped.
+    tests/data/numpy2-random.pkl was written by NumPy 2.4.6: a Generator (default_rng(7)) and a
+    RandomState (11), each drawn from, and the next four draws of each."""
+    import pickle
+
+    from engine.core.numpy_pickles import read_numpy2_pickles
+
+    read_numpy2_pickles()
+    data = pickle.loads((ROOT / "tests" / "data" / "numpy2-random.pkl").read_bytes())
+    assert data["numpy"].startswith("2.")
+    assert data["generator"].random(4).tolist() == data["generator_next"]
+    assert data["randomstate"].rand(4).tolist() == data["randomstate_next"]
+    again = pickle.loads(pickle.dumps(data["generator"]))  # and saved again here, in this NumPy's form
+    assert again.random(2).tolist() == data["generator"].random(2).tolist()
