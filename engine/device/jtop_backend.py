@@ -16,6 +16,7 @@ from typing import Callable, Mapping, Protocol, TypedDict, TypeVar
 
 from engine.device.base import RailReading
 from engine.core.errors import DeviceError
+from engine.core.optional import import_optional
 from engine.device.power import PowerSample
 from engine.device.rails import INPUT_RAILS
 from engine.core.provenance import Source
@@ -92,10 +93,8 @@ T = TypeVar("T")
 
 
 def _open_jtop(interval_s: float) -> Jtop:
-    try:
-        from jtop import jtop
-    except ImportError:
-        raise DeviceError("the jtop module (jetson-stats) is not installed", _INSTALL) from None
+    jtop: Callable[..., Jtop] = import_optional("jtop", "the jtop backend (jetson-stats)", _INSTALL,
+                                                error=DeviceError).jtop
     return jtop(interval=interval_s)
 
 

@@ -32,11 +32,12 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine import __version__
 from engine.core import paths
 from engine.core.errors import ConfigError
+from engine.core.numpy_pickles import read_numpy2_pickles
 from engine.core.userinput import load_json
 
 if TYPE_CHECKING:  # the selector's modules load numpy: imported where a selector is built or read
@@ -211,8 +212,10 @@ def _write_compact(selector: Selector, target: Path, joblib_sha256: str) -> Path
     arrays["joblib_sha256"] = np.array(joblib_sha256)  # the pickle this form was written with
     tmp = target.with_name(f".{target.stem}.npz.tmp{os.getpid()}")
     with open(tmp, "wb") as fh:
-        # numpy's stub lets **kwds fill allow_pickle (a bool); these keys are the compact form's array names
-        np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
+        # NumPy 2's stub lets **kwds fill allow_pickle (a bool), NumPy 1's does not: typed as a plain call, so
+        # mypy passes under both; these keys are the compact form's array names
+        savez: Callable[..., None] = np.savez_compressed
+        savez(fh, **arrays)
     return tmp
 
 
@@ -341,6 +344,7 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
     if want.split(".")[:2] != sklearn.__version__.split(".")[:2]:
         log.warning("selector %s was saved with scikit-learn %s, this is %s; if it misbehaves, retrain it",
                     path, want, sklearn.__version__)
+    read_numpy2_pickles()  # a selector saved under NumPy 2 (the shipped one), loaded under NumPy 1 (JetPack 6)
     try:
         obj = joblib.load(io.BytesIO(data))  # the verified bytes, not the file again
     except Exception as exc:  # noqa: BLE001 - any unpickling failure of a verified file
