@@ -70,6 +70,11 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         nvpmodel_id=profile.initial_mode,
         gpu_governors=_default_first(profile.gpu.available_governors, profile.gpu.governor),
         cpu_governors=_default_first(profile.cpu.available_governors, profile.cpu.governor),
+        # the memory Linux sees, where the profile knows it (what the OS holds is not modelled)
+        mem_total_kb=int(profile.memory_total_mb * 1024) if profile.memory_total_mb else 0,
+        # the twin throttles its GPU at throttle_c and would shut down at shutdown_c: a board's
+        # passive and critical trips (thermal sysfs); both figures are the profile's
+        trip_points=(("passive", profile.thermal.throttle_c), ("critical", profile.thermal.shutdown_c)),
     )
 
 
