@@ -449,7 +449,7 @@ def _fan(w: _Writer, spec: TreeSpec) -> tuple[str, str]:
     hwmon `rpm` (jetson-stats jtop/core/fan.py); hwmon numbers after the INA3221's."""
     if spec.fan is None:
         return "", ""
-    n = spec.hwmon_index + len({r.chip for r in spec.rails}) + 1
+    n = spec.hwmon_index + len({r.chip for r in spec.rails})
     pwm_dir = f"sys/devices/platform/pwm-fan/hwmon/hwmon{n}"
     w.file(f"{pwm_dir}/name", "pwmfan")
     w.file(f"{pwm_dir}/pwm1", spec.fan.pwm)
