@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from engine.core.units import format_bytes
@@ -16,6 +17,7 @@ from engine.device.session import DeviceSession
 from engine.device.snapshot import take_snapshot
 from engine.device.treegen import FanSpec, default_orin_spec, render_tree
 from engine.device.twin.orin import VirtualOrin
+from tui.app import SlmDvfsApp
 from tui.messages import SnapshotTaken
 from tui.widgets.device_panes import ActivityPane, IdentityBar
 from traces import BERT_BASE_LIKE
@@ -37,12 +39,20 @@ def put(root: Path, rel: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-async def board_text(session: DeviceSession, readings: int = 2) -> tuple[str, str]:
-    """(the header, the Board pane) once the page has drawn `readings` readings."""
+def loads_read(app: SlmDvfsApp) -> bool:
+    """The latest reading gives every online core a share (the second /proc/stat the device layer
+    saw differed from the first: the twin rewrites it 4 times a second)."""
+    snap = app.last_snapshot
+    return snap is not None and snap.activity is not None and all(
+        c.load is not None for c in snap.activity.cores if c.online)
+
+
+async def board_text(session: DeviceSession, ready: Callable[[SlmDvfsApp], bool] = loads_read) -> tuple[str, str]:
+    """(the header, the Board pane) once the page has drawn a reading that is `ready`."""
     app = make_app(session)
     async with drive(app, size=(100, 30)) as ui:
-        for _ in range(readings + 1):  # the page draws the reading after the one that made its graphs
-            await ui.wait_for(SnapshotTaken)
+        await ui.wait_for(SnapshotTaken)
+        await ui.wait_for(SnapshotTaken, until=lambda: ready(app))
         header = plain(app.screen.query_one(IdentityBar).content, width=200)
         board = plain(app.screen.query_one(ActivityPane).content, width=200)
         await ui.press("q")
@@ -77,7 +87,7 @@ async def test_a_board_with_a_fan_that_throttles(tmp_path: Path) -> None:
     cores = [(50 if cpu == 0 else 0, 50 if cpu == 0 else 100) for cpu in range(12)]
     put(root, "proc/stat", "".join(f"cpu{n} {b} 0 0 {i} 0 0 0 0 0 0\n" for n, (b, i) in enumerate(cores)))
     session = DeviceSession(device)
-    _header, board = await board_text(session, readings=1)
+    _header, board = await board_text(session)
     assert "RAM 2/7.27 GiB" in board
     assert "CPU 0-11 @115.2 50 0 0 0 0 0 0 0 0 0 0 0%" in board  # core 0 busy half the time since the first reading
     assert "EMC 25%" in board and "fan 45% 2300 rpm" in board  # 115/255 of full speed
@@ -89,7 +99,7 @@ async def test_a_board_without_fan_memory_or_cpu_counters_says_so(tmp_path: Path
     root = board_tree(tmp_path / "board")  # no fan, no meminfo
     (root / "proc/stat").unlink()
     (root / "sys/kernel/actmon_avg_activity/mc_all").unlink()
-    header, board = await board_text(DeviceSession(JetsonDevice(root)))
+    header, board = await board_text(DeviceSession(JetsonDevice(root)), ready=lambda app: app.last_snapshot is not None)
     assert "memory n/a" in header
     assert "CPU n/a" in board and "EMC n/a" in board and "fan none" in board and "throttling none" in board
 
