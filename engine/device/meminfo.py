@@ -30,6 +30,10 @@ class MemInfo:
     total_bytes: int  # MemTotal
     available_bytes: int | None = None  # MemAvailable (a board's; a twin renders none)
 
+    @property
+    def used_bytes(self) -> int | None:
+        return None if self.available_bytes is None else self.total_bytes - self.available_bytes
+
 
 def parse_meminfo(text: str) -> MemInfo | None:
     """The figures of a /proc/meminfo text (`MemTotal:  64349184 kB` lines); None without a
@@ -70,6 +74,10 @@ def mem_total_bytes(root: str | os.PathLike[str]) -> int | None:
     return None if info is None else info.total_bytes
 
 
-def render_meminfo(total_bytes: int) -> str:
-    """A /proc/meminfo text with MemTotal alone (what a twin knows of its memory)."""
-    return f"MemTotal:       {int(total_bytes) // KIB:>8} kB\n"
+def render_meminfo(total_bytes: int, available_bytes: int | None = None) -> str:
+    """A /proc/meminfo text with MemTotal (what a twin knows of its memory) and, for a board's
+    tree in tests, MemAvailable."""
+    text = f"MemTotal:       {int(total_bytes) // KIB:>8} kB\n"
+    if available_bytes is not None:
+        text += f"MemAvailable:   {int(available_bytes) // KIB:>8} kB\n"
+    return text

@@ -18,6 +18,7 @@ from engine.device.base import (
 )
 from engine.core.errors import SlmDvfsError
 from engine.device.rails import rail_set_of
+from engine.device.activity import ActivitySource, DeviceActivity, Throttle, gpu_cap
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -36,6 +37,9 @@ class DeviceSnapshot:
     errors: Mapping[str, str] = field(default_factory=dict)
     # Rails whose reading the board cannot show (engine.core.plausible), with why: never summed.
     implausible: Mapping[str, str] = field(default_factory=dict)
+    # jtop's other details (per-core CPU, EMC load, fan, memory, trips); None: a device without them
+    activity: DeviceActivity | None = None
+    throttle: Throttle = field(default_factory=Throttle)
 
     @property
     def total_power_mw(self) -> float:
@@ -70,14 +74,24 @@ def take_snapshot(device: Device, identity: DeviceIdentity | None = None) -> Dev
     rails = attempt("rails", device.rails, ())
     limits = board_limits(identity.profile or identity.module_profile)
     implausible = {r.name: why for r in rails if (why := limits.rail_problem(r.voltage_mv, r.current_ma))}
+    mode = attempt("nvpmodel", device.power_mode, None)
+    temperatures = attempt("temperatures", device.temperatures, ())
+    activity = None
+    if isinstance(device, ActivitySource):
+        emc = next((c for c in clocks if c.domain is ClockDomain.EMC), None)
+        activity = attempt("activity", functools.partial(device.activity, emc.cur_hz if emc else None, temperatures), None)
+    gpu = next((c for c in clocks if c.domain is ClockDomain.GPU), None)
+    table = attempt("gpu table", functools.partial(device.clock_table, ClockDomain.GPU), ()) if gpu else ()
     return DeviceSnapshot(
         t=time.monotonic(),
         identity=identity,
-        mode=attempt("nvpmodel", device.power_mode, None),
+        mode=mode,
         clocks=tuple(clocks),
         rails=rails,
-        temperatures=attempt("temperatures", device.temperatures, ()),
+        temperatures=temperatures,
         gpu_load=attempt("gpu_load", device.gpu_load, None),
         errors=errors,
         implausible=implausible,
+        activity=activity,
+        throttle=Throttle(activity.trips if activity else (), gpu_cap(gpu, table, mode)),
     )

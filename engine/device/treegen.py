@@ -75,6 +75,15 @@ class RailSpec:
 
 
 @dataclass(frozen=True)
+class FanSpec:
+    """A fan as L4T shows it on Orin: `pwm-fan`'s hwmon `pwm1` (0-255) and the tachometer's own
+    hwmon node with `rpm` (jetson-stats' jtop/core/fan.py pairs the two)."""
+
+    pwm: int  # 0..255
+    rpm: int | None = None  # None: no tachometer node
+
+
+@dataclass(frozen=True)
 class TreeSpec:
     layout: str  # "r38" | "r36" | "r35" | "r32" (r38 = JetPack 7; r32 = old ina3221x iio rails)
     gpu_freqs_hz: tuple[int, ...]
@@ -98,6 +107,10 @@ class TreeSpec:
     gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
     serial: str = ""  # the device tree's serial-number; "" = none written (a board's identity: results, the lock)
     mem_total_kb: int | None = None  # /proc/meminfo's MemTotal; None = no proc/meminfo written
+    mem_available_kb: int | None = None  # its MemAvailable; None = none (a twin does not model what the OS holds)
+    # Trip points of every thermal zone, (type, celsius), as trip_point_N_type/_temp; () = none
+    trip_points: tuple[tuple[str, float], ...] = ()
+    fan: FanSpec | None = None  # a pwm-fan and its tachometer (hwmon), as on a developer kit; None = no fan
 
 
 @dataclass(frozen=True)
@@ -118,6 +131,9 @@ class TreeLayout:  # where treegen put things (root-relative strings), for the t
     emc_cap: str = EMC_CAP_FILE.lstrip("/")
     actmon_mc_all: str = "sys/kernel/actmon_avg_activity/mc_all"
     online: str = "sys/devices/system/cpu/online"  # "0-11" style summary
+    proc_stat: str = "proc/stat"  # per-CPU jiffies, online CPUs only (proc(5))
+    fan_pwm: str = ""  # the fan's pwm1 file; "" = no fan
+    fan_rpm: str = ""  # the tachometer's rpm file; "" = none
 
 
 def default_rails() -> tuple[RailSpec, ...]:
@@ -180,6 +196,9 @@ def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
     emc = _emc(w, spec, mode)
     rails, rail_power, hwmon_dirs = _rails(w, spec)
     zones = _thermal(w, spec)
+    online_n = spec.cpu_count if mode.online_cpus is None else mode.online_cpus
+    w.file("proc/stat", proc_stat_text([(0, 0)] * online_n), newline=False)
+    fan_pwm, fan_rpm = _fan(w, spec)
     w.file("sys/kernel/actmon_avg_activity/mc_all", 0)
     conf_rel = f"etc/nvpmodel/{spec.nvpmodel_conf_name}"
     w.file(conf_rel, spec.nvpmodel_conf.rstrip("\n"))
@@ -199,7 +218,20 @@ def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
         nvpmodel_status=status,
         rail_power=rail_power,
         hwmon_dirs=hwmon_dirs,
+        fan_pwm=fan_pwm,
+        fan_rpm=fan_rpm,
     )
+
+
+def proc_stat_text(cores: list[tuple[int, int]]) -> str:
+    """/proc/stat's `cpu` and `cpuN` lines for (busy, idle) jiffies per online CPU: busy as user
+    time, the other fields zero (proc(5): user nice system idle iowait irq softirq steal guest
+    guest_nice)."""
+    def line(name: str, busy: int, idle: int) -> str:
+        return f"{name} {busy} 0 0 {idle} 0 0 0 0 0 0\n"
+
+    total = line("cpu ", sum(b for b, _i in cores), sum(i for _b, i in cores))
+    return total + "".join(line(f"cpu{n}", b, i) for n, (b, i) in enumerate(cores))
 
 
 # --------------------------------------------------------------------------- pieces
@@ -254,7 +286,8 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
         w.file(f"{dt}/serial-number", spec.serial + "\0", newline=False)
     w.link("proc/device-tree", dt)
     if spec.mem_total_kb is not None:
-        w.file("proc/meminfo", render_meminfo(spec.mem_total_kb * 1024), newline=False)
+        w.file("proc/meminfo", render_meminfo(spec.mem_total_kb * 1024,
+                                                   None if spec.mem_available_kb is None else spec.mem_available_kb * 1024), newline=False)
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
     board = "generic" if spec.layout in _BUS0_LAYOUTS else "t186ref"
     w.file(
@@ -427,12 +460,34 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
     return rails, power, tuple(dirs)
 
 
+def _fan(w: _Writer, spec: TreeSpec) -> tuple[str, str]:
+    """Orin developer kits: /sys/devices/platform/pwm-fan/hwmon/hwmonN/pwm1 and the tachometer's
+    hwmon `rpm` (jetson-stats jtop/core/fan.py); hwmon numbers after the INA3221's."""
+    if spec.fan is None:
+        return "", ""
+    n = spec.hwmon_index + len({r.chip for r in spec.rails})
+    pwm_dir = f"sys/devices/platform/pwm-fan/hwmon/hwmon{n}"
+    w.file(f"{pwm_dir}/name", "pwmfan")
+    w.file(f"{pwm_dir}/pwm1", spec.fan.pwm)
+    w.link(f"sys/class/hwmon/hwmon{n}", pwm_dir)
+    if spec.fan.rpm is None:
+        return pwm_dir + "/pwm1", ""
+    tach_dir = f"sys/devices/platform/39c0000.tachometer/hwmon/hwmon{n + 1}"
+    w.file(f"{tach_dir}/name", "tachometer")
+    w.file(f"{tach_dir}/rpm", spec.fan.rpm)
+    w.link(f"sys/class/hwmon/hwmon{n + 1}", tach_dir)
+    return pwm_dir + "/pwm1", tach_dir + "/rpm"
+
+
 def _thermal(w: _Writer, spec: TreeSpec) -> dict[str, str]:
     zones: dict[str, str] = {}
     for i, (kind, celsius) in enumerate(spec.thermal_zones):
         z = f"sys/devices/virtual/thermal/thermal_zone{i}"
         w.file(f"{z}/type", kind)
         w.file(f"{z}/temp", int(round(celsius * 1000)))
+        for k, (trip, trip_c) in enumerate(spec.trip_points):
+            w.file(f"{z}/trip_point_{k}_type", trip)
+            w.file(f"{z}/trip_point_{k}_temp", int(round(trip_c * 1000)))
         w.link(f"sys/class/thermal/thermal_zone{i}", z)
         zones[kind] = z
     return zones

@@ -27,6 +27,8 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
+from engine.device.activity import DeviceActivity
+from engine.device.jetson.activity import ActivityReader
 from engine.device.jetson.discovery import CpuPolicy, JetsonNodes, RailNode, discover
 from engine.device.jetson import l4t_tools
 from engine.device.jetson import writes as w
@@ -59,6 +61,7 @@ class JetsonDevice:
         self._rail_files = OpenFiles(self.tree)
         # Governors we replaced while pinning, to give back on unpin.
         self._prev_governor: dict[ClockDomain, str] = {}
+        self._activity = ActivityReader(self.tree, lambda: self.nodes)
 
     def __repr__(self) -> str:
         return f"JetsonDevice(root={str(self.root)!r})"
@@ -75,6 +78,7 @@ class JetsonDevice:
         """Look at the tree again (after a driver reload or a twin re-render)."""
         self._nodes = None
         self._rail_files.close()
+        self._activity.reset()
         return self.nodes
 
     def close(self) -> None:
@@ -254,6 +258,11 @@ class JetsonDevice:
     def gpu_load(self) -> float:
         per_mille = self.tree.read_int(f"{self.nodes.require_gpu_device()}/load")
         return min(1.0, max(0.0, per_mille / 1000.0))
+
+    def activity(self, emc_hz: int | None = None, temperatures: tuple[TemperatureReading, ...] = ()) -> DeviceActivity:
+        """Per-core CPU load and clock, EMC load, fan, memory and trip points crossed, as jtop reads
+        them (engine/device/jetson/activity.py); a part this board lacks is None."""
+        return self._activity.read(emc_hz, temperatures)
 
     # ------------------------------------------------------------------ modes
 

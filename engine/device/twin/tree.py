@@ -74,6 +74,9 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         cpu_governors=_default_first(profile.cpu.available_governors, profile.cpu.governor),
         # the memory Linux sees, as the profile has it (/proc/meminfo: what memory fit reads)
         mem_total_kb=None if profile.memory_total_mb is None else round(profile.memory_total_mb * 1024),
+        # the twin throttles its GPU at throttle_c and would shut down at shutdown_c: a board's
+        # passive and critical trips (thermal sysfs); both figures are the profile's
+        trip_points=(("passive", profile.thermal.throttle_c), ("critical", profile.thermal.shutdown_c)),
     )
 
 

@@ -15,7 +15,7 @@ is unified: CPU and GPU share the budget. All torch-free (the TUI's Setup shows 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.errors import ConfigError
 from engine.workload.sizing.fit import (MemoryFit, MemoryFitError, Remedy, board_budget, check_memory, memory_fit,
