@@ -96,7 +96,8 @@ async def test_a_board_with_a_fan_that_throttles(tmp_path: Path) -> None:
 
 
 async def test_a_board_without_fan_memory_or_cpu_counters_says_so(tmp_path: Path) -> None:
-    root = board_tree(tmp_path / "board")  # no fan, no meminfo
+    root = board_tree(tmp_path / "board")  # no fan
+    (root / "proc/meminfo").unlink()
     (root / "proc/stat").unlink()
     (root / "sys/kernel/actmon_avg_activity/mc_all").unlink()
     header, board = await board_text(DeviceSession(JetsonDevice(root)), ready=lambda app: app.last_snapshot is not None)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
 
+from engine.device.rails import total_of
 from engine.core.errors import ConfigError, DeviceError, errno_text
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
@@ -65,7 +66,7 @@ class TwinStep:
 
     @property
     def total_energy_j(self) -> float:
-        return sum(self.energy_j.values())
+        return total_of(self.energy_j)  # the module's input rail where it has one, else the sum
 
     @property
     def source(self) -> Source:
@@ -158,7 +159,7 @@ class VirtualOrin:
         self._long_gaps = 0  # long gaps in a row before the last step
         _clocks, _est, power = self._refresh(None)
         if thermal:
-            self._thermal = ThermalState.steady(sum(power.values()), self.profile.thermal)
+            self._thermal = ThermalState.steady(total_of(power), self.profile.thermal)
             self._write_temps(power)
 
     # ------------------------------------------------------------------ lifecycle
@@ -346,7 +347,7 @@ class VirtualOrin:
             self._energy[name] = self._energy.get(name, 0.0) + mw * dt / 1000.0
         self._t += dt
         if self._thermal is not None:
-            self._thermal = self._thermal.advance(sum(power.values()), dt, self.profile.thermal)
+            self._thermal = self._thermal.advance(total_of(power), dt, self.profile.thermal)
 
     def _refresh(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
         """Settle the state on `trace` (None: idle) at the control files' settings and write it out.

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, TypeVar, Union
 
+from engine.device.rails import total_of
 from engine.core.errors import one_line
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
@@ -97,7 +98,7 @@ class BoardWorker:
             log.debug("temperatures of %s: %s", self.name, exc)
             temps = {}
         try:
-            power: float | None = sum(r.power_mw for r in device.rails()) / 1000.0
+            power: float | None = total_of({r.name: r.power_mw for r in device.rails()}) / 1000.0
         except Exception as exc:  # noqa: BLE001
             log.debug("rails of %s: %s", self.name, exc)
             power = None
