@@ -153,7 +153,7 @@ def test_a_selector_of_the_old_features_is_refused_with_how_to_retrain_it(select
                  "--max-seq-len", "32"]) == 2
     assert "--source measured" in capsys.readouterr().err
     mine.unlink()  # moved away: the shipped selector (of this version's features) is used again
-    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 3
+    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 4
 
 
 def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):

@@ -53,7 +53,14 @@ log = logging.getLogger(__name__)
 # BitFit flag and the task's head; a selector saved with them is refused: retrain it).
 # 3: the training loop's serial host work (serial_share, loop_host_cycles_per_sample): version 2
 # could not tell the hf loop from the lean one.
-FEATURE_SCHEMA_VERSION = 3
+# 4: gpu_share_ref, the GPU's share of a step at reference rates: leaving a family out, the trees could
+# not tell a small launch-bound step from a GPU-bound one by the totals' logs alone.
+FEATURE_SCHEMA_VERSION = 4
+# The reference device of gpu_share_ref: round figures of the AGX Orin class (FP32 peak at ~60% achieved,
+# tensor cores 4x for half precision, DRAM bandwidth, a kernel's launch gap, the host's cycles per launch
+# and clock). A reference, not a board: the module's own figures enter as module columns.
+REF_FLOPS, REF_TENSOR, REF_BYTES_PER_S, REF_KERNEL_S = 5e12 * 0.6, 4.0, 150e9, 5e-6
+REF_LAUNCH_CYCLES, REF_CPU_HZ = 40000.0, 2.2e9
 FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
@@ -80,6 +87,7 @@ WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
     # so its log is defined for both loops).
     ("serial_share", False),
     ("loop_host_cycles_per_sample", True),
+    ("gpu_share_ref", False),
     # How the step's work splits between op groups (engine.core.trace.OP_KINDS): matrix work may
     # run on tensor cores, the rest is bound by bandwidth or by launches.
     *((f"{kind}_{what}_share", False) for kind in OP_KINDS for what in ("flops", "bytes", "kernels")),
@@ -218,6 +226,14 @@ class WorkloadFeatures:
         total = float(self.host_cycles) + serial
         return (serial / total if total > 0 else 0.0), total / self.batch_size
 
+    def gpu_share_ref(self) -> float:
+        """The GPU's share of a step's time on a reference device: no device's figure, a workload-only
+        mix of the trace's totals that tells a GPU-bound step from one waiting on the host."""
+        peak = REF_FLOPS * (REF_TENSOR if self.precision in ("fp16", "bf16") else 1.0)
+        gpu = float(self.flops) / peak + float(self.bytes) / REF_BYTES_PER_S + self.kernels * REF_KERNEL_S
+        host = (self.kernels * REF_LAUNCH_CYCLES + float(self.host_cycles) + float(self.serial_cycles or 0.0)) / REF_CPU_HZ
+        return gpu / (gpu + host) if gpu + host > 0 else 0.0
+
     def row(self) -> list[float]:
         """The workload columns, in WORKLOAD_COLUMNS order."""
         return [
@@ -239,6 +255,7 @@ class WorkloadFeatures:
             float(self.bytes) / max(self.kernels, 1),
             float(self.host_cycles) / self.batch_size,
             *self.loop_host(),
+            self.gpu_share_ref(),
             *self.op_shares(),
         ]
 

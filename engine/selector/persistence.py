@@ -293,6 +293,8 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
 SCHEMA_CHANGES = {
     2: "version 1 described a model by its family, layers, hidden size and heads, version 2 by what its step costs",
     3: "version 3 adds the training loop's serial host work, so it tells a Trainer-style (hf) loop from the lean one",
+    4: "version 4 adds the GPU's share of a step at reference rates, which tells a launch- or host-bound step from a "
+       "GPU-bound one in a family the selector never saw",
 }
 
 
@@ -396,7 +398,6 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
             candidates=[DvfsSetting.from_json(s) for s in meta["settings"]], source=str(meta["source"]),
             source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=[cv_table_row(r) for r in as_list(meta["cv_table"])],
             objective=str(meta["objective"]), training=dict(meta["training"]),
-            power_floor_w=float(meta["power_floor_w"]),
             ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},
             modules=tuple(meta.get("modules", ())),
         )

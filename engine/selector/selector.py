@@ -39,7 +39,7 @@ from engine.selector.features import (
     log_columns,
     workload_part,
 )
-from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes
+from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes, trusted_first
 
 if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compact model needs none)
     from pathlib import Path
@@ -52,7 +52,6 @@ if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compac
 
 log = logging.getLogger(__name__)
 
-POWER_FLOOR_SHARE = 0.9  # the power floor is this share of the lowest power in the training data
 RANGE_SLACK = math.log(1.25)  # a workload scale feature may lie 25% beyond the training range
 
 
@@ -153,7 +152,6 @@ class Selector:
         cv_table: Sequence[CvTableRow],
         objective: str,
         training: JsonObject,
-        power_floor_w: float,
         ranges: dict[str, tuple[float, float]],
         modules: Sequence[str] = (),
     ) -> None:
@@ -167,7 +165,6 @@ class Selector:
         self.cv_table = [r.copy() for r in cv_table]
         self.objective = objective
         self.training = dict(training)
-        self.power_floor_w = float(power_floor_w)
         self.ranges = dict(ranges)
         self.modules = tuple(modules)  # across modules: the modules it learnt, each a feature column
         self.module = self.modules[0] if self.modules else None  # the module it predicts for (use_module)
@@ -270,10 +267,10 @@ class Selector:
             if measure is None:
                 raise ConfigError(f"{probes} probe(s) asked for but nothing to measure them with",
                                   "pass --twin [PROFILE] (or run on the board) to take probe windows")
-            corrected, probed, corr = run_probes(ranked, probes, measure, self.power_floor_w, self._x_of,
+            corrected, probed, corr = run_probes(ranked, probes, measure, self._x_of,
                                                  baseline=objective.needs_baseline)
             by = {p.setting: p for p in corrected}
-            ranked = rank(corrected, objective, by[MAXN])
+            ranked = trusted_first(rank(corrected, objective, by[MAXN]), [s for s, _m in probed], self._x_of)
         chosen = ranked[0]
         chooser = self.winner
         if self.chooser is not None and not probes and objective.name == "energy" and not objective.needs_baseline:
@@ -429,7 +426,7 @@ def fit_selector(
         model=model, chooser=clf, encoder=ds.encoder, candidates=settings, source=ds.source,
         source_column=ds.source_column, winner=(chooser or spec).label, cv_table=cv_table,
         objective=objective.spec, training=training,
-        power_floor_w=POWER_FLOOR_SHARE * float(np.nanmin(ds.power_w)), ranges=_ranges(ds),
+        ranges=_ranges(ds),
         modules=ds.module_columns,
     )
 
