@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Mapping
 
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
-from engine.results.records import RunRecord
+from engine.device.baseline import Baseline, profile_baseline
+from engine.device.jetson.identity import profile_of_module
+from engine.results.records import DeviceRecord, RunRecord
 from engine.workload.lora import LoraSettings
 from engine.workload.trace.loop import default_loop
 
@@ -37,6 +39,15 @@ def mode_text(setting: Mapping[str, object] | None, name: str | None = None) -> 
     label = name or stored_mode_name(setting)
     mode_id = (setting or {}).get("nvpmodel")
     return f"{label} (mode {mode_id})" if isinstance(mode_id, int) else label
+
+
+def device_baseline(device: DeviceRecord | None) -> Baseline:
+    """The baseline of a stored device, for a stored sweep's points: its twin profile's, else its module's
+    shipped profile's (a board's record names its module), else the AGX Orin's MAXN (mode 0), which a
+    record from before modules were named means."""
+    if device is None:
+        return profile_baseline(None)
+    return profile_baseline(device.profile or profile_of_module(device.module))
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

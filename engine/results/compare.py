@@ -60,6 +60,12 @@ class RunFigures:
     synthetic: bool | None = None  # trained on generated data
 
     @property
+    def mode_name(self) -> str:
+        """Its mode's name (`MAXN_SUPER`); `MAXN` for a run stored before modes were named."""
+        name = (self.detail or {}).get("mode_name")
+        return name if isinstance(name, str) and name else stored_mode_name(None)
+
+    @property
     def mode_label(self) -> str:
         """Its mode by name and id, as the UI names a baseline: `MAXN_SUPER (mode 2)`."""
         name = (self.detail or {}).get("mode_name")
