@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
+from engine.device.baseline import Baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, as_list
@@ -105,6 +106,12 @@ class Choice:
     trained_on: str = "twin"  # the selector's training source
     # Intervals on the figures (engine.selector.uncertainty.with_uncertainty); None: not asked for
     uncertainty: "ChoiceUncertainty | None" = None
+    baseline_name: str = "MAXN"  # the mode `maxn` is in, by name (on_board: MAXN_SUPER on an Orin Nano)
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline by its mode's name and id: `MAXN_SUPER (mode 2)`."""
+        return f"{self.baseline_name} (mode {self.maxn.setting.nvpmodel})"
 
     @property
     def saving(self) -> float:
@@ -134,7 +141,27 @@ class Choice:
             "chooser": self.chooser,
             "selector_trained_on": self.trained_on,
             "uncertainty": None if self.uncertainty is None else self.uncertainty.to_json(),
+            "baseline": {"setting": self.maxn.setting.to_json(), "mode_name": self.baseline_name,
+                         "label": self.baseline_label},
         }
+
+    def on_board(self, baseline: Baseline) -> Choice:
+        """This choice in a board's terms (board_setting): each setting in the selector's MAXN mode moved to the
+        board's baseline mode, which it is named by."""
+        def moved(p: Prediction) -> Prediction:
+            return replace(p, setting=board_setting(p.setting, baseline))
+
+        return replace(self, setting=board_setting(self.setting, baseline), predicted=moved(self.predicted),
+                       maxn=moved(self.maxn), top=tuple(moved(p) for p in self.top),
+                       probes=tuple((board_setting(s, baseline), m) for s, m in self.probes),
+                       baseline_name=baseline.name)
+
+
+def board_setting(setting: DvfsSetting, baseline: Baseline) -> DvfsSetting:
+    """A selector's setting on a board: the selector speaks the AGX Orin's MAXN, mode 0, the mode its settings
+    pin clocks in (features, the shipped selectors); on a board whose baseline is another mode (MAXN_SUPER,
+    mode 2, on an Orin Nano 8GB) the same clocks are pinned in that mode, mode 0 there being a capped one."""
+    return replace(setting, nvpmodel=baseline.setting.nvpmodel) if setting.nvpmodel == MAXN.nvpmodel else setting
 
 
 class Selector:
