@@ -27,6 +27,7 @@ from engine.core.plausible import MAX_BATCH, MAX_REPEATS, MAX_SAMPLES, MAX_SEQ_L
 from engine.core.text import shown
 from engine.core.userinput import check_name, number_value
 from engine.core.provenance import Source
+from engine.device.baseline import board_baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.imports.read import read_bytes, table_rows
 from engine.results.imports.fields import (
@@ -139,7 +140,8 @@ class ImportedFile:
 def read_sweep_file(path: str | Path, tables: BoardTables, flags: WorkloadFlags = WorkloadFlags(), *,
                     default_mode: int = 0) -> ImportedFile:
     """Read and check a whole file; raise ConfigError at the first wrong value (nothing is stored by
-    reading). Pinned rows without a mode get `default_mode` (sweeps pin clocks in mode 0, MAXN)."""
+    reading). Pinned rows without a mode get `default_mode` (sweeps pin clocks in the board's uncapped mode:
+    mode 0, MAXN, on an AGX Orin; import-sweep passes its profile's)."""
     path = Path(path)
     raw = read_bytes(path)
     kind, rows, file_values = table_rows(path, raw)
@@ -194,6 +196,11 @@ class _RowReader:
                  default_mode: int) -> None:
         self.path, self.tables, self.flags, self.file_values = path, tables, flags, file_values
         self.default_mode = default_mode
+        # a `maxn` row is the board's baseline, its uncapped mode whatever its id (MAXN_SUPER, mode 2, on an Orin Nano)
+        try:
+            self.baseline = board_baseline(tables.modes).setting
+        except ConfigError:  # tables with no uncapped mode (or none): a maxn row means the AGX Orin's, as before
+            self.baseline = MAXN
         self.groups: dict[tuple[str, str], _Group] = {}
         self._workloads: dict[tuple[Any, ...], WorkloadRecord] = {}
         self.warnings: list[str] = []
@@ -382,10 +389,11 @@ class _RowReader:
                 mode = power_mode(cells[mode_col], self.tables)
         if maxn:
             with self.at(where, "setting"):
-                if any(hz is not None for hz in clocks.values()) or mode not in (None, 0):
-                    raise CellError("a maxn row pins nothing: MAXN Mode 0 leaves every clock to its governor",
+                if any(hz is not None for hz in clocks.values()) or mode not in (None, self.baseline.nvpmodel):
+                    raise CellError(f"a maxn row pins nothing: the board's baseline, mode {self.baseline.nvpmodel} (its "
+                                    "uncapped MAXN or MAXN_SUPER), leaves every clock to its governor",
                                     "leave the clock and mode cells of a maxn row empty")
-            return MAXN
+            return self.baseline
         if all(hz is None for hz in clocks.values()):
             if mode is None:
                 with self.at(where, None):
