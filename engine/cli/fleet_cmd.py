@@ -237,7 +237,7 @@ def sweep_optimum(store: Store, outcome: SweepOutcome, objective: str) -> tuple[
     if outcome.sweep_id is None or not outcome.points:
         return None
     sweep = store.get_sweep(outcome.sweep_id)
-    base = device_baseline(store.get_device(sweep.device_id))  # its module's uncapped mode, whatever its id
+    base = device_baseline(store.get_device(sweep.device_id), sweep.space)  # its module's uncapped mode, whatever its id
     points = summarize_points(store.sweep_points(outcome.sweep_id))
     best = optimum(points, parse_objective(objective), baseline=base.setting)
     if best is None:

@@ -261,7 +261,7 @@ def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
         stored = store.sweep_points(sweep_id)
         points = summarize_points(stored)
         boards = store.sweep_boards(sweep_id)
-    base = device_baseline(device)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+    base = device_baseline(device, sweep.space)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
     best, maxn = optimum(points), maxn_of(points, base.setting)
     vs_maxn = optimum_vs_maxn(best, maxn)
     note = sweep.status_note(len(stored))

@@ -41,13 +41,16 @@ def mode_text(setting: Mapping[str, object] | None, name: str | None = None) -> 
     return f"{label} (mode {mode_id})" if isinstance(mode_id, int) else label
 
 
-def device_baseline(device: DeviceRecord | None) -> Baseline:
-    """The baseline of a stored device, for a stored sweep's points: its twin profile's, else its module's
-    shipped profile's (a board's record names its module), else the AGX Orin's MAXN (mode 0), which a
-    record from before modules were named means."""
+def device_baseline(device: DeviceRecord | None, space: Mapping[str, object] | None = None) -> Baseline:
+    """The baseline of a stored device, for a stored sweep's points: its twin profile's, else the profile an
+    imported sweep's `space` names (import-sweep --profile), else its module's shipped profile's (a board's
+    record names its module), else the AGX Orin's MAXN (mode 0), which a record from before modules were
+    named means."""
+    imported = (space or {}).get("profile")
     if device is None:
-        return profile_baseline(None)
-    return profile_baseline(device.profile or profile_of_module(device.module))
+        return profile_baseline(imported if isinstance(imported, str) else None)
+    return profile_baseline(device.profile or (imported if isinstance(imported, str) else None)
+                            or profile_of_module(device.module))
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

@@ -98,7 +98,7 @@ def sweep_report(store: Store, sweep_id: int, out: Path, *, objective: Ranking |
     device = store.get_device(sweep.device_id)
     wl = store.get_workload(sweep.workload_id)
     src = sweep.source.value
-    base = device_baseline(device)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+    base = device_baseline(device, sweep.space)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
     best = optimum(summaries, objective, baseline=base.setting)
     maxn = maxn_of(summaries, base.setting)
     assert best is not None

@@ -163,7 +163,7 @@ class SweepActions(AppState):
         store = self.store
         if self._refuse_if_busy() or store is None:
             return None
-        tracker = SweepTracker(self.source)
+        tracker = SweepTracker(self.source, self.baseline)
         tracker.note(f"sweep of {spec.workload.model}/{spec.workload.task} over {spec.space}"
                      + (" (fast: the twin's model, no training)" if spec.fast else ""))
         self.sweep_tracker = tracker
@@ -213,7 +213,7 @@ class SweepActions(AppState):
             if vs.interval is not None:
                 line += f"\n{board_estimate_text(vs.saving_pct, vs.interval, base.name)}"
         if isinstance(self.sweep_tracker, SweepTracker):  # a local sweep's (a fleet sweep ends in FleetSweepDone)
-            heat = from_summaries(result.points, result.source)
+            heat = from_summaries(result.points, result.source, base)
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
                                       stored=self._stored_view(result.sweep_id, heat))
             self.sweep_view = self.sweep_tracker.view()
