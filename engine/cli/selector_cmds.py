@@ -359,7 +359,6 @@ def cmd_select(args: argparse.Namespace) -> int:
     steps = resolved.steps
     measure = None
     from engine.device.baseline import AGX_MAXN, profile_baseline
-    from engine.selector.selector import board_setting
 
     # --twin's baseline, its uncapped mode by name (MAXN_SUPER, mode 2, on an Orin Nano): the choice is stated in it
     base = profile_baseline(_load_profile(args.twin)) if args.twin else AGX_MAXN
@@ -369,7 +368,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         profile = _load_profile(args.twin)
 
         def measure(setting: DvfsSetting) -> Measurement:
-            return fast_sweep(steps, profile, [board_setting(setting, base)], warmup_steps=1, steps=2)[0][1]
+            return fast_sweep(steps, profile, [base.in_its_mode(setting)], warmup_steps=1, steps=2)[0][1]
 
     from engine.core.provenance import Source
 

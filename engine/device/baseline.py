@@ -14,15 +14,19 @@ the selector's settings speak it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, Sequence
 
-from engine.core.errors import ConfigError, ProfileError
+from engine.core.errors import ConfigError
 from engine.device.base import PowerMode
 from engine.device.setting import MAXN, DvfsSetting
 
-if TYPE_CHECKING:  # annotations only: the profile module loads its TOML on first use
-    from engine.device.twin.profile import TwinProfile
+
+class HasModes(Protocol):
+    """What has a board's nvpmodel modes: a device profile (engine.device.twin.profile.TwinProfile)."""
+
+    @property
+    def modes(self) -> Sequence[PowerMode]: ...
 
 BASELINE_NAMES = ("MAXN_SUPER", "MAXN")  # NVIDIA's names of the uncapped mode, the Super one first
 
@@ -89,6 +93,11 @@ class Baseline:
         """Whether `setting` is this baseline: its mode with no clock pinned and no jetson_clocks."""
         return setting == self.setting
 
+    def in_its_mode(self, setting: DvfsSetting) -> DvfsSetting:
+        """A setting of the AGX Orin's mode 0 (the shipped selectors' and features' mode) in this baseline's
+        mode: the same clocks pinned in MAXN_SUPER (mode 2) on an Orin Nano 8GB, whose mode 0 is capped."""
+        return replace(setting, nvpmodel=self.setting.nvpmodel) if setting.nvpmodel == MAXN.nvpmodel else setting
+
 
 # What a record names no board's modes for (a run or sweep stored before modes were named, an import of
 # an AGX Orin's table): the AGX Orin's MAXN, mode 0.
@@ -107,14 +116,12 @@ def is_baseline(setting: DvfsSetting, modes: Sequence[PowerMode] | None = None) 
     return (board_baseline(modes) if modes else AGX_MAXN).is_it(setting)
 
 
-def profile_baseline(profile: TwinProfile | str | None) -> Baseline:
-    """The baseline of a device profile's modes (`orin-nano-8gb`: MAXN_SUPER, mode 2), the profile or its
-    shipped name; AGX_MAXN for no profile or a name not shipped (a record from before profiles were named)."""
-    if not profile:
+def profile_baseline(profile: HasModes | None) -> Baseline:
+    """The baseline of a device profile's modes (`orin-nano-8gb`: MAXN_SUPER, mode 2); AGX_MAXN for no profile
+    or one with no uncapped mode (what records from before modes were named meant)."""
+    if profile is None:
         return AGX_MAXN
-    from engine.device.twin.profile import load_profile  # lazy: the profile loader reads TOML files
-
     try:
-        return board_baseline((load_profile(profile) if isinstance(profile, str) else profile).modes)
-    except (ConfigError, ProfileError):  # a profile no longer shipped, or with no uncapped mode: what older records meant
+        return board_baseline(profile.modes)
+    except ConfigError:
         return AGX_MAXN

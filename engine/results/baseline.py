@@ -10,9 +10,9 @@ import logging
 import shlex
 from typing import TYPE_CHECKING, Mapping
 
-from engine.core.errors import SlmDvfsError
+from engine.core.errors import ProfileError, SlmDvfsError
 from engine.core.provenance import Source
-from engine.device.baseline import Baseline, profile_baseline
+from engine.device.baseline import AGX_MAXN, Baseline, profile_baseline
 from engine.device.jetson.identity import profile_of_module
 from engine.results.records import DeviceRecord, RunRecord
 from engine.workload.lora import LoraSettings
@@ -47,10 +47,17 @@ def device_baseline(device: DeviceRecord | None, space: Mapping[str, object] | N
     record names its module), else the AGX Orin's MAXN (mode 0), which a record from before modules were
     named means."""
     imported = (space or {}).get("profile")
-    if device is None:
-        return profile_baseline(imported if isinstance(imported, str) else None)
-    return profile_baseline(device.profile or (imported if isinstance(imported, str) else None)
-                            or profile_of_module(device.module))
+    name = imported if isinstance(imported, str) else None
+    if device is not None:
+        name = device.profile or name or profile_of_module(device.module)
+    if not name:
+        return AGX_MAXN
+    from engine.device.twin.profile import load_profile  # lazy: the profile loader reads TOML files
+
+    try:
+        return profile_baseline(load_profile(name))
+    except ProfileError:  # a profile no longer shipped: what the record meant before modules were named
+        return AGX_MAXN
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

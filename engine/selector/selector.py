@@ -146,22 +146,17 @@ class Choice:
         }
 
     def on_board(self, baseline: Baseline) -> Choice:
-        """This choice in a board's terms (board_setting): each setting in the selector's MAXN mode moved to the
-        board's baseline mode, which it is named by."""
+        """This choice in a board's terms: each setting in the selector's MAXN mode (mode 0) moved to the board's
+        baseline mode (Baseline.in_its_mode), which it is named by."""
+        # the selector speaks the AGX Orin's MAXN, mode 0, the mode its settings pin clocks in (features, the
+        # shipped selectors); on a board whose baseline is another mode the same clocks are pinned in that one
         def moved(p: Prediction) -> Prediction:
-            return replace(p, setting=board_setting(p.setting, baseline))
+            return replace(p, setting=baseline.in_its_mode(p.setting))
 
-        return replace(self, setting=board_setting(self.setting, baseline), predicted=moved(self.predicted),
+        return replace(self, setting=baseline.in_its_mode(self.setting), predicted=moved(self.predicted),
                        maxn=moved(self.maxn), top=tuple(moved(p) for p in self.top),
-                       probes=tuple((board_setting(s, baseline), m) for s, m in self.probes),
+                       probes=tuple((baseline.in_its_mode(s), m) for s, m in self.probes),
                        baseline_name=baseline.name)
-
-
-def board_setting(setting: DvfsSetting, baseline: Baseline) -> DvfsSetting:
-    """A selector's setting on a board: the selector speaks the AGX Orin's MAXN, mode 0, the mode its settings
-    pin clocks in (features, the shipped selectors); on a board whose baseline is another mode (MAXN_SUPER,
-    mode 2, on an Orin Nano 8GB) the same clocks are pinned in that mode, mode 0 there being a capped one."""
-    return replace(setting, nvpmodel=baseline.setting.nvpmodel) if setting.nvpmodel == MAXN.nvpmodel else setting
 
 
 class Selector:

@@ -171,11 +171,10 @@ def _ensemble(choice: Choice, selector: Selector, trace: StepTrace | StepMix, pr
     # the choice's baseline (MAXN; MAXN_SUPER where Choice.on_board moved it) and the candidates in its mode
     # that the profile's GPU table has
     from engine.device.baseline import Baseline
-    from engine.selector.selector import board_setting
 
     base = Baseline(choice.maxn.setting)
     table = set(profile.gpu.table_hz)
-    moved = (board_setting(s, base) for s in selector.candidates)
+    moved = (base.in_its_mode(s) for s in selector.candidates)
     settings: list[DvfsSetting] = list(dict.fromkeys(
         [base.setting, choice.setting, *(s for s in moved if s.gpu_hz is None or s.gpu_hz in table)]))
     return ensemble(trace, profile, settings, members=members, seed=seed)
