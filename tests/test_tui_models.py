@@ -304,7 +304,8 @@ def test_the_maxn_run_itself_says_it_is_the_baseline(store: Store) -> None:
     view = build_comparison(maxn, find_baseline(store, maxn))
     assert view.base is None and view.baseline_note == "this run is the baseline, MAXN (mode 0)"
     lone = build_comparison(store.get_run(ids["lone"]), None)
-    assert lone.baseline_note.startswith("no baseline run (the board's uncapped mode, MAXN or MAXN_SUPER) of this workload")
+    assert lone.baseline_note.startswith("no baseline run (the board's uncapped mode, MAXN or MAXN_SUPER) of this "
+                                         "workload")
 
 
 def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store) -> None:

@@ -48,7 +48,8 @@ FIELD_HELP: dict[str, str] = {
             "local hub cache) or a folder of GLUE files",
     "policy": "how the clocks are chosen for the run (see Policies below)",
     "objective": "what the oracle, online and ml policies minimise (see Objectives below)",
-    "slowdown ≤": "the most extra time, in % against the board's baseline (MAXN; MAXN_SUPER on an Orin Nano / NX), the choice may cost (blank: no limit); "
+    "slowdown ≤": "the most extra time, in % against the board's baseline (MAXN; MAXN_SUPER on an Orin Nano / "
+                  "NX), the choice may cost (blank: no limit); "
                   "the same as objective@N%",
     "length": "how long to train: a number of steps, or of epochs over the training set",
     "batch size": "samples a step (blank: the zoo's default for the model)",

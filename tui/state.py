@@ -100,7 +100,7 @@ class AppState(App[None]):
     reading: var[DeviceReading | None] = var(None, always_update=True)
     source: var[Source] = var(Source.TWIN)  # of what this device measures: twin or measured
     mem_total: var[int | None] = var(None)  # the device's MemTotal in bytes (Setup's memory budget); None: unknown
-    baseline_label: var[str] = var("MAXN (mode 0)")  # the board's baseline by its mode's name and id (MAXN_SUPER (mode 2))
+    baseline_label: var[str] = var("MAXN (mode 0)")  # the board's baseline by mode name and id: MAXN_SUPER (mode 2)
     run_view: var[RunView] = var(IDLE_RUN)
     runs_started: var[int] = var(0)  # experiments started: the Run page's log starts afresh
     selector_line: var[str] = var("")  # the Setup page's (long) line

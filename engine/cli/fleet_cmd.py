@@ -80,7 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = fsub.add_parser("run", help="experiments (policy runs vs MAXN) of every model x task x batch x policy, "
                         "spread over the boards",
                         description="The cross product of --model, --task, --batch-size, --policy and --objective, "
-                        "each one experiment run whole on one board: the policy run, then the board's baseline (MAXN, or MAXN_SUPER on an Orin Nano / NX) on the same "
+                        "each one experiment run whole on one board: the policy run, then the board's baseline (MAXN, "
+                        "or MAXN_SUPER on an Orin Nano / NX) on the same "
                         "board (--compare maxn), so each saving is within one board. Progress streams back; each "
                         "experiment's runs are stored here when it ends. The oracle needs a stored sweep of the "
                         "workload on the board's module (`fleet sweep`), ml a selector. A board lost mid-experiment: "

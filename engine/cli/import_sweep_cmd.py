@@ -83,8 +83,10 @@ def cmd_import_sweep(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile)
     tables = BoardTables.from_profile(profile)
-    # rows naming no mode pin clocks in the profile's uncapped mode, as its sweeps do: MAXN_SUPER (mode 2) on an Orin Nano
-    imported = read_sweep_file(args.file, tables, _flags(args), default_mode=profile_baseline(profile).setting.nvpmodel or 0)
+    # rows naming no mode pin clocks in the profile's uncapped mode, as its sweeps do (MAXN_SUPER, mode 2, on an
+    # Orin Nano 8GB)
+    mode = profile_baseline(profile).setting.nvpmodel or 0
+    imported = read_sweep_file(args.file, tables, _flags(args), default_mode=mode)
     device = DeviceRecord(board=args.board or tables.board, module=args.module or tables.module, l4t=args.l4t,
                           jetpack=args.jetpack, profile=None, is_twin=False, serial=args.serial or None)
     path = _db_path(args)

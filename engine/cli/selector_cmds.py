@@ -376,7 +376,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
-    choice = with_uncertainty(choice.on_board(base), selector, steps, args.twin)  # the ensemble of --twin's profile, else the selector's
+    # in the board's mode; the interval from the ensemble of --twin's profile, else the selector's
+    choice = with_uncertainty(choice.on_board(base), selector, steps, args.twin)
     if args.json:
         from engine.selector.uncertainty import maxn_about_optimal
 
@@ -433,7 +434,9 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         lines.append(f"  {name:<{named}}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
                      f"{p.energy_per_sample:>13.4f} J{span}  [{p.source}]")
     lines.append("")
-    lines.append(f"Expected:  {versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, than=choice.baseline_label, interval=unc and unc.saving)}"
+    expected = versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, than=choice.baseline_label,
+                           interval=unc and unc.saving)
+    lines.append(f"Expected:  {expected}"
                  f" per sample [predicted]")
     from engine.selector.uncertainty import maxn_about_optimal
 

@@ -1,5 +1,5 @@
-"""How far a twin's saving against the baseline (MAXN; MAXN_SUPER on an Orin Nano / NX) may be from a board's: the twin ensemble's paired interval
-laid around the figure the twin gave (engine.device.twin.ensemble; docs/twin.md, "Intervals").
+"""How far a twin's saving against the baseline (MAXN; MAXN_SUPER on an Orin Nano / NX) may be from a
+board's: the twin ensemble's paired interval laid around the figure the twin gave (engine.device.twin.ensemble; docs/twin.md, "Intervals").
 
 A twin sweep or run says what the twin computed (`twin`); read as an estimate of what a board
 would show, it is as uncertain as the profile's parameters, and this interval says how much.

@@ -146,7 +146,8 @@ def sweep_report(store: Store, sweep_id: int, out: Path, *, objective: Ranking |
         lines += ["", f"Against {base.label} ({maxn.joules_per_sample.mean:.4g} J/sample): "
                       f"**{saving_text(vs_maxn.saving_pct, than=None)}**, **{time}** [{src}], per sample."]
     else:
-        lines += ["", f"{base.label}, the board's baseline, was not part of this sweep, so no saving against it is given."]
+        lines += ["", f"{base.label}, the board's baseline, was not part of this sweep, so no saving against it "
+                      "is given."]
     lines += ["", "## Figures", ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures]
     lines += ["", f"## Points [{src}]", "",

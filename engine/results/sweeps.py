@@ -106,8 +106,8 @@ class Ranking(Protocol):
         """How the user writes it, e.g. `energy` or `energy@5%`."""
         ...
 
-    def best(self, candidates: Sequence[tuple[DvfsSetting, Measurement]],
-             baseline: Measurement | None, *, baseline_setting: DvfsSetting = MAXN) -> tuple[DvfsSetting, Measurement]: ...
+    def best(self, candidates: Sequence[tuple[DvfsSetting, Measurement]], baseline: Measurement | None, *,
+             baseline_setting: DvfsSetting = MAXN) -> tuple[DvfsSetting, Measurement]: ...
 
 
 def optimum(summaries: Sequence[PointSummary], objective: Ranking | None = None, *,

@@ -74,7 +74,7 @@ class ExperimentSpec:
     workload: WorkloadSpec  # what both runs fine-tune: model, task, shape, mode, padding, data, seed
     policy: str = "maxn"
     objective: str = "energy"
-    compare: str | None = None  # "maxn": also run (or reuse) MAXN Mode 0
+    compare: str | None = None  # "maxn": also run (or reuse) the board's baseline, its uncapped mode by name
     reuse_baseline: bool = False  # use a stored MAXN run of the same workload, device, steps, seed
     steps: int = 100
     train_samples: int | None = None

@@ -148,8 +148,9 @@ class SweepResult:
             "points": [p.to_json() for p in self.points],
             "optimum": None if self.optimum is None else self.optimum.to_json(),
             "maxn": None if self.maxn is None else self.maxn.to_json(),
-            "baseline": None if self.baseline is None else {
-                "setting": self.baseline.setting.to_json(), "mode_name": self.baseline.name, "label": self.baseline.label},
+            "baseline": None if self.baseline is None else {"setting": self.baseline.setting.to_json(),
+                                                            "mode_name": self.baseline.name,
+                                                            "label": self.baseline.label},
             "optimum_saving_vs_maxn_pct": saving,
             "optimum_vs_maxn": None if self.vs_maxn is None else self.vs_maxn.to_json(),
             "thermal": dict(self.thermal),

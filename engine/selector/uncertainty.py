@@ -192,7 +192,8 @@ NEAR_ZERO = 0.01  # a saving of 1% or less: within what runs of one setting diff
 
 
 def maxn_about_optimal(choice: "Choice") -> str | None:
-    """Why the baseline (MAXN; MAXN_SUPER on an Orin Nano) is already about optimal for the choice's workload, or None when the choice
+    """Why the baseline (MAXN; MAXN_SUPER on an Orin Nano) is already about optimal for the choice's workload,
+    or None when the choice
     clearly saves: its predicted saving is near zero; or MAXN lies within the optimum's interval (the
     saving's interval, paired within each twin member, reaches down to about zero); or the saving is
     within the selector's own error of zero (its held-out regret's 90th percentile, or where a file

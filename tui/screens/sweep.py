@@ -70,7 +70,8 @@ def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
                 cells.append("")
                 continue
             style = HEAT_STYLES[min(len(HEAT_STYLES) - 1, int(cell.rel * len(HEAT_STYLES)))]
-            # the baseline's cell is its row, named by its mode (MAXN, MAXN_SUPER): a letter after a figure reads as a unit (M: mega)
+            # the baseline's cell is its row, named by its mode (MAXN, MAXN_SUPER): a letter after a figure
+            # reads as a unit (M: mega)
             mark = "★" if cell.best else " "
             cells.append(Text(f"{cell.mj_per_sample:8.2f}{mark}", style=style))
         table.add_row(row, *cells)

@@ -1,9 +1,9 @@
 """Sweeps measured elsewhere, read from a CSV or JSON file (`slm-dvfs import-sweep`).
 
 One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode,
-or `maxn`: MAXN Mode 0 with its dynamic governors), the energy over the rails it sums, the time
-when known (energy-only rows are kept as such: their time is None, never 0), the training samples
-it covers, and optionally the repeat number. The workload comes from flags (WorkloadFlags) or from
+or `maxn`: the board's uncapped mode, MAXN or MAXN_SUPER, with its dynamic governors), the energy
+over the rails it sums, the time when known (energy-only rows are kept as such: their time is None,
+never 0), the training samples it covers, and optionally the repeat number. The workload comes from flags (WorkloadFlags) or from
 columns, constant per workload: a file with several workloads (or rail sets) becomes one sweep per
 workload and rail set, so energies over different rails are never mixed. Every value is checked
 against the board's tables (BoardTables); the first wrong cell stops the import with the file,
@@ -368,7 +368,8 @@ class _RowReader:
         if cells.get("setting") is not None and not maxn:
             with self.at(where, "setting"):
                 raise CellError(f"unknown setting {shown(cells['setting'])!r}",
-                                "write maxn (MAXN Mode 0, dynamic governors), or give the clocks in their columns")
+                                "write maxn (the board's uncapped mode, MAXN or MAXN_SUPER, dynamic governors), "
+                                "or give the clocks in their columns")
         for column, (domain, unit) in CLOCK_COLUMNS.items():
             value = cells.get(column)
             if value is None or str(value).strip().lower() in GOVERNOR:
