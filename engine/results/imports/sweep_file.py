@@ -1,13 +1,13 @@
 """Sweeps measured elsewhere, read from a CSV or JSON file (`slm-dvfs import-sweep`).
 
-One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode,
-or `maxn`: the board's uncapped mode, MAXN or MAXN_SUPER, with its dynamic governors), the energy
-over the rails it sums, the time when known (energy-only rows are kept as such: their time is None,
-never 0), the training samples it covers, and optionally the repeat number. The workload comes from flags (WorkloadFlags) or from
-columns, constant per workload: a file with several workloads (or rail sets) becomes one sweep per
-workload and rail set, so energies over different rails are never mixed. Every value is checked
-against the board's tables (BoardTables); the first wrong cell stops the import with the file,
-line (CSV) or row (JSON), column and what to do. torch-free.
+One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode, or
+`maxn`: the board's uncapped mode, MAXN or MAXN_SUPER, with its dynamic governors), the energy over
+the rails it sums, the time when known (energy-only rows are kept as such: their time is None, never
+0), the training samples it covers, and optionally the repeat number. The workload comes from flags
+(WorkloadFlags) or from columns, constant per workload: a file with several workloads (or rail sets)
+becomes one sweep per workload and rail set, so energies over different rails are never mixed. Every
+value is checked against the board's tables (BoardTables); the first wrong cell stops the import
+with the file, line (CSV) or row (JSON), column and what to do. torch-free.
 
 The formats and columns are documented in docs/experiments.md ("Importing measured sweeps").
 """
