@@ -83,3 +83,17 @@ def test_a_fast_sweep_of_an_orin_nano_twin_reports_its_saving_against_maxn_super
         sweep = store.list_sweeps()[0]
     assert main(["show", f"s{sweep.id}"]) == 0
     assert f"  vs {SUPER}: " in capsys.readouterr().out
+
+
+@pytest.mark.slow  # a simulated run with two probes and the twin ensemble's interval (~5 s)
+def test_the_ml_policy_on_an_orin_nano_twin_runs_and_probes_in_maxn_super(
+    isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It ran the selector's mode-0 settings in the capped 15W mode 0 (only clocks under its 612 MHz cap)."""
+    assert main(["run", "--twin", NANO, "--simulate", "--model", "bert-tiny", "--task", "sst2", "--policy",
+                 "ml:probes=2", "--steps", "12", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["run"]["setting"]["nvpmodel"] == 2
+    assert {h["setting"]["nvpmodel"] for h in out["run"]["history"]} == {2}  # the probes too
+    detail = out["run"]["policy_detail"]
+    assert detail["choice"]["baseline"]["label"] == SUPER and "energy than MAXN_SUPER" in detail["predicted"]
