@@ -97,3 +97,19 @@ def test_the_ml_policy_on_an_orin_nano_twin_runs_and_probes_in_maxn_super(
     assert {h["setting"]["nvpmodel"] for h in out["run"]["history"]} == {2}  # the probes too
     detail = out["run"]["policy_detail"]
     assert detail["choice"]["baseline"]["label"] == SUPER and "energy than MAXN_SUPER" in detail["predicted"]
+
+
+async def test_the_tuis_setup_page_offers_the_orin_nanos_baseline_by_name(
+    isolated_env: IsolatedEnv, tmp_path: Path, results_store: Store
+) -> None:
+    """Setup's tick box said "compare with MAXN Mode 0" on every board; on an Orin Nano it is mode 2."""
+    from textual.widgets import Checkbox
+
+    from engine.device.session import open_device
+    from tui_helpers import drive, make_app
+
+    with open_device(twin=NANO, realtime=False, twin_dir=tmp_path / "twin") as session:
+        app = make_app(session, store=results_store, poll=False)
+        async with drive(app) as ui:
+            await ui.press("2")
+            assert str(app.screen.query_one("#compare", Checkbox).label) == f"compare with {SUPER}"
