@@ -161,17 +161,18 @@ def test_compare_refuses_a_baseline_that_is_not_maxn(db: Path, capsys: pytest.Ca
     assert main(["compare", str(maxn), str(static)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "Traceback" not in captured.err
-    assert f"run {static} ran policy static, not MAXN Mode 0: a saving is against MAXN Mode 0 only" in captured.err
+    assert (f"run {static} ran policy static, not the baseline (policy maxn, the board's uncapped mode: MAXN or "
+            "MAXN_SUPER): a saving is against the baseline only") in captured.err
     assert f"compare the other way round: slm-dvfs compare {static} {maxn}" in captured.err
     for extra in ([], ["--json"]):
         assert main(["compare", str(other), str(static), *extra]) == 2
         captured = capsys.readouterr()
-        assert captured.out == "" and f"run {static} ran policy static, not MAXN Mode 0" in captured.err
+        assert captured.out == "" and f"run {static} ran policy static, not the baseline (policy maxn" in captured.err
         assert f"the MAXN run that fits run {other}: {maxn} (`slm-dvfs compare {other} {maxn}`)" in captured.err
     with Store(db) as s:
         from engine.core.errors import ConfigError
 
-        with pytest.raises(ConfigError, match="not MAXN Mode 0"):
+        with pytest.raises(ConfigError, match="not the baseline"):
             s.compare_runs(other, static)
     assert main(["compare", str(other), str(maxn)]) == 0  # the MAXN run it names does compare
     capsys.readouterr()

@@ -23,9 +23,6 @@ from conftest import IsolatedEnv
 SHIPPED = tuple(sorted(p.stem for p in devices_dir().glob("*.toml")))
 MODULE_PROFILES = ("orin-nano-4gb", "orin-nano-8gb", "orin-nx-8gb", "orin-nx-16gb", "agx-orin-32gb", "agx-orin-64gb",
                    "agx-orin-industrial-64gb")
-# Until the baseline is the board's uncapped mode by name (issue 23, part 3), `sweep` compares
-# against and pins in nvpmodel mode 0, which on an Orin Nano is the capped 15W / 10W mode.
-MODE0_CAPPED = {"orin-nano-4gb", "orin-nano-8gb"}
 
 
 def board_tree(tmp_path: Path, name: str, **changes: Any) -> Path:
@@ -138,10 +135,7 @@ def test_each_twin_pins_and_restores_through_the_cli(
 
 
 @pytest.mark.slow  # a sweep of each twin: ~2 s each, once its step trace is cached
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(n in MODE0_CAPPED, strict=True,
-                                            reason="sweep pins in mode 0, capped on an Orin Nano (issue 23 part 3)"))
-    for n in MODULE_PROFILES])
+@pytest.mark.parametrize("name", MODULE_PROFILES)
 def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: IsolatedEnv, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sweep", "--fast", "--model", "bert-tiny", "--task", "sst2", "--twin", name, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -149,6 +143,11 @@ def test_a_fast_sweep_runs_on_each_twin(name: str, isolated_env: IsolatedEnv, ca
     gpu_table = set(load_profile(name).gpu.table_hz)
     pinned = [p["setting"]["gpu_hz"] for p in out["points"] if p["setting"].get("gpu_hz")]
     assert set(pinned) == gpu_table  # every step of the module's own clock table, not the AGX 64GB's
+    # its baseline point is the module's uncapped mode, which every pinned point is in and the saving is against
+    base = out["baseline"]
+    assert base["mode_name"] in ("MAXN", "MAXN_SUPER") and out["maxn"]["setting"] == base["setting"]
+    assert {p["setting"]["nvpmodel"] for p in out["points"]} == {base["setting"]["nvpmodel"]}
+    assert out["optimum_vs_maxn"] is not None
 
 
 @pytest.mark.slow  # two simulated runs: ~3 s

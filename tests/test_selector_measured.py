@@ -265,7 +265,7 @@ def test_select_says_when_maxn_is_already_about_optimal(capsys):
 
     assert main(["select", "--model", "bert-small", "--task", "mnli", "--twin"]) == 0
     out = capsys.readouterr().out.splitlines()
-    verdict = out.index("Verdict:   MAXN Mode 0 is already about optimal for this workload: another setting saves "
+    verdict = out.index("Verdict:   MAXN (mode 0) is already about optimal for this workload: another setting saves "
                         "little or nothing")
     assert out[verdict + 1].strip().startswith("because the saving's 90% interval reaches down to ")
     assert "regret quantiles" not in "\n".join(out)

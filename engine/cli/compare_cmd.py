@@ -1,4 +1,5 @@
-"""`slm-dvfs compare N [BASELINE]`: a stored run against its MAXN Mode 0 baseline, through the results
+"""`slm-dvfs compare N [BASELINE]`: a stored run against its baseline (the board's uncapped mode, MAXN or
+MAXN_SUPER), through the results
 API's one check of comparability (engine.results.compare.compare_pair), as the TUI's Compare page."""
 
 from __future__ import annotations

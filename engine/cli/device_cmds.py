@@ -7,11 +7,11 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Iterable, TypedDict
+from typing import TYPE_CHECKING, Iterable, Sequence, TypedDict
 
 from engine.cli import numbers
 from engine.core import paths
-from engine.device.base import ClockDomain, Device
+from engine.device.base import ClockDomain, Device, PowerMode
 from engine.core.text import shown
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
@@ -141,6 +141,7 @@ class DeviceReport(TypedDict):
     nvpmodel: ModeId | None
     nvpmodel_conf: bool
     power_modes: list[ModeReport]
+    baseline: ModeId | None  # the uncapped mode every comparison runs against (engine.device.baseline); None: none
     clocks: dict[str, ClockReport]
     gpu_load: float | None
     gpu_3d_scaling: ScalingReport | None  # None: a device that cannot tell
@@ -200,6 +201,7 @@ def device_report(device: Device) -> DeviceReport:
              "emc_max_hz": m.emc_max_hz, "online_cpus": m.online_cpus}
             for m in modes
         ],
+        "baseline": _baseline(modes),
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
         "gpu_3d_scaling": _gpu_scaling(device),
@@ -208,6 +210,19 @@ def device_report(device: Device) -> DeviceReport:
         "temperatures": {t.zone: t.celsius for t in snap.temperatures},
         "errors": dict(snap.errors),
     }
+
+
+def _baseline(modes: Sequence[PowerMode]) -> ModeId | None:
+    """The board's baseline mode by name and id; None where its conf names none (or there is no conf)."""
+    from engine.device.baseline import uncapped_mode
+
+    if not modes:
+        return None
+    try:
+        mode = uncapped_mode(modes)
+    except ConfigError:  # a run with --compare says why, with its remedy
+        return None
+    return {"id": mode.id, "name": mode.name}
 
 
 def _gpu_scaling(device: Device) -> ScalingReport | None:
@@ -314,7 +329,9 @@ def format_device_report(rep: DeviceReport) -> str:
             caps.append(f"EMC ≤ {format_mhz(m['emc_max_hz'])} MHz")
         if m["online_cpus"]:
             caps.append(f"{m['online_cpus']} cores")
-        lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}")
+        base = rep.get("baseline")
+        mark = "  (the baseline: what every saving is against)" if base is not None and base["id"] == m["id"] else ""
+        lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}{mark}")
     if rep["errors"]:
         lines += ["", "Not available"] + [f"  {k}: {v}" for k, v in rep["errors"].items()
                                           if not (k == "nvpmodel" and not rep.get("nvpmodel_conf", True))]

@@ -247,7 +247,7 @@ def format_experiment(result: ExperimentResult) -> str:
         if cmp_.rail_saving_pct:
             lines.append(f"  energy per rail vs {than}: {rail_savings_text(cmp_.rail_saving_pct)}")
         if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
-            lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval)}")
+            lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval, base.mode_name if base else 'MAXN')}")
     for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -316,15 +316,17 @@ def format_sweep(result: SweepResult) -> str:
                  f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
-    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src)
+    than = result.baseline.label if result.baseline is not None else "MAXN"
+    base_name = result.baseline.name if result.baseline is not None else "MAXN"
+    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src, base_name)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = result.vs_maxn  # the engine's, computed once (also in --json and the TUI)
         if vs_maxn is not None:
-            lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
+            lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than=than)} "
                          f"per sample  [{src}]")
             if vs_maxn.interval is not None:
-                lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval)}")
+                lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval, base_name)}")
     for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:

@@ -358,13 +358,17 @@ def cmd_select(args: argparse.Namespace) -> int:
     # the interval, as the Setup and Run pages and the ml policy do.
     steps = resolved.steps
     measure = None
+    from engine.device.baseline import AGX_MAXN, profile_baseline
+
+    # --twin's baseline, its uncapped mode by name (MAXN_SUPER, mode 2, on an Orin Nano): the choice is stated in it
+    base = profile_baseline(_load_profile(args.twin)) if args.twin else AGX_MAXN
     if args.probes:
         from engine.device.twin.fast import fast_sweep
 
         profile = _load_profile(args.twin)
 
         def measure(setting: DvfsSetting) -> Measurement:
-            return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
+            return fast_sweep(steps, profile, [base.in_its_mode(setting)], warmup_steps=1, steps=2)[0][1]
 
     from engine.core.provenance import Source
 
@@ -372,14 +376,15 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
-    choice = with_uncertainty(choice, selector, steps, args.twin)  # the ensemble of --twin's profile, else the selector's
+    # in the board's mode; the interval from the ensemble of --twin's profile, else the selector's
+    choice = with_uncertainty(choice.on_board(base), selector, steps, args.twin)
     if args.json:
         from engine.selector.uncertainty import maxn_about_optimal
 
         out = choice.to_json()
         about = maxn_about_optimal(choice)
         out["maxn_about_optimal"] = {"value": about is not None, "why": about,
-                                     "says": MAXN_ABOUT_OPTIMAL if about is not None else None}
+                                     "says": about_optimal_text(choice) if about is not None else None}
         if not choice.probes:
             n, why = _probes_advice(choice)
             out["probes_it_calls_for"] = {"probes": n, "why": why}
@@ -395,7 +400,12 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 # What select says when another setting is not worth its while (engine.selector.uncertainty.maxn_about_optimal).
-MAXN_ABOUT_OPTIMAL = "MAXN Mode 0 is already about optimal for this workload: another setting saves little or nothing"
+MAXN_ABOUT_OPTIMAL = "{baseline} is already about optimal for this workload: another setting saves little or nothing"
+
+
+def about_optimal_text(choice: Choice) -> str:
+    """MAXN_ABOUT_OPTIMAL naming the choice's baseline by its mode's name and id."""
+    return MAXN_ABOUT_OPTIMAL.format(baseline=choice.baseline_label)
 
 
 def format_choice(choice: Choice, selector: Selector) -> str:
@@ -416,18 +426,23 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         f"  {'':<8}{'time/sample':>13}{'power':>10}{'energy/sample':>15}",
     ]
     unc = getattr(choice, "uncertainty", None)
-    for name, p, iv in (("chosen", choice.predicted, unc and unc.energy), ("MAXN", choice.maxn, unc and unc.maxn_energy)):
+    named = max(8, len(choice.baseline_name) + 1)
+    lines[-1] = f"  {'':<{named}}{'time/sample':>13}{'power':>10}{'energy/sample':>15}"
+    for name, p, iv in (("chosen", choice.predicted, unc and unc.energy),
+                        (choice.baseline_name, choice.maxn, unc and unc.maxn_energy)):
         span = "" if iv is None or p.source != Source.PREDICTED else f" ({iv.low:.4f}–{iv.high:.4f})"
-        lines.append(f"  {name:<8}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
+        lines.append(f"  {name:<{named}}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
                      f"{p.energy_per_sample:>13.4f} J{span}  [{p.source}]")
     lines.append("")
-    lines.append(f"Expected:  {versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, interval=unc and unc.saving)}"
+    expected = versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, than=choice.baseline_label,
+                           interval=unc and unc.saving)
+    lines.append(f"Expected:  {expected}"
                  f" per sample [predicted]")
     from engine.selector.uncertainty import maxn_about_optimal
 
     about = maxn_about_optimal(choice)
     if about is not None:
-        lines += [f"Verdict:   {MAXN_ABOUT_OPTIMAL}", f"           because {about}"]
+        lines += [f"Verdict:   {about_optimal_text(choice)}", f"           because {about}"]
     lines += uncertainty_lines(unc)
     if not choice.probes:
         n, why = _probes_advice(choice)

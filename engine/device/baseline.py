@@ -14,11 +14,19 @@ the selector's settings speak it.
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, Sequence
 
 from engine.core.errors import ConfigError
 from engine.device.base import PowerMode
-from engine.device.setting import DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
+
+
+class HasModes(Protocol):
+    """What has a board's nvpmodel modes: a device profile (engine.device.twin.profile.TwinProfile)."""
+
+    @property
+    def modes(self) -> Sequence[PowerMode]: ...
 
 BASELINE_NAMES = ("MAXN_SUPER", "MAXN")  # NVIDIA's names of the uncapped mode, the Super one first
 
@@ -66,3 +74,54 @@ def baseline_setting(modes: Sequence[PowerMode], *, jetson_clocks: bool = False)
 def mode_label(mode: PowerMode) -> str:
     """How the UI and reports name a mode: `MAXN_SUPER (mode 2)`."""
     return f"{mode.name} (mode {mode.id})"
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A board's baseline as a value: its setting (the uncapped mode, every governor dynamic) and its
+    mode's name, so a client recognises the baseline point of a sweep and names it."""
+
+    setting: DvfsSetting
+    name: str = "MAXN"
+
+    @property
+    def label(self) -> str:
+        """`MAXN_SUPER (mode 2)`, as mode_label names a mode."""
+        return f"{self.name} (mode {self.setting.nvpmodel})"
+
+    def is_it(self, setting: DvfsSetting) -> bool:
+        """Whether `setting` is this baseline: its mode with no clock pinned and no jetson_clocks."""
+        return setting == self.setting
+
+    def in_its_mode(self, setting: DvfsSetting) -> DvfsSetting:
+        """A setting of the AGX Orin's mode 0 (the shipped selectors' and features' mode) in this baseline's
+        mode: the same clocks pinned in MAXN_SUPER (mode 2) on an Orin Nano 8GB, whose mode 0 is capped."""
+        return replace(setting, nvpmodel=self.setting.nvpmodel) if setting.nvpmodel == MAXN.nvpmodel else setting
+
+
+# What a record names no board's modes for (a run or sweep stored before modes were named, an import of
+# an AGX Orin's table): the AGX Orin's MAXN, mode 0.
+AGX_MAXN = Baseline(MAXN, "MAXN")
+
+
+def board_baseline(modes: Sequence[PowerMode]) -> Baseline:
+    """The baseline of a board with these nvpmodel modes (refused as uncapped_mode refuses)."""
+    mode = uncapped_mode(modes)
+    return Baseline(DvfsSetting(nvpmodel=mode.id), mode.name)
+
+
+def is_baseline(setting: DvfsSetting, modes: Sequence[PowerMode] | None = None) -> bool:
+    """Whether `setting` is the baseline of a board with these modes; without modes, the AGX Orin's MAXN
+    (mode 0), which stored records that name no modes mean."""
+    return (board_baseline(modes) if modes else AGX_MAXN).is_it(setting)
+
+
+def profile_baseline(profile: HasModes | None) -> Baseline:
+    """The baseline of a device profile's modes (`orin-nano-8gb`: MAXN_SUPER, mode 2); AGX_MAXN for no profile
+    or one with no uncapped mode (what records from before modes were named meant)."""
+    if profile is None:
+        return AGX_MAXN
+    try:
+        return board_baseline(profile.modes)
+    except ConfigError:
+        return AGX_MAXN

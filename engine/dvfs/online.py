@@ -42,9 +42,8 @@ from engine.device.base import ClockDomain
 from engine.core.units import format_mhz
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
-from engine.device.baseline import baseline_setting
+from engine.device.baseline import baseline_setting, profile_baseline
 from engine.device.setting import MAXN, DvfsSetting, check_setting
-from engine.dvfs.space import SWEEP_MODE
 from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.text import shown
@@ -295,15 +294,16 @@ class OnlinePolicy:
         if name is None:
             raise ConfigError("online: prior=twin needs a twin profile of this board", "add profile=NAME")
         profile = load_profile(name) if isinstance(name, str) else name
-        settings = [DvfsSetting(gpu_hz=f, nvpmodel=SWEEP_MODE) for f in table]
+        baseline = profile_baseline(profile).setting  # the profile's ids: MAXN_SUPER is mode 2 on an Orin Nano
+        settings = [DvfsSetting(gpu_hz=f, nvpmodel=baseline.nvpmodel) for f in table]
         ens = ensemble(steps, profile, settings)
         assert self.objective is not None
         optima = []
         for e_row, t_row in zip(ens.energy_ps, ens.time_ps):
             ms = [(s, Measurement(t, e, 1, None)) for s, t, e in zip(ens.settings, t_row, e_row)]
-            base = ms[ens.settings.index(MAXN)][1]
-            best, _m = self.objective.best([p for p in ms if p[0] != MAXN], base)
-            if best != MAXN:
+            base = ms[ens.settings.index(baseline)][1]
+            best, _m = self.objective.best([p for p in ms if p[0] != baseline], base, baseline_setting=baseline)
+            if best != baseline:
                 optima.append(table.index(best.gpu_hz))
         if not optima:
             return table

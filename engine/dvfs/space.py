@@ -29,7 +29,6 @@ from engine.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 SPACES = ("gpu", "gpu+emc", "full", "modes")
-SWEEP_MODE = 0  # the AGX Orin's MAXN, where files give no modes (imports); a board's sweep runs in its uncapped mode
 
 
 def setting_space(

@@ -10,9 +10,11 @@ import logging
 import shlex
 from typing import TYPE_CHECKING, Mapping
 
-from engine.core.errors import SlmDvfsError
+from engine.core.errors import ProfileError, SlmDvfsError
 from engine.core.provenance import Source
-from engine.results.records import RunRecord
+from engine.device.baseline import AGX_MAXN, Baseline, profile_baseline
+from engine.device.jetson.identity import profile_of_module
+from engine.results.records import DeviceRecord, RunRecord
 from engine.workload.lora import LoraSettings
 from engine.workload.trace.loop import default_loop
 
@@ -37,6 +39,25 @@ def mode_text(setting: Mapping[str, object] | None, name: str | None = None) -> 
     label = name or stored_mode_name(setting)
     mode_id = (setting or {}).get("nvpmodel")
     return f"{label} (mode {mode_id})" if isinstance(mode_id, int) else label
+
+
+def device_baseline(device: DeviceRecord | None, space: Mapping[str, object] | None = None) -> Baseline:
+    """The baseline of a stored device, for a stored sweep's points: its twin profile's, else the profile an
+    imported sweep's `space` names (import-sweep --profile), else its module's shipped profile's (a board's
+    record names its module), else the AGX Orin's MAXN (mode 0), which a record from before modules were
+    named means."""
+    imported = (space or {}).get("profile")
+    name = imported if isinstance(imported, str) else None
+    if device is not None:
+        name = device.profile or name or profile_of_module(device.module)
+    if not name:
+        return AGX_MAXN
+    from engine.device.twin.profile import load_profile  # lazy: the profile loader reads TOML files
+
+    try:
+        return profile_baseline(load_profile(name))
+    except ProfileError:  # a profile no longer shipped: what the record meant before modules were named
+        return AGX_MAXN
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

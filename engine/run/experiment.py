@@ -38,6 +38,7 @@ from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
+from engine.device.baseline import board_baseline
 from engine.results.baseline import MODE_NAME_KEY
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
@@ -73,7 +74,7 @@ class ExperimentSpec:
     workload: WorkloadSpec  # what both runs fine-tune: model, task, shape, mode, padding, data, seed
     policy: str = "maxn"
     objective: str = "energy"
-    compare: str | None = None  # "maxn": also run (or reuse) MAXN Mode 0
+    compare: str | None = None  # "maxn": also run (or reuse) the board's baseline, its uncapped mode by name
     reuse_baseline: bool = False  # use a stored MAXN run of the same workload, device, steps, seed
     steps: int = 100
     train_samples: int | None = None
@@ -228,7 +229,8 @@ def run_experiment(
                 if baseline is None:
                     if harness.session.warms_up:  # the policy run has warmed the silicon
                         notes.append(cool_before_baseline(guard, runner.policy_start_c))
-                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
+                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2,
+                                         board_baseline(device.power_modes()).label))
                     base_ctx = PolicyContext(device, objective, (), workload=workload)
                     baseline = runner.execute("baseline", BASELINE_POLICY, harness.policies.make(BASELINE_POLICY),
                                               base_ctx)

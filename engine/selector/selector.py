@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -21,6 +21,7 @@ import numpy as np
 
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
+from engine.device.baseline import Baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, as_list
@@ -104,6 +105,12 @@ class Choice:
     trained_on: str = "twin"  # the selector's training source
     # Intervals on the figures (engine.selector.uncertainty.with_uncertainty); None: not asked for
     uncertainty: "ChoiceUncertainty | None" = None
+    baseline_name: str = "MAXN"  # the mode `maxn` is in, by name (on_board: MAXN_SUPER on an Orin Nano)
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline by its mode's name and id: `MAXN_SUPER (mode 2)`."""
+        return f"{self.baseline_name} (mode {self.maxn.setting.nvpmodel})"
 
     @property
     def saving(self) -> float:
@@ -133,7 +140,22 @@ class Choice:
             "chooser": self.chooser,
             "selector_trained_on": self.trained_on,
             "uncertainty": None if self.uncertainty is None else self.uncertainty.to_json(),
+            "baseline": {"setting": self.maxn.setting.to_json(), "mode_name": self.baseline_name,
+                         "label": self.baseline_label},
         }
+
+    def on_board(self, baseline: Baseline) -> Choice:
+        """This choice in a board's terms: each setting in the selector's MAXN mode (mode 0) moved to the board's
+        baseline mode (Baseline.in_its_mode), which it is named by."""
+        # the selector speaks the AGX Orin's MAXN, mode 0, the mode its settings pin clocks in (features, the
+        # shipped selectors); on a board whose baseline is another mode the same clocks are pinned in that one
+        def moved(p: Prediction) -> Prediction:
+            return replace(p, setting=baseline.in_its_mode(p.setting))
+
+        return replace(self, setting=baseline.in_its_mode(self.setting), predicted=moved(self.predicted),
+                       maxn=moved(self.maxn), top=tuple(moved(p) for p in self.top),
+                       probes=tuple((baseline.in_its_mode(s), m) for s, m in self.probes),
+                       baseline_name=baseline.name)
 
 
 class Selector:

@@ -96,6 +96,16 @@ def match_module(compatible: str) -> ModuleMatch:
     return ModuleMatch(part, f"unknown module{found} (treated as {profile})", profile, known=False)
 
 
+def profile_of_module(module: str) -> str | None:
+    """The shipped profile a stored module name (match_module's) stands for: a known module's, or the one an
+    unknown module was treated as; None for a name neither gives (a record from before modules had profiles)."""
+    for name, profile in MODULES.values():
+        if module == name:
+            return profile
+    treated = re.search(r"\(treated as ([\w.-]+)\)", module)
+    return treated.group(1) if treated else None
+
+
 def module_for(compatible: str) -> str:
     """The module part from a NUL-separated `compatible` ("nvidia,p3737-0000+p3701-0000...")."""
     return match_module(compatible).name
