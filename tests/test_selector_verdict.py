@@ -81,7 +81,8 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
 
 def _a_selector_without_quantiles() -> float:
     """The user's default selector: the shipped one as a file from before the CV regret quantiles were kept
-    (it records only its worst held-out miss); its worst regret."""
+    (it records only its worst held-out miss: 4.25%, as the file issue 22 first shipped did, above the 3.1%
+    bert-tiny's saving is predicted at); its worst regret."""
     import copy
 
     from engine.selector.persistence import load_selector, save_selector, user_selector_dir
@@ -89,8 +90,9 @@ def _a_selector_without_quantiles() -> float:
     shipped = load_selector()
     old = copy.copy(shipped)
     old.training = {k: v for k, v in shipped.training.items() if k != "cv_regret"}
+    old.cv_table = [{**row, "worst_regret": 0.0425} for row in shipped.cv_table]  # type: ignore[typeddict-item]
     save_selector(old, user_selector_dir() / "default.joblib")  # the user's default takes precedence
-    worst = shipped.cv_table[0]["worst_regret"]
+    worst = old.cv_table[0]["worst_regret"]
     assert isinstance(worst, float)
     return worst
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from engine.core.jsontypes import JsonObject
 from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
 from engine.core.provenance import Source
-from engine.device.setting import MAXN, DvfsSetting
+from engine.device.setting import DvfsSetting
 from engine.results.format import saving_text
 
 if TYPE_CHECKING:
