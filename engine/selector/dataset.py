@@ -279,6 +279,15 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
         sweeps = [sw for sw in sweeps if chosen is None or module_of[sw.device_id] == chosen]
         modules = [chosen] if chosen else []
     encoders = {m: encoder_of_module(m, fallback) for m in modules}
+    if across_modules:  # modules with no profile of their own would look like one board to the selector
+        seen: dict[tuple[float, ...], str] = {}
+        for m, enc in encoders.items():
+            twin = seen.setdefault(tuple(enc.module_row()), m)
+            if twin != m:
+                raise ConfigError(f"modules {twin} and {m} are encoded with the same figures (the profile "
+                                  f"{enc.profile}): the selector could not tell their sweeps apart",
+                                  "learn from each separately with --module M; a module with no shipped "
+                                  "profile takes --profile's")
     row_module: list[str] = []  # each point's module, in the order of `points`
     energy_module: list[str] = []
     for sweep in sweeps:

@@ -134,7 +134,8 @@ class MLPolicy:
         sel = self.selector
         self._features = workload_features(ctx.workload)
         self._trace = _steps_of(ctx.workload)
-        self._settings = [s for s in sel.candidates if accepts(ctx.device, s)]
+        self._for_board(ctx)
+        self._settings = [s for s in sel.candidates if accepts(ctx.device, sel.encoder.to_board(s))]
         if not self._settings:
             raise ConfigError("no setting of the selector's space is available on this device",
                               "retrain the selector on this device's sweeps (`slm-dvfs train-selector`)")
@@ -148,7 +149,7 @@ class MLPolicy:
             self._plan = self._probe_plan(ctx.objective)
             log.info("ml policy: probing %d setting(s) first: %s", len(self._plan),
                      ", ".join(s.label() for s in self._plan))
-            return self._plan[0]
+            return sel.encoder.to_board(self._plan[0])
         return self._decide(ctx.objective, None)
 
     def on_step_end(self, step: int, cost: Measurement | None) -> DvfsSetting | None:
@@ -170,9 +171,9 @@ class MLPolicy:
         self._windows[current] = self._acc
         self._step_in_window, self._acc = 0, None
         if len(self._windows) < len(self._plan):
-            return self._plan[len(self._windows)]
+            return self.selector.encoder.to_board(self._plan[len(self._windows)])
         chosen = self._decide(self._ctx.objective, self._windows)
-        return None if chosen == current else chosen
+        return None if chosen == self.selector.encoder.to_board(current) else chosen
 
     @property
     def profiling(self) -> bool:
@@ -206,9 +207,24 @@ class MLPolicy:
             identity = self._ctx.device.identity()
         except SlmDvfsError:
             return Source.MEASURED
-        if self.selector.modules:  # learnt across modules: predict for this board's (refused if not learnt)
-            self.selector.use_module(identity.module)
         return identity.source
+
+    def _for_board(self, ctx: "PolicyContext") -> None:
+        """Choose for the board's module (its module profile: figures and setting space), learnt or not."""
+        from engine.device.twin.profile import load_profile
+
+        try:
+            identity = ctx.device.identity()
+        except SlmDvfsError:
+            return
+        name = identity.profile or identity.module_profile
+        if name:
+            try:
+                self.selector.for_profile(load_profile(name))
+            except SlmDvfsError as exc:  # a calibrated profile gone: its module's shipped one
+                log.warning("ml policy: profile %s: %s", name, exc.what)
+                if identity.module_profile and identity.module_profile != name:
+                    self.selector.for_profile(load_profile(identity.module_profile))
 
     def _probe_plan(self, objective: Objective) -> list[DvfsSetting]:
         assert self._features is not None
@@ -244,7 +260,7 @@ class MLPolicy:
         choice = self.selector.choose(self._features, objective, settings=self._with_maxn(),
                                       probes=len(windows or {}), measure=measure, as_source=self._as_source())
         self.choice = with_uncertainty(choice, self.selector, self._trace)
-        self.setting = self.choice.setting
+        self.setting = self.selector.encoder.to_board(self.choice.setting)  # the board's uncapped mode's id
         check_setting(self._ctx.device, self.setting)
         log.info("ml policy (%s): %s, predicted saving %s against MAXN", self.selector.winner,
                  self.setting.label(), self._saving_text())
