@@ -55,7 +55,11 @@ log = logging.getLogger(__name__)
 # could not tell the hf loop from the lean one.
 # 4: gpu_share_ref, the GPU's share of a step at reference rates: leaving a family out, the trees could
 # not tell a small launch-bound step from a GPU-bound one by the totals' logs alone.
-FEATURE_SCHEMA_VERSION = 4
+# 5: module columns (SMs, the GPU's and CPU's top clocks, CPU cores, memory bandwidth and size, power limit)
+# and settings that mean the same on every module: `uncapped_mode` (the board's MAXN or MAXN_SUPER, whatever
+# its id) replaces the mode id, whose meaning differs per module (mode 0 is MAXN on an AGX Orin, 15W on an
+# Orin Nano 8GB); the clocks' share of their module's top clock.
+FEATURE_SCHEMA_VERSION = 5
 # The reference device of gpu_share_ref: round figures of the AGX Orin class (FP32 peak at ~60% achieved,
 # tensor cores 4x for half precision, DRAM bandwidth, a kernel's launch gap, the host's cycles per launch
 # and clock). A reference, not a board: the module's own figures enter as module columns.
