@@ -387,7 +387,6 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.probes and not args.twin:
         raise ConfigError("--probes needs somewhere to measure",
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
-    selector = load_selector(args.selector, trust=args.trust)
     # The board it chooses for: --twin's profile, or the module profile and memory of the tree under --sysfs-root
     board, mem_total = (None, None)
     if args.twin:
@@ -395,6 +394,7 @@ def cmd_select(args: argparse.Namespace) -> int:
         mem_total = int(board.memory_total_mb * 1024 * 1024) if board.memory_total_mb else None
     elif args.sysfs_root:
         board, mem_total = _board(args.sysfs_root)
+    selector = load_selector(args.selector, trust=args.trust)
     if args.module is not None and board is not None and args.module != board.identity.module:
         raise ConfigError(f"--module {args.module!r} is not the board's module ({board.identity.module})",
                           "drop --module: the board names its module")
