@@ -158,12 +158,14 @@ class Dataset:
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> "Dataset":
         idx = np.asarray(idx)
+        kept = {self.row_modules[i] for i in idx} if self.row_modules else set()
         return Dataset(
             tuple(self.workloads[i] for i in idx), tuple(self.settings[i] for i in idx),
             self.time_per_sample[idx], self.power_w[idx], self.energy_per_sample[idx],
             tuple(self.sources[i] for i in idx), self.encoder, self.space, self.source_column, self.notes,
             None if self.weights is None else self.weights[idx], self.devices,
-            tuple(self.row_modules[i] for i in idx) if self.row_modules else (), self.module_encoders,
+            tuple(self.row_modules[i] for i in idx) if self.row_modules else (),
+            {m: e for m, e in self.module_encoders.items() if m in kept},  # the modules its rows are of
         )
 
     def digest(self) -> str:
