@@ -113,3 +113,22 @@ def test_train_selector_twin_list_needs_the_twin_zoo(capsys: pytest.CaptureFixtu
     assert "only --from-twin-zoo learns from several twins" in capsys.readouterr().err
     assert main(["train-selector", "--from-twin-zoo", "--twin", "agx-orin-64gb,no-such-board", *SMALL]) == 2
     assert "no-such-board" in capsys.readouterr().err
+
+
+def test_leave_one_module_out_chooses_for_each_module_with_its_own_figures() -> None:
+    """bench_selector's lomo block: each module left out in turn, chosen for with a selector fitted on the
+    others' rows, its settings its own (the Orin Nano's GPU table stops at 1020 MHz)."""
+    from engine.selector.candidates import default_candidates
+    from engine.selector.dataset import from_twin_zoos
+    from engine.selector.lofo import leave_one_module_out, summarise
+
+    ds = from_twin_zoos(("agx-orin-64gb", "orin-nano-8gb", "orin-nx-16gb"), models=["bert-tiny", "bert-mini"],
+                        batch_sizes=(8,), seq_lens=(64,), precisions=("fp32",), modes=("full",), loops=("lean",))
+    assert ds.across_modules and len(ds.modules) == 3
+    spec = default_candidates(names=["hist-gb/time+energy"], small=True)[0]
+    results = leave_one_module_out(ds, spec, probes=(0,))
+    assert {r.family for r in results} == set(ds.modules) and len(results) == 6  # 2 workloads x 3 modules
+    nano = [r for r in results if r.family == NANO]
+    assert all("GPU 1300" not in r.chosen for r in nano)
+    block = summarise(results)["probes_0"]
+    assert set(block["families"]) == set(ds.modules) and block["overall"]["worst_regret"] >= 0.0
