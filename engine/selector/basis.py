@@ -58,9 +58,9 @@ class DataBasis:
 
     def line(self) -> str:
         """One line: which data the selector's choices rest on, labelled by source."""
-        profile = f", profile {self.profile}" if self.profile else ""
-        if self.across_modules:
-            profile += f", across modules {', '.join(self.modules)} (the module's figures as features)"
+        profile = f", profile {self.profile}" if self.profile and not self.across_modules else ""
+        if self.across_modules:  # each module's own profile, named by its module
+            profile += f", across modules {', '.join(self.modules)}: their figures as features"
         elif self.modules:
             profile += f", module {', '.join(self.modules)}"
         note = f" ({self.note})" if self.note else ""
