@@ -39,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import as_list
 from engine.core.provenance import Source
 from engine.device.setting import MAXN
 from engine.device.twin.fast import fast_sweep
@@ -179,7 +180,7 @@ def lomo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
         "rows": summary["rows"],
         "notes": ["a subset of the zoo grid per module (batch 8, 4 for models of 300M parameters or more; "
                   "the grid above), not the shipped training grid; each module left out in turn, the regressor "
-                  "fitted on the others' rows", *summary["notes"]],
+                  "fitted on the others' rows", *as_list(summary["notes"])],
     }
     for key, block in summarise(results).items():  # summarise groups by `family`: here the held-out module
         out[key] = {"overall": block["overall"], "mean_of_module_means": block["mean_of_family_means"],

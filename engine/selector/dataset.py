@@ -500,7 +500,7 @@ def from_twin_zoos(profiles: Sequence[str], **grid: Any) -> Dataset:
     names = list(dict.fromkeys(profiles))
     if len(names) < 2:
         return from_twin_zoo(profile=names[0] if names else "agx-orin-64gb", **grid)
-    parts = []
+    parts: list[Dataset] = []
     for name in names:
         part = from_twin_zoo(profile=name, **grid)
         if part.encoder.module in {p.encoder.module for p in parts}:
