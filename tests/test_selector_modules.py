@@ -132,3 +132,14 @@ def test_leave_one_module_out_chooses_for_each_module_with_its_own_figures() -> 
     assert all("GPU 1300" not in r.chosen for r in nano)
     block = summarise(results)["probes_0"]
     assert set(block["families"]) == set(ds.modules) and block["overall"]["worst_regret"] >= 0.0
+
+
+def test_run_policy_ml_on_an_orin_nano_sets_its_uncapped_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ml policy chooses for the board's module and sets the board in its own terms: the Orin Nano 8GB's
+    uncapped mode is MAXN_SUPER, mode 2 (mode 0 there is 15W, which caps the GPU at 612 MHz)."""
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    assert main(["run", "--model", "bert-tiny", "--task", "sst2", "--twin", "orin-nano-8gb", "--policy",
+                 "ml:probes=1", "--steps", "4", "--simulate", "--db", str(tmp_path / "r.sqlite")]) == 0
+    applied = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("setting (last applied)"))
+    assert applied.endswith("mode 2")
