@@ -245,8 +245,10 @@ def test_the_shipped_selector_rests_on_the_twin_zoo_and_select_says_so(capsys):
 
     shipped = load_selector()
     basis = basis_of(shipped)
-    assert basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 1824  # 912 shapes x 2 loops
-    assert basis.line() == ("twin zoo (1824 workloads, 21888 points) [twin], profile agx-orin-64gb "
+    # 912 shapes x 2 loops; each on the AGX Orin 64GB (12 settings) and, where it fits, the Orin Nano 8GB (9)
+    assert basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 1824
+    assert basis.line() == ("twin zoo (1824 workloads, 34758 points) [twin], across modules P3701-0000 (AGX Orin "
+                            "64GB), P3767-0005 (Orin Nano 8GB, developer kit module): their figures as features "
                             "(shipped with slm-dvfs: learnt on the twin, from no board's measurements)")
     assert main(["select", "--model", "bert-tiny", "--task", "sst2"]) == 0
     out = capsys.readouterr().out
@@ -273,7 +275,7 @@ def test_select_says_when_maxn_is_already_about_optimal(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["maxn_about_optimal"]["value"] is True and "interval reaches down to" in data["maxn_about_optimal"]["why"]
     # a workload the selector expects to save clearly on gets no such verdict
-    assert main(["select", "--model", "pythia-31m", "--task", "sst2", "--twin", "--json"]) == 0
+    assert main(["select", "--model", "pythia-160m", "--task", "sst2", "--twin", "--json"]) == 0
     clear = json.loads(capsys.readouterr().out)
     assert clear["expected_saving"] > 0.05 and clear["maxn_about_optimal"] == {"value": False, "why": None, "says": None}
 

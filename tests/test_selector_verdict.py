@@ -81,8 +81,8 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
 
 def _a_selector_without_quantiles() -> float:
     """The user's default selector: the shipped one as a file from before the CV regret quantiles were kept
-    (it records only its worst held-out miss: 4.25%, as the file issue 22 first shipped did, above the 3.1%
-    bert-tiny's saving is predicted at); its worst regret."""
+    (it records only its worst held-out miss, here 9%: above any saving bert-tiny is predicted at, so the
+    verdict rests on it); its worst regret."""
     import copy
 
     from engine.selector.persistence import load_selector, save_selector, user_selector_dir
@@ -90,7 +90,7 @@ def _a_selector_without_quantiles() -> float:
     shipped = load_selector()
     old = copy.copy(shipped)
     old.training = {k: v for k, v in shipped.training.items() if k != "cv_regret"}
-    old.cv_table = [{**row, "worst_regret": 0.0425} for row in shipped.cv_table]  # type: ignore[typeddict-item]
+    old.cv_table = [{**row, "worst_regret": 0.09} for row in shipped.cv_table]  # type: ignore[typeddict-item]
     save_selector(old, user_selector_dir() / "default.joblib")  # the user's default takes precedence
     worst = old.cv_table[0]["worst_regret"]
     assert isinstance(worst, float)

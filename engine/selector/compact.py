@@ -244,8 +244,8 @@ def export_selector(selector: Selector) -> dict[str, np.ndarray] | None:
         "cv_table": selector.cv_table, "objective": selector.objective, "training": selector.training,
         "ranges": {k: list(v) for k, v in selector.ranges.items()},
     }
-    if selector.modules:  # an across-module selector's one-hot columns (absent otherwise: the form is unchanged)
-        meta["modules"] = list(selector.modules)
+    if len(selector.encoders) > 1:  # an across-module selector's modules, each with its encoder
+        meta["encoders"] = {m: e.to_json() for m, e in selector.encoders.items()}
     out: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta, default=str))}
     for k, tree in trees.items():
         assert tree is not None

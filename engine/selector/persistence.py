@@ -260,7 +260,6 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
     """Check a selector file (or its bytes `data`, once read) without unpickling it; returns its sidecar."""
-    from engine.selector.modules import modules_of_schema
     from engine.selector.selector import selector_schema
 
     path = Path(path)
@@ -275,7 +274,7 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
     schema = side.get("feature_schema")
     columns = schema.get("columns", []) if isinstance(schema, dict) else []
     source_column = "source_measured" in columns
-    expected = selector_schema(source_column, modules_of_schema(columns))
+    expected = selector_schema(source_column)
     if schema != expected:
         version = schema.get("version") if isinstance(schema, dict) else schema
         older = isinstance(version, int) and version < expected["version"]
@@ -295,6 +294,10 @@ SCHEMA_CHANGES = {
     3: "version 3 adds the training loop's serial host work, so it tells a Trainer-style (hf) loop from the lean one",
     4: "version 4 adds the GPU's share of a step at reference rates, which tells a launch- or host-bound step from a "
        "GPU-bound one in a family the selector never saw",
+    5: "version 5 describes the board's module by its figures (SMs, clocks, memory bandwidth and size, CPU cores, "
+       "power limit) and a setting's mode as the board's uncapped one or not (no mode id, whose meaning differs "
+       "per module), so it predicts for a module it was not trained on (an across-module selector's one-hot "
+       "module columns are gone)",
 }
 
 
@@ -399,7 +402,7 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
             source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=[cv_table_row(r) for r in as_list(meta["cv_table"])],
             objective=str(meta["objective"]), training=dict(meta["training"]),
             ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},
-            modules=tuple(meta.get("modules", ())),
+            encoders={str(m): SettingEncoder.from_json(e) for m, e in (meta.get("encoders") or {}).items()} or None,
         )
     except SelectorFileError:
         raise

@@ -155,6 +155,7 @@ class MLPolicy:
         self._features = workload_features(ctx.workload)
         self._trace = _steps_of(ctx.workload)
         self._board = _baseline_of(ctx.device)
+        self._for_board(ctx)
         self._settings = [s for s in sel.candidates if accepts(ctx.device, self._board.in_its_mode(s))]
         if not self._settings:
             raise ConfigError("no setting of the selector's space is available on this device",
@@ -227,9 +228,24 @@ class MLPolicy:
             identity = self._ctx.device.identity()
         except SlmDvfsError:
             return Source.MEASURED
-        if self.selector.modules:  # learnt across modules: predict for this board's (refused if not learnt)
-            self.selector.use_module(identity.module)
         return identity.source
+
+    def _for_board(self, ctx: "PolicyContext") -> None:
+        """Choose for the board's module (its module profile: figures and setting space), learnt or not."""
+        from engine.device.twin.profile import load_profile
+
+        try:
+            identity = ctx.device.identity()
+        except SlmDvfsError:
+            return
+        name = identity.profile or identity.module_profile
+        if name:
+            try:
+                self.selector.for_profile(load_profile(name))
+            except SlmDvfsError as exc:  # a calibrated profile gone: its module's shipped one
+                log.warning("ml policy: profile %s: %s", name, exc.what)
+                if identity.module_profile and identity.module_profile != name:
+                    self.selector.for_profile(load_profile(identity.module_profile))
 
     def _probe_plan(self, objective: Objective) -> list[DvfsSetting]:
         assert self._features is not None

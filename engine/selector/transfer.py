@@ -188,7 +188,7 @@ def _with_model(base: Selector, model: FiguresModel, training: JsonObject, cv_ta
     return Selector(model=model, chooser=None, encoder=base.encoder, candidates=base.candidates, source=source,
                     source_column=base.source_column, winner=winner, cv_table=cv_table, objective=base.objective,
                     training=training, ranges=base.ranges,
-                    modules=getattr(base, "modules", ()))
+                    encoders=dict(base.encoders) or None)
 
 
 def _grade(selector: Selector, ds: Dataset, keys: Sequence[str], objective: Objective
