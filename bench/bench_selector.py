@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/bench_selector.py [--selector FILE] [--candidate LABEL] [--quick]
 
-Two reports, one JSON object:
+Three reports, one JSON object:
 
 - `lofo` (leave one family out): the training grid of `train-selector --from-twin-zoo`
   (engine.selector.dataset defaults) over the zoo, plus architectures of the families the
@@ -11,6 +11,10 @@ Two reports, one JSON object:
   on every other family's workloads and chooses for F's: regret against the twin's fast
   sweep of each (engine.selector.lofo), with 0, 1 and 3 probes, mean and worst per family
   and overall, and the saving against MAXN.
+- `lomo` (leave one module out): the twin zoos of LOMO_PROFILES (a subset of the grid per module,
+  LOMO_GRID; the JSON's notes say which), and for each module the same regressor fitted on the
+  other modules' rows chooses for its workloads with its own module columns and settings: regret
+  with 0, 1 and 3 probes, mean and worst per module and overall.
 - `held_out`: the shipped (or --selector) selector itself, on workloads off its training
   grid: shapes outside the zoo and zoo models at batch sizes and lengths between the
   grid's, with 0, 1 and 3 probes, and the MAPE of its predictions.
@@ -35,6 +39,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.core.errors import ConfigError
+from engine.core.jsontypes import as_list
 from engine.core.provenance import Source
 from engine.device.setting import MAXN
 from engine.device.twin.fast import fast_sweep
@@ -141,6 +146,48 @@ def lofo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
     }
 
 
+# Leave one module out: a large, a middle and a small module (the shipped selector learns from the first and
+# the last; each is left out in turn here), over a subset of the zoo grid per module, so the run stays minutes.
+LOMO_PROFILES = ("agx-orin-64gb", "orin-nx-16gb", "orin-nano-8gb")
+LOMO_GRID: dict[str, Any] = dict(batch_sizes=(8,), large_batch_sizes=(4,), seq_lens=(64, 256),
+                                 precisions=("fp32", "fp16"), modes=("full", "lora"))
+
+
+def lomo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
+    """Leave-one-module-out regret on the twin zoos of LOMO_PROFILES."""
+    from engine.selector.candidates import default_candidates
+    from engine.selector.dataset import from_twin_zoos
+    from engine.selector.lofo import leave_one_module_out, summarise
+    from engine.workload.zoo import load_zoo
+
+    label = candidate or selector.model.spec.label
+    specs = default_candidates(small=quick, names=[label])
+    if len(specs) != 1 or specs[0].kind != "regressor":
+        raise ConfigError(f"--candidate {label!r} names no single regressor", "e.g. --candidate hist-gb/time+energy")
+    grid = dict(LOMO_GRID, models=list(QUICK_MODELS) if quick else list(load_zoo()))
+    if quick:
+        grid.update(seq_lens=(64,), precisions=("fp16",), modes=("full",))
+    print("lomo: tracing and sweeping the grid on each module's twin", file=sys.stderr, flush=True)
+    ds = from_twin_zoos(LOMO_PROFILES, space=selector.training.get("space", "gpu"), progress=_progress, **grid)
+    results = leave_one_module_out(ds, specs[0], Objective(), probes=(0, 1, 3),
+                                   progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    summary = ds.summary()
+    out: dict[str, Any] = {
+        "candidate": specs[0].label + (" (small)" if quick else ""),
+        "profiles": list(LOMO_PROFILES),
+        "grid": {k: list(v) for k, v in grid.items()},
+        "workloads": summary["workloads"],
+        "rows": summary["rows"],
+        "notes": ["a subset of the zoo grid per module (batch 8, 4 for models of 300M parameters or more; "
+                  "the grid above), not the shipped training grid; each module left out in turn, the regressor "
+                  "fitted on the others' rows", *as_list(summary["notes"])],
+    }
+    for key, block in summarise(results).items():  # summarise groups by `family`: here the held-out module
+        out[key] = {"overall": block["overall"], "mean_of_module_means": block["mean_of_family_means"],
+                    "modules": block["families"]}
+    return out
+
+
 def held_out_workloads(quick: bool) -> list[tuple[str, dict[str, Any] | None, int, int, str]]:
     from engine.selector.dataset import LARGE_MODEL_PARAMS, model_params
 
@@ -221,6 +268,7 @@ def run(selector_path: str | None, quick: bool, candidate: str | None = None) ->
         "objective": Objective().spec,
     }
     result["lofo"] = lofo(selector, candidate, quick)
+    result["lomo"] = lomo(selector, candidate, quick)
     result["held_out"] = held_out(selector, quick)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     return result

@@ -119,7 +119,7 @@ def results_store(tmp_path: Path) -> Iterator[Store]:
         yield store
 
 
-@pytest.fixture(params=["r36", "r35", "r32"])
+@pytest.fixture(params=["r38", "r36", "r35", "r32"])
 def orin_tree(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Path, TreeLayout]:
     """An AGX Orin 64GB tree in each L4T layout: (root, layout)."""
     root = tmp_path / f"root-{request.param}"

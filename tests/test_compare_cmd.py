@@ -79,12 +79,12 @@ def test_compare_without_a_baseline_says_how_to_get_one(db: Path, capsys: pytest
     assert main(["compare", str(run)]) == 0
     capsys.readouterr()
     assert main(["compare", str(maxn)]) == 2
-    assert "is a MAXN Mode 0 run itself" in capsys.readouterr().err
+    assert "is a MAXN run itself" in capsys.readouterr().err
     with Store(db) as s:
         lone = _run(s, PYTHIA, "static", 50.0)
     assert main(["compare", str(lone)]) == 2
     err = capsys.readouterr().err
-    assert "no MAXN Mode 0 run of pythia-70m/mrpc" in err and "--policy maxn" in err
+    assert "no baseline run (policy maxn: the board's MAXN or MAXN_SUPER) of pythia-70m/mrpc" in err and "--policy maxn" in err
 
 
 @pytest.mark.parametrize("workload", [TINY_DYNAMIC, TINY_LORA], ids=["dynamic-padding", "lora"])
@@ -121,7 +121,7 @@ def test_a_report_does_not_give_a_saving_between_two_workloads(db: Path, tmp_pat
         kept = write_report(s, same, out_dir=tmp_path / "b").markdown.read_text()
     assert "-2040" not in refused and "Not compared with its stored baseline: run" in refused
     assert f"# Run {pythia}: pythia-70m/mrpc (batch 16, length 128, fp16, full), policy static [twin]" in refused
-    assert f"Against MAXN Mode 0 (run {tiny_maxn}, of the same workload): **20.0% less energy**" in kept
+    assert f"Against MAXN (run {tiny_maxn}, of the same workload): **20.0% less energy**" in kept
     assert main(["show", str(pythia)]) == 0
     out = capsys.readouterr().out
     assert f"Comparison vs baseline run {tiny_maxn}: not comparable (run {pythia} fine-tuned pythia-70m/mrpc" in out
@@ -161,17 +161,18 @@ def test_compare_refuses_a_baseline_that_is_not_maxn(db: Path, capsys: pytest.Ca
     assert main(["compare", str(maxn), str(static)]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "Traceback" not in captured.err
-    assert f"run {static} ran policy static, not MAXN Mode 0: a saving is against MAXN Mode 0 only" in captured.err
+    assert (f"run {static} ran policy static, not the baseline (policy maxn, the board's uncapped mode: MAXN or "
+            "MAXN_SUPER): a saving is against the baseline only") in captured.err
     assert f"compare the other way round: slm-dvfs compare {static} {maxn}" in captured.err
     for extra in ([], ["--json"]):
         assert main(["compare", str(other), str(static), *extra]) == 2
         captured = capsys.readouterr()
-        assert captured.out == "" and f"run {static} ran policy static, not MAXN Mode 0" in captured.err
+        assert captured.out == "" and f"run {static} ran policy static, not the baseline (policy maxn" in captured.err
         assert f"the MAXN run that fits run {other}: {maxn} (`slm-dvfs compare {other} {maxn}`)" in captured.err
     with Store(db) as s:
         from engine.core.errors import ConfigError
 
-        with pytest.raises(ConfigError, match="not MAXN Mode 0"):
+        with pytest.raises(ConfigError, match="not the baseline"):
             s.compare_runs(other, static)
     assert main(["compare", str(other), str(maxn)]) == 0  # the MAXN run it names does compare
     capsys.readouterr()

@@ -88,7 +88,7 @@ def test_identity_per_layout(orin_tree: tuple[Path, TreeLayout]) -> None:
     ident = dev.identity()
     assert ident.board == "NVIDIA Jetson AGX Orin Developer Kit"
     assert ident.module == "P3701-0000 (AGX Orin 64GB)"
-    expected = {"36": ("36.3.0", "6.0"), "35": ("35.4.1", "5.1.2"), "32": ("32.7.4", "4.6.4")}
+    expected = {"39": ("39.2.0", "7.2"), "36": ("36.3.0", "6.0"), "35": ("35.4.1", "5.1.2"), "32": ("32.7.4", "4.6.4")}
     assert (ident.l4t, ident.jetpack) == expected[ident.l4t.split(".")[0]]
     assert not ident.is_twin and ident.source is Source.MEASURED and ident.profile is None
 
@@ -106,7 +106,7 @@ def test_twin_marker_labels_the_device(r36_tree: tuple[Path, TreeLayout]) -> Non
 def test_module_and_jetpack_maps() -> None:
     assert module_for("nvidia,p3737-0000+p3701-0004\0nvidia,p3701-0004\0nvidia,tegra234\0").endswith("32GB)")
     assert "64GB" in module_for("nvidia,p3701-0005\0nvidia,tegra234\0")
-    assert jetpack_for("36.4.0") == "6.1" and jetpack_for("36.4.7") == "6.1/6.2"
+    assert jetpack_for("36.4.0") == "6.1" and jetpack_for("36.4.7") == "6.2.1" and jetpack_for("36.4.9") == "6.1/6.2"
     assert jetpack_for("35.3.1") == "5.1.1" and jetpack_for("35.9.9") == "5.1.x"
     assert jetpack_for(None) is None and jetpack_for("99.1") is None
 

@@ -3,9 +3,9 @@ checkpointing; what the trainer, the tracer, the twin, the store and the CLI mak
 
 from __future__ import annotations
 
-import builtins
 import json
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,14 +111,7 @@ def test_unknown_targets_are_refused_with_the_modules_there_are() -> None:
 
 
 def test_lora_without_peft_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_peft(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "peft" or name.startswith("peft."):
-            raise ImportError("No module named 'peft'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_peft)
+    monkeypatch.setitem(sys.modules, "peft", None)  # `import peft` fails as a missing module does
     with pytest.raises(ConfigError) as err:
         wrap_lora(_tiny("bert"), LoraSettings())
     assert "peft" in err.value.what and "pip install -e '.[lora]'" in err.value.remedy

@@ -35,7 +35,7 @@ AGX = "P3701-0000 (AGX Orin 64GB)"
 # Only the AGX Orin 64GB twin ships: the "other module" below is a label put on device records
 # whose sweeps are that twin's, energy scaled 1.3x. It stands for a second module in these tests;
 # it is not a model of an Orin NX.
-OTHER = "P3767-0000 (Orin NX 16GB, stand-in)"
+OTHER = "P3767-0000 (Orin NX 16GB)"  # its rows: the AGX twin's at 1.3x the energy, encoded with the NX profile
 BOARD = "NVIDIA Jetson AGX Orin Developer Kit"
 
 
@@ -205,7 +205,7 @@ def test_training_uses_one_module_by_default_and_learns_across_with_the_flag(two
 
     with Store(two_modules) as store:
         mine = from_store(store, source="twin")  # the profile's module, of the two swept
-        assert set(mine.row_modules) == {AGX} and not mine.module_columns
+        assert set(mine.row_modules) == {AGX} and not mine.across_modules
         assert mine.summary()["modules"] == [AGX]
         theirs = store_dataset(store, source="twin", module=OTHER)
         assert set(theirs.row_modules) == {OTHER} and len(theirs) == len(mine)
@@ -215,13 +215,13 @@ def test_training_uses_one_module_by_default_and_learns_across_with_the_flag(two
         with pytest.raises(ConfigError, match="--across-modules"):  # two swept, the profile's module neither
             pick_module([AGX, OTHER], None, "P3701-0004 (AGX Orin 32GB)", "agx-orin-32gb")
         across = store_dataset(store, source="twin", across_modules=True)
-    assert len(across) == 2 * len(mine) and across.module_columns == (AGX, OTHER)
-    assert across.columns[-2:] == (f"module={AGX}", f"module={OTHER}")
-    assert across.X().shape[1] == mine.X().shape[1] + 2
+    assert len(across) == 2 * len(mine) and tuple(across.module_encoders) == (AGX, OTHER)
+    assert across.module_encoders[OTHER].profile == "orin-nx-16gb"  # each module's rows against its own profile
+    assert across.columns == mine.columns and across.X().shape[1] == mine.X().shape[1]
     assert mine.digest() != across.digest()
     trained = train_on(across, candidates=[CandidateSpec("random-forest", "time+energy", small=True)], n_splits=2)
     sel = trained.selector
-    assert sel.modules == (AGX, OTHER) and sel.schema["columns"][-1] == f"module={OTHER}"
+    assert sel.modules == (AGX, OTHER) and sel.schema["columns"][-1] == "module_power_limit_w"
     assert sel.basis.across_modules and sel.basis.modules == (AGX, OTHER) and "across modules" in sel.basis.line()
     w, _t = describe_workload("bert-tiny", "sst2", batch_size=16, seq_len=32)
     sel.use_module(AGX)
@@ -229,23 +229,20 @@ def test_training_uses_one_module_by_default_and_learns_across_with_the_flag(two
     sel.use_module(OTHER)
     on_other = sel.predict(w, [MAXN])[0].energy_per_sample
     assert on_other > 1.15 * on_agx  # it learnt the stand-in module's 1.3x energy
-    with pytest.raises(ConfigError, match="trained across"):
+    with pytest.raises(ConfigError, match="learnt"):  # --module names one it learnt; a board names any
         sel.use_module("P3767-0005 (Orin Nano)")
-    # the ml policy predicts for the board's module, and refuses one the selector never learnt
+    # the ml policy predicts for the board's module (its module profile), learnt or not
     from types import SimpleNamespace
 
     from engine.device.base import DeviceIdentity
     from engine.selector.policy import MLPolicy
 
     policy = MLPolicy(sel, probes=0)
-    for module in (AGX, OTHER):
-        ident = DeviceIdentity("board", module, "36.4.0", "6.1", is_twin=False)
+    for module, profile in ((AGX, "agx-orin-64gb"), (OTHER, "orin-nx-16gb"), ("P3767-0005 (Orin Nano 8GB)", "orin-nano-8gb")):
+        ident = DeviceIdentity("board", module, "36.4.0", "6.1", is_twin=False, module_profile=profile)
         policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda ident=ident: ident))  # type: ignore[assignment]
-        assert policy._as_source() == Source.MEASURED and sel.module == module
-    ident = DeviceIdentity("board", "P3767-0005 (Orin Nano)", "36.4.0", "6.1", is_twin=False)
-    policy._ctx = SimpleNamespace(device=SimpleNamespace(identity=lambda: ident))  # type: ignore[assignment]
-    with pytest.raises(ConfigError, match="trained across"):
-        policy._as_source()
+        policy._for_board(policy._ctx)  # type: ignore[arg-type]
+        assert sel.encoder.profile == profile and sel.module_trained == (module != "P3767-0005 (Orin Nano 8GB)")
 
 
 def test_train_selector_across_modules_then_select_for_a_module(two_modules: Path, tmp_path: Path,
@@ -262,7 +259,8 @@ def test_train_selector_across_modules_then_select_for_a_module(two_modules: Pat
     assert "give one of the two" in capsys.readouterr().err
     assert main([*common, "--across-modules", "--out", str(out)]) == 0
     trained = json.loads(capsys.readouterr().out)
-    assert trained["training"]["module_columns"] == [AGX, OTHER] and trained["basis"]["modules"] == [AGX, OTHER]
+    assert trained["training"]["across_modules"] == {AGX: "agx-orin-64gb", OTHER: "orin-nx-16gb"}
+    assert trained["basis"]["modules"] == [AGX, OTHER]
     sel = load_selector(out)
     assert sel.modules == (AGX, OTHER)
     picks = {}
@@ -270,22 +268,22 @@ def test_train_selector_across_modules_then_select_for_a_module(two_modules: Pat
         assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
                      "--selector", str(out), "--module", module, "--json"]) == 0
         picks[module] = json.loads(capsys.readouterr().out)
-        assert picks[module]["module"] == module
+        assert picks[module]["module"]["name"] == module and picks[module]["module"]["trained_on"]
     assert picks[OTHER]["maxn"]["energy_per_sample_j"] > picks[AGX]["maxn"]["energy_per_sample_j"]
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "16", "--max-seq-len", "32",
                  "--selector", str(out), "--module", OTHER]) == 0
-    assert f"Module:    {OTHER} (learnt across 2" in capsys.readouterr().out
+    assert f"Module:    {OTHER} (trained on it; learnt across 2" in capsys.readouterr().out
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(out), "--module", "X"]) != 0
-    assert "trained across" in capsys.readouterr().err
+    assert "not 'X'" in capsys.readouterr().err
     # per module (the default): the feature schema of every selector before this one
     per = tmp_path / "data" / "selectors" / "per.joblib"
     assert main([*common, "--module", OTHER, "--out", str(per)]) == 0
     trained = json.loads(capsys.readouterr().out)
-    assert "module_columns" not in trained["training"] and trained["basis"]["modules"] == [OTHER]
-    assert not load_selector(per).modules
-    # a per-module selector has no module feature: another --module is refused, its own accepted
+    assert "across_modules" not in trained["training"] and trained["basis"]["modules"] == [OTHER]
+    assert load_selector(per).modules == (OTHER,)
+    # a per-module selector learnt one module: another --module is refused (a board's is chosen with --twin), its own accepted
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", AGX]) != 0
-    assert "not trained across modules (it rests on" in capsys.readouterr().err
+    assert "learnt P3767-0000" in capsys.readouterr().err
     assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--selector", str(per), "--module", OTHER]) == 0
 
 

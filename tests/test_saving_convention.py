@@ -70,7 +70,7 @@ def test_cli_run_prints_the_saving_with_the_sign_of_less_energy(tmp_path: Path,
     assert (c["slowdown_pct"] > 0) == (run["time_s"] > base["time_s"])
     assert main(common) == 0
     text = capsys.readouterr().out
-    assert f"vs MAXN: {saving_text(c['saving_pct'], than=None)}, {slowdown_text(c['slowdown_pct'], than=None)}" in text
+    assert f"vs MAXN (mode 0): {saving_text(c['saving_pct'], than=None)}, {slowdown_text(c['slowdown_pct'], than=None)}" in text
 
 
 def test_a_twin_sweep_says_its_points_were_computed_not_measured(tmp_path: Path,
@@ -80,7 +80,7 @@ def test_a_twin_sweep_says_its_points_were_computed_not_measured(tmp_path: Path,
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "12 computed now on the twin, 0 resumed" in text and "measured now" not in text
-    assert "vs MAXN Mode 0: " in text and "% less energy, " in text  # the least energy of points that include MAXN
+    assert "vs MAXN (mode 0): " in text and "% less energy, " in text  # the least energy of points that include MAXN
 
 
 # --------------------------------------------------------------------------- more energy than MAXN, in words

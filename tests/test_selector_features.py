@@ -166,7 +166,9 @@ def test_the_loops_serial_host_work_is_a_feature():
     assert hf.serial_cycles == hf_trace.serial_cycles > 0 and lean.serial_cycles == lean_trace.serial_cycles == 0
     assert hf.host_cycles == lean.host_cycles and hf.key != lean.key and hf.shape_key == lean.shape_key
     a, b = dict(zip(names, hf.row())), dict(zip(names, lean.row()))
-    assert {n for n in names if a[n] != b[n]} == {"serial_share", "loop_host_cycles_per_sample"}
+    # (and the GPU's share of the step at reference rates, which the serial work lowers)
+    assert {n for n in names if a[n] != b[n]} == {"serial_share", "loop_host_cycles_per_sample", "gpu_share_ref"}
+    assert a["gpu_share_ref"] < b["gpu_share_ref"]
     total = hf.host_cycles + hf.serial_cycles
     assert a["serial_share"] == pytest.approx(hf.serial_cycles / total) and b["serial_share"] == 0.0
     assert a["loop_host_cycles_per_sample"] == pytest.approx(total / 8)
@@ -178,3 +180,13 @@ def test_the_loops_serial_host_work_is_a_feature():
     assert WorkloadFeatures.from_json({**old, "loop": "lean"}).serial_cycles == 0.0
     with pytest.raises(ConfigError, match="serial_cycles"):
         replace(hf, serial_cycles=-1.0)
+
+
+def test_the_gpus_share_of_a_step_tells_a_launch_bound_step_from_a_gpu_bound_one():
+    """Schema 4: leaving a family out, a launch-bound step (bert-tiny, batch 8) and a GPU-bound one (BERT-base,
+    batch 32, length 256) must differ in a bounded column, not only in the totals' logs."""
+    names = [n for n, _log in WORKLOAD_COLUMNS]
+    tiny, _ = describe_workload("bert-tiny", "sst2", batch_size=8, seq_len=32)
+    base, _ = describe_workload("bert-base-uncased", "sst2", batch_size=32, seq_len=256)
+    small, large = (dict(zip(names, w.row()))["gpu_share_ref"] for w in (tiny, base))
+    assert 0.0 < small < 0.5 < large < 1.0

@@ -123,7 +123,6 @@ def test_energy_only_points_teach_energy_and_are_graded_by_energy(zoo, target):
     assert all(k.endswith("|twin") for k in keys) and "energy only" in what
     sel, _ = train_selector(ds, candidates=RF, n_splits=2)
     assert sel.basis.energy_only_points == 12 and "12 energy-only" in sel.basis.line()
-    assert np.isfinite(sel.power_floor_w)
     with pytest.raises(ConfigError, match="needs times"):
         outcome(ds, f"{w.key}|measured", ds.by_workload()[f"{w.key}|measured"], SETTINGS[1], parse_objective("edp"))
 
@@ -246,8 +245,10 @@ def test_the_shipped_selector_rests_on_the_twin_zoo_and_select_says_so(capsys):
 
     shipped = load_selector()
     basis = basis_of(shipped)
-    assert basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 1824  # 912 shapes x 2 loops
-    assert basis.line() == ("twin zoo (1824 workloads, 21888 points) [twin], profile agx-orin-64gb "
+    # 912 shapes x 2 loops; each on the AGX Orin 64GB (12 settings) and, where it fits, the Orin Nano 8GB (9)
+    assert basis.recorded and basis.origin == "twin zoo" and basis.twin_workloads == 1824
+    assert basis.line() == ("twin zoo (1824 workloads, 34758 points) [twin], across modules P3701-0000 (AGX Orin "
+                            "64GB), P3767-0005 (Orin Nano 8GB, developer kit module): their figures as features "
                             "(shipped with slm-dvfs: learnt on the twin, from no board's measurements)")
     assert main(["select", "--model", "bert-tiny", "--task", "sst2"]) == 0
     out = capsys.readouterr().out
@@ -266,7 +267,7 @@ def test_select_says_when_maxn_is_already_about_optimal(capsys):
 
     assert main(["select", "--model", "bert-small", "--task", "mnli", "--twin"]) == 0
     out = capsys.readouterr().out.splitlines()
-    verdict = out.index("Verdict:   MAXN Mode 0 is already about optimal for this workload: another setting saves "
+    verdict = out.index("Verdict:   MAXN (mode 0) is already about optimal for this workload: another setting saves "
                         "little or nothing")
     assert out[verdict + 1].strip().startswith("because the saving's 90% interval reaches down to ")
     assert "regret quantiles" not in "\n".join(out)
@@ -274,7 +275,7 @@ def test_select_says_when_maxn_is_already_about_optimal(capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["maxn_about_optimal"]["value"] is True and "interval reaches down to" in data["maxn_about_optimal"]["why"]
     # a workload the selector expects to save clearly on gets no such verdict
-    assert main(["select", "--model", "pythia-31m", "--task", "sst2", "--twin", "--json"]) == 0
+    assert main(["select", "--model", "pythia-160m", "--task", "sst2", "--twin", "--json"]) == 0
     clear = json.loads(capsys.readouterr().out)
     assert clear["expected_saving"] > 0.05 and clear["maxn_about_optimal"] == {"value": False, "why": None, "says": None}
 

@@ -153,7 +153,7 @@ def test_a_selector_of_the_old_features_is_refused_with_how_to_retrain_it(select
                  "--max-seq-len", "32"]) == 2
     assert "--source measured" in capsys.readouterr().err
     mine.unlink()  # moved away: the shipped selector (of this version's features) is used again
-    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 3
+    assert load_selector().schema["version"] == FEATURE_SCHEMA_VERSION == 5
 
 
 def test_a_missing_or_foreign_sidecar_is_refused(saved, no_unpickling):
@@ -290,3 +290,38 @@ def test_a_selector_of_schema_2_is_refused_with_how_to_retrain_it(selector, tmp_
                  "--selector", str(mine)]) == 2
     said = capsys.readouterr().err
     assert "schema version 2" in said and "--from-twin-zoo" in said and "Traceback" not in said
+
+
+# The setting columns of feature schema 4: the mode by its id, no module columns.
+SCHEMA_4_SETTINGS = ["gpu_governor", "gpu_ghz", "cpu_governor", "cpu_ghz", "emc_governor", "emc_ghz", "nvpmodel",
+                     "jetson_clocks"]
+
+
+def test_a_selector_of_schema_4_is_refused_with_how_to_retrain_it(selector, tmp_path, monkeypatch, no_unpickling,
+                                                                   capsys):
+    """A selector trained before the module columns (schema 4) read a setting's mode by its id (mode 0 is MAXN
+    on an AGX Orin, 15W on an Orin Nano): refused before unpickling, naming what changed and the retrain command;
+    `select` says the same and exits 2."""
+    from engine.cli import main
+
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    mine = save_selector(selector, user_selector_dir() / "twin.joblib")
+    side_path = sidecar_path(mine)
+    side = json.loads(side_path.read_text())
+    schema = side["feature_schema"]
+    workload = schema["columns"][:schema["workload_columns"]]
+    side["feature_schema"] = {"version": 4, "columns": workload + SCHEMA_4_SETTINGS,
+                              "log_columns": [c for c in schema["log_columns"] if c in workload or c.endswith("_ghz")
+                                              and not c.startswith("module_")],
+                              "workload_columns": schema["workload_columns"]}
+    side["source"], side["training"]["command"] = "twin", {"from_twin_zoo": True}
+    side_path.write_text(json.dumps(side))
+    with pytest.raises(SelectorFileError) as err:
+        load_selector(mine)
+    assert "schema version 4" in err.value.what and "version 5" in err.value.what
+    assert "uncapped" in err.value.what and "serial host work" not in err.value.what
+    assert f"`slm-dvfs train-selector --from-twin-zoo --out {mine}`" in err.value.remedy
+    assert main(["select", "--model", "bert-tiny", "--task", "sst2", "--batch-size", "8", "--max-seq-len", "32",
+                 "--selector", str(mine), "--twin", "orin-nx-16gb"]) == 2
+    said = capsys.readouterr().err
+    assert "schema version 4" in said and "--from-twin-zoo" in said and "Traceback" not in said

@@ -134,7 +134,8 @@ def test_select_command(trained, capsys):
             "--selector", str(trained)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "Chosen:" in text and "Expected:  vs MAXN: " in text and "[predicted]" in text and "Confidence:" in text
+    assert "Chosen:" in text and "Expected:  vs MAXN (mode 0): " in text
+    assert "[predicted]" in text and "Confidence:" in text
     assert main(args + ["--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["predicted"]["source"] == "predicted" and data["maxn"]["setting"] == MAXN.to_json()

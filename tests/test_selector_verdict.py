@@ -63,9 +63,9 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
     assert maxn_about_optimal(worse) == "the selector predicts 0.6% more energy than MAXN"  # not "saving is -0.6%"
     # the reviewer's case: an interval above zero and a saving within the worst miss, so the verdict rests
     # on the worst miss alone
-    choice = replace(choice, predicted=replace(choice.predicted, energy_per_sample=(1 - 0.029)
+    choice = replace(choice, predicted=replace(choice.predicted, energy_per_sample=(1 - 0.8 * worst)
                                                * choice.maxn.energy_per_sample),
-                     uncertainty=replace(unc, saving=Interval(0.022, 0.194, 0.9, unc.saving.basis)))
+                     uncertainty=replace(unc, saving=Interval(0.5 * worst, 0.194, 0.9, unc.saving.basis)))
     assert worst is not None and choice.saving < worst
     why = maxn_about_optimal(choice)
     assert why is not None and why.endswith(f"cost up to {worst:.1%} more energy than the best setting (an error "
@@ -81,7 +81,8 @@ def test_the_note_and_the_verdict_say_what_the_interval_leaves_out() -> None:
 
 def _a_selector_without_quantiles() -> float:
     """The user's default selector: the shipped one as a file from before the CV regret quantiles were kept
-    (it records only its worst held-out miss); its worst regret."""
+    (it records only its worst held-out miss, here 9%: above any saving bert-tiny is predicted at, so the
+    verdict rests on it); its worst regret."""
     import copy
 
     from engine.selector.persistence import load_selector, save_selector, user_selector_dir
@@ -89,8 +90,9 @@ def _a_selector_without_quantiles() -> float:
     shipped = load_selector()
     old = copy.copy(shipped)
     old.training = {k: v for k, v in shipped.training.items() if k != "cv_regret"}
+    old.cv_table = [{**row, "worst_regret": 0.09} for row in shipped.cv_table]  # type: ignore[typeddict-item]
     save_selector(old, user_selector_dir() / "default.joblib")  # the user's default takes precedence
-    worst = shipped.cv_table[0]["worst_regret"]
+    worst = old.cv_table[0]["worst_regret"]
     assert isinstance(worst, float)
     return worst
 

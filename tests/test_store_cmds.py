@@ -263,6 +263,27 @@ def test_export_parquet_without_pyarrow_says_how_to_get_it(capsys: pytest.Captur
     assert not Path(f"run-{run}.parquet").exists()
 
 
+@pytest.mark.parametrize("numpy", ["1.26.4", "2.4.6"])
+def test_export_parquet_with_a_pyarrow_that_refuses_this_numpy_says_so(
+        capsys: pytest.CaptureFixture[str], db: Path, monkeypatch: pytest.MonkeyPatch, numpy: str) -> None:
+    """pyarrow 26 installed beside NumPy 1 (JetPack's PyTorch) is there but will not import: not "not
+    installed", and under NumPy 1 the remedy is the numpy1 extra, not `pip install pyarrow`."""
+    from refusals import PYARROW_UNDER_NUMPY1, refuse_import
+
+    _, run = _twin_pair(db)
+    refuse_import(monkeypatch, "pyarrow")
+    monkeypatch.setattr("engine.core.optional.numpy_version", lambda: numpy)  # the tests run under either
+    assert main(["export", str(run), "--format", "parquet"]) == 2
+    err = capsys.readouterr().err
+    assert f"parquet export needs pyarrow, which is installed but does not import here: {PYARROW_UNDER_NUMPY1}" in err
+    assert "not installed" not in err and "Traceback" not in err
+    if numpy.startswith("1."):
+        assert f"NumPy {numpy} is installed" in err and "pip install -e '.[numpy1]'" in err
+    else:
+        assert "pip install --force-reinstall pyarrow" in err
+    assert not Path(f"run-{run}.parquet").exists()
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_export_to_a_missing_folder_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path, db: Path,
                                                      fmt: str) -> None:

@@ -360,7 +360,7 @@ def test_an_all_energy_only_sweep_has_no_slowdown(capsys: pytest.CaptureFixture[
                    "--rails", "gpu+cpu")["sweeps"][0]["sweep_id"]
     assert main(["show", f"s{sid}"]) == 0
     text = capsys.readouterr().out
-    assert "vs MAXN Mode 0: 33.3% less energy, time not recorded per sample" in text
+    assert "vs MAXN (mode 0): 33.3% less energy, time not recorded per sample" in text
     assert main(["report", f"s{sid}", "--out", str(tmp_path / "r")]) == 0
     assert "**33.3% less energy**, **time not recorded**" in (tmp_path / "r" / f"sweep-s{sid}.md").read_text()
     assert main(["report", f"s{sid}", "--out", str(tmp_path / "r"), "--objective", "edp"]) == 2

@@ -61,16 +61,16 @@ def env(isolated_env: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     import engine.run.experiment  # noqa: F401
     import engine.run.sweep  # noqa: F401
 
-    def resolve(spec: Any) -> Any:
+    def resolve(spec: Any, **budget: Any) -> Any:  # budget: the board's memory (mem_total_bytes)
         if (spec.model, spec.task) == ("bert-tiny", "sst2") and not any((spec.batch_size, spec.seq_len, spec.precision)):
             if spec.padding == "max_length" and spec.mode == "full" and not spec.grad_checkpointing \
                     and spec.loop == BERT_TINY.spec.loop:  # the frozen trace is the lean loop's (no serial work)
                 return BERT_TINY
             # Setup's runs pad dynamically: the workload's buckets are traced once per test session
             if spec not in RESOLVED:
-                RESOLVED[spec] = REAL_RESOLVE(spec)
+                RESOLVED[spec] = REAL_RESOLVE(spec, **budget)
             return RESOLVED[spec]
-        return REAL_RESOLVE(spec)
+        return REAL_RESOLVE(spec, **budget)
 
     monkeypatch.setattr(simulate, "resolve_workload", resolve)
 

@@ -127,7 +127,7 @@ def thermal_session(isolated_env: Any, tmp_path: Path, monkeypatch: pytest.Monke
     from engine.selector import persistence
 
     monkeypatch.setattr(persistence, "shipped_selector_dir", lambda: tmp_path / "no-shipped-selector")
-    monkeypatch.setattr(resolve_mod, "resolve_workload", lambda spec: BERT_TINY)
+    monkeypatch.setattr(resolve_mod, "resolve_workload", lambda spec, **budget: BERT_TINY)
     with open_device(twin=TWIN, realtime=False, twin_dir=tmp_path / "twin", thermal=True) as session:
         yield session
 

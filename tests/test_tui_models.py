@@ -302,9 +302,10 @@ def test_the_maxn_run_itself_says_it_is_the_baseline(store: Store) -> None:
     maxn = store.get_run(ids["maxn"])
     assert find_baseline(store, maxn) is None
     view = build_comparison(maxn, find_baseline(store, maxn))
-    assert view.base is None and view.baseline_note == "this run is the MAXN Mode 0 baseline"
+    assert view.base is None and view.baseline_note == "this run is the baseline, MAXN (mode 0)"
     lone = build_comparison(store.get_run(ids["lone"]), None)
-    assert lone.baseline_note.startswith("no MAXN Mode 0 run of this workload")
+    assert lone.baseline_note.startswith("no baseline run (the board's uncapped mode, MAXN or MAXN_SUPER) of this "
+                                         "workload")
 
 
 def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store) -> None:
@@ -319,7 +320,7 @@ def test_a_run_finds_the_maxn_run_of_its_workload_of_another_length(store: Store
     base = find_baseline(store, run)
     assert base is not None and base.id == maxn.id
     view = build_comparison(run, base)
-    assert view.base is not None and view.baseline_note == "MAXN Mode 0" and view.per_sample
+    assert view.base is not None and view.baseline_note == "MAXN (mode 0)" and view.per_sample
     assert view.saving_pct == pytest.approx(100 * (1 - (run.energy_j / 4800) / (maxn.energy_j / 9600)))
     assert view.slowdown_pct == pytest.approx(100 * ((1.8 / 4800) / (2.87 / 9600) - 1))
     figures = {f.name: f for f in view.figures}

@@ -111,8 +111,8 @@ async def test_compare_two_marked_runs_without_a_maxn_one_says_so(twin_session: 
         view = app.compare_view
         assert view.run.id == other and view.base is None and view.saving_pct is None
         assert view.baseline_note == f"not compared with run {ids['static']}"
-        assert any(f"run {ids['static']} ran policy static, not MAXN Mode 0" in n for n in view.notes)
+        assert any(f"run {ids['static']} ran policy static, not the baseline" in n for n in view.notes)
         assert f"the MAXN run that fits run {other}: {ids['maxn']} (History: m on both, then c)" in view.notes
         title = plain(app.screen.query_one("#compare-title").content)
-        assert "not MAXN Mode 0" in " ".join(title.split())
+        assert "ran policy static, not the baseline" in " ".join(title.split())
         await ui.press("ctrl+c")

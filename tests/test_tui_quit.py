@@ -72,7 +72,7 @@ async def test_quitting_in_the_maxn_run_says_that_run_was_cancelled_and_the_poli
     assert clock_files(root) == before
     base, policy = results_store.list_runs()  # newest first
     assert (policy.status, base.status) == ("finished", "cancelled")
-    assert app.farewell() == [f"slm-dvfs: experiment cancelled in its MAXN Mode 0 run, at step {base.steps} of 40: "
+    assert app.farewell() == [f"slm-dvfs: experiment cancelled in its MAXN (mode 0) run, at step {base.steps} of 40: "
                               f"run {base.id} is stored as cancelled (the policy's run {policy.id} had finished); "
                               "the clocks are restored"]
 

@@ -300,5 +300,5 @@ def test_a_sweeps_optimum_vs_maxn_is_the_engines_and_json_carries_what_the_text_
     iv = Interval.from_json(vs["board_estimate"])
     assert iv.low <= vs["saving_pct"] / 100.0 <= iv.high
     assert f"  {board_estimate_text(vs['saving_pct'], iv)}" in text
-    assert any(ln.startswith(f"  {versus_text(vs['saving_pct'], vs['slowdown_pct'], than='MAXN Mode 0')} per sample")
+    assert any(ln.startswith(f"  {versus_text(vs['saving_pct'], vs['slowdown_pct'], than='MAXN (mode 0)')} per sample")
                for ln in text)

@@ -40,6 +40,7 @@ from textual.worker import get_current_worker
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source
 from engine.device.base import ClockDomain
+from engine.device.baseline import AGX_MAXN, Baseline, board_baseline
 from engine.device.session import DeviceSession
 from engine.device.snapshot import DeviceSnapshot, take_snapshot
 from engine.selector import policy_factory
@@ -123,6 +124,9 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self.policies = policy_factory()  # every policy a run may ask for, `ml` included: handed to each run
         self.session = session
         self.source = Source.TWIN if session.is_twin else Source.MEASURED  # the identity's, once read
+        self.mem_total = session.memory_total_bytes()  # what memory fit sets a workload against
+        self.baseline = session_baseline(session)  # what a comparison runs against
+        self.baseline_label = self.baseline.label  # by its mode's name and id, for the pages
         self.refresh_s = refresh_s
         self.run_refresh_s = max(refresh_s, run_refresh_s)
         self.poll = poll
@@ -188,7 +192,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         pages: dict[str, PageScreen] = {
             "device": DeviceScreen(self.device_history).data_bind(s.reading),
             "setup": SetupScreen(remembered.values, remembered.note).data_bind(
-                s.reading, s.source, s.selector_line, s.policy_note),
+                s.reading, s.source, s.selector_line, s.policy_note, s.mem_total, s.baseline_label),
             "run": RunScreen(self.device_history, self.run_refresh_s).data_bind(
                 s.reading, s.runs_started, s.selector_short, s.run_view),
             "compare": CompareScreen().data_bind(s.reading, view=s.compare_view),
@@ -273,3 +277,13 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")
+
+
+def session_baseline(session: DeviceSession) -> Baseline:
+    """The session's board's baseline, its uncapped mode by name and id (engine.device.baseline); the AGX
+    Orin's MAXN (mode 0) where its modes cannot be read or name none (a run's --compare then says why)."""
+    try:
+        return board_baseline(session.device.power_modes())
+    except SlmDvfsError as exc:
+        log.info("no baseline mode on this board: %s", exc)
+        return AGX_MAXN

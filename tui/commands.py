@@ -12,7 +12,7 @@ COMMANDS: tuple[tuple[str, str, str, str | None], ...] = (
     ("Page: Device", "live rails, clocks, temperatures (1)", "page", "device"),
     ("Page: Setup", "choose model, task, policy; start a run (2)", "page", "setup"),
     ("Page: Run", "the run in progress (3)", "page", "run"),
-    ("Page: Compare", "the run against MAXN Mode 0 (4)", "page", "compare"),
+    ("Page: Compare", "the run against the board's baseline, MAXN or MAXN_SUPER (4)", "page", "compare"),
     ("Page: History", "stored runs and sweeps (5)", "page", "history"),
     ("Page: Sweep", "characterisation sweeps and the selector (6)", "page", "sweep"),
     ("Page: Fleet", "the boards of a Ray fleet: power, what each runs (7)", "page", "fleet"),

@@ -1,4 +1,5 @@
-"""The Compare page's figures: a run against its MAXN Mode 0 baseline, from the store.
+"""The Compare page's figures: a run against its baseline (the board's uncapped mode: MAXN, or MAXN_SUPER on an
+Orin Nano / NX), from the store.
 
 Pure (no Textual): `build_comparison` turns two stored runs and their power traces into
 rows of labelled figures and two power series on shared axes.
@@ -14,7 +15,7 @@ from engine.core.errors import ConfigError
 from engine.core.interval import Interval
 from engine.core.jsontypes import as_float
 from engine.core.provenance import Source
-from engine.results.baseline import BASELINE_POLICY
+from engine.results.baseline import BASELINE_POLICY, mode_text
 from engine.results.compare import Side, compare_pair, fitting_baselines, mismatch, rail_saving_pct
 from engine.results.format import SAME, change_text, id_list, saving_short, slowdown_text
 from engine.results.records import RunRecord
@@ -282,13 +283,14 @@ def fitting_note(store: Store, run: RunRecord) -> str:
 
 def baseline_note(run: RunRecord, base: RunRecord | None, refused: RunRecord | None = None) -> str:
     """What the Compare page's title says of the baseline (`refused`: a run it does not compare with)."""
-    if base is not None:
-        return "MAXN Mode 0"
+    if base is not None:  # by its mode's name and id, as stored: MAXN_SUPER (mode 2) on an Orin Nano
+        return mode_text(base.setting)
     if refused is not None:  # the notes say why, naming both
         return f"not compared with run {refused.id}"
     if run.policy == BASELINE_POLICY:
-        return "this run is the MAXN Mode 0 baseline"
-    return "no MAXN Mode 0 run of this workload on this device, of this kind, in the store"
+        return f"this run is the baseline, {mode_text(run.setting)}"
+    return ("no baseline run (the board's uncapped mode, MAXN or MAXN_SUPER) of this workload on this device, "
+            "of this kind, in the store")
 
 
 def _milli(value: float | None) -> float | None:

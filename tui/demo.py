@@ -15,6 +15,7 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
+from engine.device.activity import CoreLoad, DeviceActivity, MemoryReading
 from engine.device.snapshot import DeviceSnapshot
 from engine.device.setting import MAXN, DvfsSetting
 from engine.device.power import PowerSample
@@ -48,7 +49,17 @@ def snapshot(gpu_hz: int = 816 * MHZ, pinned: bool = True) -> DeviceSnapshot:
         ("cv2-thermal", 48.0), ("soc0-thermal", 55.0), ("soc1-thermal", 54.5), ("soc2-thermal", 54.0),
         ("tj-thermal", 77.0)))
     return DeviceSnapshot(t=100.0, identity=IDENTITY, mode=PowerMode(0, "MAXN"), clocks=clocks, rails=rails,
-                          temperatures=temps, gpu_load=0.93)
+                          temperatures=temps, gpu_load=0.93, activity=ACTIVITY)
+
+
+# The training loop's core busy, the rest light; the third cluster's governor at a lower clock. The
+# twin renders MemTotal only (it does not model what the OS holds) and has no fan.
+_LOADS = (0.97, 0.12, 0.08, 0.05, 0.03, 0.02, 0.02, 0.01, 0.01, 0.0, 0.0, 0.02)
+ACTIVITY = DeviceActivity(
+    cores=tuple(CoreLoad(c, True, load, int((2201.6 if c < 8 else 729.6) * MHZ)) for c, load in enumerate(_LOADS)),
+    emc_load=0.41,
+    memory=MemoryReading(62841 * 1024 * 1024),
+)
 
 
 def snapshot_at(i: int) -> DeviceSnapshot:

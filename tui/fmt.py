@@ -96,6 +96,12 @@ def nice_ceiling(x: float) -> float:
 WIDE = 1000  # a width every long form fits (a widget not laid out yet)
 
 
+def mode_label(mode: Any) -> str:
+    """A power mode by name and id, `MAXN_SUPER (mode 2)`: ids differ between modules, names say
+    what the mode is; `mode ?` where it could not be read."""
+    return f"{mode.name} (mode {mode.id})" if mode is not None else "mode ?"
+
+
 def fit(width: int, *variants: Any) -> Any:
     """The first of `variants` (str or Text, longest first) that fits `width` cells, else the last
     (the shortest): a narrow terminal gets a shorter line with every figure whole, never a cut one."""

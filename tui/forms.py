@@ -48,7 +48,8 @@ FIELD_HELP: dict[str, str] = {
             "local hub cache) or a folder of GLUE files",
     "policy": "how the clocks are chosen for the run (see Policies below)",
     "objective": "what the oracle, online and ml policies minimise (see Objectives below)",
-    "slowdown ≤": "the most extra time, in % against MAXN Mode 0, the choice may cost (blank: no limit); "
+    "slowdown ≤": "the most extra time, in % against the board's baseline (MAXN; MAXN_SUPER on an Orin Nano / "
+                  "NX), the choice may cost (blank: no limit); "
                   "the same as objective@N%",
     "length": "how long to train: a number of steps, or of epochs over the training set",
     "batch size": "samples a step (blank: the zoo's default for the model)",
@@ -61,7 +62,8 @@ FIELD_HELP: dict[str, str] = {
               "workspace) against what the board leaves for training; when it does not fit, what would "
               "(docs/models.md, Will it fit?)",
     "train samples": "how many training samples to use (blank: all of them)",
-    "compare with MAXN": "also run MAXN Mode 0 on the same workload afterwards and show both on "
+    "compare with MAXN": "also run the board's baseline, its uncapped mode by name and id (MAXN (mode 0) on an AGX Orin, "
+                         "MAXN_SUPER (mode 2) on an Orin Nano 8GB), on the same workload afterwards and show both on "
                          "Compare (4), with the saving and the slowdown",
     "simulate": "twin only: no training, each step just advances the twin (fast; no eval metric)",
 }

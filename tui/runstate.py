@@ -142,7 +142,8 @@ class RunTracker:
                 self._reset_run()
                 self._phase = (event.role, event.policy, event.index, event.total)
                 self.status = "starting"
-                what = "MAXN Mode 0 baseline" if event.role == "baseline" else f"policy {event.policy}"
+                what = (f"baseline, {getattr(event, 'mode', None) or 'MAXN'}" if event.role == "baseline"
+                        else f"policy {event.policy}")
                 self._say(f"run {event.index}/{event.total}: {what}")
             elif name == "RunStarted":
                 self.model, self.task, self.total_steps = event.model, event.task, event.total_steps

@@ -60,8 +60,9 @@ _REMEDY_FIELDS = {"--batch-size": "batch size", "--precision": "precision", "--m
                   "--max-seq-len": "seq length", "--model": "model"}
 
 
-def memory_status(values: SetupValues) -> MemoryLine:
-    """The workload's estimated peak memory against the board, in one or two lines: "memory:
+def memory_status(values: SetupValues, mem_total_bytes: int | None = None) -> MemoryLine:
+    """The workload's estimated peak memory against the board whose MemTotal is `mem_total_bytes`
+    (None: the AGX Orin 64GB's), as every run checks it, in one or two lines: "memory:
     fits: 3.2 GiB of 58.4 GiB (...)" or "memory: does not fit: ...; try mode lora"; for a hub
     id, that it is estimated once the model is resolved. Torch-free."""
     from engine.workload.sizing import estimate_memory, memory_fit
@@ -81,7 +82,7 @@ def memory_status(values: SetupValues) -> MemoryLine:
         if length > positions:
             return MemoryLine(f"memory: seq length {length} exceeds the {positions} positions {name} takes")
         fit = memory_fit(estimate_memory(config, batch, length, precision, parse_mode(values.mode),
-                                         lora=lora_settings(values)), name)
+                                         lora=lora_settings(values)), name, mem_total_bytes=mem_total_bytes)
     except SlmDvfsError as exc:
         return MemoryLine(f"memory: {exc.what}")
     parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in fit.estimate.parts())

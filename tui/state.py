@@ -33,6 +33,7 @@ from tui.sweep_model import SweepView
 
 if TYPE_CHECKING:
     from engine.core.interval import Interval
+    from engine.device.baseline import Baseline
     from engine.device.base import DeviceIdentity
     from engine.device.session import DeviceSession
     from engine.dvfs.policies import PolicyFactory
@@ -98,6 +99,8 @@ class AppState(App[None]):
     # the latest poll (every page's header); each is news, equal or not: the history behind it grew
     reading: var[DeviceReading | None] = var(None, always_update=True)
     source: var[Source] = var(Source.TWIN)  # of what this device measures: twin or measured
+    mem_total: var[int | None] = var(None)  # the device's MemTotal in bytes (Setup's memory budget); None: unknown
+    baseline_label: var[str] = var("MAXN (mode 0)")  # the board's baseline by mode name and id: MAXN_SUPER (mode 2)
     run_view: var[RunView] = var(IDLE_RUN)
     runs_started: var[int] = var(0)  # experiments started: the Run page's log starts afresh
     selector_line: var[str] = var("")  # the Setup page's (long) line
@@ -115,6 +118,7 @@ class AppState(App[None]):
     session: DeviceSession
     policies: PolicyFactory  # every policy a run may ask for (`ml` included), handed to each run
     identity: DeviceIdentity | None  # read at mount
+    baseline: Baseline  # the board's uncapped mode (engine.device.baseline), read at start
     run_refresh_s: float
     device_history: DeviceHistory
     polled: SlowModeDevice  # what the poll reads

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from engine.core.provenance import Source
-from engine.device.setting import MAXN, DvfsSetting
+from engine.device.baseline import AGX_MAXN, Baseline
+from engine.device.setting import DvfsSetting
+from engine.results.baseline import device_baseline
 from engine.results.compare import per_sample_saving_pct, per_sample_slowdown_pct
 from engine.results.format import sweep_progress, sweep_total
 
@@ -37,9 +39,10 @@ class HeatMap:
     cells: Mapping[tuple[str, str], Cell]
     source: Source
     best: str | None = None  # label of the least-energy setting
-    saving_pct: float | None = None  # of the best against MAXN, if MAXN was swept
+    saving_pct: float | None = None  # of the best against the baseline, if it was swept
     slowdown_pct: float | None = None
     points: int = 0
+    baseline: str = "MAXN"  # the baseline's mode by name (MAXN_SUPER on an Orin Nano): its row and the saving's
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -52,9 +55,11 @@ def _mhz(hz: int | None) -> str:
     return "gov" if hz is None else f"{hz / 1e6:g}"
 
 
-def row_col(setting: DvfsSetting) -> tuple[str, str]:
-    if setting == MAXN:
-        return "MAXN", "gov"
+def row_col(setting: DvfsSetting, baseline: Baseline = AGX_MAXN) -> tuple[str, str]:
+    """A setting's (row, column) in the heat map: the baseline's row is its mode's name (MAXN, MAXN_SUPER), and
+    a setting in another mode than the baseline's names its mode."""
+    if setting == baseline.setting:
+        return baseline.name, "gov"
     parts = []
     if setting.gpu_hz is not None or setting.cpu_hz is None:
         parts.append(f"GPU {_mhz(setting.gpu_hz)}")
@@ -62,13 +67,13 @@ def row_col(setting: DvfsSetting) -> tuple[str, str]:
         parts.append(f"CPU {_mhz(setting.cpu_hz)}")
     if setting.jetson_clocks:
         parts.append("jetson_clocks")
-    if setting.nvpmodel not in (None, 0):
+    if setting.nvpmodel not in (None, baseline.setting.nvpmodel):
         parts.append(f"mode {setting.nvpmodel}")
     return " ".join(parts), _mhz(setting.emc_hz)
 
 
 def _sort_key(label: str) -> tuple[int, float, str]:
-    if label == "MAXN":
+    if label.startswith("MAXN"):  # the baseline's row first
         return (0, 0.0, label)
     head = label.split()
     try:
@@ -77,8 +82,10 @@ def _sort_key(label: str) -> tuple[int, float, str]:
         return (2, 0.0, label)
 
 
-def heat_map(points: Iterable[tuple[DvfsSetting, float, float | None]], source: Source) -> HeatMap:
-    """From (setting, joules per sample, seconds per sample or None when not recorded), repeats averaged."""
+def heat_map(points: Iterable[tuple[DvfsSetting, float, float | None]], source: Source,
+             baseline: Baseline = AGX_MAXN) -> HeatMap:
+    """From (setting, joules per sample, seconds per sample or None when not recorded), repeats averaged;
+    `baseline`: the board's (MAXN_SUPER, mode 2, on an Orin Nano), the saving's reference."""
     acc: dict[DvfsSetting, list[tuple[float, float | None]]] = {}
     n = 0
     for setting, jps, sps in points:
@@ -93,34 +100,37 @@ def heat_map(points: Iterable[tuple[DvfsSetting, float, float | None]], source: 
     cells: dict[tuple[str, str], Cell] = {}
     for s, (j, t) in means.items():
         rel = 0.0 if hi == lo else (j - lo) / (hi - lo)
-        cells[row_col(s)] = Cell(j * 1000.0, None if t is None else t * 1000.0, rel, best=s == best, maxn=s == MAXN)
+        cells[row_col(s, baseline)] = Cell(j * 1000.0, None if t is None else t * 1000.0, rel, best=s == best,
+                                           maxn=s == baseline.setting)
     rows = tuple(sorted({r for r, _ in cells}, key=_sort_key))
     cols = tuple(sorted({c for _, c in cells}, key=lambda c: (c != "gov", float(c) if c != "gov" else 0.0)))
     saving = slowdown = None
-    if MAXN in means:
-        mj, mt = means[MAXN]
+    if baseline.setting in means:
+        mj, mt = means[baseline.setting]
         saving = per_sample_saving_pct(means[best][0], mj) if mj else None
         bt = means[best][1]
         slowdown = per_sample_slowdown_pct(bt, mt) if mt and bt is not None else None
     return HeatMap(rows, cols, cells, source, best=short_label(best), saving_pct=saving, slowdown_pct=slowdown,
-                   points=n)
+                   points=n, baseline=baseline.name)
 
 
 def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def from_summaries(summaries: Sequence[PointSummary], source: Source) -> HeatMap:
+def from_summaries(summaries: Sequence[PointSummary], source: Source, baseline: Baseline = AGX_MAXN) -> HeatMap:
     """From a finished or stored sweep's points; energy-only points have no time."""
     return heat_map(((p.setting, p.joules_per_sample.mean,
-                      None if p.seconds_per_sample is None else p.seconds_per_sample.mean) for p in summaries), source)
+                      None if p.seconds_per_sample is None else p.seconds_per_sample.mean) for p in summaries), source,
+                    baseline)
 
 
 def from_store(store: Store, sweep_id: int) -> HeatMap:
     from engine.results.sweeps import summarize_points
 
     sweep = store.get_sweep(sweep_id)
-    return from_summaries(summarize_points(store.sweep_points(sweep_id)), sweep.source)
+    base = device_baseline(store.get_device(sweep.device_id), sweep.space)  # its module's uncapped mode
+    return from_summaries(summarize_points(store.sweep_points(sweep_id)), sweep.source, base)
 
 
 @dataclass(frozen=True)
@@ -173,11 +183,12 @@ def workload_text(w: WorkloadRecord) -> str:
 class SweepTracker:
     """Thread-safe accumulator of a sweep's events (`SweepPointDone` and the trainer's)."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, baseline: Baseline = AGX_MAXN) -> None:
         import threading
         from collections import deque
 
         self.source = source
+        self.baseline = baseline  # the board's: its heat map's baseline row and saving
         self._lock = threading.Lock()
         self._points: list[tuple[DvfsSetting, float, float]] = []
         self._log: deque[str] = deque(maxlen=200)
@@ -234,6 +245,6 @@ class SweepTracker:
 
     def view(self) -> SweepView:
         with self._lock:
-            heat = self._final or heat_map(list(self._points), self.source)
+            heat = self._final or heat_map(list(self._points), self.source, self.baseline)
             return SweepView(self.status, self.done, self.total, self.last, heat, tuple(self._log), self.sweep_id,
                              workload=self.workload, record=self.record)

@@ -7,11 +7,11 @@ import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Iterable, TypedDict
+from typing import TYPE_CHECKING, Iterable, Sequence, TypedDict
 
 from engine.cli import numbers
 from engine.core import paths
-from engine.device.base import ClockDomain, Device
+from engine.device.base import ClockDomain, Device, PowerMode
 from engine.core.text import shown
 from engine.core.units import format_mhz
 from engine.device.session import DEFAULT_TWIN, DeviceSession, open_device
@@ -121,6 +121,11 @@ class ModeId(TypedDict):
     name: str
 
 
+class ScalingReport(TypedDict):
+    enabled: bool  # the GPU's clock follows its load (3D scaling)
+    via: str  # "enable_3d_scaling" (L4T r35/r36) or "governor NAME" (JetPack 7)
+
+
 class DeviceReport(TypedDict):
     board: str
     module: str
@@ -129,12 +134,17 @@ class DeviceReport(TypedDict):
     serial: str | None
     twin: bool
     profile: str | None
+    module_profile: str | None  # the module's shipped profile; an unknown module's fallback (module_known false)
+    module_known: bool
+    memory_total_mb: float | None
     source: str
     nvpmodel: ModeId | None
     nvpmodel_conf: bool
     power_modes: list[ModeReport]
+    baseline: ModeId | None  # the uncapped mode every comparison runs against (engine.device.baseline); None: none
     clocks: dict[str, ClockReport]
     gpu_load: float | None
+    gpu_3d_scaling: ScalingReport | None  # None: a device that cannot tell
     rails: list[RailReport]
     total_power_mw: float
     temperatures: dict[str, float]
@@ -180,6 +190,9 @@ def device_report(device: Device) -> DeviceReport:
         "serial": ident.serial,
         "twin": ident.is_twin,
         "profile": ident.profile,
+        "module_profile": ident.module_profile,
+        "module_known": ident.module_known,
+        "memory_total_mb": ident.memory_total_mb,
         "source": ident.source.value,
         "nvpmodel": None if snap.mode is None else {"id": snap.mode.id, "name": snap.mode.name},
         "nvpmodel_conf": not no_conf,
@@ -188,13 +201,40 @@ def device_report(device: Device) -> DeviceReport:
              "emc_max_hz": m.emc_max_hz, "online_cpus": m.online_cpus}
             for m in modes
         ],
+        "baseline": _baseline(modes),
         "clocks": clocks,
         "gpu_load": snap.gpu_load,
+        "gpu_3d_scaling": _gpu_scaling(device),
         "rails": rails,
         "total_power_mw": snap.total_power_mw,  # over the plausible rails: an implausible one is flagged, never summed
         "temperatures": {t.zone: t.celsius for t in snap.temperatures},
         "errors": dict(snap.errors),
     }
+
+
+def _baseline(modes: Sequence[PowerMode]) -> ModeId | None:
+    """The board's baseline mode by name and id; None where its conf names none (or there is no conf)."""
+    from engine.device.baseline import uncapped_mode
+
+    if not modes:
+        return None
+    try:
+        mode = uncapped_mode(modes)
+    except ConfigError:  # a run with --compare says why, with its remedy
+        return None
+    return {"id": mode.id, "name": mode.name}
+
+
+def _gpu_scaling(device: Device) -> ScalingReport | None:
+    """The GPU's 3D scaling state (a board or the twin; None for a device that cannot tell)."""
+    read = getattr(device, "gpu_scaling", None)
+    if read is None:
+        return None
+    try:
+        scaling = read()
+    except SlmDvfsError:
+        return None
+    return {"enabled": scaling.enabled, "via": scaling.via}
 
 
 def _cpu_clusters(device: Device) -> list[ClusterReport]:
@@ -241,7 +281,8 @@ def format_device_report(rep: DeviceReport) -> str:
     lines = [
         f"{rep['board']} · {rep['module']} · {kind}" + (f" · serial {rep['serial']}" if rep.get("serial") else ""),
         f"L4T {rep['l4t'] or '?'} · JetPack {rep['jetpack'] or '?'} · "
-        "power mode: " + _mode_text(rep),
+        + (f"memory {rep['memory_total_mb']:.0f} MB · " if rep.get("memory_total_mb") else "")
+        + "power mode: " + _mode_text(rep),
         "",
         f"Clocks [{src}]       min / current / max MHz   governor",
     ]
@@ -270,7 +311,10 @@ def format_device_report(rep: DeviceReport) -> str:
     lines.append(f"  {'total':18} {'':7}  {'':7}  {rep['total_power_mw']:7.0f}{left_out}")
     lines += [f"  implausible {r['name']}: {r['implausible']}; not summed" for r in flagged]
     load = "unknown" if rep["gpu_load"] is None else f"{rep['gpu_load'] * 100:.1f}%"
-    lines += ["", f"GPU load [{src}] {load}", f"Temperatures [{src}] (°C)"]
+    lines += ["", f"GPU load [{src}] {load}"]
+    if (scaling := rep.get("gpu_3d_scaling")) is not None:
+        lines.append(f"GPU 3D scaling [{src}] {'on' if scaling['enabled'] else 'off'} ({scaling['via']})")
+    lines.append(f"Temperatures [{src}] (°C)")
     lines += [f"  {zone:18} {c:6.1f}" for zone, c in rep["temperatures"].items()]
     lines += ["", "Power modes (nvpmodel)"]
     if not rep.get("nvpmodel_conf", True):
@@ -285,7 +329,9 @@ def format_device_report(rep: DeviceReport) -> str:
             caps.append(f"EMC ≤ {format_mhz(m['emc_max_hz'])} MHz")
         if m["online_cpus"]:
             caps.append(f"{m['online_cpus']} cores")
-        lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}")
+        base = rep.get("baseline")
+        mark = "  (the baseline: what every saving is against)" if base is not None and base["id"] == m["id"] else ""
+        lines.append(f"  {m['id']} {m['name']:10} {', '.join(caps) or 'no caps'}{mark}")
     if rep["errors"]:
         lines += ["", "Not available"] + [f"  {k}: {v}" for k, v in rep["errors"].items()
                                           if not (k == "nvpmodel" and not rep.get("nvpmodel_conf", True))]

@@ -40,9 +40,11 @@ REDRAW_S = 0.1
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
-        "run", help="fine-tune under a DVFS policy (optionally also under MAXN Mode 0, to compare)",
+        "run", help="fine-tune under a DVFS policy (optionally also under the board's uncapped mode, MAXN or "
+        "MAXN_SUPER, to compare)",
         description="Fine-tune a model on a GLUE task under a DVFS policy; with --compare maxn also under "
-        "MAXN Mode 0 with the same seed, data order and steps. Reports energy (total and per rail), time, "
+        "the board's uncapped mode (MAXN, mode 0, on an AGX Orin; MAXN_SUPER on an Orin Nano / NX, found by name) "
+        "with the same seed, data order and steps. Reports energy (total and per rail), time, "
         "power, samples/s, J/sample, the eval metric, and the saving and slowdown; every figure labelled "
         "measured (board) or twin. Everything is recorded in the results store.",
     )
@@ -51,7 +53,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="maxn | maxn-pinned | mode:N | static:gpu=MHz[,cpu=..][,emc=..] | oracle | online | ml "
                    "(default maxn)")
     p.add_argument("--objective", default="energy", help="energy | energy@5%% | edp | eta:0.5 (default energy)")
-    p.add_argument("--compare", choices=("maxn",), help="also run MAXN Mode 0 and report the saving")
+    p.add_argument("--compare", choices=("maxn",), help="also run the baseline, the board's uncapped mode found by "
+                   "name (MAXN on an AGX Orin, MAXN_SUPER on an Orin Nano / NX), and report the saving")
     p.add_argument("--reuse-baseline", action="store_true",
                    help="with --compare maxn: reuse a stored MAXN run of the same workload, device, steps and seed")
     p.add_argument("--steps", type=numbers.steps, default=100, metavar="N", help="training steps per run (default 100)")
@@ -198,13 +201,15 @@ def format_experiment(result: ExperimentResult) -> str:
              f"on {ident.board} [{kind}]" + ("  SIMULATED (no training)" if result.simulated else "")
              + ("  [cancelled]" if result.cancelled else "")]
     lines.append(f"energy total over rails: {run.rails_preset} = {' + '.join(run.rails)}")
-    cols = [("", 22), (f"policy {run.policy}", 26)] + ([(f"MAXN Mode 0{' (reused)' if base.reused else ''}", 24)]
+    # the baseline by its mode's real name and id: MAXN (mode 0) on an AGX Orin, MAXN_SUPER (mode 2) on an Orin Nano
+    base_head = f"{base.mode_label}{' (reused)' if base.reused else ''}" if base is not None else ""
+    cols = [("", 22), (f"policy {run.policy}", 26)] + ([(base_head, max(24, len(base_head) + 2))]
                                                       if base is not None else [])
 
     def row(name: str, fmt: str, key: str) -> str:
         cells = [name.ljust(22), _fmt(getattr(run, key), fmt).rjust(26)]
         if base is not None:
-            cells.append(_fmt(getattr(base, key), fmt).rjust(24))
+            cells.append(_fmt(getattr(base, key), fmt).rjust(cols[2][1]))
         return "".join(cells) + f"  [{src}]"
 
     lines.append("".join(h.ljust(n) if i == 0 else h.rjust(n) for i, (h, n) in enumerate(cols)))
@@ -214,7 +219,7 @@ def format_experiment(result: ExperimentResult) -> str:
     for rail in run.rail_energy_j:
         cells = [f"  {rail}".ljust(22), _fmt(run.rail_energy_j.get(rail), ".2f").rjust(26)]
         if base is not None:
-            cells.append(_fmt(base.rail_energy_j.get(rail), ".2f").rjust(24))
+            cells.append(_fmt(base.rail_energy_j.get(rail), ".2f").rjust(cols[2][1]))
         lines.append("".join(cells) + f"  [{src}]")
     lines.append(row("average power (W)", ".2f", "avg_power_w"))
     lines.append(row("samples/s", ".2f", "samples_per_s"))
@@ -224,7 +229,7 @@ def format_experiment(result: ExperimentResult) -> str:
     elif run.metric is not None:
         cells = [f"{run.metric} (eval)".ljust(22), _fmt(run.metric_value, ".4f").rjust(26)]
         if base is not None:
-            cells.append(_fmt(base.metric_value, ".4f").rjust(24))
+            cells.append(_fmt(base.metric_value, ".4f").rjust(cols[2][1]))
         tag = run.metric_provenance.tag(run.source)
         if base is not None and base.metric_provenance.tag(base.source) != tag:  # e.g. a reused, older baseline
             tag += f"; MAXN {base.metric_provenance.tag(base.source)}"
@@ -237,11 +242,12 @@ def format_experiment(result: ExperimentResult) -> str:
     if predicted:  # what the policy expected before the run (the ml policy's choice), with its interval
         lines.append(f"policy's prediction: {predicted}")
     if cmp_ is not None:
-        lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct)}   [{cmp_.source.value}]")
+        than = base.mode_label if base is not None else "MAXN"
+        lines.append(f"{versus_text(cmp_.saving_pct, cmp_.slowdown_pct, than=than)}   [{cmp_.source.value}]")
         if cmp_.rail_saving_pct:
-            lines.append(f"  energy per rail vs MAXN: {rail_savings_text(cmp_.rail_saving_pct)}")
+            lines.append(f"  energy per rail vs {than}: {rail_savings_text(cmp_.rail_saving_pct)}")
         if cmp_.interval is not None:  # the engine's, computed once (also in --json and the TUI)
-            lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval)}")
+            lines.append(f"  {board_estimate_text(cmp_.saving_pct, cmp_.interval, base.mode_name if base else 'MAXN')}")
     for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s for {wait['zone']} to cool from "
                      f"{wait['start_c']:.1f} to {wait['end_c']:.1f} degC" + (" (twin time)" if wait["simulated"] else ""))
@@ -310,15 +316,17 @@ def format_sweep(result: SweepResult) -> str:
                  f"{obtained(result.source)} now {where}, "
                  f"{result.resumed} resumed from the store; energy over {result.spec.rails} = {' + '.join(result.rails)}"
                  + ("; fast mode (computed from the step trace)" if result.spec.fast else ""))
-    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src)
+    than = result.baseline.label if result.baseline is not None else "MAXN"
+    base_name = result.baseline.name if result.baseline is not None else "MAXN"
+    lines += sweep_point_lines(result.points, result.optimum, result.maxn, src, base_name)
     if result.optimum is not None:
         lines.append(f"optimum ({result.spec.objective}): {result.optimum.setting.label()}  [{src}]")
         vs_maxn = result.vs_maxn  # the engine's, computed once (also in --json and the TUI)
         if vs_maxn is not None:
-            lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
+            lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than=than)} "
                          f"per sample  [{src}]")
             if vs_maxn.interval is not None:
-                lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval)}")
+                lines.append(f"  {board_estimate_text(vs_maxn.saving_pct, vs_maxn.interval, base_name)}")
     for wait in _thermal_waits(result.thermal):
         lines.append(f"thermal: waited {wait['waited_s']:.0f} s before {wait['label']}")
     if not result.complete:

@@ -80,7 +80,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     r = fsub.add_parser("run", help="experiments (policy runs vs MAXN) of every model x task x batch x policy, "
                         "spread over the boards",
                         description="The cross product of --model, --task, --batch-size, --policy and --objective, "
-                        "each one experiment run whole on one board: the policy run, then MAXN Mode 0 on the same "
+                        "each one experiment run whole on one board: the policy run, then the board's baseline (MAXN, "
+                        "or MAXN_SUPER on an Orin Nano / NX) on the same "
                         "board (--compare maxn), so each saving is within one board. Progress streams back; each "
                         "experiment's runs are stored here when it ends. The oracle needs a stored sweep of the "
                         "workload on the board's module (`fleet sweep`), ml a selector. A board lost mid-experiment: "
@@ -231,15 +232,18 @@ def sweep_optimum(store: Store, outcome: SweepOutcome, objective: str) -> tuple[
     MAXN), and its source: None before any point is stored."""
     from engine.dvfs.objectives import parse_objective
     from engine.results.compare import optimum_vs_maxn
+    from engine.results.baseline import device_baseline
     from engine.results.sweeps import maxn_of, optimum, summarize_points
 
     if outcome.sweep_id is None or not outcome.points:
         return None
+    sweep = store.get_sweep(outcome.sweep_id)
+    base = device_baseline(store.get_device(sweep.device_id), sweep.space)  # its module's uncapped mode, whatever its id
     points = summarize_points(store.sweep_points(outcome.sweep_id))
-    best = optimum(points, parse_objective(objective))
+    best = optimum(points, parse_objective(objective), baseline=base.setting)
     if best is None:
         return None
-    return best, optimum_vs_maxn(best, maxn_of(points)), store.get_sweep(outcome.sweep_id).source.value
+    return best, optimum_vs_maxn(best, maxn_of(points, base.setting)), sweep.source.value
 
 
 def format_summary(result: FleetSweepResult, store: Store, objective: str) -> str:

@@ -32,7 +32,8 @@ def add_run_args(r: argparse.ArgumentParser) -> None:
     r.add_argument("--objective", nargs="+", default=["energy"], metavar="O",
                    help="energy | energy@5%% | edp | eta:0.5 (several: one experiment each; default energy)")
     r.add_argument("--compare", choices=("maxn", "none"), default="maxn",
-                   help="maxn (default): also run MAXN Mode 0 on the same board and report the saving")
+                   help="maxn (default): also run the board's baseline, its uncapped mode (MAXN or MAXN_SUPER), on "
+                        "the same board and report the saving")
     r.add_argument("--steps", type=numbers.steps, default=100, metavar="N", help="training steps per run (default 100)")
     r.add_argument("--simulate", action="store_true",
                    help="twins only: no training, each step just advances the twin (fast; no eval metric)")

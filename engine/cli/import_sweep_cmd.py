@@ -75,15 +75,18 @@ def _flags(args: argparse.Namespace) -> Any:
 
 
 def cmd_import_sweep(args: argparse.Namespace) -> int:
+    from engine.device.baseline import profile_baseline
     from engine.device.twin.profile import load_profile
-    from engine.dvfs.space import SWEEP_MODE
     from engine.results.imports.fields import BoardTables
     from engine.results.store import DeviceRecord, Store
     from engine.results.imports.sweep_file import read_sweep_file
 
     profile = load_profile(args.profile)
     tables = BoardTables.from_profile(profile)
-    imported = read_sweep_file(args.file, tables, _flags(args), default_mode=SWEEP_MODE)
+    # rows naming no mode pin clocks in the profile's uncapped mode, as its sweeps do (MAXN_SUPER, mode 2, on an
+    # Orin Nano 8GB)
+    mode = profile_baseline(profile).setting.nvpmodel or 0
+    imported = read_sweep_file(args.file, tables, _flags(args), default_mode=mode)
     device = DeviceRecord(board=args.board or tables.board, module=args.module or tables.module, l4t=args.l4t,
                           jetpack=args.jetpack, profile=None, is_twin=False, serial=args.serial or None)
     path = _db_path(args)

@@ -71,6 +71,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="generate twin training data now (fast sweeps of zoo x GLUE tasks x batch sizes x lengths) "
                         "instead of reading the store")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"twin/device profile (default {DEFAULT_PROFILE})")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--twin", metavar="NAME[,NAME...]",
+                       help="the board's profile(s) instead of --profile; --from-twin-zoo: the twin zoo of each, "
+                            "learnt across their modules (e.g. agx-orin-64gb,orin-nano-8gb)")
+    where.add_argument("--sysfs-root", metavar="PATH",
+                       help="the board under PATH: its module's profile instead of --profile")
     p.add_argument("--models", help="--from-twin-zoo: comma-separated zoo models (default the whole zoo)")
     p.add_argument("--tasks", help="--from-twin-zoo: comma-separated GLUE tasks (default sst2: tasks change "
                                    "only the head, one per head is kept)")
@@ -118,10 +124,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--trust", action="store_true",
                    help="load --selector from outside the trusted folders (unpickling runs code; owner still checked)")
     p.add_argument("--probes", type=numbers.int_range(0, 1000), default=0, help="measure K (0-3) short windows first to correct the prediction")
-    p.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
-                   help=f"take the probe windows on the digital twin (default profile {DEFAULT_PROFILE})")
-    p.add_argument("--module", metavar="M", help="a selector trained --across-modules: predict for this module "
-                   "(default: --twin's profile's module where it learnt it, else its first)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--twin", metavar="PROFILE", nargs="?", const=DEFAULT_PROFILE,
+                       help=f"choose for this twin's module (its figures, settings and memory), and take the probe "
+                            f"windows on it (default profile {DEFAULT_PROFILE})")
+    where.add_argument("--sysfs-root", metavar="PATH",
+                       help="choose for the board under PATH (its module, settings and memory; no probes)")
+    p.add_argument("--module", metavar="M", help="a selector trained across modules: predict for this module it "
+                   "learnt (default: the board's, else the one it was trained on)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_select)
 
@@ -145,7 +155,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     from engine.dvfs.objectives import parse_objective
     from engine.selector.candidates import default_candidates
     from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_LOOPS, DEFAULT_MODES, DEFAULT_PRECISIONS,
-                                         DEFAULT_SEQ_LENS, LARGE_BATCH_SIZES, from_twin_zoo)
+                                         DEFAULT_SEQ_LENS, LARGE_BATCH_SIZES, from_twin_zoos)
     from engine.selector.mixing import parse_weight
     from engine.selector.persistence import save_selector, sidecar_path
     from engine.selector.training import train_from_store, train_on
@@ -160,6 +170,12 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
     candidates = default_candidates(small=args.quick, names=_csv(args.candidates))
     command = {k: v for k, v in vars(args).items() if k != "func"}  # how it was trained, for the sidecar
     measured_weight = parse_weight(args.measured_weight)
+    profiles = _board_profiles(args)
+    if len(profiles) > 1 and not args.from_twin_zoo:
+        raise ConfigError(f"--twin {args.twin} names {len(profiles)} profiles; only --from-twin-zoo learns from "
+                          "several twins", "add --from-twin-zoo, or give one --twin (the store's sweeps name their "
+                          "own modules: --across-modules)")
+    args.profile = profiles[0]
     if args.module and args.across_modules:
         raise ConfigError("--module picks one module's sweeps; --across-modules learns across all of them",
                           "give one of the two")
@@ -187,7 +203,10 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         modes = tuple(parse_mode(t) for t in _csv(args.modes) or ())
         loops = tuple(parse_loop(t) for t in _csv(args.loops) or ())
         progress("generating twin training data (fast sweeps)")
-        ds = from_twin_zoo(profile=args.profile, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
+        if len(profiles) > 1 and args.source == "both":
+            raise ConfigError("--source both weighs one module's measured sweeps over its twin zoo",
+                              "give one --twin with --source both")
+        ds = from_twin_zoos(profiles, models=_csv(args.models), tasks=_csv(args.tasks), space=args.space,
                            progress=progress, batch_sizes=batch_sizes or DEFAULT_BATCH_SIZES,
                            large_batch_sizes=large_batch_sizes or LARGE_BATCH_SIZES, seq_lens=seq_lens or DEFAULT_SEQ_LENS,
                            precisions=precisions or DEFAULT_PRECISIONS, modes=modes or DEFAULT_MODES,
@@ -294,6 +313,37 @@ def _transfer(args: argparse.Namespace, objective: Objective, command: JsonObjec
     return 0
 
 
+def _board_profiles(args: argparse.Namespace) -> list[str]:
+    """The device profile(s) a command works for: --twin's (a comma-separated list where the command
+    takes several), the module profile of the board under --sysfs-root, else --profile (or the default)."""
+    if getattr(args, "twin", None):
+        names = _csv(args.twin) or []
+        for name in names:
+            _load_profile(name)  # an unknown name is refused now, naming the profiles there are
+        return names
+    if getattr(args, "sysfs_root", None):
+        return [_board(args.sysfs_root)[0].name]
+    return [getattr(args, "profile", None) or DEFAULT_PROFILE]
+
+
+def _board(root: str) -> tuple[TwinProfile, int | None]:
+    """The module profile of the board under `root` (its identity: engine.device.jetson.identity) and its
+    MemTotal in bytes (engine.device.meminfo; None where the tree has none)."""
+    from engine.core import paths
+    from engine.core.errors import DeviceError
+    from engine.device.jetson.identity import read_identity
+    from engine.device.meminfo import read_meminfo
+    from engine.device.sysfs import SysfsTree
+
+    path = paths.sysfs_root(root)
+    if not path.is_dir():
+        raise DeviceError(f"--sysfs-root {shown(str(root))}: no such folder",
+                          "give the root of the board's tree (its proc/device-tree and sys folders), or --twin NAME")
+    identity = read_identity(SysfsTree(path))
+    mem = read_meminfo(path)
+    return _load_profile(identity.module_profile or DEFAULT_PROFILE), (None if mem is None else mem.total_bytes)
+
+
 def _trained_space(selector: Selector) -> str | None:
     """The setting space the selector was trained over, as its training record says."""
     space = selector.training.get("space")
@@ -337,34 +387,42 @@ def cmd_select(args: argparse.Namespace) -> int:
     if args.probes and not args.twin:
         raise ConfigError("--probes needs somewhere to measure",
                           "add --twin [PROFILE]; on a board, run with `slm-dvfs run --policy ml` and the probes option")
+    # The board it chooses for: --twin's profile, or the module profile and memory of the tree under --sysfs-root
+    board, mem_total = (None, None)
+    if args.twin:
+        board = _load_profile(args.twin)
+        mem_total = int(board.memory_total_mb * 1024 * 1024) if board.memory_total_mb else None
+    elif args.sysfs_root:
+        board, mem_total = _board(args.sysfs_root)
     selector = load_selector(args.selector, trust=args.trust)
-    module = args.module
-    own = selector.trained_modules
-    if module is not None and not selector.modules and module not in own:
-        # a per-module selector has no module feature: an explicit --module would change nothing
-        raise ConfigError(f"--module {module!r}: this selector was not trained across modules"
-                          + (f" (it rests on {', '.join(own)})" if own else ""),
-                          "drop --module, or train one with `slm-dvfs train-selector --across-modules`")
-    if module is None and args.twin and selector.modules:  # the twin's module, where the selector learnt it
-        twin_module = _load_profile(args.twin).identity.module
-        module = twin_module if twin_module in selector.modules else None
-    selector.use_module(module)
+    if args.module is not None and board is not None and args.module != board.identity.module:
+        raise ConfigError(f"--module {args.module!r} is not the board's module ({board.identity.module})",
+                          "drop --module: the board names its module")
+    if board is not None:
+        selector.for_profile(board)  # its module's figures and setting space, learnt or not (the confidence says)
+    else:
+        selector.use_module(args.module)
     objective = parse_objective(args.objective)
     from engine.workload.resolve import resolve_workload
 
-    resolved = resolve_workload(workload_spec(args, trains=False))  # once: its features, and its steps as a run takes them
+    # once: its features, and its steps as a run takes them; refused if the board's memory cannot hold a step
+    resolved = resolve_workload(workload_spec(args, trains=False), mem_total_bytes=mem_total)
     workload = features_of(resolved)
     # With dynamic padding, the mix of its batch lengths: what the probes run and the twin ensemble costs for
     # the interval, as the Setup and Run pages and the ml policy do.
     steps = resolved.steps
     measure = None
+    from engine.device.baseline import AGX_MAXN, profile_baseline
+
+    # --twin's baseline, its uncapped mode by name (MAXN_SUPER, mode 2, on an Orin Nano): the choice is stated in it
+    base = profile_baseline(_load_profile(args.twin)) if args.twin else AGX_MAXN
     if args.probes:
         from engine.device.twin.fast import fast_sweep
 
         profile = _load_profile(args.twin)
 
         def measure(setting: DvfsSetting) -> Measurement:
-            return fast_sweep(steps, profile, [setting], warmup_steps=1, steps=2)[0][1]
+            return fast_sweep(steps, profile, [base.in_its_mode(setting)], warmup_steps=1, steps=2)[0][1]
 
     from engine.core.provenance import Source
 
@@ -372,22 +430,23 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
-    choice = with_uncertainty(choice, selector, steps, args.twin)  # the ensemble of --twin's profile, else the selector's
+    # in the board's mode; the interval from the ensemble of --twin's profile, else the selector's
+    choice = with_uncertainty(choice.on_board(base), selector, steps, args.twin)
     if args.json:
         from engine.selector.uncertainty import maxn_about_optimal
 
         out = choice.to_json()
         about = maxn_about_optimal(choice)
         out["maxn_about_optimal"] = {"value": about is not None, "why": about,
-                                     "says": MAXN_ABOUT_OPTIMAL if about is not None else None}
+                                     "says": about_optimal_text(choice) if about is not None else None}
         if not choice.probes:
             n, why = _probes_advice(choice)
             out["probes_it_calls_for"] = {"probes": n, "why": why}
         described = {k: v for k, v in selector.describe().items() if k != "cv_table"}
         out["selector"] = {"path": str(getattr(selector, "path", "")), **described}
         out["basis"] = selector.basis.line()
-        if selector.modules:
-            out["module"] = selector.module
+        out["module"] = {"name": selector.module, "profile": selector.encoder.profile,
+                         "trained_on": selector.module_trained, "learnt_from": list(selector.modules)}
         print(json.dumps(out, indent=2, default=str))
         return 0
     print(clean_text(format_choice(choice, selector)))
@@ -395,7 +454,12 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 # What select says when another setting is not worth its while (engine.selector.uncertainty.maxn_about_optimal).
-MAXN_ABOUT_OPTIMAL = "MAXN Mode 0 is already about optimal for this workload: another setting saves little or nothing"
+MAXN_ABOUT_OPTIMAL = "{baseline} is already about optimal for this workload: another setting saves little or nothing"
+
+
+def about_optimal_text(choice: Choice) -> str:
+    """MAXN_ABOUT_OPTIMAL naming the choice's baseline by its mode's name and id."""
+    return MAXN_ABOUT_OPTIMAL.format(baseline=choice.baseline_label)
 
 
 def format_choice(choice: Choice, selector: Selector) -> str:
@@ -406,8 +470,7 @@ def format_choice(choice: Choice, selector: Selector) -> str:
     lines = [
         f"Selector:  {getattr(selector, 'path', '')} ({selector.source}-trained, {choice.chooser})",
         f"Rests on:  {selector.basis.line()}",
-        *([f"Module:    {selector.module} (learnt across {len(selector.modules)}; --module picks)"]
-          if getattr(selector, "modules", ()) else []),
+        *([f"Module:    {selector.module} ({module_note(selector)})"] if selector.module else []),
         f"Workload:  {w.model} / {w.task}, batch {w.batch_size}, length {w.seq_len}, {w.precision}, {w.mode}"
         + f", {w.loop} loop",  # always: which loop is the default depends on the command
         f"Objective: {choice.objective}",
@@ -416,18 +479,23 @@ def format_choice(choice: Choice, selector: Selector) -> str:
         f"  {'':<8}{'time/sample':>13}{'power':>10}{'energy/sample':>15}",
     ]
     unc = getattr(choice, "uncertainty", None)
-    for name, p, iv in (("chosen", choice.predicted, unc and unc.energy), ("MAXN", choice.maxn, unc and unc.maxn_energy)):
+    named = max(8, len(choice.baseline_name) + 1)
+    lines[-1] = f"  {'':<{named}}{'time/sample':>13}{'power':>10}{'energy/sample':>15}"
+    for name, p, iv in (("chosen", choice.predicted, unc and unc.energy),
+                        (choice.baseline_name, choice.maxn, unc and unc.maxn_energy)):
         span = "" if iv is None or p.source != Source.PREDICTED else f" ({iv.low:.4f}–{iv.high:.4f})"
-        lines.append(f"  {name:<8}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
+        lines.append(f"  {name:<{named}}{1000 * p.time_per_sample:>10.2f} ms{p.power_w:>8.1f} W"
                      f"{p.energy_per_sample:>13.4f} J{span}  [{p.source}]")
     lines.append("")
-    lines.append(f"Expected:  {versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, interval=unc and unc.saving)}"
+    expected = versus_text(100.0 * choice.saving, 100.0 * choice.slowdown, than=choice.baseline_label,
+                           interval=unc and unc.saving)
+    lines.append(f"Expected:  {expected}"
                  f" per sample [predicted]")
     from engine.selector.uncertainty import maxn_about_optimal
 
     about = maxn_about_optimal(choice)
     if about is not None:
-        lines += [f"Verdict:   {MAXN_ABOUT_OPTIMAL}", f"           because {about}"]
+        lines += [f"Verdict:   {about_optimal_text(choice)}", f"           because {about}"]
     lines += uncertainty_lines(unc)
     if not choice.probes:
         n, why = _probes_advice(choice)
@@ -440,6 +508,14 @@ def format_choice(choice: Choice, selector: Selector) -> str:
             lines.append(f"  {s.label():<40} {1000 * m.seconds_per_sample:8.2f} ms/sample  {m.avg_power_w:6.1f} W  "
                          f"{m.joules_per_sample:.4f} J/sample  [{m.source}]")
     return "\n".join(lines)
+
+
+def module_note(selector: Selector) -> str:
+    """Whether the selector learnt from the module it chooses for, and from which modules."""
+    learnt = ", ".join(selector.modules) or "no named module"
+    if not selector.module_trained:
+        return f"not trained on it: predicted from its figures; learnt from {learnt}"
+    return "trained on it" + (f"; learnt across {len(selector.modules)}: {learnt}" if len(selector.modules) > 1 else "")
 
 
 def _probes_advice(choice: Choice) -> tuple[int, str]:

@@ -15,6 +15,7 @@ from engine.core.constants import MODES
 from engine.core.errors import ConfigError, ProfileError, SlmDvfsError
 from engine.core.jsontypes import as_list
 from engine.core.provenance import Source
+from engine.device.baseline import AGX_MAXN, Baseline
 from engine.results.compare import Side, mismatch
 from engine.results.export import (
     csv_text,
@@ -251,6 +252,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
     """`show sN`."""
     from engine.results.compare import optimum_vs_maxn
+    from engine.results.baseline import device_baseline
     from engine.results.sweeps import maxn_of, optimum, summarize_points
 
     with Store(_db_path(args), create=False) as store:
@@ -259,7 +261,8 @@ def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
         stored = store.sweep_points(sweep_id)
         points = summarize_points(stored)
         boards = store.sweep_boards(sweep_id)
-    best, maxn = optimum(points), maxn_of(points)
+    base = device_baseline(device, sweep.space)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+    best, maxn = optimum(points), maxn_of(points, base.setting)
     vs_maxn = optimum_vs_maxn(best, maxn)
     note = sweep.status_note(len(stored))
     if args.json:
@@ -273,20 +276,22 @@ def show_sweep(args: argparse.Namespace, sweep_id: int) -> int:
             "boards": [b.to_json() for b in boards],
             "points": [p.to_json() for p in points], "optimum": None if best is None else best.to_json(),
             "maxn": None if maxn is None else maxn.to_json(),
+            "baseline": {"setting": base.setting.to_json(), "mode_name": base.name, "label": base.label},
             "optimum_saving_vs_maxn_pct": None if vs_maxn is None else vs_maxn.saving_pct,
             "optimum_slowdown_vs_maxn_pct": None if vs_maxn is None else vs_maxn.slowdown_pct,
         }, indent=2))
         return 0
     if note:
         print(note, file=sys.stderr)
-    print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn, boards)))
+    print(clean_text(format_sweep_record(sweep, device, workload, points, best, maxn, vs_maxn, boards, base)))
     return 0
 
 
 def format_sweep_record(sweep: SweepRecord, device: DeviceRecord, w: WorkloadRecord, points: Sequence[PointSummary],
                         best: PointSummary | None, maxn: PointSummary | None, vs_maxn: SweepSaving | None,
-                        boards: Sequence[DeviceRecord] = ()) -> str:
-    """A stored sweep (run here or imported) for `show sN`: `—` where a time was not recorded."""
+                        boards: Sequence[DeviceRecord] = (), baseline: Baseline = AGX_MAXN) -> str:
+    """A stored sweep (run here or imported) for `show sN`, against `baseline` (its device's:
+    engine.results.baseline.device_baseline): `—` where a time was not recorded."""
     src = sweep.source.value
     space = sweep.space
     lines = [f"Sweep s{sweep.id}  [{src}]  {sweep.status}" + (f"  {sweep.label}" if sweep.label else "")]
@@ -312,11 +317,11 @@ def format_sweep_record(sweep: SweepRecord, device: DeviceRecord, w: WorkloadRec
     planned = f" of {sweep.planned} planned" if sweep.planned and sweep.status != "finished" else ""
     lines.append(f"  points       {sum(p.n for p in points)}{planned} over {len(points)} settings, up to {sweep.repeats} "
                  f"repeat(s)" + (f"; {untimed} setting(s) energy-only (time not recorded: —)" if untimed else ""))
-    lines += ["  " + line for line in sweep_point_lines(points, best, maxn, src)]
+    lines += ["  " + line for line in sweep_point_lines(points, best, maxn, src, baseline.name)]
     if best is not None:
         lines.append(f"optimum (energy per sample): {best.setting.label()}  [{src}]")
     if vs_maxn is not None:
-        lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than='MAXN Mode 0')} "
+        lines.append(f"  {versus_text(vs_maxn.saving_pct, vs_maxn.slowdown_pct, than=baseline.label)} "
                      f"per sample  [{src}]")
     lines.append(f"report: slm-dvfs report s{sweep.id}")
     return "\n".join(lines)

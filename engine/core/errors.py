@@ -87,6 +87,16 @@ class ClockNotAppliedError(DeviceError):
     """A clock was written but the hardware did not follow."""
 
 
+class UnsupportedBoardError(DeviceError):
+    """A Jetson the device layer recognises but cannot drive yet (the AGX Thor): refused when its tree
+    is first looked at, naming what is missing, never read as if it were a board we know."""
+
+    def __init__(self, what: str, remedy: str, board: str, missing: Sequence[str]) -> None:
+        super().__init__(what, remedy)
+        self.board = board
+        self.missing = tuple(missing)
+
+
 class ProfileError(SlmDvfsError):
     """A shipped or user profile is missing or malformed."""
 

@@ -32,6 +32,11 @@ class DeviceIdentity:
     is_twin: bool
     profile: str | None = None  # device profile name, e.g. "agx-orin-64gb"
     serial: str | None = None  # the device tree's serial-number; None where it has none (tells boards of a module apart)
+    # The shipped device profile of the module (profiles/devices/), on a board as on a twin; for an
+    # unknown module (module_known False) the profile it falls back to. None: not read.
+    module_profile: str | None = None
+    module_known: bool = True
+    memory_total_mb: float | None = None  # /proc/meminfo's MemTotal in MiB; None where it cannot be read
 
     @property
     def source(self) -> Source:

@@ -16,7 +16,9 @@ from typing import Callable, Mapping, Protocol, TypedDict, TypeVar
 
 from engine.device.base import RailReading
 from engine.core.errors import DeviceError
+from engine.core.optional import import_optional
 from engine.device.power import PowerSample
+from engine.device.rails import INPUT_RAILS
 from engine.core.provenance import Source
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,10 @@ class JtopRail(TypedDict, total=False):
 
 class JtopTotal(TypedDict, total=False):
     power: float  # mW, the sum of the rails on AGX Orin
+    name: str  # the input rail it is, where the module has one (VDD_IN on Orin Nano/NX)
+    volt: float
+    curr: float
+    online: bool
 
 
 class JtopPower(TypedDict, total=False):
@@ -87,10 +93,8 @@ T = TypeVar("T")
 
 
 def _open_jtop(interval_s: float) -> Jtop:
-    try:
-        from jtop import jtop
-    except ImportError:
-        raise DeviceError("the jtop module (jetson-stats) is not installed", _INSTALL) from None
+    jtop: Callable[..., Jtop] = import_optional("jtop", "the jtop backend (jetson-stats)", _INSTALL,
+                                                error=DeviceError).jtop
     return jtop(interval=interval_s)
 
 
@@ -171,8 +175,14 @@ class JtopPowerSource(_JtopSession):
 
     def rails(self) -> tuple[RailReading, ...]:
         power = self._guard("read power", lambda j: j.power) or {}
+        rails: dict[str, JtopRail | JtopTotal] = dict(power.get("rail") or {})
+        # jtop moves the input rail (VDD_IN on an Orin Nano/NX) out of its rails into `tot`
+        # (jtop/core/power.py total_power): put it back, so the total is the module's (engine.device.rails).
+        tot = power.get("tot") or {}
+        if tot.get("name") in INPUT_RAILS and tot["name"] not in rails:
+            rails = {tot["name"]: tot, **rails}
         out = []
-        for name, values in (power.get("rail") or {}).items():
+        for name, values in rails.items():
             if not values.get("online", True):
                 continue
             try:

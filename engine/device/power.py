@@ -13,31 +13,27 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence, runtime_chec
 
 from engine.core.errors import ConfigError, DeviceError, ImplausibleReadingError
 from engine.device.base import Device
+from engine.device.rails import PRESETS, preset_rails, total_of
 from engine.core.provenance import Source
 
 
-# None = every rail the source reports. gpu+cpu is what published Orin studies report.
-RAIL_PRESETS: dict[str, tuple[str, ...] | None] = {
-    "all": None,
-    "gpu+cpu": ("VDD_GPU_SOC", "VDD_CPU_CV"),
-}
+# The presets' names and meanings; the rails each names depend on the board's rail set (engine/device/rails.py).
+RAIL_PRESETS = PRESETS
 
 
 def resolve_rails(preset: str | Sequence[str], available: Iterable[str]) -> tuple[str, ...]:
-    """The rails a preset (`all`, `gpu+cpu`, or `A,B,...`) names, checked against the source's."""
+    """The rails a preset (`all`, `gpu+cpu`, or `A,B,...`) names, checked against the source's: `all` is
+    the module's total (VDD_IN alone on Orin Nano/NX, every rail on AGX Orin; engine/device/rails.py)."""
     have = tuple(available)
     if isinstance(preset, str):
         key = preset.strip()
-        if key.lower() in RAIL_PRESETS:
-            wanted = RAIL_PRESETS[key.lower()]
-        else:
+        if key.lower() in RAIL_PRESETS and not have:
+            raise DeviceError("the power source reports no rails", "check the board's INA3221 driver (`slm-dvfs device`)")
+        wanted = preset_rails(key, have)
+        if wanted is None:
             wanted = tuple(r.strip() for r in key.split(",") if r.strip())
     else:
         wanted = tuple(preset)
-    if wanted is None:
-        if not have:
-            raise DeviceError("the power source reports no rails", "check the board's INA3221 driver (`slm-dvfs device`)")
-        return have
     if not wanted:
         raise ConfigError(f"empty rail selection {preset!r}", f"use all, gpu+cpu or a comma list of {', '.join(have)}")
     missing = [r for r in wanted if r not in have]
@@ -58,7 +54,8 @@ class PowerSample:
 
     @property
     def total_mw(self) -> float:
-        return float(sum(self.rails_mw.values()))
+        """The module's power: its input rail where it reports one, else the sum of its rails."""
+        return total_of(self.rails_mw)
 
 
 @runtime_checkable
@@ -97,7 +94,7 @@ class DeviceRailSource:
         self.interval_reason = f"the INA3221 sensor updates only every {self.min_interval_s * 1000:.0f} ms"
         identity = device.identity()
         self.source = identity.source
-        self.limits = board_limits(identity.profile)
+        self.limits = board_limits(identity.profile or identity.module_profile)
 
     def now(self) -> float:
         return self._clock()

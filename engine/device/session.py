@@ -111,6 +111,15 @@ class DeviceSession:
             return None
         return self.twin.profile.thermal_guard, f"profile {self.twin.profile.name}"
 
+    def memory_total_bytes(self) -> int | None:
+        """The memory Linux sees on this device (MemTotal of /proc/meminfo under its root: the
+        board's `/`, or the twin's tree, rendered from its profile); None where it cannot be read.
+        Unified memory: the CPU and the GPU share it."""
+        from engine.device.meminfo import mem_total_bytes
+
+        root = self.twin.root if self.twin is not None else getattr(self.device, "root", None)
+        return mem_total_bytes(root) if isinstance(root, (str, Path)) else None
+
     def fast_model(self) -> TwinProfile:
         """The twin profile fast sweeps compute points from; a board has none."""
         if self.twin is None:
@@ -176,7 +185,7 @@ def open_device(
         if not fallback_to_twin:
             raise DeviceError(
                 f"no Jetson GPU clock node found under {root}",
-                f"run this on a Jetson (L4T r35/r36), pass --sysfs-root DIR, or use the digital "
+                f"run this on a Jetson (L4T r35 to r39), pass --sysfs-root DIR, or use the digital "
                 f"twin with --twin {DEFAULT_TWIN}",
             )
         twin = DEFAULT_TWIN

@@ -115,7 +115,9 @@ class DvfsSetting:
         )
 
 
-MAXN = DvfsSetting(nvpmodel=0)  # "MAXN Mode 0": no caps, default dynamic governors; the baseline
+# The AGX Orin's baseline, "MAXN Mode 0": no caps, default dynamic governors. Another module's uncapped
+# mode may have another id (MAXN_SUPER is mode 2 on an Orin Nano 8GB): a board's is engine.device.baseline's.
+MAXN = DvfsSetting(nvpmodel=0)
 
 
 MAXN_PINNED = DvfsSetting(nvpmodel=0, jetson_clocks=True)
@@ -166,7 +168,8 @@ def check_clocks(setting: DvfsSetting, tables: Mapping[ClockDomain, Sequence[int
             raise ConfigError(
                 f"{domain.value.upper()} {format_mhz(hz)} MHz is above the {format_mhz(cap)} MHz cap of nvpmodel mode "
                 f"{mode.id} ({mode.name})",
-                "pick a clock at or below the cap, or a mode without it (mode 0 is MAXN, uncapped)",
+                "pick a clock at or below the cap, or a mode without it (MAXN or MAXN_SUPER: `slm-dvfs device` lists "
+                "the modes)",
             )
 
 

@@ -208,7 +208,7 @@ def read_error(path: str | os.PathLike[str], exc: OSError) -> DeviceError:
     if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
         return NodeNotFoundError(
             f"{path} does not exist",
-            "check that this is a Jetson running L4T r35/r36 (or pass --sysfs-root / "
+            "check that this is a Jetson running L4T r35 to r39 (or pass --sysfs-root / "
             "--twin); `slm-dvfs device` lists what was found",
         )
     if exc.errno in (errno.EACCES, errno.EPERM):

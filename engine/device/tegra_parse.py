@@ -1,4 +1,4 @@
-"""tegrastats output, parsed: its lines (L4T r32 to r36) and saved logs, with energy per rail.
+"""tegrastats output, parsed: its lines (L4T r28 to r39, JetPack 4 to 7) and saved logs, with energy per rail.
 
 Pure parsing, no process: the live runner is `engine/device/tegrastats.py` (as jetson-stats
 splits tegra_parse.py from tegrastats.py).
@@ -7,7 +7,13 @@ A line looks like (Orin, r35; r36 is alike with lower-case temperature names):
     11-21-2023 10:15:01 RAM 2371/62841MB (lfb 14629x4MB) SWAP 0/31421MB (cached 0MB)
     CPU [1%@729,off,...] EMC_FREQ 0%@2133 GR3D_FREQ 0%@[305,305] VIC_FREQ 729 APE 174
     CPU@44.812C tj@44.812C ... VDD_GPU_SOC 2399mW/2399mW VDD_CPU_CV 400mW/400mW ...
-Rails are `NAME instant/average` in mW (older boards print no unit); they come last.
+Rails are `NAME instant/average` in mW (older boards print no unit, `POM_5V_IN 3000/3000`); they come
+last. JetPack 7 (r38/r39) prints `NAME instant/average/peak` and temperatures as pairs,
+`cpu@52.968C/52.968C`: the first value is the current one (as jetson-stats reads it), the second is
+not used. A JetPack 7.2 line (AGX Orin, r39.2), from jetson-stats' tests
+(https://github.com/rbonghi/jetson_stats/blob/master/jtop/tests/test_06_tegra_parse.py):
+    ... cpu@52.968C/52.968C soc2@48.406C/48.406C ... VDD_GPU_SOC 5139mW/5139mW/5139mW VDD_CPU_CV ...
+The total of a line's rails is its rail set's (engine/device/rails.py): VDD_IN on an Orin Nano/NX.
 
 A log is read as measured, so what no board writes is left out, saying why: a line with a value
 the board cannot show (engine.core.plausible: a rail above twice the module's power limit, more
@@ -35,6 +41,7 @@ from engine.core.provenance import Source
 from engine.core.userinput import open_user_file
 from engine.core.stats import trapezoid_j
 from engine.device.power import PowerSample
+from engine.device.rails import total_of
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +67,12 @@ _CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?", re.ASCII)
 _ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
 _EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"), re.ASCII)
 _GR3D_RE = re.compile(_ENGINE_RE.format(name="GR3D_FREQ"), re.ASCII)
-_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?=\s|$)", re.ASCII)
-# Both values carry the same unit: `2399mW/2399mW`, `1.2W/1.2W`, or none (`2545/2547`, r32).
-_RAIL_RE = re.compile(r"\b([A-Za-z][\w]*) (\d+(?:\.\d+)?)(mW|W|)/(\d+(?:\.\d+)?)\3(?=\s|$)", re.ASCII)
+# `CPU@44.812C`, or JetPack 7's pair `cpu@52.968C/52.968C` (the first is the current reading).
+_TEMP_RE = re.compile(r"(?<![\w%])([A-Za-z][\w]*)@(-?\d+(?:\.\d+)?)C(?:/-?\d+(?:\.\d+)?C)?(?=\s|$)", re.ASCII)
+# Every value carries the same unit: `2399mW/2399mW`, `1.2W/1.2W`, or none (`2545/2547`, r32); JetPack 7
+# adds the peak: `5139mW/5139mW/5139mW` (instant/average/peak).
+_NUM = r"(\d+(?:\.\d+)?)"
+_RAIL_RE = re.compile(rf"\b([A-Za-z][\w]*) {_NUM}(mW|W|)/{_NUM}\3(?:/{_NUM}\3)?(?=\s|$)", re.ASCII)
 _UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
 
 
@@ -91,6 +101,7 @@ class EngineLoad:
 class RailPower:
     instant_mw: float
     average_mw: float  # tegrastats' running average since it started
+    peak_mw: float | None = None  # the highest since it started (JetPack 7 prints it; older ones do not)
 
 
 @dataclass(frozen=True)
@@ -135,12 +146,13 @@ def parse_line(line: str) -> TegrastatsSample:
     units_seen = 0
     for rm in _RAIL_RE.finditer(text):
         last_rail_end = rm.end()
-        units_seen += 2 if rm.group(3) == "mW" else 0
+        units_seen += rm.group(0).count("mW")
         name = rm.group(1)
         if name in _NOT_CONNECTED:
             continue
         scale = 1000.0 if rm.group(3) == "W" else 1.0
-        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale)
+        peak = None if rm.group(5) is None else float(rm.group(5)) * scale
+        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale, peak)
     # Rails close every known format, so anything after the last one is a torn write.
     if last_rail_end is not None and text[last_rail_end:].strip():
         raise TegrastatsFormatError(
@@ -227,7 +239,7 @@ def sample_problem(sample: TegrastatsSample, limits: BoardLimits) -> str | None:
     """Why a parsed line cannot be this board's (a rail over what it can draw, more RAM than it
     has); None when it can."""
     for name, rail in sample.rails.items():
-        for kind, mw in (("", rail.instant_mw), (" average", rail.average_mw)):
+        for kind, mw in (("", rail.instant_mw), (" average", rail.average_mw), (" peak", rail.peak_mw or 0.0)):
             problem = limits.power_problem(mw / 1000.0, f"rail {name}{kind}")
             if problem:
                 return problem
@@ -279,7 +291,8 @@ class TegrastatsLog:
 
     @property
     def total_energy_j(self) -> float:
-        return float(sum(self.energy_j.values()))
+        """The module's energy: its input rail's where the log has one (VDD_IN), else the rails' sum."""
+        return total_of(self.energy_j)
 
     @property
     def avg_power_w(self) -> float:

@@ -16,13 +16,23 @@ from pathlib import Path
 
 from engine.device.base import PowerMode
 from engine.core.clocks import highest_at_most
+from engine.device.meminfo import render_meminfo
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf, parse_conf
 from engine.core.errors import ConfigError
 from engine.device.treefs import put_file, resolve_at
 
 log = logging.getLogger(__name__)
 
-LAYOUTS = ("r36", "r35", "r32")
+LAYOUTS = ("r38", "r36", "r35", "r32")
+# Layouts whose devices sit under platform/bus@0 (L4T r36, and r38/r39's 6.8 kernel on Orin).
+_BUS0_LAYOUTS = ("r36", "r38")
+# "r38": JetPack 7 (L4T r38/r39, kernel 6.8) on the AGX Orin. The nvgpu GPU keeps its devfreq node
+# (17000000.gpu) and railgate_enable, but enable_3d_scaling is gone: 3D scaling is the devfreq governor
+# (nvhost_podgov on, performance off). Source: jetson-stats commit caffd05d ("Fix static GPU controls on
+# JetPack 7.2 Orin", jtop/core/gpu.py, jtop/core/hw_detect.py), https://github.com/rbonghi/jetson_stats.
+# NVIDIA's r38.x guides support only Jetson Thor; the Orin gets JetPack 7 with L4T r39 (7.2), hence
+# the r38 layout's default release 39.2.0.
+_NO_3D_SCALING_NODE = ("r38",)
 
 # AGX Orin 64GB, from the spec (L4T r35.2+/r36).
 ORIN_64GB_GPU_HZ: tuple[int, ...] = (
@@ -38,6 +48,8 @@ ORIN_64GB_MODES: tuple[PowerMode, ...] = (
     PowerMode(3, "MODE_50W", online_cpus=12, cpu_max_hz=1497600000, gpu_max_hz=816000000),
 )
 ORIN_64GB_DEFAULT_MODE = 2
+# MemTotal of the AGX Orin 64GB (tegrastats `RAM 2371/62841MB` on a real board, the spec's line).
+ORIN_64GB_MEMTOTAL_KB = 62_841 * 1024
 # Thermal zones in the order L4T numbers them on AGX Orin; idle temperatures.
 ORIN_THERMAL_ZONES: tuple[tuple[str, float], ...] = (
     ("cpu-thermal", 42.5), ("gpu-thermal", 41.0), ("cv0-thermal", 40.5), ("cv1-thermal", 40.5),
@@ -50,6 +62,7 @@ CPU_GOVERNORS = ("conservative", "ondemand", "userspace", "powersave", "performa
 SHUNT_MOHM = 2  # 2 mOhm shunts: currents are multiples of 20 mA
 _I2C_BUS = {"r36": "sys/devices/platform/bus@0/c240000.i2c/i2c-1", "r35": "sys/devices/platform/c240000.i2c/i2c-1"}
 _I2C_BUS["r32"] = _I2C_BUS["r35"]
+_I2C_BUS["r38"] = _I2C_BUS["r36"]  # estimate: the r36 bus path, not seen on an r39 board
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,17 @@ class RailSpec:
 
 
 @dataclass(frozen=True)
+class FanSpec:
+    """A fan as L4T shows it on Orin: `pwm-fan`'s hwmon `pwm1` (0-255) and the tachometer's own
+    hwmon node with `rpm` (jetson-stats' jtop/core/fan.py pairs the two)."""
+
+    pwm: int  # 0..255
+    rpm: int | None = None  # None: no tachometer node
+
+
+@dataclass(frozen=True)
 class TreeSpec:
-    layout: str  # "r36" | "r35" | "r32" (r32 = old ina3221x iio rails)
+    layout: str  # "r38" | "r36" | "r35" | "r32" (r38 = JetPack 7; r32 = old ina3221x iio rails)
     gpu_freqs_hz: tuple[int, ...]
     cpu_freqs_khz: tuple[int, ...]
     emc_rates_hz: tuple[int, ...]
@@ -84,12 +106,17 @@ class TreeSpec:
     cpu_governors: tuple[str, ...] = CPU_GOVERNORS
     gpu_node: str = ""  # "" = the layout's default (17000000.gpu on r36, 17000000.ga10b before)
     serial: str = ""  # the device tree's serial-number; "" = none written (a board's identity: results, the lock)
+    mem_total_kb: int | None = None  # /proc/meminfo's MemTotal; None = no proc/meminfo written
+    mem_available_kb: int | None = None  # its MemAvailable; None = none (a twin does not model what the OS holds)
+    # Trip points of every thermal zone, (type, celsius), as trip_point_N_type/_temp; () = none
+    trip_points: tuple[tuple[str, float], ...] = ()
+    fan: FanSpec | None = None  # a pwm-fan and its tachometer (hwmon), as on a developer kit; None = no fan
 
 
 @dataclass(frozen=True)
 class TreeLayout:  # where treegen put things (root-relative strings), for the twin to update
     gpu_devfreq: str  # folder with min_freq/max_freq/cur_freq/governor/...
-    gpu_device: str  # folder with load, railgate_enable, tpc_pg_mask
+    gpu_device: str  # folder with load, railgate_enable, tpc_pg_mask (and enable_3d_scaling before r38)
     cpu_policy_dirs: tuple[str, ...]  # cpuN/cpufreq folders of the policy CPUs
     cpu_dirs: tuple[str, ...]  # every cpuN folder (with `online`)
     emc: str  # the debugfs emc folder
@@ -104,6 +131,9 @@ class TreeLayout:  # where treegen put things (root-relative strings), for the t
     emc_cap: str = EMC_CAP_FILE.lstrip("/")
     actmon_mc_all: str = "sys/kernel/actmon_avg_activity/mc_all"
     online: str = "sys/devices/system/cpu/online"  # "0-11" style summary
+    proc_stat: str = "proc/stat"  # per-CPU jiffies, online CPUs only (proc(5))
+    fan_pwm: str = ""  # the fan's pwm1 file; "" = no fan
+    fan_rpm: str = ""  # the tachometer's rpm file; "" = none
 
 
 def default_rails() -> tuple[RailSpec, ...]:
@@ -119,7 +149,7 @@ def default_rails() -> tuple[RailSpec, ...]:
 def gpu_devfreq_path(layout: str, node: str = "") -> str:
     """Where L4T puts the GPU's devfreq folder for a layout (root-relative)."""
     _check_layout(layout)
-    if layout == "r36":
+    if layout in _BUS0_LAYOUTS:
         node = node or "17000000.gpu"
         return f"sys/devices/platform/bus@0/{node}/devfreq/{node}"
     node = node or "17000000.ga10b"
@@ -129,7 +159,7 @@ def gpu_devfreq_path(layout: str, node: str = "") -> str:
 def default_orin_spec(layout: str = "r36") -> TreeSpec:
     """AGX Orin 64GB developer kit as the spec describes it, for a given L4T layout."""
     _check_layout(layout)
-    release = {"r36": "36.3.0", "r35": "35.4.1", "r32": "32.7.4"}[layout]
+    release = {"r38": "39.2.0", "r36": "36.3.0", "r35": "35.4.1", "r32": "32.7.4"}[layout]
     return TreeSpec(
         layout=layout,
         gpu_freqs_hz=ORIN_64GB_GPU_HZ,
@@ -139,6 +169,7 @@ def default_orin_spec(layout: str = "r36") -> TreeSpec:
         thermal_zones=ORIN_THERMAL_ZONES,
         nvpmodel_conf=format_conf(ORIN_64GB_MODES, ORIN_64GB_DEFAULT_MODE, gpu_devfreq=gpu_devfreq_path(layout)),
         l4t_release=release,
+        mem_total_kb=ORIN_64GB_MEMTOTAL_KB,
     )
 
 
@@ -165,6 +196,9 @@ def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
     emc = _emc(w, spec, mode)
     rails, rail_power, hwmon_dirs = _rails(w, spec)
     zones = _thermal(w, spec)
+    online_n = spec.cpu_count if mode.online_cpus is None else mode.online_cpus
+    w.file("proc/stat", proc_stat_text([(0, 0)] * online_n), newline=False)
+    fan_pwm, fan_rpm = _fan(w, spec)
     w.file("sys/kernel/actmon_avg_activity/mc_all", 0)
     conf_rel = f"etc/nvpmodel/{spec.nvpmodel_conf_name}"
     w.file(conf_rel, spec.nvpmodel_conf.rstrip("\n"))
@@ -184,7 +218,20 @@ def render_tree(root: Path, spec: TreeSpec) -> TreeLayout:
         nvpmodel_status=status,
         rail_power=rail_power,
         hwmon_dirs=hwmon_dirs,
+        fan_pwm=fan_pwm,
+        fan_rpm=fan_rpm,
     )
+
+
+def proc_stat_text(cores: list[tuple[int, int]]) -> str:
+    """/proc/stat's `cpu` and `cpuN` lines for (busy, idle) jiffies per online CPU: busy as user
+    time, the other fields zero (proc(5): user nice system idle iowait irq softirq steal guest
+    guest_nice)."""
+    def line(name: str, busy: int, idle: int) -> str:
+        return f"{name} {busy} 0 0 {idle} 0 0 0 0 0 0\n"
+
+    total = line("cpu ", sum(b for b, _i in cores), sum(i for _b, i in cores))
+    return total + "".join(line(f"cpu{n}", b, i) for n, (b, i) in enumerate(cores))
 
 
 # --------------------------------------------------------------------------- pieces
@@ -238,8 +285,11 @@ def _identity(w: _Writer, spec: TreeSpec) -> None:
     if spec.serial:
         w.file(f"{dt}/serial-number", spec.serial + "\0", newline=False)
     w.link("proc/device-tree", dt)
+    if spec.mem_total_kb is not None:
+        w.file("proc/meminfo", render_meminfo(spec.mem_total_kb * 1024,
+                                                   None if spec.mem_available_kb is None else spec.mem_available_kb * 1024), newline=False)
     parts = (spec.l4t_release.split(".") + ["0", "0"])[:3]
-    board = "generic" if spec.layout == "r36" else "t186ref"
+    board = "generic" if spec.layout in _BUS0_LAYOUTS else "t186ref"
     w.file(
         "etc/nv_tegra_release",
         f"# R{parts[0]} (release), REVISION: {parts[1]}.{parts[2]}, GCID: 00000000, BOARD: {board}, "
@@ -273,14 +323,16 @@ def _gpu(w: _Writer, spec: TreeSpec, mode: PowerMode) -> tuple[str, str]:
     devfreq = gpu_devfreq_path(spec.layout, spec.gpu_node)
     device = devfreq.split("/devfreq/")[0]
     node = devfreq.rsplit("/", 1)[1]
-    of_name = "gpu" if spec.layout == "r36" else "ga10b"
+    of_name = "gpu" if spec.layout in _BUS0_LAYOUTS else "ga10b"
     max_hz = highest_at_most(spec.gpu_freqs_hz, mode.gpu_max_hz)
     _devfreq(w, device, node, of_name, spec.gpu_freqs_hz, max_hz, spec.gpu_governors)
     w.file(f"{device}/load", 0)
     w.file(f"{device}/railgate_enable", 1)
     w.file(f"{device}/tpc_pg_mask", 0)
+    if spec.layout not in _NO_3D_SCALING_NODE:
+        w.file(f"{device}/enable_3d_scaling", 1)  # jtop's `echo 1 > .../enable_3d_scaling` (jtop/core/gpu.py)
     # A second devfreq node, so discovery has to look at of_node names.
-    vic_dev = "sys/devices/platform/bus@0/15340000.vic" if spec.layout == "r36" else "sys/devices/15340000.vic"
+    vic_dev = "sys/devices/platform/bus@0/15340000.vic" if spec.layout in _BUS0_LAYOUTS else "sys/devices/15340000.vic"
     vic = (115200000, 345600000, 601600000, 729600000)
     _devfreq(w, vic_dev, "15340000.vic", "vic", vic, vic[-1], ("nvhost_podgov", "performance"))
     return devfreq, device
@@ -383,7 +435,7 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
                     w.file(f"{d}/in{ch}_input", 0)
                     w.file(f"{d}/curr{ch}_input", 0)
                     w.file(f"{d}/in{ch + 3}_input", 0)
-                # r36: no label and no input files (the kernel answers ENODATA)
+                # r36/r38: no label and no input files (the kernel answers ENODATA)
                 w.file(f"{d}/in{ch}_enable", 0)
                 w.file(f"{d}/shunt{ch}_resistor", SHUNT_MOHM * 1000)
                 continue
@@ -408,12 +460,34 @@ def _rails(w: _Writer, spec: TreeSpec) -> tuple[dict[str, tuple[str, str]], dict
     return rails, power, tuple(dirs)
 
 
+def _fan(w: _Writer, spec: TreeSpec) -> tuple[str, str]:
+    """Orin developer kits: /sys/devices/platform/pwm-fan/hwmon/hwmonN/pwm1 and the tachometer's
+    hwmon `rpm` (jetson-stats jtop/core/fan.py); hwmon numbers after the INA3221's."""
+    if spec.fan is None:
+        return "", ""
+    n = spec.hwmon_index + len({r.chip for r in spec.rails})
+    pwm_dir = f"sys/devices/platform/pwm-fan/hwmon/hwmon{n}"
+    w.file(f"{pwm_dir}/name", "pwmfan")
+    w.file(f"{pwm_dir}/pwm1", spec.fan.pwm)
+    w.link(f"sys/class/hwmon/hwmon{n}", pwm_dir)
+    if spec.fan.rpm is None:
+        return pwm_dir + "/pwm1", ""
+    tach_dir = f"sys/devices/platform/39c0000.tachometer/hwmon/hwmon{n + 1}"
+    w.file(f"{tach_dir}/name", "tachometer")
+    w.file(f"{tach_dir}/rpm", spec.fan.rpm)
+    w.link(f"sys/class/hwmon/hwmon{n + 1}", tach_dir)
+    return pwm_dir + "/pwm1", tach_dir + "/rpm"
+
+
 def _thermal(w: _Writer, spec: TreeSpec) -> dict[str, str]:
     zones: dict[str, str] = {}
     for i, (kind, celsius) in enumerate(spec.thermal_zones):
         z = f"sys/devices/virtual/thermal/thermal_zone{i}"
         w.file(f"{z}/type", kind)
         w.file(f"{z}/temp", int(round(celsius * 1000)))
+        for k, (trip, trip_c) in enumerate(spec.trip_points):
+            w.file(f"{z}/trip_point_{k}_type", trip)
+            w.file(f"{z}/trip_point_{k}_temp", int(round(trip_c * 1000)))
         w.link(f"sys/class/thermal/thermal_zone{i}", z)
         zones[kind] = z
     return zones

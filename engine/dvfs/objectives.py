@@ -113,22 +113,25 @@ class Objective:
         if baseline is None:
             raise ConfigError(
                 f"objective {self.spec} limits the slowdown against MAXN, but no MAXN measurement was given",
-                "measure MAXN Mode 0 on this workload first (sweeps include it unless told not to)",
+                "measure the baseline (MAXN, or MAXN_SUPER on an Orin Nano / NX) on this workload first "
+                "(sweeps include it unless told not to)",
             )
         self.check_times([m, baseline])
         return m.slowdown(baseline) <= self.max_slowdown + _SLOWDOWN_EPS
 
     def best(
-        self, candidates: Sequence[tuple[DvfsSetting, Measurement]], baseline: Measurement | None
+        self, candidates: Sequence[tuple[DvfsSetting, Measurement]], baseline: Measurement | None, *,
+        baseline_setting: DvfsSetting = MAXN,
     ) -> tuple[DvfsSetting, Measurement]:
         """The feasible candidate of lowest cost (the first on ties). With no baseline given
-        but a MAXN point among the candidates, that point is the baseline. If none is
-        feasible, the baseline setting (MAXN) is returned, and that is logged."""
+        but a `baseline_setting` point among the candidates, that point is the baseline. If none is
+        feasible, `baseline_setting` (the board's uncapped mode: MAXN, mode 0, on an AGX Orin;
+        engine.device.baseline) is returned, and that is logged."""
         if not candidates:
             raise ConfigError("no candidate settings to choose from", "measure at least one setting (`slm-dvfs sweep`)")
         self.check_times([m for _s, m in candidates])
         if baseline is None and self.needs_baseline:
-            baseline = baseline_of(candidates)
+            baseline = baseline_of(candidates, baseline_setting)
         feasible = [(i, s, m) for i, (s, m) in enumerate(candidates) if self.feasible(m, baseline)]
         if not feasible:
             assert baseline is not None  # feasible() raised otherwise
@@ -136,7 +139,7 @@ class Objective:
                 "no setting keeps within %s of MAXN for objective %s; falling back to MAXN",
                 f"{(self.max_slowdown or 0) * 100:g}%", self.spec,
             )
-            return MAXN, baseline
+            return baseline_setting, baseline
         _i, setting, m = min(feasible, key=lambda x: (self.cost(x[2]), x[0]))
         return setting, m
 
@@ -145,9 +148,11 @@ class Objective:
                 "max_power_w": self.max_power_w}
 
 
-def baseline_of(candidates: Sequence[tuple[DvfsSetting, Measurement]]) -> Measurement | None:
-    """The measurement of the MAXN point among candidates, if there is one."""
-    return next((m for s, m in candidates if s == MAXN), None)
+def baseline_of(candidates: Sequence[tuple[DvfsSetting, Measurement]],
+                setting: DvfsSetting = MAXN) -> Measurement | None:
+    """The measurement of the baseline point (`setting`: the board's uncapped mode) among candidates, if
+    there is one."""
+    return next((m for s, m in candidates if s == setting), None)
 
 
 def parse_objective(text: str, *, max_power_w: float = DEFAULT_MAX_POWER_W) -> Objective:
@@ -194,7 +199,12 @@ def parse_objective_kind(value: object, text: object = None) -> ObjectiveKind:
 
 
 def module_power_limit_w(identity: DeviceIdentity) -> float:
-    """The module's power limit (Zeus's MaxPower) from its identity; 60 W when unknown."""
+    """The module's power limit (Zeus's MaxPower) from its identity: its device profile's (an unknown
+    module's fallback profile's, as its identity says), else by memory size; 60 W when unknown."""
+    if identity.module_profile:
+        from engine.device.twin.profile import board_limits  # loads a TOML: only when a profile is named
+
+        return board_limits(identity.module_profile).power_limit_w
     for key, watts in MODULE_POWER_LIMIT_W.items():
         if key.lower() in identity.module.lower():
             return watts

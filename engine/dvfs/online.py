@@ -7,7 +7,8 @@ summed. Profiling steps are ordinary training steps, so their cost is part of th
 run's own total; `describe()` also reports it separately.
 
 Candidates: the device's GPU table from 306 MHz up to its maximum (or a given list).
-CPU and EMC stay with their governors, in MAXN mode 0, as published Orin studies do.
+CPU and EMC stay with their governors, in the board's uncapped mode (MAXN, mode 0, on an AGX Orin;
+MAXN_SUPER on an Orin Nano / NX), as published Orin studies do.
 
 Search (`search=`):
 - `coarse-to-fine` (default): first every `coarse_stride`-th candidate (the maximum
@@ -41,8 +42,8 @@ from engine.device.base import ClockDomain
 from engine.core.units import format_mhz
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
+from engine.device.baseline import baseline_setting, profile_baseline
 from engine.device.setting import MAXN, DvfsSetting, check_setting
-from engine.dvfs.space import SWEEP_MODE
 from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, DeviceError
 from engine.core.text import shown
@@ -128,6 +129,7 @@ class OnlinePolicy:
         self._chosen_m: Measurement | None = None
         self._started = False
         self.prior_summary: JsonObject | None = None
+        self._base: DvfsSetting = MAXN  # the board's uncapped mode, found in initial()
 
     # ------------------------------------------------------------------ the Policy protocol
 
@@ -151,6 +153,7 @@ class OnlinePolicy:
     def initial(self, ctx: "PolicyContext") -> DvfsSetting:
         self._reset()
         self.objective = ctx.objective
+        self._base = baseline_setting(ctx.device.power_modes())
         self.candidates_hz = self._candidates(ctx)
         n = len(self.candidates_hz)
         if self.search == "sweep":
@@ -162,7 +165,7 @@ class OnlinePolicy:
         role = "sweep" if self.search == "sweep" else "coarse"
         self._plan = [self._phase(i, role) for i in self._ordered(idx)]
         if ctx.objective.needs_baseline:
-            self._plan.insert(0, Phase(MAXN, "baseline"))
+            self._plan.insert(0, Phase(self._base, "baseline"))
         self._started = True
         self._current = self._plan.pop(0)
         log.info(
@@ -267,8 +270,8 @@ class OnlinePolicy:
     def _candidates(self, ctx: "PolicyContext") -> tuple[int, ...]:
         table = ctx.device.clock_table(ClockDomain.GPU)
         if self.given_hz is not None:
-            for hz in self.given_hz:  # unlisted or above mode 0's cap: refuse before the run
-                check_setting(ctx.device, DvfsSetting(gpu_hz=hz, nvpmodel=SWEEP_MODE))
+            for hz in self.given_hz:  # unlisted or above the mode's cap: refuse before the run
+                check_setting(ctx.device, DvfsSetting(gpu_hz=hz, nvpmodel=self._base.nvpmodel))
             return self.given_hz
         out = tuple(f for f in table if f >= self.min_hz)
         if not out:
@@ -291,15 +294,16 @@ class OnlinePolicy:
         if name is None:
             raise ConfigError("online: prior=twin needs a twin profile of this board", "add profile=NAME")
         profile = load_profile(name) if isinstance(name, str) else name
-        settings = [DvfsSetting(gpu_hz=f, nvpmodel=SWEEP_MODE) for f in table]
+        baseline = profile_baseline(profile).setting  # the profile's ids: MAXN_SUPER is mode 2 on an Orin Nano
+        settings = [DvfsSetting(gpu_hz=f, nvpmodel=baseline.nvpmodel) for f in table]
         ens = ensemble(steps, profile, settings)
         assert self.objective is not None
         optima = []
         for e_row, t_row in zip(ens.energy_ps, ens.time_ps):
             ms = [(s, Measurement(t, e, 1, None)) for s, t, e in zip(ens.settings, t_row, e_row)]
-            base = ms[ens.settings.index(MAXN)][1]
-            best, _m = self.objective.best([p for p in ms if p[0] != MAXN], base)
-            if best != MAXN:
+            base = ms[ens.settings.index(baseline)][1]
+            best, _m = self.objective.best([p for p in ms if p[0] != baseline], base, baseline_setting=baseline)
+            if best != baseline:
                 optima.append(table.index(best.gpu_hz))
         if not optima:
             return table
@@ -315,7 +319,7 @@ class OnlinePolicy:
         return out
 
     def _phase(self, index: int, role: str) -> Phase:
-        return Phase(DvfsSetting(gpu_hz=self.candidates_hz[index], nvpmodel=SWEEP_MODE), role, index)
+        return Phase(DvfsSetting(gpu_hz=self.candidates_hz[index], nvpmodel=self._base.nvpmodel), role, index)
 
     def _ordered(self, idx: list[int]) -> list[int]:
         return sorted(idx, reverse=self.order == "descending")
@@ -326,7 +330,7 @@ class OnlinePolicy:
     def _fine_phases(self) -> list[Phase]:
         assert self.objective is not None
         coarse = [(ph.setting, m) for ph, m in self._results if ph.role == "coarse"]
-        best, _m = self.objective.best(coarse, self._baseline())
+        best, _m = self.objective.best(coarse, self._baseline(), baseline_setting=self._base)
         centre = next((ph.index for ph, _m in self._results if ph.role == "coarse" and ph.setting == best), None)
         if centre is None:  # nothing within the slowdown limit: MAXN it is, no refinement
             return []
@@ -338,7 +342,7 @@ class OnlinePolicy:
     def _finish(self, current: DvfsSetting) -> DvfsSetting | None:
         assert self.objective is not None
         points = [(ph.setting, m) for ph, m in self._results]
-        self._chosen, self._chosen_m = self.objective.best(points, self._baseline())
+        self._chosen, self._chosen_m = self.objective.best(points, self._baseline(), baseline_setting=self._base)
         log.info("online policy chose %s after %d profiling steps (%s)",
                  self._chosen.label(), self._steps, self.objective.spec)
         return None if self._chosen == current else self._chosen

@@ -2,11 +2,12 @@
 
 Specs `make_policy` reads (the bullets are the users' help: the TUI's help screen shows them as
 they are, so they say what a policy does, not how it is built):
-- `maxn`: nvpmodel mode 0 with its default dynamic governors (the baseline).
-- `maxn-pinned`: mode 0 plus jetson_clocks (every domain at the mode's maximum).
+- `maxn`: the board's uncapped nvpmodel mode (MAXN, or MAXN_SUPER on an Orin Nano / NX: found
+  by name, whatever its id) with its default dynamic governors (the baseline).
+- `maxn-pinned`: that mode plus jetson_clocks (every domain at the mode's maximum).
 - `mode:N`: nvpmodel mode N with its default governors.
 - `static:gpu=816,cpu=2201.6,emc=3199[,mode=N]`: explicit clocks in MHz as typed;
-  domains left out stay with their governors; runs in mode 0 unless `mode=` says.
+  domains left out stay with their governors; runs in the uncapped mode unless `mode=` says.
 - `oracle`: the best point of a recorded sweep of this workload on this device.
 - `ml`: the setting a trained selector predicts is best for this workload
   (`slm-dvfs train-selector` trains one; `ml:PATH` loads another).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -32,7 +33,8 @@ from engine.device.base import Device
 from engine.core.units import format_mhz
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, baseline_of
-from engine.device.setting import MAXN, MAXN_PINNED, DvfsSetting, check_setting
+from engine.device.baseline import baseline_setting, mode_label, uncapped_mode
+from engine.device.setting import DvfsSetting, check_setting
 from engine.core.clocks import parse_mhz
 from engine.core.errors import ConfigError, NoRecordedSweepError
 from engine.core.text import shown
@@ -126,6 +128,46 @@ class FixedPolicy:
         return f"{type(self).__name__}({self.spec!r})"
 
 
+class BaselinePolicy(FixedPolicy):
+    """The baseline (`maxn`): the board's uncapped mode, found by name in its nvpmodel conf whatever its
+    id (engine.device.baseline), with its dynamic governors; `jetson_clocks` (`maxn-pinned`): every clock
+    pinned at that mode's maximum."""
+
+    def __init__(self, *, jetson_clocks: bool = False) -> None:
+        name = "maxn-pinned" if jetson_clocks else "maxn"
+        super().__init__(name, name, None, "")
+        self.jetson_clocks = jetson_clocks
+        self.mode_name: str | None = None
+
+    def choose(self, ctx: PolicyContext) -> DvfsSetting:
+        modes = ctx.device.power_modes()
+        mode = uncapped_mode(modes)
+        self.mode_name = mode.name
+        self.reason = (f"{mode_label(mode)} with jetson_clocks: every clock at its maximum" if self.jetson_clocks
+                       else f"{mode_label(mode)} with its default dynamic governors (the baseline)")
+        return baseline_setting(modes, jetson_clocks=self.jetson_clocks)
+
+    def describe(self) -> JsonObject:
+        out = super().describe()
+        out["mode_name"] = self.mode_name  # the stored runs name their baseline by it
+        return out
+
+
+class StaticPolicy(FixedPolicy):
+    """Explicit clocks, in the mode `mode=` names or else in the board's uncapped mode (where every
+    table entry can be pinned: mode 0 is a capped one on an Orin Nano)."""
+
+    def __init__(self, spec: str, setting: DvfsSetting, *, mode_given: bool) -> None:
+        super().__init__("static", spec, setting, "explicit clocks")
+        self.mode_given = mode_given
+
+    def choose(self, ctx: PolicyContext) -> DvfsSetting:
+        assert self.setting is not None
+        if self.mode_given:
+            return self.setting
+        return replace(self.setting, nvpmodel=uncapped_mode(ctx.device.power_modes()).id)
+
+
 class OraclePolicy(FixedPolicy):
     """The best point, for the objective, of a recorded sweep (given as data)."""
 
@@ -145,11 +187,13 @@ class OraclePolicy(FixedPolicy):
                 "trains needs a lean-loop sweep, e.g. `--fast --loop lean` on the twin), then use --policy oracle",
             )
         self.points, self.objective = len(points), ctx.objective
-        self.baseline = baseline_of(points)
-        setting, self.chosen = ctx.objective.best(points, self.baseline)
+        modes = ctx.device.power_modes()
+        base = baseline_setting(modes)  # the sweep's baseline point: the board's uncapped mode
+        self.baseline = baseline_of(points, base)
+        setting, self.chosen = ctx.objective.best(points, self.baseline, baseline_setting=base)
         self.reason = f"lowest {ctx.objective.spec} cost of {len(points)} recorded sweep points"
-        if ctx.objective.needs_baseline and setting == MAXN and self.chosen is self.baseline:
-            self.reason += " (no point kept within the slowdown limit, so MAXN)"
+        if ctx.objective.needs_baseline and setting == base and self.chosen is self.baseline:
+            self.reason += f" (no point kept within the slowdown limit, so {mode_label(uncapped_mode(modes))})"
         return setting
 
     def describe(self) -> JsonObject:
@@ -170,12 +214,13 @@ class OraclePolicy(FixedPolicy):
 # --------------------------------------------------------------------------- spec parsing
 
 
-def parse_static(arg: str) -> DvfsSetting:
-    """`gpu=816,emc=3199[,cpu=2201.6][,mode=N]` (MHz as typed) -> a setting in mode 0 by default."""
+def parse_static(arg: str, *, default_mode: int | None = 0) -> DvfsSetting:
+    """`gpu=816,emc=3199[,cpu=2201.6][,mode=N]` (MHz as typed) -> a setting in `default_mode` unless
+    `mode=` says (the static policy passes None and runs it in the board's uncapped mode)."""
     if not arg or not arg.strip():
         raise ConfigError("static needs at least one clock", "e.g. static:gpu=816 or static:gpu=816,emc=3199 (MHz)")
     clocks: dict[str, int] = {}
-    mode = 0
+    mode = default_mode
     for item in arg.split(","):
         key, eq, value = item.strip().partition("=")
         key = key.strip().lower()
@@ -222,14 +267,13 @@ def _no_arg(name: str, arg: str | None) -> None:
 def _maxn(arg: str | None, **options: object) -> Policy:
     _no_arg("maxn", arg)
     _no_options("maxn", options)
-    return FixedPolicy("maxn", "maxn", MAXN, "nvpmodel mode 0 with its default dynamic governors (the baseline)")
+    return BaselinePolicy()
 
 
 def _maxn_pinned(arg: str | None, **options: object) -> Policy:
     _no_arg("maxn-pinned", arg)
     _no_options("maxn-pinned", options)
-    reason = "mode 0 with jetson_clocks: every clock at its maximum"
-    return FixedPolicy("maxn-pinned", "maxn-pinned", MAXN_PINNED, reason)
+    return BaselinePolicy(jetson_clocks=True)
 
 
 def _mode(arg: str | None, **options: object) -> Policy:
@@ -241,15 +285,20 @@ def _mode(arg: str | None, **options: object) -> Policy:
 
 def _static(arg: str | None, *, setting: DvfsSetting | None = None, **options: object) -> Policy:
     _no_options("static", options)
+    mode_given = True
     if setting is None:
-        setting = parse_static(arg or "")
+        setting = parse_static(arg or "", default_mode=None)
+        mode_given = setting.nvpmodel is not None
+        if not mode_given:  # mode 0 until the board is known: its uncapped mode (StaticPolicy.choose)
+            setting = replace(setting, nvpmodel=0)
     elif arg:
         raise ConfigError("static got both clocks in its spec and a setting", "give one of them")
     spec = "static:" + ",".join(
         [f"{d.value}={format_mhz(hz)}" for d, hz in setting.pinned.items()]
-        + ([f"mode={setting.nvpmodel}"] if setting.nvpmodel not in (None, 0) else [])
+        # a mode typed in the spec stays in it (mode=0 is a capped mode on an Orin Nano)
+        + ([f"mode={setting.nvpmodel}"] if setting.nvpmodel not in (None, 0) or (arg and mode_given) else [])
     )
-    return FixedPolicy("static", spec, setting, "explicit clocks")
+    return StaticPolicy(spec, setting, mode_given=mode_given)
 
 
 def _oracle(arg: str | None, **options: object) -> Policy:

@@ -1,15 +1,20 @@
-"""The MAXN Mode 0 baseline of a run, from the store: one lookup for the experiment's
---reuse-baseline and the TUI's Compare page."""
+"""The baseline of a run, from the store: one lookup for the experiment's --reuse-baseline and the
+TUI's Compare page, and the baseline's name. The baseline is the board's uncapped mode with its
+dynamic governors (engine.device.baseline): MAXN, mode 0, on an AGX Orin; MAXN_SUPER, mode 2, on an
+Orin Nano 8GB. A baseline run is one of policy `maxn`, whatever its mode's id, so a MAXN run of mode 0
+stored before the mode was named is still the AGX Orin's baseline."""
 
 from __future__ import annotations
 
 import logging
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
-from engine.core.errors import SlmDvfsError
+from engine.core.errors import ProfileError, SlmDvfsError
 from engine.core.provenance import Source
-from engine.results.records import RunRecord
+from engine.device.baseline import AGX_MAXN, Baseline, profile_baseline
+from engine.device.jetson.identity import profile_of_module
+from engine.results.records import DeviceRecord, RunRecord
 from engine.workload.lora import LoraSettings
 from engine.workload.trace.loop import default_loop
 
@@ -19,6 +24,40 @@ if TYPE_CHECKING:  # annotations only: engine.results.store imports the results 
 log = logging.getLogger(__name__)
 
 BASELINE_POLICY = "maxn"
+MODE_NAME_KEY = "nvpmodel_name"  # a baseline run's stored setting names its mode (absent before: MAXN)
+
+
+def stored_mode_name(setting: Mapping[str, object] | None) -> str:
+    """The mode name a baseline run's stored setting carries; `MAXN` for one stored before modes were named."""
+    stored = (setting or {}).get(MODE_NAME_KEY)
+    return stored if isinstance(stored, str) and stored else "MAXN"
+
+
+def mode_text(setting: Mapping[str, object] | None, name: str | None = None) -> str:
+    """How a baseline is named in the UI and reports: `MAXN_SUPER (mode 2)`, from a stored setting (its
+    `nvpmodel` and MODE_NAME_KEY) or `name`; a run stored before modes were named is `MAXN (mode N)`."""
+    label = name or stored_mode_name(setting)
+    mode_id = (setting or {}).get("nvpmodel")
+    return f"{label} (mode {mode_id})" if isinstance(mode_id, int) else label
+
+
+def device_baseline(device: DeviceRecord | None, space: Mapping[str, object] | None = None) -> Baseline:
+    """The baseline of a stored device, for a stored sweep's points: its twin profile's, else the profile an
+    imported sweep's `space` names (import-sweep --profile), else its module's shipped profile's (a board's
+    record names its module), else the AGX Orin's MAXN (mode 0), which a record from before modules were
+    named means."""
+    imported = (space or {}).get("profile")
+    name = imported if isinstance(imported, str) else None
+    if device is not None:
+        name = device.profile or name or profile_of_module(device.module)
+    if not name:
+        return AGX_MAXN
+    from engine.device.twin.profile import load_profile  # lazy: the profile loader reads TOML files
+
+    try:
+        return profile_baseline(load_profile(name))
+    except ProfileError:  # a profile no longer shipped: what the record meant before modules were named
+        return AGX_MAXN
 
 
 def matching_baseline(store: Store, *, workload_key: str, device_id: int, source: Source | str | None,

@@ -1,4 +1,5 @@
-"""Comparisons, computed once for every client: a run against its MAXN Mode 0 baseline
+"""Comparisons, computed once for every client: a run against its baseline (the board's uncapped mode by name:
+MAXN, mode 0, on an AGX Orin; MAXN_SUPER on an Orin Nano / NX)
 (energy saving, slowdown, per rail, power), when two runs are comparable at all, and a
 sweep's optimum against MAXN. The experiment (RunFigures), the store (RunRecords), the
 TUI's Compare page, the sweep result and the report all call these."""
@@ -13,7 +14,7 @@ from engine.core.jsontypes import JsonObject, JsonValue, as_float
 from engine.core.interval import Interval
 from engine.core.provenance import MetricProvenance, Source
 from engine.device.setting import DvfsSetting
-from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command
+from engine.results.baseline import BASELINE_POLICY, matching_baseline, maxn_command, mode_text, stored_mode_name
 from engine.results.format import id_list
 from engine.results.records import DeviceRecord, RunRecord, WorkloadRecord, dvfs_setting
 from engine.results.sweeps import PointSummary
@@ -58,6 +59,19 @@ class RunFigures:
     cancelled: bool = False
     weights: str | None = None  # "pretrained" | "random"; None: not known (simulated: no metric)
     synthetic: bool | None = None  # trained on generated data
+
+    @property
+    def mode_name(self) -> str:
+        """Its mode's name (`MAXN_SUPER`); `MAXN` for a run stored before modes were named."""
+        name = (self.detail or {}).get("mode_name")
+        return name if isinstance(name, str) and name else stored_mode_name(None)
+
+    @property
+    def mode_label(self) -> str:
+        """Its mode by name and id, as the UI names a baseline: `MAXN_SUPER (mode 2)`."""
+        name = (self.detail or {}).get("mode_name")
+        return mode_text(None if self.setting is None else self.setting.to_json(), name if isinstance(name, str)
+                         else None)
 
     @property
     def metric_provenance(self) -> MetricProvenance:
@@ -224,7 +238,8 @@ class Mismatch:
 
 
 def mismatch(run: Side, base: Side) -> Mismatch | None:
-    """None when `run` compares with `base`: a MAXN Mode 0 baseline (every saving is against MAXN), one
+    """None when `run` compares with `base`: a baseline run (policy maxn: the board's uncapped mode, MAXN or
+    MAXN_SUPER, whatever its id; every saving is against it), one
     workload (the store's key: model, task, shape, precision, mode and its variant, padding), same kind of
     hardware (not a board against the twin), one module, both simulated or both trained, energy over the
     same rails preset, a baseline with energy and time. The one check of comparability: the experiment's,
@@ -232,8 +247,9 @@ def mismatch(run: Side, base: Side) -> Mismatch | None:
     ones; compare_stored() adds the MAXN runs that would fit."""
     if base.policy is not None and base.policy != BASELINE_POLICY:
         swap = run.policy == BASELINE_POLICY
-        return Mismatch("policy", f"run {base.run_id} ran policy {base.policy}, not MAXN Mode 0: a saving is "
-                        f"against MAXN Mode 0 only" + (f" (run {run.run_id} is the MAXN run)" if swap else ""),
+        return Mismatch("policy", f"run {base.run_id} ran policy {base.policy}, not the baseline (policy maxn, the "
+                        f"board's uncapped mode: MAXN or MAXN_SUPER): a saving is against the baseline only"
+                        + (f" (run {run.run_id} is the MAXN run)" if swap else ""),
                         f"compare the other way round: slm-dvfs compare {base.run_id} {run.run_id}" if swap else
                         "name a MAXN run of its workload as the baseline, or none (`slm-dvfs compare N` finds it)")
     if run.workload is not None and base.workload is not None and run.workload.key != base.workload.key:
@@ -380,7 +396,8 @@ def compare_records(run: RunRecord, baseline: RunRecord) -> Comparison:
 # --------------------------------------------------------------------------- a sweep's optimum
 @dataclass(frozen=True)
 class SweepSaving:
-    """A sweep's optimum against its MAXN Mode 0 point, per training sample."""
+    """A sweep's optimum against its baseline point (the board's uncapped mode: MAXN, or MAXN_SUPER), per
+    training sample."""
 
     saving_pct: float
     slowdown_pct: float | None  # None: either point is energy-only (its time was not recorded)
@@ -425,6 +442,7 @@ def stored_baseline(store: Store, *, workload_key: str, task: str, device_id: in
                        samples=stored.samples or 0, energy_j=float(rec.energy_j or 0.0)), host_wall_s=rec.wall_s,
         metric=metric_name, metric_value=None if metric_name is None else _as_float(rec.metrics[metric_name]),
         setting=None if rec.setting is None else dvfs_setting(rec.setting), simulated=rec.simulated, reused=True,
+        detail={"mode_name": stored_mode_name(rec.setting)},
         weights=rec.weights, synthetic=rec.synthetic,
     )
 

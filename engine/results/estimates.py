@@ -1,5 +1,5 @@
-"""How far a twin's saving against MAXN may be from a board's: the twin ensemble's paired interval
-laid around the figure the twin gave (engine.device.twin.ensemble; docs/twin.md, "Intervals").
+"""How far a twin's saving against the baseline (MAXN; MAXN_SUPER on an Orin Nano / NX) may be from a
+board's: the twin ensemble's paired interval laid around the figure the twin gave (engine.device.twin.ensemble; docs/twin.md, "Intervals").
 
 A twin sweep or run says what the twin computed (`twin`); read as an estimate of what a board
 would show, it is as uncertain as the profile's parameters, and this interval says how much.
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from engine.core.errors import SlmDvfsError
 from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.core.provenance import Source
-from engine.device.setting import MAXN, DvfsSetting
+from engine.device.baseline import profile_baseline
+from engine.device.setting import DvfsSetting
 
 if TYPE_CHECKING:  # annotations only: the twin loads when an interval is asked for (as before)
     from engine.core.trace import StepMix, StepTrace
@@ -42,11 +43,14 @@ def twin_saving_interval(steps: StepTrace | StepMix | None, profile: TwinProfile
     from engine.device.twin.ensemble import ensemble
     from engine.device.twin.profile import load_profile
 
-    if steps is None or profile is None or setting == MAXN:
+    if steps is None or profile is None:
         return None
     try:
         prof = load_profile(profile) if isinstance(profile, str) else profile
-        ens = ensemble(steps, prof, [MAXN, setting])
+        base = profile_baseline(prof).setting  # the profile's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+        if setting == base:
+            return None
+        ens = ensemble(steps, prof, [base, setting])
     except (SlmDvfsError, KeyError, ValueError) as exc:
         log.info("no twin interval for %s: %s", setting.label(), exc)
         return None

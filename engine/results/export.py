@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonScalar, JsonValue
+from engine.core.optional import import_optional
 from engine.device.power import PowerSample
 from engine.results.records import RunRecord, SweepPoint, dvfs_setting
 
@@ -71,13 +72,9 @@ def write_parquet(path: Path, run: RunRecord, samples: Sequence[PowerSample]) ->
 
 
 def _pyarrow() -> tuple[ModuleType, ModuleType]:  # pyarrow and pyarrow.parquet, imported when asked
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ConfigError("parquet export needs pyarrow, which is not installed",
-                          "`pip install pyarrow`, or export with --format csv") from None
-    return pa, pq
+    install = "`pip install pyarrow`, or export with --format csv"
+    return (import_optional("pyarrow", "parquet export", install),
+            import_optional("pyarrow.parquet", "parquet export", install))
 
 
 def write_export(path: Path, run: RunRecord, samples: Sequence[PowerSample], fmt: str = "csv") -> Path:

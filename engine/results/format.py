@@ -84,12 +84,15 @@ def format_stat(stat: Stat | None, fmt: str, scale: float = 1.0) -> str:
 
 
 def sweep_point_lines(points: Sequence[PointSummary], best: PointSummary | None, maxn: PointSummary | None,
-                      src: str) -> list[str]:
-    """A sweep's points (engine.results.sweeps.PointSummary) as a table; `—` where a time was not recorded."""
-    lines = [f"{'setting':48} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
-    for p in points:
-        mark = " *" if p is best else ("  (MAXN)" if p is maxn else "")
-        lines.append(f"{p.setting.label() + mark:48} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
+                      src: str, baseline_name: str = "MAXN") -> list[str]:
+    """A sweep's points (engine.results.sweeps.PointSummary) as a table, the baseline's (`maxn`) marked by its
+    mode's name; `—` where a time was not recorded."""
+    marked = [(p, p.setting.label() + (" *" if p is best else (f"  ({baseline_name})" if p is maxn else "")))
+              for p in points]
+    width = max([48, *(len(label) for _p, label in marked)])  # a MAXN_SUPER mark widens it
+    lines = [f"{'setting':{width}} {'n':>3} {'J/sample':>18} {'ms/sample':>18} {'W':>14}"]
+    for p, label in marked:
+        lines.append(f"{label:{width}} {p.n:>3} {format_stat(p.joules_per_sample, '.4g'):>18} "
                      f"{format_stat(p.seconds_per_sample, '.4g', 1e3):>18} {format_stat(p.power_w, '.3g'):>14}  [{src}]")
     return lines
 
@@ -115,10 +118,11 @@ def saving_text(pct: float | None, *, than: str | None = "MAXN", interval: Inter
     return head if interval is None else f"{head} ({interval.level:.0%}: {_range_words(interval)})"
 
 
-def board_estimate_text(saving_pct: float, interval: Interval) -> str:
+def board_estimate_text(saving_pct: float, interval: Interval, than: str = "MAXN") -> str:
     """A twin's saving read as an estimate of a board's, as every client says it:
-    `as an estimate of a board's: 14.7% less energy than MAXN (90%: 4.1–16.8% less)  [basis]`."""
-    return f"as an estimate of a board's: {saving_text(saving_pct, interval=interval)}  [{interval.basis}]"
+    `as an estimate of a board's: 14.7% less energy than MAXN (90%: 4.1–16.8% less)  [basis]`; `than`
+    names the baseline's mode (`MAXN_SUPER`)."""
+    return f"as an estimate of a board's: {saving_text(saving_pct, than=than, interval=interval)}  [{interval.basis}]"
 
 
 def saving_short(pct: float | None) -> str:

@@ -24,6 +24,7 @@ from engine.core.errors import ConfigError
 from engine.core.paths import reports_dir
 from engine.core.stats import Stat
 from engine.device.power import PowerSample
+from engine.results.baseline import device_baseline, mode_text
 from engine.results.compare import Side, mismatch, optimum_vs_maxn
 from engine.core.text import clean_text
 from engine.results.records import DeviceRecord, RunRecord, SweepRecord
@@ -97,22 +98,23 @@ def sweep_report(store: Store, sweep_id: int, out: Path, *, objective: Ranking |
     device = store.get_device(sweep.device_id)
     wl = store.get_workload(sweep.workload_id)
     src = sweep.source.value
-    best = optimum(summaries, objective)
-    maxn = maxn_of(summaries)
+    base = device_baseline(device, sweep.space)  # its module's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+    best = optimum(summaries, objective, baseline=base.setting)
+    maxn = maxn_of(summaries, base.setting)
     assert best is not None
     title = f"Sweep s{sweep_id}: {wl.model} / {wl.task} on {device.board} [{src}]"
     prefix = f"sweep-s{sweep_id}"
     figures = [
         _sweep_figure(summaries, best, maxn, "joules_per_sample", 1.0, "energy per sample (J)",
-                      f"Energy per sample vs GPU clock [{src}]", out / f"{prefix}-energy.png"),
+                      f"Energy per sample vs GPU clock [{src}]", out / f"{prefix}-energy.png", base.label),
     ]
     timed = [s for s in summaries if not s.energy_only]  # energy-only points have no time to draw
     if timed:
         figures += [
             _sweep_figure(timed, best, maxn, "seconds_per_sample", 1000.0, "time per sample (ms)",
-                          f"Time per sample vs GPU clock [{src}]", out / f"{prefix}-time.png"),
+                          f"Time per sample vs GPU clock [{src}]", out / f"{prefix}-time.png", base.label),
             _sweep_figure(timed, best, maxn, "power_w", 1.0, "average power (W)",
-                          f"Average power vs GPU clock [{src}]", out / f"{prefix}-power.png"),
+                          f"Average power vs GPU clock [{src}]", out / f"{prefix}-power.png", base.label),
         ]
     rails = sweep.space.get("rails", "all")
     untimed = len(summaries) - len(timed)
@@ -141,16 +143,17 @@ def sweep_report(store: Store, sweep_id: int, out: Path, *, objective: Ranking |
     vs_maxn = optimum_vs_maxn(best, maxn)
     if maxn is not None and vs_maxn is not None:
         time = "time not recorded" if vs_maxn.slowdown_pct is None else slowdown_text(vs_maxn.slowdown_pct, than=None)
-        lines += ["", f"Against MAXN Mode 0 ({maxn.joules_per_sample.mean:.4g} J/sample): "
+        lines += ["", f"Against {base.label} ({maxn.joules_per_sample.mean:.4g} J/sample): "
                       f"**{saving_text(vs_maxn.saving_pct, than=None)}**, **{time}** [{src}], per sample."]
     else:
-        lines += ["", "MAXN Mode 0 was not part of this sweep, so no saving against it is given."]
+        lines += ["", f"{base.label}, the board's baseline, was not part of this sweep, so no saving against it "
+                      "is given."]
     lines += ["", "## Figures", ""]
     lines += [f"![{p.stem}]({p.name})" for p in figures]
     lines += ["", f"## Points [{src}]", "",
               "| setting | n | J/sample | ms/sample | W | samples/s |", "|---|---:|---:|---:|---:|---:|"]
     for s in summaries:
-        mark = " **(optimum)**" if s is best else (" (MAXN)" if s is maxn else "")
+        mark = " **(optimum)**" if s is best else (f" ({base.name})" if s is maxn else "")
         lines.append(
             f"| {s.setting.label()}{mark} | {s.n} | {format_stat(s.joules_per_sample, '.4g')}"
             f" | {format_stat(s.seconds_per_sample, '.4g', 1000)}"
@@ -180,7 +183,7 @@ def _series(summaries: Sequence[PointSummary]) -> dict[str, list[PointSummary]]:
 
 
 def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: PointSummary | None, attr: str,
-                  scale: float, ylabel: str, title: str, path: Path) -> Path:
+                  scale: float, ylabel: str, title: str, path: Path, baseline_label: str = "MAXN (mode 0)") -> Path:
     fig, ax = _figure()
     series = _series(summaries)
     if series:
@@ -201,7 +204,7 @@ def _sweep_figure(summaries: Sequence[PointSummary], best: PointSummary, maxn: P
         ax.bar(range(len(ys)), ys, yerr=errs, color=colors, capsize=3)
         ax.set_xticks(range(len(ys)), labels, rotation=20, ha="right", fontsize=7)
     if maxn is not None and getattr(maxn, attr) is not None:
-        ax.axhline(getattr(maxn, attr).mean * scale, color="tab:gray", linestyle="--", label="MAXN Mode 0")
+        ax.axhline(getattr(maxn, attr).mean * scale, color="tab:gray", linestyle="--", label=baseline_label)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
@@ -241,7 +244,7 @@ def run_report(store: Store, run_id: int, out: Path) -> Report:
                   "loss and no evaluation metric.", ""]
     lines += [f"Setting (last applied): **{setting}**; objective `{run.objective or '-'}`; seed {run.seed}; "
               f"{run.steps} steps, {run.samples} samples. Energy over the rails preset `{run.rails}`.", "",
-              f"| figure [{src}] | run {run_id}" + (f" | MAXN run {base.id} |" if base else " |"),
+              f"| figure [{src}] | run {run_id}" + (f" | {mode_text(base.setting)} run {base.id} |" if base else " |"),
               "|---|---:|" + ("---:|" if base else "")]
     for name, key, fmt in (("time (s)", "time_s", ".3f"), ("energy (J)", "energy_j", ".2f"),
                            ("average power (W)", "avg_power_w", ".2f"), ("samples/s", "samples_per_s", ".2f"),
@@ -262,11 +265,11 @@ def run_report(store: Store, run_id: int, out: Path) -> Report:
         lines += ["", f"Not compared with its stored baseline: {refused.what}."]
     if comparison is not None and base is not None:  # both, or neither
         same = ", of the same workload" if base.workload is not None else ""
-        lines += ["", f"Against MAXN Mode 0 (run {base.id}{same}): "
+        lines += ["", f"Against {mode_text(base.setting)} (run {base.id}{same}): "
                       f"**{saving_text(comparison.saving_pct, than=None)}**, "
                       f"**{slowdown_text(comparison.slowdown_pct, than=None)}** [{comparison.source.value}]."]
         if base is not None and run.device is not None and base.device is not None and run.device.other_board(base.device):
-            lines += [f"The MAXN run was on another board of the module (serial {base.device.serial})."]
+            lines += [f"The baseline run was on another board of the module (serial {base.device.serial})."]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
     md = out / f"{prefix}.md"
@@ -283,7 +286,7 @@ def _rail_figure(run: RunRecord, base: RunRecord | None, title: str, path: Path)
            width, label=f"run {run.id} ({run.policy})")
     if base is not None:
         ax.bar([x + width / 2 for x in xs], [base.rail_energy_j.get(r, 0.0) for r in rails], width,
-               label=f"MAXN Mode 0 (run {base.id})", color="tab:gray")
+               label=f"{mode_text(base.setting)} (run {base.id})", color="tab:gray")
     ax.set_xticks(xs, rails, fontsize=8)
     ax.set_ylabel("energy (J)")
     ax.set_title(title)

@@ -106,24 +106,28 @@ class Ranking(Protocol):
         """How the user writes it, e.g. `energy` or `energy@5%`."""
         ...
 
-    def best(self, candidates: Sequence[tuple[DvfsSetting, Measurement]],
-             baseline: Measurement | None) -> tuple[DvfsSetting, Measurement]: ...
+    def best(self, candidates: Sequence[tuple[DvfsSetting, Measurement]], baseline: Measurement | None, *,
+             baseline_setting: DvfsSetting = MAXN) -> tuple[DvfsSetting, Measurement]: ...
 
 
-def optimum(summaries: Sequence[PointSummary], objective: Ranking | None = None) -> PointSummary | None:
+def optimum(summaries: Sequence[PointSummary], objective: Ranking | None = None, *,
+            baseline: DvfsSetting = MAXN) -> PointSummary | None:
     """The summary the objective ranks best; without one, the lowest energy per sample
-    (the first on ties, as the energy objective ranks)."""
+    (the first on ties, as the energy objective ranks). `baseline`: the board's (as for maxn_of), what a
+    slowdown limit is measured against and what the objective falls back to."""
     if not summaries:
         return None
     if objective is None:
         return min(summaries, key=lambda s: s.measurement().joules_per_sample)
     candidates = [(s.setting, s.measurement()) for s in summaries]
-    best, _m = objective.best(candidates, None)
+    best, _m = objective.best(candidates, None, baseline_setting=baseline)
     return next(s for s in summaries if s.setting == best)
 
 
-def maxn_of(summaries: Sequence[PointSummary]) -> PointSummary | None:
-    return next((s for s in summaries if s.setting == MAXN), None)
+def maxn_of(summaries: Sequence[PointSummary], baseline: DvfsSetting = MAXN) -> PointSummary | None:
+    """The baseline's point: `baseline` is the board's (engine.device.baseline.board_baseline, or
+    engine.results.baseline.device_baseline for a stored sweep); MAXN, mode 0, the AGX Orin's."""
+    return next((s for s in summaries if s.setting == baseline), None)
 
 
 def stored_points(

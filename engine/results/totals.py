@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Mapping
 
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
+from engine.device.rails import total_rails
 
 if TYPE_CHECKING:  # annotations only
     from engine.device.monitor import WindowResult
@@ -42,7 +43,7 @@ class RunTotals:
         if self.source is not None:
             object.__setattr__(self, "source", Source(self.source))
         if self.energy_j is None and self.rail_energy_j:
-            over = self.rails or tuple(self.rail_energy_j)
+            over = self.rails or total_rails(tuple(self.rail_energy_j))  # the module's total where none is named
             object.__setattr__(self, "energy_j", float(sum(self.rail_energy_j.get(r, 0.0) for r in over)))
 
     @classmethod

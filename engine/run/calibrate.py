@@ -18,6 +18,7 @@ from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.device.monitor import RAIL_PRESETS
+from engine.device.rails import preset_rails, total_rails
 from engine.device.twin.calibration import Calibration, FitOptions, Observation, calibrate_profile, calibrated_name
 from engine.device.twin.calibration import check_profile_name, overlay_toml
 from engine.device.twin.profile import devices_dir, load_profile, user_profiles_dir
@@ -257,9 +258,9 @@ def _rails(preset: object, points: Sequence[SweepPoint], profile: TwinProfile, s
     if text.lower() == RAILS_ALL:
         seen = {r for p in points for r in (p.rail_energy_j or {})}
         names = tuple(r for r in profile.rail_names if r in seen) + tuple(sorted(seen - set(profile.rail_names)))
-        names = names or tuple(profile.rail_names)
-    elif text.lower() in RAIL_PRESETS and RAIL_PRESETS[text.lower()] is not None:
-        names = tuple(RAIL_PRESETS[text.lower()] or ())
+        names = total_rails(names or tuple(profile.rail_names))  # the module's total: VDD_IN on an Orin Nano
+    elif text.lower() in RAIL_PRESETS:
+        names = preset_rails(text, profile.rail_names) or ()
     else:
         names = tuple(r.strip() for r in text.split(",") if r.strip())
     unknown = [r for r in names if r not in profile.rail_names]

@@ -56,6 +56,7 @@ class ExperimentPhase:
     policy: str
     index: int  # 1-based
     total: int
+    mode: str | None = None  # the baseline's mode by name and id (`MAXN_SUPER (mode 2)`); None: not the baseline
 
 
 @dataclass(frozen=True)

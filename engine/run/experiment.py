@@ -1,4 +1,5 @@
-"""Experiments: fine-tune under a DVFS policy and, if asked, under MAXN Mode 0 to compare.
+"""Experiments: fine-tune under a DVFS policy and, if asked, under the baseline to compare (the board's
+uncapped mode by name: MAXN, mode 0, on an AGX Orin; MAXN_SUPER on an Orin Nano / NX).
 
     spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2"), policy="online", compare="maxn",
                           steps=200, twin="agx-orin-64gb")
@@ -37,6 +38,8 @@ from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.provenance import Source
 from engine.results.errors import StoreError
+from engine.device.baseline import board_baseline
+from engine.results.baseline import MODE_NAME_KEY
 from engine.results.compare import BASELINE_POLICY, Comparison, RunFigures, RunRole, flatten_metrics, stored_baseline
 from engine.results.estimates import board_estimate
 from engine.run.events import ExperimentPhase as ExperimentPhase  # defined with every event of a run
@@ -44,7 +47,7 @@ from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.recorder import RunRecorder
 from engine.results.sweeps import stored_points
 from engine.results.totals import RunTotals
-from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 from engine.workload.trace.loop import check_loop_for
 
@@ -71,7 +74,7 @@ class ExperimentSpec:
     workload: WorkloadSpec  # what both runs fine-tune: model, task, shape, mode, padding, data, seed
     policy: str = "maxn"
     objective: str = "energy"
-    compare: str | None = None  # "maxn": also run (or reuse) MAXN Mode 0
+    compare: str | None = None  # "maxn": also run (or reuse) the board's baseline, its uncapped mode by name
     reuse_baseline: bool = False  # use a stored MAXN run of the same workload, device, steps, seed
     steps: int = 100
     train_samples: int | None = None
@@ -179,12 +182,12 @@ def run_experiment(
 
         check_source(spec.workload.task, spec.workload.data, train_samples=spec.train_samples,
                      eval_samples=spec.eval_samples)
-    if workload is None:
-        workload = resolve_workload(spec.workload)
     twin = spec.twin or (DEFAULT_TWIN if spec.simulate and spec.fallback_to_twin else None)
     with open_harness(session=session, twin=twin, sysfs_root=spec.sysfs_root, fallback_to_twin=spec.fallback_to_twin,
                       thermal=spec.thermal, rails=spec.rails, listeners=callbacks, control=control,
                       policies=policies) as harness:
+        # once for both runs, against this board's memory: refused before a store row or a model
+        workload = harness.workload(spec.workload, workload)
         if spec.simulate and not harness.session.can_simulate:
             raise ConfigError("--simulate needs the digital twin: there is no training to measure on a board",
                               "add --twin, or drop --simulate")
@@ -226,7 +229,8 @@ def run_experiment(
                 if baseline is None:
                     if harness.session.warms_up:  # the policy run has warmed the silicon
                         notes.append(cool_before_baseline(guard, runner.policy_start_c))
-                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2))
+                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2,
+                                         board_baseline(device.power_modes()).label))
                     base_ctx = PolicyContext(device, objective, (), workload=workload)
                     baseline = runner.execute("baseline", BASELINE_POLICY, harness.policies.make(BASELINE_POLICY),
                                               base_ctx)
@@ -245,6 +249,15 @@ def run_experiment(
         return ExperimentResult(spec=spec, identity=identity, source=source, workload=workload, objective=objective,
                                 run=run, baseline=baseline, comparison=comparison, notes=tuple(notes),
                                 thermal=guard.describe())
+
+
+def _named_setting(setting: DvfsSetting | None, detail: Mapping[str, object]) -> object:
+    """The setting to store: a baseline run's carries its mode's name (MAXN_SUPER is no mode 0 to be
+    named by id alone); any other run's is the setting as it is."""
+    name = detail.get("mode_name")
+    if setting is None or not isinstance(name, str):
+        return setting
+    return {**setting.to_json(), MODE_NAME_KEY: name}
 
 
 class _Runner:
@@ -326,10 +339,11 @@ class _Runner:
         if totals is None:  # cancelled before the first step: nothing measured, nothing stored
             totals = RunTotals(time_s=0.0, rails=self.rails, rails_preset=spec.rails, samples=0, steps=0,
                                source=self.source)
+        detail = policy.describe()
         if measured:
             self._finish(run_id, "finished" if not cancelled else "cancelled", totals, notes=notes, weights=weights,
                          synthetic=synthetic, data_source=data_source, wall_s=wall_s, metrics=metrics,
-                         setting=controller.current)
+                         setting=_named_setting(controller.current, detail))
         else:
             self._finish(run_id, "cancelled", None, notes=notes, weights=weights, synthetic=synthetic,
                          data_source=data_source)
@@ -338,13 +352,13 @@ class _Runner:
         return RunFigures(
             run_id=run_id, role=role, policy=policy_spec, source=self.source, totals=totals,
             host_wall_s=wall_s, metric=metric, metric_value=metric_value, setting=controller.current,
-            history=tuple(controller.history), detail=policy.describe(), simulated=spec.simulate,
+            history=tuple(controller.history), detail=detail, simulated=spec.simulate,
             cancelled=cancelled, weights=weights, synthetic=synthetic,
         )
 
     def _finish(self, run_id: int, status: RunStatus, totals: RunTotals | None, *, notes: str,
                 weights: str | None, synthetic: bool | None, data_source: str | None, wall_s: float | None = None,
-                metrics: Mapping[str, float] | None = None, setting: DvfsSetting | None = None) -> None:
+                metrics: Mapping[str, float] | None = None, setting: object = None) -> None:
         """Store the run's end: its totals with its power trace, in one transaction. When the store
         cannot take them (a full disk), the run is marked failed and the error says what was kept."""
         try:

@@ -1,7 +1,7 @@
 """The run harness: the one way a run or a sweep meets the device.
 
-    workload = resolve_workload(spec.workload)  # once: the store's key, the step trace
     with open_harness(twin="agx-orin-64gb", rails="all", listeners=[progress], policies=factory) as h:
+        workload = h.workload(spec.workload)  # once, against the board's memory: the key, the step trace
         with h.guarded():                       # clock guard + power monitor
             controller = h.controller(h.policies.make("online"), ctx)  # handed the guard
             result = h.train(finetune_spec, callbacks=[controller, recorder], workload=workload)
@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from engine.workload.trace.simulate import SimulationResult
     from engine.workload.finetune import FinetuneResult, FinetuneSpec
     from engine.workload.resolve import Workload
+    from engine.workload.spec import WorkloadSpec
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,19 @@ class RunHarness:
         for listener in self.listeners:
             self._stop = first_stop(self._stop, deliver(listener, event))
         return self._stop
+
+    def workload(self, spec: WorkloadSpec, resolved: Workload | None = None) -> Workload:
+        """`spec` resolved against this device's memory (its MemTotal: the session's
+        /proc/meminfo), or `resolved` (resolved before the device was known) checked against it:
+        a step that does not fit this board is refused (MemoryFitError, with the remedies) before
+        a store row is written or a model built."""
+        from engine.workload.resolve import resolve_workload
+
+        total = self.session.memory_total_bytes()
+        if resolved is None:
+            return resolve_workload(spec, mem_total_bytes=total)
+        resolved.check_memory(total)
+        return resolved
 
     def thermal_guard(self, overrides: Iterable[tuple[str, float]] = (),
                       limits: ThermalLimits | None = None) -> ThermalGuard:

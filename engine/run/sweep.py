@@ -26,9 +26,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from engine.device.base import Device, DeviceIdentity
+from engine.device.baseline import Baseline, board_baseline
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective, parse_objective
-from engine.device.setting import DvfsSetting
+from engine.device.setting import MAXN, DvfsSetting
 from engine.dvfs.space import SPACES
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, JsonValue
@@ -40,7 +41,7 @@ from engine.results.sweeps import RAILS_ALL, PointSummary, maxn_of, optimum, sum
 from engine.run.events import SweepPointDone as SweepPointDone  # defined with every event of a run
 from engine.run.harness import ListenerLike, RunHarness, open_harness
 from engine.run.sweep_driver import SweepDriver
-from engine.workload.resolve import Workload, resolve_workload
+from engine.workload.resolve import Workload
 from engine.workload.spec import WorkloadSpec
 from engine.workload.trace.loop import check_loop_for
 
@@ -129,7 +130,8 @@ class SweepResult:
     maxn: PointSummary | None
     status: RunStatus  # finished | cancelled
     thermal: Mapping[str, JsonValue] = field(default_factory=dict)
-    vs_maxn: SweepSaving | None = None  # the optimum against MAXN per sample, its board estimate included
+    vs_maxn: SweepSaving | None = None  # the optimum against the baseline per sample, its board estimate included
+    baseline: Baseline | None = None  # the board's: what `maxn` is the point of and how the text names it
 
     @property
     def complete(self) -> bool:
@@ -146,6 +148,9 @@ class SweepResult:
             "points": [p.to_json() for p in self.points],
             "optimum": None if self.optimum is None else self.optimum.to_json(),
             "maxn": None if self.maxn is None else self.maxn.to_json(),
+            "baseline": None if self.baseline is None else {"setting": self.baseline.setting.to_json(),
+                                                            "mode_name": self.baseline.name,
+                                                            "label": self.baseline.label},
             "optimum_saving_vs_maxn_pct": saving,
             "optimum_vs_maxn": None if self.vs_maxn is None else self.vs_maxn.to_json(),
             "thermal": dict(self.thermal),
@@ -173,10 +178,10 @@ def run_sweep(
 
     spec.validate()
     listeners = list(callbacks)
-    if workload is None:
-        workload = resolve_workload(spec.workload)
     with open_harness(session=session, twin=spec.twin, sysfs_root=spec.sysfs_root, thermal=spec.thermal,
                       rails=spec.rails, listeners=listeners, control=control) as harness:
+        # against this board's memory: refused before the store is touched or a model built
+        workload = harness.workload(spec.workload, workload)
         device, identity, source, rails = harness.device, harness.identity, harness.source, harness.rails
         if spec.fast:
             harness.session.fast_model()  # a board has none: say so before the store is touched
@@ -216,7 +221,9 @@ def run_sweep(
         store.finish_sweep(sweep.id, status)
         summaries = summarize_points(store.sweep_points(sweep.id))
         objective = parse_objective(spec.objective)
-        best, maxn = optimum(summaries, objective), maxn_of(summaries)
+        base = sweep_baseline(device)
+        best = optimum(summaries, objective, baseline=base.setting if base else MAXN)
+        maxn = None if base is None else maxn_of(summaries, base.setting)
         vs_maxn = optimum_vs_maxn(best, maxn)
         if vs_maxn is not None and best is not None:  # computed once here, for the text, --json and the TUI
             vs_maxn = replace(vs_maxn, interval=board_estimate(
@@ -225,7 +232,17 @@ def run_sweep(
             sweep_id=sweep.id, spec=spec, source=source, identity=identity, workload=workload, rails=rails,
             settings=len(settings), resumed=resumed, measured=len(store.sweep_points(sweep.id)) - resumed,
             points=tuple(summaries), optimum=best, maxn=maxn, status=status, thermal=thermal, vs_maxn=vs_maxn,
+            baseline=base,
         )
+
+
+def sweep_baseline(device: Device) -> Baseline | None:
+    """The board's baseline, the point its sweep compares with; None on a board whose conf has no uncapped
+    mode (an explicit-settings sweep may run there): nothing is then stated against a baseline."""
+    try:
+        return board_baseline(device.power_modes())
+    except ConfigError:
+        return None
 
 
 def sweep_settings(spec: SweepSpec, device: Device) -> tuple[DvfsSetting, ...]:

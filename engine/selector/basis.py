@@ -38,7 +38,7 @@ class DataBasis:
     measured_weight: float | None = None  # a measured row's weight against a twin row's 1
     base: Mapping[str, JsonValue] | None = None  # transfer: the base selector's file, digest and basis line
     modules: tuple[str, ...] = ()  # the modules its store sweeps were of (none recorded: the twin zoo, older files)
-    across_modules: bool = False  # the module a feature (`train-selector --across-modules`)
+    across_modules: bool = False  # learnt across modules, their figures as features (`--across-modules`, the zoos of several --twin)
     recorded: bool = True  # False: derived from an older selector's metadata
     note: str = ""
     extra: Mapping[str, JsonValue] = field(default_factory=dict)
@@ -58,9 +58,9 @@ class DataBasis:
 
     def line(self) -> str:
         """One line: which data the selector's choices rest on, labelled by source."""
-        profile = f", profile {self.profile}" if self.profile else ""
-        if self.across_modules:
-            profile += f", across modules {', '.join(self.modules)} (the module a feature)"
+        profile = f", profile {self.profile}" if self.profile and not self.across_modules else ""
+        if self.across_modules:  # each module's own profile, named by its module
+            profile += f", across modules {', '.join(self.modules)}: their figures as features"
         elif self.modules:
             profile += f", module {', '.join(self.modules)}"
         note = f" ({self.note})" if self.note else ""
@@ -115,7 +115,7 @@ def from_training(summary: Mapping[str, Any], *, command: JsonObject | None = No
         measured_points=int(summary.get("measured_rows", 0)),
         energy_only_points=int(summary.get("energy_only_rows", 0)), profile=summary.get("profile"),
         devices=tuple(summary.get("devices") or ()), measured_weight=measured_weight, base=base,
-        modules=tuple(summary.get("modules") or ()), across_modules=bool(summary.get("module_columns")),
+        modules=tuple(summary.get("modules") or ()), across_modules=bool(summary.get("across_modules")),
     )
 
 

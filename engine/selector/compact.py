@@ -242,10 +242,10 @@ def export_selector(selector: Selector) -> dict[str, np.ndarray] | None:
         "encoder": selector.encoder.to_json(), "settings": [s.to_json() for s in selector.candidates],
         "source": selector.source, "source_column": bool(selector.source_column), "winner": selector.winner,
         "cv_table": selector.cv_table, "objective": selector.objective, "training": selector.training,
-        "power_floor_w": selector.power_floor_w, "ranges": {k: list(v) for k, v in selector.ranges.items()},
+        "ranges": {k: list(v) for k, v in selector.ranges.items()},
     }
-    if selector.modules:  # an across-module selector's one-hot columns (absent otherwise: the form is unchanged)
-        meta["modules"] = list(selector.modules)
+    if len(selector.encoders) > 1:  # an across-module selector's modules, each with its encoder
+        meta["encoders"] = {m: e.to_json() for m, e in selector.encoders.items()}
     out: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta, default=str))}
     for k, tree in trees.items():
         assert tree is not None

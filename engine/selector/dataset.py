@@ -34,7 +34,7 @@ from engine.core.errors import ConfigError, NoSweepPointsError
 from engine.core.jsontypes import JsonObject
 from engine.core.provenance import Source
 from engine.selector.features import FEATURE_COLUMNS, SettingEncoder, WorkloadFeatures, feature_matrix
-from engine.selector.modules import concat, module_column_names, module_one_hot, pick_module
+from engine.selector.modules import concat, encoder_of_module, pick_module
 from engine.workload.trace.loop import LOOPS, Loop
 
 if TYPE_CHECKING:
@@ -74,10 +74,11 @@ class Dataset:
     # Per-row sample weights (None: every row 1); engine.selector.mixing.weigh_measured sets them.
     weights: np.ndarray | None = None
     devices: tuple[str, ...] = ()  # the boards the measured rows were taken on (names, for the data basis)
-    # Each row's module (the store's device record; () where not known, e.g. the twin zoo), and with
-    # `train-selector --across-modules` the modules that are one-hot feature columns (MODULE_PREFIX).
+    # Each row's module (the store's device record, the twin zoo's profile's module; () where not known),
+    # and for rows of several modules each module's encoder: each row is encoded against its own module's
+    # tables and facts (the module columns), its settings in the selector's terms (SettingEncoder).
     row_modules: tuple[str, ...] = ()
-    module_columns: tuple[str, ...] = ()
+    module_encoders: Mapping[str, SettingEncoder] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.workloads)
@@ -92,9 +93,9 @@ class Dataset:
                               "record sweeps first (`slm-dvfs sweep`), or train with --from-twin-zoo")
         if self.row_modules and len(self.row_modules) != n:
             raise ConfigError("dataset columns differ in length", "build datasets with from_store / from_twin_zoo")
-        if self.module_columns and not set(self.row_modules) <= set(self.module_columns):
-            raise ConfigError("a training row's module has no feature column",
-                              "build across-module datasets with from_store(across_modules=True)")
+        if self.module_encoders and not set(self.row_modules) <= set(self.module_encoders):
+            raise ConfigError("a training row's module has no encoder",
+                              "build across-module datasets with from_store(across_modules=True) or from_twin_zoos")
         if not self.source_column and len(set(self.sources)) > 1:
             raise ConfigError("the training data mixes measured and twin points",
                               "train on one source, or ask for both (--source both) to make it a feature")
@@ -108,12 +109,27 @@ class Dataset:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return FEATURE_COLUMNS + module_column_names(self.module_columns) + ((SOURCE_COLUMN,) if self.source_column else ())
+        return FEATURE_COLUMNS + ((SOURCE_COLUMN,) if self.source_column else ())
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules its rows are of, in order (one, or none known, for a single module's data)."""
+        return tuple(dict.fromkeys(self.row_modules))
+
+    @property
+    def across_modules(self) -> bool:
+        """Rows of several modules, each encoded against its own."""
+        return len(self.module_encoders) > 1
+
+    def encoder_of(self, i: int) -> SettingEncoder:
+        """Row i's module's encoder."""
+        return self.module_encoders[self.row_modules[i]] if self.module_encoders else self.encoder
 
     def X(self) -> np.ndarray:  # scikit-learn's name for the feature matrix
-        x = feature_matrix(self.workloads, self.settings, self.encoder)
-        if self.module_columns:  # before the source column, which stays last
-            x = np.hstack([x, module_one_hot(self.row_modules, self.module_columns)])
+        encoders: SettingEncoder | list[SettingEncoder] = self.encoder
+        if self.module_encoders:
+            encoders = [self.module_encoders[m] for m in self.row_modules]
+        x = feature_matrix(self.workloads, self.settings, encoders)
         if self.source_column:
             x = np.hstack([x, np.array([[float(s == Source.MEASURED)] for s in self.sources])])
         return x
@@ -128,7 +144,7 @@ class Dataset:
         out: dict[str, list[int]] = defaultdict(list)
         for i, (w, s) in enumerate(zip(self.workloads, self.sources)):
             key = f"{w.key}|{s.value}" if self.source_column else w.key
-            out[f"{key}|{self.row_modules[i]}" if self.module_columns else key].append(i)
+            out[f"{key}|{self.row_modules[i]}" if self.across_modules else key].append(i)
         return {k: np.array(v) for k, v in out.items()}
 
     def energy_only(self) -> np.ndarray:
@@ -142,12 +158,14 @@ class Dataset:
 
     def subset(self, idx: Sequence[int] | np.ndarray) -> "Dataset":
         idx = np.asarray(idx)
+        kept = {self.row_modules[i] for i in idx} if self.row_modules else set()
         return Dataset(
             tuple(self.workloads[i] for i in idx), tuple(self.settings[i] for i in idx),
             self.time_per_sample[idx], self.power_w[idx], self.energy_per_sample[idx],
             tuple(self.sources[i] for i in idx), self.encoder, self.space, self.source_column, self.notes,
             None if self.weights is None else self.weights[idx], self.devices,
-            tuple(self.row_modules[i] for i in idx) if self.row_modules else (), self.module_columns,
+            tuple(self.row_modules[i] for i in idx) if self.row_modules else (),
+            {m: e for m, e in self.module_encoders.items() if m in kept},  # the modules its rows are of
         )
 
     def digest(self) -> str:
@@ -188,8 +206,8 @@ class Dataset:
         out["devices"] = list(self.devices)
         if self.row_modules:  # the modules it rests on (recorded only where known: not for the twin zoo)
             out["modules"] = sorted(set(self.row_modules))
-        if self.module_columns:
-            out["module_columns"] = list(self.module_columns)
+        if self.across_modules:  # each module's profile: what its rows were encoded against
+            out["across_modules"] = {m: e.profile for m, e in self.module_encoders.items()}
         return out
 
 
@@ -235,7 +253,8 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
     """Every recorded sweep point of `source` (measured | twin | both) in `store`, of the
     sweeps whose energy is over the `rails` preset (energies over other rails do not mix),
     of one module (`module`; None: the store's only one, else the profile's: modules_of_sweeps),
-    or with `across_modules` of every module, the module a one-hot feature.
+    or with `across_modules` of every module, each module's rows encoded against its own profile
+    (engine.selector.modules.encoder_of_module; its settings in the selector's terms).
     Workload features are recomputed from the model's architecture and trace, exactly as
     `select` computes them for a new workload; workloads whose model cannot be resolved
     offline are skipped with a warning."""
@@ -246,7 +265,7 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
     if source not in SOURCE_CHOICES:
         raise ConfigError(f"unknown training source {source!r}", f"use one of {', '.join(SOURCE_CHOICES)}")
     wanted = {Source.MEASURED, Source.TWIN} if source == "both" else {Source(source)}
-    encoder = SettingEncoder.from_profile(load_profile(profile))
+    fallback = SettingEncoder.from_profile(load_profile(profile))
     features: dict[int, WorkloadFeatures | None] = {}
     points: list[tuple[WorkloadFeatures, DvfsSetting, Measurement]] = []
     energy_only: list[tuple[WorkloadFeatures, DvfsSetting, float, int, Source]] = []
@@ -261,6 +280,16 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
         chosen = pick_module(modules, module, load_profile(profile).identity.module, profile)
         sweeps = [sw for sw in sweeps if chosen is None or module_of[sw.device_id] == chosen]
         modules = [chosen] if chosen else []
+    encoders = {m: encoder_of_module(m, fallback) for m in modules}
+    if across_modules:  # modules with no profile of their own would look like one board to the selector
+        seen: dict[tuple[float, ...], str] = {}
+        for m, enc in encoders.items():
+            twin = seen.setdefault(tuple(enc.module_row()), m)
+            if twin != m:
+                raise ConfigError(f"modules {twin} and {m} are encoded with the same figures (the profile "
+                                  f"{enc.profile}): the selector could not tell their sweeps apart",
+                                  "learn from each separately with --module M; a module with no shipped "
+                                  "profile takes --profile's")
     row_module: list[str] = []  # each point's module, in the order of `points`
     energy_module: list[str] = []
     for sweep in sweeps:
@@ -282,8 +311,8 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
             dev = store.get_device(sweep.device_id)
             devices[sweep.device_id] = " ".join(x for x in (dev.module, dev.l4t and f"L4T {dev.l4t}") if x)
         for p in store.sweep_points(sweep.id):
-            setting = DvfsSetting.from_json({k: v for k, v in p.setting.items()
-                                             if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")})
+            setting = encoders[module_of[sweep.device_id]].to_selector(DvfsSetting.from_json(
+                {k: v for k, v in p.setting.items() if k in ("gpu_hz", "cpu_hz", "emc_hz", "nvpmodel", "jetson_clocks")}))
             if p.samples <= 0:
                 continue
             if p.time_s is None:  # an energy-only point (imported without a time): energy rows only
@@ -317,11 +346,11 @@ def from_store(store: Store, *, source: str = "measured", profile: str = "agx-or
         notes.append(f"{len(energy_only)} energy-only point(s) (no time): they teach energy, not time or power")
     parts = []
     for m in sorted(set(row_module) | set(energy_module)):  # pooled per module: a module's rows never mix
-        part = from_points([pt for pt, pm in zip(points, row_module) if pm == m], encoder, space=chosen_space,
+        part = from_points([pt for pt, pm in zip(points, row_module) if pm == m], encoders[m], space=chosen_space,
                            source_column=source == "both", notes=notes, devices=sorted(set(devices.values())),
                            energy_only=[e for e, em in zip(energy_only, energy_module) if em == m])
         parts.append(replace(part, row_modules=(m,) * len(part)))
-    return concat(parts, module_columns=tuple(modules) if across_modules else ())
+    return concat(parts, module_encoders={m: encoders[m] for m in modules} if across_modules else {})
 
 
 
@@ -412,7 +441,9 @@ def from_twin_zoo(
         raise ConfigError("no training modes, precisions or loops to generate data for",
                           "give at least one of each (the defaults: every mode, precision and loop)")
     prof = load_profile(profile)
-    settings = profile_settings(prof, space)
+    encoder = SettingEncoder.from_profile(prof)
+    settings = profile_settings(prof, space)  # the board's terms (what the twin runs), kept in the selector's
+    mem_total = int(prof.memory_total_mb * 1024 * 1024) if prof.memory_total_mb else None
     archs: dict[str, Mapping[str, Any] | None] = {}
     if models is None and configs is None:
         models = list(load_zoo())
@@ -435,13 +466,13 @@ def from_twin_zoo(
             progress(n, len(grid), what)
         try:
             w, trace = describe_workload(m, t, batch_size=b, seq_len=l, precision=p, mode=md, config=archs[m],
-                                         loop=lp)
+                                         loop=lp, mem_total_bytes=mem_total)
         except ConfigError as exc:
             log.info("skipping %s: %s", what, exc.what)
             skipped.append(f"{what}: {exc.what}")
             continue
         for s, meas in twin_measure(trace, prof, settings):
-            points.append((w, s, meas))
+            points.append((w, encoder.to_selector(s), meas))
     if progress:
         progress(len(grid), len(grid), "done")
     covered = "; ".join(f"{k} covers {', '.join(v)}" for k, v in reps.items() if len(v) > 1)
@@ -457,4 +488,23 @@ def from_twin_zoo(
     if skipped:
         notes.append(f"{len(skipped)} grid point(s) skipped (a sequence longer than the model's positions, "
                      f"a step the board's memory cannot hold, or a mode the model cannot take), e.g. {skipped[0]}")
-    return from_points(points, SettingEncoder.from_profile(prof), space=space, notes=notes)
+    ds = from_points(points, encoder, space=space, notes=notes)
+    return replace(ds, row_modules=(str(encoder.module),) * len(ds))
+
+
+def from_twin_zoos(profiles: Sequence[str], **grid: Any) -> Dataset:
+    """The twin zoo (from_twin_zoo, the same grid) of each module's profile, as one dataset: each
+    module's rows encoded against its own profile (its module columns, its tables, its uncapped mode
+    as the selector's mode 0), a workload's sweeps on two modules two sweeps (Dataset.by_workload), a
+    shape on every module one cross-validation group (no fold learns a shape from another module)."""
+    names = list(dict.fromkeys(profiles))
+    if len(names) < 2:
+        return from_twin_zoo(profile=names[0] if names else "agx-orin-64gb", **grid)
+    parts: list[Dataset] = []
+    for name in names:
+        part = from_twin_zoo(profile=name, **grid)
+        if part.encoder.module in {p.encoder.module for p in parts}:
+            raise ConfigError(f"profiles of one module given twice ({part.encoder.module}: {name})",
+                              "give each module's profile once")
+        parts.append(part)
+    return concat(parts, module_encoders={str(p.encoder.module): p.encoder for p in parts})

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
@@ -53,7 +53,18 @@ log = logging.getLogger(__name__)
 # BitFit flag and the task's head; a selector saved with them is refused: retrain it).
 # 3: the training loop's serial host work (serial_share, loop_host_cycles_per_sample): version 2
 # could not tell the hf loop from the lean one.
-FEATURE_SCHEMA_VERSION = 3
+# 4: gpu_share_ref, the GPU's share of a step at reference rates: leaving a family out, the trees could
+# not tell a small launch-bound step from a GPU-bound one by the totals' logs alone.
+# 5: module columns (SMs, the GPU's and CPU's top clocks, CPU cores, memory bandwidth and size, power limit)
+# and settings that mean the same on every module: `uncapped_mode` (the board's MAXN or MAXN_SUPER, whatever
+# its id) replaces the mode id, whose meaning differs per module (mode 0 is MAXN on an AGX Orin, 15W on an
+# Orin Nano 8GB); the clocks' share of their module's top clock.
+FEATURE_SCHEMA_VERSION = 5
+# The reference device of gpu_share_ref: round figures of the AGX Orin class (FP32 peak at ~60% achieved,
+# tensor cores 4x for half precision, DRAM bandwidth, a kernel's launch gap, the host's cycles per launch
+# and clock). A reference, not a board: the module's own figures enter as module columns.
+REF_FLOPS, REF_TENSOR, REF_BYTES_PER_S, REF_KERNEL_S = 5e12 * 0.6, 4.0, 150e9, 5e-6
+REF_LAUNCH_CYCLES, REF_CPU_HZ = 40000.0, 2.2e9
 FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
@@ -80,6 +91,7 @@ WORKLOAD_COLUMNS: tuple[tuple[str, bool], ...] = (
     # so its log is defined for both loops).
     ("serial_share", False),
     ("loop_host_cycles_per_sample", True),
+    ("gpu_share_ref", False),
     # How the step's work splits between op groups (engine.core.trace.OP_KINDS): matrix work may
     # run on tensor cores, the rest is bound by bandwidth or by launches.
     *((f"{kind}_{what}_share", False) for kind in OP_KINDS for what in ("flops", "bytes", "kernels")),
@@ -91,11 +103,26 @@ SETTING_COLUMNS: tuple[tuple[str, bool], ...] = (
     ("cpu_ghz", True),
     ("emc_governor", False),
     ("emc_ghz", True),
-    ("nvpmodel", False),
-    ("jetson_clocks", False),
+    ("uncapped_mode", False),  # the board's uncapped mode (MAXN, MAXN_SUPER), not its id: a capped mode's caps
+    ("jetson_clocks", False),  # enter the nominal clocks
+    ("gpu_of_top", False),  # the nominal clocks as shares of the module's top step
+    ("emc_of_top", False),
 )
-FEATURE_COLUMNS: tuple[str, ...] = tuple(n for n, _ in WORKLOAD_COLUMNS + SETTING_COLUMNS)
-LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(WORKLOAD_COLUMNS + SETTING_COLUMNS) if lg)
+# The module's columns (numbers, not one-hot, so a module the selector never saw is described in the same
+# terms): from the device profile of the board's module (DeviceIdentity.module_profile on a board).
+MODULE_COLUMNS: tuple[tuple[str, bool], ...] = (
+    ("module_sms", True),
+    ("module_gpu_top_ghz", True),
+    ("module_bandwidth_gbps", True),
+    ("module_memory_gb", True),
+    ("module_cpu_cores", True),
+    ("module_cpu_top_ghz", True),
+    ("module_power_limit_w", True),
+)
+_ALL_COLUMNS = WORKLOAD_COLUMNS + SETTING_COLUMNS + MODULE_COLUMNS
+FEATURE_COLUMNS: tuple[str, ...] = tuple(n for n, _ in _ALL_COLUMNS)
+LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(_ALL_COLUMNS) if lg)
+MODULE_COLUMN_NAMES: tuple[str, ...] = tuple(n for n, _ in MODULE_COLUMNS)
 N_WORKLOAD_COLUMNS = len(WORKLOAD_COLUMNS)
 
 
@@ -108,8 +135,8 @@ def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarr
 
 
 def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:
-    """The workload columns of feature rows, and every column after the schema's (module one-hots
-    of an across-module selector, then the source column, when present)."""
+    """The workload columns of feature rows, and every column after the schema's (the source column,
+    when present)."""
     cols = list(range(N_WORKLOAD_COLUMNS)) + list(range(len(FEATURE_COLUMNS), x.shape[1]))
     return x[:, cols]
 
@@ -218,6 +245,14 @@ class WorkloadFeatures:
         total = float(self.host_cycles) + serial
         return (serial / total if total > 0 else 0.0), total / self.batch_size
 
+    def gpu_share_ref(self) -> float:
+        """The GPU's share of a step's time on a reference device: no device's figure, a workload-only
+        mix of the trace's totals that tells a GPU-bound step from one waiting on the host."""
+        peak = REF_FLOPS * (REF_TENSOR if self.precision in ("fp16", "bf16") else 1.0)
+        gpu = float(self.flops) / peak + float(self.bytes) / REF_BYTES_PER_S + self.kernels * REF_KERNEL_S
+        host = (self.kernels * REF_LAUNCH_CYCLES + float(self.host_cycles) + float(self.serial_cycles or 0.0)) / REF_CPU_HZ
+        return gpu / (gpu + host) if gpu + host > 0 else 0.0
+
     def row(self) -> list[float]:
         """The workload columns, in WORKLOAD_COLUMNS order."""
         return [
@@ -239,6 +274,7 @@ class WorkloadFeatures:
             float(self.bytes) / max(self.kernels, 1),
             float(self.host_cycles) / self.batch_size,
             *self.loop_host(),
+            self.gpu_share_ref(),
             *self.op_shares(),
         ]
 
@@ -287,7 +323,7 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
                       config: Mapping[str, Any] | None = None, lora: LoraSettings | None = None,
                       grad_checkpointing: bool = False,
                       padding: Padding = "max_length",
-                      loop: Loop = DEFAULT_LOOP) -> tuple[WorkloadFeatures, StepTrace]:
+                      loop: Loop = DEFAULT_LOOP, mem_total_bytes: int | None = None) -> tuple[WorkloadFeatures, StepTrace]:
     """Features and step trace of fine-tuning `model` on `task`, with no data and no weights: the
     workload resolved as a run resolves it (engine.workload.resolve.resolve_workload: traces are cached,
     and a cached one is found without building the model). `model` is a zoo name, hub id, checkpoint
@@ -295,12 +331,14 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
     precision default to the zoo entry's (else 32, 128, fp32). With `padding="dynamic"` the trace is an
     average step (StepMix.mean_trace) over the lengths the task's batches pad to; "max_length" (the
     default here, what the shipped selector was trained on) traces every step at `seq_len`. The loop is
-    a WorkloadSpec's (lean unless given: the twin zoo and `select` name theirs)."""
+    a WorkloadSpec's (lean unless given: the twin zoo and `select` name theirs). `mem_total_bytes`: the
+    MemTotal of the board it must fit (None: the AGX Orin 64GB's)."""
     from engine.workload.resolve import resolve_workload
 
     workload = resolve_workload(WorkloadSpec(
         model=model, task=task, batch_size=batch_size, seq_len=seq_len, precision=precision, mode=mode,
-        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, loop=loop, config=config))
+        lora=lora, grad_checkpointing=grad_checkpointing, padding=padding, loop=loop, config=config),
+        mem_total_bytes=mem_total_bytes)
     return features_of(workload), workload.trace
 
 
@@ -309,20 +347,51 @@ def describe_workload(model: str, task: str, *, batch_size: int | None = None, s
 
 @dataclass(frozen=True)
 class SettingEncoder:
-    """Turns a DvfsSetting into numbers, against one device's clock tables and mode caps."""
+    """Turns a DvfsSetting into numbers, against one module's clock tables, mode caps and facts.
+
+    Settings are in the selector's terms: mode 0 is the board's uncapped mode (MAXN, MAXN_SUPER),
+    whatever its id on the board (`to_selector` swaps the two ids, `to_board` swaps them back), so
+    engine.device.setting.MAXN is every module's baseline and the settings of two modules compare."""
 
     gpu_max_hz: int
     cpu_max_hz: int
     emc_max_hz: int
     mode_caps: Mapping[int, tuple[int | None, int | None, int | None]] = field(default_factory=dict)  # gpu, cpu, emc
     profile: str | None = None
+    # The module (schema 5): its name, its uncapped mode's id on the board, and its module columns.
+    module: str | None = None
+    uncapped_id: int = 0
+    sms: int = 0
+    bandwidth_gbps: float = 0.0
+    memory_gb: float = 0.0
+    cpu_cores: int = 0
+    power_limit_w: float = 0.0
 
     @classmethod
     def from_profile(cls, profile: TwinProfile) -> "SettingEncoder":
-        """From a twin profile (its tables and nvpmodel modes): the device the data came from."""
-        caps = {int(m.id): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
-        return cls(int(max(profile.gpu.table_hz)), int(max(profile.cpu.table_hz)), int(max(profile.emc.table_hz)),
-                   caps, str(profile.name))
+        """From a device profile (its tables, nvpmodel modes and module facts): the module the data came
+        from, or the one a choice is made for. Mode caps are keyed in the selector's terms."""
+        from engine.device.baseline import uncapped_mode
+
+        base = int(uncapped_mode(profile.modes).id)
+        caps = {_swap(int(m.id), base): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
+        facts = profile.module
+        emc_top = int(max(profile.emc.table_hz))
+        bandwidth = (facts.memory_bandwidth_gbps if facts is not None and facts.memory_bandwidth_gbps
+                     else profile.emc.bytes_per_cycle * emc_top / 1e9)  # the bus's peak where the sheet is not given
+        return cls(int(max(profile.gpu.table_hz)), int(max(profile.cpu.table_hz)), emc_top, caps, str(profile.name),
+                   module=profile.identity.module, uncapped_id=base, sms=int(profile.gpu.sms),
+                   bandwidth_gbps=float(bandwidth), memory_gb=float(profile.memory_total_mb or 0.0) / 1024.0,
+                   cpu_cores=int(profile.cpu.cores), power_limit_w=float(profile.module_power_limit_mw) / 1000.0)
+
+    def to_selector(self, setting: DvfsSetting) -> DvfsSetting:
+        """A board's setting in the selector's terms (its uncapped mode as mode 0)."""
+        mode = setting.nvpmodel
+        return setting if mode is None or not self.uncapped_id else replace(setting, nvpmodel=_swap(mode, self.uncapped_id))
+
+    def to_board(self, setting: DvfsSetting) -> DvfsSetting:
+        """A setting in the selector's terms on this module's board (mode 0 as its uncapped mode's id)."""
+        return self.to_selector(setting)  # the swap is its own inverse
 
     def nominal(self, setting: DvfsSetting) -> tuple[int, int, int]:
         """GPU, CPU, EMC clocks: the pinned value, else the highest clock the mode allows."""
@@ -333,19 +402,30 @@ class SettingEncoder:
             out.append(pinned if pinned is not None else (top if cap is None else min(top, cap)))
         return out[0], out[1], out[2]
 
+    def module_row(self) -> list[float]:
+        """The module columns, in MODULE_COLUMNS order."""
+        return [float(self.sms), self.gpu_max_hz / 1e9, self.bandwidth_gbps, self.memory_gb, float(self.cpu_cores),
+                self.cpu_max_hz / 1e9, self.power_limit_w]
+
     def row(self, setting: DvfsSetting) -> list[float]:
+        """The setting columns, then the module columns."""
         gpu, cpu, emc = self.nominal(setting)
         return [
             float(setting.gpu_hz is None and not setting.jetson_clocks), gpu / 1e9,
             float(setting.cpu_hz is None and not setting.jetson_clocks), cpu / 1e9,
             float(setting.emc_hz is None and not setting.jetson_clocks), emc / 1e9,
-            float(setting.nvpmodel if setting.nvpmodel is not None else 0),
+            float((setting.nvpmodel or 0) == 0),
             float(setting.jetson_clocks),
+            gpu / self.gpu_max_hz, emc / self.emc_max_hz,
+            *self.module_row(),
         ]
 
     def to_json(self) -> JsonObject:
         return {"gpu_max_hz": self.gpu_max_hz, "cpu_max_hz": self.cpu_max_hz, "emc_max_hz": self.emc_max_hz,
-                "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile}
+                "mode_caps": {str(k): list(v) for k, v in sorted(self.mode_caps.items())}, "profile": self.profile,
+                "module": self.module, "uncapped_id": self.uncapped_id, "sms": self.sms,
+                "bandwidth_gbps": self.bandwidth_gbps, "memory_gb": self.memory_gb, "cpu_cores": self.cpu_cores,
+                "power_limit_w": self.power_limit_w}
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> "SettingEncoder":
@@ -354,27 +434,41 @@ class SettingEncoder:
 
         caps = {int(k): (hz(c[0]), hz(c[1]), hz(c[2]))
                 for k, c in ((k, as_list(v)) for k, v in as_object(data.get("mode_caps") or {}).items())}
-        profile = data.get("profile")
+        profile, module = data.get("profile"), data.get("module")
         return cls(as_int(data["gpu_max_hz"]), as_int(data["cpu_max_hz"]), as_int(data["emc_max_hz"]), caps,
-                   None if profile is None else str(profile))
+                   None if profile is None else str(profile), module=None if module is None else str(module),
+                   uncapped_id=as_int(data.get("uncapped_id", 0)), sms=as_int(data.get("sms", 0)),
+                   bandwidth_gbps=_num(data.get("bandwidth_gbps")), memory_gb=_num(data.get("memory_gb")),
+                   cpu_cores=as_int(data.get("cpu_cores", 0)), power_limit_w=_num(data.get("power_limit_w")))
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
+
+
+def _swap(mode: int, uncapped: int) -> int:
+    """A mode id between a board's terms and the selector's: the uncapped mode and mode 0 trade ids."""
+    return 0 if mode == uncapped else uncapped if mode == 0 else mode
 
 
 def feature_matrix(workloads: Sequence[WorkloadFeatures], settings: Sequence[DvfsSetting],
-                   encoder: SettingEncoder) -> np.ndarray:
-    """One row per (workload, setting) pair, in FEATURE_COLUMNS order."""
-    if len(workloads) != len(settings):
+                   encoder: SettingEncoder | Sequence[SettingEncoder]) -> np.ndarray:
+    """One row per (workload, setting) pair, in FEATURE_COLUMNS order; `encoder` one module's, or each
+    row's own (rows of several modules: each encoded against its own module's tables)."""
+    encoders = [encoder] * len(workloads) if isinstance(encoder, SettingEncoder) else list(encoder)
+    if len(workloads) != len(settings) or len(encoders) != len(workloads):
         raise ConfigError(f"{len(workloads)} workloads but {len(settings)} settings",
                           "pair every workload with one setting")
     wrows: dict[WorkloadFeatures, list[float]] = {}
-    srows: dict[DvfsSetting, list[float]] = {}
+    srows: dict[tuple[DvfsSetting, int], list[float]] = {}  # by encoder identity (its caps are a dict)
     out = np.empty((len(workloads), len(FEATURE_COLUMNS)), dtype=float)
-    for i, (w, s) in enumerate(zip(workloads, settings)):
+    for i, (w, s, enc) in enumerate(zip(workloads, settings, encoders)):
         wr = wrows.get(w)
         if wr is None:
             wr = wrows[w] = w.row()
-        sr = srows.get(s)
+        sr = srows.get((s, id(enc)))
         if sr is None:
-            sr = srows[s] = encoder.row(s)
+            sr = srows[(s, id(enc))] = enc.row(s)
         out[i, :N_WORKLOAD_COLUMNS] = wr
         out[i, N_WORKLOAD_COLUMNS:] = sr
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Sequence, TypedDict
 
 import numpy as np
@@ -102,6 +102,29 @@ def leave_one_family_out(ds: Dataset, spec: CandidateSpec, objective: Objective 
     return results
 
 
+def leave_one_module_out(ds: Dataset, spec: CandidateSpec, objective: Objective | None = None, *,
+                         probes: Sequence[int] = (0, 1), progress: Callable[[str], None] | None = None
+                         ) -> list[FamilyResult]:
+    """For each module of an across-module dataset: fit `spec` on the other modules' rows, and choose for the
+    module's workloads with its own encoder (a module the selector was not trained on). The results' `family`
+    is the held-out module (summarise groups by it)."""
+    objective = objective or Objective()
+    modules = list(ds.module_encoders)
+    if len(modules) < 2:
+        raise ConfigError(f"leaving one module out needs at least 2 modules, the data has {len(modules)}",
+                          "build the data of several modules (dataset.from_twin_zoos)")
+    row_module = np.array(ds.row_modules)
+    results: list[FamilyResult] = []
+    for module in modules:
+        train, test = np.flatnonzero(row_module != module), np.flatnonzero(row_module == module)
+        if progress:
+            progress(f"{module}: fitting {spec.label} on {len(train)} rows of other modules")
+        selector = fit_selector(ds.subset(train), spec, objective)
+        selector.for_encoder(ds.module_encoders[module])
+        results.extend(replace(r, family=module) for r in evaluate_rows(selector, ds, test, objective, probes))
+    return results
+
+
 class RegretBlock(TypedDict):
     """Regret and savings over some workloads (a family's, or all)."""
 
@@ -153,4 +176,5 @@ def summarise(results: Sequence[FamilyResult]) -> dict[str, ProbesSummary]:
     return out
 
 
-__all__ = ["FamilyResult", "FamilySplit", "evaluate_rows", "family_splits", "leave_one_family_out", "summarise"]
+__all__ = ["FamilyResult", "FamilySplit", "evaluate_rows", "family_splits", "leave_one_family_out",
+           "leave_one_module_out", "summarise"]

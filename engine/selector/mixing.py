@@ -43,9 +43,9 @@ AUTO = "auto"
 def merge(twin: Dataset, measured: Dataset) -> Dataset:
     """One dataset of `twin` rows (e.g. the twin zoo) and `measured` rows (the store's), the
     source a feature column. Both must be over the same device profile's encoding."""
-    if twin.module_columns or measured.module_columns:
-        raise ConfigError("twin-zoo data cannot be merged with an across-module dataset (the zoo's rows have no module)",
-                          "train --across-modules on the store's sweeps alone")
+    if twin.across_modules or measured.across_modules:
+        raise ConfigError("measured sweeps join one module's twin zoo; this data is of several modules",
+                          "train --across-modules on the store's sweeps alone, or give --source both one --twin")
     if twin.encoder != measured.encoder:
         raise ConfigError(f"the twin data is over profile {twin.encoder.profile}, the measured data over "
                           f"{measured.encoder.profile}", "train both with the same --profile")

@@ -1,44 +1,40 @@
 """Modules as the selector sees them: training uses one module's sweeps by default (`pick_module`),
-and `train-selector --across-modules` makes the module a one-hot feature (`module_column_names`,
-`module_one_hot`): results of two modules are never pooled as if of one board."""
+and `train-selector --across-modules` (or the twin zoos of several profiles) learns across modules,
+each row encoded against its own module's profile (`encoder_of_module`: the module columns of
+engine.selector.features): results of two modules are never pooled as if of one board."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+import logging
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
 from engine.core.errors import ConfigError
+from engine.selector.features import SettingEncoder
 
 if TYPE_CHECKING:  # dataset imports this module
     from engine.selector.dataset import Dataset
 
-__all__ = ["MODULE_PREFIX", "concat", "module_column_names", "module_one_hot", "modules_of_schema", "pick_module"]
+__all__ = ["concat", "encoder_of_module", "pick_module"]
+
+log = logging.getLogger(__name__)
 
 
-MODULE_PREFIX = "module="
+def encoder_of_module(module: str, fallback: SettingEncoder) -> SettingEncoder:
+    """The encoder of a module the store names (its shipped profile, engine.device.jetson.identity's
+    table); `fallback` (the --profile's) for a module no profile is known for (logged)."""
+    from engine.device.jetson.identity import MODULES
+    from engine.device.twin.profile import load_profile
 
-
-def module_column_names(modules: Sequence[str]) -> tuple[str, ...]:
-    """The one-hot columns of `train-selector --across-modules` (`module=P3701-0005 (AGX Orin 64GB)`)."""
-    return tuple(MODULE_PREFIX + m for m in modules)
-
-
-def module_one_hot(row_modules: Sequence[str], modules: Sequence[str]) -> np.ndarray:
-    """One row per module named: 1 in its module's column, 0 elsewhere."""
-    index = {m: i for i, m in enumerate(modules)}
-    out = np.zeros((len(row_modules), len(modules)))
-    for r, m in enumerate(row_modules):
-        if m not in index:
-            raise ConfigError(f"the selector was not trained on module {m!r}",
-                              f"give --module one of: {', '.join(modules)}")
-        out[r, index[m]] = 1.0
-    return out
-
-
-def modules_of_schema(columns: Sequence[str]) -> tuple[str, ...]:
-    """The modules of an across-module selector's feature columns (none for a per-module one)."""
-    return tuple(c[len(MODULE_PREFIX):] for c in columns if c.startswith(MODULE_PREFIX))
+    profile = next((prof for name, prof in MODULES.values() if name == module), None)
+    if profile is None:
+        if module != fallback.module:
+            log.warning("no device profile of module %s: its rows are encoded against %s", module, fallback.profile)
+        return fallback
+    if profile == fallback.profile:
+        return fallback
+    return SettingEncoder.from_profile(load_profile(profile))
 
 
 def pick_module(modules: Sequence[str], module: str | None, profile_module: str, profile: str) -> str | None:
@@ -56,12 +52,12 @@ def pick_module(modules: Sequence[str], module: str | None, profile_module: str,
         return profile_module
     raise ConfigError(f"the store holds sweeps of {len(modules)} modules ({', '.join(modules)}) and the profile "
                       f"{profile} is of none of them", "give --module M to train for one, or --across-modules to "
-                      "learn across them with the module as a feature")
+                      "learn across them, the module's figures as features")
 
 
-def concat(parts: Sequence[Dataset], *, module_columns: tuple[str, ...] = ()) -> Dataset:
-    """Datasets (engine.selector.dataset.Dataset) of one encoding as one: their rows in order, notes and
-    devices once each, the modules of their rows kept (`module_columns`: the one-hot features, if any)."""
+def concat(parts: Sequence[Dataset], *, module_encoders: Mapping[str, SettingEncoder] | None = None) -> Dataset:
+    """Datasets (engine.selector.dataset.Dataset) as one: their rows in order, notes and devices once each,
+    the modules of their rows kept (`module_encoders`: rows of several modules, each module's encoder)."""
     first = parts[0]
     weights = None
     if any(p.weights is not None for p in parts):
@@ -74,5 +70,5 @@ def concat(parts: Sequence[Dataset], *, module_columns: tuple[str, ...] = ()) ->
         sources=sum((p.sources for p in parts), ()), encoder=first.encoder, space=first.space,
         source_column=first.source_column, notes=tuple(dict.fromkeys(n for p in parts for n in p.notes)),
         weights=weights, devices=tuple(dict.fromkeys(d for p in parts for d in p.devices)),
-        row_modules=sum((p.row_modules for p in parts), ()), module_columns=module_columns,
+        row_modules=sum((p.row_modules for p in parts), ()), module_encoders=dict(module_encoders or {}),
     )

@@ -32,11 +32,12 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from engine import __version__
 from engine.core import paths
 from engine.core.errors import ConfigError
+from engine.core.numpy_pickles import read_numpy2_pickles
 from engine.core.userinput import load_json
 
 if TYPE_CHECKING:  # the selector's modules load numpy: imported where a selector is built or read
@@ -211,8 +212,10 @@ def _write_compact(selector: Selector, target: Path, joblib_sha256: str) -> Path
     arrays["joblib_sha256"] = np.array(joblib_sha256)  # the pickle this form was written with
     tmp = target.with_name(f".{target.stem}.npz.tmp{os.getpid()}")
     with open(tmp, "wb") as fh:
-        # numpy's stub lets **kwds fill allow_pickle (a bool); these keys are the compact form's array names
-        np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
+        # NumPy 2's stub lets **kwds fill allow_pickle (a bool), NumPy 1's does not: typed as a plain call, so
+        # mypy passes under both; these keys are the compact form's array names
+        savez: Callable[..., None] = np.savez_compressed
+        savez(fh, **arrays)
     return tmp
 
 
@@ -257,7 +260,6 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None) -> dict[str, Any]:
     """Check a selector file (or its bytes `data`, once read) without unpickling it; returns its sidecar."""
-    from engine.selector.modules import modules_of_schema
     from engine.selector.selector import selector_schema
 
     path = Path(path)
@@ -272,7 +274,7 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
     schema = side.get("feature_schema")
     columns = schema.get("columns", []) if isinstance(schema, dict) else []
     source_column = "source_measured" in columns
-    expected = selector_schema(source_column, modules_of_schema(columns))
+    expected = selector_schema(source_column)
     if schema != expected:
         version = schema.get("version") if isinstance(schema, dict) else schema
         older = isinstance(version, int) and version < expected["version"]
@@ -290,6 +292,12 @@ def verify_selector_file(path: str | os.PathLike[str], data: bytes | None = None
 SCHEMA_CHANGES = {
     2: "version 1 described a model by its family, layers, hidden size and heads, version 2 by what its step costs",
     3: "version 3 adds the training loop's serial host work, so it tells a Trainer-style (hf) loop from the lean one",
+    4: "version 4 adds the GPU's share of a step at reference rates, which tells a launch- or host-bound step from a "
+       "GPU-bound one in a family the selector never saw",
+    5: "version 5 describes the board's module by its figures (SMs, clocks, memory bandwidth and size, CPU cores, "
+       "power limit) and a setting's mode as the board's uncapped one or not (no mode id, whose meaning differs "
+       "per module), so it predicts for a module it was not trained on (an across-module selector's one-hot "
+       "module columns are gone)",
 }
 
 
@@ -341,6 +349,7 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
     if want.split(".")[:2] != sklearn.__version__.split(".")[:2]:
         log.warning("selector %s was saved with scikit-learn %s, this is %s; if it misbehaves, retrain it",
                     path, want, sklearn.__version__)
+    read_numpy2_pickles()  # a selector saved under NumPy 2 (the shipped one), loaded under NumPy 1 (JetPack 6)
     try:
         obj = joblib.load(io.BytesIO(data))  # the verified bytes, not the file again
     except Exception as exc:  # noqa: BLE001 - any unpickling failure of a verified file
@@ -392,9 +401,8 @@ def _load_compact(path: Path, side: dict[str, Any]) -> Selector | None:
             candidates=[DvfsSetting.from_json(s) for s in meta["settings"]], source=str(meta["source"]),
             source_column=bool(meta["source_column"]), winner=str(meta["winner"]), cv_table=[cv_table_row(r) for r in as_list(meta["cv_table"])],
             objective=str(meta["objective"]), training=dict(meta["training"]),
-            power_floor_w=float(meta["power_floor_w"]),
             ranges={k: (float(v[0]), float(v[1])) for k, v in meta["ranges"].items()},
-            modules=tuple(meta.get("modules", ())),
+            encoders={str(m): SettingEncoder.from_json(e) for m, e in (meta.get("encoders") or {}).items()} or None,
         )
     except SelectorFileError:
         raise

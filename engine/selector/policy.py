@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.device.base import Device
+from engine.device.baseline import AGX_MAXN, Baseline, board_baseline
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
 from engine.dvfs.policies import BUILTIN_POLICIES, PolicyFactory
@@ -58,6 +59,24 @@ def workload_features(workload: Any) -> "WorkloadFeatures":
         raise ConfigError(f"the ml policy cannot tell the workload of a {type(workload).__name__}",
                           "pass selector features, a resolved workload or a WorkloadSpec")
     return features_of(resolve_workload(spec))
+
+
+def _baseline_of(device: Device) -> Baseline:
+    """The device's baseline; the AGX Orin's MAXN (mode 0) where its conf names no uncapped mode (the
+    selector's settings then run as they are, and check_setting refuses what the modes cap)."""
+    try:
+        return board_baseline(device.power_modes())
+    except SlmDvfsError:
+        return AGX_MAXN
+
+
+def _module_profile(device: Device) -> str | None:
+    """The device's module profile (a twin's own), for the choice's interval; None where it cannot be read."""
+    try:
+        identity = device.identity()
+    except SlmDvfsError:
+        return None
+    return identity.profile or identity.module_profile
 
 
 def accepts(device: Device, setting: DvfsSetting) -> bool:
@@ -107,8 +126,9 @@ class MLPolicy:
         self._ctx: PolicyContext | None = None
         self._features: WorkloadFeatures | None = None
         self._trace: Any = None
-        self._settings: list[DvfsSetting] = []
-        self._plan: list[DvfsSetting] = []
+        self._settings: list[DvfsSetting] = []  # the selector's (its MAXN is mode 0)
+        self._board: Baseline = AGX_MAXN  # the board's baseline: the selector's settings run in its mode
+        self._plan: list[DvfsSetting] = []  # the board's settings (in its baseline's mode)
         self._windows: dict[DvfsSetting, Measurement] = {}
         self._step_in_window = 0
         self._acc: Measurement | None = None
@@ -134,7 +154,9 @@ class MLPolicy:
         sel = self.selector
         self._features = workload_features(ctx.workload)
         self._trace = _steps_of(ctx.workload)
-        self._settings = [s for s in sel.candidates if accepts(ctx.device, s)]
+        self._board = _baseline_of(ctx.device)
+        self._for_board(ctx)
+        self._settings = [s for s in sel.candidates if accepts(ctx.device, self._board.in_its_mode(s))]
         if not self._settings:
             raise ConfigError("no setting of the selector's space is available on this device",
                               "retrain the selector on this device's sweeps (`slm-dvfs train-selector`)")
@@ -206,14 +228,30 @@ class MLPolicy:
             identity = self._ctx.device.identity()
         except SlmDvfsError:
             return Source.MEASURED
-        if self.selector.modules:  # learnt across modules: predict for this board's (refused if not learnt)
-            self.selector.use_module(identity.module)
         return identity.source
+
+    def _for_board(self, ctx: "PolicyContext") -> None:
+        """Choose for the board's module (its module profile: figures and setting space), learnt or not."""
+        from engine.device.twin.profile import load_profile
+
+        try:
+            identity = ctx.device.identity()
+        except SlmDvfsError:
+            return
+        name = identity.profile or identity.module_profile
+        if name:
+            try:
+                self.selector.for_profile(load_profile(name))
+            except SlmDvfsError as exc:  # a calibrated profile gone: its module's shipped one
+                log.warning("ml policy: profile %s: %s", name, exc.what)
+                if identity.module_profile and identity.module_profile != name:
+                    self.selector.for_profile(load_profile(identity.module_profile))
 
     def _probe_plan(self, objective: Objective) -> list[DvfsSetting]:
         assert self._features is not None
-        return self.selector.probe_plan(self._features, objective, probes=self.probes,
+        plan = self.selector.probe_plan(self._features, objective, probes=self.probes,
                                         settings=self._with_maxn(), as_source=self._as_source())
+        return [self._board.in_its_mode(s) for s in plan]
 
     def _auto_probes(self) -> tuple[int, str]:
         """How many probes the first choice's interval calls for (uncertainty.probes_for)."""
@@ -234,6 +272,7 @@ class MLPolicy:
         assert self._ctx is not None and self._features is not None
 
         def measure(setting: DvfsSetting) -> Measurement:
+            setting = self._board.in_its_mode(setting)  # the windows were taken in the board's mode
             if windows is None or setting not in windows:
                 raise ConfigError(f"no probe window was taken at {setting.label()}",
                                   "this is a bug: the probe plan changed between the windows and the choice")
@@ -243,11 +282,14 @@ class MLPolicy:
 
         choice = self.selector.choose(self._features, objective, settings=self._with_maxn(),
                                       probes=len(windows or {}), measure=measure, as_source=self._as_source())
-        self.choice = with_uncertainty(choice, self.selector, self._trace)
+        # in the board's baseline mode (MAXN_SUPER, mode 2, on an Orin Nano), its interval from the module's
+        # profile there; on a board whose baseline is mode 0, from the selector's (calibrated) board as before
+        profile = None if self._board.setting == AGX_MAXN.setting else _module_profile(self._ctx.device)
+        self.choice = with_uncertainty(choice.on_board(self._board), self.selector, self._trace, profile)
         self.setting = self.choice.setting
         check_setting(self._ctx.device, self.setting)
-        log.info("ml policy (%s): %s, predicted saving %s against MAXN", self.selector.winner,
-                 self.setting.label(), self._saving_text())
+        log.info("ml policy (%s): %s, predicted saving %s against %s", self.selector.winner,
+                 self.setting.label(), self._saving_text(), self.choice.baseline_label)
         return self.setting
 
     def _reason(self) -> str:
@@ -265,7 +307,8 @@ class MLPolicy:
 
         c = self.choice
         assert c is not None
-        return saving_text(100.0 * c.saving, interval=None if c.uncertainty is None else c.uncertainty.saving)
+        return saving_text(100.0 * c.saving, than=c.baseline_name,
+                           interval=None if c.uncertainty is None else c.uncertainty.saving)
 
 
 def _steps_of(workload: Any) -> Any:

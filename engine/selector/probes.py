@@ -6,16 +6,21 @@ the objective, MAXN comes second: whether a setting is feasible hangs on MAXN's 
 every prediction for this workload:
 
 - time:  t'(s) = t(s) * exp(a_t + b_t * x(s))
-- power: P'(s) = F + (P(s) - F) * exp(a_p + b_p * x(s))
+- power: P'(s) = P(s) * exp(a_p + b_p * x(s))
 
-with x(s) the log of the setting's nominal GPU clock (relative to the best's), and F the
-power floor (the part of board power no setting removes; 90% of the lowest power in the
-training data). With one probe the slopes b are 0: a constant time factor leaves the
-ranking as it was, but scaling only the dynamic part of power moves the optimum
-(a workload whose dynamic power was under-predicted gains from lower clocks). With two
-or three probes the slopes are fitted by least squares with a ridge penalty (the
-predictions' own slopes are trusted unless the probes disagree). Probed settings take
-their measured figures; the choice is then made again.
+with x(s) the log of the setting's nominal GPU clock (relative to the best's). With one probe
+the slopes b are 0: constant factors leave the ranking as it was, and the probed setting takes its
+measured figures. With two or three probes the slopes are fitted by least squares with a ridge
+penalty (the predictions' own slopes are trusted unless the probes disagree). Power is corrected
+whole: one probe cannot tell a mispredicted idle floor from mispredicted dynamic power, and scaling
+the part above a fixed floor (as this did before) multiplied a host-bound workload's predicted
+clock dependence 3.4x (leave-one-family-out, bench/bench_selector.py: 11% regret with one probe,
+more than with none). Probed settings take
+their measured figures; the choice is then made again, among the probed GPU clocks and their
+neighbours in the table first (`trusted_first`): a correction fitted at a few clocks says little
+about the far ends of the table. One probe's dynamic-power factor, carried from 816 to 408 MHz,
+chose 408 at 11% regret for a host-bound Pythia the selector had not seen (bench/bench_selector.py,
+leave-one-family-out); within a step of the probe it chose the oracle's 714.
 """
 
 from __future__ import annotations
@@ -67,7 +72,6 @@ class Correction:
     b_time: float
     a_power: float
     b_power: float
-    floor_w: float
     x0: float  # log GHz of the reference setting
     # Where the slopes hold, relative to x0: the probed clocks' span, widened by its own width
     # on each side; beyond, the correction at the nearer bound. A line through two or three
@@ -78,8 +82,7 @@ class Correction:
 
     def to_json(self) -> dict[str, float]:
         return {"time_factor": math.exp(self.a_time), "time_slope": self.b_time,
-                "dynamic_power_factor": math.exp(self.a_power), "dynamic_power_slope": self.b_power,
-                "power_floor_w": self.floor_w}
+                "power_factor": math.exp(self.a_power), "power_slope": self.b_power}
 
 
 def plan_probes(ranked: Sequence[Prediction], k: int, gpu_ghz: Callable[[DvfsSetting], float], *,
@@ -110,7 +113,7 @@ def plan_probes(ranked: Sequence[Prediction], k: int, gpu_ghz: Callable[[DvfsSet
 
 
 def fit_correction(preds: dict[DvfsSetting, Prediction], probed: Sequence[tuple[DvfsSetting, Measurement]],
-                   floor_w: float, x_of: Callable[[DvfsSetting], float]) -> Correction:
+                   x_of: Callable[[DvfsSetting], float]) -> Correction:
     """Per-workload factors (and, with 2+ probes, slopes) from the probes' residuals."""
     # MAXN's clocks are its governors', not its nominal ones: its window is the baseline, not a residual.
     probed = [(s, m) for s, m in probed if s != MAXN] or list(probed)
@@ -120,13 +123,12 @@ def fit_correction(preds: dict[DvfsSetting, Prediction], probed: Sequence[tuple[
         p = preds[s]
         xs.append(x_of(s) - x0)
         rt.append(math.log(m.seconds_per_sample / p.time_per_sample))
-        dyn_m, dyn_p = max(m.avg_power_w - floor_w, 1e-3), max(p.power_w - floor_w, 1e-3)
-        rp.append(math.log(dyn_m / dyn_p))
+        rp.append(math.log(m.avg_power_w / p.power_w))
     x = np.array(xs)
     a_t, b_t = _line(x, np.array(rt))
     a_p, b_p = _line(x, np.array(rp))
     span = float(np.ptp(x))
-    return Correction(a_t, b_t, a_p, b_p, floor_w, x0, float(x.min()) - span, float(x.max()) + span)
+    return Correction(a_t, b_t, a_p, b_p, x0, float(x.min()) - span, float(x.max()) + span)
 
 
 def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
@@ -141,12 +143,11 @@ def _line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 def apply_correction(pred: Prediction, c: Correction, x: float) -> Prediction:
     dx = min(max(x - c.x0, c.dx_lo), c.dx_hi)
     t = pred.time_per_sample * math.exp(c.a_time + c.b_time * dx)
-    dyn = max(pred.power_w - c.floor_w, 0.0) * math.exp(c.a_power + c.b_power * dx)
-    p = min(pred.power_w, c.floor_w) + dyn
+    p = pred.power_w * math.exp(c.a_power + c.b_power * dx)
     return replace(pred, time_per_sample=t, power_w=p, energy_per_sample=t * p)
 
 
-def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure, floor_w: float,
+def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure,
                x_of: Callable[[DvfsSetting], float], *,
                baseline: bool = False) -> tuple[list[Prediction], list[tuple[DvfsSetting, Measurement]],
                                                 Correction | None]:
@@ -162,7 +163,7 @@ def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure, floor_w: 
         probed.append((s, m))
         log.info("probe %s: %.4g s/sample, %.4g W (%s)", s.label(), m.seconds_per_sample, m.avg_power_w, m.source)
     by_setting = {p.setting: p for p in ranked}
-    corr = fit_correction(by_setting, probed, floor_w, x_of)
+    corr = fit_correction(by_setting, probed, x_of)
     measured = {s: m for s, m in probed}
     out = []
     for p in ranked:
@@ -173,6 +174,20 @@ def run_probes(ranked: Sequence[Prediction], k: int, measure: Measure, floor_w: 
         else:
             out.append(apply_correction(p, corr, x_of(p.setting)))
     return out, probed, corr
+
+
+def trusted_first(ranked: Sequence[Prediction], probed: Sequence[DvfsSetting],
+                  x_of: Callable[[DvfsSetting], float]) -> list[Prediction]:
+    """`ranked` with the settings a probe's correction speaks for first (their GPU clock probed, or
+    one table step from a probed one; and MAXN), in their order, then the rest in theirs."""
+    if not probed:
+        return list(ranked)
+    xs = sorted({round(x_of(p.setting), 9) for p in ranked})
+    step = {x: i for i, x in enumerate(xs)}
+    near = {step[x] + d for x in (round(x_of(s), 9) for s in probed) if x in step for d in (-1, 0, 1)}
+    inside = [p for p in ranked if p.setting == MAXN or step[round(x_of(p.setting), 9)] in near]
+    seen = {p.setting for p in inside}
+    return inside + [p for p in ranked if p.setting not in seen]
 
 
 def rank(preds: Sequence[Prediction], objective: Objective, baseline: Prediction | None) -> list[Prediction]:

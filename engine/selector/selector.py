@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -21,16 +21,17 @@ import numpy as np
 
 from engine.core.measurement import Measurement
 from engine.dvfs.objectives import Objective
+from engine.device.baseline import Baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, as_list
 from engine.core.provenance import Source
 from engine.selector.cv_table import CvTableRow, cv_row_json
 from engine.selector.dataset import SOURCE_COLUMN, Dataset
-from engine.selector.modules import module_column_names, module_one_hot
 from engine.selector.features import (
     FEATURE_COLUMNS,
     LOG_COLUMNS,
+    MODULE_COLUMN_NAMES,
     N_WORKLOAD_COLUMNS,
     SettingEncoder,
     WorkloadFeatures,
@@ -39,10 +40,12 @@ from engine.selector.features import (
     log_columns,
     workload_part,
 )
-from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes
+from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes, trusted_first
 
 if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compact model needs none)
     from pathlib import Path
+
+    from engine.device.twin.profile import TwinProfile
 
     from engine.selector.basis import DataBasis
     from engine.selector.candidates import CandidateSpec, SettingClassifier
@@ -52,16 +55,13 @@ if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compac
 
 log = logging.getLogger(__name__)
 
-POWER_FLOOR_SHARE = 0.9  # the power floor is this share of the lowest power in the training data
 RANGE_SLACK = math.log(1.25)  # a workload scale feature may lie 25% beyond the training range
 
 
-def selector_schema(source_column: bool, modules: Sequence[str] = ()) -> dict[str, Any]:
-    """The feature schema of a selector: the schema's columns, an across-module selector's module
-    one-hots, then the source column of one trained on both sources."""
+def selector_schema(source_column: bool) -> dict[str, Any]:
+    """The feature schema of a selector: the schema's columns, then the source column of one trained on
+    both sources."""
     schema = feature_schema()
-    if modules:
-        schema["columns"] = schema["columns"] + list(module_column_names(modules))
     if source_column:
         schema["columns"] = schema["columns"] + [SOURCE_COLUMN]
     return schema
@@ -78,8 +78,10 @@ class Confidence:
     cv_energy_mape: float | None
     top_spread: float  # predicted cost of the 3rd best over the best, minus 1
     runner_up_margin: float  # predicted cost of the 2nd best over the best, minus 1
-    extrapolating: tuple[str, ...]  # workload features outside the training range
+    extrapolating: tuple[str, ...]  # workload (and module) features outside the training range
     reason: str
+    module: str | None = None  # the module it chose for (None: the one it was trained on, unnamed)
+    module_trained: bool = True  # whether the selector was trained on that module's data
 
     def to_json(self) -> JsonObject:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -105,6 +107,12 @@ class Choice:
     trained_on: str = "twin"  # the selector's training source
     # Intervals on the figures (engine.selector.uncertainty.with_uncertainty); None: not asked for
     uncertainty: "ChoiceUncertainty | None" = None
+    baseline_name: str = "MAXN"  # the mode `maxn` is in, by name (on_board: MAXN_SUPER on an Orin Nano)
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline by its mode's name and id: `MAXN_SUPER (mode 2)`."""
+        return f"{self.baseline_name} (mode {self.maxn.setting.nvpmodel})"
 
     @property
     def saving(self) -> float:
@@ -134,7 +142,22 @@ class Choice:
             "chooser": self.chooser,
             "selector_trained_on": self.trained_on,
             "uncertainty": None if self.uncertainty is None else self.uncertainty.to_json(),
+            "baseline": {"setting": self.maxn.setting.to_json(), "mode_name": self.baseline_name,
+                         "label": self.baseline_label},
         }
+
+    def on_board(self, baseline: Baseline) -> Choice:
+        """This choice in a board's terms: each setting in the selector's MAXN mode (mode 0) moved to the board's
+        baseline mode (Baseline.in_its_mode), which it is named by."""
+        # the selector speaks the AGX Orin's MAXN, mode 0, the mode its settings pin clocks in (features, the
+        # shipped selectors); on a board whose baseline is another mode the same clocks are pinned in that one
+        def moved(p: Prediction) -> Prediction:
+            return replace(p, setting=baseline.in_its_mode(p.setting))
+
+        return replace(self, setting=baseline.in_its_mode(self.setting), predicted=moved(self.predicted),
+                       maxn=moved(self.maxn), top=tuple(moved(p) for p in self.top),
+                       probes=tuple((baseline.in_its_mode(s), m) for s, m in self.probes),
+                       baseline_name=baseline.name)
 
 
 class Selector:
@@ -153,9 +176,8 @@ class Selector:
         cv_table: Sequence[CvTableRow],
         objective: str,
         training: JsonObject,
-        power_floor_w: float,
         ranges: dict[str, tuple[float, float]],
-        modules: Sequence[str] = (),
+        encoders: dict[str, SettingEncoder] | None = None,
     ) -> None:
         self.model = model
         self.chooser = chooser
@@ -167,43 +189,56 @@ class Selector:
         self.cv_table = [r.copy() for r in cv_table]
         self.objective = objective
         self.training = dict(training)
-        self.power_floor_w = float(power_floor_w)
         self.ranges = dict(ranges)
-        self.modules = tuple(modules)  # across modules: the modules it learnt, each a feature column
-        self.module = self.modules[0] if self.modules else None  # the module it predicts for (use_module)
-        self.schema = selector_schema(source_column, self.modules)
+        # The modules it learnt from, each with its encoder (one, or none named, for a per-module selector).
+        self.encoders = dict(encoders or ({} if encoder.module is None else {encoder.module: encoder}))
+        self.modules = tuple(self.encoders)
+        self.module = encoder.module  # the module it predicts for (use_module, for_profile)
+        self.schema = selector_schema(source_column)
         self.path: Path | None = None  # set by load_selector to the file it was read from
-
-    # A selector pickled before modules were (every one trained per module) has none.
-    modules: tuple[str, ...] = ()
-    module: str | None = None
 
     @property
     def trained_modules(self) -> list[str]:
         """The modules whose sweeps it was trained on, as its training record says ([] where it does not)."""
         return [str(m) for m in as_list(self.training.get("modules") or [])]
 
+    @property
+    def module_trained(self) -> bool:
+        """Whether the module it predicts for is one it learnt from."""
+        return self.module is None or self.module in self.modules
+
     def use_module(self, module: str | None) -> None:
-        """Predict for `module` (an across-module selector: one it learnt; a per-module one: its own or None)."""
+        """Predict for `module`, one it learnt (its encoder kept); None: as it is."""
         if module is None:
             return
-        if not self.modules:
-            own = self.trained_modules
-            if own and module not in own:
-                log.warning("selector trained on %s predicts for %s: its choices rest on another module",
-                            ", ".join(own), module)
-            return
-        if module not in self.modules:
-            raise ConfigError(f"the selector was trained across {', '.join(self.modules)}, not {module!r}",
-                              f"give --module one of those, or train with `slm-dvfs train-selector --across-modules` "
-                              f"on sweeps of {module}")
-        self.module = module
+        if module not in self.encoders:
+            raise ConfigError(f"the selector learnt {', '.join(self.modules) or 'no named module'}, not {module!r}",
+                              "give --module one of those, or the board's module with --twin NAME / --sysfs-root PATH")
+        self.for_encoder(self.encoders[module])
+
+    def for_profile(self, profile: TwinProfile) -> None:
+        """Predict for the module of a device profile (a twin's, a board's module profile), whether or not it
+        learnt from it: that module's columns, and its setting space in the selector's terms."""
+        from engine.selector.dataset import profile_settings
+
+        enc = self.encoders.get(str(profile.identity.module)) or SettingEncoder.from_profile(profile)
+        space = self.training.get("space")
+        settings = profile_settings(profile, space if space in ("gpu", "gpu+emc") else "gpu")
+        self.for_encoder(enc, [enc.to_selector(s) for s in settings])
+
+    def for_encoder(self, encoder: SettingEncoder, candidates: Sequence[DvfsSetting] | None = None) -> None:
+        """Predict with `encoder` (its module's tables and figures) among `candidates` (default: the settings
+        of its space it learnt for that module, else its own)."""
+        if candidates is None:
+            table = set(encoder_table(encoder))
+            candidates = [s for s in self.candidates if s.gpu_hz is None or s.gpu_hz in table] or self.candidates
+        self.encoder = encoder
+        self.module = encoder.module
+        self.candidates = tuple(candidates)
 
     # ------------------------------------------------------------------ predictions
     def _rows(self, workload: WorkloadFeatures, settings: Sequence[DvfsSetting], as_source: Source) -> np.ndarray:
         x = feature_matrix([workload] * len(settings), list(settings), self.encoder)
-        if self.modules:
-            x = np.hstack([x, module_one_hot([self.module or self.modules[0]] * len(settings), self.modules)])
         if self.source_column:
             x = np.hstack([x, np.full((len(settings), 1), float(as_source == Source.MEASURED))])
         return x
@@ -239,10 +274,14 @@ class Selector:
         return math.log(self.encoder.nominal(setting)[0] / 1e9)
 
     def extrapolating(self, workload: WorkloadFeatures) -> tuple[str, ...]:
-        """Workload features outside the training range (scale features with 25% slack)."""
-        row = log_columns(np.array([workload.row()]), LOG_COLUMNS)[0]
+        """Workload and module features outside the training range (scale features with 25% slack)."""
+        x = feature_matrix([workload], [MAXN], self.encoder)
+        row = log_columns(x, LOG_COLUMNS)[0]
         out = []
-        for i, name in enumerate(FEATURE_COLUMNS[:N_WORKLOAD_COLUMNS]):
+        first_module = FEATURE_COLUMNS.index(MODULE_COLUMN_NAMES[0])
+        for i, name in enumerate(FEATURE_COLUMNS):
+            if N_WORKLOAD_COLUMNS <= i < first_module:
+                continue  # the settings: its own space's
             lo, hi = self.ranges.get(name, (-math.inf, math.inf))
             slack = RANGE_SLACK if i in LOG_COLUMNS else 1e-9
             if not (lo - slack <= row[i] <= hi + slack):
@@ -270,10 +309,10 @@ class Selector:
             if measure is None:
                 raise ConfigError(f"{probes} probe(s) asked for but nothing to measure them with",
                                   "pass --twin [PROFILE] (or run on the board) to take probe windows")
-            corrected, probed, corr = run_probes(ranked, probes, measure, self.power_floor_w, self._x_of,
+            corrected, probed, corr = run_probes(ranked, probes, measure, self._x_of,
                                                  baseline=objective.needs_baseline)
             by = {p.setting: p for p in corrected}
-            ranked = rank(corrected, objective, by[MAXN])
+            ranked = trusted_first(rank(corrected, objective, by[MAXN]), [s for s, _m in probed], self._x_of)
         chosen = ranked[0]
         chooser = self.winner
         if self.chooser is not None and not probes and objective.name == "energy" and not objective.needs_baseline:
@@ -299,13 +338,23 @@ class Selector:
         spread = costs[min(2, len(costs) - 1)] / costs[0] - 1.0
         margin = costs[min(1, len(costs) - 1)] / costs[0] - 1.0
         extra = self.extrapolating(workload)
-        if extra:
+        if not self.module_trained:
+            learnt = ", ".join(self.modules) or "another module"
+            beyond = [c for c in extra if c.startswith("module_")]
+            level = "low" if beyond or worst_r > 0.05 or extra else "medium"
+            reason = (f"not trained on {self.module} (learnt from {learnt}): predicted from its module figures"
+                      + (f", beyond the trained modules' in {', '.join(beyond)}" if beyond else ", within the "
+                         "trained modules' range")
+                      + (f"; the workload outside the training range in {', '.join(c for c in extra if c not in beyond)}"
+                         if len(extra) > len(beyond) else "") + "; consider --probes")
+        elif extra:
             level, reason = "low", f"outside the training range in {', '.join(extra)}; consider --probes"
         elif worst_r > 0.05:
             level, reason = "medium", f"in range, but held-out workloads saw up to {worst_r:.1%} regret"
         else:
             level, reason = "high", f"in range; held-out workloads saw {mean_r:.2%} mean, {worst_r:.2%} worst regret"
-        return Confidence(level, mean_r, worst_r, mape, spread, margin, extra, reason)
+        return Confidence(level, mean_r, worst_r, mape, spread, margin, extra, reason, self.module,
+                          self.module_trained)
 
     @property
     def basis(self) -> DataBasis:
@@ -324,6 +373,9 @@ class Selector:
             "settings": len(self.candidates),
             "space": self.training.get("space"),
             "profile": self.encoder.profile,
+            "module": self.module,
+            "module_trained": self.module_trained,
+            "modules": list(self.modules),
             "trained_at": self.training.get("created_at"),
             "rows": self.training.get("rows"),
             "workloads": self.training.get("workloads"),
@@ -332,8 +384,23 @@ class Selector:
 
 
 def _ranges(ds: Dataset) -> dict[str, tuple[float, float]]:
-    x = log_columns(ds.X()[:, :N_WORKLOAD_COLUMNS], LOG_COLUMNS)
-    return {name: (float(x[:, i].min()), float(x[:, i].max())) for i, name in enumerate(FEATURE_COLUMNS[:N_WORKLOAD_COLUMNS])}
+    """Each workload and module column's range over the training rows (scale columns as logs)."""
+    x = log_columns(ds.X()[:, :len(FEATURE_COLUMNS)], LOG_COLUMNS)
+    return {name: (float(x[:, i].min()), float(x[:, i].max())) for i, name in enumerate(FEATURE_COLUMNS)
+            if i < N_WORKLOAD_COLUMNS or name in MODULE_COLUMN_NAMES}
+
+
+def encoder_table(encoder: SettingEncoder) -> tuple[int, ...]:
+    """The GPU table of an encoder's profile (empty where the profile cannot be loaded)."""
+    from engine.core.errors import ProfileError
+    from engine.device.twin.profile import load_profile
+
+    if not encoder.profile:
+        return ()
+    try:
+        return tuple(load_profile(encoder.profile).gpu.table_hz)
+    except (ConfigError, ProfileError):
+        return ()
 
 
 def train_selector(
@@ -429,8 +496,8 @@ def fit_selector(
         model=model, chooser=clf, encoder=ds.encoder, candidates=settings, source=ds.source,
         source_column=ds.source_column, winner=(chooser or spec).label, cv_table=cv_table,
         objective=objective.spec, training=training,
-        power_floor_w=POWER_FLOOR_SHARE * float(np.nanmin(ds.power_w)), ranges=_ranges(ds),
-        modules=ds.module_columns,
+        ranges=_ranges(ds),
+        encoders=dict(ds.module_encoders) or None,
     )
 
 

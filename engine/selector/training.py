@@ -40,7 +40,7 @@ def store_dataset(store: Store, *, source: str = "measured", profile: str = DEFA
     space, so points outside it would teach it settings it can never pick. With both sources,
     each measured point weighs `measured_weight` (None: engine.selector.mixing.auto_weight).
     One module's sweeps (`module`, else engine.selector.modules.pick_module), or with
-    `across_modules` every module's, the module a feature."""
+    `across_modules` every module's, each encoded against its own profile."""
     from engine.device.twin.profile import load_profile
 
     ds = from_store(store, source=source, profile=profile, space=space, rails=rails, module=module,

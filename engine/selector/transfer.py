@@ -187,8 +187,8 @@ def _with_model(base: Selector, model: FiguresModel, training: JsonObject, cv_ta
     source = "measured" if base.source == "measured" else "both"
     return Selector(model=model, chooser=None, encoder=base.encoder, candidates=base.candidates, source=source,
                     source_column=base.source_column, winner=winner, cv_table=cv_table, objective=base.objective,
-                    training=training, power_floor_w=base.power_floor_w, ranges=base.ranges,
-                    modules=getattr(base, "modules", ()))
+                    training=training, ranges=base.ranges,
+                    encoders=dict(base.encoders) or None)
 
 
 def _grade(selector: Selector, ds: Dataset, keys: Sequence[str], objective: Objective

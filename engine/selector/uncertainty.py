@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from engine.core.jsontypes import JsonObject
 from engine.core.interval import LEVEL, Interval, quantile, quantile_interval
 from engine.core.provenance import Source
-from engine.device.setting import MAXN, DvfsSetting
+from engine.device.setting import DvfsSetting
 from engine.results.format import saving_text
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def choice_uncertainty(choice: Choice, selector: Selector, trace: StepTrace | St
     s = choice.saving
     notes = []
     if ens is not None:
-        savings = ens.savings(choice.setting)
+        savings = ens.savings(choice.setting, choice.maxn.setting)
         offsets = [v - savings[0] for v in savings]
         spread = quantile_interval(offsets, LEVEL)
         low, high = s + spread.low, s + spread.high
@@ -125,7 +125,7 @@ def choice_uncertainty(choice: Choice, selector: Selector, trace: StepTrace | St
     steps = None
     if ens is not None:
         energy = _relative(ens, choice.setting, choice.predicted.energy_per_sample)
-        maxn_energy = _relative(ens, MAXN, choice.maxn.energy_per_sample)
+        maxn_energy = _relative(ens, choice.maxn.setting, choice.maxn.energy_per_sample)
         opt_gpu, steps = ens.optimum_gpu(), ens.optimum_steps()
     return ChoiceUncertainty(saving, energy, maxn_energy, r90, opt_gpu, steps, 0 if ens is None else ens.members,
                              "; ".join(notes))
@@ -168,7 +168,15 @@ def _ensemble(choice: Choice, selector: Selector, trace: StepTrace | StepMix, pr
         if profile is None and board is None:  # a selector that does not name its board: no ensemble
             return None
         profile = load_profile(profile or calibrated_or(str(board)))
-    settings: list[DvfsSetting] = list(dict.fromkeys([MAXN, choice.setting, *selector.candidates]))
+    # the choice's baseline (MAXN; MAXN_SUPER where Choice.on_board moved it) and the candidates in its mode
+    # that the profile's GPU table has
+    from engine.device.baseline import Baseline
+
+    base = Baseline(choice.maxn.setting)
+    table = set(profile.gpu.table_hz)
+    moved = (base.in_its_mode(s) for s in selector.candidates)
+    settings: list[DvfsSetting] = list(dict.fromkeys(
+        [base.setting, choice.setting, *(s for s in moved if s.gpu_hz is None or s.gpu_hz in table)]))
     return ensemble(trace, profile, settings, members=members, seed=seed)
 
 
@@ -184,18 +192,21 @@ NEAR_ZERO = 0.01  # a saving of 1% or less: within what runs of one setting diff
 
 
 def maxn_about_optimal(choice: "Choice") -> str | None:
-    """Why MAXN Mode 0 is already about optimal for the choice's workload, or None when the choice
+    """Why the baseline (MAXN; MAXN_SUPER on an Orin Nano) is already about optimal for the choice's workload,
+    or None when the choice
     clearly saves: its predicted saving is near zero; or MAXN lies within the optimum's interval (the
     saving's interval, paired within each twin member, reaches down to about zero); or the saving is
     within the selector's own error of zero (its held-out regret's 90th percentile, or where a file
     records none, the worst regret it saw: the part of the doubt that interval then leaves out, and
     the reason says so)."""
     s = choice.saving
+    than = getattr(choice, "baseline_name", "MAXN")  # its mode's name: MAXN_SUPER on an Orin Nano
     if s <= NEAR_ZERO:  # in words, as every saving is said (it may be negative: never "-0.6%")
-        return f"the selector predicts {saving_text(100.0 * s)}"
+        return f"the selector predicts {saving_text(100.0 * s, than=than)}"
     unc = getattr(choice, "uncertainty", None)
     if unc is not None and unc.saving.low <= NEAR_ZERO:
-        return f"the saving's {unc.saving.level:.0%} interval reaches down to {saving_text(100.0 * unc.saving.low)}"
+        return (f"the saving's {unc.saving.level:.0%} interval reaches down to "
+                f"{saving_text(100.0 * unc.saving.low, than=than)}")
     r90 = None if unc is None else unc.regret_q90
     regret, which = (r90, "90% of") if r90 is not None else (choice.confidence.cv_worst_regret, "all")
     if regret is not None and math.isfinite(regret) and s <= regret:

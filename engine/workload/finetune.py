@@ -187,7 +187,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
     from engine.workload.training.metrics import compute_metrics
     from engine.workload.models import load_model
     from engine.workload.training.optim import prepare_model, resolve_device
-    from engine.workload.sizing import check_memory, estimate_memory
+    from engine.workload.resolve import check_workload_memory
     from engine.workload.data.tokenization import load_tokenizer
     from engine.workload.training.trainer import TrainConfig, Trainer
 
@@ -202,10 +202,7 @@ def run_finetune(spec: FinetuneSpec, callbacks: Iterable[Callback] = (),
         resolved = spec.workload.resolved_model()
         w = spec.workload.named(resolved)
         # before anything allocates; 16-bit is a remedy only where autocast can run it
-        check_memory(estimate_memory(resolved.config, int(w.batch_size or 0), int(w.seq_len or 0), w.named_precision,
-                                     w.mode, lora=w.lora, checkpointing=w.grad_checkpointing),
-                     resolved.name, int(w.batch_size or 0), int(w.seq_len or 0),
-                     cuda=resolve_device(spec.device).type == "cuda")
+        check_workload_memory(w, resolved, cuda=resolve_device(spec.device).type == "cuda")
     task = get_task(w.task)
     batch_size, seq_len, precision = int(w.batch_size or 0), int(w.seq_len or 0), w.named_precision
     model, info = load_model(resolved, task, allow_download=w.allow_download, seed=w.seed)

@@ -19,6 +19,7 @@ from engine.core.constants import Mode
 from engine.core.jsontypes import JsonObject, as_float, as_int, as_list, as_object
 
 from engine.core.errors import ConfigError
+from engine.core.optional import import_optional
 from engine.core.plausible import MAX_LORA_RANK
 
 if TYPE_CHECKING:  # annotations only: peft is imported when a model is wrapped
@@ -108,11 +109,7 @@ PEFT_REMEDY = "install the lora extra: pip install -e '.[lora]'"
 
 
 def _peft() -> ModuleType:
-    try:
-        import peft
-    except ImportError:
-        raise ConfigError("LoRA needs the peft library, which is not installed", PEFT_REMEDY) from None
-    return peft
+    return import_optional("peft", "LoRA", PEFT_REMEDY)
 
 
 def is_peft_model(model: object) -> TypeGuard[PeftModel]:

@@ -25,6 +25,7 @@ from engine.workload.trace.trace_cache import WorkloadTrace, cached_workload_tra
 if TYPE_CHECKING:
     from engine.workload.data.lengths import LengthDistribution
     from engine.workload.models import ResolvedModel
+    from engine.workload.sizing import MemoryFit
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,18 @@ class Workload:
         """What the store keys this workload by (WorkloadSpec.key)."""
         return self.spec.key
 
+    def check_memory(self, mem_total_bytes: int | None) -> MemoryFit | None:
+        """This workload's step against the memory of a board whose MemTotal is `mem_total_bytes`
+        (check_workload_memory): for a workload resolved before its board was known. None for one
+        made from a step trace alone, with no model config to estimate from (a benchmark's, a test's)."""
+        if self.model_ref is not None:
+            resolved = self.model_ref
+        elif self.spec.config is not None:  # a named spec (resolve_workload's) carries its model's config
+            resolved = self.spec.resolved_model()
+        else:
+            return None
+        return check_workload_memory(self.spec, resolved, mem_total_bytes)
+
     @property
     def lora_settings(self) -> LoraSettings | None:
         """The LoRA settings the run uses (the defaults when none were given); None unless mode 'lora'."""
@@ -120,24 +133,36 @@ class Workload:
                    if self.lengths is not None else {})}
 
 
-def resolve_workload(spec: WorkloadSpec) -> Workload:
+def check_workload_memory(named: WorkloadSpec, resolved: ResolvedModel, mem_total_bytes: int | None = None, *,
+                          cuda: bool = True) -> MemoryFit:
+    """The one memory check of a workload before anything is built (run, sweep, a fleet board, the
+    trainer): the named spec's step estimated from its model's config, against the budget of a
+    board whose MemTotal is `mem_total_bytes` (engine.device.meminfo; None: the AGX Orin 64GB's).
+    Raises MemoryFitError (a ConfigError with the estimate and the remedies) when it does not fit."""
+    from engine.workload.sizing import check_memory, estimate_memory
+
+    batch, length = int(named.batch_size or 0), int(named.seq_len or 0)
+    return check_memory(estimate_memory(resolved.config, batch, length, named.named_precision, named.mode,
+                                        lora=named.lora, checkpointing=named.grad_checkpointing),
+                        resolved.name, batch, length, cuda=cuda, mem_total_bytes=mem_total_bytes)
+
+
+def resolve_workload(spec: WorkloadSpec, *, mem_total_bytes: int | None = None) -> Workload:
     """The workload `spec` asks for, with its step trace (cached; captured on meta tensors when not).
     Defaults come from the zoo entry. With dynamic padding its steps are a mix of the lengths a batch
     pads to under the task's published length distribution (engine.workload.data.lengths), each traced (and
     cached). A spec with a recorded config (a stored workload's) is rebuilt as it was recorded, whatever
     its name resolves to now. Refused (ConfigError) before anything is traced when the model cannot take
-    the length or its step would not fit the board's memory."""
-    from engine.workload.sizing import check_memory, estimate_memory
-
+    the length or its step would not fit the memory of the board whose MemTotal is `mem_total_bytes`
+    (None: the AGX Orin 64GB's; `check_workload_memory`)."""
     resolved = spec.resolved_model()
     named = spec.named(resolved)
-    batch, length, prec = int(named.batch_size or 0), int(named.seq_len or 0), named.named_precision
+    length = int(named.seq_len or 0)
     max_pos = as_int(resolved.config.get("max_position_embeddings", 512))
     if length > max_pos:
         raise ConfigError(f"sequence length {length} exceeds what {resolved.name} can take ({max_pos} positions)",
                           f"give --max-seq-len {max_pos} or less")
-    check_memory(estimate_memory(resolved.config, batch, length, prec, named.mode, lora=named.lora,
-                                 checkpointing=named.grad_checkpointing), resolved.name, batch, length)
+    check_workload_memory(named, resolved, mem_total_bytes)
     # From the cache without building the model when this workload was traced before.
     traced = trace_workload(named)
     # The trace is the model's work, cached per shape; the loop's host side is the spec's.

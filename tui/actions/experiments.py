@@ -47,7 +47,7 @@ class ExperimentActions(AppState):
         if self.is_twin:
             self.start_experiment(spec)
             return
-        runs = "this policy and then MAXN Mode 0" if spec.compare else f"policy {spec.policy}"
+        runs = f"this policy and then {self.baseline_label}" if spec.compare else f"policy {spec.policy}"
 
         def answer(ok: bool | None) -> None:
             if ok:
@@ -75,7 +75,7 @@ class ExperimentActions(AppState):
             return None
         tracker = RunTracker(self.source, rails)
         tracker.note(f"preparing {spec.workload.model}/{spec.workload.task}: {spec.steps} steps, policy {spec.policy}"
-                     + (", then MAXN Mode 0" if spec.compare else ""))
+                     + (f", then {self.baseline_label}" if spec.compare else ""))
         self.run_tracker = tracker
         self.run_bridge = EventBridge(tracker, lambda: self.post_message(RunProgress()),
                                       min_interval_s=self.run_refresh_s)
@@ -98,7 +98,8 @@ class ExperimentActions(AppState):
         from tui.selection import SelectorPreview, preview_choice
 
         try:
-            workload = resolve_workload(spec.workload)  # once, for the preview and both runs
+            # once, for the preview and both runs; against this board's memory, before anything is built
+            workload = resolve_workload(spec.workload, mem_total_bytes=self.mem_total)
             try:
                 preview = preview_choice(spec, workload)
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run
@@ -133,17 +134,19 @@ class ExperimentActions(AppState):
         if result.cancelled:  # where it stopped, and what the store holds of it
             line = (f"experiment cancelled at step {result.run.steps} of {result.spec.steps}: run "
                     f"{result.run.run_id} is stored as cancelled")
-        elif result.baseline is not None and result.baseline.cancelled:  # in its MAXN Mode 0 run
+        elif result.baseline is not None and result.baseline.cancelled:  # in its baseline run
             status = "cancelled"
-            line = (f"experiment cancelled in its MAXN Mode 0 run, at step {result.baseline.steps} of "
+            line = (f"experiment cancelled in its {result.baseline.mode_label} run, at step {result.baseline.steps} of "
                     f"{result.spec.steps}: run {result.baseline.run_id} is stored as cancelled (the policy's run "
                     f"{result.run.run_id} had finished)")
         if result.comparison is not None:
             c = result.comparison  # the engine's, as the CLI's text and --json give it
-            line += f", {versus_text(c.saving_pct, c.slowdown_pct)} [{c.source.value}]"
+            than = result.baseline.mode_label if result.baseline is not None else "MAXN"
+            line += f", {versus_text(c.saving_pct, c.slowdown_pct, than=than)} [{c.source.value}]"
         self._engine_idle(line)
         if result.comparison is not None and result.comparison.interval is not None:
-            line += f"\n{board_estimate_text(result.comparison.saving_pct, result.comparison.interval)}"
+            name = result.baseline.mode_name if result.baseline is not None else "MAXN"
+            line += f"\n{board_estimate_text(result.comparison.saving_pct, result.comparison.interval, name)}"
         for note in result.notes:
             line += f"\nnote: {note}"
         if self.run_tracker is not None:

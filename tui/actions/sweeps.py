@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual import work
 
+from engine.device.baseline import AGX_MAXN
 from engine.core.errors import SlmDvfsError
 from engine.core.provenance import Source, obtained
 from engine.results.format import board_estimate_text, versus_text
@@ -162,7 +163,7 @@ class SweepActions(AppState):
         store = self.store
         if self._refuse_if_busy() or store is None:
             return None
-        tracker = SweepTracker(self.source)
+        tracker = SweepTracker(self.source, self.baseline)
         tracker.note(f"sweep of {spec.workload.model}/{spec.workload.task} over {spec.space}"
                      + (" (fast: the twin's model, no training)" if spec.fast else ""))
         self.sweep_tracker = tracker
@@ -205,13 +206,14 @@ class SweepActions(AppState):
         self._engine_idle(line + ("; starting it again with the same parameters resumes it"
                                   if result.status != "finished" else ""))
         vs = result.vs_maxn  # the engine's, as the CLI's text and --json give it
+        base = result.baseline or AGX_MAXN  # the board's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
         if vs is not None and result.optimum is not None:
             line += (f"\noptimum {result.optimum.setting.label()}: "
-                     f"{versus_text(vs.saving_pct, vs.slowdown_pct, than='MAXN Mode 0')} per sample [{vs.source.value}]")
+                     f"{versus_text(vs.saving_pct, vs.slowdown_pct, than=base.label)} per sample [{vs.source.value}]")
             if vs.interval is not None:
-                line += f"\n{board_estimate_text(vs.saving_pct, vs.interval)}"
+                line += f"\n{board_estimate_text(vs.saving_pct, vs.interval, base.name)}"
         if isinstance(self.sweep_tracker, SweepTracker):  # a local sweep's (a fleet sweep ends in FleetSweepDone)
-            heat = from_summaries(result.points, result.source)
+            heat = from_summaries(result.points, result.source, base)
             self.sweep_tracker.finish(result.status, heat, result.sweep_id, line,
                                       stored=self._stored_view(result.sweep_id, heat))
             self.sweep_view = self.sweep_tracker.view()

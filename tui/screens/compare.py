@@ -1,4 +1,5 @@
-"""Page 4: a run and its MAXN Mode 0 baseline side by side, every figure labelled by source."""
+"""Page 4: a run and its baseline (the board's uncapped mode by name and id: MAXN (mode 0), MAXN_SUPER (mode 2))
+side by side, every figure labelled by source."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from textual.reactive import var
 from textual.widgets import Static
 
 from tui.compare_model import CompareView, describe_run
+from engine.results.baseline import stored_mode_name
 from engine.results.format import board_estimate_text, saving_short, saving_text, slowdown_text
 from tui.fmt import num, sig3, tag
 from tui.screens.base import PageScreen
 from tui.widgets.charts import BlockChart
 from tui.widgets.live import short_rail
 
-EMPTY = ("Nothing to compare yet: run an experiment with 'compare with MAXN Mode 0' (page 2), "
+EMPTY = ("Nothing to compare yet: run an experiment with 'compare with' the board's baseline ticked (page 2), "
          "or open a run in History (page 5).")
 
 
@@ -74,7 +76,9 @@ class CompareScreen(PageScreen):
             title.append(f"  ({view.baseline_note})", style="dim")
         if view.saving_pct is not None:
             # in words, as the CLI says it (engine.results.format): no signs to decode, no double negatives
-            title.append("\nvs MAXN" + (" per sample" if view.per_sample else "") + ": ")
+            # the baseline's mode by name, as stored (MAXN_SUPER on an Orin Nano; the title above gives its id)
+            name = stored_mode_name(base.setting if base is not None else None)
+            title.append(f"\nvs {name}" + (" per sample" if view.per_sample else "") + ": ")
             title.append(saving_text(view.saving_pct, than=None),
                          style="bold green" if view.saving_pct >= 0 else "bold red")
             title.append(", ")
@@ -82,7 +86,7 @@ class CompareScreen(PageScreen):
             title.append(" ")
             title.append_text(tag(view.source))
             if view.estimate is not None and not view.per_sample:  # the engine's, as the CLI prints it
-                title.append(f"\n{board_estimate_text(view.saving_pct, view.estimate)}", style="dim")
+                title.append(f"\n{board_estimate_text(view.saving_pct, view.estimate, name)}", style="dim")
         for note in view.notes:
             title.append(f"\n{note}", style="yellow")
         self.query_one("#compare-title", Static).update(title)

@@ -1,5 +1,6 @@
 """Page 1: the live device dashboard, jtop's habits: a graph per rail and of the total,
-the clocks with their history, the temperatures with the hottest zone's history."""
+the clocks with their history, the temperatures with the hottest zone's history, and the board's
+details (module, memory, mode, per-core CPU, GPU and EMC load, fan, throttling)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tui.live_model import DeviceHistory
 from tui.screens.base import PageScreen
 from tui.state import DeviceReading
 from tui.fmt import fit, title_room
-from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
+from tui.widgets.device_panes import ActivityPane, ClocksPane, TemperaturesPane, temps_titles
 from tui.widgets.live import GraphStack, plot_clocks, plot_load, plot_rails, plot_temps
 
 
@@ -41,6 +42,7 @@ class DeviceScreen(PageScreen):
                 with Vertical(id="dev-temps", classes="pane live"):
                     yield TemperaturesPane(id="temps", columns=3)
                     yield GraphStack(id="dev-temp-graphs")
+        yield ActivityPane(id="activity", classes="pane")
         yield Static(id="notes", classes="pane")
 
     def on_mount(self) -> None:
@@ -67,7 +69,9 @@ class DeviceScreen(PageScreen):
         temps = self.query_one("#dev-temps")
         temps.border_title = fit(title_room(temps), *temps_titles(src))
         plot_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
+        self.query_one(ActivityPane).show(snap)
         lines = list(reading.notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
+        lines += [f"{part}: {why}" for part, why in (snap.activity.errors if snap.activity else ())]
         if "rails" in snap.errors:
             lines.append(f"rails: {snap.errors['rails']}")
         notes_pane = self.query_one("#notes", Static)

@@ -138,8 +138,9 @@ def help_renderables(screens: Mapping[str, Any], store_path: Path | None) -> lis
                  "plausible profiles and its cross-validated regret; a projection's and the ETA's from the "
                  f"spread of the run's steps so far, ±? before {MIN_SPREAD_STEPS} steps, when there is no "
                  "spread to go by yet). The ETA is the time left (16 min 36 s), not a time of day. Against "
-                 "MAXN Mode 0 a run or a setting uses less or more energy and is slower or faster; on the "
-                 "Sweep page the row MAXN is the baseline. Sizes are in binary units (MiB, GiB).")]
+                 "the board's baseline, its uncapped mode by name and id (MAXN (mode 0) on an AGX Orin, MAXN_SUPER "
+                 "(mode 2) on an Orin Nano 8GB), a run or a setting uses less or more energy and is slower or faster; "
+                 "on the Sweep page the baseline's row is marked. Sizes are in binary units (MiB, GiB).")]
     out += [Text("\nWhere results are stored", style="bold underline"), _table(storage_lines(store_path), 24)]
     return out
 

@@ -1,4 +1,5 @@
-"""Page 2: what to fine-tune and how; starts an experiment (optionally against MAXN Mode 0).
+"""Page 2: what to fine-tune and how; starts an experiment (optionally against the board's baseline, its uncapped
+mode by name and id: MAXN (mode 0) on an AGX Orin, MAXN_SUPER (mode 2) on an Orin Nano 8GB).
 
 Every typed field has a validator, so a bad value is marked in the field itself and its
 reason shown below the form. Enter moves to the next field; escape leaves the form so
@@ -79,8 +80,8 @@ class SetupScreen(PageScreen):
     PAGE = "setup"
     TITLE_TEXT = "2 Setup"
     BINDINGS = [
-        Binding("s", "start", "Start", tooltip="Start the experiment the form describes (with its MAXN Mode 0 "
-                "run when ticked); on a board it asks first"),
+        Binding("s", "start", "Start", tooltip="Start the experiment the form describes (with its baseline run, "
+                "the board's uncapped mode, when ticked); on a board it asks first"),
         Binding("p", "predict", "Selector", tooltip="Ask the selector what it would choose for this workload and "
                 "the saving it predicts [predicted]"),
         Binding("escape", "leave_form", "Leave form", show=False),
@@ -93,6 +94,8 @@ class SetupScreen(PageScreen):
     source: var[Source | None] = var(None, init=False)
     selector_line: var[str] = var("", init=False)
     policy_note: var[str] = var("", init=False)
+    mem_total: var[int | None] = var(None, init=False)  # the board's MemTotal (bytes): the memory line's budget
+    baseline_label: var[str] = var("MAXN (mode 0)", init=False)  # the board's baseline: MAXN_SUPER (mode 2)
 
     def __init__(self, values: forms.SetupValues | None = None, note: str | None = None) -> None:
         """`values` (and `note`: what was ignored of them) as remembered (tui.remembered); None: read them here."""
@@ -151,7 +154,7 @@ class SetupScreen(PageScreen):
                                                                              bounds=forms.TRAIN_SAMPLES)]))
                 yield _row("slowdown ≤", Input(v.slowdown, id="slowdown", compact=True, placeholder="no limit (%)",
                                                valid_empty=True, validators=[CheckValidator(forms.check_slowdown)]))
-                yield Horizontal(TickBox("compare with MAXN Mode 0", v.compare, id="compare", compact=True),
+                yield Horizontal(TickBox(f"compare with {self.baseline_label}", v.compare, id="compare", compact=True),
                                  classes="field")
                 yield Horizontal(
                     Label("length", classes="field-label"),
@@ -227,7 +230,7 @@ class SetupScreen(PageScreen):
 
     def _estimate_memory(self) -> None:
         """The form's workload's estimated peak memory against the board (torch-free)."""
-        status = setup_fit.memory_status(self.values())
+        status = setup_fit.memory_status(self.values(), self.mem_total)
         widget = self.query_one("#memory", Static)
         widget.update(Text(status.text))
         widget.set_class(status.over, "-over")
@@ -253,6 +256,12 @@ class SetupScreen(PageScreen):
     def watch_source(self, source: Source | None) -> None:
         if source is not None:
             self.paint("source", lambda: self._allow_simulate(source is Source.TWIN))
+
+    def watch_mem_total(self, total: int | None) -> None:
+        self.paint("memory", self._estimate_memory)
+
+    def watch_baseline_label(self, label: str) -> None:
+        self.paint("baseline", lambda: setattr(self.query_one("#compare", Checkbox), "label", f"compare with {label}"))
 
     def _allow_simulate(self, allowed: bool) -> None:
         box = self.query_one("#simulate", Checkbox)

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 SPACE_FIELDS = ("rails", "seed", "cpu_stride", "include_maxn", "thermal")
 HEAT_STYLES = ("bold white on dark_green", "black on green3", "black on yellow3", "black on dark_orange",
                "white on red3")
-HEAT_LEGEND = "★ the least energy; row MAXN: the baseline"
+HEAT_LEGEND = "★ the least energy; row MAXN or MAXN_SUPER: the baseline"
 
 
 def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
@@ -70,7 +70,8 @@ def heat_table(heat: HeatMap, max_rows: int = 40) -> Table | Text:
                 cells.append("")
                 continue
             style = HEAT_STYLES[min(len(HEAT_STYLES) - 1, int(cell.rel * len(HEAT_STYLES)))]
-            # the baseline's cell is its row, named MAXN: a letter after a figure reads as a unit (M: mega)
+            # the baseline's cell is its row, named by its mode (MAXN, MAXN_SUPER): a letter after a figure
+            # reads as a unit (M: mega)
             mark = "★" if cell.best else " "
             cells.append(Text(f"{cell.mj_per_sample:8.2f}{mark}", style=style))
         table.add_row(row, *cells)
@@ -320,7 +321,7 @@ class SweepScreen(PageScreen):
         if heat is not None and heat.best:
             summary.append(f"\nbest: {heat.best}")
             if heat.saving_pct is not None:
-                summary.append(f"\n{versus_text(heat.saving_pct, heat.slowdown_pct)} per sample ")
+                summary.append(f"\n{versus_text(heat.saving_pct, heat.slowdown_pct, than=heat.baseline)} per sample ")
                 summary.append_text(tag(heat.source))
         if view.last:
             summary.append(f"\nlast: {view.last}", style="dim")

@@ -9,8 +9,11 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from engine.core.units import format_bytes, format_mhz
+from engine.device.activity import CoreLoad, DeviceActivity
 from engine.device.base import ClockDomain
 from engine.device.snapshot import DeviceSnapshot
+from tui.fmt import mode_label
 
 # Colour thresholds for temperatures (°C): the sweep's thermal guard waits at 75 and aborts at 85.
 TEMP_WARN_C = 60.0
@@ -48,11 +51,23 @@ def _mhz(hz: int) -> str:
     return f"{hz / 1e6:g}"
 
 
+def memory_text(snap: DeviceSnapshot) -> str:
+    """The memory Linux sees on the board (`61.4 GiB`, `5.2/61.4 GiB` where it says what is used),
+    or `memory n/a`."""
+    memory = snap.activity.memory if snap.activity else None
+    if memory is None:
+        return "memory n/a"
+    used = memory.used_bytes
+    total = format_bytes(memory.total_bytes)
+    return f"RAM {total}" if used is None else f"RAM {format_bytes(used).split()[0]}/{total}"
+
+
 class IdentityBar(Pane):
-    """Board, module, L4T/JetPack, real or twin, power mode, and whether we pinned clocks."""
+    """Real or twin, power mode by name and id, module, memory, L4T/JetPack, board, and whether
+    we pinned clocks."""
 
     def show(self, snap: DeviceSnapshot, pinned_by_us: bool = False, page: str = "") -> None:
-        self.draw_if_changed((snap.identity, snap.mode, pinned_by_us, page),
+        self.draw_if_changed((snap.identity, snap.mode, memory_text(snap), pinned_by_us, page),
                              lambda: (self._text(snap, pinned_by_us, page), 2 if pinned_by_us else 1))
 
     def _text(self, snap: DeviceSnapshot, pinned_by_us: bool, page: str) -> Text:
@@ -60,7 +75,7 @@ class IdentityBar(Pane):
         kind = Text(f" TWIN {ident.profile} ", style="bold black on yellow") if ident.is_twin else Text(
             " BOARD ", style="bold black on green"
         )
-        mode = f"nvpmodel {snap.mode.id} {snap.mode.name}" if snap.mode else "nvpmodel ?"
+        mode = mode_label(snap.mode)
         text = Text(no_wrap=True, overflow="ellipsis")
         if page:
             text.append(f" {page} ", style="bold reverse")
@@ -68,12 +83,89 @@ class IdentityBar(Pane):
         text.append_text(kind)
         # The power mode first: at 80 columns the ellipsis cuts the static identity, not the mode.
         text.append(f" {mode}", style="bold")
-        text.append(f" · {ident.module} · L4T {ident.l4t or '?'} · JetPack {ident.jetpack or '?'}")
+        text.append(f" · {ident.module} · {memory_text(snap)} · L4T {ident.l4t or '?'} · JetPack {ident.jetpack or '?'}")
         text.append(f" · {ident.board}", style="dim")
         if pinned_by_us:
             text.append("\n")
             text.append(" clocks set by slm-dvfs: restored when the run ends or on quit ", style="bold black on magenta")
         return text
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.0f}%"
+
+
+def core_groups(cores: tuple[CoreLoad, ...]) -> list[str]:
+    """Per-core load, grouped by clock (a cpufreq cluster shares one): `0-3 @729 12 3 0 1%`,
+    `8-11 off`; a core's load is `-` until a second reading gives it a share."""
+    groups: list[list[CoreLoad]] = []
+    for core in cores:
+        last = groups[-1][-1] if groups else None
+        if last is not None and last.online == core.online and last.cur_hz == core.cur_hz and last.cpu + 1 == core.cpu:
+            groups[-1].append(core)
+        else:
+            groups.append([core])
+    out = []
+    for group in groups:
+        span = f"{group[0].cpu}-{group[-1].cpu}" if len(group) > 1 else f"{group[0].cpu}"
+        if not group[0].online:
+            out.append(f"{span} off")
+            continue
+        clock = f" @{format_mhz(group[0].cur_hz)}" if group[0].cur_hz else ""
+        loads = " ".join("-" if c.load is None else f"{c.load * 100:.0f}" for c in group)
+        out.append(f"{span}{clock} {loads}%")
+    return out
+
+
+class ActivityPane(Pane):
+    """jtop's details beside the graphs: module, memory and mode; each core's load and clock; GPU
+    and EMC load; the fan; whether anything throttles the board and why. All read by the device
+    layer (engine.device.activity); a part the board lacks reads `none` or `n/a`."""
+
+    def show(self, snap: DeviceSnapshot) -> None:
+        act = snap.activity
+        width = self.content_size.width or 76
+        key = (width, snap.identity, snap.mode, act, snap.gpu_load, snap.throttle)
+        self.draw_if_changed(key, lambda: self._text(snap, act, width))
+
+    def _text(self, snap: DeviceSnapshot, act: DeviceActivity | None, width: int) -> tuple[Text, int]:
+        self.border_title = Text(f"Board [{snap.identity.source.value}]")
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(f"{snap.identity.module}", style="bold")
+        text.append(f" · {memory_text(snap)} · ")
+        text.append(mode_label(snap.mode), style="bold")
+        # per-core CPU: as many clusters to a line as the width holds
+        parts = core_groups(act.cores) if act and act.cores else ["n/a"]
+        rows, row = [], "CPU " + parts[0]
+        for part in parts[1:]:
+            if len(row) + 2 + len(part) > width:
+                rows.append(row)
+                row = "    " + part
+            else:
+                row += "  " + part
+        rows.append(row)
+        for row in rows:
+            text.append("\n" + row)
+        lines = 1 + len(rows)
+        emc = act.emc_load if act else None
+        text.append(f"\nGPU {_pct(snap.gpu_load)} · EMC {_pct(emc) if emc is not None else 'n/a'} · fan ")
+        fan = act.fan if act else None
+        if act is None:
+            text.append("n/a")
+        elif fan is None:
+            text.append("none")
+        else:
+            speed = "n/a" if fan.pwm_percent is None else f"{fan.pwm_percent:.0f}%"
+            text.append(speed + (f" {fan.rpm} rpm" if fan.rpm is not None else ""))
+        reasons = snap.throttle.reasons()
+        if not reasons:
+            text.append(" · throttling ")
+            text.append("none", style="green")
+            return text, lines + 1
+        for reason in reasons:  # a line each: one reason never cuts the next
+            text.append("\nthrottling ", style="bold red")
+            text.append(reason, style="bold red")
+        return text, lines + 1 + len(reasons)
 
 
 class ClocksPane(Pane):

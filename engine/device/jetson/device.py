@@ -27,10 +27,13 @@ from engine.device.base import (
     RailReading,
     TemperatureReading,
 )
+from engine.device.activity import DeviceActivity
+from engine.device.jetson.activity import ActivityReader
 from engine.device.jetson.discovery import CpuPolicy, JetsonNodes, RailNode, discover
 from engine.device.jetson import l4t_tools
 from engine.device.jetson import writes as w
 from engine.device.jetson.identity import read_identity
+from engine.device.jetson.scaling import GpuScaling, read_gpu_scaling
 from engine.device.jetson.settings import CpuCluster, cpu_clusters, read_settings, restore_steps
 from engine.device.sysfs import OpenFiles, SysfsTree
 
@@ -58,6 +61,7 @@ class JetsonDevice:
         self._rail_files = OpenFiles(self.tree)
         # Governors we replaced while pinning, to give back on unpin.
         self._prev_governor: dict[ClockDomain, str] = {}
+        self._activity = ActivityReader(self.tree, lambda: self.nodes)
 
     def __repr__(self) -> str:
         return f"JetsonDevice(root={str(self.root)!r})"
@@ -74,6 +78,7 @@ class JetsonDevice:
         """Look at the tree again (after a driver reload or a twin re-render)."""
         self._nodes = None
         self._rail_files.close()
+        self._activity.reset()
         return self.nodes
 
     def close(self) -> None:
@@ -246,9 +251,18 @@ class JetsonDevice:
                 log.debug("skipping thermal zone %s: %s", kind, exc.what)
         return tuple(out)
 
+    def gpu_scaling(self) -> GpuScaling:
+        """Whether the GPU's clock follows its load (3D scaling), where this L4T keeps that."""
+        return read_gpu_scaling(self.tree, self.nodes)
+
     def gpu_load(self) -> float:
         per_mille = self.tree.read_int(f"{self.nodes.require_gpu_device()}/load")
         return min(1.0, max(0.0, per_mille / 1000.0))
+
+    def activity(self, emc_hz: int | None = None, temperatures: tuple[TemperatureReading, ...] = ()) -> DeviceActivity:
+        """Per-core CPU load and clock, EMC load, fan, memory and trip points crossed, as jtop reads
+        them (engine/device/jetson/activity.py); a part this board lacks is None."""
+        return self._activity.read(emc_hz, temperatures)
 
     # ------------------------------------------------------------------ modes
 

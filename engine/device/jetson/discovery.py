@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from engine.device.sysfs import SysfsTree
-from engine.core.errors import DeviceError, NodeNotFoundError
+from engine.core.errors import DeviceError, NodeNotFoundError, UnsupportedBoardError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,11 @@ EMC_DIR = "sys/kernel/debug/bpmp/debug/clk/emc"
 EMC_POSSIBLE_RATES = "sys/kernel/debug/bpmp/debug/emc/possible_rates"
 NVPMODEL_CONF = "etc/nvpmodel.conf"
 NVPMODEL_STATUS = "var/lib/nvpmodel/status"
+# The Jetson AGX Thor (T5000 module p3834, SoC tegra264): its GPU is a PCI device of nvidia.ko with two
+# devfreq domains, GPC and NVD (jetson-stats jtop/core/hw_detect.py and thor_power.py,
+# https://github.com/rbonghi/jetson_stats). The device layer cannot drive it yet: see _refuse_thor.
+THOR_GPU_DEVFREQ = ("gpu-gpc-0", "gpu-nvd-0")
+THOR_COMPATIBLE = ("nvidia,tegra264", "p3834-")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,8 @@ class JetsonNodes:
     thermal_zones: tuple[tuple[str, str], ...]  # (type, thermal_zoneN folder)
     nvpmodel_conf: str | None
     nvpmodel_status: str | None
+    # Optional additions:
+    gpu_3d_scaling: str | None = None  # the GPU's enable_3d_scaling node (L4T r35/r36; none on JetPack 7)
 
     def require_gpu(self) -> str:
         if self.gpu_devfreq is None:
@@ -68,7 +75,7 @@ class JetsonNodes:
             raise NodeNotFoundError(
                 f"no GPU devfreq node (of_node name {' or '.join(GPU_OF_NAMES)}) under sys/class/devfreq; "
                 f"found: {seen}",
-                "check that this is a Jetson running L4T r35/r36 with the GPU driver loaded "
+                "check that this is a Jetson running L4T r35 to r39 (JetPack 5 to 7) with the GPU driver loaded "
                 "(or use --twin); `slm-dvfs device` lists what was found",
             )
         return self.gpu_devfreq
@@ -107,7 +114,9 @@ class JetsonNodes:
 
 
 def discover(tree: SysfsTree) -> JetsonNodes:
-    """Look at the tree once and say where everything is."""
+    """Look at the tree once and say where everything is; a board we cannot drive yet (the AGX Thor)
+    is refused here, with what is missing, before anything of it is read as an Orin's."""
+    _refuse_thor(tree)
     gpu, gpu_dev, seen = _find_gpu(tree)
     emc, emc_note = _find_emc(tree)
     rails, driver, interval = _find_rails(tree)
@@ -126,6 +135,8 @@ def discover(tree: SysfsTree) -> JetsonNodes:
         thermal_zones=_find_thermal(tree),
         nvpmodel_conf=NVPMODEL_CONF if _exists(tree, NVPMODEL_CONF) else None,
         nvpmodel_status=NVPMODEL_STATUS if _exists(tree, NVPMODEL_STATUS) else None,
+        gpu_3d_scaling=f"{gpu_dev}/enable_3d_scaling" if gpu_dev and _exists(tree, f"{gpu_dev}/enable_3d_scaling")
+        else None,
     )
     log.debug("discovered %s", nodes)
     return nodes
@@ -147,6 +158,38 @@ def _read_opt(tree: SysfsTree, rel: str) -> str | None:
         return tree.read_str(rel).replace("\0", "").strip()
     except DeviceError:
         return None
+
+
+def _refuse_thor(tree: SysfsTree) -> None:
+    """Raise UnsupportedBoardError on an AGX Thor, told by its compatible string or its GPU's devfreq nodes."""
+    try:
+        compatible = tree.read_str("proc/device-tree/compatible").replace("\0", " ")
+    except (DeviceError, UnicodeDecodeError):
+        compatible = ""
+    marks = [c for c in compatible.split() if any(m in c for m in THOR_COMPATIBLE)]
+    nodes = [n for n in THOR_GPU_DEVFREQ if _exists(tree, f"sys/class/devfreq/{n}")]
+    if not (marks or nodes):
+        return
+    seen = []
+    if marks:
+        seen.append(f"compatible {', '.join(marks)}")
+    if nodes:
+        seen.append(f"GPU devfreq {' and '.join(nodes)}")
+    found = "; ".join(seen)
+    missing = (
+        "a device profile of the T5000 module: GPU, CPU and EMC clock tables, nvpmodel modes and their caps",
+        "its power rails and which of them is the total",
+        "GPU clock control over both devfreq domains, gpu-gpc-0 and gpu-nvd-0",
+        "GPU load: Thor's GPU (nvidia.ko) has no devfreq `load` file; jetson-stats reads it through NVML",
+        "a digital twin of it",
+    )
+    raise UnsupportedBoardError(
+        f"this is a Jetson AGX Thor ({found}), which slm-dvfs does not support yet; missing: " + "; ".join(missing),
+        "run slm-dvfs on a Jetson Orin (JetPack 5 to 7), or use the digital twin (--twin agx-orin-64gb); "
+        "docs/device.md says what Thor support needs",
+        board="AGX Thor",
+        missing=missing,
+    )
 
 
 def _find_gpu(tree: SysfsTree) -> tuple[str | None, str | None, tuple[str, ...]]:

@@ -25,6 +25,7 @@ from engine.core.interval import LEVEL, Interval, quantile_interval
 from engine.core.measurement import Measurement
 from engine.core.trace import StepMix, StepTrace
 from engine.core.jsontypes import JsonObject
+from engine.device.baseline import profile_baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.device.twin.fast import fast_points
 from engine.device.twin.params import sample_profiles
@@ -51,6 +52,7 @@ class Ensemble:
     profile: str
     seed: int = SEED
     level: float = LEVEL
+    baseline: DvfsSetting = MAXN  # the profile's uncapped mode (engine.device.baseline): savings are against it
 
     @property
     def members(self) -> int:
@@ -76,23 +78,23 @@ class Ensemble:
         j = self._col(setting)
         return quantile_interval([m[j] for m in self.time_ps], self.level, self.basis)
 
-    def savings(self, setting: DvfsSetting, baseline: DvfsSetting = MAXN) -> list[float]:
-        """1 - E(setting) / E(baseline), per member (paired)."""
-        j, b = self._col(setting), self._col(baseline)
+    def savings(self, setting: DvfsSetting, baseline: DvfsSetting | None = None) -> list[float]:
+        """1 - E(setting) / E(baseline), per member (paired); `baseline` defaults to the profile's."""
+        j, b = self._col(setting), self._col(baseline or self.baseline)
         return [1.0 - m[j] / m[b] for m in self.energy_ps]
 
-    def saving(self, setting: DvfsSetting, baseline: DvfsSetting = MAXN) -> Interval:
+    def saving(self, setting: DvfsSetting, baseline: DvfsSetting | None = None) -> Interval:
         """The energy saving of `setting` against `baseline` (a fraction), paired within members."""
         return quantile_interval(self.savings(setting, baseline), self.level, f"{self.basis}, paired")
 
-    def slowdown(self, setting: DvfsSetting, baseline: DvfsSetting = MAXN) -> Interval:
-        j, b = self._col(setting), self._col(baseline)
+    def slowdown(self, setting: DvfsSetting, baseline: DvfsSetting | None = None) -> Interval:
+        j, b = self._col(setting), self._col(baseline or self.baseline)
         return quantile_interval([m[j] / m[b] - 1.0 for m in self.time_ps], self.level, f"{self.basis}, paired")
 
     def optima(self, cost: Cost | None = None, *, pinned_only: bool = True) -> list[DvfsSetting]:
         """Each member's best setting (least energy per sample, or least `cost`); MAXN is the
         baseline, not a candidate, unless it is the only setting (as the selector chooses)."""
-        cols = [j for j, s in enumerate(self.settings) if not (pinned_only and s == MAXN)] or \
+        cols = [j for j, s in enumerate(self.settings) if not (pinned_only and s == self.baseline)] or \
             list(range(len(self.settings)))
         out = []
         for e_row, t_row in zip(self.energy_ps, self.time_ps):
@@ -132,11 +134,13 @@ def _step_index(table: Sequence[int], hz: int) -> int:
 def ensemble(trace: StepTrace | StepMix, profile: TwinProfile, settings: Sequence[DvfsSetting], *,
              members: int = MEMBERS, seed: int = SEED, level: float = LEVEL,
              rails: Sequence[str] | None = None) -> Ensemble:
-    """The ensemble's figures of `trace` at `settings` (MAXN added when missing: savings need it).
-    Cached per (trace, profile, settings, members, seed, rails): the CLI and the TUI ask twice."""
+    """The ensemble's figures of `trace` at `settings` (the profile's baseline, its uncapped mode, added
+    when missing: savings need it). Cached per (trace, profile, settings, members, seed, rails): the CLI
+    and the TUI ask twice."""
     settings = tuple(settings)
-    if MAXN not in settings:
-        settings = (MAXN,) + settings
+    base = profile_baseline(profile).setting
+    if base not in settings:
+        settings = (base,) + settings
     rails = None if rails is None else tuple(rails)
     try:
         return _cached(trace, profile, settings, members, seed, level, rails)
@@ -160,4 +164,4 @@ def _compute(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[D
         clocks.append(tuple(p.gpu_hz for p in points))
     log.debug("twin ensemble: %d members x %d settings of %s", members, len(settings), profile.name)
     return Ensemble(settings, tuple(energy), tuple(time), tuple(clocks), tuple(profile.gpu.table_hz),
-                    str(profile.name), seed, level)
+                    str(profile.name), seed, level, profile_baseline(profile).setting)

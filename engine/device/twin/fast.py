@@ -12,6 +12,7 @@ from engine.core.measurement import Measurement
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace, as_mix
 from engine.device.base import ClockDomain
+from engine.device.rails import total_rails
 from engine.device.setting import DvfsSetting, check_clocks
 
 if TYPE_CHECKING:  # the model loads with the first point computed
@@ -76,7 +77,7 @@ def fast_points(
     """`fast_sweep` with each point's per-rail energy and settled clocks."""
 
     check_counts(warmup_steps, steps, 1)
-    names = tuple(profile.rail_names) if rails is None else tuple(rails)
+    names = total_rails(profile.rail_names) if rails is None else tuple(rails)  # None: the module's total
     unknown = [r for r in names if r not in profile.rail_names]
     if unknown:
         raise ConfigError(f"rail(s) {', '.join(unknown)} not in profile {profile.name}",
@@ -156,7 +157,7 @@ def fast_sweep(
     """Every setting's measurement computed from the step trace on the twin's model:
     `steps` measured steps at the clocks the governors settle on under the setting's mode
     caps and pins (MAXN = mode 0, dynamic governors). Pure: no tree, no store, no torch.
-    Energy is over `rails` (default: every rail of the profile); figures are `twin`. A StepMix
+    Energy is over `rails` (default: the module's total, engine.device.rails); figures are `twin`. A StepMix
     (dynamic padding) costs each step as the weighted mean of its parts' (`mix_estimate`)."""
     return [(p.setting, p.measurement) for p in
             fast_points(trace, profile, settings, warmup_steps=warmup_steps, steps=steps, rails=rails)]

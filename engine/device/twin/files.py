@@ -16,11 +16,13 @@ from typing import Mapping
 
 from engine.core.errors import DeviceError, errno_text
 from engine.device.treefs import read_fd, replace_at, resolve_at
-from engine.device.treegen import TreeLayout
+from engine.device.treegen import TreeLayout, proc_stat_text
 from engine.device.twin.governors import ControlState, DomainControl
 from engine.device.twin.profile import TwinProfile
 from engine.device.twin.tree import SHUNT_MOHM, ina_reading
 
+USER_HZ = 100  # /proc/stat counts in USER_HZ ticks (proc(5)); 100 on arm64 Linux
+STAT_EVERY_S = 0.25  # /proc/stat is rewritten at most this often (a reader takes deltas)
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO put in the tree must not block us
 
 
@@ -34,6 +36,10 @@ class TwinFiles:
         self._at: dict[str, tuple[int, str]] = {}  # tree file -> (its folder's descriptor, its name)
         self._dirs: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of a folder -> its descriptor
         self._written: dict[str, str] = {}
+        # /proc/stat: (busy, idle) jiffies per CPU, when they were last advanced and last written
+        self._jiffies = [[0.0, 0.0] for _ in layout.cpu_dirs]
+        self._stat_t: float | None = None
+        self._stat_written = -float("inf")
 
     def read_control(self) -> tuple[ControlState, list[DomainControl], int]:
         """The control state the files hold, every CPU policy's control, and the index of
@@ -132,6 +138,22 @@ class TwinFiles:
         for kind, zone in self.layout.thermal_zones.items():
             if kind in temps_c:  # Orin's sensors report in steps of 0.5 C
                 self.put(f"{zone}/temp", int(round(temps_c[kind] * 2)) * 500)
+
+    def write_cpu_stat(self, now: float, shares: Mapping[int, float], online: int) -> None:
+        """Advance /proc/stat's per-CPU jiffies by the wall time since the last call, each online CPU
+        busy for its share (0..1) of it, and rewrite the file at most every STAT_EVERY_S."""
+        last, self._stat_t = self._stat_t, now
+        jiffies = self._jiffies
+        if last is not None and now > last:
+            ticks = (now - last) * USER_HZ
+            for cpu in range(min(online, len(jiffies))):
+                busy = min(1.0, max(0.0, shares.get(cpu, 0.0)))
+                jiffies[cpu][0] += busy * ticks
+                jiffies[cpu][1] += (1.0 - busy) * ticks
+        if now - self._stat_written >= STAT_EVERY_S:
+            self._stat_written = now
+            cores = [(int(b), int(i)) for b, i in jiffies[:online]]
+            self.put(self.layout.proc_stat, proc_stat_text(cores).rstrip("\n"))
 
     def put(self, rel: str, value: object, *, force: bool = False) -> None:
         text = f"{value}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+from engine.device.rails import total_of
 from engine.device.twin.profile import TwinProfile
 from engine.core.provenance import Source
 from engine.core.trace import StepTrace
@@ -51,11 +52,11 @@ class StepEstimate:
 
     @property
     def total_energy_j(self) -> float:
-        return sum(self.energy_j.values())
+        return total_of(self.energy_j)  # the module's input rail where it has one, else the sum
 
     @property
     def total_power_mw(self) -> float:
-        return sum(self.power_mw.values())
+        return total_of(self.power_mw)
 
     @property
     def source(self) -> Source:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Mapping
 
+from engine.device.rails import total_of
 from engine.core.errors import ConfigError, DeviceError, errno_text
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
@@ -65,7 +66,7 @@ class TwinStep:
 
     @property
     def total_energy_j(self) -> float:
-        return sum(self.energy_j.values())
+        return total_of(self.energy_j)  # the module's input rail where it has one, else the sum
 
     @property
     def source(self) -> Source:
@@ -158,7 +159,7 @@ class VirtualOrin:
         self._long_gaps = 0  # long gaps in a row before the last step
         _clocks, _est, power = self._refresh(None)
         if thermal:
-            self._thermal = ThermalState.steady(sum(power.values()), self.profile.thermal)
+            self._thermal = ThermalState.steady(total_of(power), self.profile.thermal)
             self._write_temps(power)
 
     # ------------------------------------------------------------------ lifecycle
@@ -346,7 +347,7 @@ class VirtualOrin:
             self._energy[name] = self._energy.get(name, 0.0) + mw * dt / 1000.0
         self._t += dt
         if self._thermal is not None:
-            self._thermal = self._thermal.advance(sum(power.values()), dt, self.profile.thermal)
+            self._thermal = self._thermal.advance(total_of(power), dt, self.profile.thermal)
 
     def _refresh(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
         """Settle the state on `trace` (None: idle) at the control files' settings and write it out.
@@ -391,8 +392,9 @@ class VirtualOrin:
             if last is None or last[0] is not step or last[1] != clocks or last[3] != control.online_cpus:
                 self._phases = None
             self._last_step = (step, clocks, est, control.online_cpus)
-        _phase, rails, util = self._shown(power, est.gpu_util if est else 0.0)
+        phase, rails, util = self._shown(power, est.gpu_util if est else 0.0)
         self._files.put(f"{lay.gpu_device}/load", int(round(1000 * util)))
+        self._files.write_cpu_stat(time.monotonic(), self._core_shares(est, phase, control), control.online_cpus)
         for i, (p, ctl) in enumerate(zip(lay.cpu_policy_dirs, self._policy_ctl)):
             if i == self._main_policy:
                 hz = clocks.cpu_hz
@@ -402,9 +404,24 @@ class VirtualOrin:
             self._files.put(f"{p}/cpuinfo_cur_freq", hz // 1000)
         self._files.put_emc_rate(clocks.emc_hz)
         emc_util = est.emc_util if est else 0.0
-        self._files.put(lay.actmon_mc_all, int(round(emc_util * clocks.emc_hz / 1000)))
+        # in the unit jetson-stats reads (jtop/core/memory.py): mc_all / (EMC rate in kHz) = percent
+        self._files.put(lay.actmon_mc_all, int(round(emc_util * 100 * clocks.emc_hz / 1000)))
         self._files.write_rails(rails)
         self._write_temps(power)
+
+    def _core_shares(self, est: StepEstimate | None, phase: str, control: ControlState) -> dict[int, float]:
+        """Each online core's busy share for /proc/stat: the training loop's core (the first of the
+        policy that runs the work) at the step's CPU share, the rest of its busy core-equivalents
+        spread over the other online cores; nothing while idle (background work is not modelled)."""
+        if est is None or phase == "idle":
+            return {}
+        main = self._main_policy * self.profile.cpu.cluster_size
+        shares = {main: est.cpu_util}
+        others = [c for c in range(control.online_cpus) if c != main]
+        rest = max(0.0, est.cpu_busy_cores - est.cpu_util)
+        for c in others:
+            shares[c] = rest / len(others)
+        return shares
 
     def _note_step(self) -> None:
         """A step arrives: the host's wall time per step is the time since the last one,

@@ -185,6 +185,21 @@ class IdentityParams:
 
 
 @dataclass(frozen=True)
+class ModuleFacts:
+    """What a profile's module is, beside its physics (the `[module]` table; optional, so a profile
+    without one, and every figure it gives, stays as it was). engine/device/jetson/identity.py names
+    each part's profile; tests/test_module_profiles.py checks the two agree."""
+
+    family: str  # "agx-orin" | "orin-nx" | "orin-nano": docs/modules/<family>.md
+    parts: tuple[str, ...]  # device-tree part numbers this profile stands for, e.g. ("p3767-0003", "p3767-0005")
+    compatible: str  # /proc/device-tree/compatible of its developer kit, carrier first ("\0"-separated)
+    total_rail: str = ""  # the rail that is the module's input (VDD_IN on Orin Nano/NX); "": the sum of the rails
+    memory_bandwidth_gbps: float | None = None  # the data sheet's peak DRAM bandwidth at the top EMC rate
+    cuda_cores: int | None = None  # the data sheet's CUDA cores (SMs x 128 on Ampere)
+    l4t_min: str = ""  # the first L4T release whose nvpmodel conf has the profile's modes ("36.4.3": JetPack 6.2)
+
+
+@dataclass(frozen=True)
 class TwinProfile:
     name: str
     description: str
@@ -202,6 +217,7 @@ class TwinProfile:
     uncertainty: tuple[ParamSpread, ...] = ()  # the uncertain numbers (engine.device.twin.params)
     base: str = ""  # a calibrated profile: the profile its [params] overlay
     memory_total_mb: float | None = None  # the memory Linux sees (MemTotal); None: not known
+    module: ModuleFacts | None = None  # part numbers, compatible, total rail; None: the AGX Orin 64GB's defaults
     source_path: str = field(default="", compare=False)
 
     def mode(self, mode_id: int) -> PowerMode:
@@ -438,6 +454,8 @@ def _check(p: TwinProfile, path: Path) -> None:
             raise _bad(path, key, f"names mode {mode_id}, but the profile's modes are {ids}")
     for spread in p.uncertainty:
         spread.check(get_param(p, spread.path), str(path))
+    if p.module is not None and p.module.total_rail and p.module.total_rail not in p.rail_names:
+        raise _bad(path, "module.total_rail", f"names {p.module.total_rail!r}, which is none of the rails {list(p.rail_names)}")
     for r in p.rails:
         for d in r.domains:
             if d not in ("gpu", "cpu"):

@@ -15,7 +15,8 @@ import random
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from engine.core.trace import StepMix, StepTrace
-from engine.device.setting import MAXN, DvfsSetting
+from engine.device.baseline import profile_baseline
+from engine.device.setting import DvfsSetting
 from engine.device.twin.calibration.observations import Observation
 from engine.device.twin.params import get_param, with_params
 
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # the profile module loads with the first profile
     from engine.device.twin.profile import TwinProfile
 
 GPU_CPU_RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV")  # what published Orin fine-tuning measurements sum
-SWEEP_MODE = 0  # pinned GPU steps in MAXN's mode, CPU and EMC on their governors
 
 # The known truth, as values of the shipped agx-orin-64gb profile's uncertain numbers.
 PERTURBATION: Mapping[str, float] = {
@@ -53,11 +53,13 @@ def perturbed_profile(profile: TwinProfile, perturbation: Mapping[str, float] | 
 
 
 def gpu_sweep_settings(profile: TwinProfile, *, steps: Sequence[int] | None = None, maxn: bool = True) -> tuple[DvfsSetting, ...]:
-    """MAXN and the GPU pinned (min = max) at each table step (or those indices), CPU/EMC on governors."""
+    """The profile's baseline (MAXN; MAXN_SUPER on an Orin Nano) and the GPU pinned (min = max) at each table
+    step (or those indices) in its mode, CPU/EMC on governors."""
     table = profile.gpu.table_hz
     chosen = range(len(table)) if steps is None else steps
-    out = [DvfsSetting(gpu_hz=table[i], nvpmodel=SWEEP_MODE) for i in chosen]
-    return ((MAXN,) if maxn else ()) + tuple(out)
+    base = profile_baseline(profile).setting
+    out = [DvfsSetting(gpu_hz=table[i], nvpmodel=base.nvpmodel) for i in chosen]
+    return ((base,) if maxn else ()) + tuple(out)
 
 
 def synthetic_sweep(trace: StepTrace | StepMix, truth: TwinProfile, *, sweep: str,
@@ -68,6 +70,7 @@ def synthetic_sweep(trace: StepTrace | StepMix, truth: TwinProfile, *, sweep: st
     from engine.device.twin.calibration.observations import predict
 
     chosen = tuple(settings) if settings is not None else gpu_sweep_settings(truth)
+    base = profile_baseline(truth).setting
     rng = random.Random(f"{seed}:{sweep}")
     names = tuple(rails)
     exact = [Observation(sweep, trace, s, names, 1.0, None) for s in chosen]
@@ -77,6 +80,6 @@ def synthetic_sweep(trace: StepTrace | StepMix, truth: TwinProfile, *, sweep: st
     for k, (s, p) in enumerate(zip(chosen, preds)):
         e = p.energy_j_per_sample * math.exp(rng.gauss(0.0, noise))
         t = p.time_s_per_sample * math.exp(rng.gauss(0.0, noise))
-        timeless = s != MAXN and k >= n - energy_only
+        timeless = s != base and k >= n - energy_only
         out.append(Observation(sweep, trace, s, names, e, None if timeless else t))
     return out

@@ -48,6 +48,7 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         rails.append(RailSpec(r.name, f"1-00{r.chip[2:]}", r.channel, mv, ma))
     policies = tuple(range(0, profile.cpu.cores, profile.cpu.cluster_size))
     zones = tuple((t, c) for t, c in idle_zone_temps_c(profile.thermal).items())
+    module = profile.module
     return replace(
         base,
         gpu_freqs_hz=profile.gpu.table_hz,
@@ -66,10 +67,16 @@ def tree_spec(profile: TwinProfile, layout: str = "r36") -> TreeSpec:
         cpu_count=profile.cpu.cores,
         cpu_policies=policies,
         board_model=profile.identity.dt_model,
+        compatible=module.compatible if module is not None else base.compatible,
         l4t_release=profile.identity.l4t if layout == "r36" else base.l4t_release,
         nvpmodel_id=profile.initial_mode,
         gpu_governors=_default_first(profile.gpu.available_governors, profile.gpu.governor),
         cpu_governors=_default_first(profile.cpu.available_governors, profile.cpu.governor),
+        # the memory Linux sees, as the profile has it (/proc/meminfo: what memory fit reads)
+        mem_total_kb=None if profile.memory_total_mb is None else round(profile.memory_total_mb * 1024),
+        # the twin throttles its GPU at throttle_c and would shut down at shutdown_c: a board's
+        # passive and critical trips (thermal sysfs); both figures are the profile's
+        trip_points=(("passive", profile.thermal.throttle_c), ("critical", profile.thermal.shutdown_c)),
     )
 
 

@@ -15,7 +15,7 @@ from engine.core.text import shown
 from engine.core.userinput import number_value
 from engine.device.base import PowerMode
 from engine.device.monitor import RAIL_PRESETS
-from engine.results.sweeps import RAILS_ALL
+from engine.device.rails import preset_rails
 
 if TYPE_CHECKING:  # annotations only: the twin loads when a profile is read
     from engine.device.twin.profile import TwinProfile
@@ -136,11 +136,12 @@ def rail_set(text: str, tables: BoardTables) -> tuple[str, tuple[str, ...]]:
     raw = str(text).strip()
     if not raw:
         raise CellError("no rails given", "name the rails the energy sums, e.g. gpu+cpu or VDD_GPU_SOC+VDD_CPU_CV")
-    preset = RAIL_PRESETS.get(raw.lower(), ())
-    if preset is None:
-        names: tuple[str, ...] = tables.rails
-    elif preset:
-        names = preset
+    try:
+        preset = preset_rails(raw, tables.rails)
+    except ConfigError as exc:
+        raise CellError(exc.what, exc.remedy) from None
+    if preset is not None:
+        names: tuple[str, ...] = preset
     else:
         by_upper = {r.upper(): r for r in tables.rails}
         parts = [p.strip() for p in raw.replace("+", ",").split(",") if p.strip()]
@@ -150,9 +151,12 @@ def rail_set(text: str, tables: BoardTables) -> tuple[str, tuple[str, ...]]:
                             f"its rails are {', '.join(tables.rails)} (or write all, or gpu+cpu)")
         names = tuple(by_upper[p.upper()] for p in parts)
     chosen = tuple(r for r in tables.rails if r in set(names))
-    if set(chosen) == set(tables.rails):
-        return RAILS_ALL, chosen
-    for name, rails in RAIL_PRESETS.items():
+    # The preset whose rails these are on this board (`all`: its total, VDD_IN alone on an Orin Nano).
+    for name in RAIL_PRESETS:
+        try:
+            rails = preset_rails(name, tables.rails)
+        except ConfigError:  # gpu+cpu on a rail set that has no such rails
+            continue
         if rails is not None and set(rails) == set(chosen):
             return name, chosen
     return ",".join(chosen), chosen

@@ -1,13 +1,13 @@
 """Sweeps measured elsewhere, read from a CSV or JSON file (`slm-dvfs import-sweep`).
 
-One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode,
-or `maxn`: MAXN Mode 0 with its dynamic governors), the energy over the rails it sums, the time
-when known (energy-only rows are kept as such: their time is None, never 0), the training samples
-it covers, and optionally the repeat number. The workload comes from flags (WorkloadFlags) or from
-columns, constant per workload: a file with several workloads (or rail sets) becomes one sweep per
-workload and rail set, so energies over different rails are never mixed. Every value is checked
-against the board's tables (BoardTables); the first wrong cell stops the import with the file,
-line (CSV) or row (JSON), column and what to do. torch-free.
+One row per measured point: the setting (GPU clock, optionally CPU, EMC and the nvpmodel mode, or
+`maxn`: the board's uncapped mode, MAXN or MAXN_SUPER, with its dynamic governors), the energy over
+the rails it sums, the time when known (energy-only rows are kept as such: their time is None, never
+0), the training samples it covers, and optionally the repeat number. The workload comes from flags
+(WorkloadFlags) or from columns, constant per workload: a file with several workloads (or rail sets)
+becomes one sweep per workload and rail set, so energies over different rails are never mixed. Every
+value is checked against the board's tables (BoardTables); the first wrong cell stops the import
+with the file, line (CSV) or row (JSON), column and what to do. torch-free.
 
 The formats and columns are documented in docs/experiments.md ("Importing measured sweeps").
 """
@@ -27,6 +27,7 @@ from engine.core.plausible import MAX_BATCH, MAX_REPEATS, MAX_SAMPLES, MAX_SEQ_L
 from engine.core.text import shown
 from engine.core.userinput import check_name, number_value
 from engine.core.provenance import Source
+from engine.device.baseline import board_baseline
 from engine.device.setting import MAXN, DvfsSetting
 from engine.results.imports.read import read_bytes, table_rows
 from engine.results.imports.fields import (
@@ -139,7 +140,8 @@ class ImportedFile:
 def read_sweep_file(path: str | Path, tables: BoardTables, flags: WorkloadFlags = WorkloadFlags(), *,
                     default_mode: int = 0) -> ImportedFile:
     """Read and check a whole file; raise ConfigError at the first wrong value (nothing is stored by
-    reading). Pinned rows without a mode get `default_mode` (sweeps pin clocks in mode 0, MAXN)."""
+    reading). Pinned rows without a mode get `default_mode` (sweeps pin clocks in the board's uncapped mode:
+    mode 0, MAXN, on an AGX Orin; import-sweep passes its profile's)."""
     path = Path(path)
     raw = read_bytes(path)
     kind, rows, file_values = table_rows(path, raw)
@@ -194,6 +196,11 @@ class _RowReader:
                  default_mode: int) -> None:
         self.path, self.tables, self.flags, self.file_values = path, tables, flags, file_values
         self.default_mode = default_mode
+        # a `maxn` row is the board's baseline, its uncapped mode whatever its id (MAXN_SUPER, mode 2, on an Orin Nano)
+        try:
+            self.baseline = board_baseline(tables.modes).setting
+        except ConfigError:  # tables with no uncapped mode (or none): a maxn row means the AGX Orin's, as before
+            self.baseline = MAXN
         self.groups: dict[tuple[str, str], _Group] = {}
         self._workloads: dict[tuple[Any, ...], WorkloadRecord] = {}
         self.warnings: list[str] = []
@@ -341,17 +348,16 @@ class _RowReader:
 
     def _check_fits(self, resolved: Any, w: WorkloadRecord) -> None:
         """A workload whose step cannot fit the board's memory was not measured on it."""
-        from engine.workload.sizing.fit import board_budget, check_memory
+        from engine.workload.sizing.fit import check_memory
         from engine.workload.sizing.memory import estimate_memory
 
         limits = self.tables.limits
         if limits is None:
             return
-        memory = limits.memory_bytes
-        try:
+        try:  # the budget every run on that board is held to (its MemTotal, as its profile gives it)
             check_memory(estimate_memory(resolved.config, w.batch_size, w.seq_len, w.precision, w.mode, lora=w.lora,
                                          checkpointing=w.grad_checkpointing, params=w.params),
-                         resolved.name, w.batch_size, w.seq_len, None if memory is None else board_budget(memory))
+                         resolved.name, w.batch_size, w.seq_len, mem_total_bytes=limits.memory_bytes)
         except ConfigError as exc:
             raise CellError(f"this workload cannot have run on {limits.profile}: {exc.what}",
                             "check the batch size, length, precision and mode the file gives (or --profile)") from None
@@ -362,7 +368,8 @@ class _RowReader:
         if cells.get("setting") is not None and not maxn:
             with self.at(where, "setting"):
                 raise CellError(f"unknown setting {shown(cells['setting'])!r}",
-                                "write maxn (MAXN Mode 0, dynamic governors), or give the clocks in their columns")
+                                "write maxn (the board's uncapped mode, MAXN or MAXN_SUPER, dynamic governors), "
+                                "or give the clocks in their columns")
         for column, (domain, unit) in CLOCK_COLUMNS.items():
             value = cells.get(column)
             if value is None or str(value).strip().lower() in GOVERNOR:
@@ -383,10 +390,11 @@ class _RowReader:
                 mode = power_mode(cells[mode_col], self.tables)
         if maxn:
             with self.at(where, "setting"):
-                if any(hz is not None for hz in clocks.values()) or mode not in (None, 0):
-                    raise CellError("a maxn row pins nothing: MAXN Mode 0 leaves every clock to its governor",
+                if any(hz is not None for hz in clocks.values()) or mode not in (None, self.baseline.nvpmodel):
+                    raise CellError(f"a maxn row pins nothing: the board's baseline, mode {self.baseline.nvpmodel} (its "
+                                    "uncapped MAXN or MAXN_SUPER), leaves every clock to its governor",
                                     "leave the clock and mode cells of a maxn row empty")
-            return MAXN
+            return self.baseline
         if all(hz is None for hz in clocks.values()):
             if mode is None:
                 with self.at(where, None):

@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence, TypeVar, Union
 
+from engine.device.rails import total_of
 from engine.core.errors import one_line
 from engine.core.measurement import Measurement
 from engine.device.setting import DvfsSetting
@@ -97,7 +98,7 @@ class BoardWorker:
             log.debug("temperatures of %s: %s", self.name, exc)
             temps = {}
         try:
-            power: float | None = sum(r.power_mw for r in device.rails()) / 1000.0
+            power: float | None = total_of({r.name: r.power_mw for r in device.rails()}) / 1000.0
         except Exception as exc:  # noqa: BLE001
             log.debug("rails of %s: %s", self.name, exc)
             power = None
@@ -142,7 +143,7 @@ class BoardWorker:
         with self._lock:
             if spec in self._resolved:
                 return self._resolved[spec]
-        workload = resolve_workload(spec)
+        workload = resolve_workload(spec, mem_total_bytes=self.session.memory_total_bytes())  # this board's memory
         with self._lock:
             if len(self._resolved) >= RESOLVED_KEPT:
                 self._resolved.pop(next(iter(self._resolved)))

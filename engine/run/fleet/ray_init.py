@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any, TextIO
 
 from engine.core.errors import ConfigError
+from engine.core.optional import import_optional
 
 log = logging.getLogger(__name__)
 ray_log = logging.getLogger("ray.fleet")  # a child of Ray's logger: its handler, its `ray:` label, its level
@@ -39,11 +40,8 @@ RAY_LOG_FORMAT = "%(levelname)s ray: %(message)s"
 
 
 def import_ray() -> ModuleType:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError("the fleet runs on Ray, which is not installed here",
-                          "pip install -e '.[fleet]' (installs ray), on the driver and on every board") from exc
+    ray = import_optional("ray", "the fleet", "pip install -e '.[fleet]' (installs ray), on the driver and "
+                          "on every board")
     _route_ray_prints(ray)
     return ray
 

@@ -24,6 +24,7 @@ from torch.utils.data import Dataset
 
 from engine.core.constants import SYNTHETIC_EVAL_MAX, Padding, SYNTHETIC_TRAIN_MAX
 from engine.core.errors import ConfigError
+from engine.core.optional import import_optional
 from engine.workload import zoo
 from engine.workload.glue import Example, GlueTask, get_task
 from engine.workload.data.glue_folder import read_folder, task_folder
@@ -105,7 +106,8 @@ def _subset(examples: Sequence[Example], n: int | None, rng: random.Random,
 
 def _from_hub(task: GlueTask, allow_download: bool
               ) -> tuple[tuple[Example, ...], dict[str, tuple[Example, ...]], str]:
-    import datasets
+    datasets = import_optional("datasets", "GLUE from the hub", "pip install -e . (datasets is a dependency of "
+                               "slm-dvfs), or point at a local GLUE folder, or use synthetic data")
 
     online = zoo.downloads_allowed(allow_download)
     errors = []

@@ -8,23 +8,25 @@ divide the hidden size, an absurd vocabulary) with a ConfigError naming the key.
 any model is built.
 
 The budget is the memory Linux sees on the board less a reserve for L4T and the desktop
-(`board_budget`): the AGX Orin 64GB's MemTotal by default; a caller that read the board's
-/proc/meminfo passes its MemTotal. All torch-free (the TUI's Setup shows the fit live).
+(`board_budget`, `os_reserve_bytes`): a caller that read the board's /proc/meminfo
+(engine.device.meminfo) passes its MemTotal; the AGX Orin 64GB's when unknown. Jetson memory
+is unified: CPU and GPU share the budget. All torch-free (the TUI's Setup shows the fit live).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 from engine.core.errors import ConfigError
-from engine.workload.sizing.fit import MemoryFit, Remedy, board_budget, check_memory, memory_fit
+from engine.workload.sizing.fit import (MemoryFit, MemoryFitError, Remedy, board_budget, check_memory, memory_fit,
+                                        os_reserve_bytes)
 from engine.workload.sizing.memory import (DEFAULT_BOARD_MEMORY_BYTES, DEFAULT_BUDGET_BYTES, GIB, ORIN_MEMTOTAL_BYTES,
                                     OS_RESERVE_BYTES, MemoryEstimate, estimate_memory, estimate_params,
                                     trainable_params)
 from engine.workload.zoo import dims
 
 __all__ = ["LIMITS", "check_config", "MemoryEstimate", "MemoryFit", "Remedy", "estimate_memory",
-           "estimate_params", "trainable_params", "memory_fit", "check_memory", "board_budget", "GIB",
+           "estimate_params", "trainable_params", "memory_fit", "check_memory", "board_budget", "os_reserve_bytes", "MemoryFitError", "GIB",
            "DEFAULT_BOARD_MEMORY_BYTES", "DEFAULT_BUDGET_BYTES", "ORIN_MEMTOTAL_BYTES", "OS_RESERVE_BYTES"]
 
 # key -> (lowest, highest): beyond these no model of the families we train exists.

@@ -1,11 +1,15 @@
 """Whether a workload's estimated peak fits the board, and what would make it fit (no torch).
 
-`memory_fit(estimate)` sets an `engine.workload.sizing.memory` estimate against the budget (the
-memory Linux sees on the board less OS_RESERVE_BYTES) and, when it does not fit, lists the
-changes a user would try, in that order, each only if it fits by the same estimate: the
-largest smaller batch, gradient checkpointing, 16-bit autocast (on CUDA), LoRA at the default
-rank, a shorter length, a smaller zoo model; when no single change fits, all of the first ones
-together. `check_memory` raises the refusal (a ConfigError with the estimate and the remedies).
+`memory_fit(estimate, mem_total_bytes=...)` sets an `engine.workload.sizing.memory` estimate
+against the board's budget: its MemTotal (/proc/meminfo, read by engine.device.meminfo; the
+AGX Orin 64GB's when unknown) less what L4T and a desktop hold (`os_reserve_bytes`). The CUDA
+context and the Python process are the estimate's own `workspace` part. When it does not fit,
+it lists the changes a user would try, in that order, each only if it fits by the same
+estimate: the largest smaller batch, gradient checkpointing, 16-bit autocast (on CUDA), LoRA at
+the default rank, a shorter length, a smaller zoo model; when no single change fits, all of the
+first ones together. The first changes that still do not fit (batch 1, bf16, LoRA, all
+together) are kept too (`near`), with their estimates, so a refusal says how far each falls
+short. `check_memory` raises the refusal (a MemoryFitError with the estimate and the remedies).
 """
 
 from __future__ import annotations
@@ -15,17 +19,34 @@ from typing import Callable
 
 from engine.core.errors import ConfigError, ProfileError
 from engine.core.jsontypes import as_int
-from engine.workload.sizing.memory import DEFAULT_BUDGET_BYTES, GIB, MIB, OS_RESERVE_BYTES, MemoryEstimate
+from engine.workload.sizing.memory import (DEFAULT_BUDGET_BYTES, GIB, MIB, ORIN_MEMTOTAL_BYTES, OS_RESERVE_BYTES,
+                                           OS_RESERVE_MIN_BYTES, OS_RESERVE_SHARE, MemoryEstimate)
 
 MIN_SUGGESTED_LENGTH = 16  # a shorter length than this is no fine-tuning worth suggesting
 
 
-def board_budget(mem_total_bytes: int | None = None, reserve_bytes: int = OS_RESERVE_BYTES) -> int:
-    """Bytes a run may use: the board's MemTotal (/proc/meminfo; default the AGX Orin 64GB's)
-    less the reserve for L4T and the desktop."""
-    if mem_total_bytes is None:
-        return DEFAULT_BUDGET_BYTES
-    return max(0, int(mem_total_bytes) - int(reserve_bytes))
+def os_reserve_bytes(mem_total_bytes: int) -> int:
+    """What L4T and a desktop hold of a board with `mem_total_bytes` (an estimate, see
+    engine.workload.sizing.memory): OS_RESERVE_SHARE of it, between OS_RESERVE_MIN_BYTES and
+    OS_RESERVE_BYTES (3 GiB on every board of 16 GB or more, the AGX Orin's included)."""
+    return int(min(OS_RESERVE_BYTES, max(OS_RESERVE_MIN_BYTES, OS_RESERVE_SHARE * int(mem_total_bytes))))
+
+
+def board_budget(mem_total_bytes: int | None = None, reserve_bytes: int | None = None) -> int:
+    """Bytes a run may use: the board's MemTotal (/proc/meminfo; None: the AGX Orin 64GB's)
+    less the reserve for L4T and the desktop (`reserve_bytes`; default `os_reserve_bytes`)."""
+    total = ORIN_MEMTOTAL_BYTES if mem_total_bytes is None else int(mem_total_bytes)
+    reserve = os_reserve_bytes(total) if reserve_bytes is None else int(reserve_bytes)
+    return max(0, total - reserve)
+
+
+class MemoryFitError(ConfigError):
+    """A step that does not fit the board's memory: `fit` holds the estimate, the budget and
+    the remedies (a client reads them here, never from the text)."""
+
+    def __init__(self, what: str, remedy: str, fit: "MemoryFit") -> None:
+        super().__init__(what, remedy)
+        self.fit = fit
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,11 @@ class Remedy:
     def describe(self) -> str:
         return f"{self.flags} ({self.note + ': ' if self.note else ''}{self.estimate.total / GIB:,.1f} GiB)"
 
+    def describe_over(self, budget: int) -> str:
+        """As `describe`, with how far it stays over `budget`."""
+        over = (self.estimate.total - budget) / GIB
+        return f"{self.flags} ({self.note + ': ' if self.note else ''}{self.estimate.total / GIB:,.1f} GiB, {over:,.1f} GiB over)"
+
 
 @dataclass(frozen=True)
 class MemoryFit:
@@ -47,7 +73,9 @@ class MemoryFit:
     estimate: MemoryEstimate
     budget: int
     name: str = "the model"
-    remedies: tuple[Remedy, ...] = ()
+    remedies: tuple[Remedy, ...] = ()  # changes that fit, in the order to try
+    near: tuple[Remedy, ...] = ()  # the first changes to try that still do not fit, with their estimates
+    mem_total: int | None = None  # the board's MemTotal the budget came from; None: given, or the AGX's
 
     @property
     def fits(self) -> bool:
@@ -62,46 +90,59 @@ class MemoryFit:
             return f"does not fit: {figures}; try {self.remedies[0].flags}"
         return f"does not fit: {figures}; use a smaller model"
 
-    def refusal(self) -> ConfigError:
+    def refusal(self) -> MemoryFitError:
         est = self.estimate
         what = (f"{self.name} at batch {est.batch_size}, length {est.seq_len} ({est.precision}, mode {est.mode}"
                 f"{', checkpointing' if est.checkpointing else ''}) needs an estimated {est.describe()} [predicted], more than "
                 f"the {self.budget / GIB:,.1f} GiB the board leaves for training "
-                f"({_budget_basis(self.budget)})")
+                f"({_budget_basis(self.budget, self.mem_total)})")
+        heavy = est.weights > self.budget
         if self.remedies:
-            remedy = "it fits with, in the order to try: " + "; ".join(r.describe() for r in self.remedies)
-        elif est.weights > self.budget:
-            remedy = "the model's weights alone exceed the board's memory: use a smaller model"
+            remedy = ((f"its fp32 weights alone ({est.weights / GIB:,.1f} GiB) are over the budget; " if heavy else "")
+                      + "it fits with, in the order to try: " + "; ".join(r.describe() for r in self.remedies))
+        elif heavy:
+            remedy = (f"the model's fp32 weights alone ({est.weights / GIB:,.1f} GiB) exceed what the board leaves "
+                      "for training: use a smaller model")
         else:
             remedy = "nothing short of another model fits: use a smaller model"
-        return ConfigError(what, remedy)
+        if self.near:
+            remedy += ("; estimated and still over the budget: "
+                       + "; ".join(r.describe_over(self.budget) for r in self.near))
+        return MemoryFitError(what, remedy, self)
 
 
 def memory_fit(estimate: MemoryEstimate, name: str = "the model", memory_bytes: int | None = None, *,
-               cuda: bool = True, zoo: bool = True) -> MemoryFit:
-    """`estimate` against `memory_bytes` (the budget; default `board_budget()`), with remedies
-    when it does not fit. `cuda`: 16-bit autocast is on offer; `zoo`: suggest a smaller zoo model."""
-    budget = board_budget() if memory_bytes is None else int(memory_bytes)
-    fit = MemoryFit(estimate, budget, name)
+               cuda: bool = True, zoo: bool = True, mem_total_bytes: int | None = None) -> MemoryFit:
+    """`estimate` against the budget, with remedies when it does not fit: `memory_bytes` (a budget
+    given as it is), else `board_budget(mem_total_bytes)` (the board's MemTotal; None: the AGX
+    Orin 64GB's). `cuda`: 16-bit autocast is on offer; `zoo`: suggest a smaller zoo model."""
+    budget = board_budget(mem_total_bytes) if memory_bytes is None else int(memory_bytes)
+    total = mem_total_bytes if memory_bytes is None else None
+    fit = MemoryFit(estimate, budget, name, mem_total=total)
     if fit.fits:
         return fit
-    return MemoryFit(estimate, budget, name, tuple(_remedies(estimate, budget, cuda, zoo)))
+    remedies = tuple(_remedies(estimate, budget, cuda, zoo))
+    return MemoryFit(estimate, budget, name, remedies, tuple(_near(estimate, budget, cuda, remedies)), total)
 
 
 def check_memory(estimate: MemoryEstimate, name: str, batch_size: int, seq_len: int,
-                 memory_bytes: int | None = None, *, cuda: bool = True) -> MemoryFit:
-    """Refuse a step that would not fit (ConfigError with the estimate and what would fit);
-    the fit when it does. `batch_size` and `seq_len` are the estimate's (kept for callers)."""
-    fit = memory_fit(estimate, name, memory_bytes, cuda=cuda)
+                 memory_bytes: int | None = None, *, cuda: bool = True, mem_total_bytes: int | None = None) -> MemoryFit:
+    """Refuse a step that would not fit (MemoryFitError with the estimate and what would fit);
+    the fit when it does. `batch_size` and `seq_len` are the estimate's (kept for callers);
+    the budget as `memory_fit` takes it."""
+    fit = memory_fit(estimate, name, memory_bytes, cuda=cuda, mem_total_bytes=mem_total_bytes)
     if not fit.fits:
         raise fit.refusal()
     return fit
 
 
-def _budget_basis(budget: int) -> str:
+def _budget_basis(budget: int, mem_total: int | None) -> str:
+    if mem_total is not None:
+        return (f"the board's MemTotal {mem_total // MIB:,} MiB, less {(mem_total - budget) / GIB:,.1f} GiB "
+                "for L4T and the desktop; CPU and GPU share it")
     if budget == DEFAULT_BUDGET_BYTES:
-        return (f"AGX Orin 64GB: {(budget + OS_RESERVE_BYTES) // MIB:,} MiB seen by Linux, less "
-                f"{OS_RESERVE_BYTES / GIB:g} GiB for L4T and the desktop")
+        return (f"MemTotal unknown, taken as the AGX Orin 64GB's: {ORIN_MEMTOTAL_BYTES // MIB:,} MiB seen by "
+                f"Linux, less {OS_RESERVE_BYTES / GIB:g} GiB for L4T and the desktop")
     return "the budget given"
 
 
@@ -118,6 +159,37 @@ def _largest(low: int, high: int, fits: Callable[[int], bool]) -> int | None:
     return low
 
 
+def _singles(est: MemoryEstimate, cuda: bool) -> list[tuple[str, dict]]:
+    """The single changes to try, in order: (flags, with_changes' arguments)."""
+    singles: list[tuple[str, dict]] = []
+    if not est.checkpointing and est.mode != "head":
+        singles.append(("--grad-checkpointing", dict(checkpointing=True)))
+    if cuda and est.precision == "fp32":
+        singles.append(("--precision bf16", dict(precision="bf16")))
+    if est.mode in ("full", "bitfit"):
+        singles.append(("--mode lora", dict(mode="lora", lora=None)))
+    return singles
+
+
+def _single(est: MemoryEstimate, flags: str, change: dict) -> Remedy:
+    candidate = est.with_changes(**change)
+    return Remedy(flags, candidate, f"LoRA rank {candidate.lora_rank}" if "lora" in flags else "")
+
+
+def _near(est: MemoryEstimate, budget: int, cuda: bool, remedies: tuple[Remedy, ...]) -> list[Remedy]:
+    """The first remedies (batch 1, each single change, all of them at batch 1) that do not fit,
+    with their estimates: what the user would try, and by how much each falls short."""
+    offered = {r.flags for r in remedies}
+    tries = [_single(est, flags, change) for flags, change in _singles(est, cuda)]
+    if est.batch_size > 1:
+        tries.insert(0, Remedy("--batch-size 1", est.with_changes(batch_size=1)))
+    together: dict = {k: v for _, change in _singles(est, cuda) for k, v in change.items()}
+    if together:
+        flags = " ".join(f for f, _ in _singles(est, cuda)) + (" --batch-size 1" if est.batch_size > 1 else "")
+        tries.append(Remedy(flags, est.with_changes(batch_size=1, **together), "all together"))
+    return [r for r in tries if r.flags not in offered and r.estimate.total > budget]
+
+
 def _remedies(est: MemoryEstimate, budget: int, cuda: bool, zoo: bool) -> list[Remedy]:
     out: list[Remedy] = []
 
@@ -127,17 +199,11 @@ def _remedies(est: MemoryEstimate, budget: int, cuda: bool, zoo: bool) -> list[R
     batch = _largest(1, est.batch_size - 1, lambda b: ok(est.with_changes(batch_size=b)))
     if batch is not None:
         out.append(Remedy(f"--batch-size {batch}", est.with_changes(batch_size=batch)))
-    singles: list[tuple[str, dict]] = []
-    if not est.checkpointing and est.mode != "head":
-        singles.append(("--grad-checkpointing", dict(checkpointing=True)))
-    if cuda and est.precision == "fp32":
-        singles.append(("--precision bf16", dict(precision="bf16")))
-    if est.mode in ("full", "bitfit"):
-        singles.append(("--mode lora", dict(mode="lora", lora=None)))
+    singles = _singles(est, cuda)
     for flags, change in singles:
-        candidate = est.with_changes(**change)
-        if ok(candidate):
-            out.append(Remedy(flags, candidate, f"LoRA rank {candidate.lora_rank}" if "lora" in flags else ""))
+        remedy = _single(est, flags, change)
+        if ok(remedy.estimate):
+            out.append(remedy)
     length = _largest(MIN_SUGGESTED_LENGTH, est.seq_len - 1, lambda n: ok(est.with_changes(seq_len=n)))
     if length is not None:
         length = max(MIN_SUGGESTED_LENGTH, length // 8 * 8)  # a multiple of 8 suits the tensor cores

@@ -54,9 +54,16 @@ DEFAULT_BOARD_MEMORY_BYTES = 64 * GIB  # the AGX Orin 64GB's unified LPDDR5, sha
 # MemTotal L4T reports on the AGX Orin 64GB (tegrastats `RAM 2371/62841MB`, a real board's line
 # in the interface spec): the 64 GiB less what firmware carves out before Linux starts.
 ORIN_MEMTOTAL_BYTES = 62_841 * MIB
-# What L4T, its services and a desktop session hold: the idle board above uses 2.3 GiB (no
-# desktop session open); 3 GiB leaves room for a desktop. Not measured with one open.
+# What L4T, its services and a desktop session hold (an estimate): the idle AGX Orin above uses
+# 2.3 GiB (no desktop session open); 3 GiB leaves room for a desktop. Not measured with one open.
 OS_RESERVE_BYTES = 3 * GIB
+# On a smaller board the OS holds less (fewer page tables and buffers, the same services): idle
+# Orin Nano 8GB developer kits show `RAM 848/7620MB` and `RAM 929/7620MB` in tegrastats lines
+# published in public repositories (headless). A fifth of MemTotal, at least 1 GiB and at most
+# OS_RESERVE_BYTES, leaves such a board that and ~0.5 GiB for a desktop (estimate: not measured
+# with one open); every board of 16 GB or more keeps the 3 GiB (sizing.fit.os_reserve_bytes).
+OS_RESERVE_SHARE = 0.2
+OS_RESERVE_MIN_BYTES = 1 * GIB
 DEFAULT_BUDGET_BYTES = ORIN_MEMTOTAL_BYTES - OS_RESERVE_BYTES
 # Fixed per-process cost (an assumption; only its CPU part was measured): PyTorch's CUDA
 # context with its kernel images (lazy module loading, the default since CUDA 12.2 / JetPack 6,

@@ -5,7 +5,6 @@ from engine.results.store import Store
 from engine.results.baseline import find_baseline
 from engine.results.compare import fitting_baselines
 from engine.results.sweeps import stored_points
-from engine.core.provenance import Source
 from engine.selector.training import store_dataset
 
 out = {"workloads": {}, "runs": {}, "comparisons": {}, "sweeps": {}, "oracle_points": {}, "datasets": {}}

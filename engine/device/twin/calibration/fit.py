@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
-from engine.device.setting import MAXN
+from engine.device.baseline import profile_baseline
 from engine.device.twin.calibration.bounds import BoundHit
 from engine.device.twin.calibration.observations import FitOptions, Observation, ParamMove, predict
 from engine.device.twin.params import ParamSpread
@@ -118,7 +118,8 @@ def sweep_error(profile: TwinProfile, observations: Sequence[Observation]) -> Sw
     if best_m is not None and best_p is not None:
         step = abs(_step(table, observations[best_m].setting.gpu_hz) - _step(table, observations[best_p].setting.gpu_hz))
         regret = 100.0 * (meas[best_p] / meas[best_m] - 1.0)
-    maxn = next((i for i, ob in enumerate(observations) if ob.setting == MAXN), None)
+    base = profile_baseline(profile).setting  # the profile's uncapped mode: MAXN_SUPER (mode 2) on an Orin Nano
+    maxn = next((i for i, ob in enumerate(observations) if ob.setting == base), None)
     others = [i for i in range(len(observations)) if i != maxn]
     saving_m = saving_p = None
     if maxn is not None and others:
