@@ -91,3 +91,19 @@ def test_static_clocks_without_a_mode_run_in_the_uncapped_mode(tmp_path: Path, f
         assert BUILTIN_POLICIES.make("static:gpu=816").choose(ctx).nvpmodel == 2
         assert BUILTIN_POLICIES.make("static:gpu=612,mode=0").choose(ctx).nvpmodel == 0  # a mode typed stays
         assert BUILTIN_POLICIES.make("maxn-pinned").choose(ctx).nvpmodel == 2
+
+
+def test_compare_maxn_without_an_uncapped_mode_is_refused_before_the_policy_runs(
+        tmp_path: Path, fake_tools, capsys: pytest.CaptureFixture[str]) -> None:
+    """A conf with no MAXN and every mode capped: `--compare maxn` said so only after the policy's whole run."""
+    text = NANO_CONF.read_text()
+    capped = text[:text.index("< POWER_MODEL ID=2 NAME=MAXN_SUPER >")] + text[text.index("< PM_CONFIG"):]
+    assert [m.name for m in parse_conf(capped)[0]] == ["15W", "25W"]  # the Orin Nano's two capped modes
+    root = tmp_path / "board"
+    render_tree(root, replace(default_orin_spec("r36"), nvpmodel_conf=capped, nvpmodel_conf_name="capped.conf",
+                              cpu_count=6, cpu_policies=(0, 4), nvpmodel_id=1))
+    assert main(["run", "--sysfs-root", str(root), *TINY_RUN, "--policy", "mode:1", "--compare", "maxn"]) == 2
+    err = capsys.readouterr().err
+    assert "no uncapped mode" in err and "Traceback" not in err
+    with Store() as store:
+        assert store.list_runs() == []  # refused before the policy ran: nothing stored

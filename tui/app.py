@@ -42,6 +42,7 @@ from engine.core.provenance import Source
 from engine.device.base import ClockDomain
 from engine.device.baseline import AGX_MAXN, Baseline, board_baseline
 from engine.device.session import DeviceSession
+from engine.device.twin.profile import TwinProfile
 from engine.device.snapshot import DeviceSnapshot, take_snapshot
 from engine.selector import policy_factory
 from tui import forms
@@ -127,6 +128,7 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
         self.mem_total = session.memory_total_bytes()  # what memory fit sets a workload against
         self.baseline = session_baseline(session)  # what a comparison runs against
         self.baseline_label = self.baseline.label  # by its mode's name and id, for the pages
+        self.board_profile = session_profile(session)  # the module the selector's preview chooses for
         self.refresh_s = refresh_s
         self.run_refresh_s = max(refresh_s, run_refresh_s)
         self.poll = poll
@@ -277,6 +279,20 @@ class SlmDvfsApp(OrderedKeys, Lifecycle, ExperimentActions, SweepActions, FleetA
 
     def on_poll_failed(self, message: PollFailed) -> None:
         self.notify(message.error, title="Cannot read the device", severity="error")
+
+
+def session_profile(session: DeviceSession) -> TwinProfile | None:
+    """The device profile of the session's board: a twin's own, else its module's (engine.device.jetson.identity);
+    None where neither can be read (the selector then chooses as for the module it learnt first)."""
+    from engine.device.twin.profile import load_profile
+
+    try:
+        identity = session.device.identity()
+        name = identity.profile or identity.module_profile
+        return load_profile(name) if name else None
+    except SlmDvfsError as exc:
+        log.info("no device profile for this board: %s", exc)
+        return None
 
 
 def session_baseline(session: DeviceSession) -> Baseline:

@@ -18,6 +18,7 @@ from engine.results.format import saving_compact, versus_text
 
 if TYPE_CHECKING:  # the run pipeline and the selector load when the selector is asked
     from engine.core.trace import StepMix
+    from engine.device.twin.profile import TwinProfile
     from engine.run.experiment import ExperimentSpec
     from engine.selector.features import WorkloadFeatures
     from engine.workload.resolve import Workload
@@ -40,6 +41,7 @@ class SelectorPreview:
     basis: str = ""  # what the selector rests on, in a few words (engine.selector.basis.DataBasis.short)
     saving_interval: Interval | None = None  # of saving_pct, as fractions (engine.selector.uncertainty)
     maxn_about_optimal: str | None = None  # why MAXN is already about optimal (uncertainty.maxn_about_optimal)
+    baseline: str = "MAXN"  # what the saving is against, by name and id (Choice.baseline_label: MAXN_SUPER (mode 2))
 
     def short(self) -> str:
         """One short line (the Run page): `selector: GPU 816 saves 13% (4–17%) [predicted]`, with
@@ -65,7 +67,7 @@ class SelectorPreview:
         named = f"selector ({self.basis})" if self.basis else "selector"
         verdict = "; MAXN is already about optimal for this workload" if self.maxn_about_optimal else ""
         return (f"{named} chooses {self.setting}; "
-                f"{versus_text(self.saving_pct, self.slowdown_pct, interval=self.saving_interval)} "
+                f"{versus_text(self.saving_pct, self.slowdown_pct, than=self.baseline, interval=self.saving_interval)} "
                 f"[{self.source.value}]{verdict}")
 
 
@@ -77,15 +79,20 @@ def selector_available() -> bool:
     return any((folder() / DEFAULT_NAME).is_file() for folder in (user_selector_dir, shipped_selector_dir))
 
 
-def preview_choice(spec: ExperimentSpec, workload: Workload | None = None) -> SelectorPreview:
+def preview_choice(spec: ExperimentSpec, workload: Workload | None = None, *,
+                   board: TwinProfile | None = None) -> SelectorPreview:
     """The selector's choice for an ExperimentSpec's workload and objective.
 
     `workload` (the spec's, resolved) saves resolving it again when the caller has it
     (the Run page's preview); Setup's resolves it as the run will, so the two give one interval:
     the twin ensemble costs the steps the run takes (with dynamic padding, the mix of its lengths),
-    as the `ml` policy does once the run starts."""
+    as the `ml` policy does once the run starts. It chooses for the run's module as the policy does
+    (MLPolicy._for_board): the spec's twin profile, else `board` (the session's module profile), in that
+    board's baseline mode, its interval from that profile's ensemble."""
     from engine.dvfs.objectives import parse_objective
     from engine.selector.persistence import load_selector
+    from engine.device.baseline import AGX_MAXN, profile_baseline
+    from engine.device.twin.profile import load_profile
     from engine.selector.uncertainty import maxn_about_optimal, with_uncertainty
 
     try:
@@ -93,8 +100,13 @@ def preview_choice(spec: ExperimentSpec, workload: Workload | None = None) -> Se
     except SlmDvfsError:
         return SelectorPreview(False, note=f"none available; train one with `{TRAIN_COMMAND}`", missing=True)
     try:
+        profile = load_profile(spec.twin) if spec.twin else board
+        if profile is not None:
+            selector.for_profile(profile)
         features, steps = _features(spec, workload)
-        choice = with_uncertainty(selector.choose(features, parse_objective(spec.objective)), selector, steps)
+        base = profile_baseline(profile) if profile is not None else AGX_MAXN
+        choice = with_uncertainty(selector.choose(features, parse_objective(spec.objective)).on_board(base),
+                                  selector, steps, profile)
     except SlmDvfsError as exc:
         return SelectorPreview(False, note=f"cannot choose for this workload: {exc.what}")
     conf = getattr(choice, "confidence", None)
@@ -103,7 +115,7 @@ def preview_choice(spec: ExperimentSpec, workload: Workload | None = None) -> Se
         True, setting=choice.setting.label(), saving_pct=100.0 * choice.saving, slowdown_pct=100.0 * choice.slowdown,
         confidence=getattr(conf, "level", None), note=f"{getattr(selector, 'source', '?')}-trained selector",
         basis=_basis(selector), saving_interval=None if unc is None else unc.saving,
-        maxn_about_optimal=maxn_about_optimal(choice),
+        maxn_about_optimal=maxn_about_optimal(choice), baseline=choice.baseline_label,
     )
 
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from engine.device.baseline import Baseline
     from engine.device.base import DeviceIdentity
     from engine.device.session import DeviceSession
+    from engine.device.twin.profile import TwinProfile
     from engine.dvfs.policies import PolicyFactory
     from engine.results.records import RunRecord, SweepRecord
     from engine.results.store import Store
@@ -119,6 +120,7 @@ class AppState(App[None]):
     policies: PolicyFactory  # every policy a run may ask for (`ml` included), handed to each run
     identity: DeviceIdentity | None  # read at mount
     baseline: Baseline  # the board's uncapped mode (engine.device.baseline), read at start
+    board_profile: TwinProfile | None  # the board's module profile (the selector chooses for it), read at start
     run_refresh_s: float
     device_history: DeviceHistory
     polled: SlowModeDevice  # what the poll reads

@@ -414,8 +414,14 @@ def cmd_select(args: argparse.Namespace) -> int:
     measure = None
     from engine.device.baseline import AGX_MAXN, profile_baseline
 
-    # --twin's baseline, its uncapped mode by name (MAXN_SUPER, mode 2, on an Orin Nano): the choice is stated in it
-    base = profile_baseline(_load_profile(args.twin)) if args.twin else AGX_MAXN
+    # The board's baseline, its uncapped mode by name (MAXN_SUPER, mode 2, on an Orin Nano): the choice is stated
+    # in it. The board is --twin's or --sysfs-root's; --module alone names a module the selector learnt.
+    if board is None and args.module is not None:
+        from engine.device.jetson.identity import profile_of_module
+
+        named = profile_of_module(args.module)
+        board = _load_profile(named) if named else None
+    base = profile_baseline(board) if board is not None else AGX_MAXN
     if args.probes:
         from engine.device.twin.fast import fast_sweep
 
@@ -430,8 +436,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 
     choice = selector.choose(workload, objective, probes=args.probes, measure=measure,
                              as_source=Source.TWIN if args.twin else Source.MEASURED)
-    # in the board's mode; the interval from the ensemble of --twin's profile, else the selector's
-    choice = with_uncertainty(choice.on_board(base), selector, steps, args.twin)
+    # in the board's mode; the interval from the ensemble of the board's profile, else the selector's
+    choice = with_uncertainty(choice.on_board(base), selector, steps, board)
     if args.json:
         from engine.selector.uncertainty import maxn_about_optimal
 

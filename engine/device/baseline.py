@@ -94,9 +94,19 @@ class Baseline:
         return setting == self.setting
 
     def in_its_mode(self, setting: DvfsSetting) -> DvfsSetting:
-        """A setting of the AGX Orin's mode 0 (the shipped selectors' and features' mode) in this baseline's
-        mode: the same clocks pinned in MAXN_SUPER (mode 2) on an Orin Nano 8GB, whose mode 0 is capped."""
-        return replace(setting, nvpmodel=self.setting.nvpmodel) if setting.nvpmodel == MAXN.nvpmodel else setting
+        """A setting in the selector's terms (the uncapped mode as mode 0: the shipped selectors' and features'
+        mode) on this board: the same clocks pinned in MAXN_SUPER (mode 2) on an Orin Nano 8GB, whose mode 0
+        is capped, and the selector's mode 2 (the board's mode 0, 15W) back in mode 0 (swap_uncapped)."""
+        mode, uncapped = setting.nvpmodel, self.setting.nvpmodel
+        if mode is None or uncapped is None:
+            return setting
+        return replace(setting, nvpmodel=swap_uncapped(mode, uncapped))
+
+
+def swap_uncapped(mode: int, uncapped: int) -> int:
+    """A mode id between a board's terms and the selector's: the uncapped mode and mode 0 trade ids (the swap
+    is its own inverse). The one convention of engine.selector.features.SettingEncoder and Baseline."""
+    return 0 if mode == uncapped else uncapped if mode == 0 else mode
 
 
 # What a record names no board's modes for (a run or sweep stored before modes were named, an import of

@@ -193,6 +193,8 @@ def run_experiment(
                               "add --twin, or drop --simulate")
         device, identity, source, emit = harness.device, harness.identity, harness.source, harness.emit
         objective = parse_objective(spec.objective, max_power_w=module_power_limit_w(identity))
+        # --compare's baseline mode, found now: a conf with no uncapped mode is refused before the policy runs
+        board_base = board_baseline(device.power_modes()) if spec.compare else None
         device_id = store.ensure_device(DeviceRecord.from_identity(identity))
         workload_id = store.ensure_workload(WorkloadRecord.from_workload(workload, None if spec.simulate
                                                                          else spec.workload.data))
@@ -229,8 +231,8 @@ def run_experiment(
                 if baseline is None:
                     if harness.session.warms_up:  # the policy run has warmed the silicon
                         notes.append(cool_before_baseline(guard, runner.policy_start_c))
-                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2,
-                                         board_baseline(device.power_modes()).label))
+                    assert board_base is not None  # found above, with spec.compare
+                    emit(ExperimentPhase("baseline", BASELINE_POLICY, 2, 2, board_base.label))
                     base_ctx = PolicyContext(device, objective, (), workload=workload)
                     baseline = runner.execute("baseline", BASELINE_POLICY, harness.policies.make(BASELINE_POLICY),
                                               base_ctx)

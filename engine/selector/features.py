@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from engine.core.constants import Mode, Padding, Precision
+from engine.device.baseline import swap_uncapped
 from engine.device.setting import DvfsSetting
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject, as_int, as_list, as_object
@@ -374,7 +375,7 @@ class SettingEncoder:
         from engine.device.baseline import uncapped_mode
 
         base = int(uncapped_mode(profile.modes).id)
-        caps = {_swap(int(m.id), base): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
+        caps = {swap_uncapped(int(m.id), base): (m.gpu_max_hz, m.cpu_max_hz, m.emc_max_hz) for m in profile.modes}
         facts = profile.module
         emc_top = int(max(profile.emc.table_hz))
         bandwidth = (facts.memory_bandwidth_gbps if facts is not None and facts.memory_bandwidth_gbps
@@ -387,7 +388,7 @@ class SettingEncoder:
     def to_selector(self, setting: DvfsSetting) -> DvfsSetting:
         """A board's setting in the selector's terms (its uncapped mode as mode 0)."""
         mode = setting.nvpmodel
-        return setting if mode is None or not self.uncapped_id else replace(setting, nvpmodel=_swap(mode, self.uncapped_id))
+        return setting if mode is None or not self.uncapped_id else replace(setting, nvpmodel=swap_uncapped(mode, self.uncapped_id))
 
     def to_board(self, setting: DvfsSetting) -> DvfsSetting:
         """A setting in the selector's terms on this module's board (mode 0 as its uncapped mode's id)."""
@@ -444,11 +445,6 @@ class SettingEncoder:
 
 def _num(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
-
-
-def _swap(mode: int, uncapped: int) -> int:
-    """A mode id between a board's terms and the selector's: the uncapped mode and mode 0 trade ids."""
-    return 0 if mode == uncapped else uncapped if mode == 0 else mode
 
 
 def feature_matrix(workloads: Sequence[WorkloadFeatures], settings: Sequence[DvfsSetting],

@@ -101,7 +101,7 @@ class ExperimentActions(AppState):
             # once, for the preview and both runs; against this board's memory, before anything is built
             workload = resolve_workload(spec.workload, mem_total_bytes=self.mem_total)
             try:
-                preview = preview_choice(spec, workload)
+                preview = preview_choice(spec, workload, board=self.board_profile)
             except Exception as exc:  # noqa: BLE001 - a preview never stops the run
                 preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
             self.post_message(SelectorPreviewed(preview))
@@ -238,7 +238,7 @@ class ExperimentActions(AppState):
         from tui.selection import SelectorPreview, preview_choice
 
         try:
-            preview = preview_choice(spec)
+            preview = preview_choice(spec, board=self.board_profile)
         except Exception as exc:  # noqa: BLE001 - said on the page
             preview = SelectorPreview(False, note=f"could not ask the selector: {exc}")
         self.post_message(SelectorPreviewed(preview))

@@ -98,8 +98,8 @@ class Journal:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UnreadableJournal(
                 f"clock journal {path} is unreadable ({exc})",
-                "restore the clocks by hand (`sudo nvpmodel -m 0` resets the mode's clocks; or "
-                "reboot), then delete the file",
+                "restore the clocks by hand (`sudo nvpmodel -m <id>` resets a mode's clocks: `nvpmodel -q` "
+                "names the board's mode, `slm-dvfs device` lists them; or reboot), then delete the file",
             ) from None
 
     def owner_alive(self) -> bool:
@@ -150,7 +150,8 @@ def check_trusted(path: Path) -> None:
         raise UntrustedJournal(
             f"clock journal {path} is not trusted: {why}",
             "slm-dvfs only restores journals it wrote itself; check who wrote this file, restore the "
-            "clocks by hand if needed (`sudo nvpmodel -m 0`, or reboot), then delete it (if you wrote it, "
+            "clocks by hand if needed (`sudo nvpmodel -m <id>` with the board's mode from `nvpmodel -q`, or "
+            "reboot), then delete it (if you wrote it, "
             f"with an older slm-dvfs under umask 002, `chmod 600 {path}` and run `slm-dvfs restore` again)",
         )
 
@@ -235,7 +236,8 @@ def scan_journals(directory: Path | None = None) -> tuple[list[Journal], list[Jo
         if all(b.path != p for b in bad):
             bad.append(JournalProblem(
                 p, _root_hint(p), "an unreadable clock journal, moved aside (never reused)",
-                "check that board's clocks (`slm-dvfs device`; `sudo nvpmodel -m 0` or a reboot resets them), "
+                "check that board's clocks (`slm-dvfs device`; `sudo nvpmodel -m <id>` with its mode from "
+                "`nvpmodel -q`, or a reboot, resets them), "
                 f"then delete {p}", fresh=False,
             ))
     return sorted(found, key=lambda j: j.created), bad

@@ -122,7 +122,9 @@ def active_policies(tree: SysfsTree, nodes: JetsonNodes) -> tuple[CpuPolicy, ...
     online = set(online_cpus(tree, nodes))
     active = tuple(p for p in policies if not online or online.intersection(p.cpus))
     if not active:
-        raise DeviceError("every CPU policy is offline", "bring CPUs online (`nvpmodel -m 0`)")
+        raise DeviceError("every CPU policy is offline",
+                          "bring CPUs online (`sudo nvpmodel -m <id>`, a mode with CPUs online: `slm-dvfs device` "
+                          "lists the modes)")
     return active
 
 

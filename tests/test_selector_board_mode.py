@@ -1,4 +1,5 @@
-"""Review of issue 23: defects proved by failing tests."""
+"""The selector on a board that is not an AGX Orin: `select --sysfs-root`, the TUI preview and the mode-id
+convention (the uncapped mode as the selector's mode 0) agree on the board's uncapped mode."""
 
 from __future__ import annotations
 
