@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine.core.errors import DeviceError
 from engine.device.base import DeviceIdentity
+from engine.device.meminfo import mem_total_bytes
 from engine.device.sysfs import TWIN_MARKER, SysfsTree
 
 if sys.version_info >= (3, 11):
@@ -138,13 +139,13 @@ def read_identity(tree: SysfsTree) -> DeviceIdentity:
 
 
 def read_memory_total_mb(tree: SysfsTree) -> float | None:
-    """MemTotal of proc/meminfo in MiB (what tegrastats' `RAM used/totalMB` shows), None where unreadable."""
+    """MemTotal of proc/meminfo in MiB (what tegrastats' `RAM used/totalMB` shows), None where unreadable
+    (engine.device.meminfo: the one reader, which memory fit uses too)."""
     try:
-        text = tree.read_str("proc/meminfo")
-    except (DeviceError, UnicodeDecodeError):
+        total = mem_total_bytes(tree.root)
+    except UnicodeDecodeError:
         return None
-    m = re.search(r"^MemTotal:\s*(\d+)\s*kB", text, re.MULTILINE)
-    return round(int(m.group(1)) / 1024.0, 1) if m else None
+    return None if total is None else round(total / 1024.0 / 1024.0, 1)
 
 
 def read_serial(tree: SysfsTree) -> str | None:
