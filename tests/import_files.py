@@ -89,9 +89,9 @@ SWEEP_CASES = {
 }
 
 
-def stored_run(db: Path, run_id: int) -> dict[str, object]:
+def stored_run(db: Path, run_id: int, dated: bool = True) -> dict[str, object]:
     """A run's figures and power samples as the store holds them (floats by repr: bit for bit); the
-    log's own path is left out of its notes."""
+    log's own path is left out of its notes, and an undated log's start and end (the import's clock)."""
     import sqlite3
 
     with sqlite3.connect(db) as conn:
@@ -101,6 +101,8 @@ def stored_run(db: Path, run_id: int) -> dict[str, object]:
                             (run_id,)).fetchall()
     figures = [repr(v) if isinstance(v, float) else v for v in run]
     figures[-1] = str(figures[-1]).split(": ", 1)[1]
+    if not dated:
+        figures[7] = figures[8] = None
     return {"run": figures, "samples": len(rows), "rows": _digest([[repr(t), repr(total), rails, source]
                                                                   for t, total, rails, source in rows])}
 
