@@ -112,3 +112,118 @@ def test_a_repeat_given_twice_names_both_lines(tmp_path: Path, capsys: pytest.Ca
     code, _out, err = _cli(capsys, "import-sweep", str(csv), "--db", str(tmp_path / "s.sqlite"))
     assert code == 2
     assert "line 902, column repeat" in err and "already given at line 2" in err  # this line and the earlier one
+
+
+# --------------------------------------------------------------------------- import-tegrastats
+@pytest.mark.parametrize("case", sorted(TEGRASTATS_CASES))
+def test_import_tegrastats_stores_what_main_stored(case: str, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The same generated log (torn lines, a line short of a rail) stores the same figures and the same
+    down-sampled trace, bit for bit, whichever way its lines are timed."""
+    spec = TEGRASTATS_CASES[case]
+    log = write_tegrastats_log(tmp_path / f"{case}.log", spec["lines"], interval_ms=spec["interval_ms"],
+                               dated=spec.get("dated", True))
+    db = tmp_path / "store.sqlite"
+    code, out, err = _cli(capsys, "import-tegrastats", str(log), "--db", str(db), "--label", case, *spec["args"])
+    assert code == 0, err
+    assert stored_run(db, int(out.strip()), spec.get("dated", True)) == MAIN["tegrastats"][case]
+
+
+def test_import_tegrastats_holds_a_bounded_number_of_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """However long the log, the import holds at most a second's lines parsed at once (those that share a
+    date, to spread them over it), not every line (200k lines took 1.1 GB): counted, by the parsed lines
+    alive at any moment."""
+    import weakref
+
+    from engine.device import tegra_parse
+
+    alive = peak = parsed = 0
+    parse = tegra_parse.parse_line
+
+    def gone() -> None:
+        nonlocal alive
+        alive -= 1
+
+    def counted(line: str) -> tegra_parse.TegrastatsSample:
+        nonlocal alive, peak, parsed
+        sample = parse(line)
+        alive, parsed = alive + 1, parsed + 1
+        peak = max(peak, alive)
+        weakref.finalize(sample, gone)
+        return sample
+
+    monkeypatch.setattr(tegra_parse, "parse_line", counted)
+    log = write_tegrastats_log(tmp_path / "long.log", 3000, interval_ms=10)  # 100 lines share each date
+    code, _out, err = _cli(capsys, "import-tegrastats", str(log), "--db", str(tmp_path / "s.sqlite"), "--label", "x")
+    assert code == 0, err
+    assert parsed >= 3000 and peak <= 110, (parsed, peak)  # a second's 100 lines and the few in hand
+
+
+@pytest.mark.slow
+def test_import_tegrastats_memory_does_not_grow_with_the_log(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The peak of the import's allocations (tracemalloc) for 10k lines is that of 1k lines, give or take
+    the down-sampled trace (2000 samples), not ten times it."""
+    import tracemalloc
+
+    settle = write_tegrastats_log(tmp_path / "settle.log", 300, interval_ms=10)
+    main(["import-tegrastats", str(settle), "--db", str(tmp_path / "settle.sqlite"), "--label", "x"])  # imports load
+    peaks = []
+    for lines in (1000, 10000):
+        log = write_tegrastats_log(tmp_path / f"{lines}.log", lines, interval_ms=10)
+        args = ["import-tegrastats", str(log), "--db", str(tmp_path / f"{lines}.sqlite"), "--label", "x",
+                "--interval-ms", "10"]
+        tracemalloc.start()
+        try:
+            assert main(args) == 0
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    capsys.readouterr()
+    assert peaks[1] < 1.5 * peaks[0] + (1 << 20), peaks  # main: 10x, about 5.5 kB a line
+
+
+def _run_ids(db: Path) -> list[tuple[int, str]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT id, status FROM runs ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("back", "the dates go backwards at line 2801 (3 s before line 2800)"),
+    ("gap", "3601 s pass between line 2800 and line 2801"),
+])
+def test_a_bad_date_deep_in_a_long_log_names_its_lines_and_stores_nothing(
+        fault: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Dates that go back, or jump by an hour, at line 2801 of 3000: the error names the lines, what to do, and
+    the store is as it was (no run started, failed or half-stored)."""
+    log = write_tegrastats_log(tmp_path / "two.log", 3000, interval_ms=1000, faults=False)
+    lines = log.read_text().splitlines()
+    assert (lines[2799][:19], lines[2800][:19]) == ("11-21-2023 11:01:40", "11-21-2023 11:01:41")
+    if fault == "back":  # line 2801 dated 3 s before line 2800
+        lines[2800] = lines[2800].replace("11:01:41", "11:01:37", 1)
+    else:  # from line 2801 on, an hour later
+        lines[2800:] = [line.replace("11-21-2023 11:", "11-21-2023 12:", 1) for line in lines[2800:]]
+    log.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "store.sqlite"
+    earlier = write_tegrastats_log(tmp_path / "earlier.log", 50, interval_ms=1000, faults=False)
+    assert _cli(capsys, "import-tegrastats", str(earlier), "--db", str(db), "--label", "earlier")[0] == 0
+    code, _out, err = _cli(capsys, "import-tegrastats", str(log), "--db", str(db), "--label", "two")
+    assert code == 2 and message in err and "split the log at line 2801" in err and "Traceback" not in err
+    assert _run_ids(db) == [(1, "finished")]
+
+
+def test_a_log_that_changes_between_the_two_passes_is_refused(tmp_path: Path) -> None:
+    """The second pass finds other lines than the first (tegrastats still writing): refused, not integrated."""
+    from engine.core.errors import ConfigError
+    from engine.device.tegra_parse import scan_log
+
+    log = write_tegrastats_log(tmp_path / "growing.log", 300, interval_ms=10)
+    scan = scan_log(log)
+    with log.open("a") as fh:
+        fh.write(log.read_text().splitlines()[-1] + "\n")
+    with pytest.raises(ConfigError, match="changed while it was read") as exc:
+        scan.read()
+    assert "once nothing writes to it" in exc.value.remedy
