@@ -139,21 +139,25 @@ def test_import_tegrastats_holds_a_bounded_number_of_lines(tmp_path: Path, capsy
     from engine.device import tegra_parse
 
     alive = peak = parsed = 0
-    parse = tegra_parse.parse_line
 
     def gone() -> None:
         nonlocal alive
         alive -= 1
 
-    def counted(line: str) -> tegra_parse.TegrastatsSample:
-        nonlocal alive, peak, parsed
-        sample = parse(line)
-        alive, parsed = alive + 1, parsed + 1
-        peak = max(peak, alive)
-        weakref.finalize(sample, gone)
-        return sample
+    def counting(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+        def counted(line: str) -> Any:
+            nonlocal alive, peak, parsed
+            sample = parse(line)
+            alive, parsed = alive + 1, parsed + 1
+            peak = max(peak, alive)
+            weakref.finalize(sample, gone)
+            return sample
+        return counted
 
-    monkeypatch.setattr(tegra_parse, "parse_line", counted)
+    # parse_line, and the second pass's lighter reading of a line (its date and rails) where there is one
+    for name in ("parse_line", "_reading"):
+        if hasattr(tegra_parse, name):
+            monkeypatch.setattr(tegra_parse, name, counting(getattr(tegra_parse, name)))
     log = write_tegrastats_log(tmp_path / "long.log", 3000, interval_ms=10)  # 100 lines share each date
     code, _out, err = _cli(capsys, "import-tegrastats", str(log), "--db", str(tmp_path / "s.sqlite"), "--label", "x")
     assert code == 0, err

@@ -28,11 +28,12 @@ import logging
 import math
 import os
 import re
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.plausible import BoardLimits, log_gap_s
@@ -62,6 +63,7 @@ _DATE_RE = re.compile(
 )
 _RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b", re.ASCII)
 _CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?", re.ASCII)
+_CPU_ENTRY_RE = re.compile(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", re.ASCII)
 # `GR3D_FREQ 0%@[305,305]`, `GR3D_FREQ 0%@305`, `GR3D_FREQ 0%`, `GR3D_FREQ @[1000,1000]` (Thor)
 _ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
 _EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"), re.ASCII)
@@ -129,29 +131,14 @@ def parse_line(line: str) -> TegrastatsSample:
         digits = long_number.group()
         raise TegrastatsFormatError(f"a number of {len(digits)} digits ({_clip(digits, 20)}): no field tegrastats "
                                     "prints", "the line is corrupt; it is skipped")
-    timestamp = None
-    m = _DATE_RE.match(text)
-    if m:
-        timestamp = _parse_date(m.group("date"), m.group("time"))
-        text = text[m.end():]
+    timestamp, text = _dated(text)
     ram = _RAM_RE.search(text)
     if ram is None:
         raise TegrastatsFormatError(
             f"no `RAM used/totalMB` field in {_clip(line)!r}",
             "this is not a tegrastats line; check that the file is tegrastats output",
         )
-    rails: dict[str, RailPower] = {}
-    last_rail_end = None
-    units_seen = 0
-    for rm in _RAIL_RE.finditer(text):
-        last_rail_end = rm.end()
-        units_seen += rm.group(0).count("mW")
-        name = rm.group(1)
-        if name in _NOT_CONNECTED:
-            continue
-        scale = 1000.0 if rm.group(3) == "W" else 1.0
-        peak = None if rm.group(5) is None else float(rm.group(5)) * scale
-        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale, peak)
+    rails, last_rail_end, units_seen = _rails(text)
     # Rails close every known format, so anything after the last one is a torn write.
     if last_rail_end is not None and text[last_rail_end:].strip():
         raise TegrastatsFormatError(
@@ -178,6 +165,32 @@ def parse_line(line: str) -> TegrastatsSample:
     )
 
 
+def _dated(text: str) -> tuple[datetime | None, str]:
+    """A stripped line's date (None without one) and the rest of it."""
+    m = _DATE_RE.match(text)
+    if m is None:
+        return None, text
+    return _parse_date(m.group("date"), m.group("time")), text[m.end():]
+
+
+def _rails(text: str) -> tuple[dict[str, RailPower], int | None, int]:
+    """The rails of a line's text after its date, in its order (`NC` left out); where the last one ends;
+    how many `mW` units they hold."""
+    rails: dict[str, RailPower] = {}
+    last_rail_end = None
+    units_seen = 0
+    for rm in _RAIL_RE.finditer(text):
+        last_rail_end = rm.end()
+        units_seen += rm.group(0).count("mW")
+        name = rm.group(1)
+        if name in _NOT_CONNECTED:
+            continue
+        scale = 1000.0 if rm.group(3) == "W" else 1.0
+        peak = None if rm.group(5) is None else float(rm.group(5)) * scale
+        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale, peak)
+    return rails, last_rail_end, units_seen
+
+
 def _parse_date(date: str, clock: str) -> datetime:
     fmt_date = "%Y-%m-%d" if len(date.split("-")[0]) == 4 else "%m-%d-%Y"
     fmt_time = "%H:%M:%S.%f" if "." in clock else "%H:%M:%S"
@@ -199,7 +212,7 @@ def _parse_cpus(text: str) -> tuple[CpuCore, ...]:
         if entry == "off":
             cores.append(CpuCore(idx, online=False))
             continue
-        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry, re.ASCII)
+        cm = _CPU_ENTRY_RE.fullmatch(entry)
         if cm is None:
             raise TegrastatsFormatError(f"CPU entry {entry!r} is not `N%@MHz` or `off`", "the line is skipped")
         freq = int(cm.group(2)) if cm.group(2) else shared_mhz
@@ -322,7 +335,7 @@ def import_log(path: str | os.PathLike[str], interval_ms: float | None = None,
     scan = scan_log(path, interval_ms, limits)
     energy = RunningTrapezoid(len(scan.rails))
     samples, times = [], []
-    for t, sample in _timed(scan):
+    for t, sample in _timed(scan, parse_line):
         energy.add(t, [sample.rails[r].instant_mw for r in scan.rails])
         samples.append(sample)
         times.append(t)
@@ -423,6 +436,7 @@ class LogScan:
     timing: str
     interval_ms: float | None
     t_last: float
+    dropped: array[int]  # the lines not parsed or not plausible, in order (none in a log as tegrastats writes it)
 
     @property
     def duration_s(self) -> float:
@@ -433,7 +447,7 @@ class LogScan:
         """The second pass: each line kept timed and integrated; `on_sample` is given each as a PowerSample."""
         energy = RunningTrapezoid(len(self.rails))
         t = 0.0
-        for t, sample in _timed(self):
+        for t, sample in _timed(self, _reading):
             energy.add(t, [sample.rails[r].instant_mw for r in self.rails])
             if on_sample is not None:
                 on_sample(PowerSample(t, sample.rails_mw()))
@@ -477,10 +491,12 @@ def scan_log(path: str | os.PathLike[str], interval_ms: float | None = None,
     origin = str(p)
     sets: dict[frozenset[str], _RailSet] = {}
     skipped = 0
+    dropped = array("q")
     for number, line in _lines(p):
         try:
             sample = _sample_of(line, limits)
         except TegrastatsFormatError as exc:
+            dropped.append(number)
             skipped += 1
             if skipped <= WARN_LINES:
                 log.warning("%s:%d: skipped: %s", origin, number, exc.what)
@@ -510,7 +526,7 @@ def scan_log(path: str | os.PathLike[str], interval_ms: float | None = None,
         )
     timing, t_last = _timing(usual, interval_ms, p)
     return LogScan(path=p, limits=limits, rails=usual.rails, usual=usual_key, count=usual.count, skipped=skipped,
-                 started_at=usual.started_at, timing=timing, interval_ms=interval_ms, t_last=t_last)
+                 started_at=usual.started_at, timing=timing, interval_ms=interval_ms, t_last=t_last, dropped=dropped)
 
 
 def _timing(lines: _RailSet, interval_ms: float | None, p: Path) -> tuple[str, float]:
@@ -531,18 +547,45 @@ def _timing(lines: _RailSet, interval_ms: float | None, p: Path) -> tuple[str, f
     return "interval", (n - 1) * interval_ms / 1000.0
 
 
-def _timed(scan: LogScan) -> Iterator[tuple[float, TegrastatsSample]]:
-    """The second pass: each line of the usual rail set with its time, in order. Lines sharing a date
-    (spread over their second) are held until the date changes: a second's lines at most."""
+@dataclass(frozen=True)
+class _Reading:
+    """What the second pass needs of a line the first found good: its date and rails."""
+
+    timestamp: datetime | None
+    rails: Mapping[str, RailPower]
+
+    def rails_mw(self) -> dict[str, float]:
+        return {name: r.instant_mw for name, r in self.rails.items()}
+
+
+def _reading(line: str) -> _Reading:
+    """A line's date and rails, as parse_line reads them (the same code), without the fields the second
+    pass does not use (the CPU, temperature and engine fields are most of a line's parse)."""
+    timestamp, text = _dated(line.strip())
+    return _Reading(timestamp, _rails(text)[0])
+
+
+_Line = TypeVar("_Line", TegrastatsSample, _Reading)
+
+
+def _timed(scan: LogScan, parse: Callable[[str], _Line]) -> Iterator[tuple[float, _Line]]:
+    """The second pass: each line of the usual rail set with its time, in order (`parse`: what of a line is
+    wanted). The lines the first pass dropped are passed by their numbers; lines sharing a date (spread
+    over their second) are held until the date changes: a second's lines at most."""
     t0 = scan.started_at
     index = 0
-    run: list[TegrastatsSample] = []
+    run: list[_Line] = []
     run_secs = 0.0
-    for _number, line in _lines(scan.path):
+    dropped = iter(scan.dropped)
+    next_dropped = next(dropped, 0)
+    for number, line in _lines(scan.path):
+        if number == next_dropped:
+            next_dropped = next(dropped, 0)
+            continue
         try:
-            sample = _sample_of(line, scan.limits)
+            sample = parse(line)
         except TegrastatsFormatError:
-            continue  # said in the first pass
+            raise _changed(scan.path) from None
         if frozenset(sample.rails) != scan.usual:
             continue
         if scan.timing == "interval":
@@ -584,7 +627,7 @@ def _check_dates(lines: _RailSet, interval_ms: float | None, p: Path) -> None:
                 f"{at} and import each part")
 
 
-def _spread(secs: float, run: Sequence[TegrastatsSample]) -> Iterator[tuple[float, TegrastatsSample]]:
+def _spread(secs: float, run: Sequence[_Line]) -> Iterator[tuple[float, _Line]]:
     """A run of lines that share a whole-second date, spread evenly over that second."""
     k = len(run)
     for n, sample in enumerate(run):
