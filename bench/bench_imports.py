@@ -93,7 +93,8 @@ def main() -> int:
         env = {**os.environ, "SLM_DVFS_STATE_DIR": str(tmp / "state"), "SLM_DVFS_DATA_DIR": str(tmp / "data"),
                "SLM_DVFS_CACHE_DIR": str(tmp / "cache"), "HF_HUB_OFFLINE": "1"}
         env.pop("SLM_DVFS_DB", None)
-        logs = {n: write_tegrastats_log(tmp / f"tegrastats-{n}.log", n, interval_ms=10) for n in (args.small, args.large)}
+        logs = {n: write_tegrastats_log(tmp / f"tegrastats-{n}.log", n, interval_ms=10)
+                for n in (args.small, args.large)}
         csvs = {} if args.skip_sweep else {n: write_sweep_csv(tmp / f"sweep-{n}.csv", n)
                                             for n in (args.rows, 2 * args.rows)}
         runs: dict[str, dict[str, list[dict[str, float]]]] = {t: {} for t in trees}
@@ -111,7 +112,8 @@ def main() -> int:
             print(f"round {rep + 1}/{args.reps} done", file=sys.stderr)
         parse_only = child(PARSE, [str(logs[args.large])], ROOT, env, tmp / "child.err")
     out: dict[str, Any] = {"python": platform.python_version(), "reps": args.reps, "interval_ms": 10,
-                           "tegrastats_lines": [args.small, args.large], "parse_only_cpu_s": round(parse_only["cpu_s"], 3)}
+                           "tegrastats_lines": [args.small, args.large],
+                           "parse_only_cpu_s": round(parse_only["cpu_s"], 3)}
     for tree_name in trees:
         r = runs[tree_name]
         small, large = r[f"tegrastats_{args.small}"], r[f"tegrastats_{args.large}"]
