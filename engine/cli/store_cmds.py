@@ -34,7 +34,7 @@ from engine.results.store import (ComparisonRecord, DeviceRecord, RunRecord, Sto
                                   default_db_path)
 
 if TYPE_CHECKING:
-    from engine.device.tegra_parse import TegrastatsLog
+    from engine.device.tegra_parse import LogSummary
     from engine.results.compare import SweepSaving
     from engine.results.sweeps import PointSummary
 
@@ -398,16 +398,22 @@ def _workload_from_args(args: argparse.Namespace) -> WorkloadRecord | None:
 
 
 def cmd_import_tegrastats(args: argparse.Namespace) -> int:
-    from engine.device.tegra_parse import import_log
+    from engine.device.tegra_parse import scan_log
     from engine.device.monitor import resolve_rails
+    from engine.results.traces import DEFAULT_MAX_SAMPLES, TraceDownsampler
 
     from engine.device.twin.profile import limits_for
 
     workload = _workload_from_args(args)
     # What the board can show (its profile's power limit and memory; the default profile's when
-    # --profile is not given): lines beyond it are skipped, saying why.
-    tlog = import_log(args.log, interval_ms=args.interval_ms, limits=limits_for(args.profile))
-    rails = resolve_rails(args.rails, tlog.rails)
+    # --profile is not given): lines beyond it are skipped, saying why. The log is read line by line, twice (its
+    # rail set and timing, then its samples), its trace down-sampled as it is read to what the store keeps
+    # (DEFAULT_MAX_SAMPLES): memory does not grow with the log, and nothing is stored before it is all read.
+    scan = scan_log(args.log, interval_ms=args.interval_ms, limits=limits_for(args.profile))
+    rails = resolve_rails(args.rails, scan.rails)
+    trace = TraceDownsampler(0.0, scan.duration_s, DEFAULT_MAX_SAMPLES)
+    tlog = scan.read(on_sample=trace.add)
+    power_samples = tuple(trace.result())
     energy = sum(tlog.energy_j[r] for r in rails)
     duration = tlog.duration_s
     if duration <= 0:
@@ -415,7 +421,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
                           "import a longer log, or pass --interval-ms")
     device = DeviceRecord(board=args.board, module=args.module, l4t=args.l4t, jetpack=args.jetpack,
                           profile=args.profile, is_twin=False, serial=args.serial or None)
-    notes = (f"imported from {Path(args.log).resolve()}: {len(tlog.samples)} samples, {tlog.skipped} lines skipped, "
+    notes = (f"imported from {Path(args.log).resolve()}: {tlog.count} samples, {tlog.skipped} lines skipped, "
              f"times from {tlog.timing}")
     with Store(_db_path(args)) as store:
         run_id = store.start_run(
@@ -425,7 +431,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
         )
         try:
             totals = RunTotals(time_s=duration, rail_energy_j=dict(tlog.energy_j),
-                               samples=args.samples, power_samples=tuple(tlog.power_samples()), energy_j=energy)
+                               samples=args.samples, power_samples=power_samples, energy_j=energy)
             # with its trace, in one transaction: never finished without it
             store.finish_run(run_id, totals, wall_s=duration, finished_at=_finished_at(tlog))
         except BaseException as exc:
@@ -437,7 +443,7 @@ def cmd_import_tegrastats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finished_at(tlog: TegrastatsLog) -> str | None:
+def _finished_at(tlog: LogSummary) -> str | None:
     if tlog.started_at is None:
         return None
     from datetime import timedelta

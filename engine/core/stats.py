@@ -55,3 +55,26 @@ def cumulative_trapezoid_j(times_s: Sequence[float], powers_mw: Sequence[float])
         energy_mj += (powers_mw[i] + powers_mw[i - 1]) * 0.5 * (times_s[i] - times_s[i - 1])
         out[i] = energy_mj / 1000.0
     return out
+
+
+class RunningTrapezoid:
+    """cumulative_trapezoid_j over samples given one at a time, for several signals (rails) at once: the
+    same sums in the same order, so the same joules bit for bit, in memory that does not grow with the
+    samples (a long log is integrated as it is read)."""
+
+    def __init__(self, signals: int) -> None:
+        self.energy_mj = [0.0] * signals  # up to the last sample given
+        self.count = 0
+        self._t = 0.0
+        self._powers: Sequence[float] = ()
+
+    def add(self, t: float, powers_mw: Sequence[float]) -> None:
+        if self.count:
+            dt = t - self._t
+            self.energy_mj = [e + (p + q) * 0.5 * dt for e, p, q in zip(self.energy_mj, powers_mw, self._powers)]
+        self._t, self._powers = t, powers_mw
+        self.count += 1
+
+    def joules(self) -> list[float]:
+        """Each signal's energy so far, J (trapezoid_j's; 0.0 before a second sample)."""
+        return [e / 1000.0 for e in self.energy_mj]

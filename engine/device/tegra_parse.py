@@ -19,6 +19,9 @@ A log is read as measured, so what no board writes is left out, saying why: a li
 the board cannot show (engine.core.plausible: a rail above twice the module's power limit, more
 RAM than it has) is skipped like a torn one; dates that go backwards, or jump by more than a
 log's gap, refuse the log (two recordings in one file), naming the lines.
+
+A saved log is read line by line, in two passes (`scan_log`, then `LogScan.read`), never whole: an hour
+at 10 ms is 360k lines, and the memory an import takes does not grow with them.
 """
 
 from __future__ import annotations
@@ -28,18 +31,18 @@ import logging
 import math
 import os
 import re
-import statistics
+from array import array
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.plausible import BoardLimits, log_gap_s
 from engine.core.provenance import Source
 from engine.core.userinput import open_user_file
-from engine.core.stats import trapezoid_j
+from engine.core.stats import RunningTrapezoid
 from engine.device.power import PowerSample
 from engine.device.rails import total_of
 
@@ -63,6 +66,7 @@ _DATE_RE = re.compile(
 )
 _RAM_RE = re.compile(r"\bRAM (\d+)/(\d+)([KMG])B\b", re.ASCII)
 _CPU_RE = re.compile(r"\bCPU \[([^\]]*)\](?:@(\d+))?", re.ASCII)
+_CPU_ENTRY_RE = re.compile(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", re.ASCII)
 # `GR3D_FREQ 0%@[305,305]`, `GR3D_FREQ 0%@305`, `GR3D_FREQ 0%`, `GR3D_FREQ @[1000,1000]` (Thor)
 _ENGINE_RE = r"\b{name} (?:(\d+)%)?(?:@(?:\[([0-9,]+)\]|(\d+)))?(?=\s|$)"
 _EMC_RE = re.compile(_ENGINE_RE.format(name="EMC_FREQ"), re.ASCII)
@@ -130,29 +134,14 @@ def parse_line(line: str) -> TegrastatsSample:
         digits = long_number.group()
         raise TegrastatsFormatError(f"a number of {len(digits)} digits ({_clip(digits, 20)}): no field tegrastats "
                                     "prints", "the line is corrupt; it is skipped")
-    timestamp = None
-    m = _DATE_RE.match(text)
-    if m:
-        timestamp = _parse_date(m.group("date"), m.group("time"))
-        text = text[m.end():]
+    timestamp, text = _dated(text)
     ram = _RAM_RE.search(text)
     if ram is None:
         raise TegrastatsFormatError(
             f"no `RAM used/totalMB` field in {_clip(line)!r}",
             "this is not a tegrastats line; check that the file is tegrastats output",
         )
-    rails: dict[str, RailPower] = {}
-    last_rail_end = None
-    units_seen = 0
-    for rm in _RAIL_RE.finditer(text):
-        last_rail_end = rm.end()
-        units_seen += rm.group(0).count("mW")
-        name = rm.group(1)
-        if name in _NOT_CONNECTED:
-            continue
-        scale = 1000.0 if rm.group(3) == "W" else 1.0
-        peak = None if rm.group(5) is None else float(rm.group(5)) * scale
-        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale, peak)
+    rails, last_rail_end, units_seen = _rails(text)
     # Rails close every known format, so anything after the last one is a torn write.
     if last_rail_end is not None and text[last_rail_end:].strip():
         raise TegrastatsFormatError(
@@ -179,6 +168,32 @@ def parse_line(line: str) -> TegrastatsSample:
     )
 
 
+def _dated(text: str) -> tuple[datetime | None, str]:
+    """A stripped line's date (None without one) and the rest of it."""
+    m = _DATE_RE.match(text)
+    if m is None:
+        return None, text
+    return _parse_date(m.group("date"), m.group("time")), text[m.end():]
+
+
+def _rails(text: str) -> tuple[dict[str, RailPower], int | None, int]:
+    """The rails of a line's text after its date, in its order (`NC` left out); where the last one ends;
+    how many `mW` units they hold."""
+    rails: dict[str, RailPower] = {}
+    last_rail_end = None
+    units_seen = 0
+    for rm in _RAIL_RE.finditer(text):
+        last_rail_end = rm.end()
+        units_seen += rm.group(0).count("mW")
+        name = rm.group(1)
+        if name in _NOT_CONNECTED:
+            continue
+        scale = 1000.0 if rm.group(3) == "W" else 1.0
+        peak = None if rm.group(5) is None else float(rm.group(5)) * scale
+        rails[name] = RailPower(float(rm.group(2)) * scale, float(rm.group(4)) * scale, peak)
+    return rails, last_rail_end, units_seen
+
+
 def _parse_date(date: str, clock: str) -> datetime:
     fmt_date = "%Y-%m-%d" if len(date.split("-")[0]) == 4 else "%m-%d-%Y"
     fmt_time = "%H:%M:%S.%f" if "." in clock else "%H:%M:%S"
@@ -200,7 +215,7 @@ def _parse_cpus(text: str) -> tuple[CpuCore, ...]:
         if entry == "off":
             cores.append(CpuCore(idx, online=False))
             continue
-        cm = re.fullmatch(r"(\d+(?:\.\d+)?)%(?:@(\d+))?", entry, re.ASCII)
+        cm = _CPU_ENTRY_RE.fullmatch(entry)
         if cm is None:
             raise TegrastatsFormatError(f"CPU entry {entry!r} is not `N%@MHz` or `off`", "the line is skipped")
         freq = int(cm.group(2)) if cm.group(2) else shared_mhz
@@ -272,22 +287,18 @@ def parse_lines(lines: Iterable[str], origin: str = "<lines>", limits: BoardLimi
 
 
 @dataclass(frozen=True)
-class TegrastatsLog:
-    """An imported tegrastats log: a measured run's power trace and energy per rail."""
+class LogSummary:
+    """A tegrastats log's figures, read line by line (`read_log`): what a measured run stores, without its lines."""
 
     path: Path
-    samples: tuple[TegrastatsSample, ...]
-    times_s: tuple[float, ...]  # seconds since the first sample
+    count: int  # samples integrated
     rails: tuple[str, ...]
     energy_j: Mapping[str, float]  # trapezoid over the instant values, per rail
     skipped: int  # malformed or inconsistent lines left out
     started_at: datetime | None  # the first line's date, where lines carry one
     timing: str  # "timestamps", "timestamps+spread" or "interval"
+    duration_s: float  # from the first sample to the last
     source: Source = Source.MEASURED
-
-    @property
-    def duration_s(self) -> float:
-        return self.times_s[-1] - self.times_s[0] if self.times_s else 0.0
 
     @property
     def total_energy_j(self) -> float:
@@ -298,128 +309,329 @@ class TegrastatsLog:
     def avg_power_w(self) -> float:
         return self.total_energy_j / self.duration_s if self.duration_s > 0 else 0.0
 
+
+@dataclass(frozen=True)
+class TegrastatsLog(LogSummary):
+    """An imported tegrastats log with every sample (`import_log`: for logs small enough to hold whole)."""
+
+    samples: tuple[TegrastatsSample, ...] = ()
+    times_s: tuple[float, ...] = ()  # seconds since the first sample
+
     def power_samples(self) -> list[PowerSample]:
         """The trace as PowerSamples (instant mW), the monitor's currency."""
         return [PowerSample(t, s.rails_mw()) for t, s in zip(self.times_s, self.samples)]
 
 
+def read_log(path: str | os.PathLike[str], interval_ms: float | None = None, limits: BoardLimits | None = None,
+             on_sample: Callable[[PowerSample], None] | None = None) -> LogSummary:
+    """Read a tegrastats log (`tegrastats --interval N --logfile F`) into its times and energy per rail, line
+    by line: memory does not grow with the log (an hour at 10 ms is 360k lines). `on_sample` is given each
+    sample kept, timed, in order (the trace to store). `scan_log(...).read(on_sample)` is the same in two
+    steps, for a caller that needs the log's span before its samples (a down-sampler)."""
+    return scan_log(path, interval_ms, limits).read(on_sample)
+
+
 def import_log(path: str | os.PathLike[str], interval_ms: float | None = None,
                limits: BoardLimits | None = None) -> TegrastatsLog:
-    """Read a tegrastats log (`tegrastats --interval N --logfile F`) into times and energy per rail.
+    """`read_log` with every sample and its time kept (memory grows with the log: for short logs and
+    analysis; `slm-dvfs import-tegrastats` streams through read_log)."""
+    scan = scan_log(path, interval_ms, limits)
+    energy = RunningTrapezoid(len(scan.rails))
+    samples, times = [], []
+    for t, sample in _timed(scan, parse_line):
+        energy.add(t, [sample.rails[r].instant_mw for r in scan.rails])
+        samples.append(sample)
+        times.append(t)
+    summary = scan.summary(energy, times[-1] if times else 0.0)
+    return TegrastatsLog(**{f.name: getattr(summary, f.name) for f in fields(LogSummary)},
+                         samples=tuple(samples), times_s=tuple(times))
+
+
+def _lines(p: Path) -> Iterator[tuple[int, str]]:
+    """The log's non-blank lines with their numbers, read as a stream."""
+    with open_user_file(p, "tegrastats log", max_bytes=MAX_LOG_BYTES,
+                        remedy="pass a log written by `tegrastats --logfile FILE`") as raw:
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as fh:
+            for number, line in enumerate(fh, start=1):
+                if line.strip():
+                    yield number, line
+
+
+def _sample_of(line: str, limits: BoardLimits) -> TegrastatsSample:
+    """A line's sample, or TegrastatsFormatError where it is not one this board can have written."""
+    sample = parse_line(line)
+    problem = sample_problem(sample, limits)
+    if problem:
+        raise TegrastatsFormatError(f"implausible: {problem}", "the line is skipped")
+    return sample
+
+
+class _RailSet:
+    """What the first pass learns of the lines of one rail set, in order: their count, dates and steps. The
+    log's usual rail set is the one integrated (a line missing a rail cannot be); which that is is known
+    only at the end, so each set found keeps its own (a log has one, or a few)."""
+
+    def __init__(self, number: int, sample: TegrastatsSample) -> None:
+        self.rails = tuple(sample.rails)  # in the first line's order
+        self.rails_seen = sorted(sample.rails)
+        self.first_lines: list[int] = []  # the first few, to warn about should another set be the usual one
+        self.count = 0
+        self.started_at = sample.timestamp
+        self.dated = True  # every line of the set carries a date
+        self.increasing = True  # every date after the one before
+        self.secs = 0.0  # the last line's, since the first's
+        self.run = 0  # lines in the last run of one date
+        self.number = number  # the last line's number
+        self.backwards: tuple[float, int, int] | None = None  # the first step back: (step, line before, line)
+        # Steps each longer than all before it: the first step over any gap is one of them (logarithmically few).
+        self.rises: list[tuple[float, int, int]] = []
+        self.positive: Counter[float] = Counter()  # the steps forward, for their median (dates in whole seconds: few)
+
+    def add(self, number: int, sample: TegrastatsSample) -> None:
+        if len(self.first_lines) < WARN_LINES:
+            self.first_lines.append(number)
+        self.count += 1
+        if self.dated and sample.timestamp is None:
+            self.dated = False
+        if self.dated and self.started_at is not None and sample.timestamp is not None:
+            secs = (sample.timestamp - self.started_at).total_seconds()
+            if self.count > 1:
+                step = secs - self.secs
+                if step < 0 and self.backwards is None:
+                    self.backwards = (step, self.number, number)
+                if step > 0:
+                    self.positive[step] += 1
+                if not secs > self.secs:
+                    self.increasing = False
+                if not self.rises or step > self.rises[-1][0]:
+                    self.rises.append((step, self.number, number))
+            self.run = self.run + 1 if self.count > 1 and secs == self.secs else 1
+            self.secs = secs
+        self.number = number
+
+    def median_step(self) -> float:
+        """statistics.median of the positive steps (1.0 where there are none), from their counts."""
+        total = sum(self.positive.values())
+        if not total:
+            return 1.0
+        wanted = (total // 2,) if total % 2 else (total // 2 - 1, total // 2)
+        values: list[float] = []
+        seen = 0
+        for step in sorted(self.positive):
+            seen += self.positive[step]
+            while len(values) < len(wanted) and wanted[len(values)] < seen:
+                values.append(step)
+        return values[0] if total % 2 else (values[0] + values[1]) / 2
+
+
+@dataclass(frozen=True)
+class LogScan:
+    """A tegrastats log read once (`scan_log`): its rail set, timing and span, everything `read` needs to
+    time and integrate each line kept, in a second pass."""
+
+    path: Path
+    limits: BoardLimits
+    rails: tuple[str, ...]
+    usual: frozenset[str]
+    count: int
+    skipped: int
+    started_at: datetime | None
+    timing: str
+    interval_ms: float | None
+    t_last: float
+    dropped: array[int]  # the lines not parsed or not plausible, in order (none in a log as tegrastats writes it)
+
+    @property
+    def duration_s(self) -> float:
+        """From the first sample (at 0) to the last."""
+        return self.t_last - 0.0
+
+    def read(self, on_sample: Callable[[PowerSample], None] | None = None) -> LogSummary:
+        """The second pass: each line kept timed and integrated; `on_sample` is given each as a PowerSample."""
+        energy = RunningTrapezoid(len(self.rails))
+        t = 0.0
+        for t, sample in _timed(self, _reading):
+            energy.add(t, [sample.rails[r].instant_mw for r in self.rails])
+            if on_sample is not None:
+                on_sample(PowerSample(t, sample.rails_mw()))
+        return self.summary(energy, t)
+
+    def summary(self, energy: RunningTrapezoid, last_t: float) -> LogSummary:
+        """The figures, once the second pass has integrated `energy` up to its last sample, at `last_t`."""
+        if energy.count != self.count or last_t != self.t_last:
+            raise _changed(self.path)
+        if self.skipped:
+            log.info("%s: imported %d samples, skipped %d lines", self.path, self.count, self.skipped)
+        return LogSummary(path=self.path, count=self.count, rails=self.rails,
+                          energy_j=dict(zip(self.rails, energy.joules())), skipped=self.skipped,
+                          started_at=self.started_at, timing=self.timing, duration_s=self.duration_s)
+
+
+def _changed(p: Path) -> ConfigError:
+    return ConfigError(f"{p} changed while it was read (its lines differ between the two passes)",
+                       "import it once nothing writes to it any more (stop tegrastats, or copy the log first)")
+
+
+def scan_log(path: str | os.PathLike[str], interval_ms: float | None = None,
+             limits: BoardLimits | None = None) -> LogScan:
+    """The first pass over a log, line by line: skip what no board writes, find the usual rail set, check
+    the dates, choose the timing.
 
     Times come from the lines' dates where present. tegrastats prints whole seconds, so when
     several lines share a second: with `interval_ms` they are index x interval from the first
     date; without it they are spread evenly over their second. Lines without dates need
     `interval_ms`. Lines the board (`limits`: its profile's; None: the default profile's) cannot
-    have written are skipped; dates out of order or with a gap no log has refuse the log.
-    """
+    have written are skipped; dates out of order or with a gap no log has refuse the log here,
+    before any sample is read out."""
     p = Path(path)
+    if interval_ms is not None and not (math.isfinite(interval_ms) and interval_ms > 0):
+        raise ConfigError(f"interval_ms must be a positive, finite number of milliseconds, got {interval_ms}",
+                          "pass the --interval the log was recorded with, in ms (tegrastats' default is 1000)")
     if limits is None:
         from engine.device.twin.profile import limits_for
 
         limits = limits_for(None)
-    with open_user_file(p, "tegrastats log", max_bytes=MAX_LOG_BYTES,
-                        remedy="pass a log written by `tegrastats --logfile FILE`") as raw:
-        with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as fh:
-            parsed = parse_lines(fh, origin=str(p), limits=limits)
-    if not parsed.samples:
+    origin = str(p)
+    sets: dict[frozenset[str], _RailSet] = {}
+    skipped = 0
+    dropped = array("q")
+    for number, line in _lines(p):
+        try:
+            sample = _sample_of(line, limits)
+        except TegrastatsFormatError as exc:
+            dropped.append(number)
+            skipped += 1
+            if skipped <= WARN_LINES:
+                log.warning("%s:%d: skipped: %s", origin, number, exc.what)
+            continue
+        key = frozenset(sample.rails)
+        found = sets.get(key)
+        if found is None:
+            found = sets[key] = _RailSet(number, sample)
+        found.add(number, sample)
+    if skipped > WARN_LINES:
+        log.warning("%s: %d malformed lines skipped in all", origin, skipped)
+    if not sets:
         raise TegrastatsFormatError(
-            f"{p} holds no tegrastats line ({parsed.skipped} malformed lines)",
+            f"{p} holds no tegrastats line ({skipped} malformed lines)",
             "pass a log written by `tegrastats --logfile FILE` (or its captured stdout)",
         )
-    samples, numbers, skipped = _consistent_rails(parsed, str(p))
-    rails = tuple(samples[0].rails)
-    if not rails:
+    # The most common set of rails (the first found of equally common ones); a line missing one cannot be integrated.
+    usual_key, usual = max(sets.items(), key=lambda kv: kv[1].count)
+    others = sorted((n, s.rails_seen) for k, s in sets.items() if k != usual_key for n in s.first_lines)
+    for number, rails in others[:max(0, WARN_LINES - skipped)]:
+        log.warning("%s:%d: skipped: rails %s differ from the log's %s", origin, number, rails, usual.rails_seen)
+    skipped += sum(s.count for k, s in sets.items() if k != usual_key)
+    if not usual.rails:
         raise TegrastatsFormatError(
             f"{p} has no power rails (`NAME XmW/YmW` fields)",
             "record on a board whose tegrastats prints rails (run it with sudo on older L4T)",
         )
-    times, timing = _times(samples, numbers, interval_ms, p)
-    energy = {r: trapezoid_j(times, [s.rails[r].instant_mw for s in samples]) for r in rails}
-    if skipped:
-        log.info("%s: imported %d samples, skipped %d lines", p, len(samples), skipped)
-    return TegrastatsLog(
-        path=p,
-        samples=tuple(samples),
-        times_s=tuple(times),
-        rails=rails,
-        energy_j=energy,
-        skipped=skipped,
-        started_at=samples[0].timestamp,
-        timing=timing,
-    )
+    timing, t_last = _timing(usual, interval_ms, p)
+    return LogScan(path=p, limits=limits, rails=usual.rails, usual=usual_key, count=usual.count, skipped=skipped,
+                 started_at=usual.started_at, timing=timing, interval_ms=interval_ms, t_last=t_last, dropped=dropped)
 
 
-def _consistent_rails(parsed: ParseResult, origin: str) -> tuple[list[TegrastatsSample], list[int], int]:
-    """Keep lines with the log's usual set of rails; a line missing one cannot be integrated."""
-    counts = Counter(frozenset(s.rails) for s in parsed.samples)
-    usual = counts.most_common(1)[0][0]
-    kept, numbers, skipped = [], [], parsed.skipped
-    for s, n in zip(parsed.samples, parsed.line_numbers):
-        if frozenset(s.rails) == usual:
-            kept.append(s)
-            numbers.append(n)
-            continue
-        skipped += 1
-        if skipped <= WARN_LINES:
-            log.warning("%s:%d: skipped: rails %s differ from the log's %s", origin, n, sorted(s.rails), sorted(usual))
-    return kept, numbers, skipped
-
-
-def _times(samples: Sequence[TegrastatsSample], numbers: Sequence[int], interval_ms: float | None,
-           p: Path) -> tuple[list[float], str]:
-    if interval_ms is not None and not (math.isfinite(interval_ms) and interval_ms > 0):
-        raise ConfigError(f"interval_ms must be a positive, finite number of milliseconds, got {interval_ms}",
-                          "pass the --interval the log was recorded with, in ms (tegrastats' default is 1000)")
-    stamps = [s.timestamp for s in samples if s.timestamp is not None]
-    if len(stamps) == len(samples):
-        t0 = stamps[0]
-        secs = [(ts - t0).total_seconds() for ts in stamps]
-        _check_dates(secs, numbers, interval_ms, p)
-        if all(b > a for a, b in zip(secs, secs[1:])):
-            return secs, "timestamps"
+def _timing(lines: _RailSet, interval_ms: float | None, p: Path) -> tuple[str, float]:
+    """How the lines are timed, and the last one's time (the first's is 0)."""
+    n = lines.count
+    if lines.dated:
+        _check_dates(lines, interval_ms, p)
+        if lines.increasing:
+            return "timestamps", lines.secs
         if interval_ms is not None:
-            return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
-        return _spread(secs), "timestamps+spread"
+            return "interval", (n - 1) * interval_ms / 1000.0
+        return "timestamps+spread", lines.secs + (lines.run - 1) / lines.run
     if interval_ms is None:
         raise ConfigError(
             f"{p} has lines without dates, so its sample times are unknown",
             "pass interval_ms (the --interval the log was recorded with; tegrastats' default is 1000)",
         )
-    return [i * interval_ms / 1000.0 for i in range(len(samples))], "interval"
+    return "interval", (n - 1) * interval_ms / 1000.0
 
 
-def _check_dates(secs: Sequence[float], numbers: Sequence[int], interval_ms: float | None, p: Path) -> None:
+@dataclass(frozen=True)
+class _Reading:
+    """What the second pass needs of a line the first found good: its date and rails."""
+
+    timestamp: datetime | None
+    rails: Mapping[str, RailPower]
+
+    def rails_mw(self) -> dict[str, float]:
+        return {name: r.instant_mw for name, r in self.rails.items()}
+
+
+def _reading(line: str) -> _Reading:
+    """A line's date and rails, as parse_line reads them (the same code), without the fields the second
+    pass does not use (the CPU, temperature and engine fields are most of a line's parse)."""
+    timestamp, text = _dated(line.strip())
+    return _Reading(timestamp, _rails(text)[0])
+
+
+_Line = TypeVar("_Line", TegrastatsSample, _Reading)
+
+
+def _timed(scan: LogScan, parse: Callable[[str], _Line]) -> Iterator[tuple[float, _Line]]:
+    """The second pass: each line of the usual rail set with its time, in order (`parse`: what of a line is
+    wanted). The lines the first pass dropped are passed by their numbers; lines sharing a date (spread
+    over their second) are held until the date changes: a second's lines at most."""
+    t0 = scan.started_at
+    index = 0
+    run: list[_Line] = []
+    run_secs = 0.0
+    dropped = iter(scan.dropped)
+    next_dropped = next(dropped, 0)
+    for number, line in _lines(scan.path):
+        if number == next_dropped:
+            next_dropped = next(dropped, 0)
+            continue
+        try:
+            sample = parse(line)
+        except TegrastatsFormatError:
+            raise _changed(scan.path) from None
+        if frozenset(sample.rails) != scan.usual:
+            continue
+        if scan.timing == "interval":
+            yield index * scan.interval_ms / 1000.0, sample  # type: ignore[operator]
+            index += 1
+            continue
+        if sample.timestamp is None or t0 is None:
+            raise _changed(scan.path)
+        secs = (sample.timestamp - t0).total_seconds()
+        if scan.timing == "timestamps":
+            yield secs, sample
+            continue
+        if run and secs != run_secs:
+            yield from _spread(run_secs, run)
+            run = []
+        run_secs = secs
+        run.append(sample)
+    yield from _spread(run_secs, run)
+
+
+def _check_dates(lines: _RailSet, interval_ms: float | None, p: Path) -> None:
     """Refuse dates that go backwards, or jump by more than a log's gap (engine.core.plausible):
     two recordings in one file (concatenated, or appended after a stop), or a clock change.
     The energy over them would be guessed, not measured."""
-    steps = [b - a for a, b in zip(secs, secs[1:])]
-    for i, step in enumerate(steps):
-        if step < 0:
-            raise ConfigError(
-                f"{p}: the dates go backwards at line {numbers[i + 1]} ({-step:g} s before line {numbers[i]})",
-                f"the log holds two recordings (or the clock was changed): split the log at line {numbers[i + 1]} "
-                "and import each part")
-    interval_s = interval_ms / 1000.0 if interval_ms else statistics.median([d for d in steps if d > 0] or [1.0])
+    if lines.backwards is not None:
+        step, before, at = lines.backwards
+        raise ConfigError(
+            f"{p}: the dates go backwards at line {at} ({-step:g} s before line {before})",
+            f"the log holds two recordings (or the clock was changed): split the log at line {at} "
+            "and import each part")
+    interval_s = interval_ms / 1000.0 if interval_ms else lines.median_step()
     gap = log_gap_s(interval_s)
-    for i, step in enumerate(steps):
+    for step, before, at in lines.rises:
         if step > gap:
             raise ConfigError(
-                f"{p}: {step:g} s pass between line {numbers[i]} and line {numbers[i + 1]}, longer than any gap "
+                f"{p}: {step:g} s pass between line {before} and line {at}, longer than any gap "
                 f"in one recording ({gap:g} s at its {interval_s:g} s interval)",
                 f"tegrastats stopped there (a suspend, or a second recording appended): split the log at line "
-                f"{numbers[i + 1]} and import each part")
+                f"{at} and import each part")
 
 
-def _spread(secs: list[float]) -> list[float]:
-    """Spread runs of lines that share a whole-second date evenly over that second."""
-    out: list[float] = []
-    i = 0
-    while i < len(secs):
-        j = i
-        while j < len(secs) and secs[j] == secs[i]:
-            j += 1
-        k = j - i
-        out.extend(secs[i] + n / k for n in range(k))
-        i = j
-    return out
+def _spread(secs: float, run: Sequence[_Line]) -> Iterator[tuple[float, _Line]]:
+    """A run of lines that share a whole-second date, spread evenly over that second."""
+    k = len(run)
+    for n, sample in enumerate(run):
+        yield secs + n / k, sample

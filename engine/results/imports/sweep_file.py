@@ -99,7 +99,7 @@ class ImportedSweep:
 
     @property
     def settings(self) -> int:
-        return len({setting_key(p.setting) for p in self.points})
+        return len({setting_key(s) for s in {p.setting for p in self.points}})  # a key per setting, not per point
 
     @property
     def energy_only(self) -> int:
@@ -182,6 +182,14 @@ def same_value(a: Any, b: Any) -> bool:
         return str(a).strip().lower() == str(b).strip().lower()
 
 
+def _key_of(setting: DvfsSetting, keys: dict[DvfsSetting, str]) -> str:
+    """setting_key(setting), computed once per distinct setting."""
+    key = keys.get(setting)
+    if key is None:
+        key = keys[setting] = setting_key(setting)
+    return key
+
+
 # --------------------------------------------------------------------------- reading the rows
 @dataclass
 class _Group:
@@ -243,23 +251,32 @@ class _RowReader:
         return tuple(ImportedSweep(g.workload, g.rails, g.rail_names, self._numbered(g)) for g in self.groups.values())
 
     def _numbered(self, group: _Group) -> tuple[ImportedPoint, ...]:
-        """Repeat numbers: as given; rows of one setting without one take the next free numbers, in order."""
+        """Repeat numbers: as given; rows of one setting without one take the next free numbers, in order.
+
+        Linear in the rows: a setting's free numbers are found from where the last search ended (a number
+        once taken stays taken), not from 0 for each row, which made a long file of one setting quadratic."""
+        keys: dict[DvfsSetting, str] = {}  # one key per setting, not one per row (settings repeat)
         taken: dict[str, dict[int, str]] = {}
         for where, setting, repeat, *_rest in group.rows:
             if repeat is None:
                 continue
-            seen = taken.setdefault(setting_key(setting), {})
+            seen = taken.setdefault(_key_of(setting, keys), {})
             if repeat in seen:
                 with self.at(where, "repeat"):
                     raise CellError(f"{setting.label()} repeat {repeat} is already given at {seen[repeat]}",
                                     "number each repetition of a setting once, or leave repeat empty")
             seen[repeat] = where
+        free: dict[str, int] = {}  # per setting: every number below it is taken
         points = []
         for where, setting, repeat, time_s, energy, samples in group.rows:
             if repeat is None:
-                seen = taken.setdefault(setting_key(setting), {})
-                repeat = next(i for i in range(len(seen) + 1) if i not in seen)
+                key = _key_of(setting, keys)
+                seen = taken.setdefault(key, {})
+                repeat = free.get(key, 0)
+                while repeat in seen:
+                    repeat += 1
                 seen[repeat] = where
+                free[key] = repeat + 1
             points.append(ImportedPoint(setting, repeat, time_s, energy, samples, where))
         return tuple(points)
 
