@@ -225,9 +225,14 @@ class RunTables(Database):
         status: RunStatus | None = None,
         workload_key: str | None = None,
         limit: int | None = 50,
+        before: int | None = None,
     ) -> list[RunRecord]:
-        """Runs matching every filter given, newest first."""
+        """Runs matching every filter given, newest first; `before`: ids below it only (the next page
+        after a listing's last id)."""
         where, params = [], []
+        if before is not None:
+            where.append("r.id < ?")
+            params.append(int(before))
         for column, value in (("w.model", model), ("w.task", task), ("r.policy", policy),
                               ("r.device_id", device_id), ("r.status", status), ("w.key", workload_key)):
             if value is not None:
