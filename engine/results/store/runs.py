@@ -15,7 +15,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
 from engine.results.compare import Comparison, compare_records
-from engine.results.store.db import Database, inserted_id
+from engine.results.store.db import Database, SqlValue, inserted_id
 from engine.results.errors import UnknownRecordError
 from engine.results.records import (
     ABANDONED,
@@ -229,7 +229,8 @@ class RunTables(Database):
     ) -> list[RunRecord]:
         """Runs matching every filter given, newest first; `before`: ids below it only (the next page
         after a listing's last id)."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[SqlValue] = []
         if before is not None:
             where.append("r.id < ?")
             params.append(int(before))

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.text import clean_text, shown
-from engine.results.store.db import Database, inserted_id
+from engine.results.store.db import Database, SqlValue, inserted_id
 from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError, stored_choice
 from engine.results.records import (
     RUN_STATUSES,
@@ -125,7 +125,8 @@ class SweepTables(Database):
                     before: int | None = None) -> list[SweepRecord]:
         """Sweeps, newest first: of `status` if given, at most `limit`, with ids below `before` (the
         next page after a listing's last id), in one query."""
-        where, params = [], []
+        where: list[str] = []
+        params: list[SqlValue] = []
         if status is not None:
             where.append("status = ?")
             params.append(status)
