@@ -282,3 +282,34 @@ def test_power_samples_of_a_run_are_one_batch(isolated_env: IsolatedEnv, tmp_pat
                                     source=Source.TWIN, power_samples=trace))
         assert len(s.power_samples(rid)) == 500
     assert sum(s.lstrip().upper().startswith("COMMIT") for s in statements) == 1
+
+
+def test_a_file_that_is_not_ours_is_refused_with_nothing_left_beside_it(isolated_env: IsolatedEnv,
+                                                                        tmp_path: Path) -> None:
+    from engine.results.errors import StoreError
+
+    db = tmp_path / "contacts.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE contacts (name TEXT)")
+    with pytest.raises(StoreError, match="not a results database"):
+        Store(db)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["contacts.sqlite"]
+
+
+def test_a_forked_child_closing_its_copy_leaves_the_parents_marker(isolated_env: IsolatedEnv,
+                                                                    tmp_path: Path) -> None:
+    import os
+
+    db = tmp_path / "r.sqlite"
+    with Store(db) as s:
+        s.start_run(policy="maxn", source=Source.TWIN, seed=0, steps=1)
+        pid = os.fork()
+        if pid == 0:  # the child lets go of its inherited marker, as a close in a forked worker would
+            s._drop_marker()  # (its SQLite connection is the parent's: SQLite forbids using it after a fork)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        assert len(list(writers_dir(db).iterdir())) == 1
+        other = Store(db)
+        assert not other.open_checked  # the parent's marker is still there and held: not taken for dead
+        other.close()
+    assert list(writers_dir(db).iterdir()) == []

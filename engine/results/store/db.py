@@ -120,7 +120,7 @@ class Database:
     def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self._lock = threading.RLock()
-        self._marker: tuple[Path, int] | None = None  # this connection's writer marker, once it writes
+        self._marker: tuple[Path, int, int] | None = None  # this connection's writer marker and its pid, once it writes
         self.open_checked = False  # whether the open ran quick_check (a writer had not closed cleanly)
         self.writers_died = 0  # the writers the open found dead (their markers left), checked for
         self._existed = self.path.exists()
@@ -161,8 +161,11 @@ class Database:
                 self._quick_check()
                 self.open_checked = True
                 self.writers_died = len(stale or [])
+            # Somebody else's file, or a newer one, is refused before anything is left beside it.
+            version = migrations.check_ownership(conn, self.path)
+            if self.open_checked:
                 self._forget_writers(stale or [])
-            if not has_data or migrations.user_version(conn) != migrations.SCHEMA_VERSION:
+            if not has_data or version != migrations.SCHEMA_VERSION:
                 self._mark_writing()
             # migrations.check_file() caught foreign and truncated files; check() is the full scan.
             migrations.migrate(conn, self.path)
@@ -194,15 +197,18 @@ class Database:
                              f"({exc.strerror})", "make its folder writable, or pass another --db; nothing "
                              "of this step was written") from None
         fcntl.flock(fd, fcntl.LOCK_EX)
-        self._marker = (marker, fd)
+        self._marker = (marker, fd, os.getpid())
 
     def _drop_marker(self) -> None:
         """Remove this connection's marker (a clean close): unlinked before its lock is let go, so that
         nobody takes a closing writer for a dead one."""
         if self._marker is None:
             return
-        marker, fd = self._marker
+        marker, fd, pid = self._marker
         self._marker = None
+        if pid != os.getpid():  # a forked child closing its copy: the parent still writes
+            os.close(fd)
+            return
         try:
             marker.unlink(missing_ok=True)
         except OSError as exc:
