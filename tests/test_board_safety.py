@@ -260,7 +260,7 @@ def test_case5_an_old_store_is_migrated_to_the_current_version(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Store(db) as store:
-        assert store.schema_version() == migrations.SCHEMA_VERSION == 11  # through v4 (abandoned), v5, v6, v7, v8, v9, v10 and v11
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 12  # through v4 (abandoned), v5, v6, v7, v8, v9, v10, v11 and v12
         run = store.list_runs()[0]
         assert run.status == "running"  # no owner recorded before v4: it cannot be judged, so it stays
         with store._tx("test") as c:

@@ -75,7 +75,7 @@ def test_a_version_8_store_keeps_its_devices_with_an_unknown_serial(tmp_path: Pa
     conn.close()
     old = DeviceRecord(BOARD, AGX, "36.3.0", "6.0")
     with Store(db) as store:
-        assert store.schema_version() == migrations.SCHEMA_VERSION == 11
+        assert store.schema_version() == migrations.SCHEMA_VERSION == 12
         assert store.get_device(3) == old and old.serial is None
         assert store.ensure_device(old) == 3  # its identity is unchanged
         new = store.ensure_device(DeviceRecord(BOARD, AGX, "36.3.0", "6.0", serial="1422921012345"))

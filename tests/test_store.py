@@ -87,7 +87,7 @@ def _fill(store: Store, runs: int = 5) -> None:
 
 # --------------------------------------------------------------------------- schema and files
 def test_a_new_store_has_every_table_with_a_source_in_wal_mode(store: Store, db: Path) -> None:
-    assert store.schema_version() == SCHEMA_VERSION == 11
+    assert store.schema_version() == SCHEMA_VERSION == 12
     assert store.journal_mode() == "wal"
     conn = sqlite3.connect(db)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -191,7 +191,7 @@ def test_a_version_2_database_reads_simulated_runs_from_their_notes(db: Path) ->
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 11
+        assert s.schema_version() == SCHEMA_VERSION == 12
         assert [s.get_run(i).simulated for i in (1, 2, 3, 4)] == [True, False, False, False]
         assert s.get_run(1).notes.startswith("simulated")  # the notes stay as they were
         assert "simulated" not in s.get_run(1).to_json()  # what `show --json` prints is unchanged
@@ -671,11 +671,26 @@ def test_cumulative_trapezoid_is_the_trapezoid_up_to_each_sample() -> None:
     assert trapezoid_j(times, powers) == cum[-1] and trapezoid_j([], []) == 0.0 and cumulative_trapezoid_j([], []) == []
 
 
-def test_a_damaged_page_is_refused_when_the_store_opens(db: Path) -> None:
+def _writer_dies(db: Path) -> None:
+    """A process that writes to the store and is killed before it closes it (its marker stays)."""
+    script = textwrap.dedent(f"""
+        import os, signal
+        from engine.results.store import Store
+        store = Store({str(db)!r})
+        store.start_run(policy="maxn", source="twin", seed=99, steps=1)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+
+
+def test_a_damaged_page_is_refused_when_the_store_opens_after_a_writer_died(db: Path) -> None:
     """Issue 10: a file whose table pages are damaged but whose header and schema still read
-    is refused at open (quick_check) rather than served."""
+    is refused at open (quick_check) rather than served; since issue 24 the open checks when a
+    writer did not close the store cleanly, and `slm-dvfs check` whenever asked."""
     with Store(db) as s:
         _fill(s, runs=3)
+    _writer_dies(db)
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
@@ -684,9 +699,10 @@ def test_a_damaged_page_is_refused_when_the_store_opens(db: Path) -> None:
     start = (root - 1) * page_size
     data[start] = 0x00  # the page's type byte: no longer a b-tree page
     db.write_bytes(bytes(data))
-    with pytest.raises(CorruptStoreError) as err:
-        Store(db)
-    assert "damaged pages found on opening" in err.value.what and "move it aside" in err.value.remedy
+    for _ in range(2):  # refused again: a failed check leaves the dead writer's marker
+        with pytest.raises(CorruptStoreError) as err:
+            Store(db)
+        assert "damaged pages found on opening" in err.value.what and "move it aside" in err.value.remedy
 
 
 def test_a_version_10_store_gains_abandoned_sweeps_their_plan_and_workload_definitions(db: Path) -> None:
@@ -708,7 +724,7 @@ def test_a_version_10_store_gains_abandoned_sweeps_their_plan_and_workload_defin
     conn.execute("PRAGMA user_version = 10")
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == SCHEMA_VERSION == 11
+        assert s.schema_version() == SCHEMA_VERSION == 12
         [sweep] = s.list_sweeps()
         assert sweep.status == "running" and sweep.planned is None  # no owner recorded before v11: left as it is
         assert s.get_workload(1).config is None and s.get_workload(1).key == "bert-tiny|sst2|32|128|fp32|full"

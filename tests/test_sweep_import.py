@@ -307,7 +307,7 @@ def test_a_version_7_store_is_migrated_keeping_its_sweep_points(db: Path) -> Non
     """)
     conn.close()
     with Store(db) as s:
-        assert s.schema_version() == migrations.SCHEMA_VERSION == 11  # through v8, v9, v10 and v11
+        assert s.schema_version() == migrations.SCHEMA_VERSION == 12  # through v8, v9, v10, v11 and v12
         (old,) = s.sweep_points(4)
         assert (old.id, old.time_s, old.energy_j, old.samples, old.device_id) == (9, 2.5, 30.0, 80, None)
         s.add_point(SweepPoint(4, {"gpu_hz": 816_000_000}, 0, time_s=None, energy_j=33.0, samples=80))

@@ -112,3 +112,45 @@ def test_the_app_never_calls_a_page_nor_tells_page_classes_apart() -> None:
             if attr.startswith(("show_", "draw_")):
                 problems.append(f"{path.name}:{line} calls .{attr}")
     assert problems == []
+
+
+async def test_history_reads_a_page_at_a_time_and_shows_rows_past_the_first(twin_session: DeviceSession,
+                                                                          results_store: Store) -> None:
+    """Issue 24: History reads the store a page at a time; moving onto the last row read asks for the
+    next page (a message up), and the older runs and sweeps show below."""
+    from engine.core.provenance import Source
+    from engine.results.history import PAGE_ROWS
+    from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
+    from engine.results.store.sweep_tables import FinishedSweep
+
+    device = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005 (AGX Orin 64GB)", profile="agx-orin-64gb",
+                          is_twin=True)
+    workload = WorkloadRecord("bert-tiny", "sst2", 32, 128, "fp32")
+    extra = 7
+    for i in range(PAGE_ROWS + extra):
+        results_store.start_run(policy="maxn", source=Source.TWIN, device=device, workload=workload, seed=i, steps=1)
+    results_store.add_finished_sweeps(device, [
+        FinishedSweep(workload=workload, space={"space": "gpu", "n": i}, repeats=1, source=Source.TWIN,
+                      points=(SweepPoint(sweep_id=0, setting={"gpu_hz": 306_000_000, "nvpmodel_id": 0}, repeat=0,
+                                         time_s=1.0, energy_j=2.0, samples=8),))
+        for i in range(PAGE_ROWS + extra)])
+    app = make_app(twin_session, store=results_store)
+    async with drive(app) as ui:
+        await ui.press("5")
+        first = await ui.wait_for(RecordsRequested)
+        assert first is not None and first.more is None
+        await ui.wait_for(RunHighlighted)
+        runs, sweeps = app.screen.query_one("#runs"), app.screen.query_one("#sweeps")
+        assert runs.row_count == PAGE_ROWS and app.records.more_runs  # one page read, not the store
+        assert sweeps.row_count == PAGE_ROWS and app.records.more_sweeps
+        runs.move_cursor(row=PAGE_ROWS - 1)
+        asked = await ui.wait_for(RecordsRequested, until=lambda: runs.row_count == PAGE_ROWS + extra)
+        assert asked is not None and asked.more == "runs"
+        assert not app.records.more_runs and app.records.runs[-1].id == 1  # the oldest run, past the first page
+        assert runs.cursor_row == PAGE_ROWS - 1  # where it was
+        sweeps.focus()
+        sweeps.move_cursor(row=PAGE_ROWS - 1)
+        await ui.until(lambda: sweeps.row_count == PAGE_ROWS + extra, "the sweeps' next page")
+        assert app.records.sweeps[-1][0].id == 1 and app.records.sweeps[-1][2] == 1
+        await ui.press("q")
+    assert app.return_code == 0

@@ -183,7 +183,10 @@ class CalibrationRequested(Message):
 
 @dataclass
 class RecordsRequested(Message):
-    """History was shown, or its `r`: read the store's runs and sweeps again."""
+    """History was shown, or its `r`: read the store's runs and sweeps again (their first page);
+    `more` "runs" or "sweeps": the page after the rows of that table already read."""
+
+    more: str | None = None
 
 
 @dataclass

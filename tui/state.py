@@ -74,10 +74,12 @@ class DeviceReading:
 @dataclass(frozen=True)
 class StoredRecords:
     """What the History page lists: runs (RunRecord), and sweeps as (SweepRecord, workload text,
-    points stored)."""
+    points stored), the pages read so far (engine.results.history); `more_*`: older rows follow."""
 
     runs: Sequence[RunRecord] = ()
     sweeps: Sequence[tuple[SweepRecord, str, int]] = ()
+    more_runs: bool = False
+    more_sweeps: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`slm-dvfs runs | show | export | import-tegrastats`: the results store from the command line
+"""`slm-dvfs runs | show | export | check | import-tegrastats`: the results store from the command line
 (`sweeps`: sweeps_cmd; `compare`: compare_cmd)."""
 
 from __future__ import annotations
@@ -79,6 +79,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--out", metavar="FILE", help="output file (default: run-N.csv or sweep-sN.csv, .parquet with "
                    "--format parquet, in the current folder; `-` = stdout, csv only)")
     p.set_defaults(func=cmd_export)
+
+    what = ("check the results database whole: SQLite's integrity check over every page, record and index "
+            "(opening a store checks it only after a writer died)")
+    p = sub.add_parser("check", help=what, description=what[0].upper() + what[1:] + ".")
+    add_db_arg(p)
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("import-tegrastats", help="store an existing tegrastats log as a measured run")
     add_db_arg(p)
@@ -220,6 +226,18 @@ def cmd_runs(args: argparse.Namespace) -> int:
         print(f"no runs match in {path}")
     else:
         print(clean_text(format_runs(runs)))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """The store whole, or a CorruptStoreError naming what is damaged (exit 2, main says it)."""
+    with Store(_db_path(args), create=False) as store:
+        found = store.check()
+    died = (f"; {found.writers_died} writer(s) had stopped without closing it, nothing of theirs is damaged"
+            if found.writers_died else "")
+    print(f"{found.path}: whole (every page, record and index checked), {found.size_bytes / 1e6:.1f} MB: "
+          f"{found.runs} runs, {found.power_samples} power samples, {found.sweeps} sweeps, "
+          f"{found.sweep_points} sweep points{died}")
     return 0
 
 

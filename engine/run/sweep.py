@@ -167,7 +167,8 @@ def run_sweep(
     limits: ThermalLimits | None = None,
     workload: Workload | None = None,
 ) -> SweepResult:
-    """Run (or resume) a sweep and return its summary. Points are committed one by one.
+    """Run (or resume) a sweep and return its summary. Points are committed one by one as they are
+    measured; a fast sweep's all together, in one transaction.
 
     `session` (a DeviceSession) and `workload` (spec.workload resolved) may be given
     by a caller that already has them; `limits` (engine.run.thermal.ThermalLimits) default
@@ -207,15 +208,36 @@ def run_sweep(
             log.info("sweep %d: %d of %d points already done; measuring the other %d", sweep.id, resumed,
                      resumed + len(plan), len(plan))
 
+        # Points wait here until committed: a trained point (seconds of measurement) alone, as it is done;
+        # a fast sweep's (computed in a blink) all in one transaction, not one fsync each. A crash loses at
+        # most this batch, never a committed point: the same sweep resumes from the stored ones.
+        pending: list[tuple[SweepPoint, SweepPointDone]] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            batch = list(pending)
+            store.add_points([p for p, _e in batch])
+            pending.clear()
+            for _p, event in batch:  # SweepPointDone: measured and committed
+                harness.emit(event)
+
         def record(setting: DvfsSetting, repeat: int, m: Measurement, rail_j: Mapping[str, float], i: int) -> None:
-            store.add_point(SweepPoint(sweep_id=sweep.id, setting=setting.to_json(), repeat=repeat, time_s=m.time_s,
+            pending.append((SweepPoint(sweep_id=sweep.id, setting=setting.to_json(), repeat=repeat, time_s=m.time_s,
                                        energy_j=m.energy_j, samples=m.samples, rail_energy_j=dict(rail_j),
-                                       avg_power_w=m.avg_power_w, source=source))
-            harness.emit(SweepPointDone(i, len(plan), setting, repeat, m))
+                                       avg_power_w=m.avg_power_w, source=source),
+                            SweepPointDone(i, len(plan), setting, repeat, m)))
+            if not spec.fast:
+                flush()
 
         try:
             status, thermal = measure_points(spec, harness, workload, plan, record, control=control, limits=limits)
+            flush()
         except BaseException:
+            try:
+                flush()  # the points computed before an interrupt are kept
+            except Exception as exc:  # the store's own failure: the batch is lost, the committed points stay
+                log.warning("sweep %d: %d point(s) not stored: %s", sweep.id, len(pending), exc)
             store.finish_sweep(sweep.id, "failed")  # resumable: find_or_create_sweep picks it up again
             raise
         store.finish_sweep(sweep.id, status)

@@ -26,7 +26,7 @@ class StoreActions(AppState):
 
     # ------------------------------------------------------------------ History's requests
     def on_records_requested(self, message: RecordsRequested) -> None:
-        self.load_records()
+        self.load_records(more=message.more)
 
     def on_run_highlighted(self, message: RunHighlighted) -> None:
         self.highlighted_run = message.run_id
@@ -47,26 +47,33 @@ class StoreActions(AppState):
         self.delete_run(message.run_id)
 
     # ------------------------------------------------------------------ the store
-    def load_records(self) -> None:
-        """The store's runs and sweeps, for the History page."""
+    def load_records(self, more: str | None = None) -> None:
+        """The store's runs and sweeps for the History page, a page at a time (engine.results.history):
+        the newest, or with `more` ("runs" / "sweeps") that table's next page after the rows held."""
+        from engine.results.history import history_page
+
         store = self.store
         if store is None:
             return
+        held = self.records if more is not None else None
         try:
-            runs = store.list_runs(limit=500)
-            sweeps = []
-            stored = store.stored_point_counts()  # one query, not one a sweep
-            for s in store.list_sweeps():
-                try:
-                    w = store.get_workload(s.workload_id)
-                    workload = f"{w.model}/{w.task}"
-                except SlmDvfsError:
-                    workload = "-"
-                sweeps.append((s, workload, stored.get(s.id, 0)))
+            if held is None:
+                page = history_page(store)
+            elif more == "runs" and held.more_runs and held.runs:
+                page = history_page(store, runs_before=held.runs[-1].id, sweeps=False)
+            elif more == "sweeps" and held.more_sweeps and held.sweeps:
+                page = history_page(store, sweeps_before=held.sweeps[-1][0].id, runs=False)
+            else:
+                return  # nothing older to read
         except SlmDvfsError as exc:
             self.notify(f"{exc.what}\n{exc.remedy}", title="Cannot read the store", severity="error")
             return
-        self.records = StoredRecords(tuple(runs), tuple(sweeps))
+        if held is None:
+            self.records = StoredRecords(page.runs, page.sweeps, page.more_runs, page.more_sweeps)
+        elif more == "runs":
+            self.records = replace(held, runs=(*held.runs, *page.runs), more_runs=page.more_runs)
+        else:
+            self.records = replace(held, sweeps=(*held.sweeps, *page.sweeps), more_sweeps=page.more_sweeps)
 
     def open_run(self, run_id: int, baseline_id: int | None = None, *, switch: bool = True,
                  estimate: Interval | None = None) -> None:

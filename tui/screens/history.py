@@ -128,11 +128,19 @@ class HistoryScreen(PageScreen):
 
     @on(DataTable.RowHighlighted, "#runs")
     def _run_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        """Which board the run is from, where the store's runs come from several of one kind."""
+        """Which board the run is from, where the store's runs come from several of one kind; on the
+        last row read, the next page of older runs is asked for (the store is read a page at a time)."""
         run = self.selected_run()
         if getattr(self, "_boards", False) and run is not None and run.device is not None:
             self.say(f"run {run.id}: {run.device.label()}")
         self._tell_highlighted()
+        if self.records is not None and self.records.more_runs and event.cursor_row == len(self._runs) - 1:
+            self.tell(RecordsRequested(more="runs"))
+
+    @on(DataTable.RowHighlighted, "#sweeps")
+    def _sweep_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if self.records is not None and self.records.more_sweeps and event.cursor_row == len(self._sweeps) - 1:
+            self.tell(RecordsRequested(more="sweeps"))
 
     def say(self, text: str) -> None:
         self.query_one("#history-status", Static).update(text)

@@ -2,20 +2,30 @@
 and queries, and the devices and workloads that every run and sweep refers to.
 
 Every recorded item is its own committed transaction, so a crash loses at most the item
-in progress. The file is in WAL mode: the TUI may read while a run writes, from another
-thread or process.
+in progress (a fast sweep's points are one item: engine.run.sweep). The file is in WAL mode
+with synchronous=NORMAL: the TUI may read while a run writes, from another thread or process,
+and a power cut may lose the last transactions committed before it, never the file.
+
+A store's cost does not grow with its size at open: the full-file check (quick_check) runs only
+when a writer did not close cleanly. Each connection that writes holds a marker file, flocked,
+in `<file>.writers/`, removed when it closes: a marker whose lock is free is a writer that died.
+`slm-dvfs check` runs SQLite's full integrity check whenever asked.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import logging
 import os
+import time
 import sqlite3
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence, TypeVar, overload
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar, overload
 
 from engine.core import paths
 from engine.core.errors import ConfigError, SlmDvfsError
@@ -46,6 +56,58 @@ def inserted_id(cur: sqlite3.Cursor) -> int:
     return cur.lastrowid
 
 
+WRITERS_SUFFIX = ".writers"
+
+
+def writers_dir(path: Path) -> Path:
+    """The folder of a store's writer markers (one per open connection that writes; module docstring)."""
+    return path.with_name(path.name + WRITERS_SUFFIX)
+
+
+def stale_writers(path: Path) -> list[Path] | None:
+    """The markers of writers of the store at `path` that died without closing it (their flock is
+    free); None when the store keeps no markers (made before they were kept, or never written)."""
+    folder = writers_dir(path)
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # cannot tell: check
+    stale = []
+    for name in names:
+        marker = folder / name
+        try:
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            continue  # closed cleanly meanwhile
+        except OSError:
+            stale.append(marker)  # cannot tell whether its writer lives: check
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            stale.append(marker)  # free: its writer is gone (the kernel drops a dead process's locks)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                stale.append(marker)
+        finally:
+            os.close(fd)
+    return stale
+
+
+@dataclass(frozen=True)
+class StoreCheck:
+    """What `Database.check` found in a whole file: its size and rows, and the writers that had died."""
+
+    path: Path
+    size_bytes: int
+    runs: int
+    sweeps: int
+    sweep_points: int
+    power_samples: int
+    writers_died: int
+
+
 def default_db_path() -> Path:
     """$SLM_DVFS_DB, else data_dir()/results.sqlite."""
     env = os.environ.get(paths.ENV_PREFIX + "DB")
@@ -58,6 +120,9 @@ class Database:
     def __init__(self, path: str | os.PathLike[str] | None = None, create: bool = True) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self._lock = threading.RLock()
+        self._marker: tuple[Path, int, int] | None = None  # this connection's writer marker and its pid, once it writes
+        self.open_checked = False  # whether the open ran quick_check (a writer had not closed cleanly)
+        self.writers_died = 0  # the writers the open found dead (their markers left), checked for
         self._existed = self.path.exists()
         if not self._existed:
             if not create:
@@ -81,24 +146,85 @@ class Database:
             self._setup()
         except BaseException:
             self._conn.close()
+            self._drop_marker()
             raise
 
     def _setup(self) -> None:
         conn = self._conn
         try:
             conn.execute("PRAGMA foreign_keys = ON")
-            if self._existed:
-                self._quick_check()  # a damaged page is refused at open, never served
+            has_data = self._existed and self.path.stat().st_size > 0
+            stale = stale_writers(self.path) if has_data else []
+            if stale is None or stale:
+                # A writer died mid-way (or the store predates the markers): a damaged page is refused
+                # here, never served. After a clean close the file is as SQLite committed it.
+                self._quick_check()
+                self.open_checked = True
+                self.writers_died = len(stale or [])
+            # Somebody else's file, or a newer one, is refused before anything is left beside it.
+            version = migrations.check_ownership(conn, self.path)
+            if self.open_checked:
+                self._forget_writers(stale or [])
+            if not has_data or version != migrations.SCHEMA_VERSION:
+                self._mark_writing()
             # migrations.check_file() caught foreign and truncated files; check() is the full scan.
             migrations.migrate(conn, self.path)
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                log.warning("%s: WAL mode refused by the file system (%s); readers may wait on writers",
-                            self.path, mode)
-            # FULL: a committed point survives a power cut too, at one fsync per item.
-            conn.execute("PRAGMA synchronous = FULL")
+            if str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                self._mark_writing()  # switching the mode writes the file's header: once, it persists
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    log.warning("%s: WAL mode refused by the file system (%s); readers may wait on writers",
+                                self.path, mode)
+            # NORMAL in WAL mode: a commit is atomic and durable against a crash of the process; a power
+            # cut may lose the last transactions committed (never a damaged file), at no fsync per item.
+            conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
             raise self._wrap(exc, "open") from None
+
+    def _mark_writing(self) -> None:
+        """Leave this connection's marker (flocked until it closes) before its first write, so that a
+        crash before close is seen by the next open. A store whose folder takes no marker takes no write
+        either (SQLite's WAL needs the same folder): that is said here, with the folder."""
+        if self._marker is not None:
+            return
+        folder = writers_dir(self.path)
+        marker = folder / f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
+        try:
+            folder.mkdir(exist_ok=True)
+            fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot write to the results database {self.path}: cannot create {marker} "
+                             f"({exc.strerror})", "make its folder writable, or pass another --db; nothing "
+                             "of this step was written") from None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self._marker = (marker, fd, os.getpid())
+
+    def _drop_marker(self) -> None:
+        """Remove this connection's marker (a clean close): unlinked before its lock is let go, so that
+        nobody takes a closing writer for a dead one."""
+        if self._marker is None:
+            return
+        marker, fd, pid = self._marker
+        self._marker = None
+        if pid != os.getpid():  # a forked child closing its copy: the parent still writes
+            os.close(fd)
+            return
+        try:
+            marker.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("%s: cannot remove the writer marker %s (%s): the next open checks the file",
+                        self.path, marker, exc.strerror)
+        os.close(fd)
+
+    def _forget_writers(self, stale: Sequence[Path]) -> None:
+        """After a check found the file whole: the dead writers' markers go, and the folder says the
+        store keeps markers from now on (a store made before them is checked once)."""
+        try:
+            writers_dir(self.path).mkdir(exist_ok=True)
+            for marker in stale:
+                marker.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only folder: the next open checks again, which is safe
+            log.info("%s: cannot clear writer markers (%s)", self.path, exc.strerror)
 
     def _quick_check(self) -> None:
         """SQLite's quick_check (pages, records, no index cross-check: a fraction of integrity_check's
@@ -111,6 +237,7 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._drop_marker()
 
     def __enter__(self: _D) -> _D:
         return self
@@ -137,6 +264,7 @@ class Database:
         """One committed transaction: all of it or none of it reaches the file."""
         with self._lock:
             conn = self._conn
+            self._mark_writing()
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
@@ -158,12 +286,20 @@ class Database:
             except sqlite3.Error as exc:
                 raise self._wrap(exc, "a query") from None
 
-    def check(self) -> None:
-        """SQLite's full integrity scan (takes seconds on a large file); raises CorruptStoreError."""
+    def check(self) -> StoreCheck:
+        """SQLite's full integrity scan (every page, record and index: seconds on a large file; `slm-dvfs
+        check`); raises CorruptStoreError. A whole file clears the markers of writers that died."""
+        stale = stale_writers(self.path) or []
         rows = self._query("PRAGMA integrity_check")
         problems = [str(r[0]) for r in rows if str(r[0]) != "ok"]
         if problems:
             raise CorruptStoreError(self.path, "; ".join(problems[:3]))
+        self._forget_writers(stale)
+        counts = {t: int(self._query(f"SELECT count(*) FROM {t}")[0][0])
+                  for t in ("runs", "sweeps", "sweep_points", "power_samples")}
+        pages, page_size = (int(self._query(f"PRAGMA {p}")[0][0]) for p in ("page_count", "page_size"))
+        return StoreCheck(self.path, pages * page_size, counts["runs"], counts["sweeps"], counts["sweep_points"],
+                          counts["power_samples"], self.writers_died + len(stale))
 
     def schema_version(self) -> int:
         return int(self._query("PRAGMA user_version")[0][0])
@@ -278,6 +414,14 @@ class Database:
         if not rows:
             raise UnknownRecordError(f"no workload with id {workload_id} in {self.path}", "check the id")
         return workload_from_row(rows[0])
+
+    def workload_names(self, workload_ids: Iterable[int]) -> dict[int, str]:
+        """`model/task` of each workload id given, in one query (a listing's workload column)."""
+        ids = sorted({int(i) for i in workload_ids})
+        if not ids:
+            return {}
+        rows = self._query(f"SELECT id, model, task FROM workloads WHERE id IN ({', '.join('?' * len(ids))})", ids)
+        return {int(r["id"]): f"{r['model']}/{r['task']}" for r in rows}
 
     def find_workload(self, key: str) -> tuple[int, WorkloadRecord] | None:
         rows = self._query("SELECT * FROM workloads WHERE key = ?", (key,))

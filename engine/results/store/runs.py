@@ -15,7 +15,7 @@ from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.device.power import PowerSample
 from engine.results.compare import Comparison, compare_records
-from engine.results.store.db import Database, inserted_id
+from engine.results.store.db import Database, SqlValue, inserted_id
 from engine.results.errors import UnknownRecordError
 from engine.results.records import (
     ABANDONED,
@@ -225,9 +225,15 @@ class RunTables(Database):
         status: RunStatus | None = None,
         workload_key: str | None = None,
         limit: int | None = 50,
+        before: int | None = None,
     ) -> list[RunRecord]:
-        """Runs matching every filter given, newest first."""
-        where, params = [], []
+        """Runs matching every filter given, newest first; `before`: ids below it only (the next page
+        after a listing's last id)."""
+        where: list[str] = []
+        params: list[SqlValue] = []
+        if before is not None:
+            where.append("r.id < ?")
+            params.append(int(before))
         for column, value in (("w.model", model), ("w.task", task), ("r.policy", policy),
                               ("r.device_id", device_id), ("r.status", status), ("w.key", workload_key)):
             if value is not None:

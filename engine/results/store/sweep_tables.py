@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 from engine.core.errors import ConfigError
 from engine.core.provenance import Source
 from engine.core.text import clean_text, shown
-from engine.results.store.db import Database, inserted_id
+from engine.results.store.db import Database, SqlValue, inserted_id
 from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError, stored_choice
 from engine.results.records import (
     RUN_STATUSES,
@@ -119,24 +119,37 @@ class SweepTables(Database):
         rows = self._query("SELECT * FROM sweeps WHERE id = ?", (sweep_id,))
         if not rows:
             raise self._unknown_sweep(sweep_id)
-        r = rows[0]
-        return SweepRecord(
-            id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
-            warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"],
-            status=stored_choice(parse_status, r["status"], f"sweep s{r['id']}", "status"),
-            source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
-            planned=r["planned"],
-        )
+        return _sweep_from_row(rows[0])
 
-    def list_sweeps(self, status: RunStatus | None = None) -> list[SweepRecord]:
-        sql, params = "SELECT id FROM sweeps", []
+    def list_sweeps(self, status: RunStatus | None = None, *, limit: int | None = None,
+                    before: int | None = None) -> list[SweepRecord]:
+        """Sweeps, newest first: of `status` if given, at most `limit`, with ids below `before` (the
+        next page after a listing's last id), in one query."""
+        where: list[str] = []
+        params: list[SqlValue] = []
         if status is not None:
-            sql, params = sql + " WHERE status = ?", [status]
-        return [self.get_sweep(r[0]) for r in self._query(sql + " ORDER BY id DESC", params)]
+            where.append("status = ?")
+            params.append(status)
+        if before is not None:
+            where.append("id < ?")
+            params.append(int(before))
+        sql = "SELECT * FROM sweeps" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(int(limit))
+        return [_sweep_from_row(r) for r in self._query(sql, params)]
 
-    def stored_point_counts(self) -> dict[int, int]:
-        """The points stored of each sweep that has any, in one query (a listing's `done`)."""
-        rows = self._query("SELECT sweep_id, count(*) FROM sweep_points GROUP BY sweep_id")
+    def stored_point_counts(self, sweep_ids: Sequence[int] | None = None) -> dict[int, int]:
+        """The points stored of each sweep that has any (of `sweep_ids` only, if given: a page's), in one
+        query (a listing's `done`)."""
+        if sweep_ids is None:
+            rows = self._query("SELECT sweep_id, count(*) FROM sweep_points GROUP BY sweep_id")
+        else:
+            ids = [int(i) for i in sweep_ids]
+            if not ids:
+                return {}
+            rows = self._query(f"SELECT sweep_id, count(*) FROM sweep_points WHERE sweep_id IN "
+                               f"({', '.join('?' * len(ids))}) GROUP BY sweep_id", ids)
         return {int(r[0]): int(r[1]) for r in rows}
 
     def finish_sweep(self, sweep_id: int, status: RunStatus = "finished") -> None:
@@ -149,13 +162,23 @@ class SweepTables(Database):
 
     def add_point(self, point: SweepPoint) -> int:
         """Record one measured sweep point, committed on its own; returns its id."""
-        sweep = self.get_sweep(point.sweep_id)
-        src = sweep.source if point.source is None else as_source(point.source)
-        if src != sweep.source:
-            raise ConfigError(f"sweep {sweep.id} is a {sweep.source.value} sweep; this point is {src.value}",
-                              "record points with the sweep's source")
-        with self._tx("recording a sweep point") as conn:
-            return self._insert_point(conn, point, point.sweep_id, src, point.device_id)
+        return self.add_points([point])[0]
+
+    def add_points(self, points: Sequence[SweepPoint]) -> list[int]:
+        """Record sweep points in one transaction (all of them or none: a fast sweep's, computed in a
+        blink, are one commit, not one fsync each); returns their ids, in order."""
+        sources: dict[int, Source] = {}
+        for point in points:  # checked before anything is written
+            if point.sweep_id not in sources:
+                sources[point.sweep_id] = self.get_sweep(point.sweep_id).source
+            src = sources[point.sweep_id] if point.source is None else as_source(point.source)
+            if src != sources[point.sweep_id]:
+                raise ConfigError(f"sweep {point.sweep_id} is a {sources[point.sweep_id].value} sweep; this point is "
+                                  f"{src.value}", "record points with the sweep's source")
+        if not points:
+            return []
+        with self._tx("recording sweep points") as conn:
+            return [self._insert_point(conn, p, p.sweep_id, sources[p.sweep_id], p.device_id) for p in points]
 
     def _insert_point(self, conn: sqlite3.Connection, point: SweepPoint, sweep_id: int, src: Source,
                       device_id: int | None = None) -> int:
@@ -232,6 +255,16 @@ class SweepTables(Database):
         rows = self._query("SELECT setting, repeat FROM sweep_points WHERE sweep_id = ?", (sweep_id,))
         return frozenset((r[0], int(r[1])) for r in rows)
 
+
+
+def _sweep_from_row(r: sqlite3.Row) -> SweepRecord:
+    return SweepRecord(
+        id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
+        warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"],
+        status=stored_choice(parse_status, r["status"], f"sweep s{r['id']}", "status"),
+        source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
+        planned=r["planned"],
+    )
 
 
 def _owner_alive(owner_lock: str | None) -> bool:
