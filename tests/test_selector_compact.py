@@ -26,7 +26,7 @@ from engine.selector.persistence import (
 from engine.selector.selector import train_selector
 
 ROOT = Path(__file__).resolve().parent.parent
-TREES = ("hist-gb", "extra-trees", "random-forest")
+TREES = ("hist-gb", "extra-trees", "random-forest", "hist-gb-roofline")
 
 
 # traces of the zoo models, shared by the selector tests of a session (conftest)
@@ -170,7 +170,23 @@ def test_the_shipped_selector_has_a_compact_form_that_predicts_as_its_pickle(wor
 
 
 def test_the_sidecar_names_the_form_version_the_arrays_carry() -> None:
-    from engine.selector.compact import FORM_VERSION
-    from engine.selector.persistence import COMPACT_VERSION
+    from engine.selector.compact import FORM_VERSION, READABLE_FORMS
+    from engine.selector.persistence import COMPACT_READABLE, COMPACT_VERSION
 
     assert COMPACT_VERSION == FORM_VERSION  # persistence records it without importing numpy
+    assert COMPACT_READABLE == READABLE_FORMS
+
+
+def test_a_form_1_compact_file_still_predicts(hist_gb, dataset) -> None:
+    """Selectors users trained before the roofline member (form 1: no members, no inputs) keep their compact form."""
+    from engine.selector.compact import read_meta, regressor_from_arrays
+
+    arrays = export_selector(hist_gb)
+    assert arrays is not None
+    meta = json.loads(str(arrays["meta"]))
+    meta["form_version"] = 1
+    old = {k: v for k, v in arrays.items() if not k.endswith(".inputs")}
+    old["meta"] = np.array(json.dumps(meta))
+    compact = regressor_from_arrays(old, read_meta(old))
+    for a, b in zip(compact.predict(dataset.X()), hist_gb.model.predict(dataset.X())):
+        assert np.array_equal(a, b)

@@ -190,3 +190,21 @@ def test_the_gpus_share_of_a_step_tells_a_launch_bound_step_from_a_gpu_bound_one
     base, _ = describe_workload("bert-base-uncased", "sst2", batch_size=32, seq_len=256)
     small, large = (dict(zip(names, w.row()))["gpu_share_ref"] for w in (tiny, base))
     assert 0.0 < small < 0.5 < large < 1.0
+
+
+def test_the_roofline_column_moves_with_the_gpu_and_emc_clocks_and_the_module(encoder):
+    """hist-gb-roofline's extra input: log(compute time / memory time) at the row's clocks on its module."""
+    from engine.selector.features import log_roofline_columns, roofline_column
+
+    w, _ = describe_workload("bert-tiny", "sst2", batch_size=32, seq_len=128)
+    settings = [DvfsSetting(gpu_hz=1300500000, nvpmodel=0), DvfsSetting(gpu_hz=612 * MHZ, nvpmodel=0),
+                DvfsSetting(gpu_hz=612 * MHZ, emc_hz=2133 * MHZ, nvpmodel=0)]
+    x = feature_matrix([w] * 3, settings, encoder)
+    top, low_gpu, low_both = roofline_column(x)
+    assert low_gpu - top == pytest.approx(math.log(1300.5 / 612), rel=1e-9)  # half the clock: twice the compute time
+    assert low_both < low_gpu  # a lower EMC clock: longer memory time
+    nano = SettingEncoder.from_profile(load_profile("orin-nano-8gb"))
+    on_nano = roofline_column(feature_matrix([w], [settings[1]], nano))[0]
+    assert on_nano != pytest.approx(low_gpu)  # fewer SMs, less bandwidth: the module enters
+    both = log_roofline_columns(x)
+    assert both.shape == (3, len(FEATURE_COLUMNS) + 1) and np.array_equal(both[:, -1], roofline_column(x))

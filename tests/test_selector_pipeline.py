@@ -287,7 +287,7 @@ def test_gpu_and_emc_space(ds):
 
 def test_default_candidates_cover_the_issue():
     labels = {c.label for c in default_candidates()}
-    for name in ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-gb", "mlp"):
+    for name in ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-gb", "hist-gb-roofline", "mlp"):
         assert {f"{name}/time+power", f"{name}/time+energy"} <= labels
     assert "rf-classifier" in labels
     with pytest.raises(ConfigError):
@@ -297,7 +297,7 @@ def test_default_candidates_cover_the_issue():
 @pytest.mark.slow
 def test_every_candidate_fits_and_predicts(ds):
     report = cross_validate(ds, default_candidates(small=True), n_splits=3)
-    assert len(report.rows) == 17
+    assert len(report.rows) == 19
     assert all(np.isfinite(r.mean_regret) for r in report.rows)
 
 

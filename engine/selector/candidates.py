@@ -50,12 +50,12 @@ from engine.selector.estimator import Classifier, Estimator
 from engine.selector.compact import FLOPS_PER_SAMPLE, LOG_MARGIN, figures, log_offset  # noqa: F401 - re-exported
 # log_columns and workload_part live in features (no scikit-learn there); pickled pipelines name
 # `engine.selector.candidates.log_columns`, which this import keeps resolving.
-from engine.selector.features import log_columns, workload_part  # noqa: F401 - re-exported
+from engine.selector.features import log_columns, log_roofline_columns, workload_part  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 TARGETS = ("time+power", "time+energy")
-REGRESSORS = ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-gb", "mlp", "ensemble")
+REGRESSORS = ("ridge-poly", "knn", "svr", "random-forest", "extra-trees", "hist-gb", "hist-gb-roofline", "mlp", "ensemble")
 ENSEMBLE = ("extra-trees", "ridge-poly")  # a tree model for steps (governor switches), a smooth one for scale
 CLASSIFIERS = ("rf-classifier",)
 SEED = 0
@@ -99,6 +99,13 @@ def make_regressor(name: str, *, small: bool = False) -> Estimator:
     if name == "hist-gb":
         return Pipeline([("log", _logs()), ("hgb", HistGradientBoostingRegressor(
             max_iter=150 if small else 500, learning_rate=0.08, max_leaf_nodes=31, random_state=SEED))])
+    if name == "hist-gb-roofline":
+        # The mean of two boosted-tree models' log predictions: hist-gb on the features, and a shallower one
+        # given the roofline column too. Their errors on a family neither saw fall on different settings,
+        # so the mean's curve has fewer false dips (docs/selector.md, "Leave one family out").
+        roofline = Pipeline([("log", FunctionTransformer(log_roofline_columns)), ("hgb", HistGradientBoostingRegressor(
+            max_iter=150 if small else 500, learning_rate=0.08, max_leaf_nodes=15, random_state=SEED))])
+        return VotingRegressor([("features", make_regressor("hist-gb", small=small)), ("roofline", roofline)])
     if name == "mlp":
         return _scaled_target(Pipeline([("log", _logs()), ("scale", StandardScaler()), ("mlp", MLPRegressor(
             hidden_layer_sizes=(32, 32) if small else (64, 64), max_iter=300 if small else 800,

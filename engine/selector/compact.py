@@ -11,7 +11,8 @@ file is there:
 - random-forest and extra-trees: the mean of the trees' leaf values, the input cast to
   float32 first as scikit-learn's trees do.
 
-Each behind the pipeline's `log_columns` step. The traversal and the order of the sums are
+Each behind the pipeline's `log_columns` step (or `log_roofline_columns`); hist-gb-roofline, a
+VotingRegressor of two such pipelines, as the mean of its members (`TreeMean`). The traversal and the order of the sums are
 scikit-learn's, so the predictions are the same floats (tests/test_selector_compact.py
 checks it). Any other model (ridge, kNN, SVR, MLP, the ensemble, a classifier that
 chooses) has no compact form: it is loaded from the pickle, as before.
@@ -24,18 +25,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
 from engine.core.errors import ConfigError
-from engine.selector.features import FEATURE_COLUMNS, log_columns
+from engine.selector.features import FEATURE_COLUMNS, log_columns, log_roofline_columns
 
 if TYPE_CHECKING:
     from engine.selector.selector import Selector
 
-FORM_VERSION = 1  # the layout of the arrays below
+FORM_VERSION = 2  # the layout of the arrays below (2: members of a mean, each model's inputs)
+READABLE_FORMS = (1, 2)
 # Predictions are held within this factor (e^4.6, about 100x) of the training targets' range:
 # a polynomial far outside its data would otherwise overflow.
 LOG_MARGIN = math.log(100.0)
@@ -87,10 +89,11 @@ class TreeEnsemble:
     combine: str  # "sum" (gradient boosting, from `baseline`) | "mean" (forests)
     baseline: float = 0.0
     float32_input: bool = False  # scikit-learn's trees compare the input as float32
+    inputs: str = "log"  # the pipeline's first step: a key of INPUTS
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """The estimator's prediction for rows `x` (the pipeline's input: log_columns is applied here)."""
-        xin = log_columns(x)
+        """The estimator's prediction for rows `x` (the pipeline's input: its first step is applied here)."""
+        xin = INPUTS[self.inputs](x)
         if self.float32_input:
             xin = xin.astype(np.float32).astype(np.float64)
         node = np.tile(self.roots, (len(xin), 1))
@@ -112,7 +115,7 @@ class TreeEnsemble:
     def arrays(self, prefix: str) -> dict[str, np.ndarray]:
         return {f"{prefix}.{name}": np.asarray(getattr(self, name)) for name in
                 ("feature", "threshold", "missing_left", "left", "right", "is_leaf", "value", "roots",
-                 "combine", "baseline", "float32_input")}
+                 "combine", "baseline", "float32_input", "inputs")}
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> "TreeEnsemble":
@@ -122,14 +125,46 @@ class TreeEnsemble:
         return cls(get("feature").astype(np.int64), get("threshold").astype(np.float64),
                    get("missing_left").astype(bool), get("left").astype(np.int64), get("right").astype(np.int64),
                    get("is_leaf").astype(bool), get("value").astype(np.float64), get("roots").astype(np.int64),
-                   str(get("combine")), float(get("baseline")), bool(get("float32_input")))
+                   str(get("combine")), float(get("baseline")), bool(get("float32_input")),
+                   str(get("inputs")) if f"{prefix}.inputs" in arrays else "log")  # form 1 wrote no inputs
+
+
+@dataclass(frozen=True)
+class TreeMean:
+    """A VotingRegressor of tree pipelines (hist-gb-roofline): the mean of its members' predictions."""
+
+    members: tuple[TreeEnsemble, ...]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        # VotingRegressor.predict's arithmetic: np.average over the members' columns
+        return np.average(np.asarray([m.predict(x) for m in self.members]).T, axis=1)
+
+    def arrays(self, prefix: str) -> dict[str, np.ndarray]:
+        out = {f"{prefix}.members": np.asarray(len(self.members))}
+        for i, member in enumerate(self.members):
+            out.update(member.arrays(f"{prefix}.{i}"))
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str) -> "TreeMean":
+        n = int(np.asarray(arrays[f"{prefix}.members"]))
+        return cls(tuple(TreeEnsemble.from_arrays(arrays, f"{prefix}.{i}") for i in range(n)))
+
+
+CompactModel = TreeEnsemble | TreeMean
+INPUTS: Mapping[str, Callable[[np.ndarray], np.ndarray]] = {
+    "log": log_columns, "log+roofline": log_roofline_columns}
+
+
+def model_from_arrays(arrays: Mapping[str, np.ndarray], prefix: str) -> CompactModel:
+    return TreeMean.from_arrays(arrays, prefix) if f"{prefix}.members" in arrays else TreeEnsemble.from_arrays(arrays, prefix)
 
 
 class CompactRegressor:
     """RegressorModel's predictions from TreeEnsembles, without scikit-learn."""
 
     def __init__(self, spec: CompactSpec, bounds: Mapping[str, tuple[float, float]],
-                 models: Mapping[str, TreeEnsemble]) -> None:
+                 models: Mapping[str, CompactModel]) -> None:
         self.spec = spec
         self.bounds = {k: (float(lo), float(hi)) for k, (lo, hi) in bounds.items()}
         self.models = dict(models)
@@ -202,21 +237,28 @@ def _forest(est: Any) -> TreeEnsemble | None:
                         roots=np.array(roots, dtype=np.int64), combine="mean", float32_input=True)
 
 
-def export_pipeline(pipe: object) -> TreeEnsemble | None:
-    """The compact form of a fitted [log_columns, tree model] pipeline, or None when it has none."""
+def export_pipeline(pipe: object) -> CompactModel | None:
+    """The compact form of a fitted [log_columns, tree model] pipeline (or of a VotingRegressor of such
+    pipelines, equally weighted), or None when it has none."""
+    if _is(pipe, "VotingRegressor"):
+        if getattr(pipe, "weights", None) is not None:
+            return None
+        members = [export_pipeline(est) for est in getattr(pipe, "estimators_", ())]
+        if not members or not all(isinstance(m, TreeEnsemble) for m in members):
+            return None
+        return TreeMean(tuple(m for m in members if isinstance(m, TreeEnsemble)))
     steps = getattr(pipe, "steps", None) if _is(pipe, "Pipeline") else None
     if not steps or len(steps) != 2:
         return None
     (_n, first), (_m, est) = steps
-    if not (_is(first, "FunctionTransformer") and getattr(first.func, "__name__", "") == "log_columns"
+    inputs = {f.__name__: key for key, f in INPUTS.items()}.get(getattr(getattr(first, "func", None), "__name__", ""))
+    if not (_is(first, "FunctionTransformer") and inputs is not None
             and getattr(first.func, "__module__", "").startswith("engine.selector.")
             and not first.kw_args and first.inverse_func is None and not first.validate):
         return None
-    if _is(est, "HistGradientBoostingRegressor"):
-        return _hist_gb(est)
-    if _is(est, "RandomForestRegressor") or _is(est, "ExtraTreesRegressor"):
-        return _forest(est)
-    return None
+    tree = _hist_gb(est) if _is(est, "HistGradientBoostingRegressor") else (
+        _forest(est) if _is(est, "RandomForestRegressor") or _is(est, "ExtraTreesRegressor") else None)
+    return None if tree is None else replace(tree, inputs=inputs)
 
 
 @runtime_checkable
@@ -258,7 +300,7 @@ def read_meta(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
         meta = json.loads(str(np.asarray(arrays["meta"])))
     except (KeyError, ValueError) as exc:
         raise ConfigError(f"the compact selector has no readable meta ({exc})", "retrain the selector") from None
-    if not isinstance(meta, dict) or meta.get("form_version") != FORM_VERSION:
+    if not isinstance(meta, dict) or meta.get("form_version") not in READABLE_FORMS:
         raise ConfigError("the compact selector is of another form version", "retrain the selector")
     return meta
 
@@ -266,4 +308,4 @@ def read_meta(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
 def regressor_from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> CompactRegressor:
     spec = CompactSpec(str(meta["spec"]["name"]), str(meta["spec"]["target"]))
     bounds = {k: (float(v[0]), float(v[1])) for k, v in meta["bounds"].items()}
-    return CompactRegressor(spec, bounds, {k: TreeEnsemble.from_arrays(arrays, k) for k in KEYS})
+    return CompactRegressor(spec, bounds, {k: model_from_arrays(arrays, k) for k in KEYS})

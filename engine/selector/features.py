@@ -66,6 +66,7 @@ FEATURE_SCHEMA_VERSION = 5
 # and clock). A reference, not a board: the module's own figures enter as module columns.
 REF_FLOPS, REF_TENSOR, REF_BYTES_PER_S, REF_KERNEL_S = 5e12 * 0.6, 4.0, 150e9, 5e-6
 REF_LAUNCH_CYCLES, REF_CPU_HZ = 40000.0, 2.2e9
+REF_SMS, REF_GPU_GHZ = 16, 1.3  # the reference's FP32 rate is that of 16 SMs at 1.3 GHz (AGX Orin 64GB)
 FAMILIES = ZOO_FAMILIES
 
 # Workload columns. `log` marks scale features: pipelines that care about scale take their log.
@@ -125,6 +126,7 @@ FEATURE_COLUMNS: tuple[str, ...] = tuple(n for n, _ in _ALL_COLUMNS)
 LOG_COLUMNS: tuple[int, ...] = tuple(i for i, (_, lg) in enumerate(_ALL_COLUMNS) if lg)
 MODULE_COLUMN_NAMES: tuple[str, ...] = tuple(n for n, _ in MODULE_COLUMNS)
 N_WORKLOAD_COLUMNS = len(WORKLOAD_COLUMNS)
+_ROOFLINE_INPUTS = ("flops", "bytes", "precision_half", "gpu_ghz", "emc_of_top", "module_sms", "module_bandwidth_gbps")
 
 
 def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarray:
@@ -133,6 +135,26 @@ def log_columns(x: np.ndarray, columns: Sequence[int] = LOG_COLUMNS) -> np.ndarr
     cols = [c for c in columns if c < out.shape[1]]
     out[:, cols] = np.log(np.maximum(out[:, cols], 1e-12))
     return out
+
+
+def roofline_column(x: np.ndarray) -> np.ndarray:
+    """Log of a step's compute time over its memory time at each row's GPU and EMC clocks on its module:
+    the reference's FP32 rate per SM and GHz (tensor cores for half precision) times the module's SMs
+    and the row's GPU clock, against the module's bandwidth at the row's share of the top EMC step.
+    Where a step turns from compute- to memory-bound moves with both clocks and the module; trees on the
+    raw columns learn that product only from the families they saw."""
+    col = {name: np.asarray(x[:, FEATURE_COLUMNS.index(name)], dtype=float) for name in _ROOFLINE_INPUTS}
+    rate = REF_FLOPS / (REF_SMS * REF_GPU_GHZ) * np.maximum(col["module_sms"], 1.0) * col["gpu_ghz"]
+    rate = rate * np.where(col["precision_half"] > 0, REF_TENSOR, 1.0)
+    bandwidth = col["module_bandwidth_gbps"] * 1e9 * col["emc_of_top"]
+    compute = col["flops"] / np.maximum(rate, 1e-30)
+    memory = col["bytes"] / np.maximum(bandwidth, 1e-30)
+    return np.log(np.maximum(compute, 1e-30) / np.maximum(memory, 1e-30))
+
+
+def log_roofline_columns(x: np.ndarray) -> np.ndarray:
+    """log_columns, then the roofline column (the hist-gb-roofline candidate's second member's input)."""
+    return np.column_stack([log_columns(x), roofline_column(x)])
 
 
 def workload_part(x: np.ndarray, source_column: bool) -> np.ndarray:

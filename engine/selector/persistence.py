@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 FORMAT = "slm-dvfs-selector"
 FORMAT_VERSION = 1
-COMPACT_VERSION = 1  # engine.selector.compact.FORM_VERSION, recorded in the sidecar without importing numpy
+COMPACT_VERSION = 2  # engine.selector.compact.FORM_VERSION, recorded in the sidecar without importing numpy
+COMPACT_READABLE = (1, 2)  # engine.selector.compact.READABLE_FORMS
 DEFAULT_NAME = "default.joblib"
 COMPRESS = 3
 
@@ -335,7 +336,7 @@ def load_selector(path: str | os.PathLike[str] | None = None, *, trust: bool = F
         raise SelectorFileError(f"cannot read the selector {path}: {exc.strerror or exc}",
                                 "check the file's permissions") from None
     side = verify_selector_file(path, data)
-    if compact and side.get("compact_version") == COMPACT_VERSION:
+    if compact and side.get("compact_version") in COMPACT_READABLE:
         found = _load_compact(path, side)
         if found is not None:
             return found
