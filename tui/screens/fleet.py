@@ -26,7 +26,7 @@ from tui.fleet_model import (
 )
 from engine.core.provenance import Source
 from tui.fmt import SOURCE_STYLE, tag
-from tui.messages import FleetConnectRequested, FleetDisconnectRequested
+from tui.messages import FleetConnectRequested, FleetDisconnectRequested, FleetWatched
 from tui.screens.base import PageScreen
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C
 
@@ -121,6 +121,12 @@ class FleetScreen(PageScreen):
                 yield Button("Connect (c)", id="fleet-go", compact=True)
             yield Static(id="fleet-boards", classes="pane")
             yield Log(id="fleet-log", classes="pane", max_lines=200)
+
+    def on_screen_resume(self) -> None:  # (PageScreen's own runs too: Textual calls each class's handler)
+        self.tell(FleetWatched(True))
+
+    def on_screen_suspend(self) -> None:
+        self.tell(FleetWatched(False))
 
     def on_mount(self) -> None:
         self.query_one("#fleet-summary").border_title = "Fleet"
