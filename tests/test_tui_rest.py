@@ -18,7 +18,8 @@ from tui.messages import FleetPolled, SnapshotTaken
 from tui.widgets.live import GraphStack
 from tui_helpers import drive, make_app
 
-FILL = 120  # readings that fill every graph's columns at 100x30 (until then each reading adds a column)
+POLL_S = 0.5  # the app's idle poll
+FILL = 130  # readings that fill every graph's columns at 100x30 (until then each reading adds a column)
 
 
 class Repaints:
@@ -63,27 +64,30 @@ async def filled(app: Any, ui: Any, snap: DeviceSnapshot) -> None:
 
 
 async def feed(app: Any, ui: Any, snap: DeviceSnapshot, n: int) -> None:
-    """`n` polls of `snap`, through the message the poll worker posts; back once the app handled them."""
+    """`n` polls of `snap`, through the message the poll worker posts, half a second apart as the app
+    polls (only the time differs); back once the app has handled them."""
     target = app.device_history.readings + n
-    for _ in range(n):
-        app.post_message(SnapshotTaken(snap))
+    last = app.last_snapshot.t if app.last_snapshot is not None else snap.t
+    for i in range(1, n + 1):
+        app.post_message(SnapshotTaken(dataclasses.replace(snap, t=last + POLL_S * i)))
     await ui.wait_for(SnapshotTaken, until=lambda: app.device_history.readings >= target)
     await ui.settle()
 
 
 async def test_an_idle_device_page_repaints_nothing_while_the_readings_stay_the_same(
         twin_session: DeviceSession, repaints: Repaints) -> None:
-    """Main redrew every title and the notes pane (a layout pass) on each poll, equal or not: the
-    idle Device page cost 5-9% of a core. A reading equal to the last one now asks for no repaint."""
+    """Main redrew every title and the notes pane (a layout pass) on each poll, equal or not, and the
+    Power title's span changed every second: the idle Device page cost 5-9% of a core. A reading
+    equal to the last one (but for its time) now asks for no repaint."""
     app = make_app(twin_session, poll=False)
     async with drive(app, size=(100, 30)) as ui:
         snap = reading(twin_session)
-        await filled(app, ui, snap)
+        await filled(app, ui, snap)  # 66 s of history: the title says 60 s until 70 s
         before = app.device_history.readings
         repaints.on = True
-        await feed(app, ui, snap, 10)
+        await feed(app, ui, snap, 6)
         repaints.on = False
-        assert app.device_history.readings == before + 10
+        assert app.device_history.readings == before + 6
         assert repaints.widgets == [], f"an unchanged reading repainted {repaints.names()}"
         await ui.press("q")
 

@@ -19,8 +19,10 @@ from tui.widgets.live import GraphStack, plot_clocks, plot_load, plot_rails, plo
 
 
 def span_text(history: DeviceHistory) -> str:
+    """What the averages and peaks are over: to 10 s below two minutes, then in minutes (to the
+    second, the title, and the graphs under it, would change at every poll while the history fills)."""
     s = history.span_s
-    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s // 10 * 10:.0f} s"
 
 
 class DeviceScreen(PageScreen):
