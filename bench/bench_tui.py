@@ -381,7 +381,6 @@ def main() -> int:
     with open_device(twin=TWIN, realtime=True, twin_dir=work / "twin") as session, \
             Store(work / "results.sqlite") as store:
         frame = asyncio.run(first_frame(session, store, t_imported))
-        idle = measure_idle(args, work, idle_size) if not args.no_idle else {}
 
         import torch
 
@@ -392,8 +391,9 @@ def main() -> int:
         spec = ExperimentSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=args.batch_size, seq_len=args.seq_len),
                               policy="maxn", steps=args.steps, train_samples=max(64, args.batch_size * 8),
                               eval_samples=8, twin=TWIN, label="bench-tui")
-        headless(spec, session, store, args.warmup)  # warm-up: tokenizer, trace and torch caches
-        if args.reps or args.busy_reps:  # and the app's: its first run imports and builds what later ones reuse
+        if args.reps or args.busy_reps:
+            headless(spec, session, store, args.warmup)  # warm-up: tokenizer, trace and torch caches
+            # and the app's: its first run imports and builds what later ones reuse
             asyncio.run(with_tui(spec, session, store, args.warmup))
         plain: list[Stopwatch] = []
         tui_runs: list[Stopwatch] = []
@@ -409,9 +409,9 @@ def main() -> int:
         pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
         busy_watches: list[tuple[Stopwatch, Stopwatch]] = []
         busy_spec = replace(spec, steps=args.busy_steps)
-        loops = busy_loops(os.cpu_count() or 1)
+        load_busy = 0.0
+        loops = busy_loops(os.cpu_count() or 1) if args.busy_reps else []
         try:
-            load_busy = 0.0
             for i in range(args.busy_reps):  # alternating, the order swapped every other pair
                 first_tui = i % 2 == 1
                 runs: dict[bool, Stopwatch] = {}
@@ -429,6 +429,8 @@ def main() -> int:
                 proc.terminate()
             for proc in loops:
                 proc.wait()
+    # At rest, once this session's twin is closed: its loop would otherwise count as the idle twin's.
+    idle = measure_idle(args, work, idle_size) if not args.no_idle else {}
     threads = {"idle_process": threads_json(list(zip(plain, tui_runs))), "busy": threads_json(busy_watches)}
     if not (plain and tui_runs):
         print(json.dumps({"bench": "tui", "whole_run": whole_run_json(pairs, args, load_busy), "threads": threads,
