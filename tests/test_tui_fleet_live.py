@@ -74,7 +74,8 @@ async def test_fleet_page_and_a_fast_fleet_sweep_from_the_sweep_page(twin_fleet:
         log = app.fleet_tracker.view().log
         assert sum(" point: " in line for line in log) == GPU_SETTINGS
         # the events' "running" cleared, and the boards' own status once polled after the sweep (a poll taken
-        # during its last share still says what each board ran then)
+        # during its last share still says what each board ran then); the boards are polled while page 7 is shown
+        await ui.press("7")
         await ui.wait_for(FleetPolled, until=lambda: all(b.running == "" for b in app.fleet_tracker.view().boards))
         await ui.press("q")
 

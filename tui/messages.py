@@ -240,5 +240,13 @@ class FleetConnectRequested(Message):
 
 
 @dataclass
+class FleetWatched(Message):
+    """The Fleet page was shown (True) or left (False): the boards are polled only while it is on
+    view (a Ray call to every board each second, for a page nobody reads, otherwise)."""
+
+    watched: bool
+
+
+@dataclass
 class FleetDisconnectRequested(Message):
     """The Fleet page's `d`: disconnect (a local fleet's Ray stops)."""

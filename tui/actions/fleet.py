@@ -32,6 +32,7 @@ from tui.messages import (
     FleetDisconnectRequested,
     FleetPolled,
     FleetSweepDone,
+    FleetWatched,
     SweepProgress,
 )
 from tui.screens.modals import ConfirmScreen
@@ -85,6 +86,7 @@ class FleetActions(AppState):
         self._owned_fleet: Fleet | None = None
         self._fleet_closed = False  # close_fleet ran: a connect that ends later closes its own fleet
         self._fleet_lock = threading.Lock()
+        self._fleet_watched = threading.Event()  # set while the Fleet page is on view: only then are boards polled
 
     def start_fleet(self) -> None:
         """On mount: poll a fleet given, or connect to the one the launch named."""
@@ -157,10 +159,23 @@ class FleetActions(AppState):
         self.fleet_changed()
         self.notify(message.error, title=f"Cannot connect to {message.where}", severity="error", timeout=15)
 
+    def on_fleet_watched(self, message: FleetWatched) -> None:
+        if message.watched:
+            self._fleet_watched.set()  # the poll waiting for it reads the boards at once
+        else:
+            self._fleet_watched.clear()
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="fleet-poll")
     def poll_fleet(self, fleet: Fleet) -> None:
+        """The boards once on connecting (the Sweep page's `f` needs them), then every
+        `fleet_refresh_s` while the Fleet page is on view, and at once when it is shown again."""
         worker = get_current_worker()
+        polled = False
         while not worker.is_cancelled and self.fleet is fleet:
+            if polled and not self._fleet_watched.is_set():
+                self._fleet_watched.wait(self.fleet_refresh_s)  # bounded: a cancelled worker must notice
+                continue
+            polled = True
             try:
                 message = FleetPolled(tuple(fleet.boards()))
             except Exception as exc:  # noqa: BLE001 - said on the page; the next poll tries again

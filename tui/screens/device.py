@@ -14,12 +14,15 @@ from tui.screens.base import PageScreen
 from tui.state import DeviceReading
 from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ActivityPane, ClocksPane, TemperaturesPane, temps_titles
+from tui.widgets.quiet import set_title, show
 from tui.widgets.live import GraphStack, plot_clocks, plot_load, plot_rails, plot_temps
 
 
 def span_text(history: DeviceHistory) -> str:
+    """What the averages and peaks are over: to 10 s below two minutes, then in minutes (to the
+    second, the title, and the graphs under it, would change at every poll while the history fills)."""
     s = history.span_s
-    return f"{s / 60:.0f} min" if s >= 120 else f"{s:.0f} s"
+    return f"{s / 60:.0f} min" if s >= 120 else f"{s // 10 * 10:.0f} s"
 
 
 class DeviceScreen(PageScreen):
@@ -58,16 +61,16 @@ class DeviceScreen(PageScreen):
         src = snap.identity.source.value
         over = span_text(history)
         power = self.query_one("#dev-power", GraphStack)
-        power.border_title = Text(f"Power W [{src}] avg/pk {over}")
+        set_title(power, Text(f"Power W [{src}] avg/pk {over}"))
         plot_rails(power, history, [r.name for r in snap.rails])
         self.query_one(ClocksPane).show(snap, tables)
-        self.query_one("#dev-clocks").border_title = Text(f"Clocks MHz [{src}] now avg pk")
+        set_title(self.query_one("#dev-clocks"), Text(f"Clocks MHz [{src}] now avg pk"))
         clock_graphs = self.query_one("#dev-clock-graphs", GraphStack)
         plot_clocks(clock_graphs, history, tables)
         plot_load(clock_graphs, history)
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#dev-temps")
-        temps.border_title = fit(title_room(temps), *temps_titles(src))
+        set_title(temps, fit(title_room(temps), *temps_titles(src)))
         plot_temps(self.query_one("#dev-temp-graphs", GraphStack), history, ("max", "gpu-thermal", "cpu-thermal"))
         self.query_one(ActivityPane).show(snap)
         lines = list(reading.notes) + [f"{k}: {v}" for k, v in snap.errors.items() if k != "rails"]
@@ -76,4 +79,4 @@ class DeviceScreen(PageScreen):
             lines.append(f"rails: {snap.errors['rails']}")
         notes_pane = self.query_one("#notes", Static)
         notes_pane.display = bool(lines)  # no empty box: its rows go to the graphs
-        notes_pane.update("\n".join(lines))
+        show(notes_pane, "\n".join(lines))

@@ -26,9 +26,10 @@ from tui.fleet_model import (
 )
 from engine.core.provenance import Source
 from tui.fmt import SOURCE_STYLE, tag
-from tui.messages import FleetConnectRequested, FleetDisconnectRequested
+from tui.messages import FleetConnectRequested, FleetDisconnectRequested, FleetWatched
 from tui.screens.base import PageScreen
 from tui.widgets.device_panes import TEMP_HOT_C, TEMP_WARN_C
+from tui.widgets.quiet import set_title, show
 
 WIDE = 120  # from this many columns on, each board gets its serial and a power graph
 SPARK_W = 24
@@ -122,6 +123,12 @@ class FleetScreen(PageScreen):
             yield Static(id="fleet-boards", classes="pane")
             yield Log(id="fleet-log", classes="pane", max_lines=200)
 
+    def on_screen_resume(self) -> None:  # (PageScreen's own runs too: Textual calls each class's handler)
+        self.tell(FleetWatched(True))
+
+    def on_screen_suspend(self) -> None:
+        self.tell(FleetWatched(False))
+
     def on_mount(self) -> None:
         self.query_one("#fleet-summary").border_title = "Fleet"
         self.query_one("#fleet-boards").border_title = "Boards"
@@ -146,13 +153,13 @@ class FleetScreen(PageScreen):
         self.view = view
         wide = self.app.size.width >= WIDE
         self._wide = wide
-        self.query_one("#fleet-summary", Static).update(summary_text(view, wide))
+        show(self.query_one("#fleet-summary", Static), summary_text(view, wide))
         self.query_one("#fleet-connect").display = view.status not in (STATUS_CONNECTED, STATUS_CONNECTING)
         boards = self.query_one("#fleet-boards", Static)
         boards.display = bool(view.boards)
         source = view.source
-        boards.border_title = (Text.assemble("Boards: W and °C ", tag(source)) if source is not None else
-                               Text.assemble("Boards: src twin ", tag(Source.TWIN), ", meas ", tag(Source.MEASURED)))
+        set_title(boards, Text.assemble("Boards: W and °C ", tag(source)) if source is not None else
+                  Text.assemble("Boards: src twin ", tag(Source.TWIN), ", meas ", tag(Source.MEASURED)))
         boards.update(boards_table(view, wide))
         log = self.query_one("#fleet-log", Log)
         log.display = bool(view.log)

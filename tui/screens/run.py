@@ -27,6 +27,7 @@ from tui.fmt import fit, title_room
 from tui.widgets.device_panes import ClocksPane, TemperaturesPane, temps_titles
 from tui.widgets.live import GraphStack, plot_clocks, plot_temps
 from tui.widgets.run_panes import ProgressPane, RunPowerPane
+from tui.widgets.quiet import set_title
 
 LABEL_W = 6  # the block chart's y-axis labels
 
@@ -91,11 +92,11 @@ class RunScreen(PageScreen):
         src = snap.identity.source.value
         history = self.history
         self.query_one(ClocksPane).show(snap, tables)
-        self.query_one("#run-clocks-box").border_title = Text(f"Clocks MHz [{src}] now avg pk")
+        set_title(self.query_one("#run-clocks-box"), Text(f"Clocks MHz [{src}] now avg pk"))
         plot_clocks(self.query_one("#run-clock-graphs", GraphStack), history, tables, (ClockDomain.GPU,))
         self.query_one(TemperaturesPane).show(snap)
         temps = self.query_one("#run-temps-box")
-        temps.border_title = fit(title_room(temps), *temps_titles(src))
+        set_title(temps, fit(title_room(temps), *temps_titles(src)))
         plot_temps(self.query_one("#run-temp-graphs", GraphStack), history)
 
     def watch_runs_started(self) -> None:
@@ -131,7 +132,7 @@ class RunScreen(PageScreen):
             peak = view.total_peak_w
             title.append(f" · step {view.total_now_w:.2f} avg {view.total_avg_w:.2f}"
                          + (f" pk {peak:.2f}" if peak is not None else ""))
-        chart.border_title = title
+        set_title(chart, title)
         chart.plot(values, None)
         self.query_one(ProgressPane).show(view, self.selector_short)
         log = self.query_one("#run-log", Log)

@@ -43,6 +43,7 @@ from tui.screens.base import PageScreen, TickBox
 from tui.screens.setup import CheckValidator
 from tui.state import EngineTask, SweepOrder
 from tui.sweep_model import HeatMap, SweepView, workload_text
+from tui.widgets.quiet import set_title, show
 
 if TYPE_CHECKING:
     from engine.results.records import SweepRecord, WorkloadRecord
@@ -110,6 +111,7 @@ class SweepScreen(PageScreen):
         self._sweep_fields: dict[str, Any] = {}  # the opened sweep's SweepSpec fields the form has no field for
         self._takes_sweep = False  # the form holds all of the opened sweep's parameters: `s` resumes it
         self._shown: SweepView | None = None
+        self._heat_drawn: HeatMap | None = None  # the heat map the table shows
 
     def follow_setup(self, values: forms.SetupValues, *, force: bool = False) -> bool:
         """Take Setup's workload, unless it has not changed since the last time (edits made
@@ -325,15 +327,18 @@ class SweepScreen(PageScreen):
                 summary.append_text(tag(heat.source))
         if view.last:
             summary.append(f"\nlast: {view.last}", style="dim")
-        self.query_one("#sweep-summary", Static).update(summary)
+        show(self.query_one("#sweep-summary", Static), summary)
         bar = self.query_one("#sweep-progress", ProgressBar)
         bar.display = bool(view.total)  # no bar where the plan is not known (a sweep stored before it was)
         bar.update(total=view.total or 0, progress=view.done)
         self._shown = view
         if heat is not None:
-            self.query_one("#sweep-heat", Static).update(heat_table(heat))
+            if heat != self._heat_drawn:  # a progress message without a new point leaves the table as it is
+                self.query_one("#sweep-heat", Static).update(heat_table(heat))
+                self._heat_drawn = heat
             self._title_heat()
         elif view.fleet:
+            self._heat_drawn = None
             self.query_one("#sweep-heat", Static).update(Text(
                 "a fleet sweep: one sweep per model on the boards; the Fleet page (7) shows who runs what, "
                 "History (5) opens each sweep's heat map", style="dim"))
@@ -351,11 +356,11 @@ class SweepScreen(PageScreen):
         """The heat map's title names the sweep and its workload, as the width allows."""
         view, pane = self._shown, self.query_one("#sweep-heat", Static)
         if view is None or view.workload is None:
-            pane.border_title = "Energy per sample"
+            set_title(pane, "Energy per sample")
             return
         w, sweep = view.workload, f"sweep {view.sweep_id}"
-        pane.border_title = fit(title_room(pane), Text(f"{sweep}: {w.model}/{w.task}, energy per sample"),
-                                Text(f"{sweep}: {w.model}/{w.task}"), Text(sweep))  # Text: a name is never markup
+        set_title(pane, fit(title_room(pane), Text(f"{sweep}: {w.model}/{w.task}, energy per sample"),
+                            Text(f"{sweep}: {w.model}/{w.task}"), Text(sweep)))  # Text: a name is never markup
 
     def on_resize(self) -> None:
         self.call_after_refresh(self._title_heat)

@@ -33,13 +33,18 @@ def resample(values: Sequence[float | None], width: int) -> list[float | None]:
     return out
 
 
+def bar_levels(values: Sequence[float | None], height: int, y_max: float, y_min: float = 0.0) -> list[int | None]:
+    """Each column's bar in eighths of a row, 0 to `height * 8` (None: no value): what the rows draw."""
+    rng = y_max - y_min
+    return [None if v is None else max(0, min(height * 8, round((v - y_min) / rng * height * 8))) if rng > 0 else 0
+            for v in values]
+
+
 def block_rows(values: Sequence[float | None], height: int, y_max: float, y_min: float = 0.0) -> list[str]:
     """Rows of block characters, top row first; each column's bar is (value - y_min) / (y_max - y_min)
     of the height (a value at or below y_min draws nothing)."""
     rows = []
-    rng = y_max - y_min
-    levels = [None if v is None else max(0, min(height * 8, round((v - y_min) / rng * height * 8))) if rng > 0 else 0
-              for v in values]
+    levels = bar_levels(values, height, y_max, y_min)
     for r in range(height - 1, -1, -1):
         chars = []
         for lv in levels:
@@ -157,6 +162,7 @@ class HistoryGraph(Widget):
         self._hot: float | None = None
         self.shared_height: int | None = None  # the height its GraphStack gave it last (tui.widgets.live)
         self.columns = 0  # how many values the graph shows at its width (for the page feeding it)
+        self._drawn: tuple[object, ...] = ()  # what it showed when last asked to repaint (drawn())
 
     def plot(self, values: Sequence[float | None], stats: Stats, *, y_min: float = 0.0, y_max: float | None = None,
              warn: float | None = None, hot: float | None = None) -> None:
@@ -165,14 +171,28 @@ class HistoryGraph(Widget):
         values = tuple(values)
         peak = max((v for v in values if v is not None), default=stats.peak or 0.0)
         top = y_max if y_max is not None else nice_ceiling(max(peak - y_min, 0.0)) + y_min
-        y = (y_min, max(top, y_min + 1e-9))
-        if (values, stats, y, warn, hot) == (self._values, self._stats, self._y, self._warn, self._hot):
-            return  # unchanged (a pinned clock, a steady rail): no redraw, no CPU taken from the run
         self._values = values
         self._stats = stats
-        self._y = y
+        self._y = (y_min, max(top, y_min + 1e-9))
         self._warn, self._hot = warn, hot
+        drawn = self.drawn()
+        if drawn == self._drawn:
+            return  # it would draw what it shows (a steady rail, an idle board): no repaint
+        self._drawn = drawn
         self.refresh()
+
+    def drawn(self) -> tuple[object, ...]:
+        """What `render` draws of the state at this size, without drawing it: the figures as
+        written, the axis, and the bars (in eighths of a row) and levels of the columns on view.
+        The history behind them grows with every poll and the raw averages move in the last digit,
+        but a redraw is due only when one of these changes."""
+        y_min, y_max = self._y
+        width, height = self.content_size.width, self.content_size.height
+        cols = tail(self._values, self._columns(width, height)) if width else self._values  # not laid out: all
+        levels = tuple(bar_levels(cols, max(1, height - 1), y_max, y_min))
+        colours = (tuple(level(v, self._warn, self._hot) for v in cols)
+                   if self._warn is not None or self._hot is not None else ())
+        return self.figures_text().plain, self._y, height, levels, colours
 
     def figure(self, value: float | None) -> Text:
         lv = level(value, self._warn, self._hot) if self.mark else 0
@@ -218,8 +238,7 @@ class HistoryGraph(Widget):
             figures = self.figures_text(words=False)
             # a narrow pane gives up the sparkline, then the name's tail: never a figure
             head = self.name_text(min(self.name_width, width - figures.cell_len - 1))
-            spark_w = max(0, width - head.cell_len - figures.cell_len - 1)
-            self.columns = spark_w
+            spark_w = self.columns = self._columns(width, height)
             cols = tail(self._values, spark_w)
             text = Text(no_wrap=True, overflow="ellipsis")
             text.append_text(head)
@@ -239,6 +258,14 @@ class HistoryGraph(Widget):
             text.append("\n")
             text.append_text(self._styled(row, cols))
         return text
+
+    def _columns(self, width: int, height: int) -> int:
+        """How many values the graph shows: its width, or on one line what the name and figures leave."""
+        if height > 1:
+            return width
+        figures = self.figures_text(words=False).cell_len
+        head = self.name_text(min(self.name_width, width - figures - 1)).cell_len
+        return max(0, width - head - figures - 1)
 
     def _styled(self, row: str, cols: Sequence[float | None]) -> Text:
         """The row with each column in its level's colour (runs of one colour in one span)."""

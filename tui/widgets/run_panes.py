@@ -9,6 +9,7 @@ from tui.fmt import WIDE, duration_pm, energy, energy_pm, fit, format_duration, 
 from tui.runstate import MIN_SPREAD_STEPS, RunView
 from tui.widgets.device_panes import Pane
 from tui.widgets.live import GraphStack, plot_run_rails
+from tui.widgets.quiet import set_title
 
 STATUS_STYLE = {"running": "bold green", "paused": "bold yellow", "finished": "bold cyan",
                 "cancelled": "bold red", "failed": "bold red", "starting": "bold", "idle": "dim"}
@@ -28,10 +29,10 @@ class RunPowerPane(GraphStack):
         over = f" {span:.3g} s" if span else ""
         # `now` is the last step's: say so once the run is not stepping (the Device page shows the board now)
         now = "now" if view.status in ("running", "starting") else "last step"
-        self.border_title = fit(title_room(self), Text.assemble("Power W ", tag(view.source), f" {now} avg pk{over}"),
+        set_title(self, fit(title_room(self), Text.assemble("Power W ", tag(view.source), f" {now} avg pk{over}"),
                                 Text.assemble("W ", tag(view.source), f" {now} avg pk{over}"),
                                 Text.assemble("W ", tag(view.source), f" {now} avg pk"),
-                                Text.assemble("W ", tag(view.source), f" {now.split()[0]} avg pk"))
+                                Text.assemble("W ", tag(view.source), f" {now.split()[0]} avg pk")))
         if not view.spans:
             return
         plot_run_rails(self, view.spans, rails, view.rails or rails)
