@@ -275,7 +275,7 @@ def _train_command(sweeps: int, out: Path, extra: list[str]) -> list[str]:
             *extra]
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """One command in its own process: its CPU seconds (with its children's, the fold workers it waited
     for), its wall seconds, and its JSON."""
     import resource
@@ -283,7 +283,7 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)  # `engine` imported from cwd
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -291,11 +291,12 @@ def _timed(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
     out = json.loads(done.stdout)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"cpu_s": cpu, "wall_s": wall, "rows": out["training"]["rows"], "workloads": out["training"]["workloads"],
-            "winner": out["winner"], "cv_cost": out["cv_cost"]}
+            "winner": out["winner"], "cv_cost": out.get("cv_cost")}
 
 
-def training_scale(reps: int) -> dict[str, Any]:
-    """train-selector's cost from 10 sweeps and from 100, paired and repeated (medians, ratios)."""
+def training_scale(reps: int, baseline: str | None = None) -> dict[str, Any]:
+    """train-selector's cost from 10 sweeps and from 100, paired and repeated (medians, ratios); with
+    `baseline` (another checkout of the project, e.g. `git archive main`), its train-selector too."""
     import os
     import tempfile
 
@@ -313,16 +314,21 @@ def training_scale(reps: int) -> dict[str, Any]:
                           seq_lens=tuple(map(int, opts["--seq-lens"].split(","))))
         result: dict[str, Any] = {"models": SCALE_MODELS.split(","), "grids": TRAINING_SCALE_GRIDS, "reps": reps,
                                   "cores": os.cpu_count(), "source": "measured (this machine's CPU time)"}
-        for name, extra in (("default", []), ("full_search", ["--shortlist", "0"])):
+        here = Path(__file__).resolve().parent.parent
+        variants: list[tuple[str, list[str], Path]] = [("default", [], here), ("full_search", ["--shortlist", "0"], here)]
+        if baseline:
+            variants.insert(0, ("baseline", [], Path(baseline).resolve()))
+            result["baseline"] = {"checkout": str(Path(baseline).resolve())}
+        for name, extra, cwd in variants:
             runs: dict[int, list[dict[str, Any]]] = {10: [], 100: []}
             for rep in range(reps):
                 for sweeps in (10, 100) if rep % 2 == 0 else (100, 10):  # alternate which goes first
-                    r = _timed(_train_command(sweeps, Path(tmp) / f"s{sweeps}.joblib", extra), env)
+                    r = _timed(_train_command(sweeps, Path(tmp) / f"s{sweeps}.joblib", extra), env, cwd)
                     print(f"  {name} {sweeps} sweeps: {r['cpu_s']:.1f} s CPU, {r['wall_s']:.1f} s wall",
                           file=sys.stderr, flush=True)
                     runs[sweeps].append(r)
             med = {n: {k: statistics.median(r[k] for r in rs) for k in ("cpu_s", "wall_s")} for n, rs in runs.items()}
-            result[name] = {
+            result.setdefault(name, {}).update({
                 **{f"sweeps_{n}": {"median": med[n], "rows": rs[0]["rows"], "workloads": rs[0]["workloads"],
                                    "winner": rs[0]["winner"], "cv_cost": rs[-1]["cv_cost"],
                                    "cpu_s": [round(r["cpu_s"], 2) for r in rs],
@@ -330,7 +336,7 @@ def training_scale(reps: int) -> dict[str, Any]:
                 "cpu_ratio": med[100]["cpu_s"] / med[10]["cpu_s"],
                 "wall_ratio": med[100]["wall_s"] / med[10]["wall_s"],
                 "cpu_ratios_paired": [round(b["cpu_s"] / a["cpu_s"], 2) for a, b in zip(runs[10], runs[100])],
-            }
+            })
     return result
 
 
@@ -365,10 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--training-scale", action="store_true",
                         help="only train-selector's cost from 10 and 100 sweeps (training_scale)")
     parser.add_argument("--reps", type=int, default=3, help="--training-scale: runs of each size (default 3)")
+    parser.add_argument("--baseline", metavar="DIR", help="--training-scale: also time the train-selector of the "
+                                                          "checkout in DIR (e.g. main, by `git archive`)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.training_scale:
-        print(json.dumps({"bench": "selector", "training_scale": training_scale(args.reps)}, indent=2))
+        print(json.dumps({"bench": "selector", "training_scale": training_scale(args.reps, args.baseline)}, indent=2))
         return 0
     print(json.dumps(run(args.selector, args.quick, args.candidate), indent=2, ensure_ascii=False))
     return 0

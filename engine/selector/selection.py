@@ -19,7 +19,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from sklearn.model_selection import GroupKFold
@@ -247,6 +247,10 @@ def _fit_rank(spec: CandidateSpec, wx: np.ndarray, best: list[DvfsSetting], w: n
         return clf.rank(wx_test), clf.fit_s, time.thread_time() - c0, os.getpid()
 
 
+# a fold's fit: _fit_predict or _fit_rank, and its arguments
+Task = tuple[Callable[..., tuple[Any, ...]], tuple[Any, ...]]
+
+
 @dataclass(frozen=True)
 class FoldResult:
     """One candidate on one fold: its held-out workloads' outcomes, its errors, what it cost."""
@@ -280,7 +284,7 @@ class _Grading:
         test_set = set(test.tolist())
         return {k: rows for k, rows in self.by_wl.items() if rows[0] in test_set and k in self.graded}
 
-    def task(self, spec: CandidateSpec, train: np.ndarray, test: np.ndarray) -> tuple[Callable[..., object], tuple]:
+    def task(self, spec: CandidateSpec, train: np.ndarray, test: np.ndarray) -> Task:
         """The function and arguments of one fold's fit (run by _run_tasks)."""
         ds, x = self.ds, self.x
         if spec.kind == "classifier":
@@ -292,7 +296,7 @@ class _Grading:
             return _fit_rank, (spec, workload_part(x[firsts], ds.source_column), best, _weights(ds, firsts), wx_test)
         return _fit_predict, (spec, x, ds.time_per_sample, ds.power_w, ds.energy_per_sample, ds.weights, train, test)
 
-    def grade(self, spec: CandidateSpec, test: np.ndarray, result: tuple) -> FoldResult:
+    def grade(self, spec: CandidateSpec, test: np.ndarray, result: tuple[Any, ...]) -> FoldResult:
         """The outcomes and errors of one fold from what its task returned."""
         ds, objective = self.ds, self.objective
         held = self.held(test)
@@ -341,7 +345,7 @@ def default_jobs() -> int:
     return max(1, os.cpu_count() or 1)
 
 
-def _run_tasks(tasks: Sequence[tuple[Callable[..., object], tuple]], jobs: int) -> Iterator[object]:
+def _run_tasks(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[Any, ...]]:
     """Each task's result, in order: in this process with one job, else in joblib's loky workers
     (the same functions on the same arrays, so the same floats)."""
     if jobs <= 1 or len(tasks) <= 1:
