@@ -341,8 +341,9 @@ def _row(spec: CandidateSpec, folds: Sequence[FoldResult]) -> tuple[CVRow, tuple
 
 
 def default_jobs() -> int:
-    """Worker processes for the folds: one per core."""
-    return max(1, os.cpu_count() or 1)
+    """Worker processes for the folds: one per core this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores it is allowed (a cgroup's, taskset's)
+    return max(1, len(affinity(0)) if affinity else os.cpu_count() or 1)
 
 
 def _run_tasks(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[Any, ...]]:
