@@ -1,8 +1,9 @@
 """How well the selector chooses for workloads, and whole architectures, it was not trained on (twin).
 
     .venv/bin/python bench/bench_selector.py [--selector FILE] [--candidate LABEL] [--quick]
+    .venv/bin/python bench/bench_selector.py --training-scale [--reps N]
 
-Three reports, one JSON object:
+Three reports, one JSON object (or, with --training-scale, the fourth alone):
 
 - `lofo` (leave one family out): the training grid of `train-selector --from-twin-zoo`
   (engine.selector.dataset defaults) over the zoo, plus architectures of the families the
@@ -18,6 +19,13 @@ Three reports, one JSON object:
 - `held_out`: the shipped (or --selector) selector itself, on workloads off its training
   grid: shapes outside the zoo and zoo models at batch sizes and lengths between the
   grid's, with 0, 1 and 3 probes, and the MAPE of its predictions.
+
+- `training_scale`: what `train-selector --from-twin-zoo` costs from 10 sweeps and from 100
+  (TRAINING_SCALE_GRIDS: five small zoo models, one shape each for 10, ten for 100, both loops),
+  each a whole command in its own process (its CPU time with its fold workers', and its wall time),
+  the two sizes run alternately `--reps` times, medians and the 100/10 ratios; once with the
+  default search (a first pass shortlists candidates) and once with `--shortlist 0` (every
+  candidate through every fold). The traces are made once before, so the figures are training.
 
 The truth is the twin's fast sweep (`twin`); choices and MAPE are `predicted`; probe
 windows are `twin`.
@@ -253,6 +261,85 @@ def held_out(selector: Any, quick: bool) -> dict[str, Any]:
     return result
 
 
+# 10 and 100 sweeps (workloads) of five small zoo models: 5 shapes x 2 loops, 50 shapes x 2 loops.
+SCALE_MODELS = "bert-tiny,bert-mini,pythia-14m,pythia-31m,pythia-70m"
+TRAINING_SCALE_GRIDS = {
+    10: ["--batch-sizes", "8", "--seq-lens", "64"],
+    100: ["--batch-sizes", "8,32", "--seq-lens", "32,64,128,256,512"],
+}
+
+
+def _train_command(sweeps: int, out: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())", "train-selector", "--from-twin-zoo", "--models", SCALE_MODELS,
+            "--precisions", "fp16", "--modes", "full", *TRAINING_SCALE_GRIDS[sweeps], "--out", str(out), "--json",
+            *extra]
+
+
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """One command in its own process: its CPU seconds (with its children's, the fold workers it waited
+    for), its wall seconds, and its JSON."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)  # `engine` imported from cwd
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr[-2000:]}")
+    out = json.loads(done.stdout)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"cpu_s": cpu, "wall_s": wall, "rows": out["training"]["rows"], "workloads": out["training"]["workloads"],
+            "winner": out["winner"], "cv_cost": out.get("cv_cost")}
+
+
+def training_scale(reps: int, baseline: str | None = None) -> dict[str, Any]:
+    """train-selector's cost from 10 sweeps and from 100, paired and repeated (medians, ratios); with
+    `baseline` (another checkout of the project, e.g. `git archive main`), its train-selector too."""
+    import os
+    import tempfile
+
+    from engine.selector.dataset import from_twin_zoo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, SLM_DVFS_DATA_DIR=str(Path(tmp) / "data"),
+                   SLM_DVFS_CACHE_DIR=os.environ.get("SLM_DVFS_CACHE_DIR", str(Path(tmp) / "cache")))
+        os.environ["SLM_DVFS_CACHE_DIR"] = env["SLM_DVFS_CACHE_DIR"]
+        print("training_scale: tracing the grids once", file=sys.stderr, flush=True)
+        for grid in TRAINING_SCALE_GRIDS.values():  # the traces, cached for the timed commands
+            opts = dict(zip(grid[::2], grid[1::2]))
+            from_twin_zoo(models=SCALE_MODELS.split(","), precisions=("fp16",), modes=("full",),
+                          batch_sizes=tuple(map(int, opts["--batch-sizes"].split(","))),
+                          seq_lens=tuple(map(int, opts["--seq-lens"].split(","))))
+        result: dict[str, Any] = {"models": SCALE_MODELS.split(","), "grids": TRAINING_SCALE_GRIDS, "reps": reps,
+                                  "cores": os.cpu_count(), "source": "measured (this machine's CPU time)"}
+        here = Path(__file__).resolve().parent.parent
+        variants: list[tuple[str, list[str], Path]] = [("default", [], here), ("full_search", ["--shortlist", "0"], here)]
+        if baseline:
+            variants.insert(0, ("baseline", [], Path(baseline).resolve()))
+            result["baseline"] = {"checkout": str(Path(baseline).resolve())}
+        for name, extra, cwd in variants:
+            runs: dict[int, list[dict[str, Any]]] = {10: [], 100: []}
+            for rep in range(reps):
+                for sweeps in (10, 100) if rep % 2 == 0 else (100, 10):  # alternate which goes first
+                    r = _timed(_train_command(sweeps, Path(tmp) / f"s{sweeps}.joblib", extra), env, cwd)
+                    print(f"  {name} {sweeps} sweeps: {r['cpu_s']:.1f} s CPU, {r['wall_s']:.1f} s wall",
+                          file=sys.stderr, flush=True)
+                    runs[sweeps].append(r)
+            med = {n: {k: statistics.median(r[k] for r in rs) for k in ("cpu_s", "wall_s")} for n, rs in runs.items()}
+            result.setdefault(name, {}).update({
+                **{f"sweeps_{n}": {"median": med[n], "rows": rs[0]["rows"], "workloads": rs[0]["workloads"],
+                                   "winner": rs[0]["winner"], "cv_cost": rs[-1]["cv_cost"],
+                                   "cpu_s": [round(r["cpu_s"], 2) for r in rs],
+                                   "wall_s": [round(r["wall_s"], 2) for r in rs]} for n, rs in runs.items()},
+                "cpu_ratio": med[100]["cpu_s"] / med[10]["cpu_s"],
+                "wall_ratio": med[100]["wall_s"] / med[10]["wall_s"],
+                "cpu_ratios_paired": [round(b["cpu_s"] / a["cpu_s"], 2) for a, b in zip(runs[10], runs[100])],
+            })
+    return result
+
+
 def run(selector_path: str | None, quick: bool, candidate: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     selector = load_selector(selector_path)
@@ -281,8 +368,16 @@ def main(argv: list[str] | None = None) -> int:
                                             "(default: the selector's, e.g. hist-gb/time+energy)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: one small shape per family, small models, fewer held-out workloads")
+    parser.add_argument("--training-scale", action="store_true",
+                        help="only train-selector's cost from 10 and 100 sweeps (training_scale)")
+    parser.add_argument("--reps", type=int, default=3, help="--training-scale: runs of each size (default 3)")
+    parser.add_argument("--baseline", metavar="DIR", help="--training-scale: also time the train-selector of the "
+                                                          "checkout in DIR (e.g. main, by `git archive`)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.training_scale:
+        print(json.dumps({"bench": "selector", "training_scale": training_scale(args.reps, args.baseline)}, indent=2))
+        return 0
     print(json.dumps(run(args.selector, args.quick, args.candidate), indent=2, ensure_ascii=False))
     return 0
 

@@ -91,6 +91,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                    "shape is a workload of each)")
     p.add_argument("--candidates", help="only these candidates, e.g. ridge-poly,svr (default all)")
     p.add_argument("--splits", type=numbers.int_range(2, 50), default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--jobs", type=numbers.int_range(1, 256), help="worker processes the folds are fitted in "
+                                                                  "(default: one per core; 1: none)")
+    p.add_argument("--shortlist", type=numbers.int_range(0, 100),
+                   help="candidates that go through every fold after a first pass ranks them all on one fold "
+                        "(default 6; 0: every candidate through every fold)")
     p.add_argument("--objective", default="energy", help="what the CV regret is measured on (default energy)")
     p.add_argument("--quick", action="store_true", help="smaller candidate models (fast; for trying things out)")
     p.add_argument("--measured-weight", metavar="W", default="auto",
@@ -219,7 +224,7 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                 ds = with_measured(ds, store, profile=args.profile, space=args.space, rails=args.rails,
                                    measured_weight=measured_weight, module=args.module)
         trained = train_on(ds, objective, candidates=candidates, n_splits=args.splits, progress=progress,
-                           command=command)
+                           command=command, jobs=args.jobs, shortlist=args.shortlist)
     else:
         for flag in ("models", "tasks", "batch_sizes", "large_batch_sizes", "seq_lens", "precisions", "modes",
                      "loops"):
@@ -234,7 +239,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                                        space=args.space, rails=args.rails, candidates=candidates,
                                        n_splits=args.splits, progress=progress, command=command,
                                        measured_weight=measured_weight, module=args.module,
-                                       across_modules=args.across_modules)
+                                       across_modules=args.across_modules, jobs=args.jobs,
+                                       shortlist=args.shortlist)
     selector, report, ds = trained.selector, trained.report, trained.dataset
     path = save_selector(selector, args.out)
     took = time.perf_counter() - started
@@ -242,7 +248,8 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
         print(json.dumps({"saved": str(path), "sidecar": str(sidecar_path(path)), "winner": selector.winner,
                           "source": selector.source, "training": selector.training, "cv_table": report.table(),
                           "cv_graded_on": report.graded_on, "basis": selector.basis.to_json(),
-                          "figures_source": "predicted (CV on held-out workloads)", "wall_s": round(took, 1)},
+                          "figures_source": "predicted (CV on held-out workloads)", "wall_s": round(took, 1),
+                          "cv_cost": report.cost_json()},
                          indent=2, default=str))
         return 0
     print(format_cv_table(report.table(), ds.source, report.graded_on))
@@ -250,7 +257,10 @@ def cmd_train_selector(args: argparse.Namespace) -> int:
                                           if selector.chooser is not None else ""))
     print(f"Saved: {path}\n       {sidecar_path(path)}  ({selector.source}-trained, {len(ds)} rows)")
     print(f"Data basis: {selector.basis.line()}")
-    print(f"Took {took:.0f} s ({ds.summary()['workloads']} workloads)")
+    print(f"Took {took:.0f} s ({ds.summary()['workloads']} workloads); cross-validation {report.cpu_s:.0f} s CPU "
+          f"in {report.jobs} job{'s' if report.jobs > 1 else ''}"
+          + (f", {len(report.shortlist)} of {len(report.rows)} candidates through every fold" if report.shortlist
+             else ""))
     return 0
 
 
@@ -362,8 +372,12 @@ def _pct(v: float | None, digits: int = 2) -> str:
 
 def format_cv_table(rows: Sequence[CvTableRow], source: str, graded_on: str | None = None) -> str:
     head = ["#", "candidate", "mean regret", "worst regret", "MAPE time", "MAPE power", "MAPE energy", "fit s"]
+    # the CV's cost per candidate and its folds, where the table has them (tables written before do not)
+    costed = all("cpu_s" in r and "folds" in r for r in rows)
+    head += ["CPU s", "folds"] if costed else []
     body = [[str(i + 1), r["label"], _pct(r["mean_regret"]), _pct(r["worst_regret"]), _pct(r["mape_time"], 1),
-             _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"] for i, r in enumerate(rows)]
+             _pct(r["mape_power"], 1), _pct(r["mape_energy"], 1), f"{r['fit_s']:.1f}"]
+            + ([f"{r['cpu_s']:.1f}", str(r["folds"])] if costed else []) for i, r in enumerate(rows)]
     widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:

@@ -25,6 +25,8 @@ class CvTableRow(TypedDict, total=False):
     mape_energy: float | None
     fit_s: float
     workloads: int
+    cpu_s: float  # CPU seconds of its folds (newer tables)
+    folds: int  # the folds it went through (a shortlisted search: 1 for those the first pass left out)
     graded_on: str  # which held-out workloads the figures are over (a transfer's rows)
 
 
@@ -58,6 +60,10 @@ def cv_table_row(data: object) -> CvTableRow:
         row["fit_s"] = as_float(d["fit_s"])
     if "workloads" in d:
         row["workloads"] = as_int(d["workloads"])
+    if "cpu_s" in d:
+        row["cpu_s"] = as_float(d["cpu_s"])
+    if "folds" in d:
+        row["folds"] = as_int(d["folds"])
     if "graded_on" in d:
         row["graded_on"] = str(d["graded_on"])
     return row

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from sklearn.model_selection import GroupKFold
+from threadpoolctl import threadpool_limits
 
 from engine.core.jsontypes import JsonObject
 from engine.core.measurement import Measurement
@@ -35,6 +38,12 @@ from engine.selector.dataset import Dataset
 log = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = 5
+# Candidates that go through every fold after the first pass ranks them all on one fold (cross_validate).
+# On three draws of 100 twin sweeps (bench_selector's training_scale data) the full search's winner ranked
+# 2nd, 3rd and 5th on the first pass's fold; 6 of the 17 default candidates keeps it in each.
+DEFAULT_SHORTLIST = 6
+# The fewest held-out workloads a first pass ranks on; with fewer, every candidate takes every fold.
+FIRST_PASS_WORKLOADS = 10
 Progress = Callable[[str], None]
 
 
@@ -101,11 +110,13 @@ def oracle_of(ds: Dataset, rows: np.ndarray, objective: Objective) -> DvfsSettin
     return choose(settings, ds.time_per_sample[rows], ds.energy_per_sample[rows], objective, ds.sources[rows[0]])
 
 
-def outcome(ds: Dataset, key: str, rows: np.ndarray, chosen: DvfsSetting, objective: Objective) -> Outcome:
+def outcome(ds: Dataset, key: str, rows: np.ndarray, chosen: DvfsSetting, objective: Objective, *,
+            oracle: DvfsSetting | None = None) -> Outcome:
+    """What `chosen` truly cost on workload `key` (`oracle`: its oracle_of, when the caller has it)."""
     settings = [ds.settings[i] for i in rows]
     src = ds.sources[rows[0]]
     t, e = ds.time_per_sample[rows], ds.energy_per_sample[rows]
-    oracle = oracle_of(ds, rows, objective)
+    oracle = oracle_of(ds, rows, objective) if oracle is None else oracle
     if chosen not in settings:
         raise ConfigError(f"the chosen setting {chosen.label()} was not recorded for {key}",
                           "evaluate on workloads swept over the selector's space")
@@ -136,8 +147,10 @@ class CVRow:
     mape_time: float | None
     mape_power: float | None
     mape_energy: float | None
-    fit_s: float
+    fit_s: float  # wall seconds of its fits, over its folds
     workloads: int
+    cpu_s: float = 0.0  # CPU seconds of its folds' fits and predictions (its cost in the search)
+    folds: int = 0  # the folds it went through: all of them, or 1 where the first pass left it out
 
     def rank_key(self) -> tuple[float, float, float]:
         # Mean regret first (to 0.01 percentage point: below that, candidates tie), then worst, then MAPE.
@@ -151,7 +164,7 @@ class CVRow:
         return CvTableRow(label=self.label, name=self.name, target=self.target, kind=self.kind,
                           mean_regret=self.mean_regret, worst_regret=self.worst_regret, mape_time=self.mape_time,
                           mape_power=self.mape_power, mape_energy=self.mape_energy, fit_s=self.fit_s,
-                          workloads=self.workloads)
+                          workloads=self.workloads, cpu_s=self.cpu_s, folds=self.folds)
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,9 @@ class CVReport:
     outcomes: dict[str, tuple[Outcome, ...]] = field(repr=False)  # per candidate label
     objective: str = "energy"
     graded_on: str = "twin workloads"  # which held-out workloads the regrets and MAPEs are over
+    cpu_s: float = 0.0  # CPU seconds of the whole search (every fold's task and the grading)
+    jobs: int = 1  # the worker processes the folds ran in
+    shortlist: tuple[str, ...] = ()  # the candidates the first pass sent through every fold (): no first pass
 
     @property
     def winner(self) -> CVRow:
@@ -169,66 +185,16 @@ class CVReport:
     def table(self) -> list[CvTableRow]:
         return [r.table_row() for r in self.rows]
 
-
-def _mape(pred: np.ndarray, true: np.ndarray) -> float:
-    return float(np.mean(np.abs(pred - true) / true))
+    def cost_json(self) -> JsonObject:
+        """What the search cost, as train-selector's JSON gives it."""
+        return {"cpu_s": round(self.cpu_s, 2), "jobs": self.jobs, "folds": len(self.folds),
+                "shortlist": list(self.shortlist),
+                "candidates": {r.label: {"cpu_s": round(r.cpu_s, 2), "fit_s": round(r.fit_s, 2), "folds": r.folds}
+                               for r in self.rows}}
 
 
 def _weights(ds: Dataset, rows: np.ndarray) -> np.ndarray | None:
     return None if ds.weights is None else ds.weights[rows]
-
-
-def evaluate(spec: CandidateSpec, ds: Dataset, folds: Sequence[tuple[np.ndarray, np.ndarray]],
-             objective: Objective, x: np.ndarray | None = None) -> tuple[CVRow, tuple[Outcome, ...]]:
-    """Out-of-fold choices and errors of one candidate, over the workloads mixing.graded_keys
-    grades (the measured ones when there are any)."""
-    from engine.selector.mixing import graded_keys
-
-    x = ds.X() if x is None else x
-    by_wl = ds.by_workload()
-    graded, _what = graded_keys(ds, objective)
-    graded_rows = np.zeros(len(ds), dtype=bool)
-    for k in graded:
-        graded_rows[by_wl[k]] = True
-    outcomes: list[Outcome] = []
-    errs: dict[str, list[np.ndarray]] = {"time": [], "power": [], "energy": []}
-    fit_s = 0.0
-    for train, test in folds:
-        test_set = set(test.tolist())
-        held = {k: rows for k, rows in by_wl.items() if rows[0] in test_set and k in graded}
-        if spec.kind == "classifier":
-            clf = _fit_classifier(spec, ds, x, train, objective)
-            fit_s += clf.fit_s
-            for key, rows in held.items():
-                ranked = clf.rank(workload_part(x[rows[:1]], ds.source_column))[0]
-                present = [ds.settings[i] for i in rows]
-                chosen = next((s for s, _p in ranked if s in present), present[0])
-                outcomes.append(outcome(ds, key, rows, chosen, objective))
-            continue
-        model = spec.build()
-        assert isinstance(model, RegressorModel)
-        model.fit(x[train], ds.time_per_sample[train], ds.power_w[train], ds.energy_per_sample[train],
-                  _weights(ds, train))
-        fit_s += model.fit_s
-        t, p, e = model.predict(x[test])
-        on = graded_rows[test]
-        for name, pred, true in (("time", t, ds.time_per_sample[test]), ("power", p, ds.power_w[test]),
-                                 ("energy", e, ds.energy_per_sample[test])):
-            keep = on & np.isfinite(true)  # energy-only rows have no time or power to err on
-            errs[name].append(np.abs(pred[keep] - true[keep]) / true[keep])
-        pos = {r: j for j, r in enumerate(test.tolist())}
-        for key, rows in held.items():
-            j = [pos[r] for r in rows]
-            chosen = choose([ds.settings[r] for r in rows], t[j], e[j], objective, Source.PREDICTED,
-                            prefer_pinned=True)
-            outcomes.append(outcome(ds, key, rows, chosen, objective))
-    if not outcomes:
-        raise ConfigError("cross-validation graded no workload", "record sweeps of more workloads")
-    regrets = np.array([o.regret for o in outcomes])
-    mape = {k: (float(np.mean(np.concatenate(v))) if v and sum(map(len, v)) else None) for k, v in errs.items()}
-    row = CVRow(spec.label, spec.name, spec.target, spec.kind, float(regrets.mean()), float(regrets.max()),
-                mape["time"], mape["power"], mape["energy"], fit_s, len(outcomes))
-    return row, tuple(outcomes)
 
 
 def _fit_classifier(spec: CandidateSpec, ds: Dataset, x: np.ndarray, rows: np.ndarray,
@@ -249,26 +215,239 @@ def _fit_classifier(spec: CandidateSpec, ds: Dataset, x: np.ndarray, rows: np.nd
     return clf.fit(workload_part(x[first], ds.source_column), best, _weights(ds, first))
 
 
+# ----------------------------------------------------------------------------- one fold of one candidate
+# The fits and predictions run where joblib puts them (a worker process, or here with one job); the
+# choices and regrets are made here from what they return, so a worker gets arrays, not the dataset.
+
+def _fit_predict(spec: CandidateSpec, x: np.ndarray, t: np.ndarray, p: np.ndarray, e: np.ndarray,
+                 w: np.ndarray | None, train: np.ndarray,
+                 test: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float, int]:
+    """A regressor fitted on `train`, its time, power and energy on `test`, its fit's wall seconds, the
+    task's CPU seconds and the process it ran in."""
+    # One thread for BLAS and OpenMP, here and in every worker: the folds are what runs in parallel, and
+    # a fit's floats then do not depend on how many threads a library picked (serial = parallel).
+    with threadpool_limits(limits=1):
+        c0 = time.thread_time()
+        model = spec.build()
+        assert isinstance(model, RegressorModel)
+        model.fit(x[train], t[train], p[train], e[train], None if w is None else w[train])
+        pt, pp, pe = model.predict(x[test])
+        return pt, pp, pe, model.fit_s, time.thread_time() - c0, os.getpid()
+
+
+def _fit_rank(spec: CandidateSpec, wx: np.ndarray, best: list[DvfsSetting], w: np.ndarray | None,
+              wx_test: np.ndarray) -> tuple[list[list[tuple[DvfsSetting, float]]], float, float, int]:
+    """A classifier fitted on one row per training workload (its oracle the label), its ranking of
+    each held-out workload's settings, its fit's wall seconds, the task's CPU seconds and process."""
+    with threadpool_limits(limits=1):
+        c0 = time.thread_time()
+        clf = spec.build()
+        assert isinstance(clf, SettingClassifier)
+        clf.fit(wx, best, w)
+        return clf.rank(wx_test), clf.fit_s, time.thread_time() - c0, os.getpid()
+
+
+# a fold's fit: _fit_predict or _fit_rank, and its arguments
+Task = tuple[Callable[..., tuple[Any, ...]], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class FoldResult:
+    """One candidate on one fold: its held-out workloads' outcomes, its errors, what it cost."""
+
+    outcomes: tuple[Outcome, ...]
+    errs: dict[str, np.ndarray]  # absolute relative error per graded row with a time (regressors)
+    fit_s: float  # wall seconds of the fits
+    cpu_s: float  # CPU seconds of the fold's task (fit and predict)
+    pid: int  # the process it ran in
+
+
+class _Grading:
+    """What every candidate's folds are graded against, computed once: each workload's rows, which
+    workloads are graded (mixing.graded_keys), their oracles, and the classifiers' training labels."""
+
+    def __init__(self, ds: Dataset, objective: Objective, x: np.ndarray) -> None:
+        from engine.selector.mixing import gradable, graded_keys
+
+        self.ds, self.objective, self.x = ds, objective, x
+        self.by_wl = ds.by_workload()
+        self.graded, self.what = graded_keys(ds, objective)
+        self.graded_rows = np.zeros(len(ds), dtype=bool)
+        for k in self.graded:
+            self.graded_rows[self.by_wl[k]] = True
+        # Every gradable workload's oracle: the graded ones' regrets and the classifiers' labels.
+        self.oracles = {k: oracle_of(ds, rows, objective) for k, rows in self.by_wl.items()
+                        if gradable(ds, rows, objective)}
+        self.first_row = {k: int(rows[0]) for k, rows in self.by_wl.items()}
+
+    def held(self, test: np.ndarray) -> dict[str, np.ndarray]:
+        test_set = set(test.tolist())
+        return {k: rows for k, rows in self.by_wl.items() if rows[0] in test_set and k in self.graded}
+
+    def task(self, spec: CandidateSpec, train: np.ndarray, test: np.ndarray) -> Task:
+        """The function and arguments of one fold's fit (run by _run_tasks)."""
+        ds, x = self.ds, self.x
+        if spec.kind == "classifier":
+            row_set = set(train.tolist())
+            firsts = np.array([self.first_row[k] for k in self.oracles if self.first_row[k] in row_set])
+            best = [self.oracles[k] for k in self.oracles if self.first_row[k] in row_set]
+            held = self.held(test)
+            wx_test = workload_part(x[[int(rows[0]) for rows in held.values()]], ds.source_column)
+            return _fit_rank, (spec, workload_part(x[firsts], ds.source_column), best, _weights(ds, firsts), wx_test)
+        return _fit_predict, (spec, x, ds.time_per_sample, ds.power_w, ds.energy_per_sample, ds.weights, train, test)
+
+    def grade(self, spec: CandidateSpec, test: np.ndarray, result: tuple[Any, ...]) -> FoldResult:
+        """The outcomes and errors of one fold from what its task returned."""
+        ds, objective = self.ds, self.objective
+        held = self.held(test)
+        outcomes: list[Outcome] = []
+        errs: dict[str, np.ndarray] = {}
+        if spec.kind == "classifier":
+            ranks, fit_s, cpu_s, pid = result
+            for (key, rows), ranked in zip(held.items(), ranks):
+                present = [ds.settings[i] for i in rows]
+                chosen = next((s for s, _p in ranked if s in present), present[0])
+                outcomes.append(outcome(ds, key, rows, chosen, objective, oracle=self.oracles[key]))
+            return FoldResult(tuple(outcomes), errs, fit_s, cpu_s, pid)
+        t, p, e, fit_s, cpu_s, pid = result
+        on = self.graded_rows[test]
+        for name, pred, true in (("time", t, ds.time_per_sample[test]), ("power", p, ds.power_w[test]),
+                                 ("energy", e, ds.energy_per_sample[test])):
+            keep = on & np.isfinite(true)  # energy-only rows have no time or power to err on
+            errs[name] = np.abs(pred[keep] - true[keep]) / true[keep]
+        pos = {r: j for j, r in enumerate(test.tolist())}
+        for key, rows in held.items():
+            j = [pos[r] for r in rows]
+            chosen = choose([ds.settings[r] for r in rows], t[j], e[j], objective, Source.PREDICTED,
+                            prefer_pinned=True)
+            outcomes.append(outcome(ds, key, rows, chosen, objective, oracle=self.oracles[key]))
+        return FoldResult(tuple(outcomes), errs, fit_s, cpu_s, pid)
+
+
+def _row(spec: CandidateSpec, folds: Sequence[FoldResult]) -> tuple[CVRow, tuple[Outcome, ...]]:
+    """A candidate's CV row over the folds it went through."""
+    outcomes = tuple(o for f in folds for o in f.outcomes)
+    if not outcomes:
+        raise ConfigError("cross-validation graded no workload", "record sweeps of more workloads")
+    regrets = np.array([o.regret for o in outcomes])
+    mape: dict[str, float | None] = {}
+    for name in ("time", "power", "energy"):
+        parts = [f.errs[name] for f in folds if name in f.errs]
+        mape[name] = float(np.mean(np.concatenate(parts))) if parts and sum(map(len, parts)) else None
+    row = CVRow(spec.label, spec.name, spec.target, spec.kind, float(regrets.mean()), float(regrets.max()),
+                mape["time"], mape["power"], mape["energy"], sum(f.fit_s for f in folds), len(outcomes),
+                cpu_s=sum(f.cpu_s for f in folds), folds=len(folds))
+    return row, outcomes
+
+
+def default_jobs() -> int:
+    """Worker processes for the folds: one per core this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux: the cores it is allowed (a cgroup's, taskset's)
+    return max(1, len(affinity(0)) if affinity else os.cpu_count() or 1)
+
+
+def _run_tasks(tasks: Sequence[Task], jobs: int) -> Iterator[tuple[Any, ...]]:
+    """Each task's result, in order: in this process with one job, else in joblib's loky workers
+    (the same functions on the same arrays, so the same floats)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        return (fn(*args) for fn, args in tasks)
+    from joblib import Parallel, delayed
+
+    return iter(Parallel(n_jobs=min(jobs, len(tasks)), backend="loky", return_as="generator")(
+        delayed(fn)(*args) for fn, args in tasks))
+
+
+def _pass(grading: _Grading, specs: Sequence[CandidateSpec], folds: Sequence[tuple[np.ndarray, np.ndarray]],
+          jobs: int, done: Callable[[CandidateSpec, list[FoldResult]], None]) -> dict[str, list[FoldResult]]:
+    """Every spec through `folds` (all of them in one pool, candidates in order); `done` is called as
+    each candidate's last fold arrives."""
+    tasks = [grading.task(spec, tr, te) for spec in specs for tr, te in folds]
+    results = _run_tasks(tasks, jobs)
+    out: dict[str, list[FoldResult]] = {}
+    for spec in specs:
+        out[spec.label] = [grading.grade(spec, te, next(results)) for _tr, te in folds]
+        done(spec, out[spec.label])
+    return out
+
+
+def evaluate(spec: CandidateSpec, ds: Dataset, folds: Sequence[tuple[np.ndarray, np.ndarray]],
+             objective: Objective, x: np.ndarray | None = None, *, jobs: int = 1) -> tuple[CVRow, tuple[Outcome, ...]]:
+    """Out-of-fold choices and errors of one candidate, over the workloads mixing.graded_keys
+    grades (the measured ones when there are any)."""
+    grading = _Grading(ds, objective, ds.X() if x is None else x)
+    return _row(spec, _pass(grading, [spec], folds, jobs, lambda _s, _f: None)[spec.label])
+
+
+def _shortlist(rows: Sequence[CVRow], keep: int) -> list[str]:
+    """The labels of the `keep` best rows of a first pass, and any tied with the last of them."""
+    ranked = sorted(rows, key=CVRow.rank_key)
+    cut = ranked[keep - 1].rank_key()
+    return [r.label for r in ranked if r.rank_key() <= cut]
+
+
 def cross_validate(ds: Dataset, specs: Sequence[CandidateSpec], objective: Objective | None = None, *,
-                   n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None) -> CVReport:
-    """Every candidate through the same folds; rows ranked best first."""
+                   n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None, jobs: int | None = None,
+                   shortlist: int = DEFAULT_SHORTLIST) -> CVReport:
+    """Every candidate through the same folds; rows ranked best first.
+
+    With more candidates than `shortlist` (0: no shortlist), a first pass fits every candidate on one
+    fold alone (the one grading the most workloads, at least FIRST_PASS_WORKLOADS), and only the
+    `shortlist` best of it (and any tied with the last) go through the other folds: the winner is the best of those by every fold, and their rows are what a full search gives
+    them (the first fold's fits are reused). The others' rows follow, over that fold (`folds` 1). `jobs` worker processes fit the folds (default: one per core; 1: in this process)."""
     if not specs:
         raise ConfigError("no candidate models to select from", "give at least one candidate")
+    if shortlist < 0:
+        raise ConfigError(f"a shortlist of {shortlist} candidates", "give 0 (every candidate through every fold) "
+                                                                    "or a positive number")
     objective = objective or Objective()
+    jobs = default_jobs() if jobs is None else max(1, jobs)
     folds = cv_folds(ds, n_splits)
-    x = ds.X()
+    c0 = time.thread_time()
+    grading = _Grading(ds, objective, ds.X())
+    say = progress or (lambda _msg: None)
+
+    def report_done(spec: CandidateSpec, res: list[FoldResult]) -> None:
+        row, _oc = _row(spec, res)
+        log.info("%s: mean regret %.3f%%, worst %.3f%%", spec.label, 100 * row.mean_regret, 100 * row.worst_regret)
+        say(f"{spec.label}: {row.folds} fold{'s' if row.folds > 1 else ''}, mean regret {row.mean_regret:.2%}, "
+            f"worst {row.worst_regret:.2%}; {row.cpu_s:.1f} s CPU")
+
+    kept: list[CandidateSpec] = []
+    # The first pass's fold: the one that grades the most workloads (with measured data only the measured
+    # ones are graded, and a fold may hold none); too few to rank on, and every candidate takes every fold.
+    graded = [len(grading.held(te)) for _tr, te in folds]
+    lead = int(np.argmax(graded))
+    if 0 < shortlist < len(specs) and len(folds) > 1 and graded[lead] >= FIRST_PASS_WORKLOADS:
+        say(f"first pass: {len(specs)} candidates on fold {lead + 1} of {len(folds)} ({graded[lead]} workloads, "
+            f"{jobs} job{'s' if jobs > 1 else ''})")
+        first = _pass(grading, specs, folds[lead:lead + 1], jobs, report_done)
+        keep = set(_shortlist([_row(s, first[s.label])[0] for s in specs], shortlist))
+        kept = [s for s in specs if s.label in keep]
+        say(f"shortlist: {', '.join(s.label for s in kept)} through the other {len(folds) - 1} folds")
+        others = folds[:lead] + folds[lead + 1:]
+        rest = _pass(grading, kept, others, jobs,
+                     lambda s, r: report_done(s, r[:lead] + first[s.label] + r[lead:]))
+        # in fold order, as a full search has them (the outcomes' order)
+        results = {s.label: (rest[s.label][:lead] + first[s.label] + rest[s.label][lead:]) if s.label in rest
+                   else first[s.label] for s in specs}
+    else:
+        why = "" if len(specs) <= shortlist or not shortlist or len(folds) < 2 else \
+            f"; no fold grades {FIRST_PASS_WORKLOADS} workloads to shortlist on"
+        say(f"{len(specs)} candidate{'s' if len(specs) > 1 else ''} on {len(folds)} folds "
+            f"({jobs} job{'s' if jobs > 1 else ''}{why})")
+        results = _pass(grading, specs, folds, jobs, report_done)
     rows, outs = [], {}
     for spec in specs:
-        if progress:
-            progress(f"cross-validating {spec.label} ({len(folds)} folds)")
-        row, oc = evaluate(spec, ds, folds, objective, x)
-        log.info("%s: mean regret %.3f%%, worst %.3f%%", spec.label, 100 * row.mean_regret, 100 * row.worst_regret)
+        row, oc = _row(spec, results[spec.label])
         rows.append(row)
         outs[spec.label] = oc
-    rows.sort(key=CVRow.rank_key)
-    from engine.selector.mixing import graded_keys
-
-    return CVReport(tuple(rows), tuple(folds), outs, objective.spec, graded_keys(ds, objective)[1])
+    # every fold's rows first (the winner is among them), then the first pass's
+    rows.sort(key=lambda r: (r.folds < len(folds), r.rank_key()))
+    # this thread's (its grading, and the tasks that ran here), and the workers' tasks
+    here = os.getpid()
+    cpu_s = time.thread_time() - c0 + sum(f.cpu_s for res in results.values() for f in res if f.pid != here)
+    return CVReport(tuple(rows), tuple(folds), outs, objective.spec, grading.what, cpu_s=cpu_s, jobs=jobs,
+                    shortlist=tuple(s.label for s in kept))
 
 
 def fit_all(spec: CandidateSpec, ds: Dataset, objective: Objective,

@@ -411,16 +411,20 @@ def train_selector(
     n_splits: int | None = None,
     progress: Progress | None = None,
     command: JsonObject | None = None,
+    jobs: int | None = None,
+    shortlist: int | None = None,
 ) -> tuple[Selector, CVReport]:
     """Cross-validate the candidates, refit the winner on all of `ds`. A winning classifier
-    chooses; the best regressor then gives the figures. `n_splits` defaults to selection.DEFAULT_SPLITS."""
+    chooses; the best regressor then gives the figures. `n_splits` defaults to selection.DEFAULT_SPLITS,
+    `jobs` and `shortlist` to cross_validate's (a process per core; selection.DEFAULT_SHORTLIST)."""
     from engine.selector.candidates import default_candidates
-    from engine.selector.selection import DEFAULT_SPLITS, cross_validate
+    from engine.selector.selection import DEFAULT_SHORTLIST, DEFAULT_SPLITS, cross_validate
 
     n_splits = DEFAULT_SPLITS if n_splits is None else n_splits
     objective = objective or Objective()
     specs = list(candidates or default_candidates())
-    report = cross_validate(ds, specs, objective, n_splits=n_splits, progress=progress)
+    report = cross_validate(ds, specs, objective, n_splits=n_splits, progress=progress, jobs=jobs,
+                            shortlist=DEFAULT_SHORTLIST if shortlist is None else shortlist)
     by_label = {s.label: s for s in specs}
     win = by_label[report.winner.label]
     reg_spec, chooser_spec = win, None

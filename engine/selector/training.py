@@ -63,13 +63,15 @@ def with_measured(twin: Dataset, store: Store, *, profile: str = DEFAULT_PROFILE
 
 
 def train_on(ds: Dataset, objective: Objective | None = None, *, candidates: Sequence[CandidateSpec] | None = None,
-             n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None, command: JsonObject | None = None) -> Trained:
-    """Cross-validate the candidates on `ds` and refit the winner (engine.selector.selector.train_selector)."""
+             n_splits: int = DEFAULT_SPLITS, progress: Progress | None = None, command: JsonObject | None = None,
+             jobs: int | None = None, shortlist: int | None = None) -> Trained:
+    """Cross-validate the candidates on `ds` and refit the winner (engine.selector.selector.train_selector;
+    `jobs` and `shortlist` as engine.selector.selection.cross_validate takes them)."""
     specs = list(candidates or default_candidates())
     if progress is not None:
         progress(f"{len(ds)} rows, {ds.summary()['workloads']} workloads; cross-validating {len(specs)} candidates")
     selector, report = train_selector(ds, objective, candidates=specs, n_splits=n_splits, progress=progress,
-                                      command=command)
+                                      command=command, jobs=jobs, shortlist=shortlist)
     return Trained(selector, report, ds)
 
 
@@ -78,8 +80,9 @@ def train_from_store(store: Store, objective: Objective | None = None, *, source
                      candidates: Sequence[CandidateSpec] | None = None, n_splits: int = DEFAULT_SPLITS,
                      progress: Progress | None = None, command: JsonObject | None = None,
                      measured_weight: float | None = None, module: str | None = None,
-                     across_modules: bool = False) -> Trained:
+                     across_modules: bool = False, jobs: int | None = None, shortlist: int | None = None) -> Trained:
     """store_dataset, then train_on: the selector the store's sweeps teach."""
     ds = store_dataset(store, source=source, profile=profile, space=space, rails=rails,
                        measured_weight=measured_weight, module=module, across_modules=across_modules)
-    return train_on(ds, objective, candidates=candidates, n_splits=n_splits, progress=progress, command=command)
+    return train_on(ds, objective, candidates=candidates, n_splits=n_splits, progress=progress, command=command,
+                    jobs=jobs, shortlist=shortlist)
