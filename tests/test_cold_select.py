@@ -83,3 +83,76 @@ def test_an_unreadable_stored_ensemble_is_computed_again(isolated_env, fresh_pro
         assert ensemble(BERT_BASE_LIKE, shipped, settings, members=3) == good
     assert fresh_process == [3, 3, 3]  # computed once, then again for each broken entry
     assert "ignoring" in caplog.text
+
+
+# --------------------------------------------------------------------------- the first trace of a workload
+def _tiny(family: str, layers: int = 4, **shape):  # type: ignore[no-untyped-def]
+    """A named workload of the family's tiny config (test_families) with `layers` layers."""
+    from engine.workload.spec import WorkloadSpec
+    from engine.workload.trace.derive import layer_key
+    from test_families import TINY_CONFIGS
+
+    config = dict(TINY_CONFIGS[family])
+    key = layer_key(config)
+    assert key is not None
+    config[key] = layers
+    return WorkloadSpec(family, "sst2", batch_size=4, seq_len=16, padding="max", name=f"tiny-{family}",
+                        config=config, **{"precision": "fp32", **shape})
+
+
+@pytest.fixture
+def built_layers(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The layer count of every model built from here on."""
+    from engine.workload import models
+    from engine.workload.trace.derive import layer_key
+
+    seen: list[int] = []
+    real = models.build_model
+
+    def spying(config, task, **kwargs):  # type: ignore[no-untyped-def]
+        key = layer_key(config)
+        seen.append(-1 if key is None else int(config[key]))
+        return real(config, task, **kwargs)
+
+    monkeypatch.setattr(models, "build_model", spying)
+    return seen
+
+
+FAMILIES = ("bert", "roberta", "distilbert", "electra", "deberta", "pythia", "gpt2", "opt", "llama", "qwen",
+            "qwen3", "gemma", "phi")
+VARIANTS = {"bert": [dict(mode="lora"), dict(grad_checkpointing=True), dict(precision="bf16")],
+            "llama": [dict(mode="lora"), dict(precision="fp16", mode="bitfit")],
+            "deberta": [dict(grad_checkpointing=True)], "pythia": [dict(mode="head")]}
+
+
+@pytest.mark.parametrize("family,shape", [(f, {}) for f in FAMILIES]
+                         + [(f, v) for f, vs in VARIANTS.items() for v in vs],
+                         ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()) or "full")
+def test_a_derived_trace_equals_the_built_models_bit_for_bit(isolated_env, built_layers, family, shape) -> None:
+    from engine.workload.resolve import _trace_built, trace_workload
+
+    spec = _tiny(family, **shape)
+    derived = trace_workload(spec)
+    assert built_layers == [1, 2]  # the four-layer model was never built
+    built = _trace_built(spec, spec.config, 16, cache=False)
+    assert (derived.trace, derived.total_params, derived.method) == built  # exact: == on every float
+
+
+def test_a_family_whose_layers_differ_is_built_whole(isolated_env, built_layers) -> None:
+    from engine.workload.resolve import trace_workload
+    from engine.workload.trace.derive import derivable
+
+    spec = _tiny("gemma2")  # sliding-window and global attention, layer by layer
+    assert derivable(spec.config) is None
+    trace_workload(spec)
+    assert built_layers == [4]
+    assert derivable({**_tiny("bert").config, "num_hidden_layers": 2}) is None  # nothing to save
+
+
+def test_a_cold_select_does_not_build_the_full_model(isolated_env, built_layers, capsys, fresh_process) -> None:
+    from engine.cli import main
+
+    assert main(["select", "--model", "smollm2-135m", "--task", "sst2", "--pad", "max", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["setting"] and out["workload"]["layers"] == 30
+    assert built_layers == [1, 2]  # its 30 layers derived from one and two
