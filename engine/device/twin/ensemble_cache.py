@@ -18,12 +18,12 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from engine.core.cachefile import store_cache_json
 from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.paths import cache_dir
 from engine.core.trace import StepMix, StepTrace, as_mix
@@ -111,18 +111,9 @@ def cached_figures(key: JsonObject) -> Figures | None:
 
 def store_figures(key: JsonObject, figures: Figures) -> None:
     """Write the entry atomically; a failure only logs (the next process computes it again)."""
-    path = entry_path(key)
     body = {"key": key, "energy_ps": [list(r) for r in figures.energy_ps],
             "time_ps": [list(r) for r in figures.time_ps], "gpu_hz": [list(r) for r in figures.gpu_hz]}
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(body))
-        tmp.replace(path)
-    except (OSError, ValueError) as exc:  # ValueError: a figure JSON cannot hold
-        log.info("could not cache the ensemble %s (%s)", path, exc)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    store_cache_json(entry_path(key), body, "ensemble")
 
 
 def _as_list(value: JsonValue) -> list[JsonValue]:
