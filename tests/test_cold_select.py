@@ -96,7 +96,7 @@ def _tiny(family: str, layers: int = 4, **shape):  # type: ignore[no-untyped-def
     key = layer_key(config)
     assert key is not None
     config[key] = layers
-    return WorkloadSpec(family, "sst2", batch_size=4, seq_len=16, padding="max", name=f"tiny-{family}",
+    return WorkloadSpec(family, "sst2", batch_size=4, seq_len=16, padding="max_length", name=f"tiny-{family}",
                         config=config, **{"precision": "fp32", **shape})
 
 
