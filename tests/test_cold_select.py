@@ -10,7 +10,6 @@ import pytest
 from engine.core.trace import StepMix
 from engine.device.twin import ensemble as ensemble_module
 from engine.device.twin.ensemble import ensemble
-from engine.device.twin.ensemble_cache import ensemble_key, entry_path
 from engine.device.twin.profile import load_profile
 from traces import BERT_BASE_LIKE
 
@@ -72,6 +71,8 @@ def test_a_stored_ensemble_reads_back_bit_identical_and_a_changed_input_is_compu
 
 
 def test_an_unreadable_stored_ensemble_is_computed_again(isolated_env, fresh_process, caplog) -> None:
+    from engine.device.twin.ensemble_cache import ensemble_key, entry_path
+
     shipped = load_profile("agx-orin-64gb")
     good = ensemble(BERT_BASE_LIKE, shipped, [], members=3)
     settings = good.settings
@@ -103,15 +104,13 @@ def _tiny(family: str, layers: int = 4, **shape):  # type: ignore[no-untyped-def
 @pytest.fixture
 def built_layers(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """The layer count of every model built from here on."""
-    from engine.workload import models
-    from engine.workload.trace.derive import layer_key
+    from engine.workload import models, zoo
 
     seen: list[int] = []
     real = models.build_model
 
     def spying(config, task, **kwargs):  # type: ignore[no-untyped-def]
-        key = layer_key(config)
-        seen.append(-1 if key is None else int(config[key]))
+        seen.append(zoo.dims(config).get("num_hidden_layers", -1))
         return real(config, task, **kwargs)
 
     monkeypatch.setattr(models, "build_model", spying)
