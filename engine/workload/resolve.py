@@ -197,24 +197,38 @@ def padded_steps(spec: WorkloadSpec, *, longest: StepTrace | None = None,
 def trace_workload(spec: WorkloadSpec, *, seq_len: int | None = None) -> WorkloadTrace:
     """The step trace and parameter count of fine-tuning the named `spec`'s model (its config) on its
     task at its shape (`seq_len`: another length, a padded bucket's): from the cache when this workload
-    was traced before (nothing heavy imported), else built on meta tensors and traced (then cached, both
-    here and in the tracer's own cache)."""
+    was traced before (nothing heavy imported), else traced on meta tensors (then cached, both here and,
+    for a model built whole, in the tracer's own cache). A model whose layers are copies is not built
+    whole: its trace is derived, exactly, from its one- and two-layer copies (trace/derive.py)."""
     if spec.config is None or spec.name is None:
         raise ConfigError(f"the workload of {spec.model} is not resolved", "trace a named spec (WorkloadSpec.named())")
     key = trace_key(spec, seq_len=seq_len)
     found = cached_workload_trace(key)
     if found is not None:
         return found
+    from engine.workload.trace.derive import derive_by_layers
+
+    length = int(seq_len or spec.seq_len or 0)
+    derived = derive_by_layers(spec.config, lambda config: _trace_built(spec, config, length, cache=False))
+    trace, total, method = derived if derived is not None else _trace_built(spec, spec.config, length, cache=True)
+    found = WorkloadTrace(trace, total, method, cached=False)
+    store_workload_trace(key, found)
+    return found
+
+
+def _trace_built(spec: WorkloadSpec, config: Mapping[str, object], seq_len: int, *,
+                 cache: bool) -> tuple[StepTrace, int, str]:
+    """The trace, total parameters and capture method of `spec`'s step with the model built from `config`
+    on meta tensors. `cache`: through the tracer's cache (the full model's; a shallow copy is not kept)."""
     from engine.workload.glue import get_task
     from engine.workload.models import build_model
     from engine.workload.training.optim import prepare_model
-    from engine.workload.trace.tracer import step_trace
+    from engine.workload.trace.tracer import capture_step_trace, step_trace
 
-    net = build_model(spec.config, get_task(spec.task), seed=spec.seed, device="meta")
+    net = build_model(config, get_task(spec.task), seed=spec.seed, device="meta")
     total = sum(p.numel() for p in net.parameters())  # the model's own: LoRA's adapters are not counted
     trained, _ = prepare_model(net, spec.mode, lora=spec.lora_settings, checkpointing=spec.grad_checkpointing)
-    record = step_trace(trained, name=spec.name, batch_size=int(spec.batch_size or 0), seq_len=int(seq_len or spec.seq_len or 0),
-                        precision=spec.named_precision)
-    found = WorkloadTrace(record.trace, int(total), record.method, cached=False)
-    store_workload_trace(key, found)
-    return found
+    trace = step_trace if cache else capture_step_trace
+    record = trace(trained, name=str(spec.name), batch_size=int(spec.batch_size or 0), seq_len=seq_len,
+                   precision=spec.named_precision)
+    return record.trace, int(total), record.method

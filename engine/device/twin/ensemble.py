@@ -10,8 +10,8 @@ member first and only then summarised (paired): the saving of a setting against 
 voltage curve) cancels as it would on the board; the optimum is each member's own best setting.
 
 Independent draws ignore correlations between parameters, so the intervals are, if anything,
-wide; a calibrated profile's smaller sds narrow them. Deterministic (fixed seed) and cheap:
-32 members over a 12-setting space take well under a second (docs/twin.md, "Intervals").
+wide; a calibrated profile's smaller sds narrow them. Deterministic (fixed seed): 32 members over a
+12-setting space and four padded lengths take about a second, once per workload (docs/twin.md, "Intervals").
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from engine.core.trace import StepMix, StepTrace
 from engine.core.jsontypes import JsonObject
 from engine.device.baseline import profile_baseline
 from engine.device.setting import MAXN, DvfsSetting
+from engine.device.twin.ensemble_cache import Figures, cached_figures, ensemble_key, store_figures
 from engine.device.twin.fast import fast_points
 from engine.device.twin.params import sample_profiles
 
@@ -136,7 +137,7 @@ def ensemble(trace: StepTrace | StepMix, profile: TwinProfile, settings: Sequenc
              rails: Sequence[str] | None = None) -> Ensemble:
     """The ensemble's figures of `trace` at `settings` (the profile's baseline, its uncapped mode, added
     when missing: savings need it). Cached per (trace, profile, settings, members, seed, rails): the CLI
-    and the TUI ask twice."""
+    and the TUI ask twice; and on disk (ensemble_cache), for the next process that asks."""
     settings = tuple(settings)
     base = profile_baseline(profile).setting
     if base not in settings:
@@ -156,6 +157,22 @@ def _cached(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[Dv
 
 def _compute(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[DvfsSetting, ...], members: int, seed: int, level: float,
              rails: tuple[str, ...] | None) -> Ensemble:
+    # A fresh process asks for the same workload's figures again (each `select`): they are kept on disk.
+    try:
+        key = ensemble_key(trace, profile, settings, members, seed, rails)
+    except TypeError:  # a profile that is no TwinProfile (a test double): nothing to key it by
+        key = None
+    figures = None if key is None else cached_figures(key)
+    if figures is None:
+        figures = _simulate(trace, profile, settings, members, seed, rails)
+        if key is not None:
+            store_figures(key, figures)
+    return Ensemble(settings, figures.energy_ps, figures.time_ps, figures.gpu_hz, tuple(profile.gpu.table_hz),
+                    str(profile.name), seed, level, profile_baseline(profile).setting)
+
+
+def _simulate(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[DvfsSetting, ...], members: int,
+              seed: int, rails: tuple[str, ...] | None) -> Figures:
     energy, time, clocks = [], [], []
     for member in sample_profiles(profile, members, seed=seed):
         points = fast_points(trace, member, settings, warmup_steps=0, steps=1, rails=rails)
@@ -163,5 +180,4 @@ def _compute(trace: StepTrace | StepMix, profile: TwinProfile, settings: tuple[D
         time.append(tuple(p.measurement.seconds_per_sample for p in points))
         clocks.append(tuple(p.gpu_hz for p in points))
     log.debug("twin ensemble: %d members x %d settings of %s", members, len(settings), profile.name)
-    return Ensemble(settings, tuple(energy), tuple(time), tuple(clocks), tuple(profile.gpu.table_hz),
-                    str(profile.name), seed, level, profile_baseline(profile).setting)
+    return Figures(tuple(energy), tuple(time), tuple(clocks))

@@ -14,17 +14,16 @@ unreadable entry, means tracing again, as before.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
+from engine.core.cachefile import store_cache_json
 from engine.core.jsontypes import JsonObject, JsonValue
 from engine.core.paths import cache_dir
 from engine.core.trace import StepTrace
@@ -111,12 +110,4 @@ def store_workload_trace(key: Mapping[str, JsonValue], found: WorkloadTrace, roo
     path = entry_path(key, root)
     body = {"key": dict(key), "trace": found.trace.to_json(), "total_params": found.total_params,
             "method": found.method}
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(body, indent=1))
-        tmp.replace(path)
-    except OSError as exc:
-        log.info("could not cache the workload trace %s (%s)", path, exc)
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    store_cache_json(path, body, "workload trace", indent=1)

@@ -22,7 +22,6 @@ import hashlib
 import inspect
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from engine.core.cachefile import store_cache_json
 from engine.core.constants import Precision
 from engine.core.errors import ConfigError
 from engine.core.jsontypes import JsonObject
@@ -335,11 +335,7 @@ def step_trace(
             log.warning("ignoring unreadable cached trace %s (%s); capturing again", path, exc)
     record = capture_step_trace(model, name=name, batch_size=batch_size, seq_len=seq_len,
                                 precision=precision, make_batch=make_batch)
-    if use_cache:
-        with contextlib.suppress(OSError):  # the cache is an optimisation: never fail a run on it
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(record.to_json(), indent=1))
-            tmp.replace(path)
-            record = TraceRecord(record.trace, record.method, record.notes, cached=False, path=path)
+    # the cache is an optimisation: never fail a run on it
+    if use_cache and store_cache_json(path, record.to_json(), "step trace", indent=1):
+        record = TraceRecord(record.trace, record.method, record.notes, cached=False, path=path)
     return record
