@@ -81,11 +81,6 @@ class DeviceSession:
         else:
             sleep(seconds)
 
-    def refresh(self) -> None:
-        """Make the device's files follow its last step (the twin syncs; a board is live)."""
-        if self.twin is not None:
-            self.twin.sync()
-
     def step_hook(self, trace_for: Callable[[int, int], StepTrace | StepMix]) -> Callable[[int, int], None] | None:
         """What a run calls after each training step with (rows, seq_len): on the twin,
         advance it by that step's trace (`trace_for`; a StepMix for a simulated step of

@@ -403,11 +403,10 @@ class VirtualOrin:
             self._refresh(self._trace)
 
     def _catch_up(self, *, reread: bool) -> None:
-        """Tick now if the thread would have (a tick has passed since the last) or a control file was
-        written; `reread`: read the control files again then (another process may have written one)."""
-        if self._thread is None:
-            return  # not started: the state moves only with steps and syncs
-        if time.monotonic() - self._wall >= self._tick_s:
+        """Tick now if a control file was written, or (started) if the thread would have: a tick has
+        passed since the last; `reread`: see then whether another process wrote a control file. A
+        twin not started moves only with steps, syncs and writes."""
+        if self._thread is not None and time.monotonic() - self._wall >= self._tick_s:
             if reread:
                 self._files.check()
         elif not self._files.stale:
