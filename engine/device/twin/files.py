@@ -140,7 +140,9 @@ class TwinFiles:
             keys = {self._key(r) for r in rels}
             targets = list(self._pending) if None in keys else [r for r in self._pending if self._key(r) in keys]
         for rel in targets:
-            self._render(rel, self._pending.pop(rel))
+            text = self._pending.pop(rel, None)  # a signal handler's write may have taken it meanwhile
+            if text is not None:
+                self._render(rel, text)
 
     def read_int(self, rel: str) -> int:
         text = self.read(rel)

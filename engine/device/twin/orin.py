@@ -160,6 +160,7 @@ class VirtualOrin:
         self._step_period: float | None = None
         self._long_gaps = 0  # long gaps in a row before the last step
         self._last_read = -float("inf")  # when this process last read the twin (files or meter)
+        self._settling = False  # inside _refresh (a reentrant read, from a signal handler, waits for none)
         _clocks, _est, power = self._refresh(None)
         if thermal:
             self._thermal = ThermalState.steady(total_of(power), self.profile.thermal)
@@ -353,12 +354,12 @@ class VirtualOrin:
         state if a tick has passed or a control was written, then render those files."""
         self._last_read = time.monotonic()
         with self._lock:
-            if self._closed:
+            if self._closed or self._settling:  # a read from a signal handler amid a settle: files as they are
                 return
             try:
                 self._catch_up(reread=True)
                 self._files.flush(rels)
-            except DeviceError as exc:  # the reader then reads what the file held
+            except (DeviceError, OSError) as exc:  # the reader then reads what the file held
                 log.warning("twin: cannot render %s: %s", ", ".join(rels), exc)
 
     def tree_written(self, rel: str) -> None:
@@ -430,6 +431,13 @@ class VirtualOrin:
         """Settle the state on `trace` (None: idle) at the control files' settings and write it out.
         A multi-part StepMix shows its mean power (fast.mix_estimate) and its heaviest part's clocks,
         load and phases; the estimate returned is then that part's."""
+        self._settling = True
+        try:
+            return self._settle(trace)
+        finally:
+            self._settling = False
+
+    def _settle(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
         self._trace = trace
         control = self._read_control()
         cap = self.profile.thermal.throttle_gpu_hz if throttling(self._temps, self.profile.thermal) and self._thermal else None
