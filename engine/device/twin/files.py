@@ -3,8 +3,9 @@
 The twin reads a few dozen control files to settle its state and keeps the state files
 (current clocks, GPU load, INA3221 rails, temperatures) in memory: `put` records a file's new
 text, `flush` renders it (an atomic replace) when something reads it or on the twin's coarse tick,
-so a step touches no disk. Control files are read once and kept until someone writes one
-(`invalidate`: a write through SysfsTree, or the twin's tick for other processes). Reads and
+so a step touches no disk. Control files are read once and kept until they are `stale`: a write
+through SysfsTree says so, `check` sees a change by a stat of each (a writer in another process),
+and the twin's coarse tick reads them again anyway. Reads and
 writes go through kept descriptors of the tree's folders (found once, through links inside the
 tree only); a file is rendered only when its text changed.
 """
@@ -42,9 +43,8 @@ class TwinFiles:
         self._pending: dict[str, str] = {}  # put, not rendered yet
         self._cache: dict[str, str] = {}  # what each file read or put holds, as far as we know
         self.stale = True  # a control file may have changed since it was read: read them again
-        self._sig: dict[str, tuple[int, int, int, int]] = {}  # file read -> (inode, mtime, ctime, size) then
+        self._sig: dict[str, tuple[int, int, int, int]] = {}  # file read -> its (inode, mtime, ctime, size) then
         self._keys: dict[str, tuple[int, int, str]] = {}  # any path in the tree -> (its folder's dev, ino; name)
-        self.renders = 0  # files rendered (replaced on disk) since creation
         # /proc/stat: (busy, idle) jiffies per CPU, when they were last advanced and last written
         self._jiffies = [[0.0, 0.0] for _ in layout.cpu_dirs]
         self._stat_t: float | None = None
@@ -235,7 +235,6 @@ class TwinFiles:
         except OSError as exc:
             raise DeviceError(f"cannot write {path} ({errno_text(exc.errno, exc.strerror)})",
                               "free space on the twin's disk (or re-create the twin), then try again") from None
-        self.renders += 1
 
     def _key(self, rel: str) -> tuple[int, int, str] | None:
         """Where a path in the tree leads, as (its folder's st_dev, st_ino, the file's name): a reader's

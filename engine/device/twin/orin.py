@@ -368,11 +368,6 @@ class VirtualOrin:
             if not self._closed:
                 self._files.written_by_other(rel)
 
-    def rendered_files(self) -> int:
-        """How many files the twin has rendered (replaced on disk) since it was made."""
-        with self._lock:
-            return self._files.renders
-
     # ------------------------------------------------------------------ internals
 
     def _loop(self) -> None:
@@ -428,7 +423,8 @@ class VirtualOrin:
             self._thermal = self._thermal.advance(total_of(power), dt, self.profile.thermal)
 
     def _refresh(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
-        """Settle the state on `trace` (None: idle) at the control files' settings and write it out.
+        """Settle the state on `trace` (None: idle) at the control files' settings and put it in the
+        state files (in memory: rendered when read, or on the sync thread's tick).
         A multi-part StepMix shows its mean power (fast.mix_estimate) and its heaviest part's clocks,
         load and phases; the estimate returned is then that part's."""
         self._settling = True
