@@ -58,10 +58,13 @@ _watchers: dict[str, "weakref.ReferenceType[TreeWatcher]"] = {}
 def watch_tree(root: str | os.PathLike[str], watcher: TreeWatcher) -> None:
     """Have this process's reads and writes of files under `root` (through SysfsTree and
     OpenFiles) reported to `watcher` until `unwatch_tree`."""
+    for gone in [r for r, ref in _watchers.items() if ref() is None]:  # twins dropped without close()
+        _watchers.pop(gone, None)
     _watchers[os.path.realpath(root)] = weakref.ref(watcher)
 
 
 def unwatch_tree(root: str | os.PathLike[str], watcher: TreeWatcher) -> None:
+    """Stop reporting `root` to `watcher` (another watcher since is left in place)."""
     real = os.path.realpath(root)
     ref = _watchers.get(real)
     if ref is not None and ref() in (None, watcher):
