@@ -242,8 +242,15 @@ class TwinFiles:
         key = self._keys.get(rel)
         if key is None:
             try:
-                dir_fd, name = self._where(rel)
-                st = os.fstat(dir_fd)
+                if rel in self._at:
+                    dir_fd, name = self._at[rel]
+                    st = os.fstat(dir_fd)
+                else:  # a reader's path: its folder is not kept open (only the twin's own files' are)
+                    dir_fd, name = resolve_at(self.root, rel)
+                    try:
+                        st = os.fstat(dir_fd)
+                    finally:
+                        os.close(dir_fd)
             except (OSError, DeviceError):
                 return None
             if len(self._keys) > 4096:  # readers name a fixed set of files; bound it anyway
