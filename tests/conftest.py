@@ -39,10 +39,11 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cache_dir: Path) -> IsolatedEnv:
     """Keeps a test off the user's state, data and cache directories and off the network:
-    SLM_DVFS_STATE_DIR and SLM_DVFS_DATA_DIR under tmp_path, SLM_DVFS_CACHE_DIR the module's
+    SLM_DVFS_STATE_DIR, SLM_DVFS_DATA_DIR and SLM_DVFS_TWIN_DIR under tmp_path, SLM_DVFS_CACHE_DIR the module's
     cache, HF_HUB_OFFLINE set, no SLM_DVFS_DB (the store is the data dir's)."""
     env = IsolatedEnv(tmp_path / "state", tmp_path / "data", cache_dir)
     monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(env.state_dir))
+    monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(env.state_dir / "twin"))  # not the default /dev/shm: removed with tmp_path
     monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(env.data_dir))
     monkeypatch.setenv("SLM_DVFS_CACHE_DIR", str(env.cache_dir))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -69,7 +70,7 @@ def offline_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     torch.set_num_threads(1)
     with pytest.MonkeyPatch.context() as mp:
         for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
-                          ("SLM_DVFS_DATA_DIR", "data")):
+                          ("SLM_DVFS_DATA_DIR", "data"), ("SLM_DVFS_TWIN_DIR", "twin")):
             mp.setenv(var, str(tmp_path_factory.mktemp(name)))
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield
@@ -82,7 +83,7 @@ def fleet_isolation(base: Path) -> Iterator[None]:
     actors inherit the environment), offline, no Ray token auth, no outside cluster."""
     with pytest.MonkeyPatch.context() as mp:
         for var, name in (("SLM_DVFS_CACHE_DIR", "cache"), ("SLM_DVFS_STATE_DIR", "state"),
-                          ("SLM_DVFS_DATA_DIR", "data")):
+                          ("SLM_DVFS_DATA_DIR", "data"), ("SLM_DVFS_TWIN_DIR", "twin")):
             mp.setenv(var, str(base / name))
         mp.setenv("HF_HUB_OFFLINE", "1")
         mp.setenv("RAY_AUTH_MODE", "disabled")

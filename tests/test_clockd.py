@@ -91,7 +91,8 @@ class Daemon:
 
 def _start_daemon(users: Users, base: Path, *extra: str) -> Daemon:
     sock = base / "clockd.sock"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SLM_DVFS_STATE_DIR": str(base / "root-home")}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLM_DVFS_STATE_DIR": str(base / "root-home"),
+           "SLM_DVFS_TWIN_DIR": str(base / "root-home" / "twin")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "engine", "clockd", "--twin", TWIN, "--socket", str(sock),
          "--state-dir", str(base / "clockd-state"), "--group", users.group, *extra],
@@ -913,6 +914,7 @@ def test_a_failed_restore_keeps_the_board_until_it_is_restored(tmp_path: Path, m
     from engine.device.session import open_device
 
     monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(tmp_path / "home"))
+    monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(tmp_path / "home" / "twin"))
     state = tmp_path / "clockd"
     with open_device(twin=TWIN) as session, service_state_dir(state):
         device = Flaky(session.device)

@@ -27,7 +27,8 @@ def offline_cache(tmp_path_factory: pytest.TempPathFactory):
     torch.set_num_threads(1)  # tiny models: one thread is as fast, and steadier on a shared host
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))  # the persistent twin's tree
+        mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        mp.setenv("SLM_DVFS_TWIN_DIR", str(tmp_path_factory.mktemp("twin")))  # the persistent twin's tree
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield
     torch.set_num_threads(threads)

@@ -43,6 +43,7 @@ def env(tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLM_DVFS_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
         mp.setenv("SLM_DVFS_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+        mp.setenv("SLM_DVFS_TWIN_DIR", str(tmp_path_factory.mktemp("twin")))
         mp.setenv("HF_HUB_OFFLINE", "1")
         yield
 

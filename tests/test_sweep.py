@@ -214,7 +214,6 @@ def test_the_session_says_what_the_device_can_do() -> None:
     assert (board.can_simulate, board.warms_up, board.virtual_time, board.profile_name) == (False, True, False, None)
     slept: list[float] = []
     board.idle(3.0, sleep=slept.append)
-    board.refresh()  # a board is live: nothing to do
     assert slept == [3.0] and board.thermal_guard_params() is None
     with open_session(twin="agx-orin-64gb") as twin:
         assert twin.fast_model().name == "agx-orin-64gb"

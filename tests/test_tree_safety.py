@@ -120,6 +120,7 @@ def test_root_refuses_a_twin_folder_a_user_made_and_never_copies_through_its_lin
 
     as_user(user, plant)
     monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(state))  # `sudo -E` with the user's state dir
+    monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(state / "twin"))  # and the user's twins' folder
     assert main(["device", "--twin"]) == 2
     err = capsys.readouterr().err
     assert f"owned by uid {user.pw_uid}" in err and "What to do" in err and "mktemp" in err
@@ -132,6 +133,7 @@ def test_root_refuses_a_twin_under_a_folder_a_user_owns(user: pwd.struct_passwd,
                                                          monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     state = _user_folder(base / "pre-made", user)  # a fixed /tmp path a user made first
     monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(state))
+    monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(state / "twin"))
     assert main(["pin", "--twin", "--gpu", "612"]) == 2
     err = capsys.readouterr().err
     assert f"{state}, above it, is owned by uid {user.pw_uid}" in err
@@ -348,6 +350,7 @@ def full_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_env
         finally:
             os.close(fd)
         monkeypatch.setenv("SLM_DVFS_STATE_DIR", str(mnt))
+        monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(mnt / "twin"))
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=60)
@@ -360,7 +363,7 @@ def test_a_full_state_dir_is_a_clear_error_and_changes_no_clock(full_state_dir: 
     err = capsys.readouterr().err
     assert "ENOSPC" in err and "df " in err and "nothing was changed" in err and "Traceback" not in err
     assert _files(tree) == before  # no clock changed without its journal
-    assert main(["pin", "--twin", "--gpu", "612"]) == 2  # the twin's tree lives in the state dir too
+    assert main(["pin", "--twin", "--gpu", "612"]) == 2  # the twins' folder is on that disk too
     err = capsys.readouterr().err
     assert "cannot write the twin's tree" in err and "ENOSPC" in err and "What to do" in err
 

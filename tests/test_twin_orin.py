@@ -14,6 +14,7 @@ import pytest
 from traces import BERT_BASE_LIKE as BUSY
 
 from engine.device.base import ClockDomain
+from engine.device.sysfs import SysfsTree
 from engine.device.twin.model import idle_power_mw
 from engine.device.twin.orin import TWIN_MARKER, VirtualOrin
 from engine.device.twin.profile import load_profile
@@ -30,7 +31,8 @@ SPEC_IDLE_MW = {"VDD_GPU_SOC": 2399, "VDD_CPU_CV": 400, "VIN_SYS_5V0": 4032, "VD
 
 
 def read(root: Path, rel: str) -> str:
-    return (root / rel).read_text().strip()
+    """Through the tree's own reader, which has the twin render the file first (it keeps its state in memory)."""
+    return SysfsTree(root).read_str(rel)
 
 
 def write(root: Path, rel: str, value: object) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -17,6 +18,27 @@ def state_dir() -> Path:
     """Journals and the persistent twin tree: things that must survive a crash."""
     override = os.environ.get(ENV_PREFIX + "STATE_DIR")
     return Path(override) if override else _xdg("XDG_STATE_HOME", ".local/state") / "slm-dvfs"
+
+
+def memory_dir() -> Path | None:
+    """A memory-backed folder (tmpfs) this user may write, where there is one: /dev/shm."""
+    shm = "/dev/shm"
+    return Path(shm) if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def twin_dir() -> Path:
+    """The digital twins' trees, one folder per profile, kept from one command to the next (a pin
+    in one is seen by the next): $SLM_DVFS_TWIN_DIR; else a folder of this user's and this state
+    dir's on a memory-backed file system (/dev/shm, where a twin's files cost no disk writes; gone at
+    reboot, as a board's clocks are); else the state dir's `twin`."""
+    override = os.environ.get(ENV_PREFIX + "TWIN_DIR")
+    if override:
+        return Path(override)
+    shm = memory_dir()
+    if shm is None:
+        return state_dir() / "twin"
+    tag = hashlib.sha256(os.fsencode(os.path.abspath(state_dir()))).hexdigest()[:12]
+    return shm / f"slm-dvfs-twin-{os.geteuid()}-{tag}"
 
 
 def data_dir() -> Path:

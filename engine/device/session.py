@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
 
 from engine.core import paths
-from engine.core.errors import ConfigError, DeviceError
+from engine.core.errors import ConfigError, DeviceError, errno_text
 from engine.core.trace import StepMix, StepTrace
 from engine.device.base import Device
 from engine.device.power import DeviceRailSource, PowerSource, TwinSource
@@ -81,11 +81,6 @@ class DeviceSession:
         else:
             sleep(seconds)
 
-    def refresh(self) -> None:
-        """Make the device's files follow its last step (the twin syncs; a board is live)."""
-        if self.twin is not None:
-            self.twin.sync()
-
     def step_hook(self, trace_for: Callable[[int, int], StepTrace | StepMix]) -> Callable[[int, int], None] | None:
         """What a run calls after each training step with (rows, seq_len): on the twin,
         advance it by that step's trace (`trace_for`; a StepMix for a simulated step of
@@ -142,8 +137,24 @@ class DeviceSession:
 
 
 def twin_root(profile: str) -> Path:
-    """The persistent tree of a twin, so a pin in one command is seen by the next."""
-    return paths.state_dir() / "twin" / profile
+    """The persistent tree of a twin, so a pin in one command is seen by the next (engine.core.paths.twin_dir)."""
+    return paths.twin_dir() / profile
+
+
+def _own_twin_dir(folder: Path) -> None:
+    """The folder that holds the persistent twins, ours and writable by nobody else (on /dev/shm anyone
+    may make folders: one someone else made first is refused, as check_folder refuses any twin folder
+    not ours)."""
+    from engine.device.twin.tree import check_folder, tree_remedy
+
+    check_folder(folder)  # the folders above it, before anything is made there
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o755, exist_ok=True)  # others may read a board (the clock service's members), not write
+    except OSError as exc:
+        raise DeviceError(f"cannot write the twin's tree at {folder} ({errno_text(exc.errno, exc.strerror)})",
+                          tree_remedy(exc.errno)) from None
+    check_folder(folder)
 
 
 def board_present(root: Path) -> bool:
@@ -196,6 +207,8 @@ def open_device(
         notes = []
     from engine.device.twin.orin import VirtualOrin
 
+    if twin_dir is None:
+        _own_twin_dir(twin_root(twin).parent)
     orin = VirtualOrin(twin, root=twin_dir or twin_root(twin), thermal=thermal, serial=twin_serial)
     orin.start(realtime=realtime)
     return DeviceSession(orin.device(), twin=orin, notes=notes)

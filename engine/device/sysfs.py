@@ -18,7 +18,9 @@ import logging
 import os
 import stat
 import threading
+import weakref
 from pathlib import Path
+from typing import Protocol, Sequence
 
 from engine.core.errors import DeviceError, NodeNotFoundError, PermissionDeniedError, errno_text
 from engine.device.treefs import (  # noqa: F401 - the markers and the error are re-exported for the modules that read trees
@@ -40,6 +42,40 @@ _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _WRITE = os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+class TreeWatcher(Protocol):
+    """Whoever renders a tree's files from state it keeps in memory (the twin): told before this
+    process reads files of it, so it can render them first, and after it writes one."""
+
+    def tree_read(self, rels: Sequence[str]) -> None: ...
+
+    def tree_written(self, rel: str) -> None: ...
+
+
+# A tree's real path -> its watcher, held weakly (a twin dropped without close() leaves nothing)
+_watchers: dict[str, "weakref.ReferenceType[TreeWatcher]"] = {}
+
+
+def watch_tree(root: str | os.PathLike[str], watcher: TreeWatcher) -> None:
+    """Have this process's reads and writes of files under `root` (through SysfsTree and
+    OpenFiles) reported to `watcher` until `unwatch_tree`."""
+    for gone in [r for r, ref in _watchers.items() if ref() is None]:  # twins dropped without close()
+        _watchers.pop(gone, None)
+    _watchers[os.path.realpath(root)] = weakref.ref(watcher)
+
+
+def unwatch_tree(root: str | os.PathLike[str], watcher: TreeWatcher) -> None:
+    """Stop reporting `root` to `watcher` (another watcher since is left in place)."""
+    real = os.path.realpath(root)
+    ref = _watchers.get(real)
+    if ref is not None and ref() in (None, watcher):
+        _watchers.pop(real, None)
+
+
+def _watcher(real: str) -> TreeWatcher | None:
+    ref = _watchers.get(real) if _watchers else None
+    return ref() if ref is not None else None
+
+
 class SysfsTree:
     """Reads and writes kernel files below `root` (`/` on a board).
 
@@ -49,8 +85,16 @@ class SysfsTree:
 
     def __init__(self, root: str | os.PathLike[str] = "/") -> None:
         self.root = Path(root)
+        self._real = os.path.realpath(self.root)
         # The board's own root: its links are the kernel's (and root's), followed as the spec says.
-        self.system = os.path.realpath(self.root) == "/"
+        self.system = self._real == "/"
+
+    def before_read(self, rels: Sequence[str]) -> None:
+        """Let the tree's watcher (a twin rendering from memory) bring these files up to date."""
+        if not self.system:
+            watcher = _watcher(self._real)
+            if watcher is not None:
+                watcher.tree_read(rels)
 
     def path(self, rel: str | os.PathLike[str]) -> Path:
         rel_s = os.fspath(rel)
@@ -104,7 +148,9 @@ class SysfsTree:
         if self.system:
             fd = os.open(self.path(rel), _READ)
         else:
-            dir_fd, name = resolve_at(self.root, self.rel(self.path(rel)))
+            rel_s = self.rel(self.path(rel))
+            self.before_read((rel_s,))
+            dir_fd, name = resolve_at(self.root, rel_s)
             try:
                 fd = os.open(name, _READ | os.O_NOFOLLOW, dir_fd=dir_fd)
             finally:
@@ -189,6 +235,9 @@ class SysfsTree:
                         os.close(fd)
             finally:
                 os.close(dir_fd)
+            watcher = _watcher(self._real)
+            if watcher is not None:  # a twin answers the new control value on its next read, not a tick later
+                watcher.tree_written(self.rel(p))
         except FileNotFoundError:
             raise NodeNotFoundError(
                 f"{p} does not exist", "check the board's L4T release; `slm-dvfs device` lists what was found"
@@ -268,6 +317,7 @@ class OpenFiles:
 
     def read_ints(self, rels: tuple[str, ...] | list[str]) -> list[int]:
         """The integer each file holds (the first token), in order."""
+        self.tree.before_read(rels)
         with self._lock:
             return [self._read_int(rel) for rel in rels]
 

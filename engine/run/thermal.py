@@ -97,8 +97,8 @@ class ThermalAbortError(DeviceError):
 class ThermalGuard:
     """Reads a device's temperatures; waits for a cool board; aborts on a hot one.
 
-    With a `session` (engine.device.session.DeviceSession) the guard refreshes the
-    device before reading and waits through `session.idle`; without one it sleeps
+    With a `session` (engine.device.session.DeviceSession) the guard waits through
+    `session.idle` (the twin's virtual time); without one it sleeps
     (`sleep` is injectable for tests, and passed on to `session.idle`)."""
 
     def __init__(
@@ -120,9 +120,7 @@ class ThermalGuard:
 
     def hottest(self) -> tuple[str, float]:
         """(zone, degC) of the hottest zone now; ("none", -inf) on a board with no zones."""
-        if self.session is not None:
-            self.session.refresh()  # the files follow the last step, not a stale tick
-        try:
+        try:  # the twin renders its files as they are read: they follow the last step
             temps = self.device.temperatures()
         except DeviceError as exc:
             log.warning("thermal guard cannot read temperatures (%s); not guarding", exc.what)

@@ -95,7 +95,7 @@ def storage_lines(store_path: Path | None) -> tuple[tuple[str, str], ...]:
         ("step traces (cache)", str(paths.cache_dir())),
         ("clock journals", str(paths.state_dir() / "journals")),
         ("override", "SLM_DVFS_DATA_DIR, SLM_DVFS_CACHE_DIR, SLM_DVFS_STATE_DIR (or the XDG variables); "
-                     "SLM_DVFS_DB names the store itself"),
+                     "SLM_DVFS_DB names the store itself; SLM_DVFS_TWIN_DIR the twins' trees"),
     )
 
 

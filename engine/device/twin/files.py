@@ -1,9 +1,13 @@
 """The twin's own reads and writes of its tree while it runs.
 
-The sync thread reads a few dozen control files per tick and rewrites the state files
-(current clocks, GPU load, INA3221 rails, temperatures); `TwinFiles` does both fast:
-reads and writes through kept descriptors of the tree's folders (found once, through links
-inside the tree only), writes only when a file's text changes, each write an atomic replace.
+The twin reads a few dozen control files to settle its state and keeps the state files
+(current clocks, GPU load, INA3221 rails, temperatures) in memory: `put` records a file's new
+text, `flush` renders it (an atomic replace) when something reads it or on the twin's coarse tick,
+so a step touches no disk. Control files are read once and kept until they are `stale`: a write
+through SysfsTree says so, `check` sees a change by a stat of each (a writer in another process),
+and the twin's coarse tick reads them again anyway. Reads and
+writes go through kept descriptors of the tree's folders (found once, through links inside the
+tree only); a file is rendered only when its text changed.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from engine.core.errors import DeviceError, errno_text
 from engine.device.treefs import read_fd, replace_at, resolve_at
@@ -35,7 +39,12 @@ class TwinFiles:
         self.profile = profile
         self._at: dict[str, tuple[int, str]] = {}  # tree file -> (its folder's descriptor, its name)
         self._dirs: dict[tuple[int, int], int] = {}  # (st_dev, st_ino) of a folder -> its descriptor
-        self._written: dict[str, str] = {}
+        self._written: dict[str, str] = {}  # what we last put in each file
+        self._pending: dict[str, str] = {}  # put, not rendered yet
+        self._cache: dict[str, str] = {}  # what each file read or put holds, as far as we know
+        self.stale = True  # a control file may have changed since it was read: read them again
+        self._sig: dict[str, tuple[int, int, int, int]] = {}  # file read -> its (inode, mtime, ctime, size) then
+        self._keys: dict[str, tuple[int, int, str]] = {}  # any path in the tree -> (its folder's dev, ino; name)
         # /proc/stat: (busy, idle) jiffies per CPU, when they were last advanced and last written
         self._jiffies = [[0.0, 0.0] for _ in layout.cpu_dirs]
         self._stat_t: float | None = None
@@ -44,6 +53,9 @@ class TwinFiles:
     def read_control(self) -> tuple[ControlState, list[DomainControl], int]:
         """The control state the files hold, every CPU policy's control, and the index of
         the policy that runs the work (the first with an online CPU)."""
+        if self.stale:
+            self.stale = False  # before the reads: a write meanwhile marks them stale again
+            self.invalidate()
         rd, ri, lay = self.read, self.read_int, self.layout
         g = lay.gpu_devfreq
         gpu = DomainControl(ri(f"{g}/min_freq"), ri(f"{g}/max_freq"), rd(f"{g}/governor"), ri(f"{g}/cur_freq"))
@@ -68,18 +80,69 @@ class TwinFiles:
         return control, policies, main
 
     def read(self, rel: str) -> str:
-        """A fast read of a tree file (the sync thread reads a few dozen per tick): through its
+        """What a tree file holds: as last read or put (until `invalidate`), else read through its
         folder's descriptor, found once inside the tree; O_NOFOLLOW, regular files only."""
+        text = self._cache.get(rel)
+        if text is not None:
+            return text
         path = os.path.join(self.root, rel)
         try:
             dir_fd, name = self._where(rel)
             fd = os.open(name, _READ, dir_fd=dir_fd)
             try:
-                return read_fd(fd, path).decode().strip()
+                text = read_fd(fd, path).decode().strip()
+                self._sig[rel] = _signature(os.fstat(fd))
             finally:
                 os.close(fd)
         except (OSError, UnicodeDecodeError) as exc:
             raise DeviceError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", "re-create the twin") from None
+        self._cache[rel] = text
+        return text
+
+    def check(self) -> None:
+        """Mark the control files stale if one changed since it was read (a writer we are not told
+        of: another process, a shell): a stat of each, no read."""
+        if self.stale:
+            return
+        for rel, sig in self._sig.items():
+            try:
+                dir_fd, name = self._where(rel)
+                now = _signature(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
+            except (OSError, DeviceError):
+                now = None
+            if now != sig:
+                self.stale = True
+                return
+
+    def invalidate(self) -> None:
+        """Forget what the files read held (the next reads go to disk); a file put and not rendered
+        yet still holds what was put."""
+        self._cache = {rel: text for rel, text in self._cache.items() if rel in self._pending}
+
+    def written_by_other(self, rel: str) -> None:
+        """Someone wrote `rel` (a path as they named it): what they wrote stands over what we put and
+        did not render, and every control file is read again before the next settle."""
+        self.stale = True
+        key = self._key(rel) if self._pending else None
+        if key is not None:  # as if ours had been rendered at once and theirs written over it
+            for mine in [r for r in self._pending if self._key(r) == key]:
+                del self._pending[mine]
+                self._cache.pop(mine, None)
+
+    def flush(self, rels: Sequence[str] | None = None) -> None:
+        """Render what was put and not rendered yet: every such file, or those of `rels` (paths as
+        a reader names them, links inside the tree followed)."""
+        if not self._pending:
+            return
+        if rels is None:
+            targets = list(self._pending)
+        else:
+            keys = {self._key(r) for r in rels}
+            targets = list(self._pending) if None in keys else [r for r in self._pending if self._key(r) in keys]
+        for rel in targets:
+            text = self._pending.pop(rel, None)  # a signal handler's write may have taken it meanwhile
+            if text is not None:
+                self._render(rel, text)
 
     def read_int(self, rel: str) -> int:
         text = self.read(rel)
@@ -156,21 +219,48 @@ class TwinFiles:
             self.put(self.layout.proc_stat, proc_stat_text(cores).rstrip("\n"))
 
     def put(self, rel: str, value: object, *, force: bool = False) -> None:
+        """Set a state file's text, rendered on the next `flush` that covers it (nothing when unchanged)."""
         text = f"{value}"
         if not force and self._written.get(rel) == text:
             return
+        self._written[rel] = self._cache[rel] = self._pending[rel] = text
+
+    def _render(self, rel: str, text: str) -> None:
         path = os.path.join(self.root, rel)
         try:
             dir_fd, name = self._where(rel)
             replace_at(dir_fd, name, f"{text}\n".encode(), path)
+            if rel in self._sig:  # a file we also read (the EMC rate, current clocks): ours is no change
+                self._sig[rel] = _signature(os.stat(name, dir_fd=dir_fd, follow_symlinks=False))
         except OSError as exc:
             raise DeviceError(f"cannot write {path} ({errno_text(exc.errno, exc.strerror)})",
                               "free space on the twin's disk (or re-create the twin), then try again") from None
-        self._written[rel] = text
+
+    def _key(self, rel: str) -> tuple[int, int, str] | None:
+        """Where a path in the tree leads, as (its folder's st_dev, st_ino, the file's name): a reader's
+        path and ours may differ by links. None where it cannot be found."""
+        key = self._keys.get(rel)
+        if key is None:
+            try:
+                if rel in self._at:
+                    dir_fd, name = self._at[rel]
+                    st = os.fstat(dir_fd)
+                else:  # a reader's path: its folder is not kept open (only the twin's own files' are)
+                    dir_fd, name = resolve_at(self.root, rel)
+                    try:
+                        st = os.fstat(dir_fd)
+                    finally:
+                        os.close(dir_fd)
+            except (OSError, DeviceError):
+                return None
+            if len(self._keys) > 4096:  # readers name a fixed set of files; bound it anyway
+                self._keys.clear()
+            key = self._keys[rel] = (st.st_dev, st.st_ino, name)
+        return key
 
     def close(self) -> None:
         """Close the folders' descriptors (a later read or write finds its folder again)."""
-        dirs, self._dirs, self._at = self._dirs, {}, {}
+        dirs, self._dirs, self._at, self._keys = self._dirs, {}, {}, {}
         for fd in dirs.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -191,3 +281,8 @@ class TwinFiles:
                 os.close(fd)
             at = self._at[rel] = (kept, name)
         return at
+
+
+def _signature(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is replaced or written in place."""
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size

@@ -8,11 +8,16 @@ load, INA3221 rails, temperatures and memory activity (through `twin/files.py`).
 `run_step(trace)` advances virtual time by one training step and accumulates its
 energy exactly (power is piecewise constant). So `JetsonDevice(twin.root)` runs
 unchanged against it.
+
+The state lives in memory: its files are rendered when this process reads them (SysfsTree
+and OpenFiles tell the twin first: `tree_read`), and for other processes on a coarse tick
+of the sync thread, which also reads the control files again for writers it is not told of.
+A step touches no file.
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import logging
 import os
 import shutil
@@ -22,13 +27,13 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from engine.device.rails import total_of
 from engine.core.errors import ConfigError, DeviceError, errno_text
 from engine.core.provenance import Source
 from engine.core.trace import StepMix, StepTrace
-from engine.device.sysfs import TWIN_MARKER, SysfsTree
+from engine.device.sysfs import TWIN_MARKER, SysfsTree, unwatch_tree, watch_tree
 from engine.device.treegen import TreeLayout, render_tree
 from engine.device.twin import fake_tools
 from engine.device.twin.files import TwinFiles
@@ -37,7 +42,8 @@ from engine.device.twin.model import Clocks, StepEstimate, idle_power_mw
 from engine.device.twin.phases import Phase, phase_at, step_phases
 from engine.device.twin.profile import TwinProfile, load_profile
 from engine.device.twin.thermal import ThermalState, idle_zone_temps_c, throttling, zone_temps_c
-from engine.device.twin.tree import check_folder, fast_tmp, marker_layout, put_text, save_controls, tree_spec
+from engine.device.twin.tree import (check_folder, fast_tmp, marker_layout, put_text, save_controls, tree_remedy,
+                                      tree_spec)
 
 if TYPE_CHECKING:
     from engine.device.jetson import JetsonDevice
@@ -51,6 +57,12 @@ __all__ = ["TWIN_MARKER", "TwinStep", "VirtualOrin"]
 # host steps, whichever is longer) the run is paused, evaluating or between runs: idle.
 IDLE_AFTER_S = 0.5
 GAP_STEPS = 3.0
+# The sync thread renders the files and reads the controls again for other processes (this
+# process's readers and writers are served when they read or write): every RENDER_TICK_S
+# while anything read the twin in the last QUIET_AFTER_S, else every QUIET_TICK_S.
+RENDER_TICK_S = 0.25
+QUIET_AFTER_S = 5.0
+QUIET_TICK_S = 1.0
 
 @dataclass(frozen=True)
 class TwinStep:
@@ -72,16 +84,6 @@ class TwinStep:
     def source(self) -> Source:
         return Source.TWIN
 
-
-
-def _tree_remedy(err: int | None) -> str:
-    """What to do when the twin's tree cannot be written, by why (a full disk is not a wrong path)."""
-    if err in (errno.ENOSPC, errno.EDQUOT):
-        return "free space on its disk (`df -h`), or give the twin a folder on another disk ($SLM_DVFS_STATE_DIR)"
-    if err in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return "give the twin a folder you may write ($SLM_DVFS_STATE_DIR), then try again"
-    return ("give the twin an empty or new folder (a path through a file, or one that holds something else, "
-            "cannot hold its tree; $SLM_DVFS_STATE_DIR), then try again")
 
 
 class VirtualOrin:
@@ -125,7 +127,7 @@ class VirtualOrin:
             if self._temporary:
                 shutil.rmtree(self.root, ignore_errors=True)
             raise DeviceError(f"cannot write the twin's tree at {self.root} ({errno_text(exc.errno, exc.strerror)})",
-                              _tree_remedy(exc.errno)) from None
+                              tree_remedy(exc.errno)) from None
         except BaseException:
             if self._temporary:
                 shutil.rmtree(self.root, ignore_errors=True)
@@ -157,10 +159,14 @@ class VirtualOrin:
         self._step_wall: float | None = None
         self._step_period: float | None = None
         self._long_gaps = 0  # long gaps in a row before the last step
+        self._last_read = -float("inf")  # when this process last read the twin (files or meter)
+        self._settling = False  # inside _refresh (a reentrant read, from a signal handler, waits for none)
         _clocks, _est, power = self._refresh(None)
         if thermal:
             self._thermal = ThermalState.steady(total_of(power), self.profile.thermal)
             self._write_temps(power)
+        self._files.flush()  # the tree shows the state it opens in, to any process
+        watch_tree(self.root, self)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -174,8 +180,10 @@ class VirtualOrin:
         return f"VirtualOrin({self.profile.name!r}, root={str(self.root)!r})"
 
     def start(self, tick_s: float = 0.02, realtime: bool = True) -> None:
-        """Keep the files current from a background thread (every tick_s). With realtime,
-        virtual time also advances by wall time at idle power (except while driven)."""
+        """Answer control writes and keep the files current, in tick_s steps: on each read by this
+        process, and from a background thread on a coarse tick for other processes (see
+        RENDER_TICK_S). With realtime, virtual time also advances by wall time at idle power
+        (except while driven), in tick_s steps."""
         with self._lock:
             self._tick_s = tick_s
             self._realtime = realtime
@@ -198,8 +206,13 @@ class VirtualOrin:
         if self._closed:
             return
         self.stop()
-        self._closed = True
-        self._files.close()
+        with self._lock:
+            unwatch_tree(self.root, self)
+            if not self._temporary:  # the next command's twin opens on this tree
+                with contextlib.suppress(DeviceError):
+                    self._files.flush()
+            self._closed = True
+            self._files.close()
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -234,9 +247,11 @@ class VirtualOrin:
     # ------------------------------------------------------------------ time and energy
 
     def sync(self) -> None:
-        """Read the control files, settle governors and caps, write the current state."""
+        """Read the control files, settle governors and caps, and render the state's files."""
         with self._lock:
+            self._files.stale = True
             self._refresh(self._trace)
+            self._files.flush()
 
     def run_step(self, trace: StepTrace | StepMix) -> TwinStep:
         """One training step at the current control state: advances virtual time by its
@@ -251,6 +266,7 @@ class VirtualOrin:
             trace = trace.parts[0][1]
         with self._lock:
             self._note_step()
+            self._files.check()  # a control written by a process that did not tell us
             clocks, est, power = self._refresh(trace)
             assert est is not None
             self._accumulate(power, est.time_s)
@@ -268,6 +284,7 @@ class VirtualOrin:
     def _run_mix(self, mix: StepMix) -> TwinStep:
         with self._lock:
             self._note_step()
+            self._files.check()
             time_s, util = 0.0, 0.0
             energy: dict[str, float] = {}
             for weight, part in mix.parts:
@@ -293,12 +310,14 @@ class VirtualOrin:
         with self._lock:
             self._trace = None
             self._last_step = None
+            self._files.check()
             _clocks, _est, power = self._refresh(None)
             self._accumulate(power, seconds)
             self._write_temps(power)
 
     def now(self) -> float:
         with self._lock:
+            self._meter_read()
             return self._t
 
     def rail_update_interval_s(self) -> float:
@@ -309,38 +328,92 @@ class VirtualOrin:
 
     def energy_j(self) -> dict[str, float]:
         with self._lock:
+            self._meter_read()
             return dict(self._energy)
 
     def rail_powers_mw(self) -> dict[str, float]:
         with self._lock:
+            self._meter_read()
             return dict(self._power)
 
     def temperatures_c(self) -> dict[str, float]:
         with self._lock:
+            self._meter_read()
             return dict(self._temps)
 
     def clocks(self) -> Clocks:
         """The clocks the board runs at now (after the last sync)."""
         with self._lock:
+            self._meter_read()
             return self._clocks
+
+    # ------------------------------------------------------------------ readers and writers
+
+    def tree_read(self, rels: Sequence[str]) -> None:
+        """This process is about to read these files of the tree (SysfsTree, OpenFiles): settle the
+        state if a tick has passed or a control was written, then render those files."""
+        self._last_read = time.monotonic()
+        with self._lock:
+            if self._closed or self._settling:  # a read from a signal handler amid a settle: files as they are
+                return
+            try:
+                self._catch_up(reread=True)
+                self._files.flush(rels)
+            except (DeviceError, OSError) as exc:  # the reader then reads what the file held
+                log.warning("twin: cannot render %s: %s", ", ".join(rels), exc)
+
+    def tree_written(self, rel: str) -> None:
+        """This process wrote a file of the tree: read the controls again before the next settle."""
+        with self._lock:
+            if not self._closed:
+                self._files.written_by_other(rel)
 
     # ------------------------------------------------------------------ internals
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._tick_s):
+        while not self._stop.wait(self._loop_period()):
             try:
                 with self._lock:
-                    now = time.monotonic()
-                    dt, self._wall = now - self._wall, now
-                    if self._realtime and self._driven == 0:
-                        self.advance_idle(dt)
-                    else:
-                        self.sync()
+                    self._files.stale = True  # another process may have written a control file
+                    self._tick()
+                    self._files.flush()  # for readers in other processes
             except Exception:  # keep the board alive; a reader may have raced a writer
                 if not self.root.exists():
                     log.warning("twin root %s vanished; stopping the sync thread", self.root)
                     return
                 log.exception("twin sync failed")
+
+    def _loop_period(self) -> float:
+        """Coarse while something reads the twin (this process's readers are served when they read),
+        slower once nothing has for QUIET_AFTER_S."""
+        quiet = time.monotonic() - self._last_read > QUIET_AFTER_S
+        return max(self._tick_s, QUIET_TICK_S if quiet else RENDER_TICK_S)
+
+    def _tick(self) -> None:
+        """One tick of the board: idle time passes (realtime, undriven), or the state is settled again."""
+        now = time.monotonic()
+        dt, self._wall = now - self._wall, now
+        if self._realtime and self._driven == 0:
+            self.advance_idle(dt)
+        else:
+            self._refresh(self._trace)
+
+    def _catch_up(self, *, reread: bool) -> None:
+        """Tick now if a control file was written, or (started) if the thread would have: a tick has
+        passed since the last; `reread`: see then whether another process wrote a control file. A
+        twin not started moves only with steps, syncs and writes."""
+        if self._thread is not None and time.monotonic() - self._wall >= self._tick_s:
+            if reread:
+                self._files.check()
+        elif not self._files.stale:
+            return
+        self._tick()
+
+    def _meter_read(self) -> None:
+        """A read of the twin's figures: while it idles on the wall clock, its time first catches up."""
+        self._last_read = time.monotonic()
+        if self._realtime and self._driven == 0:
+            self._catch_up(reread=False)
 
     def _accumulate(self, power: Mapping[str, float], dt: float) -> None:
         for name, mw in power.items():
@@ -350,9 +423,17 @@ class VirtualOrin:
             self._thermal = self._thermal.advance(total_of(power), dt, self.profile.thermal)
 
     def _refresh(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
-        """Settle the state on `trace` (None: idle) at the control files' settings and write it out.
+        """Settle the state on `trace` (None: idle) at the control files' settings and put it in the
+        state files (in memory: rendered when read, or on the sync thread's tick).
         A multi-part StepMix shows its mean power (fast.mix_estimate) and its heaviest part's clocks,
         load and phases; the estimate returned is then that part's."""
+        self._settling = True
+        try:
+            return self._settle(trace)
+        finally:
+            self._settling = False
+
+    def _settle(self, trace: StepTrace | StepMix | None) -> tuple[Clocks, StepEstimate | None, dict[str, float]]:
         self._trace = trace
         control = self._read_control()
         cap = self.profile.thermal.throttle_gpu_hz if throttling(self._temps, self.profile.thermal) and self._thermal else None

@@ -5,6 +5,7 @@ the check that nobody else can change the folder under us."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -12,6 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from engine.core import paths
 from engine.core.errors import ConfigError, DeviceError
 from engine.device.jetson.discovery import discover
 from engine.device.nvpmodel import EMC_CAP_FILE, format_conf
@@ -102,6 +104,16 @@ def marker_layout(root: Path, profile_name: str, default: str) -> str:
     return layout
 
 
+def tree_remedy(err: int | None) -> str:
+    """What to do when the twin's tree cannot be written, by why (a full disk is not a wrong path)."""
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on its disk (`df -h`), or give the twin a folder on another disk ($SLM_DVFS_TWIN_DIR)"
+    if err in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "give the twin a folder you may write ($SLM_DVFS_TWIN_DIR), then try again"
+    return ("give the twin an empty or new folder (a path through a file, or one that holds something else, "
+            "cannot hold its tree; $SLM_DVFS_TWIN_DIR), then try again")
+
+
 def check_folder(root: Path) -> None:
     """Refuse a twin folder that someone else could change under us: links put in it (or the folder
     swapped for another) would have us read or write files outside it, with root's rights when we
@@ -132,17 +144,17 @@ def check_folder(root: Path) -> None:
             raise ConfigError(
                 f"the twin folder {root} is not safe to use: {why}; another user could put links in it "
                 "that make slm-dvfs read or write files outside it" + (" as root" if uid == 0 else ""),
-                "give the twin a folder of your own that nobody else can change: as root, a private state "
-                "dir (`export SLM_DVFS_STATE_DIR=$(mktemp -d)`), never a fixed path under /tmp or another "
+                "give the twin a folder of your own that nobody else can change: as root, a private twins' "
+                "folder (`export SLM_DVFS_TWIN_DIR=$(mktemp -d)`), never a fixed path under /tmp or another "
                 f"user's folder; or, if you made {root} yourself, remove it and start again",
             )
 
 
 def fast_tmp() -> str | None:
-    """A memory-backed folder for temporary twins where there is one: the sync thread
-    replaces files many times a second, which a journalling disk makes slow."""
-    shm = "/dev/shm"
-    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+    """A memory-backed folder for temporary twins where there is one: the twin renders its files
+    while it runs, which a journalling disk makes slow."""
+    shm = paths.memory_dir()
+    return None if shm is None else str(shm)
 
 
 def put_text(root: Path, rel: str, text: str) -> None:

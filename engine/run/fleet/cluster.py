@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from engine.core import paths
 from engine.core.errors import ConfigError
 from engine.core.text import shown
 from engine.core.userinput import parse_int
@@ -287,7 +288,8 @@ def _local_twins(ray: ModuleType, n: int, profile: str, folder: str | Path | Non
     if n < 1:
         raise ConfigError(f"a fleet of {n} twins", "give --twins 1 or more")
     module = load_profile(profile).identity.module  # an unknown profile fails here, before Ray starts
-    temporary = None if folder is not None else tempfile.TemporaryDirectory(prefix="slm-dvfs-fleet-")
+    # the twins' trees on a memory-backed folder where there is one (engine.core.paths.memory_dir)
+    temporary = None if folder is not None else tempfile.TemporaryDirectory(prefix="slm-dvfs-fleet-", dir=paths.memory_dir())
     root = Path(folder if folder is not None else temporary.name)  # type: ignore[union-attr]
     root.mkdir(parents=True, exist_ok=True)
     try:
