@@ -16,7 +16,6 @@ import pytest
 from conftest import IsolatedEnv
 from engine.cli import main
 from engine.core.provenance import Source
-from engine.results.errors import CorruptStoreError
 from engine.results.store import DeviceRecord, Store, WorkloadRecord
 from engine.results.store.db import writers_dir
 from engine.results.totals import RunTotals
