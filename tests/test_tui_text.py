@@ -261,12 +261,19 @@ async def test_the_compare_page_keeps_every_figure_whole_and_in_words(
 async def test_the_run_page_keeps_every_figure_whole_with_its_source(
         twin_session: DeviceSession, results_store: Store, size: tuple[int, int]) -> None:
     from tui.runstate import MIN_SPREAD_STEPS
+    from tui.widgets.charts import HistoryGraph
 
     app = make_app(twin_session, store=results_store)
     async with drive(app, size=size) as ui:
         app.start_experiment(simulated_spec(5_000_000, compare="maxn"), callbacks=[pace])
         await ui.press("3")
-        await ui.wait_for(RunProgress, until=lambda: app.run_view.step > MIN_SPREAD_STEPS + 2)
+
+        def rails_drawn() -> bool:  # the pane mounts a graph per rail with its first energy window: laid out
+            graphs = app.screen.query("#run-rails HistoryGraph").results(HistoryGraph)
+            graphs = list(graphs)
+            return bool(graphs) and all(g.content_size.width for g in graphs)
+
+        await ui.wait_for(RunProgress, until=lambda: app.run_view.step > MIN_SPREAD_STEPS + 2 and rails_drawn())
         await ui.settle()
         text = assert_whole(app, "#run-rails", "#run-progress", "#run-chart", "#run-temps-box")
         lines = text.splitlines()
