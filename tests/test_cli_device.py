@@ -122,3 +122,71 @@ def test_pin_checks_every_clock_before_the_first_write(capsys: pytest.CaptureFix
     captured = capsys.readouterr()
     assert "1500 MHz" in captured.err and "GPU pinned" not in captured.out
     assert _gpu_range(capsys) == before
+
+
+# --- a twin's tree gone at reboot (issue 24: trees on tmpfs, journals on disk) -------------------
+def _pin_then_reboot(capsys: pytest.CaptureFixture[str]) -> Path:
+    """Pin the twin, then remove its tree as a reboot empties /dev/shm; the pin's journal path."""
+    import shutil
+
+    from engine.device.session import twin_root
+
+    assert main(["pin", "--twin", "agx-orin-64gb", "--gpu", "612"]) == 0
+    journal = Path(capsys.readouterr().out.split("journalled in ")[1].split(";")[0])
+    assert journal.exists()
+    shutil.rmtree(twin_root("agx-orin-64gb"))
+    return journal
+
+
+@pytest.mark.parametrize("args", [["restore"], ["restore", "--twin", "agx-orin-64gb"]])
+def test_restore_drops_the_pin_of_a_twin_whose_tree_the_reboot_removed(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = _pin_then_reboot(capsys)
+    assert main(args) == 0  # was 1, "delete <journal>" by hand
+    out = capsys.readouterr().out
+    assert f"dropped: {journal.name}" in out and "starts from its defaults" in out
+    assert not journal.exists()
+    assert main(["restore"]) == 0 and "nothing to restore" in capsys.readouterr().out
+
+
+def test_a_twins_journal_is_known_by_its_marker_outside_the_twin_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = _pin_then_reboot(capsys)
+    assert json.loads(journal.read_text())["twin"] is True  # recorded when the guard wrote it
+    monkeypatch.setenv("SLM_DVFS_TWIN_DIR", str(tmp_path / "elsewhere"))  # the tree is no longer under it
+    assert main(["restore"]) == 0 and f"dropped: {journal.name}" in capsys.readouterr().out
+    assert not journal.exists()
+
+
+def test_a_gone_non_twin_root_still_needs_the_user(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    journal = _pin_then_reboot(capsys)
+    data = json.loads(journal.read_text())
+    data["twin"] = False  # as a board's journal (or one from before the marker) ...
+    data["device"]["root"] = str(tmp_path / "board-tree")  # ... naming a tree outside the twin dir, now gone
+    journal.write_text(json.dumps(data))
+    assert main(["restore"]) == 1
+    err = capsys.readouterr().err
+    assert "no longer exists" in err and f"delete {journal}" in err
+    assert journal.exists()  # a board's journal is never dropped silently
+
+
+def test_a_dead_sessions_journal_of_a_rebooted_twin_is_dropped_quietly_at_start_up(
+    isolated_env: object, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    journal = _pin_then_reboot(capsys)
+    data = json.loads(journal.read_text())
+    data.update(kind="session", twin=False)  # from before the marker: known by its root under the twin dir
+    data["session_lock"] = str(Path(isolated_env.state_dir) / "sessions" / "1-1.lock")  # type: ignore[attr-defined]
+    session = journal.with_name(journal.name.replace("pinned", "session-1-1"))
+    journal.rename(session)
+    session.write_text(json.dumps(data))
+    with caplog.at_level(logging.INFO, logger="engine.device.guard"):
+        # another board's command recovers every dead session first (board_notes, as the TUI's start-up)
+        assert main(["device", "--twin", "orin-nano-8gb"]) == 0
+    assert not session.exists()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # was "cannot restore ... kept"
+    assert any("starts from its defaults" in r.getMessage() for r in caplog.records)

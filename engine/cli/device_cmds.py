@@ -423,7 +423,12 @@ def cmd_restore(args: argparse.Namespace) -> int:
                               "(`/` on a board, the folder a test or twin tree was rendered in), or leave it out to "
                               "restore every board's journals")
     report = restore_report(root=root)
+    for j in report.dropped:  # said even when nothing else happened: the journal the user saw is gone
+        print(f"dropped: {j.path.name}: the twin's tree {j.device.get('root', '?')} is gone (reset at reboot): "
+              f"nothing to restore, the twin starts from its defaults")
     if not report.restored and not report.problems:
+        if report.dropped:
+            return 0
         print(f"nothing to restore{' for ' + root if root else ''}: no pinned clocks and no journal left by a dead run")
         return 0
     for line in describe_journals(report.restored):

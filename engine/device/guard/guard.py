@@ -42,6 +42,7 @@ from engine.device.guard.journal import (
     device_key,
     device_root,
     ensure_dir,
+    is_twin_tree,
     journal_dir,
     move_aside,
     process_start,
@@ -147,6 +148,7 @@ class ClockGuard:
                 settings=self.snapshot,
                 path=path,
                 session_lock=str(session_lock()),
+                twin=is_twin_tree(root),  # so a restore after a reboot knows the gone tree was a twin's
             )
             atomic_write(path, journal.to_json())
         except BaseException:

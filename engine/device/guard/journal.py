@@ -35,6 +35,7 @@ from engine.core.errors import DeviceError, SlmDvfsError, errno_text
 from engine.core.jsontypes import JsonObject
 from engine.device.base import Device, DeviceSettings
 from engine.device.guard.lock import board_key, read_small, session_alive
+from engine.device.treefs import TWIN_MARKER
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,18 @@ class Journal:
     jetson_clocks_store: str | None = None  # `jetson_clocks --store` file to restore from first
     session_lock: str | None = None  # the writer's session lock: free once it is gone
     runs: tuple[int, ...] = ()  # results-store run ids the session was recording
+    twin: bool = False  # the root was a digital twin's tree (its marker file): gone at reboot, nothing to restore
+
+    @property
+    def twin_reset(self) -> bool:
+        """A twin's tree that is gone (reset by a reboot, /dev/shm, or deleted): nothing is left to
+        restore, the twin starts from its defaults. Told by the marker recorded when it was written
+        or, for a journal from before that, by a root under the twins' folder. A board's root (`/`,
+        any other tree) that is gone is not this: its journal is kept and reported."""
+        root = device_root(self.device)
+        if root is None or os.path.realpath(root) == "/" or os.path.exists(root):
+            return False
+        return self.twin or in_twin_dir(root)
 
     def to_json(self) -> JsonObject:
         return {
@@ -71,6 +84,7 @@ class Journal:
             "jetson_clocks_store": self.jetson_clocks_store,
             "session_lock": self.session_lock,
             "runs": list(self.runs),
+            "twin": self.twin,
         }
 
     @classmethod
@@ -94,6 +108,7 @@ class Journal:
                 else str(data["jetson_clocks_store"]),
                 session_lock=None if data.get("session_lock") is None else str(data["session_lock"]),
                 runs=tuple(int(r) for r in data.get("runs") or ()),
+                twin=data.get("twin") is True,
             )
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UnreadableJournal(
@@ -175,6 +190,36 @@ def device_root(description: Mapping[str, object]) -> str | None:
     """The root a device description names (None: a device without one)."""
     root = description.get("root")
     return None if root is None else str(root)
+
+
+def is_twin_tree(root: str | None) -> bool:
+    """Whether a device root is a digital twin's tree (it holds the twin's marker file)."""
+    return root is not None and os.path.realpath(root) != "/" and os.path.isfile(os.path.join(root, TWIN_MARKER))
+
+
+def in_twin_dir(root: str) -> bool:
+    """Whether a root lies in the twins' folder (engine.core.paths.twin_dir)."""
+    folder = os.path.realpath(paths.twin_dir())
+    try:
+        return os.path.commonpath([folder, os.path.realpath(root)]) == folder
+    except ValueError:
+        return False
+
+
+def drop_reset_twins(journals: list[Journal]) -> tuple[list[Journal], list[Journal]]:
+    """(kept, dropped): the journals of a twin whose tree is gone (`Journal.twin_reset`) are
+    deleted, with an info line, unless their session still runs; the others are kept."""
+    kept: list[Journal] = []
+    dropped: list[Journal] = []
+    for j in journals:
+        if j.twin_reset and not (j.kind == SESSION and j.owner_alive()):
+            j.path.unlink(missing_ok=True)
+            log.info("dropped clock journal %s: the twin's tree %s is gone (reset at reboot?); nothing to "
+                     "restore, the twin starts from its defaults", j.path.name, device_root(j.device))
+            dropped.append(j)
+        else:
+            kept.append(j)
+    return kept, dropped
 
 
 def device_key(description: Mapping[str, object]) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from engine.core.errors import SlmDvfsError
 from engine.device.base import Device
 from engine.core.text import clean_text
-from engine.device.guard.journal import PINNED, device_key, journal_dir, list_journals
+from engine.device.guard.journal import PINNED, device_key, drop_reset_twins, journal_dir, list_journals
 from engine.device.guard.lock import board_busy, board_lock_dir
 from engine.device.guard.restore import recover_stale
 from engine.device.guard.trust import read_pin_marker
@@ -32,7 +32,8 @@ def board_notes(device: Device, directory: Path | None = None) -> list[str]:
                      f"did not exit cleanly (pid {j.pid})")
     description = device.describe()
     key, root = device_key(description), description.get("root")
-    pins = [str(j.path) for j in list_journals(directory) if j.kind == PINNED and device_key(j.device) == key]
+    pins = [str(j.path) for j in drop_reset_twins(list_journals(directory))[0]
+            if j.kind == PINNED and device_key(j.device) == key]
     lock_dir = board_lock_dir(str(root)) if root else directory
     marker = read_pin_marker(lock_dir, key)  # a pin made by another user or state dir (its journal is not in ours)
     if marker is not None and str(marker.get("journal")) not in pins:
@@ -55,4 +56,5 @@ def board_notes(device: Device, directory: Path | None = None) -> list[str]:
 def pinned_boards(directory: Path | None = None) -> list[str]:
     """One line per board left pinned by `slm-dvfs pin` in our state dir (for commands without a board)."""
     return [f"the clocks of {j.device.get('root', '?')} are left pinned by `slm-dvfs pin` (journal {j.path}); "
-            f"`slm-dvfs restore` puts them back" for j in list_journals(directory) if j.kind == PINNED]
+            f"`slm-dvfs restore` puts them back" for j in drop_reset_twins(list_journals(directory))[0]
+            if j.kind == PINNED]  # a twin's pin whose tree is gone (reset at reboot) is dropped, not reported

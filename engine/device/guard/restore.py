@@ -21,6 +21,7 @@ from engine.device.guard.journal import (
     JournalProblem,
     device_key,
     device_root,
+    drop_reset_twins,
     journal_dir,
     list_journals,
     reopen_device,
@@ -38,6 +39,7 @@ class RestoreReport:
 
     restored: tuple[Journal, ...] = ()
     problems: tuple[JournalProblem, ...] = field(default=())
+    dropped: tuple[Journal, ...] = ()  # a twin's, its tree gone (reset at reboot): nothing to restore
 
 
 
@@ -119,6 +121,7 @@ def recover_stale(directory: Path | None = None) -> list[Journal]:
     directory = directory or journal_dir()
     restored: list[Journal] = []
     dead = [j for j in list_journals(directory) if j.kind == SESSION and not j.owner_alive()]
+    dead, _ = drop_reset_twins(dead)  # a twin's tree gone at reboot: nothing to restore, not a warning
     for key, journals in _by_device(dead).items():
         oldest, *newer = journals  # list_journals sorts by creation time
         root = device_root(oldest.device)
@@ -162,6 +165,7 @@ def restore_report(directory: Path | None = None, root: str | None = None) -> Re
         only = board_key(root)
         journals = [j for j in journals if device_key(j.device) == only]
         bad = [b for b in bad if b.root is None or board_key(b.root) == only]
+    journals, dropped = drop_reset_twins(journals)
     problems = list(bad)
     live = _by_device([j for j in journals if j.kind == SESSION and j.owner_alive()])
     todo = _by_device([j for j in journals if not (j.kind == SESSION and j.owner_alive())])
@@ -202,7 +206,7 @@ def restore_report(directory: Path | None = None, root: str | None = None) -> Re
         restored.append(oldest)
     if root is not None:
         problems += _foreign_pin(root, directory)
-    return RestoreReport(tuple(restored), tuple(problems))
+    return RestoreReport(tuple(restored), tuple(problems), tuple(dropped))
 
 
 def _foreign_pin(root: str, directory: Path) -> list[JournalProblem]:
