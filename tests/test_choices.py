@@ -1,4 +1,4 @@
-"""The fixed sets (precision, mode, padding, run status, objective kind) are parsed once at the edge:
+"""The fixed sets (precision, mode, padding, run status, source, objective kind) are parsed once at the edge:
 a value outside one is a clear error listing the set, through the path a user takes; a stored row
 holding one is the store's corruption error naming the row, never passed on."""
 
@@ -91,6 +91,43 @@ def test_a_stored_workload_mode_outside_the_set_is_named_as_corrupt(tmp_path: Pa
     with Store(db) as store, pytest.raises(CorruptStoreError) as exc:
         store.get_workload(1)
     assert isinstance(exc.value, CorruptRowError) and (exc.value.row, exc.value.column) == ("workload 1", "mode")
+
+
+@pytest.mark.parametrize("table, argv, row", [
+    ("sweeps", ["sweeps"], "sweep s1"),
+    ("sweep_points", ["show", "s1"], "sweep s1's point 1"),
+    ("runs", ["runs"], "run 1"),
+    ("workloads", ["runs"], "workload 1"),
+])
+def test_a_stored_source_outside_the_set_is_named_as_corrupt(tmp_path: Path, monkeypatch, capsys, table, argv,
+                                                             row) -> None:
+    db = _imported_store(tmp_path, monkeypatch)
+    from engine.results.store import Store
+
+    with Store(db) as store:
+        store.start_run(policy="maxn", source="twin", workload=1)
+    capsys.readouterr()
+    _edit(db, f"UPDATE {table} SET source = 'guessed'")
+    # Cleanly closed, the store is not checked at open: the row reader names the value (no ValueError).
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{row} holds source 'guessed'" in err and "measured, twin, predicted" in err and "Traceback" not in err
+
+
+def test_a_stored_comparison_source_outside_the_set_is_named_as_corrupt(tmp_path: Path, monkeypatch) -> None:
+    from engine.results.errors import CorruptRowError
+    from engine.results.records import ComparisonRecord
+    from engine.results.store import Store
+
+    db = _imported_store(tmp_path, monkeypatch)
+    with Store(db) as store:
+        run = store.start_run(policy="maxn", source="twin", workload=1)
+        store.add_comparison(ComparisonRecord(run_id=run, baseline_run_id=run, saving_pct=0.0, slowdown_pct=0.0,
+                                              source="twin"))
+    _edit(db, "UPDATE comparisons SET source = 'guessed'")
+    with Store(db) as store, pytest.raises(CorruptRowError) as exc:
+        store.comparisons_for(run)
+    assert (exc.value.row, exc.value.column, exc.value.value) == ("comparison 1", "source", "guessed")
 
 
 def test_the_setup_form_parses_its_selects(isolated_env) -> None:

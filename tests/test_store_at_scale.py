@@ -312,3 +312,39 @@ def test_a_forked_child_closing_its_copy_leaves_the_parents_marker(isolated_env:
         assert not other.open_checked  # the parent's marker is still there and held: not taken for dead
         other.close()
     assert list(writers_dir(db).iterdir()) == []
+
+
+def test_a_marker_is_seen_only_once_its_lock_is_held(isolated_env: IsolatedEnv, tmp_path: Path,
+                                                     statements: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A writer creates its marker under a pending name and renames it into place once flocked: an open
+    in between sees no marker with a free lock, so never takes a live writer for a dead one (and unlinks
+    its marker, hiding its later crash)."""
+    import errno
+    import fcntl
+    import os
+
+    db = tmp_path / "r.sqlite"
+    _filled(db)
+    pending = writers_dir(db) / ".123-456-abc"  # a writer between its create and its flock
+    pending.touch()
+    statements.clear()
+    assert main(["runs", "--db", str(db)]) == 0
+    assert "maxn" in capsys.readouterr().out
+    assert _checks(statements) == 0 and pending.exists()  # not a dead writer: not checked, not unlinked
+    synced: list[int] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_ino), fsync(fd))[1])
+    with Store(db) as s:
+        s.start_run(policy="maxn", source=Source.TWIN, seed=9, steps=1)
+        assert writers_dir(db).stat().st_ino in synced  # the rename survives a power cut
+        (marker,) = [p for p in writers_dir(db).iterdir() if p != pending]
+        assert not marker.name.startswith(".")
+        fd = os.open(marker, os.O_RDONLY)  # another open file: as another process would try it
+        try:
+            with pytest.raises(OSError) as exc:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            assert exc.value.errno in (errno.EWOULDBLOCK, errno.EAGAIN)  # held from the moment it is seen
+        finally:
+            os.close(fd)
+    assert list(writers_dir(db).iterdir()) == [pending]

@@ -117,7 +117,8 @@ def test_the_app_never_calls_a_page_nor_tells_page_classes_apart() -> None:
 async def test_history_reads_a_page_at_a_time_and_shows_rows_past_the_first(twin_session: DeviceSession,
                                                                           results_store: Store) -> None:
     """Issue 24: History reads the store a page at a time; moving onto the last row read asks for the
-    next page (a message up), and the older runs and sweeps show below."""
+    next page (a message up), and the older runs and sweeps show below, each table's cursor on the row it
+    was on."""
     from engine.core.provenance import Source
     from engine.results.history import PAGE_ROWS
     from engine.results.store import DeviceRecord, SweepPoint, WorkloadRecord
@@ -152,5 +153,7 @@ async def test_history_reads_a_page_at_a_time_and_shows_rows_past_the_first(twin
         sweeps.move_cursor(row=PAGE_ROWS - 1)
         await ui.until(lambda: sweeps.row_count == PAGE_ROWS + extra, "the sweeps' next page")
         assert app.records.sweeps[-1][0].id == 1 and app.records.sweeps[-1][2] == 1
+        assert sweeps.cursor_row == PAGE_ROWS - 1  # where it was, as the runs' (not row 0)
+        assert runs.cursor_row == PAGE_ROWS - 1  # the sweeps' page left the runs' cursor alone
         await ui.press("q")
     assert app.return_code == 0

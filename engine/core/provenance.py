@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from engine.core.constants import parse_choice
 from engine.core.jsontypes import JsonObject
 
 
@@ -15,6 +16,14 @@ class Source(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+SOURCES: tuple[str, ...] = tuple(s.value for s in Source)
+
+
+def parse_source(value: object) -> Source:
+    """A source as stored or written (measured, twin, predicted); else UnknownChoiceError listing them."""
+    return Source(parse_choice(value, SOURCES, "source"))
 
 
 # --------------------------------------------------------------------------- eval metrics

@@ -13,7 +13,7 @@ from engine.core.constants import Mode, Padding, Precision, parse_choice, parse_
 from engine.core.errors import ConfigError
 from engine.results.errors import stored_choice
 from engine.core.jsontypes import JsonObject, as_object
-from engine.core.provenance import MetricProvenance, Source
+from engine.core.provenance import MetricProvenance, Source, parse_source
 from engine.core.trace import StepTrace
 from engine.device.base import DeviceIdentity
 from engine.device.power import PowerSample
@@ -464,7 +464,7 @@ def workload_from_row(r: sqlite3.Row, prefix: str = "") -> WorkloadRecord:
         seq_len=r[prefix + "seq_len"], precision=stored_choice(parse_precision, r[prefix + "precision"], row, "precision"),
         mode=stored_choice(parse_mode, r[prefix + "mode"], row, "mode"),
         family=r[prefix + "family"], params=r[prefix + "params"], data_source=r[prefix + "data_source"],
-        features=json.loads(r[prefix + "features"]), source=Source(r[prefix + "source"]),
+        features=json.loads(r[prefix + "features"]), source=stored_choice(parse_source, r[prefix + "source"], row, "source"),
         lora=_lora_from_text(r[prefix + "lora"]) if prefix + "lora" in r.keys() else None,
         grad_checkpointing=bool(r[prefix + "grad_checkpointing"]) if prefix + "grad_checkpointing" in r.keys()
         else False,
@@ -482,7 +482,7 @@ def run_from_row(r: sqlite3.Row) -> RunRecord:
     synthetic = r["synthetic"]
     return RunRecord(
         id=r["id"], policy=r["policy"], status=stored_choice(parse_status, r["status"], f"run {r['id']}", "status"),
-        source=Source(r["source"]), started_at=r["started_at"],
+        source=stored_choice(parse_source, r["source"], f"run {r['id']}", "source"), started_at=r["started_at"],
         device_id=r["device_id"], workload_id=r["workload_id"], objective=r["objective"],
         setting=from_json_text(r["setting"]), seed=r["seed"], steps=r["steps"], samples=r["samples"],
         finished_at=r["finished_at"], wall_s=r["wall_s"], time_s=r["time_s"], energy_j=r["energy_j"],

@@ -103,6 +103,7 @@ class HistoryScreen(PageScreen):
         if runs:
             table.move_cursor(row=min(keep, len(runs) - 1))
         st = self.query_one("#sweeps", DataTable)
+        keep_sweep = st.cursor_row  # clear() puts the cursor on row 0: a next page must not move it
         st.clear()
         for s, workload, n in sweeps:
             space = s.space.get("space") or ("explicit" if s.space.get("settings") else "")
@@ -114,6 +115,8 @@ class HistoryScreen(PageScreen):
                            cut(f"{space} {method}".strip(), SPACE_W), sweep_progress(s, n), s.source.value,
                            sweep_state(s))
             st.add_row(str(s.id), *(f" {c}" for c in sweep_cells), key=str(s.id))
+        if sweeps:
+            st.move_cursor(row=min(keep_sweep, len(sweeps) - 1))
         if not runs and not sweeps:
             self.say("The store holds no runs or sweeps yet.")
         elif not runs and self.focused is not st:

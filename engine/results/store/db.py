@@ -57,6 +57,10 @@ def inserted_id(cur: sqlite3.Cursor) -> int:
 
 
 WRITERS_SUFFIX = ".writers"
+# A marker being made: created and flocked under this name, then renamed into place, so that no open sees
+# a marker whose lock is free only because its live writer has not taken it yet. Its writer has written
+# nothing yet, so stale_writers ignores it.
+PENDING_PREFIX = "."
 
 
 def writers_dir(path: Path) -> Path:
@@ -76,6 +80,8 @@ def stale_writers(path: Path) -> list[Path] | None:
         return None  # cannot tell: check
     stale = []
     for name in names:
+        if name.startswith(PENDING_PREFIX):
+            continue  # not yet locked, nothing yet written (PENDING_PREFIX)
         marker = folder / name
         try:
             fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -93,6 +99,20 @@ def stale_writers(path: Path) -> list[Path] | None:
         finally:
             os.close(fd)
     return stale
+
+
+def _sync_folder(folder: Path, path: Path) -> None:
+    """fsync a folder, so that a marker just renamed into it survives a power cut (its writer's crash is
+    then still seen). A file system that cannot is said, not refused: the file itself is no less safe."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning("%s: cannot sync %s (%s): a power cut may lose a writer's marker, and with it the check "
+                    "at the next open (`slm-dvfs check` still runs it)", path, folder, exc.strerror)
 
 
 @dataclass(frozen=True)
@@ -188,16 +208,23 @@ class Database:
         if self._marker is not None:
             return
         folder = writers_dir(self.path)
-        marker = folder / f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
+        name = f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
+        marker, pending = folder / name, folder / (PENDING_PREFIX + name)
+        fd = -1
         try:
             folder.mkdir(exist_ok=True)
-            fd = os.open(marker, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fd = os.open(pending, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(pending, marker)  # seen under its name only once held (PENDING_PREFIX)
         except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+                pending.unlink(missing_ok=True)
             raise StoreError(f"cannot write to the results database {self.path}: cannot create {marker} "
                              f"({exc.strerror})", "make its folder writable, or pass another --db; nothing "
                              "of this step was written") from None
-        fcntl.flock(fd, fcntl.LOCK_EX)
         self._marker = (marker, fd, os.getpid())
+        _sync_folder(folder, self.path)
 
     def _drop_marker(self) -> None:
         """Remove this connection's marker (a clean close): unlinked before its lock is let go, so that

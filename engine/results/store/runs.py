@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from engine.core.errors import ConfigError
-from engine.core.provenance import Source
+from engine.core.provenance import Source, parse_source
 from engine.device.power import PowerSample
 from engine.results.compare import Comparison, compare_records
 from engine.results.store.db import Database, SqlValue, inserted_id
-from engine.results.errors import UnknownRecordError
+from engine.results.errors import UnknownRecordError, stored_choice
 from engine.results.records import (
     ABANDONED,
     ComparisonRecord,
@@ -346,7 +346,8 @@ class RunTables(Database):
                            (run_id, run_id))
         return [ComparisonRecord(run_id=r["run_id"], baseline_run_id=r["baseline_run_id"],
                                  saving_pct=r["saving_pct"], slowdown_pct=r["slowdown_pct"],
-                                 source=Source(r["source"]), rails=r["rails"], id=r["id"],
+                                 source=stored_choice(parse_source, r["source"], f"comparison {r['id']}", "source"),
+                                 rails=r["rails"], id=r["id"],
                                  created_at=r["created_at"]) for r in rows]
 
 

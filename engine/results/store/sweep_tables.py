@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from engine.core.errors import ConfigError
-from engine.core.provenance import Source
+from engine.core.provenance import Source, parse_source
 from engine.core.text import clean_text, shown
 from engine.results.store.db import Database, SqlValue, inserted_id
 from engine.results.errors import StoreError, SweepInUseError, UnknownRecordError, stored_choice
@@ -235,8 +235,8 @@ class SweepTables(Database):
             SweepPoint(
                 sweep_id=r["sweep_id"], setting=json.loads(r["setting"]), repeat=r["repeat"], time_s=r["time_s"],
                 energy_j=r["energy_j"], samples=r["samples"], rail_energy_j=json.loads(r["rail_energy_j"]),
-                avg_power_w=r["avg_power_w"], source=Source(r["source"]), id=r["id"], created_at=r["created_at"],
-                device_id=r["device_id"],
+                avg_power_w=r["avg_power_w"], id=r["id"], created_at=r["created_at"], device_id=r["device_id"],
+                source=stored_choice(parse_source, r["source"], f"sweep s{r['sweep_id']}'s point {r['id']}", "source"),
             )
             for r in rows
         ]
@@ -262,7 +262,8 @@ def _sweep_from_row(r: sqlite3.Row) -> SweepRecord:
         id=r["id"], device_id=r["device_id"], workload_id=r["workload_id"], space=json.loads(r["space"]),
         warmup_steps=r["warmup_steps"], steps=r["steps"], repeats=r["repeats"],
         status=stored_choice(parse_status, r["status"], f"sweep s{r['id']}", "status"),
-        source=Source(r["source"]), created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
+        source=stored_choice(parse_source, r["source"], f"sweep s{r['id']}", "source"),
+        created_at=r["created_at"], finished_at=r["finished_at"], label=r["label"],
         planned=r["planned"],
     )
 
