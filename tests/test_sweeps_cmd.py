@@ -143,13 +143,11 @@ KILLED_SWEEP = textwrap.dedent("""
     import os, signal, sys
     from engine.results.store.sweep_tables import SweepTables
     from engine.cli import main
-    add = SweepTables.add_point
-    def add_then_die(self, point):
-        out = add(self, point)
-        if len(self.sweep_points(point.sweep_id)) == 5:
-            os.kill(os.getpid(), signal.SIGKILL)  # killed mid-sweep, after its fifth point
-        return out
-    SweepTables.add_point = add_then_die
+    add = SweepTables.add_points
+    def add_then_die(self, points):  # a fast sweep stores its points in one commit: five of them, then die
+        add(self, points[:5])
+        os.kill(os.getpid(), signal.SIGKILL)  # killed mid-sweep, after its fifth point
+    SweepTables.add_points = add_then_die
     main(sys.argv[1:])
 """)
 
@@ -179,16 +177,13 @@ HELD_SWEEP = textwrap.dedent("""
     import sys
     import engine.results.store.sweep_tables as tables
     from engine.cli import main
-    add = tables.SweepTables.add_point
-    held = []
-    def add_then_wait(self, point):  # after its first stored point, the sweep waits for the test's word
-        out = add(self, point)
-        if not held:
-            held.append(point.sweep_id)
-            print("held", point.sweep_id, flush=True)
-            sys.stdin.readline()
-        return out
-    tables.SweepTables.add_point = add_then_wait
+    add = tables.SweepTables.add_points
+    def add_then_wait(self, points):  # after its first stored point, the sweep waits for the test's word
+        out = add(self, points[:1])
+        print("held", points[0].sweep_id, flush=True)
+        sys.stdin.readline()
+        return out + add(self, points[1:])
+    tables.SweepTables.add_points = add_then_wait
     sys.exit(main(sys.argv[1:]))
 """)
 

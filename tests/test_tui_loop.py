@@ -9,7 +9,7 @@ from engine.device.session import DeviceSession
 from engine.results.store import Store
 from engine.workload.spec import WorkloadSpec
 from test_tui_flow import env  # noqa: F401 - the flow tests' isolation and frozen trace
-from test_tui_text import open_from_history
+from test_tui_text import cancel_after, open_from_history
 from tui.screens.sweep import SweepScreen
 from tui_helpers import drive, make_app, plain
 
@@ -17,19 +17,12 @@ from tui_helpers import drive, make_app, plain
 @pytest.mark.slow  # traces bert-tiny at batch 8, length 32 and runs a sweep (~10 s)
 async def test_an_opened_lean_sweep_says_its_loop_and_resumes_as_lean(
         twin_session: DeviceSession, results_store: Store) -> None:
-    from engine.run.sweep import SweepPointDone, SweepSpec, run_sweep
-    from engine.workload.training.loop import TrainControl
+    from engine.run.sweep import SweepSpec, run_sweep
     from tui.messages import SweepDone
-
-    control = TrainControl()
-
-    def cancel_after_2(event: object) -> None:
-        if isinstance(event, SweepPointDone) and event.index == 2:
-            control.cancel()
 
     spec = SweepSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=32, padding="max_length", loop="lean"),
                      fast=True, twin="agx-orin-64gb")
-    run_sweep(spec, store=results_store, session=twin_session, callbacks=[cancel_after_2], control=control)
+    run_sweep(spec, store=results_store, session=twin_session, control=cancel_after(2))
     (stored,) = results_store.list_sweeps()
     assert results_store.get_workload(stored.workload_id).loop == "lean"
     app = make_app(twin_session, store=results_store, poll=False)

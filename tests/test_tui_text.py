@@ -27,6 +27,22 @@ SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 45)], ids=["80x24", "16
 MHZ = 1_000_000
 
 
+def cancel_after(points: int) -> Any:
+    """A TrainControl cancelled from point `points + 1` on. A fast sweep's events come after its one
+    commit, so a cancel comes through the control its loop reads before each point (as the TUI's does)."""
+    from engine.workload.training.loop import TrainControl
+
+    class CancelAfter(TrainControl):
+        reads = 0
+
+        @property
+        def cancelled(self) -> bool:
+            self.reads += 1
+            return self.reads > points
+
+    return CancelAfter()
+
+
 def region_text(app: Any, selector: str) -> str:
     """What the terminal shows inside a widget's region (its border included), one line a row."""
     region = app.screen.query_one(selector).region
@@ -123,23 +139,11 @@ async def test_start_on_an_opened_unfinished_sweep_resumes_that_sweep(
     gpu+emc space, 2 warm-up and 7 measured steps, 2 repeats, seed 3), cancelled after 3 points:
     opened from History, `s` resumes that very sweep (the same id) to the points it plans."""
     from engine.run.sweep import SweepSpec, run_sweep
-    from engine.workload.training.loop import TrainControl
     from tui.messages import SweepDone
-
-    class CancelAfter3(TrainControl):
-        """Cancelled from the 4th point on: a fast sweep's events come after its one commit, so the cancel
-        comes through the control its loop reads before each point (as a cancel from the TUI would)."""
-
-        reads = 0
-
-        @property
-        def cancelled(self) -> bool:
-            self.reads += 1
-            return self.reads > 3
 
     spec = SweepSpec(WorkloadSpec("bert-tiny", "sst2", batch_size=8, seq_len=32, padding="max_length", seed=3),
                      space="gpu+emc", warmup_steps=2, steps=7, repeats=2, fast=True, twin="agx-orin-64gb")
-    first = run_sweep(spec, store=results_store, session=twin_session, control=CancelAfter3())
+    first = run_sweep(spec, store=results_store, session=twin_session, control=cancel_after(3))
     (stored,) = results_store.list_sweeps()
     assert (first.status, stored.status, len(results_store.completed_points(stored.id))) == ("cancelled", "cancelled", 3)
     assert stored.planned is not None and stored.planned > 3
