@@ -126,7 +126,8 @@ def test_rays_own_log_lines_are_labelled_as_rays_at_the_commands_level(tmp_path:
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update(HOME=str(tmp_path / "home"),  # Ray's token auth (its default) writes its token under ~/.ray
-               SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
+               SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_TWIN_DIR=str(tmp_path / "state" / "twin"),
+               SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
                SLM_DVFS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", PYTHONPATH=str(root))
     out = subprocess.run([sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())",
                           "fleet", "status", "--twins", "1"], env=env, cwd=tmp_path, capture_output=True, text=True,
@@ -151,7 +152,8 @@ def test_a_killed_boards_ray_notice_stays_off_stdout_which_is_the_commands_own(t
 
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
-    env.update(SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
+    env.update(SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_TWIN_DIR=str(tmp_path / "state" / "twin"),
+               SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
                SLM_DVFS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1", RAY_AUTH_MODE="disabled",
                PYTHONPATH=str(root))
     proc = subprocess.Popen([sys.executable, "-c", "import sys; from engine.cli import main; sys.exit(main())",

@@ -91,7 +91,8 @@ print(json.dumps(seen))
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONFAULTHANDLER", "RAY_ADDRESS", "SLM_DVFS_DB")}
-    env.update(SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
+    env.update(SLM_DVFS_STATE_DIR=str(tmp_path / "state"), SLM_DVFS_TWIN_DIR=str(tmp_path / "state" / "twin"),
+               SLM_DVFS_DATA_DIR=str(tmp_path / "data"),
                SLM_DVFS_CACHE_DIR=str(tmp_path / "cache"), HF_HUB_OFFLINE="1",
                RAY_AUTH_MODE="disabled",  # a local instance only: nothing written under ~/.ray
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
