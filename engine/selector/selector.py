@@ -40,7 +40,8 @@ from engine.selector.features import (
     log_columns,
     workload_part,
 )
-from engine.selector.probes import Correction, Measure, Prediction, plan_probes, rank, run_probes, trusted_first
+from engine.selector.probes import (Correction, Measure, Prediction, measured_first, plan_probes, rank, run_probes,
+                                   trusted_first)
 
 if TYPE_CHECKING:  # scikit-learn is imported to train, not to predict (a compact model needs none)
     from pathlib import Path
@@ -312,7 +313,8 @@ class Selector:
             corrected, probed, corr = run_probes(ranked, probes, measure, self._x_of,
                                                  baseline=objective.needs_baseline)
             by = {p.setting: p for p in corrected}
-            ranked = trusted_first(rank(corrected, objective, by[MAXN]), [s for s, _m in probed], self._x_of)
+            near = trusted_first(rank(corrected, objective, by[MAXN]), [s for s, _m in probed], self._x_of)
+            ranked = measured_first(near, objective, by[MAXN])
         chosen = ranked[0]
         chooser = self.winner
         if self.chooser is not None and not probes and objective.name == "energy" and not objective.needs_baseline:
