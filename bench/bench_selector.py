@@ -1,6 +1,7 @@
 """How well the selector chooses for workloads, and whole architectures, it was not trained on (twin).
 
     .venv/bin/python bench/bench_selector.py [--selector FILE] [--candidate LABEL] [--quick]
+                                             [--blocks lofo,lomo,held_out] [--lofo-profile PROFILE]
     .venv/bin/python bench/bench_selector.py --training-scale [--reps N]
 
 Three reports, one JSON object (or, with --training-scale, the fourth alone):
@@ -11,7 +12,8 @@ Three reports, one JSON object (or, with --training-scale, the fourth alone):
   weights). For each family F, the selector's winning candidate (or --candidate) is fitted
   on every other family's workloads and chooses for F's: regret against the twin's fast
   sweep of each (engine.selector.lofo), with 0, 1 and 3 probes, mean and worst per family
-  and overall, and the saving against MAXN.
+  and overall, and the saving against MAXN. `--lofo-profile` grades on another module's twin zoo
+  (a fresh grid for a candidate compared on the default one).
 - `lomo` (leave one module out): the twin zoos of LOMO_PROFILES (a subset of the grid per module,
   LOMO_GRID; the JSON's notes say which), and for each module the same regressor fitted on the
   other modules' rows chooses for its workloads with its own module columns and settings: regret
@@ -116,8 +118,9 @@ def _progress(i: int, n: int, what: str) -> None:
         print(f"  [{i}/{n}] {what}", file=sys.stderr, flush=True)
 
 
-def lofo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
-    """Leave-one-family-out regret on the training grid (plus the families outside the zoo)."""
+def lofo(selector: Any, candidate: str | None, quick: bool, profile: str | None = None) -> dict[str, Any]:
+    """Leave-one-family-out regret on the training grid (plus the families outside the zoo), on the twin zoo
+    of `profile` (default: the selector's module)."""
     from engine.selector.candidates import default_candidates
     from engine.selector.dataset import (DEFAULT_BATCH_SIZES, DEFAULT_MODES, DEFAULT_PRECISIONS, DEFAULT_SEQ_LENS,
                                          LARGE_BATCH_SIZES, from_twin_zoo)
@@ -137,13 +140,14 @@ def lofo(selector: Any, candidate: str | None, quick: bool) -> dict[str, Any]:
                     large_batch_sizes=LARGE_BATCH_SIZES, seq_lens=DEFAULT_SEQ_LENS, precisions=DEFAULT_PRECISIONS,
                     modes=DEFAULT_MODES)
     print("lofo: tracing and sweeping the grid on the twin", file=sys.stderr, flush=True)
-    ds = from_twin_zoo(profile=selector.encoder.profile or "agx-orin-64gb", space=selector.training.get("space", "gpu"),
-                       progress=_progress, **grid)
+    profile = profile or selector.encoder.profile or "agx-orin-64gb"
+    ds = from_twin_zoo(profile=profile, space=selector.training.get("space", "gpu"), progress=_progress, **grid)
     results = leave_one_family_out(ds, specs[0], Objective(), probes=(0, 1, 3),
                                    progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     summary = ds.summary()
     return {
         "candidate": specs[0].label + (" (small)" if quick else ""),
+        "profile": profile,
         "grid": {k: (sorted(v) if isinstance(v, dict) else list(v)) for k, v in grid.items()},
         "workloads": summary["workloads"],
         "rows": summary["rows"],
@@ -340,7 +344,11 @@ def training_scale(reps: int, baseline: str | None = None) -> dict[str, Any]:
     return result
 
 
-def run(selector_path: str | None, quick: bool, candidate: str | None = None) -> dict[str, Any]:
+BLOCKS = ("lofo", "lomo", "held_out")
+
+
+def run(selector_path: str | None, quick: bool, candidate: str | None = None, *,
+        blocks: tuple[str, ...] = BLOCKS, lofo_profile: str | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     selector = load_selector(selector_path)
     win = next((r for r in selector.cv_table if r["label"] == selector.winner), {})
@@ -354,9 +362,12 @@ def run(selector_path: str | None, quick: bool, candidate: str | None = None) ->
                      "cv_mean_regret": win.get("mean_regret"), "cv_worst_regret": win.get("worst_regret")},
         "objective": Objective().spec,
     }
-    result["lofo"] = lofo(selector, candidate, quick)
-    result["lomo"] = lomo(selector, candidate, quick)
-    result["held_out"] = held_out(selector, quick)
+    if "lofo" in blocks:
+        result["lofo"] = lofo(selector, candidate, quick, lofo_profile)
+    if "lomo" in blocks:
+        result["lomo"] = lomo(selector, candidate, quick)
+    if "held_out" in blocks:
+        result["held_out"] = held_out(selector, quick)
     result["wall_s"] = round(time.perf_counter() - t0, 1)
     return result
 
@@ -368,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
                                             "(default: the selector's, e.g. hist-gb/time+energy)")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: one small shape per family, small models, fewer held-out workloads")
+    parser.add_argument("--blocks", default=",".join(BLOCKS),
+                        help=f"the reports to run, comma-separated (default: {','.join(BLOCKS)})")
+    parser.add_argument("--lofo-profile", metavar="PROFILE",
+                        help="the module whose twin zoo lofo leaves families out of (default: the selector's, "
+                             "agx-orin-64gb; e.g. orin-nano-8gb for a grid the candidates were not compared on)")
     parser.add_argument("--training-scale", action="store_true",
                         help="only train-selector's cost from 10 and 100 sweeps (training_scale)")
     parser.add_argument("--reps", type=int, default=3, help="--training-scale: runs of each size (default 3)")
@@ -378,7 +394,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.training_scale:
         print(json.dumps({"bench": "selector", "training_scale": training_scale(args.reps, args.baseline)}, indent=2))
         return 0
-    print(json.dumps(run(args.selector, args.quick, args.candidate), indent=2, ensure_ascii=False))
+    blocks = tuple(b.strip() for b in args.blocks.split(",") if b.strip())
+    unknown = [b for b in blocks if b not in BLOCKS]
+    if unknown or not blocks:
+        parser.error(f"--blocks {args.blocks!r}: pick from {', '.join(BLOCKS)}")
+    print(json.dumps(run(args.selector, args.quick, args.candidate, blocks=blocks, lofo_profile=args.lofo_profile),
+                     indent=2, ensure_ascii=False))
     return 0
 
 

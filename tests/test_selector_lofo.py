@@ -107,3 +107,23 @@ def test_bench_selector_quick_reports_lofo_and_held_out(capsys, tmp_path, monkey
         assert set(block["families"]) == set(families)
         assert block["overall"]["worst_regret"] >= block["overall"]["mean_regret"] >= 0
     assert out["held_out"]["workloads"] > 0 and out["held_out"]["probes_3"]["regret"]["worst"] >= 0
+
+
+@pytest.mark.slow
+def test_bench_selector_grades_lofo_alone_on_another_modules_zoo(capsys, tmp_path, monkeypatch):
+    """`--blocks lofo --lofo-profile`: the confirmation on a grid the candidates were not compared on."""
+    monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    try:
+        import bench_selector
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(SystemExit) as bad:
+        bench_selector.main(["--quick", "--blocks", "lofo,lmoo"])
+    assert bad.value.code == 2 and "pick from lofo, lomo, held_out" in capsys.readouterr().err
+    assert bench_selector.main(["--quick", "--blocks", "lofo", "--lofo-profile", "orin-nano-8gb"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "lomo" not in out and "held_out" not in out
+    assert out["lofo"]["profile"] == "orin-nano-8gb"
+    assert any("orin-nano-8gb" in note for note in out["lofo"]["notes"])
+    assert out["lofo"]["probes_0"]["overall"]["workloads"] > 0
