@@ -166,7 +166,7 @@ def test_transfer_improves_regret_on_perturbed_twin_truth(board):
     assert after < before
     # The leave-one-sweep-out record compares the transfer with its base on the measured workloads.
     labels = [r["label"] for r in report.cv_table]
-    assert labels == ["hist-gb/time+energy+transfer", "hist-gb/time+energy (base, uncorrected)"]
+    assert labels == [f"{shipped.winner}+transfer", f"{shipped.winner} (base, uncorrected)"]
     assert report.cv_table[0]["graded_on"].startswith("measured workloads")
 
 
@@ -309,6 +309,7 @@ def test_transfer_from_the_cli_then_select_says_what_it_rests_on(board, tmp_path
     from engine.results.store import DeviceRecord, Store, SweepPoint, WorkloadRecord
 
     monkeypatch.setenv("SLM_DVFS_DATA_DIR", str(tmp_path / "data"))
+    base = load_selector().winner  # the shipped one: no selector of yours yet
     db = tmp_path / "results.sqlite"
     dev = DeviceRecord("NVIDIA Jetson AGX Orin Developer Kit", "P3701-0005 (AGX Orin 64GB)", l4t="36.4.0")
     truth = _perturbed()
@@ -326,7 +327,7 @@ def test_transfer_from_the_cli_then_select_says_what_it_rests_on(board, tmp_path
     path = user_selector_dir() / "default.joblib"  # yours from now on; the shipped one untouched
     assert out["saved"] == str(path) and out["measured"]["workloads"] == 2 and out["measured"]["rows"] == 24
     assert out["basis"]["origin"] == "transfer" and out["basis"]["devices"] == ["P3701-0005 (AGX Orin 64GB) L4T 36.4.0"]
-    assert [r["label"] for r in out["cv_table"]][1] == "hist-gb/time+energy (base, uncorrected)"
+    assert [r["label"] for r in out["cv_table"]][1] == f"{base} (base, uncorrected)"
     assert main(["select", "--model", "bert-medium", "--task", "sst2"]) == 0
     text = capsys.readouterr().out
     assert f"Selector:  {path}" in text
