@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.core.errors import ConfigError
+from engine.core.errors import ConfigError, SlmDvfsError
 from engine.core.jsontypes import as_list
 from engine.core.provenance import Source
 from engine.device.setting import MAXN
@@ -398,8 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [b for b in blocks if b not in BLOCKS]
     if unknown or not blocks:
         parser.error(f"--blocks {args.blocks!r}: pick from {', '.join(BLOCKS)}")
-    print(json.dumps(run(args.selector, args.quick, args.candidate, blocks=blocks, lofo_profile=args.lofo_profile),
-                     indent=2, ensure_ascii=False))
+    try:
+        if args.lofo_profile:
+            load_profile(args.lofo_profile)  # a wrong name is said before minutes of tracing, not after
+        result = run(args.selector, args.quick, args.candidate, blocks=blocks, lofo_profile=args.lofo_profile)
+    except SlmDvfsError as exc:  # a wrong --selector, --candidate or --lofo-profile: said, not a traceback
+        print(f"bench_selector.py: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0
 
 

@@ -121,6 +121,9 @@ def test_bench_selector_grades_lofo_alone_on_another_modules_zoo(capsys, tmp_pat
     with pytest.raises(SystemExit) as bad:
         bench_selector.main(["--quick", "--blocks", "lofo,lmoo"])
     assert bad.value.code == 2 and "pick from lofo, lomo, held_out" in capsys.readouterr().err
+    assert bench_selector.main(["--quick", "--blocks", "lofo", "--lofo-profile", "orin-nanoo"]) == 2
+    err = capsys.readouterr().err
+    assert "no device profile 'orin-nanoo'" in err and "orin-nano-8gb" in err and "Traceback" not in err
     assert bench_selector.main(["--quick", "--blocks", "lofo", "--lofo-profile", "orin-nano-8gb"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "lomo" not in out and "held_out" not in out
