@@ -22,6 +22,7 @@ from engine.core.provenance import Source
 from engine.selector import policy_factory
 from engine.selector.features import describe_workload
 from engine.selector.persistence import sidecar_path
+from engine.selector.probes import MEASURED_MARGIN
 from engine.selector.policy import MLPolicy, workload_features
 from engine.device.twin.fast import fast_sweep
 from engine.results.records import WorkloadRecord
@@ -145,6 +146,11 @@ def test_select_command(trained, capsys):
     assert main(args + ["--json", "--probes", "2", "--twin"]) == 0
     probed = json.loads(capsys.readouterr().out)
     assert len(probed["probes"]) == 2 and all(p["measurement"]["source"] == "twin" for p in probed["probes"])
+    # After the probes a setting no probe measured is chosen only when predicted at least MEASURED_MARGIN
+    # cheaper than the best measured one (probes.measured_first).
+    best_probed = min(p["measurement"]["joules_per_sample"] for p in probed["probes"] if p["setting"] != MAXN.to_json())
+    chosen = probed["predicted"]
+    assert chosen["source"] == "twin" or chosen["energy_per_sample_j"] * (1 + MEASURED_MARGIN) < best_probed
     assert main(args + ["--probes", "1"]) == 2  # nowhere to measure
     assert "--twin" in capsys.readouterr().err
     assert main(args[:-1] + [str(trained.parent / "missing.joblib")]) == 2
